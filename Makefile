@@ -1,0 +1,35 @@
+# taskledger — `make help` lists the targets.
+GO            ?= go
+STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+GOLANGCI_LINT := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
+FUZZTIME      ?= 10s
+BENCH_SCALE   ?= 1
+
+.PHONY: help run build test test-short fuzz bench lint
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+run: ## run the scheduler with an embedded NATS server (data in ./data, API on 127.0.0.1:8080)
+	$(GO) run ./cmd/taskledger serve
+
+build: ## build bin/taskledger
+	$(GO) build -o bin/taskledger ./cmd/taskledger
+
+test: ## vet, the whole test suite under the race detector, and a short fuzz of each decoder
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
+	$(MAKE) fuzz FUZZTIME=$(FUZZTIME)
+
+fuzz: ## run every fuzz target for FUZZTIME each
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./events
+	$(GO) test -run '^$$' -fuzz '^FuzzValidID$$' -fuzztime $(FUZZTIME) ./events
+
+bench: ## measure append, load and lifecycle rates (BENCH_SCALE scales the work)
+	BENCH_SCALE=$(BENCH_SCALE) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./internal/bench
+
+lint: ## gofmt, go vet, staticcheck and golangci-lint
+	@test -z "$$(gofmt -l .)" || (gofmt -l . && exit 1)
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(GOLANGCI_LINT) run ./...

@@ -1,0 +1,340 @@
+package aggregate
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/taskledger/taskledger/events"
+)
+
+// Errors returned by Decide. Callers test them with errors.Is; the API maps
+// each to a status code.
+var (
+	// ErrNotFound: the command needs an existing task and there is none.
+	ErrNotFound = errors.New("aggregate: task not found")
+	// ErrExists: Schedule or Reject for a task id that already has events.
+	ErrExists = errors.New("aggregate: task already exists")
+	// ErrTerminal: the task is succeeded, failed, canceled or timed out and
+	// the command would change it.
+	ErrTerminal = errors.New("aggregate: task is terminal")
+	// ErrNotClaimable: Claim on a task that is not scheduled or queued, or
+	// that has not been released yet.
+	ErrNotClaimable = errors.New("aggregate: task is not claimable")
+	// ErrTokenMismatch: Claim or RecordResult with a delivery token that is
+	// not the current one.
+	ErrTokenMismatch = errors.New("aggregate: delivery token mismatch")
+	// ErrStale: a reactor command (release, delivery, timeout) that no
+	// longer applies because the task moved on or is not due yet. Reactors
+	// drop it: a duplicated or late action is harmless by construction.
+	ErrStale = errors.New("aggregate: command no longer applies")
+	// ErrInvalid: the command's own arguments are unacceptable.
+	ErrInvalid = errors.New("aggregate: invalid command")
+	// ErrConflict: another writer appended to the task between load and
+	// append. Returned by stores, never by Decide.
+	ErrConflict = errors.New("aggregate: concurrent append")
+)
+
+// Limits the aggregate enforces on what it stores.
+const (
+	MinTimeoutSeconds     = 1
+	MaxTimeoutSeconds     = 604800
+	DefaultTimeoutSeconds = 3600
+	MaxEffects            = 32
+	MaxSummaryBytes       = 16 << 10
+	MaxMessageBytes       = 64 << 10
+)
+
+// Command is a request to change one task. The commands are the types in
+// this file; Decide accepts no others.
+type Command interface{ command() }
+
+// Schedule accepts a new task. A zero Spec.RunAt means now.
+type Schedule struct {
+	TaskID, CustomerID string
+	Spec               events.TaskSpec
+}
+
+// Reject persists a candidate task that admission refused, as canceled.
+type Reject struct {
+	TaskID, CustomerID string
+	Spec               events.TaskSpec
+	Reason             string
+}
+
+// ReleaseDue releases a scheduled task whose runAt has come, creating the
+// delivery token DeliveryID (fresh, chosen by the caller).
+type ReleaseDue struct{ DeliveryID string }
+
+// MarkReadyPublished records that the notification for DeliveryID went out.
+type MarkReadyPublished struct{ DeliveryID string }
+
+// RetryDelivery schedules another publish attempt of DeliveryID at NextAt.
+type RetryDelivery struct {
+	DeliveryID string
+	NextAt     time.Time
+	Error      string
+}
+
+// ExhaustDelivery fails the task: DeliveryID could not be published.
+type ExhaustDelivery struct {
+	DeliveryID string
+	Reason     string
+}
+
+// Claim consumes the current delivery token and starts the run.
+type Claim struct{ DeliveryID, ExecutorID string }
+
+// RecordResult finishes the task. A non-empty DeliveryID must match the
+// current claim.
+type RecordResult struct {
+	DeliveryID string
+	Result     events.Result
+}
+
+// Cancel cancels a non-terminal task.
+type Cancel struct{ Reason string }
+
+// TimeOut ends a run whose deadline has passed.
+type TimeOut struct{}
+
+// AppendMail adds a message to the mailbox; a message id seen before is a
+// no-op, even on a terminal task.
+type AppendMail struct{ Message events.Message }
+
+// ReadMail advances the scheduler's mailbox cursor to Cursor.
+type ReadMail struct{ Cursor int }
+
+func (Schedule) command()           {}
+func (Reject) command()             {}
+func (ReleaseDue) command()         {}
+func (MarkReadyPublished) command() {}
+func (RetryDelivery) command()      {}
+func (ExhaustDelivery) command()    {}
+func (Claim) command()              {}
+func (RecordResult) command()       {}
+func (Cancel) command()             {}
+func (TimeOut) command()            {}
+func (AppendMail) command()         {}
+func (ReadMail) command()           {}
+
+// Decide returns the events cmd appends to the task in state s at time now,
+// or an error wrapping one of the Err values above. An empty slice and a
+// nil error mean the command is already satisfied (a repeated mailbox
+// message, a cursor that does not move). Event IDs are left empty for the
+// store to fill in.
+func Decide(s State, cmd Command, now time.Time) ([]events.Event, error) {
+	if c, ok := cmd.(Schedule); ok {
+		return decideNew(s, c.TaskID, c.CustomerID, c.Spec, now, func(spec events.TaskSpec) events.Payload {
+			return events.TaskScheduled{Spec: spec}
+		})
+	}
+	if c, ok := cmd.(Reject); ok {
+		return decideNew(s, c.TaskID, c.CustomerID, c.Spec, now, func(spec events.TaskSpec) events.Payload {
+			return events.AdmissionRejected{Spec: spec, Reason: c.Reason}
+		})
+	}
+	if !s.Exists() {
+		return nil, ErrNotFound
+	}
+	p, err := decideExisting(s, cmd, now)
+	if p == nil || err != nil {
+		return nil, err
+	}
+	return []events.Event{{TaskID: s.TaskID, CustomerID: s.CustomerID, At: now, Data: p}}, nil
+}
+
+func decideNew(s State, taskID, customerID string, spec events.TaskSpec, now time.Time, payload func(events.TaskSpec) events.Payload) ([]events.Event, error) {
+	if s.Exists() {
+		return nil, ErrExists
+	}
+	if spec.RunAt.IsZero() {
+		spec.RunAt = now
+	}
+	if err := validateNew(taskID, customerID, spec); err != nil {
+		return nil, err
+	}
+	return []events.Event{{TaskID: taskID, CustomerID: customerID, At: now, Data: payload(spec)}}, nil
+}
+
+func validateNew(taskID, customerID string, spec events.TaskSpec) error {
+	for _, id := range []struct{ name, v string }{
+		{"taskId", taskID}, {"customerId", customerID}, {"rootId", spec.RootID}, {"queue", spec.Queue},
+	} {
+		if err := events.ValidID(id.v); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrInvalid, id.name, err)
+		}
+	}
+	for _, id := range []struct{ name, v string }{
+		{"parentId", spec.ParentID}, {"requestId", spec.RequestID}, {"relatedTaskId", spec.RelatedTaskID},
+	} {
+		if id.v == "" {
+			continue
+		}
+		if err := events.ValidID(id.v); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrInvalid, id.name, err)
+		}
+	}
+	if (spec.ParentID == "") != (spec.RootID == taskID) {
+		return fmt.Errorf("%w: rootId must be the task's own id exactly when it has no parent", ErrInvalid)
+	}
+	if spec.TimeoutSeconds < MinTimeoutSeconds || spec.TimeoutSeconds > MaxTimeoutSeconds {
+		return fmt.Errorf("%w: timeoutSeconds must be %d..%d", ErrInvalid, MinTimeoutSeconds, MaxTimeoutSeconds)
+	}
+	return validateMessage(spec.Message)
+}
+
+func validateMessage(m events.Message) error {
+	if m.ID != "" {
+		if err := events.ValidID(m.ID); err != nil {
+			return fmt.Errorf("%w: message id: %v", ErrInvalid, err)
+		}
+	}
+	if n := MessageSize(m); n > MaxMessageBytes {
+		return fmt.Errorf("%w: message is %d bytes, more than %d", ErrInvalid, n, MaxMessageBytes)
+	}
+	return nil
+}
+
+// MessageSize is the size of a message's content as the limits count it.
+func MessageSize(m events.Message) int {
+	n := 0
+	for _, c := range m.Content {
+		n += len(c.Type) + len(c.Text)
+	}
+	return n
+}
+
+func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error) {
+	switch c := cmd.(type) {
+	case AppendMail:
+		if s.MailIndex(c.Message.ID) > 0 {
+			return nil, nil
+		}
+		if err := live(s); err != nil {
+			return nil, err
+		}
+		if err := events.ValidID(c.Message.ID); err != nil {
+			return nil, fmt.Errorf("%w: message id: %v", ErrInvalid, err)
+		}
+		if err := validateMessage(c.Message); err != nil {
+			return nil, err
+		}
+		m := c.Message
+		if m.CreatedAt.IsZero() {
+			m.CreatedAt = now
+		}
+		return events.MailboxAppended{Index: len(s.MailIDs) + 1, Message: m}, nil
+	case Claim: // on a terminal task too: API.md answers not_claimable
+		if !s.Claimable() {
+			return nil, fmt.Errorf("%w: task is %s", ErrNotClaimable, describe(s))
+		}
+		if c.DeliveryID != s.Delivery.ID {
+			return nil, ErrTokenMismatch
+		}
+		if err := events.ValidID(c.ExecutorID); err != nil {
+			return nil, fmt.Errorf("%w: executor id: %v", ErrInvalid, err)
+		}
+		deadline := now.Add(time.Duration(s.Spec.TimeoutSeconds) * time.Second)
+		return events.Claimed{DeliveryID: c.DeliveryID, ExecutorID: c.ExecutorID, Deadline: deadline}, nil
+	case ReadMail:
+		if c.Cursor > len(s.MailIDs) {
+			return nil, fmt.Errorf("%w: cursor %d beyond %d messages", ErrInvalid, c.Cursor, len(s.MailIDs))
+		}
+		if c.Cursor <= s.Cursor {
+			return nil, nil
+		}
+		return events.MailboxRead{Cursor: c.Cursor}, nil
+	}
+
+	if err := live(s); err != nil {
+		return nil, err
+	}
+	switch c := cmd.(type) {
+	case ReleaseDue:
+		if s.Status != StatusScheduled || s.Delivery.ID != "" {
+			return nil, fmt.Errorf("%w: already released", ErrStale)
+		}
+		if now.Before(s.Spec.RunAt) {
+			return nil, fmt.Errorf("%w: not due until %s", ErrStale, s.Spec.RunAt.Format(time.RFC3339Nano))
+		}
+		if err := events.ValidID(c.DeliveryID); err != nil {
+			return nil, fmt.Errorf("%w: delivery id: %v", ErrInvalid, err)
+		}
+		return events.DeliveryPending{DeliveryID: c.DeliveryID, Attempt: 1, NextAt: now}, nil
+	case MarkReadyPublished:
+		if err := pendingDelivery(s, c.DeliveryID); err != nil {
+			return nil, err
+		}
+		return events.ReadyPublished{DeliveryID: c.DeliveryID}, nil
+	case RetryDelivery:
+		if err := pendingDelivery(s, c.DeliveryID); err != nil {
+			return nil, err
+		}
+		return events.DeliveryRetryScheduled{
+			DeliveryID: c.DeliveryID, Attempt: s.Delivery.Attempt + 1, NextAt: c.NextAt, Error: c.Error,
+		}, nil
+	case ExhaustDelivery:
+		if err := pendingDelivery(s, c.DeliveryID); err != nil {
+			return nil, err
+		}
+		return events.DeliveryExhausted{DeliveryID: c.DeliveryID, Attempts: s.Delivery.Attempt, Reason: c.Reason}, nil
+	case RecordResult:
+		if c.DeliveryID != "" && (s.Status != StatusRunning || c.DeliveryID != s.Claim.DeliveryID) {
+			return nil, ErrTokenMismatch
+		}
+		if err := validateResult(c.Result); err != nil {
+			return nil, err
+		}
+		return events.ResultRecorded{DeliveryID: c.DeliveryID, Result: c.Result}, nil
+	case Cancel:
+		return events.Canceled{Reason: c.Reason}, nil
+	case TimeOut:
+		if s.Status != StatusRunning {
+			return nil, fmt.Errorf("%w: task is %s", ErrStale, s.Status)
+		}
+		if now.Before(s.Deadline) {
+			return nil, fmt.Errorf("%w: deadline is %s", ErrStale, s.Deadline.Format(time.RFC3339Nano))
+		}
+		return events.TimedOut{Deadline: s.Deadline}, nil
+	}
+	return nil, fmt.Errorf("%w: unknown command %T", ErrInvalid, cmd)
+}
+
+func live(s State) error {
+	if s.Status.Terminal() {
+		return fmt.Errorf("%w: task is %s", ErrTerminal, s.Status)
+	}
+	return nil
+}
+
+func describe(s State) string {
+	if s.Status == StatusScheduled && s.Delivery.ID == "" {
+		return "scheduled and not released yet"
+	}
+	return string(s.Status)
+}
+
+// pendingDelivery checks that deliveryID is the task's current, not yet
+// published notification.
+func pendingDelivery(s State, deliveryID string) error {
+	if s.Status != StatusScheduled || s.Delivery.ID != deliveryID || s.Delivery.Published {
+		return fmt.Errorf("%w: delivery %s is not pending", ErrStale, deliveryID)
+	}
+	return nil
+}
+
+func validateResult(r events.Result) error {
+	if len(r.Effects) > MaxEffects {
+		return fmt.Errorf("%w: %d effects, at most %d", ErrInvalid, len(r.Effects), MaxEffects)
+	}
+	if len(r.Summary) > MaxSummaryBytes {
+		return fmt.Errorf("%w: summary is %d bytes, more than %d", ErrInvalid, len(r.Summary), MaxSummaryBytes)
+	}
+	for i, e := range r.Effects {
+		if e.Kind == "" {
+			return fmt.Errorf("%w: effect %d has no kind", ErrInvalid, i)
+		}
+	}
+	return nil
+}

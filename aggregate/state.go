@@ -1,0 +1,173 @@
+// Package aggregate decides which events a command may append to a task's
+// log. It is pure: Apply folds events into a State and Decide turns a
+// State and a Command into new events or a typed error. There is no I/O,
+// no logger and no clock here; the caller passes the time.
+package aggregate
+
+import (
+	"slices"
+	"time"
+
+	"github.com/taskledger/taskledger/events"
+)
+
+// Status is where a task is in its lifecycle (DESIGN.md, "Statuses").
+type Status string
+
+// The task statuses. The zero Status means the task does not exist.
+const (
+	StatusScheduled Status = "scheduled"
+	StatusQueued    Status = "queued"
+	StatusRunning   Status = "running"
+	StatusSucceeded Status = "succeeded"
+	StatusFailed    Status = "failed"
+	StatusCanceled  Status = "canceled"
+	StatusTimedOut  Status = "timed_out"
+)
+
+// Terminal reports whether s is a final status: nothing but mailbox reads
+// changes a terminal task.
+func (s Status) Terminal() bool {
+	switch s {
+	case StatusSucceeded, StatusFailed, StatusCanceled, StatusTimedOut:
+		return true
+	}
+	return false
+}
+
+// Delivery is the task's current ready notification. Its ID is the
+// delivery token a claim must present.
+type Delivery struct {
+	ID        string
+	Attempt   int
+	NextAt    time.Time // when the next publish attempt is due
+	Published bool      // ReadyPublished was recorded for ID
+}
+
+// Owner records who consumed the delivery token.
+type Owner struct {
+	DeliveryID string
+	ExecutorID string
+}
+
+// State is a task as its events describe it. The zero State is a task that
+// does not exist. A State is a value: Apply returns a new one and never
+// changes the one it was given.
+type State struct {
+	TaskID     string
+	CustomerID string
+	Spec       events.TaskSpec
+	Status     Status
+
+	CreatedAt   time.Time
+	StartedAt   time.Time
+	CompletedAt time.Time
+	Deadline    time.Time // running deadline, set by Claimed
+
+	Delivery Delivery
+	Claim    Owner
+	Result   *events.Result
+	Reason   string // why it was canceled, rejected, exhausted or timed out
+
+	MailIDs []string // mailbox message ids; MailIDs[i] has index i+1
+	Cursor  int      // mailbox messages handed out by check
+
+	Version int    // number of events applied
+	LastSeq uint64 // stream sequence of the last event applied
+}
+
+// Exists reports whether any event has been applied.
+func (s State) Exists() bool { return s.Version > 0 }
+
+// Claimable reports whether a claim with the current token would succeed.
+func (s State) Claimable() bool {
+	return (s.Status == StatusScheduled || s.Status == StatusQueued) && s.Delivery.ID != ""
+}
+
+// MailIndex returns the 1-based index of the mailbox message with id, or 0.
+func (s State) MailIndex(id string) int {
+	return slices.Index(s.MailIDs, id) + 1
+}
+
+// Replay folds a task's events, in log order, into its State.
+func Replay(evs []events.Event) State {
+	var s State
+	for _, ev := range evs {
+		s = Apply(s, ev)
+	}
+	return s
+}
+
+// Apply returns s with ev applied. The log is the truth, so Apply accepts
+// any event, but it never moves a task backwards: lifecycle events that
+// reach a terminal task, and a ReadyPublished that arrives after the task
+// was claimed, change nothing but Version and LastSeq.
+func Apply(s State, ev events.Event) State {
+	s.Version++
+	s.LastSeq = ev.Seq
+	if s.Status.Terminal() {
+		switch p := ev.Data.(type) {
+		case events.MailboxAppended:
+			s.MailIDs = appendID(s.MailIDs, p.Message.ID)
+		case events.MailboxRead:
+			s.Cursor = max(s.Cursor, p.Cursor)
+		}
+		return s
+	}
+	switch p := ev.Data.(type) {
+	case events.TaskScheduled:
+		s.TaskID, s.CustomerID, s.Spec = ev.TaskID, ev.CustomerID, p.Spec
+		s.Status, s.CreatedAt = StatusScheduled, ev.At
+	case events.AdmissionRejected:
+		s.TaskID, s.CustomerID, s.Spec = ev.TaskID, ev.CustomerID, p.Spec
+		s.CreatedAt = ev.At
+		s = finish(s, StatusCanceled, ev.At, p.Reason)
+	case events.DeliveryPending:
+		if s.Status == StatusScheduled {
+			s.Delivery = Delivery{ID: p.DeliveryID, Attempt: p.Attempt, NextAt: p.NextAt}
+		}
+	case events.DeliveryRetryScheduled:
+		if s.Delivery.ID == p.DeliveryID {
+			s.Delivery.Attempt, s.Delivery.NextAt = p.Attempt, p.NextAt
+		}
+	case events.DeliveryExhausted:
+		s = finish(s, StatusFailed, ev.At, p.Reason)
+	case events.ReadyPublished:
+		if s.Delivery.ID == p.DeliveryID {
+			s.Delivery.Published = true
+			if s.Status == StatusScheduled {
+				s.Status = StatusQueued
+			}
+		}
+	case events.Claimed:
+		s.Status, s.StartedAt, s.Deadline = StatusRunning, ev.At, p.Deadline
+		s.Claim = Owner{DeliveryID: p.DeliveryID, ExecutorID: p.ExecutorID}
+	case events.TimedOut:
+		s = finish(s, StatusTimedOut, ev.At, "running deadline passed")
+	case events.ResultRecorded:
+		r := p.Result
+		s.Result = &r
+		status := StatusFailed
+		if r.Success {
+			status = StatusSucceeded
+		}
+		s = finish(s, status, ev.At, "")
+	case events.Canceled:
+		s = finish(s, StatusCanceled, ev.At, p.Reason)
+	case events.MailboxAppended:
+		s.MailIDs = appendID(s.MailIDs, p.Message.ID)
+	case events.MailboxRead:
+		s.Cursor = max(s.Cursor, p.Cursor)
+	}
+	return s
+}
+
+func finish(s State, status Status, at time.Time, reason string) State {
+	s.Status, s.CompletedAt, s.Reason = status, at, reason
+	return s
+}
+
+// appendID appends without writing into an array another State may share.
+func appendID(ids []string, id string) []string {
+	return append(ids[:len(ids):len(ids)], id)
+}

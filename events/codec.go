@@ -1,0 +1,194 @@
+package events
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Decoding errors. Decode wraps one of them with detail; test with errors.Is.
+var (
+	// ErrMalformed is returned by Decode for bytes that are not a
+	// well-formed event envelope or payload.
+	ErrMalformed = errors.New("events: malformed event")
+	// ErrUnknownType is returned by Decode for an event type this build
+	// does not know.
+	ErrUnknownType = errors.New("events: unknown event type")
+	// ErrUnknownVersion is returned by Decode for a schema version newer
+	// than this build knows, or zero.
+	ErrUnknownVersion = errors.New("events: unknown schema version")
+)
+
+// currentVersion is the schema version Encode writes for every type. When a
+// payload changes shape, bump the version of that type only and teach
+// upcast to turn the older bytes into the new struct.
+const currentVersion = 1
+
+// wire is the stored shape of an event. Field names are short and fixed:
+// they are part of the log format.
+type wire struct {
+	ID         string             `msgpack:"id"`
+	Type       Type               `msgpack:"t"`
+	Version    wireVersion        `msgpack:"v"`
+	TaskID     string             `msgpack:"task"`
+	CustomerID string             `msgpack:"cust"`
+	At         time.Time          `msgpack:"at"`
+	Actor      string             `msgpack:"actor,omitempty"`
+	Data       msgpack.RawMessage `msgpack:"data"`
+}
+
+// wireVersion is the stored schema version. It encodes as a plain uint8
+// but decodes from any msgpack integer without wrapping: a version outside
+// 0..255 saturates to 0 or 255, so it is rejected as unknown instead of
+// being truncated onto a known version (257 would otherwise read as 1).
+type wireVersion uint8
+
+func (v *wireVersion) DecodeMsgpack(dec *msgpack.Decoder) error {
+	n, err := dec.DecodeInt64()
+	if err != nil {
+		return err
+	}
+	*v = wireVersion(min(max(n, 0), 255))
+	return nil
+}
+
+var encoders = sync.Pool{New: func() any {
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.SetCustomStructTag("json")
+	return &encoder{buf: &buf, enc: enc}
+}}
+
+type encoder struct {
+	buf *bytes.Buffer
+	enc *msgpack.Encoder
+}
+
+func (e *encoder) marshal(v any) ([]byte, error) {
+	e.buf.Reset()
+	if err := e.enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.Clone(e.buf.Bytes()), nil
+}
+
+// Encode returns the msgpack encoding of ev. It fails only when ev has no
+// payload or an invalid task or customer id.
+func Encode(ev Event) ([]byte, error) {
+	if ev.Data == nil {
+		return nil, fmt.Errorf("events: encode %s: no payload", ev.ID)
+	}
+	if err := ValidID(ev.TaskID); err != nil {
+		return nil, fmt.Errorf("events: encode task id: %w", err)
+	}
+	if err := ValidID(ev.CustomerID); err != nil {
+		return nil, fmt.Errorf("events: encode customer id: %w", err)
+	}
+	e := encoders.Get().(*encoder)
+	defer encoders.Put(e)
+	data, err := e.marshal(ev.Data)
+	if err != nil {
+		return nil, fmt.Errorf("events: encode %s payload: %w", ev.Type(), err)
+	}
+	return e.marshal(wire{
+		ID:         ev.ID,
+		Type:       ev.Type(),
+		Version:    currentVersion,
+		TaskID:     ev.TaskID,
+		CustomerID: ev.CustomerID,
+		At:         ev.At.UTC(),
+		Actor:      ev.Actor,
+		Data:       data,
+	})
+}
+
+// Decode parses an encoded event. It returns an error wrapping
+// ErrMalformed, ErrUnknownType or ErrUnknownVersion and never panics.
+// Older schema versions are upcast to the current payload structs.
+func Decode(b []byte) (Event, error) {
+	var w wire
+	if err := unmarshal(b, &w); err != nil {
+		return Event{}, fmt.Errorf("%w: envelope: %v", ErrMalformed, err)
+	}
+	if err := ValidID(w.TaskID); err != nil {
+		return Event{}, fmt.Errorf("%w: task id: %v", ErrMalformed, err)
+	}
+	if err := ValidID(w.CustomerID); err != nil {
+		return Event{}, fmt.Errorf("%w: customer id: %v", ErrMalformed, err)
+	}
+	data, err := upcast(w.Type, uint8(w.Version), w.Data)
+	if err != nil {
+		return Event{}, fmt.Errorf("event %s of task %s: %w", w.ID, w.TaskID, err)
+	}
+	return Event{
+		ID:         w.ID,
+		Version:    uint8(w.Version),
+		TaskID:     w.TaskID,
+		CustomerID: w.CustomerID,
+		At:         w.At,
+		Actor:      w.Actor,
+		Data:       data,
+	}, nil
+}
+
+// upcast decodes the payload bytes of an event of type t written with
+// schema version v into the current payload struct. It is the one place
+// that knows about old versions; today every type is at version 1.
+func upcast(t Type, v uint8, data []byte) (Payload, error) {
+	if v == 0 || v > currentVersion {
+		return nil, fmt.Errorf("%w: %s v%d", ErrUnknownVersion, t, v)
+	}
+	switch t {
+	case TypeTaskScheduled:
+		return decodeAs[TaskScheduled](t, data)
+	case TypeAdmissionRejected:
+		return decodeAs[AdmissionRejected](t, data)
+	case TypeDeliveryPending:
+		return decodeAs[DeliveryPending](t, data)
+	case TypeDeliveryRetryScheduled:
+		return decodeAs[DeliveryRetryScheduled](t, data)
+	case TypeDeliveryExhausted:
+		return decodeAs[DeliveryExhausted](t, data)
+	case TypeReadyPublished:
+		return decodeAs[ReadyPublished](t, data)
+	case TypeClaimed:
+		return decodeAs[Claimed](t, data)
+	case TypeTimedOut:
+		return decodeAs[TimedOut](t, data)
+	case TypeResultRecorded:
+		return decodeAs[ResultRecorded](t, data)
+	case TypeCanceled:
+		return decodeAs[Canceled](t, data)
+	case TypeMailboxAppended:
+		return decodeAs[MailboxAppended](t, data)
+	case TypeMailboxRead:
+		return decodeAs[MailboxRead](t, data)
+	}
+	return nil, fmt.Errorf("%w: %q", ErrUnknownType, t)
+}
+
+func decodeAs[P Payload](t Type, data []byte) (Payload, error) {
+	var p P
+	if err := unmarshal(data, &p); err != nil {
+		return nil, fmt.Errorf("%w: %s payload: %v", ErrMalformed, t, err)
+	}
+	return p, nil
+}
+
+// unmarshal decodes one msgpack value that must fill b exactly.
+func unmarshal(b []byte, v any) error {
+	r := bytes.NewReader(b)
+	dec := msgpack.NewDecoder(r)
+	dec.SetCustomStructTag("json")
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if r.Len() != 0 {
+		return fmt.Errorf("%d trailing bytes", r.Len())
+	}
+	return nil
+}

@@ -1,0 +1,194 @@
+// Package events defines taskledger's log: the v1 event types, the
+// envelope every event travels in, its msgpack codec, subject naming and id
+// validation. It is the leaf of the module and imports nothing else of ours.
+package events
+
+import "time"
+
+// Type names an event kind. The names are part of the stored log: never
+// rename one, add a new type instead.
+type Type string
+
+// The v1 event types (see DESIGN.md, "The log").
+const (
+	TypeTaskScheduled          Type = "TaskScheduled"
+	TypeAdmissionRejected      Type = "AdmissionRejected"
+	TypeDeliveryPending        Type = "DeliveryPending"
+	TypeDeliveryRetryScheduled Type = "DeliveryRetryScheduled"
+	TypeDeliveryExhausted      Type = "DeliveryExhausted"
+	TypeReadyPublished         Type = "ReadyPublished"
+	TypeClaimed                Type = "Claimed"
+	TypeTimedOut               Type = "TimedOut"
+	TypeResultRecorded         Type = "ResultRecorded"
+	TypeCanceled               Type = "Canceled"
+	TypeMailboxAppended        Type = "MailboxAppended"
+	TypeMailboxRead            Type = "MailboxRead"
+)
+
+// Payload is the typed body of an event. Every payload type in this package
+// implements it; no other type should.
+type Payload interface {
+	EventType() Type
+}
+
+// Event is one immutable lifecycle fact about one task.
+type Event struct {
+	ID         string    // unique per append attempt; the Nats-Msg-Id
+	Version    uint8     // schema version of Data; 0 means current on encode
+	TaskID     string    // the task the fact is about
+	CustomerID string    // owner of the task
+	At         time.Time // when the scheduler decided the fact
+	Actor      string    // scheduler node or executor id
+	Data       Payload
+
+	// Seq is the stream sequence the event was stored at. It is set when
+	// an event is read from the log and is not part of the encoding.
+	Seq uint64
+}
+
+// Type returns the type of the event's payload.
+func (e Event) Type() Type { return e.Data.EventType() }
+
+// Signal correlates a task with what caused it (a webhook, a chat message).
+type Signal struct {
+	ID          string `json:"id,omitempty"`
+	URI         string `json:"uri,omitempty"`
+	RequestID   string `json:"requestId,omitempty"`
+	EventType   string `json:"eventType,omitempty"`
+	EventAction string `json:"eventAction,omitempty"`
+}
+
+// ContentPart is one part of a message; today only {"type": "text"}.
+type ContentPart struct {
+	Type string `json:"type"`
+	Text string `json:"text,omitempty"`
+}
+
+// Message is a task's objective or a mailbox item.
+type Message struct {
+	ID        string        `json:"id,omitempty"`
+	CreatedAt time.Time     `json:"createdAt"`
+	Content   []ContentPart `json:"content"`
+}
+
+// Effect is an external change a run made (a pull request, a comment).
+type Effect struct {
+	Kind string `json:"kind"`
+	Ref  string `json:"ref,omitempty"`
+	URL  string `json:"url,omitempty"`
+	// Uncertain marks an effect whose outcome an executor could not
+	// confirm after a crash.
+	Uncertain bool `json:"uncertain,omitempty"`
+}
+
+// Result is what an executor reported when a task finished.
+type Result struct {
+	Success bool     `json:"success"`
+	Summary string   `json:"summary,omitempty"`
+	Error   string   `json:"error,omitempty"`
+	Effects []Effect `json:"effects,omitempty"`
+}
+
+// TaskSpec is everything a caller chose about a task when scheduling it.
+type TaskSpec struct {
+	RootID         string    `json:"rootId"`
+	ParentID       string    `json:"parentId,omitempty"`
+	RequestID      string    `json:"requestId,omitempty"`
+	RelatedTaskID  string    `json:"relatedTaskId,omitempty"`
+	Queue          string    `json:"queue"`
+	Signal         Signal    `json:"signal"`
+	Repo           string    `json:"repo,omitempty"`
+	Message        Message   `json:"message"`
+	RunAt          time.Time `json:"runAt"`
+	TimeoutSeconds int       `json:"timeoutSeconds"`
+}
+
+// TaskScheduled: a task was accepted. It waits for RunAt to be released.
+type TaskScheduled struct {
+	Spec TaskSpec `json:"spec"`
+}
+
+// AdmissionRejected: admission refused a new task. The candidate is kept
+// so a retry with the same request id sees the same outcome.
+type AdmissionRejected struct {
+	Spec   TaskSpec `json:"spec"`
+	Reason string   `json:"reason"`
+}
+
+// DeliveryPending: the task was released; a ready notification carrying
+// DeliveryID is due at NextAt.
+type DeliveryPending struct {
+	DeliveryID string    `json:"deliveryId"`
+	Attempt    int       `json:"attempt"`
+	NextAt     time.Time `json:"nextAt"`
+}
+
+// DeliveryRetryScheduled: publishing the notification failed; attempt
+// Attempt of the same DeliveryID is due at NextAt.
+type DeliveryRetryScheduled struct {
+	DeliveryID string    `json:"deliveryId"`
+	Attempt    int       `json:"attempt"`
+	NextAt     time.Time `json:"nextAt"`
+	Error      string    `json:"error,omitempty"`
+}
+
+// DeliveryExhausted: the notification could not be published within the
+// bounded attempts. The task has failed.
+type DeliveryExhausted struct {
+	DeliveryID string `json:"deliveryId"`
+	Attempts   int    `json:"attempts"`
+	Reason     string `json:"reason"`
+}
+
+// ReadyPublished: the ready notification for DeliveryID was published.
+type ReadyPublished struct {
+	DeliveryID string `json:"deliveryId"`
+}
+
+// Claimed: an executor consumed the delivery token and owns the run
+// until Deadline.
+type Claimed struct {
+	DeliveryID string    `json:"deliveryId"`
+	ExecutorID string    `json:"executorId"`
+	Deadline   time.Time `json:"deadline"`
+}
+
+// TimedOut: the running deadline passed without a result.
+type TimedOut struct {
+	Deadline time.Time `json:"deadline"`
+}
+
+// ResultRecorded: the task finished with Result.
+type ResultRecorded struct {
+	DeliveryID string `json:"deliveryId,omitempty"`
+	Result     Result `json:"result"`
+}
+
+// Canceled: someone canceled the task.
+type Canceled struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// MailboxAppended: a follow-up message was added at 1-based Index.
+type MailboxAppended struct {
+	Index   int     `json:"index"`
+	Message Message `json:"message"`
+}
+
+// MailboxRead: the scheduler handed out messages up to Cursor.
+type MailboxRead struct {
+	Cursor int `json:"cursor"`
+}
+
+func (TaskScheduled) EventType() Type          { return TypeTaskScheduled }
+func (AdmissionRejected) EventType() Type      { return TypeAdmissionRejected }
+func (DeliveryPending) EventType() Type        { return TypeDeliveryPending }
+func (DeliveryRetryScheduled) EventType() Type { return TypeDeliveryRetryScheduled }
+func (DeliveryExhausted) EventType() Type      { return TypeDeliveryExhausted }
+func (ReadyPublished) EventType() Type         { return TypeReadyPublished }
+func (Claimed) EventType() Type                { return TypeClaimed }
+func (TimedOut) EventType() Type               { return TypeTimedOut }
+func (ResultRecorded) EventType() Type         { return TypeResultRecorded }
+func (Canceled) EventType() Type               { return TypeCanceled }
+func (MailboxAppended) EventType() Type        { return TypeMailboxAppended }
+func (MailboxRead) EventType() Type            { return TypeMailboxRead }

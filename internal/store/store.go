@@ -1,0 +1,290 @@
+// Package store keeps tasks in the JetStream log: it creates the streams,
+// loads a task by replaying its subject, and executes aggregate commands
+// with per-task optimistic concurrency. It is the only writer of the log.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/ids"
+)
+
+// TypeHeader carries the event type so consumers can skip an event
+// without decoding it.
+const TypeHeader = "Tl-Type"
+
+// Config configures a Store. The zero value of every field means its
+// default.
+type Config struct {
+	Stream          string          // event stream name; default "TASKLEDGER"
+	Subjects        events.Subjects // default events.DefaultSubjects
+	Replicas        int             // stream replicas; default 1
+	DuplicateWindow time.Duration   // server-side dedupe of retried appends; default 2m
+	MaxRetries      int             // reload-and-redecide rounds on a conflict; default 32
+	CacheSize       int             // tasks whose state is cached; default 65536, -1 disables
+	Actor           string          // actor of events this node decides; default "scheduler"
+	Now             func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	if c.Stream == "" {
+		c.Stream = "TASKLEDGER"
+	}
+	if c.Subjects.Root == "" {
+		c.Subjects = events.DefaultSubjects
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = 2 * time.Minute
+	}
+	if c.MaxRetries == 0 {
+		c.MaxRetries = 32
+	}
+	if c.CacheSize == 0 {
+		c.CacheSize = 1 << 16
+	}
+	if c.Actor == "" {
+		c.Actor = "scheduler"
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Store loads and changes tasks. It is safe for concurrent use by any
+// number of goroutines and processes: every append is guarded by the
+// task's last sequence, so no lock outside JetStream is relied upon.
+type Store struct {
+	cfg    Config
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	get    *directGetter
+
+	mu    sync.Mutex
+	cache map[string]aggregate.State
+}
+
+// Open creates the event stream, or updates it to this configuration, and
+// returns a Store on it.
+func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("store: jetstream: %w", err)
+	}
+	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        cfg.Stream,
+		Description: "taskledger event log: one subject per task",
+		Subjects:    []string{cfg.Subjects.Events()},
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		Duplicates:  cfg.DuplicateWindow,
+		DenyDelete:  true,
+		DenyPurge:   true,
+		AllowDirect: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: stream %s: %w", cfg.Stream, err)
+	}
+	get, err := newDirectGetter(nc, cfg.Stream)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{cfg: cfg, js: js, stream: stream, get: get, cache: make(map[string]aggregate.State)}, nil
+}
+
+// Close releases the Store's subscription. It does not close the
+// connection.
+func (s *Store) Close() error { return s.get.close() }
+
+// JetStream returns the JetStream context the store appends with.
+func (s *Store) JetStream() jetstream.JetStream { return s.js }
+
+// Stream returns the event stream.
+func (s *Store) Stream() jetstream.Stream { return s.stream }
+
+// Subjects returns the subjects the store writes.
+func (s *Store) Subjects() events.Subjects { return s.cfg.Subjects }
+
+// Now returns the store's clock reading.
+func (s *Store) Now() time.Time { return s.cfg.Now() }
+
+// History returns every event of the task in log order, each with its
+// stream sequence. A task with no events returns an empty slice.
+func (s *Store) History(ctx context.Context, taskID string) ([]events.Event, error) {
+	var evs []events.Event
+	err := s.get.fetch(ctx, s.cfg.Subjects.Task(taskID), 0, func(seq uint64, data []byte) error {
+		ev, err := events.Decode(data)
+		if err != nil {
+			return fmt.Errorf("store: task %s seq %d: %w", taskID, seq, err)
+		}
+		ev.Seq = seq
+		evs = append(evs, ev)
+		return nil
+	})
+	return evs, err
+}
+
+// Load returns the task's current state, replayed from the log (not from
+// the cache). A task with no events is the zero State, not an error.
+func (s *Store) Load(ctx context.Context, taskID string) (aggregate.State, error) {
+	var st aggregate.State
+	err := s.get.fetch(ctx, s.cfg.Subjects.Task(taskID), 0, func(seq uint64, data []byte) error {
+		ev, err := events.Decode(data)
+		if err != nil {
+			return fmt.Errorf("store: task %s seq %d: %w", taskID, seq, err)
+		}
+		ev.Seq = seq
+		st = aggregate.Apply(st, ev)
+		return nil
+	})
+	return st, err
+}
+
+// Execute decides cmd against the task's state and appends the resulting
+// events with the task's last sequence as the expected one. On a conflict
+// it reloads and decides again, up to MaxRetries times. It returns the
+// state after the append and the appended events (none when the command
+// was already satisfied). Decide's errors come back wrapped (test them
+// with errors.Is); ErrConflict only when every retry lost.
+//
+// A state from the cache is trusted only to append: the append's OCC
+// check proves it current. A rejection decided on cached state is decided
+// again on a fresh load before it is returned.
+func (s *Store) Execute(ctx context.Context, taskID, actor string, cmd aggregate.Command) (aggregate.State, []events.Event, error) {
+	if actor == "" {
+		actor = s.cfg.Actor
+	}
+	fresh := false
+	for attempt := 0; ; attempt++ {
+		st, cached, err := s.state(ctx, taskID, fresh)
+		if err != nil {
+			return st, nil, err
+		}
+		evs, err := aggregate.Decide(st, cmd, s.cfg.Now())
+		if err != nil || len(evs) == 0 {
+			if cached {
+				fresh = true
+				continue
+			}
+			return st, nil, err
+		}
+		st, err = s.append(ctx, st, evs, actor)
+		if errors.Is(err, aggregate.ErrConflict) && attempt < s.cfg.MaxRetries {
+			fresh = true
+			continue
+		}
+		if err != nil {
+			return st, nil, fmt.Errorf("store: %T on task %s: %w", cmd, taskID, err)
+		}
+		return st, evs, nil
+	}
+}
+
+func (s *Store) state(ctx context.Context, taskID string, fresh bool) (st aggregate.State, cached bool, err error) {
+	if !fresh && s.cfg.CacheSize > 0 {
+		s.mu.Lock()
+		st, ok := s.cache[taskID]
+		s.mu.Unlock()
+		if ok {
+			return st, true, nil
+		}
+	}
+	st, err = s.Load(ctx, taskID)
+	if err != nil {
+		s.forget(taskID)
+	} else if st.Exists() {
+		s.remember(st)
+	}
+	return st, false, err
+}
+
+func (s *Store) remember(st aggregate.State) {
+	if s.cfg.CacheSize <= 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.cache[st.TaskID]; !ok && len(s.cache) >= s.cfg.CacheSize {
+		for k := range s.cache { // evict one arbitrary entry
+			delete(s.cache, k)
+			break
+		}
+	}
+	s.cache[st.TaskID] = st
+}
+
+func (s *Store) forget(taskID string) {
+	s.mu.Lock()
+	delete(s.cache, taskID)
+	s.mu.Unlock()
+}
+
+// append writes evs in order after st.LastSeq and returns the state with
+// them applied. Each event gets a fresh id that a retried publish reuses,
+// so the server drops a duplicate of an append that did land.
+func (s *Store) append(ctx context.Context, st aggregate.State, evs []events.Event, actor string) (aggregate.State, error) {
+	for i := range evs {
+		ev := &evs[i]
+		ev.ID, ev.Actor = ids.New(), actor
+		seq, err := s.publish(ctx, *ev, st.LastSeq)
+		if err != nil {
+			s.forget(ev.TaskID)
+			return st, err
+		}
+		ev.Seq = seq
+		st = aggregate.Apply(st, *ev)
+	}
+	s.remember(st)
+	return st, nil
+}
+
+// publishAttempts bounds how often one append is retried after a transport
+// failure (the same message id each time, so at most one lands).
+const publishAttempts = 4
+
+func (s *Store) publish(ctx context.Context, ev events.Event, expected uint64) (uint64, error) {
+	data, err := events.Encode(ev)
+	if err != nil {
+		return 0, err
+	}
+	msg := &nats.Msg{Subject: s.cfg.Subjects.Event(ev.CustomerID, ev.TaskID), Data: data, Header: nats.Header{}}
+	msg.Header.Set(TypeHeader, string(ev.Type()))
+	for attempt := 1; ; attempt++ {
+		ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID), jetstream.WithExpectLastSequencePerSubject(expected))
+		if err == nil {
+			return ack.Sequence, nil
+		}
+		if IsConflict(err) {
+			return 0, fmt.Errorf("%w: %v", aggregate.ErrConflict, err)
+		}
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) || ctx.Err() != nil || attempt == publishAttempts {
+			return 0, fmt.Errorf("append %s: %w", ev.Type(), err)
+		}
+		time.Sleep(time.Duration(attempt) * 50 * time.Millisecond)
+	}
+}
+
+// IsConflict reports whether err is JetStream's answer to a wrong expected
+// last sequence: 10071 on a single replica, 10164 on a replicated stream.
+func IsConflict(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}

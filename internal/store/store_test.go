@@ -1,0 +1,323 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/broker"
+	"github.com/taskledger/taskledger/internal/ids"
+	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/testnats"
+)
+
+func TestMain(m *testing.M) { testnats.Main(m) }
+
+func setup(t *testing.T, nc *nats.Conn) *store.Store {
+	t.Helper()
+	ns := testnats.NewNamespace(t)
+	st, err := store.Open(context.Background(), nc, store.Config{Stream: ns.Stream, Subjects: ns.Subjects})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// another opens a second Store on st's stream, as another scheduler
+// process would, with its own cache.
+func another(t *testing.T, nc *nats.Conn, st *store.Store) *store.Store {
+	t.Helper()
+	b, err := store.Open(context.Background(), nc, store.Config{Stream: st.Stream().CachedInfo().Config.Name, Subjects: st.Subjects()})
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func schedule(t *testing.T, st *store.Store) string {
+	t.Helper()
+	id := ids.New()
+	_, _, err := st.Execute(context.Background(), id, "", aggregate.Schedule{
+		TaskID: id, CustomerID: "acme",
+		Spec: events.TaskSpec{RootID: id, Queue: "default", TimeoutSeconds: 60},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// released schedules a task and releases it, returning its delivery token.
+func released(t *testing.T, st *store.Store) (taskID, token string) {
+	t.Helper()
+	id := schedule(t, st)
+	token = ids.New()
+	if _, _, err := st.Execute(context.Background(), id, "", aggregate.ReleaseDue{DeliveryID: token}); err != nil {
+		t.Fatal(err)
+	}
+	return id, token
+}
+
+// countTypes reads the task's log and counts events of type typ.
+func countTypes(t *testing.T, st *store.Store, taskID string, typ events.Type) int {
+	t.Helper()
+	evs, err := st.History(context.Background(), taskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ev := range evs {
+		if ev.Type() == typ {
+			n++
+		}
+	}
+	return n
+}
+
+func TestRacingClaimsOneWinner(t *testing.T) {
+	t.Parallel()
+	nc := testnats.Conn(t)
+	// Each racer has its own Store (its own cache), like separate
+	// scheduler processes sharing one stream.
+	first := setup(t, nc)
+	id, token := released(t, first)
+
+	const racers = 32
+	var wins, mismatches atomic.Int32
+	var g errgroup.Group
+	for i := range racers {
+		g.Go(func() error {
+			st := another(t, nc, first)
+			_, _, err := st.Execute(context.Background(), id, "", aggregate.Claim{DeliveryID: token, ExecutorID: fmt.Sprintf("w%d", i)})
+			switch {
+			case err == nil:
+				wins.Add(1)
+			case errors.Is(err, aggregate.ErrNotClaimable):
+				mismatches.Add(1)
+			default:
+				return err
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if wins.Load() != 1 || mismatches.Load() != racers-1 {
+		t.Fatalf("wins=%d not_claimable=%d, want 1 and %d", wins.Load(), mismatches.Load(), racers-1)
+	}
+	if n := countTypes(t, first, id, events.TypeClaimed); n != 1 {
+		t.Fatalf("log has %d Claimed events, want 1", n)
+	}
+}
+
+func TestClaimRacingCancel(t *testing.T) {
+	t.Parallel()
+	nc := testnats.Conn(t)
+	a := setup(t, nc)
+	b := another(t, nc, a)
+	for range 20 {
+		id, token := released(t, a)
+		// Warm b's cache so both decide on cached state.
+		if _, err := b.Load(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+		var claimErr, cancelErr error
+		var g errgroup.Group
+		g.Go(func() error {
+			_, _, claimErr = a.Execute(context.Background(), id, "", aggregate.Claim{DeliveryID: token, ExecutorID: "w"})
+			return nil
+		})
+		g.Go(func() error {
+			_, _, cancelErr = b.Execute(context.Background(), id, "", aggregate.Cancel{Reason: "race"})
+			return nil
+		})
+		g.Wait()
+		// Cancel of a running task is allowed, so both may succeed in the
+		// order claim-then-cancel; what must never happen is a claim
+		// after the cancel.
+		final, err := a.Load(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if final.Status != aggregate.StatusCanceled {
+			t.Fatalf("final status %s, want canceled (claim err %v, cancel err %v)", final.Status, claimErr, cancelErr)
+		}
+		if cancelErr != nil {
+			t.Fatalf("cancel failed: %v", cancelErr)
+		}
+		claimed := countTypes(t, a, id, events.TypeClaimed)
+		if (claimErr == nil) != (claimed == 1) {
+			t.Fatalf("claim err %v but %d Claimed events", claimErr, claimed)
+		}
+		if claimErr != nil && !errors.Is(claimErr, aggregate.ErrNotClaimable) {
+			t.Fatalf("claim lost with %v, want ErrNotClaimable", claimErr)
+		}
+		evs, _ := a.History(context.Background(), id)
+		if evs[len(evs)-1].Type() != events.TypeCanceled {
+			t.Fatalf("last event %s, want Canceled: a claim landed after the cancel", evs[len(evs)-1].Type())
+		}
+	}
+}
+
+func TestRetriedAppendIsDeduplicated(t *testing.T) {
+	t.Parallel()
+	nc := testnats.Conn(t)
+	st := setup(t, nc)
+	id := schedule(t, st)
+	evs, err := st.History(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Publish the stored event again with its own id, as a retry after a
+	// lost ack would: the server must answer with the original sequence.
+	data, err := events.Encode(evs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	ack, err := js.Publish(context.Background(), st.Subjects().Event("acme", id), data, jetstream.WithMsgID(evs[0].ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ack.Duplicate || ack.Sequence != evs[0].Seq {
+		t.Fatalf("ack %+v, want duplicate of seq %d", ack, evs[0].Seq)
+	}
+	if got, _ := st.History(context.Background(), id); len(got) != 1 {
+		t.Fatalf("history has %d events, want 1", len(got))
+	}
+}
+
+func TestStaleCacheIsCorrectedByOCC(t *testing.T) {
+	t.Parallel()
+	nc := testnats.Conn(t)
+	a := setup(t, nc)
+	b := another(t, nc, a)
+	id := schedule(t, a)
+	if _, err := b.Load(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	// b caches "scheduled, not released" once it executes something.
+	if _, _, err := b.Execute(context.Background(), id, "", aggregate.AppendMail{Message: events.Message{ID: "m1"}}); err != nil {
+		t.Fatal(err)
+	}
+	token := ids.New()
+	if _, _, err := a.Execute(context.Background(), id, "", aggregate.ReleaseDue{DeliveryID: token}); err != nil {
+		t.Fatal(err)
+	}
+	// b's cache says not released; the claim must still succeed after a
+	// fresh load rather than answer not_claimable.
+	got, _, err := b.Execute(context.Background(), id, "", aggregate.Claim{DeliveryID: token, ExecutorID: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != aggregate.StatusRunning || got.Version != 4 {
+		t.Fatalf("state %s v%d, want running v4", got.Status, got.Version)
+	}
+}
+
+func TestLoadMissingTask(t *testing.T) {
+	t.Parallel()
+	st := setup(t, testnats.Conn(t))
+	got, err := st.Load(context.Background(), "nope")
+	if err != nil || got.Exists() {
+		t.Fatalf("Load = %+v, %v; want zero state", got, err)
+	}
+	if _, _, err := st.Execute(context.Background(), "nope", "", aggregate.Cancel{}); !errors.Is(err, aggregate.ErrNotFound) {
+		t.Fatalf("cancel missing: %v, want ErrNotFound", err)
+	}
+}
+
+func TestLongHistorySpansBatches(t *testing.T) {
+	t.Parallel()
+	st := setup(t, testnats.Conn(t))
+	id := schedule(t, st)
+	const n = 600 // more than one direct-get batch
+	for i := range n {
+		msg := events.Message{ID: fmt.Sprintf("m%d", i), Content: []events.ContentPart{{Type: "text", Text: "hi"}}}
+		if _, _, err := st.Execute(context.Background(), id, "", aggregate.AppendMail{Message: msg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := st.Load(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Version != n+1 || len(got.MailIDs) != n {
+		t.Fatalf("version %d, %d messages; want %d, %d", got.Version, len(got.MailIDs), n+1, n)
+	}
+}
+
+func TestRestartReloadsSameState(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ns := testnats.NewNamespace(t)
+	open := func() (*broker.Embedded, *nats.Conn, *store.Store) {
+		srv, err := broker.StartEmbedded(broker.EmbeddedConfig{Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := srv.Connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := store.Open(context.Background(), nc, store.Config{Stream: ns.Stream, Subjects: ns.Subjects})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return srv, nc, st
+	}
+	srv, nc, st := open()
+	want := map[string]aggregate.State{}
+	for i := range 30 {
+		id, token := released(t, st)
+		switch i % 5 {
+		case 1:
+			_, _, err := st.Execute(context.Background(), id, "", aggregate.Claim{DeliveryID: token, ExecutorID: "w"})
+			if err != nil {
+				t.Fatal(err)
+			}
+		case 2:
+			st.Execute(context.Background(), id, "", aggregate.Claim{DeliveryID: token, ExecutorID: "w"})
+			st.Execute(context.Background(), id, "w", aggregate.RecordResult{DeliveryID: token, Result: events.Result{Success: true, Summary: "ok"}})
+		case 3:
+			st.Execute(context.Background(), id, "", aggregate.Cancel{Reason: "bye"})
+		case 4:
+			st.Execute(context.Background(), id, "", aggregate.MarkReadyPublished{DeliveryID: token})
+		}
+		s, err := st.Load(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[id] = s
+	}
+	st.Close()
+	nc.Close()
+	srv.Shutdown()
+
+	srv, nc, st = open()
+	defer srv.Shutdown()
+	defer nc.Close()
+	defer st.Close()
+	for id, w := range want {
+		got, err := st.Load(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, w) {
+			t.Fatalf("task %s after restart:\n got %+v\nwant %+v", id, got, w)
+		}
+	}
+}
