@@ -316,9 +316,10 @@ func describe(s State) string {
 }
 
 // pendingDelivery checks that deliveryID is the task's current, not yet
-// published notification.
+// published notification. A task not released yet has no delivery, so an
+// empty deliveryID never matches.
 func pendingDelivery(s State, deliveryID string) error {
-	if s.Status != StatusScheduled || s.Delivery.ID != deliveryID || s.Delivery.Published {
+	if s.Status != StatusScheduled || s.Delivery.ID == "" || s.Delivery.ID != deliveryID || s.Delivery.Published {
 		return fmt.Errorf("%w: delivery %s is not pending", ErrStale, deliveryID)
 	}
 	return nil

@@ -72,8 +72,9 @@ type State struct {
 	MailIDs []string // mailbox message ids; MailIDs[i] has index i+1
 	Cursor  int      // mailbox messages handed out by check
 
-	Version int    // number of events applied
-	LastSeq uint64 // stream sequence of the last event applied
+	Version  int    // number of events applied
+	FirstSeq uint64 // stream sequence of the first event (the task's spec)
+	LastSeq  uint64 // stream sequence of the last event applied
 }
 
 // Exists reports whether any event has been applied.
@@ -99,11 +100,17 @@ func Replay(evs []events.Event) State {
 }
 
 // Apply returns s with ev applied. The log is the truth, so Apply accepts
-// any event, but it never moves a task backwards: lifecycle events that
-// reach a terminal task, and a ReadyPublished that arrives after the task
-// was claimed, change nothing but Version and LastSeq.
+// any event, but it never moves a task backwards or sideways: an event the
+// transition table does not allow from the current status (a second
+// TaskScheduled, a Claimed for a running task, anything lifecycle after a
+// terminal event, a ReadyPublished for another or an already claimed
+// delivery) changes nothing but Version and LastSeq. The verifier reports
+// such events; Decide never produces them.
 func Apply(s State, ev events.Event) State {
 	s.Version++
+	if s.Version == 1 {
+		s.FirstSeq = ev.Seq
+	}
 	s.LastSeq = ev.Seq
 	if s.Status.Terminal() {
 		switch p := ev.Data.(type) {
@@ -116,50 +123,69 @@ func Apply(s State, ev events.Event) State {
 	}
 	switch p := ev.Data.(type) {
 	case events.TaskScheduled:
-		s.TaskID, s.CustomerID, s.Spec = ev.TaskID, ev.CustomerID, p.Spec
-		s.Status, s.CreatedAt = StatusScheduled, ev.At
+		if s.Version == 1 {
+			s.TaskID, s.CustomerID, s.Spec = ev.TaskID, ev.CustomerID, p.Spec
+			s.Status, s.CreatedAt = StatusScheduled, ev.At
+		}
 	case events.AdmissionRejected:
-		s.TaskID, s.CustomerID, s.Spec = ev.TaskID, ev.CustomerID, p.Spec
-		s.CreatedAt = ev.At
-		s = finish(s, StatusCanceled, ev.At, p.Reason)
+		if s.Version == 1 {
+			s.TaskID, s.CustomerID, s.Spec = ev.TaskID, ev.CustomerID, p.Spec
+			s.CreatedAt = ev.At
+			s = finish(s, StatusCanceled, ev.At, p.Reason)
+		}
 	case events.DeliveryPending:
-		if s.Status == StatusScheduled {
+		if s.Status == StatusScheduled && s.Delivery.ID == "" {
 			s.Delivery = Delivery{ID: p.DeliveryID, Attempt: p.Attempt, NextAt: p.NextAt}
 		}
 	case events.DeliveryRetryScheduled:
-		if s.Delivery.ID == p.DeliveryID {
+		if s.currentDelivery(p.DeliveryID) {
 			s.Delivery.Attempt, s.Delivery.NextAt = p.Attempt, p.NextAt
 		}
 	case events.DeliveryExhausted:
-		s = finish(s, StatusFailed, ev.At, p.Reason)
+		if s.currentDelivery(p.DeliveryID) {
+			s = finish(s, StatusFailed, ev.At, p.Reason)
+		}
 	case events.ReadyPublished:
-		if s.Delivery.ID == p.DeliveryID {
+		if s.currentDelivery(p.DeliveryID) {
 			s.Delivery.Published = true
 			if s.Status == StatusScheduled {
 				s.Status = StatusQueued
 			}
 		}
 	case events.Claimed:
-		s.Status, s.StartedAt, s.Deadline = StatusRunning, ev.At, p.Deadline
-		s.Claim = Owner{DeliveryID: p.DeliveryID, ExecutorID: p.ExecutorID}
-	case events.TimedOut:
-		s = finish(s, StatusTimedOut, ev.At, "running deadline passed")
-	case events.ResultRecorded:
-		r := p.Result
-		s.Result = &r
-		status := StatusFailed
-		if r.Success {
-			status = StatusSucceeded
+		if s.Status == StatusScheduled || s.Status == StatusQueued {
+			s.Status, s.StartedAt, s.Deadline = StatusRunning, ev.At, p.Deadline
+			s.Claim = Owner{DeliveryID: p.DeliveryID, ExecutorID: p.ExecutorID}
 		}
-		s = finish(s, status, ev.At, "")
+	case events.TimedOut:
+		if s.Status == StatusRunning {
+			s = finish(s, StatusTimedOut, ev.At, "running deadline passed")
+		}
+	case events.ResultRecorded:
+		if s.Exists() {
+			r := p.Result
+			s.Result = &r
+			status := StatusFailed
+			if r.Success {
+				status = StatusSucceeded
+			}
+			s = finish(s, status, ev.At, "")
+		}
 	case events.Canceled:
-		s = finish(s, StatusCanceled, ev.At, p.Reason)
+		if s.Exists() {
+			s = finish(s, StatusCanceled, ev.At, p.Reason)
+		}
 	case events.MailboxAppended:
 		s.MailIDs = appendID(s.MailIDs, p.Message.ID)
 	case events.MailboxRead:
 		s.Cursor = max(s.Cursor, p.Cursor)
 	}
 	return s
+}
+
+// currentDelivery reports whether id names the task's pending delivery.
+func (s State) currentDelivery(id string) bool {
+	return (s.Status == StatusScheduled || s.Status == StatusQueued) && id != "" && s.Delivery.ID == id
 }
 
 func finish(s State, status Status, at time.Time, reason string) State {

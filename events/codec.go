@@ -179,8 +179,16 @@ func decodeAs[P Payload](t Type, data []byte) (Payload, error) {
 	return p, nil
 }
 
-// unmarshal decodes one msgpack value that must fill b exactly.
-func unmarshal(b []byte, v any) error {
+// unmarshal decodes one msgpack value that must fill b exactly. msgpack
+// v5.4.1 panics on some inputs (a nil where a time.Time is expected calls
+// reflect.Value.IsNil on a struct), so a panic is turned into an error:
+// Decode must never panic on bytes read from the log.
+func unmarshal(b []byte, v any) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("msgpack panic: %v", r)
+		}
+	}()
 	r := bytes.NewReader(b)
 	dec := msgpack.NewDecoder(r)
 	dec.SetCustomStructTag("json")

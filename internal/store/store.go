@@ -33,6 +33,13 @@ type Config struct {
 	CacheSize       int             // tasks whose state is cached; default 65536, -1 disables
 	Actor           string          // actor of events this node decides; default "scheduler"
 	Now             func() time.Time
+	// Locate, if set, returns the customer of a task when it is known
+	// (from the projections), so a load reads the task's exact subject
+	// instead of matching every customer's (several times faster).
+	Locate func(taskID string) (customerID string, ok bool)
+	// ReadTimeout bounds one read when the caller's context has no
+	// deadline; default 10s.
+	ReadTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -59,6 +66,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = 10 * time.Second
 	}
 	return c
 }
@@ -125,15 +135,7 @@ func (s *Store) Now() time.Time { return s.cfg.Now() }
 // stream sequence. A task with no events returns an empty slice.
 func (s *Store) History(ctx context.Context, taskID string) ([]events.Event, error) {
 	var evs []events.Event
-	err := s.get.fetch(ctx, s.cfg.Subjects.Task(taskID), 0, func(seq uint64, data []byte) error {
-		ev, err := events.Decode(data)
-		if err != nil {
-			return fmt.Errorf("store: task %s seq %d: %w", taskID, seq, err)
-		}
-		ev.Seq = seq
-		evs = append(evs, ev)
-		return nil
-	})
+	err := s.replay(ctx, taskID, func(ev events.Event) { evs = append(evs, ev) })
 	return evs, err
 }
 
@@ -141,16 +143,45 @@ func (s *Store) History(ctx context.Context, taskID string) ([]events.Event, err
 // the cache). A task with no events is the zero State, not an error.
 func (s *Store) Load(ctx context.Context, taskID string) (aggregate.State, error) {
 	var st aggregate.State
-	err := s.get.fetch(ctx, s.cfg.Subjects.Task(taskID), 0, func(seq uint64, data []byte) error {
+	err := s.replay(ctx, taskID, func(ev events.Event) { st = aggregate.Apply(st, ev) })
+	return st, err
+}
+
+func (s *Store) replay(ctx context.Context, taskID string, fn func(events.Event)) error {
+	subject := s.cfg.Subjects.Task(taskID)
+	if s.cfg.Locate != nil {
+		if customerID, ok := s.cfg.Locate(taskID); ok {
+			subject = s.cfg.Subjects.Event(customerID, taskID)
+		}
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.ReadTimeout)
+		defer cancel()
+	}
+	return s.get.fetch(ctx, subject, 0, func(seq uint64, data []byte) error {
 		ev, err := events.Decode(data)
 		if err != nil {
 			return fmt.Errorf("store: task %s seq %d: %w", taskID, seq, err)
 		}
 		ev.Seq = seq
-		st = aggregate.Apply(st, ev)
+		fn(ev)
 		return nil
 	})
-	return st, err
+}
+
+// Event returns the event stored at seq.
+func (s *Store) Event(ctx context.Context, seq uint64) (events.Event, error) {
+	msg, err := s.stream.GetMsg(ctx, seq)
+	if err != nil {
+		return events.Event{}, fmt.Errorf("store: get seq %d: %w", seq, err)
+	}
+	ev, err := events.Decode(msg.Data)
+	if err != nil {
+		return events.Event{}, fmt.Errorf("store: seq %d: %w", seq, err)
+	}
+	ev.Seq = seq
+	return ev, nil
 }
 
 // Execute decides cmd against the task's state and appends the resulting
@@ -274,7 +305,11 @@ func (s *Store) publish(ctx context.Context, ev events.Event, expected uint64) (
 		if errors.As(err, &apiErr) || ctx.Err() != nil || attempt == publishAttempts {
 			return 0, fmt.Errorf("append %s: %w", ev.Type(), err)
 		}
-		time.Sleep(time.Duration(attempt) * 50 * time.Millisecond)
+		select {
+		case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
+		case <-ctx.Done():
+			return 0, fmt.Errorf("append %s: %w", ev.Type(), ctx.Err())
+		}
 	}
 }
 

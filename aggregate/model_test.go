@@ -1,0 +1,495 @@
+package aggregate_test
+
+import (
+	"fmt"
+	"maps"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+)
+
+// The reference model below is written from DESIGN.md's transition table
+// and API.md's error reasons. It deliberately uses nothing from package
+// aggregate but its command types and error sentinels.
+
+const (
+	mScheduled = "scheduled"
+	mQueued    = "queued"
+	mRunning   = "running"
+	mSucceeded = "succeeded"
+	mFailed    = "failed"
+	mCanceled  = "canceled"
+	mTimedOut  = "timed_out"
+)
+
+func mTerminal(s string) bool {
+	return s == mSucceeded || s == mFailed || s == mCanceled || s == mTimedOut
+}
+
+// legal is DESIGN.md's table of allowed transitions, "" being no task.
+var legal = map[string][]string{
+	"":         {mScheduled, mCanceled},
+	mScheduled: {mQueued, mRunning, mSucceeded, mFailed, mCanceled},
+	mQueued:    {mRunning, mSucceeded, mFailed, mCanceled},
+	mRunning:   {mSucceeded, mFailed, mCanceled, mTimedOut},
+}
+
+var modelID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// model is a task as the reference sees it.
+type model struct {
+	status         string // "" before the task exists
+	taskID, custID string
+	runAt          time.Time
+	timeout        time.Duration
+	token          string // current delivery token, "" until released
+	attempt        int
+	published      bool
+	consumed       bool // a claim consumed token
+	deadline       time.Time
+	mail           []string
+	cursor         int
+}
+
+// decide returns the payload the model expects cmd to append (nil for an
+// accepted no-op) or the expected error sentinel.
+func (m model) decide(cmd aggregate.Command, now time.Time) (events.Payload, error) {
+	switch c := cmd.(type) {
+	case aggregate.Schedule:
+		spec, err := m.admit(c.TaskID, c.CustomerID, c.Spec, now)
+		if err != nil {
+			return nil, err
+		}
+		return events.TaskScheduled{Spec: spec}, nil
+	case aggregate.Reject:
+		spec, err := m.admit(c.TaskID, c.CustomerID, c.Spec, now)
+		if err != nil {
+			return nil, err
+		}
+		return events.AdmissionRejected{Spec: spec, Reason: c.Reason}, nil
+	}
+	if m.status == "" {
+		return nil, aggregate.ErrNotFound
+	}
+	switch c := cmd.(type) {
+	case aggregate.AppendMail:
+		switch {
+		case slices.Contains(m.mail, c.Message.ID):
+			return nil, nil
+		case mTerminal(m.status):
+			return nil, aggregate.ErrTerminal
+		case !modelID.MatchString(c.Message.ID) || contentBytes(c.Message) > 64<<10:
+			return nil, aggregate.ErrInvalid
+		}
+		msg := c.Message
+		if msg.CreatedAt.IsZero() {
+			msg.CreatedAt = now
+		}
+		return events.MailboxAppended{Index: len(m.mail) + 1, Message: msg}, nil
+	case aggregate.ReadMail:
+		switch {
+		case c.Cursor > len(m.mail):
+			return nil, aggregate.ErrInvalid
+		case c.Cursor <= m.cursor:
+			return nil, nil
+		}
+		return events.MailboxRead{Cursor: c.Cursor}, nil
+	case aggregate.Claim:
+		switch {
+		case m.status != mScheduled && m.status != mQueued || m.token == "":
+			return nil, aggregate.ErrNotClaimable
+		case c.DeliveryID != m.token:
+			return nil, aggregate.ErrTokenMismatch
+		case !modelID.MatchString(c.ExecutorID):
+			return nil, aggregate.ErrInvalid
+		}
+		return events.Claimed{DeliveryID: c.DeliveryID, ExecutorID: c.ExecutorID, Deadline: now.Add(m.timeout)}, nil
+	}
+	if mTerminal(m.status) {
+		return nil, aggregate.ErrTerminal
+	}
+	pending := func(id string) bool {
+		return m.status == mScheduled && m.token != "" && id == m.token && !m.published
+	}
+	switch c := cmd.(type) {
+	case aggregate.ReleaseDue:
+		switch {
+		case m.status != mScheduled || m.token != "" || now.Before(m.runAt):
+			return nil, aggregate.ErrStale
+		case !modelID.MatchString(c.DeliveryID):
+			return nil, aggregate.ErrInvalid
+		}
+		return events.DeliveryPending{DeliveryID: c.DeliveryID, Attempt: 1, NextAt: now}, nil
+	case aggregate.MarkReadyPublished:
+		if !pending(c.DeliveryID) {
+			return nil, aggregate.ErrStale
+		}
+		return events.ReadyPublished{DeliveryID: c.DeliveryID}, nil
+	case aggregate.RetryDelivery:
+		if !pending(c.DeliveryID) {
+			return nil, aggregate.ErrStale
+		}
+		return events.DeliveryRetryScheduled{DeliveryID: c.DeliveryID, Attempt: m.attempt + 1, NextAt: c.NextAt, Error: c.Error}, nil
+	case aggregate.ExhaustDelivery:
+		if !pending(c.DeliveryID) {
+			return nil, aggregate.ErrStale
+		}
+		return events.DeliveryExhausted{DeliveryID: c.DeliveryID, Attempts: m.attempt, Reason: c.Reason}, nil
+	case aggregate.RecordResult:
+		if c.DeliveryID != "" && (m.status != mRunning || c.DeliveryID != m.token) {
+			return nil, aggregate.ErrTokenMismatch
+		}
+		if len(c.Result.Effects) > 32 || len(c.Result.Summary) > 16<<10 ||
+			slices.ContainsFunc(c.Result.Effects, func(e events.Effect) bool { return e.Kind == "" }) {
+			return nil, aggregate.ErrInvalid
+		}
+		return events.ResultRecorded{DeliveryID: c.DeliveryID, Result: c.Result}, nil
+	case aggregate.Cancel:
+		return events.Canceled{Reason: c.Reason}, nil
+	case aggregate.TimeOut:
+		if m.status != mRunning || now.Before(m.deadline) {
+			return nil, aggregate.ErrStale
+		}
+		return events.TimedOut{Deadline: m.deadline}, nil
+	}
+	panic(fmt.Sprintf("model: unknown command %T", cmd))
+}
+
+func (m model) admit(taskID, custID string, spec events.TaskSpec, now time.Time) (events.TaskSpec, error) {
+	if m.status != "" {
+		return spec, aggregate.ErrExists
+	}
+	for _, id := range []string{taskID, custID, spec.RootID, spec.Queue} {
+		if !modelID.MatchString(id) {
+			return spec, aggregate.ErrInvalid
+		}
+	}
+	if (spec.ParentID == "") != (spec.RootID == taskID) ||
+		spec.ParentID != "" && !modelID.MatchString(spec.ParentID) ||
+		spec.TimeoutSeconds < 1 || spec.TimeoutSeconds > 604800 ||
+		contentBytes(spec.Message) > 64<<10 {
+		return spec, aggregate.ErrInvalid
+	}
+	if spec.RunAt.IsZero() {
+		spec.RunAt = now
+	}
+	return spec, nil
+}
+
+func contentBytes(m events.Message) int {
+	n := 0
+	for _, c := range m.Content {
+		n += len(c.Type) + len(c.Text)
+	}
+	return n
+}
+
+// apply is the model's own transition for a payload it decided.
+func (m model) apply(ev events.Event) model {
+	switch p := ev.Data.(type) {
+	case events.TaskScheduled:
+		m.status, m.taskID, m.custID = mScheduled, ev.TaskID, ev.CustomerID
+		m.runAt, m.timeout = p.Spec.RunAt, time.Duration(p.Spec.TimeoutSeconds)*time.Second
+	case events.AdmissionRejected:
+		m.status, m.taskID, m.custID = mCanceled, ev.TaskID, ev.CustomerID
+	case events.DeliveryPending:
+		m.token, m.attempt = p.DeliveryID, p.Attempt
+	case events.DeliveryRetryScheduled:
+		m.attempt = p.Attempt
+	case events.DeliveryExhausted:
+		m.status = mFailed
+	case events.ReadyPublished:
+		m.status, m.published = mQueued, true
+	case events.Claimed:
+		m.status, m.consumed, m.deadline = mRunning, true, p.Deadline
+	case events.ResultRecorded:
+		m.status = mFailed
+		if p.Result.Success {
+			m.status = mSucceeded
+		}
+	case events.Canceled:
+		m.status = mCanceled
+	case events.TimedOut:
+		m.status = mTimedOut
+	case events.MailboxAppended:
+		m.mail = append(slices.Clip(m.mail), p.Message.ID)
+	case events.MailboxRead:
+		m.cursor = p.Cursor
+	}
+	return m
+}
+
+// harness runs commands against the aggregate and the model side by side.
+type harness struct {
+	m        model
+	s        aggregate.State
+	log      []events.Event
+	now      time.Time
+	claims   map[string]int // Claimed events per delivery token
+	terminal *aggregate.State
+	steps    map[string]int
+}
+
+func (h *harness) exec(t *rapid.T, cmd aggregate.Command) {
+	t.Helper()
+	wantP, wantErr := h.m.decide(cmd, h.now)
+	got, err := aggregate.Decide(h.s, cmd, h.now)
+	name := fmt.Sprintf("%T", cmd)
+	if wantErr != nil {
+		requireErrKind(t, err, wantErr)
+		if got != nil {
+			t.Fatalf("%s: events %+v returned with error %v", name, got, err)
+		}
+		h.steps[name+" "+strings.TrimPrefix(wantErr.Error(), "aggregate: ")]++
+		return
+	}
+	if err != nil {
+		t.Fatalf("%s %+v at %v: error %v, model expected %#v", name, cmd, h.now, err, wantP)
+	}
+	if wantP == nil {
+		if len(got) != 0 {
+			t.Fatalf("%s: events %+v, model expected none", name, got)
+		}
+		h.steps[name+" noop"]++
+		return
+	}
+	taskID, custID := h.m.taskID, h.m.custID
+	switch c := cmd.(type) {
+	case aggregate.Schedule:
+		taskID, custID = c.TaskID, c.CustomerID
+	case aggregate.Reject:
+		taskID, custID = c.TaskID, c.CustomerID
+	}
+	want := []events.Event{{TaskID: taskID, CustomerID: custID, At: h.now, Data: wantP}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s events\n got: %#v\nwant: %#v", name, got, want)
+	}
+	prev := h.s.Status
+	for _, e := range got {
+		e.Seq = uint64(len(h.log)) + 1
+		h.log = append(h.log, e)
+		h.s = aggregate.Apply(h.s, e)
+		h.m = h.m.apply(e)
+		if c, ok := e.Data.(events.Claimed); ok {
+			h.claims[c.DeliveryID]++
+		}
+	}
+	if prev != h.s.Status && !slices.Contains(legal[string(prev)], string(h.s.Status)) {
+		t.Fatalf("%s moved %q → %q, not in the transition table", name, prev, h.s.Status)
+	}
+	h.steps[name+" ok"]++
+}
+
+// check holds after every step.
+func (h *harness) check(t *rapid.T) {
+	t.Helper()
+	s := h.s
+	if got, want := string(s.Status), h.m.status; got != want {
+		t.Fatalf("status %q, model %q", got, want)
+	}
+	if !slices.Equal(s.MailIDs, h.m.mail) || s.Cursor != h.m.cursor {
+		t.Fatalf("mailbox %v cursor %d, model %v cursor %d", s.MailIDs, s.Cursor, h.m.mail, h.m.cursor)
+	}
+	if s.Version != len(h.log) || s.LastSeq != uint64(len(h.log)) {
+		t.Fatalf("Version %d LastSeq %d after %d events", s.Version, s.LastSeq, len(h.log))
+	}
+	if s.Status == aggregate.StatusRunning && s.Claim.DeliveryID != h.m.token {
+		t.Fatalf("running with claim %q, model token %q", s.Claim.DeliveryID, h.m.token)
+	}
+	for token, n := range h.claims {
+		if n > 1 {
+			t.Fatalf("delivery token %q claimed %d times", token, n)
+		}
+	}
+	if s.Status.Terminal() {
+		if h.terminal == nil {
+			h.terminal = &s
+		}
+		frozen := *h.terminal
+		frozen.MailIDs, frozen.Cursor, frozen.Version, frozen.LastSeq = s.MailIDs, s.Cursor, s.Version, s.LastSeq
+		if !reflect.DeepEqual(s, frozen) {
+			t.Fatalf("terminal task changed\n now: %+v\nthen: %+v", s, *h.terminal)
+		}
+	} else if h.terminal != nil {
+		t.Fatalf("task left terminal status %s for %s", h.terminal.Status, s.Status)
+	}
+	if replayed := aggregate.Replay(h.log); !reflect.DeepEqual(replayed, s) {
+		t.Fatalf("Replay differs from incremental Apply\nreplay: %+v\n apply: %+v", replayed, s)
+	}
+}
+
+// drawSpec draws a spec that is mostly valid: rapid favours the first
+// entries of each list, so valid choices come first and faults last.
+func drawSpec(t *rapid.T, taskID string, now time.Time) events.TaskSpec {
+	spec := events.TaskSpec{
+		RootID:         taskID,
+		Queue:          "default",
+		Message:        events.Message{ID: "objective", CreatedAt: now, Content: []events.ContentPart{{Type: "text", Text: "go"}}},
+		TimeoutSeconds: rapid.SampledFrom([]int{5, 30, 1, 120, 604800}).Draw(t, "timeout"),
+	}
+	if off := rapid.SampledFrom([]int{0, 10, 30, -5, 60, 120, 1}).Draw(t, "runAtOffset"); off != 1 {
+		spec.RunAt = now.Add(time.Duration(off) * time.Second)
+	} // else zero, which means now
+	switch rapid.IntRange(0, 12).Draw(t, "specVariant") {
+	case 1:
+		spec.ParentID, spec.RootID = "parent-1", "root-9" // a valid child
+	case 2:
+		spec.ParentID = "parent-1" // a child claiming to be its own root
+	case 3:
+		spec.RootID = "root-9" // a root task naming another root
+	case 4:
+		spec.RootID = ""
+	case 5:
+		spec.Queue = "bad.queue"
+	case 6:
+		spec.TimeoutSeconds = 0
+	case 7:
+		spec.TimeoutSeconds = 604801
+	case 8:
+		spec.ParentID, spec.RootID = "bad parent", "root-9"
+	case 9:
+		spec.Message.Content[0].Text = strings.Repeat("x", 64<<10)
+	}
+	return spec
+}
+
+var (
+	tokenPool    = []string{"d1", "d2", "d3", ""}
+	executorPool = []string{"e1", "e2", "", "bad id"}
+	mailPool     = []string{"m1", "m2", "m3", "m4", "", "m.5"}
+)
+
+func drawResult(t *rapid.T) events.Result {
+	r := events.Result{Success: rapid.Bool().Draw(t, "success")}
+	r.Summary = strings.Repeat("s", rapid.SampledFrom([]int{0, 10, 16 << 10, 16<<10 + 1}).Draw(t, "summaryLen"))
+	n := rapid.SampledFrom([]int{0, 1, 2, 32, 33}).Draw(t, "effects")
+	for i := range n {
+		r.Effects = append(r.Effects, events.Effect{Kind: "comment", Ref: fmt.Sprint(i)})
+	}
+	if n > 0 && rapid.IntRange(0, 9).Draw(t, "kindless") == 0 {
+		r.Effects[0].Kind = ""
+	}
+	return r
+}
+
+// TestModel runs random command sequences against the aggregate and the
+// reference model. Several rapid runs (100 cases each by default) make
+// sure every command is accepted somewhere, which the end of the test
+// checks.
+func TestModel(t *testing.T) {
+	t.Parallel()
+	total := map[string]int{}
+	for run := range 5 {
+		t.Run(fmt.Sprintf("Run%d", run), func(t *testing.T) { rapid.Check(t, modelProperty(total)) })
+	}
+	// Every command must have been accepted somewhere in the runs, or the
+	// generators have drifted out of reach of a branch.
+	for _, cmd := range []aggregate.Command{
+		aggregate.Schedule{}, aggregate.Reject{}, aggregate.ReleaseDue{}, aggregate.MarkReadyPublished{},
+		aggregate.RetryDelivery{}, aggregate.ExhaustDelivery{}, aggregate.Claim{}, aggregate.RecordResult{},
+		aggregate.Cancel{}, aggregate.TimeOut{}, aggregate.AppendMail{}, aggregate.ReadMail{},
+	} {
+		name := fmt.Sprintf("%T", cmd)
+		if total[name+" ok"] == 0 {
+			t.Errorf("%s never accepted; outcomes: %v", name, total)
+		}
+	}
+	if testing.Verbose() {
+		for _, k := range slices.Sorted(maps.Keys(total)) {
+			t.Logf("%-50s %d", k, total[k])
+		}
+	}
+}
+
+// modelProperty is one random history, counting outcomes into total.
+func modelProperty(total map[string]int) func(*rapid.T) {
+	return func(t *rapid.T) {
+		h := &harness{now: t0, claims: map[string]int{}, steps: total}
+		token := func() string { return rapid.SampledFrom(tokenPool).Draw(t, "deliveryID") }
+		schedule := func(t *rapid.T) {
+			id := rapid.SampledFrom([]string{"task-1", "task-1", "task-1", "task.1"}).Draw(t, "taskID")
+			cust := rapid.SampledFrom([]string{"cust-1", "cust-1", "cust-1", "*"}).Draw(t, "customerID")
+			spec := drawSpec(t, id, h.now)
+			if rapid.IntRange(0, 4).Draw(t, "reject") == 4 {
+				h.exec(t, aggregate.Reject{TaskID: id, CustomerID: cust, Spec: spec, Reason: "quota"})
+				return
+			}
+			h.exec(t, aggregate.Schedule{TaskID: id, CustomerID: cust, Spec: spec})
+		}
+		actions := map[string]func(*rapid.T){
+			"Schedule": schedule,
+			"ReleaseDue": func(t *rapid.T) {
+				id := rapid.SampledFrom([]string{"d1", "d2", "d3", "", "d.4"}).Draw(t, "deliveryID")
+				h.exec(t, aggregate.ReleaseDue{DeliveryID: id})
+			},
+			"MarkReadyPublished": func(t *rapid.T) { h.exec(t, aggregate.MarkReadyPublished{DeliveryID: token()}) },
+			"RetryDelivery": func(t *rapid.T) {
+				next := h.now.Add(time.Duration(rapid.IntRange(0, 60).Draw(t, "retryIn")) * time.Second)
+				h.exec(t, aggregate.RetryDelivery{DeliveryID: token(), NextAt: next, Error: "publish failed"})
+			},
+			"ExhaustDelivery": func(t *rapid.T) { h.exec(t, aggregate.ExhaustDelivery{DeliveryID: token(), Reason: "gave up"}) },
+			"Claim": func(t *rapid.T) {
+				h.exec(t, aggregate.Claim{DeliveryID: token(), ExecutorID: rapid.SampledFrom(executorPool).Draw(t, "executorID")})
+			},
+			"RecordResult": func(t *rapid.T) {
+				id := rapid.SampledFrom([]string{"", "d1", "d2", "d3"}).Draw(t, "deliveryID")
+				h.exec(t, aggregate.RecordResult{DeliveryID: id, Result: drawResult(t)})
+			},
+			"Cancel":  func(t *rapid.T) { h.exec(t, aggregate.Cancel{Reason: "asked"}) },
+			"TimeOut": func(t *rapid.T) { h.exec(t, aggregate.TimeOut{}) },
+			"AppendMail": func(t *rapid.T) {
+				m := events.Message{ID: rapid.SampledFrom(mailPool).Draw(t, "messageID"), Content: []events.ContentPart{{Type: "text", Text: "more"}}}
+				if rapid.Bool().Draw(t, "createdAt") {
+					m.CreatedAt = t0
+				}
+				if rapid.IntRange(0, 9).Draw(t, "hugeMail") == 0 {
+					m.Content[0].Text = strings.Repeat("x", 64<<10)
+				}
+				h.exec(t, aggregate.AppendMail{Message: m})
+			},
+			"ReadMail": func(t *rapid.T) { h.exec(t, aggregate.ReadMail{Cursor: rapid.IntRange(-1, 5).Draw(t, "cursor")}) },
+		}
+		// Most cases start from a valid task so that the run gets past
+		// admission; commands that end the task are drawn less often than
+		// those that move it along, so deep states are reached. rapid
+		// favours the first entries of a SampledFrom, so each case also
+		// draws its own order of actions.
+		var weighted []string
+		for name, weight := range map[string]int{
+			"Schedule": 1, "ReleaseDue": 4, "MarkReadyPublished": 3, "RetryDelivery": 2, "ExhaustDelivery": 1,
+			"Claim": 4, "RecordResult": 1, "Cancel": 1, "TimeOut": 3, "AppendMail": 3, "ReadMail": 3,
+		} {
+			weighted = append(weighted, slices.Repeat([]string{name}, weight)...)
+		}
+		if len(weighted) < len(actions) {
+			t.Fatalf("an action has no weight")
+		}
+		names := rapid.Permutation(slices.Sorted(slices.Values(weighted))).Draw(t, "actionOrder")
+		spec := events.TaskSpec{
+			RootID: "task-1", Queue: "default",
+			RunAt:          h.now.Add(time.Duration(rapid.IntRange(-10, 60).Draw(t, "runAtOffset")) * time.Second),
+			TimeoutSeconds: rapid.IntRange(1, 120).Draw(t, "timeout"),
+		}
+		switch rapid.IntRange(0, 9).Draw(t, "start") {
+		case 9: // no task yet
+		case 8:
+			h.exec(t, aggregate.Reject{TaskID: "task-1", CustomerID: "cust-1", Spec: spec, Reason: "quota"})
+		default:
+			h.exec(t, aggregate.Schedule{TaskID: "task-1", CustomerID: "cust-1", Spec: spec})
+		}
+		h.check(t)
+		for range rapid.IntRange(10, 80).Draw(t, "steps") {
+			h.now = h.now.Add(time.Duration(rapid.SampledFrom([]int{0, 0, 1, 3, 10, 30, 90}).Draw(t, "advance")) * time.Second)
+			actions[rapid.SampledFrom(names).Draw(t, "action")](t)
+			h.check(t)
+		}
+	}
+}

@@ -1,0 +1,167 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/taskledger/taskledger/events"
+)
+
+// Client calls a taskledger server. It is safe for concurrent use.
+type Client struct {
+	BaseURL string // e.g. http://127.0.0.1:8080
+	Token   string // bearer token; empty for a server without auth
+	HTTP    *http.Client
+}
+
+// NewClient returns a client for baseURL with keep-alive connections.
+func NewClient(baseURL, token string) *Client {
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{
+		Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second},
+	}}
+}
+
+// do sends body as JSON and decodes a 2xx answer into out. A non-2xx
+// answer comes back as *Error.
+func (c *Client) do(ctx context.Context, method, path string, body, out any) (int, error) {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, r)
+	if err != nil {
+		return 0, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode >= 300 {
+		e := &Error{Status: resp.StatusCode}
+		if json.Unmarshal(data, e) != nil || e.Code == "" {
+			e.Code, e.Message = "http_"+strconv.Itoa(resp.StatusCode), strings.TrimSpace(string(data))
+		}
+		return resp.StatusCode, e
+	}
+	if out != nil && resp.StatusCode != http.StatusNoContent {
+		if err := json.Unmarshal(data, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("decoding %s %s answer: %w", method, path, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+func taskPath(id string, rest ...string) string {
+	return "/v1/tasks/" + url.PathEscape(id) + strings.Join(rest, "")
+}
+
+// Schedule creates a task; created is false when its requestId repeated.
+func (c *Client) Schedule(ctx context.Context, req ScheduleRequest) (t Task, created bool, err error) {
+	code, err := c.do(ctx, http.MethodPost, "/v1/tasks", req, &t)
+	return t, code == http.StatusCreated, err
+}
+
+// Get returns a task.
+func (c *Client) Get(ctx context.Context, id string) (t Task, err error) {
+	_, err = c.do(ctx, http.MethodGet, taskPath(id), nil, &t)
+	return t, err
+}
+
+// ListOptions filter GET /v1/tasks. Empty fields are left out.
+type ListOptions struct {
+	Status, Queue, CustomerID, RootID, After string
+	Limit                                    int
+}
+
+// List returns one page of tasks.
+func (c *Client) List(ctx context.Context, o ListOptions) (l TaskList, err error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"status": o.Status, "queue": o.Queue, "customerId": o.CustomerID, "rootId": o.RootID, "after": o.After} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	_, err = c.do(ctx, http.MethodGet, "/v1/tasks?"+q.Encode(), nil, &l)
+	return l, err
+}
+
+// Claim consumes deliveryID for executorID.
+func (c *Client) Claim(ctx context.Context, id, deliveryID, executorID string) (t Task, err error) {
+	_, err = c.do(ctx, http.MethodPost, taskPath(id, "/claim"), ClaimRequest{DeliveryID: deliveryID, ExecutorID: executorID}, &t)
+	return t, err
+}
+
+// ClaimNext long-polls queue for up to wait; ok is false when nothing was
+// ready in time.
+func (c *Client) ClaimNext(ctx context.Context, queue, executorID string, wait time.Duration) (t Task, ok bool, err error) {
+	code, err := c.do(ctx, http.MethodPost, "/v1/claims/next", ClaimNextRequest{Queue: queue, ExecutorID: executorID, WaitSeconds: wait.Seconds()}, &t)
+	return t, code == http.StatusOK, err
+}
+
+// Check asks whether to stop and collects new mailbox messages.
+func (c *Client) Check(ctx context.Context, id string) (ch Check, err error) {
+	_, err = c.do(ctx, http.MethodPost, taskPath(id, "/check"), nil, &ch)
+	return ch, err
+}
+
+// RecordResult reports a task's result.
+func (c *Client) RecordResult(ctx context.Context, id string, r ResultRequest) (t Task, err error) {
+	_, err = c.do(ctx, http.MethodPost, taskPath(id, "/result"), r, &t)
+	return t, err
+}
+
+// Cancel cancels a task.
+func (c *Client) Cancel(ctx context.Context, id, reason string) (t Task, err error) {
+	_, err = c.do(ctx, http.MethodPost, taskPath(id, "/cancel"), CancelRequest{Reason: reason}, &t)
+	return t, err
+}
+
+// AppendMail adds a message to a task's mailbox.
+func (c *Client) AppendMail(ctx context.Context, id string, m events.Message) (a MailAccepted, err error) {
+	_, err = c.do(ctx, http.MethodPost, taskPath(id, "/mailbox"), MailRequest{Message: m}, &a)
+	return a, err
+}
+
+// Mailbox reads messages with index > after without moving the cursor.
+func (c *Client) Mailbox(ctx context.Context, id string, after int) (m Mail, err error) {
+	_, err = c.do(ctx, http.MethodGet, taskPath(id, "/mailbox?after="+strconv.Itoa(after)), nil, &m)
+	return m, err
+}
+
+// History returns a task's events in log order.
+func (c *Client) History(ctx context.Context, id string) (h History, err error) {
+	_, err = c.do(ctx, http.MethodGet, taskPath(id, "/history"), nil, &h)
+	return h, err
+}
+
+// Tree returns the lineage of a task from its root.
+func (c *Client) Tree(ctx context.Context, id string) (t Tree, err error) {
+	_, err = c.do(ctx, http.MethodGet, taskPath(id, "/tree"), nil, &t)
+	return t, err
+}

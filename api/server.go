@@ -1,0 +1,491 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/scheduler"
+	"github.com/taskledger/taskledger/projections"
+)
+
+// MaxBodyBytes is the largest request body accepted; larger is 413.
+const MaxBodyBytes = 1 << 20
+
+// Readiness reports whether the projections have caught up.
+type Readiness interface {
+	CaughtUp() bool
+	Applied() uint64
+	Digest() string
+}
+
+// ServerConfig configures the HTTP handler.
+type ServerConfig struct {
+	Service *scheduler.Service
+	Ready   Readiness
+	// Tokens maps bearer tokens to customer ids ("*" for an operator).
+	// Nil means no auth: every request acts as an operator.
+	Tokens   map[string]string
+	Gatherer prometheus.Gatherer
+	Logger   zerolog.Logger
+}
+
+// NewHandler returns the API's http.Handler. It is safe for concurrent use.
+func NewHandler(cfg ServerConfig) http.Handler {
+	h := &handler{ServerConfig: cfg}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/tasks", h.auth(h.schedule))
+	mux.HandleFunc("GET /v1/tasks", h.auth(h.list))
+	mux.HandleFunc("GET /v1/tasks/{id}", h.auth(h.get))
+	mux.HandleFunc("POST /v1/tasks/{id}/claim", h.auth(h.claim))
+	mux.HandleFunc("POST /v1/claims/next", h.auth(h.claimNext))
+	mux.HandleFunc("POST /v1/tasks/{id}/check", h.auth(h.check))
+	mux.HandleFunc("POST /v1/tasks/{id}/result", h.auth(h.result))
+	mux.HandleFunc("POST /v1/tasks/{id}/cancel", h.auth(h.cancel))
+	mux.HandleFunc("POST /v1/tasks/{id}/mailbox", h.auth(h.appendMail))
+	mux.HandleFunc("GET /v1/tasks/{id}/mailbox", h.auth(h.mailbox))
+	mux.HandleFunc("GET /v1/tasks/{id}/history", h.auth(h.history))
+	mux.HandleFunc("GET /v1/tasks/{id}/tree", h.auth(h.tree))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", h.readyz)
+	if cfg.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &Error{Status: http.StatusNotFound, Code: "not_found", Message: "no route " + r.Method + " " + r.URL.Path})
+	})
+	return recoverer(cfg.Logger, mux)
+}
+
+type handler struct {
+	ServerConfig
+}
+
+// auth resolves the bearer token to a principal: 401 without a known
+// token when tokens are configured, the operator when they are not.
+func (h *handler) auth(next func(http.ResponseWriter, *http.Request, scheduler.Principal)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if h.Tokens == nil {
+			next(w, r, scheduler.Operator)
+			return
+		}
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		customer, known := h.Tokens[token]
+		if !ok || token == "" || !known {
+			writeError(w, &Error{Status: http.StatusUnauthorized, Code: "unauthenticated", Message: "a valid bearer token is required"})
+			return
+		}
+		next(w, r, scheduler.Principal{CustomerID: customer})
+	}
+}
+
+// recoverer turns a panic in a handler into a 500 with a JSON body.
+func recoverer(log zerolog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				log.Error().Interface("panic", v).Str("path", r.URL.Path).Msg("handler panicked")
+				writeError(w, &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"})
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
+	body := map[string]any{"applied": h.Ready.Applied(), "caughtUp": h.Ready.CaughtUp()}
+	if r.URL.Query().Get("digest") == "1" {
+		body["digest"] = h.Ready.Digest()
+	}
+	if !h.Ready.CaughtUp() {
+		writeJSON(w, http.StatusServiceUnavailable, body)
+		return
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// decode reads a JSON body of at most MaxBodyBytes into v. An empty body
+// leaves v as it is.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return &Error{Status: http.StatusRequestEntityTooLarge, Code: "payload_too_large", Message: fmt.Sprintf("body is larger than %d bytes", MaxBodyBytes)}
+		}
+		return &Error{Status: http.StatusBadRequest, Code: "invalid_argument", Message: "reading body: " + err.Error()}
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		return &Error{Status: http.StatusBadRequest, Code: "invalid_argument", Message: "malformed JSON body: " + err.Error()}
+	}
+	if dec.More() {
+		return &Error{Status: http.StatusBadRequest, Code: "invalid_argument", Message: "malformed JSON body: data after the object"}
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	if e.Status == http.StatusServiceUnavailable || e.Status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, e.Status, e)
+}
+
+// fail maps an error from the service to its API error.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var apiErr *Error
+	if !errors.As(err, &apiErr) {
+		apiErr = toAPIError(err)
+	}
+	if apiErr.Status >= 500 {
+		h.Logger.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Msg("request failed")
+	}
+	writeError(w, apiErr)
+}
+
+func toAPIError(err error) *Error {
+	msg := err.Error()
+	conflict := func(reason string) *Error {
+		return &Error{Status: http.StatusConflict, Code: "conflict", Reason: reason, Message: msg}
+	}
+	switch {
+	case errors.Is(err, aggregate.ErrInvalid):
+		return &Error{Status: http.StatusBadRequest, Code: "invalid_argument", Message: msg}
+	case errors.Is(err, aggregate.ErrNotFound):
+		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: msg}
+	case errors.Is(err, aggregate.ErrTerminal):
+		return conflict("terminal")
+	case errors.Is(err, aggregate.ErrTokenMismatch):
+		return conflict("token_mismatch")
+	case errors.Is(err, aggregate.ErrNotClaimable):
+		return conflict("not_claimable")
+	case errors.Is(err, scheduler.ErrParentTerminal):
+		return conflict("parent_terminal")
+	case errors.Is(err, scheduler.ErrUnavailable), errors.Is(err, aggregate.ErrConflict),
+		errors.Is(err, context.DeadlineExceeded):
+		return &Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: msg}
+	}
+	return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: msg}
+}
+
+func invalidArg(format string, args ...any) *Error {
+	return &Error{Status: http.StatusBadRequest, Code: "invalid_argument", Message: fmt.Sprintf(format, args...)}
+}
+
+// pathID returns the {id} path value, or a 400 for a malformed id.
+func pathID(r *http.Request) (string, error) {
+	id := r.PathValue("id")
+	if err := events.ValidID(id); err != nil {
+		return "", invalidArg("task id: %v", err)
+	}
+	return id, nil
+}
+
+// ScheduleRequest is the body of POST /v1/tasks.
+type ScheduleRequest struct {
+	CustomerID     string         `json:"customerId,omitempty"`
+	ParentID       string         `json:"parentId,omitempty"`
+	RequestID      string         `json:"requestId,omitempty"`
+	RelatedTaskID  string         `json:"relatedTaskId,omitempty"`
+	Signal         events.Signal  `json:"signal"`
+	Repo           string         `json:"repo,omitempty"`
+	Queue          string         `json:"queue,omitempty"`
+	Message        events.Message `json:"message"`
+	RunAt          *time.Time     `json:"runAt,omitempty"`
+	DelaySeconds   *float64       `json:"delaySeconds,omitempty"`
+	TimeoutSeconds *int           `json:"timeoutSeconds,omitempty"`
+}
+
+func (h *handler) schedule(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+	var b ScheduleRequest
+	if err := decode(w, r, &b); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	st, created, err := h.Service.Schedule(r.Context(), p, scheduler.ScheduleRequest{
+		CustomerID: b.CustomerID, ParentID: b.ParentID, RequestID: b.RequestID, RelatedTaskID: b.RelatedTaskID,
+		Signal: b.Signal, Repo: b.Repo, Queue: b.Queue, Message: b.Message,
+		RunAt: b.RunAt, DelaySeconds: b.DelaySeconds, TimeoutSeconds: b.TimeoutSeconds,
+	})
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, NewTask(st))
+}
+
+func (h *handler) get(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+	id, err := pathID(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	st, err := h.Service.Get(r.Context(), p, id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, NewTask(st))
+}
+
+// List limits (API.md).
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+func (h *handler) list(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+	q := r.URL.Query()
+	f := projections.Filter{Status: aggregate.Status(q.Get("status")), Queue: q.Get("queue"), CustomerID: q.Get("customerId"), RootID: q.Get("rootId")}
+	switch f.Status {
+	case "", aggregate.StatusScheduled, aggregate.StatusQueued, aggregate.StatusRunning, aggregate.StatusSucceeded,
+		aggregate.StatusFailed, aggregate.StatusCanceled, aggregate.StatusTimedOut:
+	default:
+		h.fail(w, r, invalidArg("unknown status %q", f.Status))
+		return
+	}
+	for name, v := range map[string]string{"queue": f.Queue, "customerId": f.CustomerID, "rootId": f.RootID, "after": q.Get("after")} {
+		if v == "" {
+			continue
+		}
+		if err := events.ValidID(v); err != nil {
+			h.fail(w, r, invalidArg("%s: %v", name, err))
+			return
+		}
+	}
+	limit := DefaultListLimit
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			h.fail(w, r, invalidArg("limit must be a whole number from 1 to %d", MaxListLimit))
+			return
+		}
+		limit = min(n, MaxListLimit)
+	}
+	states, next, err := h.Service.List(r.Context(), p, f, q.Get("after"), limit)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	out := TaskList{Tasks: make([]Task, len(states)), Next: next}
+	for i, st := range states {
+		out.Tasks[i] = NewTask(st)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// taskAction decodes body into v and runs do on the path's task,
+// answering the task it returns.
+func (h *handler) taskAction(w http.ResponseWriter, r *http.Request, v any, do func(id string) (aggregate.State, error)) {
+	id, err := pathID(r)
+	if err == nil {
+		err = decode(w, r, v)
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	st, err := do(id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, NewTask(st))
+}
+
+// ClaimRequest is the body of POST /v1/tasks/{id}/claim.
+type ClaimRequest struct {
+	DeliveryID string `json:"deliveryId"`
+	ExecutorID string `json:"executorId"`
+}
+
+func (h *handler) claim(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+	var b ClaimRequest
+	h.taskAction(w, r, &b, func(id string) (aggregate.State, error) {
+		return h.Service.Claim(r.Context(), p, id, b.DeliveryID, b.ExecutorID)
+	})
+}
+
+// ResultRequest is the body of POST /v1/tasks/{id}/result.
+type ResultRequest struct {
+	DeliveryID string          `json:"deliveryId,omitempty"`
+	Success    bool            `json:"success"`
+	Summary    string          `json:"summary,omitempty"`
+	Error      string          `json:"error,omitempty"`
+	Effects    []events.Effect `json:"effects,omitempty"`
+}
+
+func (h *handler) result(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+	var b ResultRequest
+	h.taskAction(w, r, &b, func(id string) (aggregate.State, error) {
+		return h.Service.RecordResult(r.Context(), p, id, b.DeliveryID, events.Result{Success: b.Success, Summary: b.Summary, Error: b.Error, Effects: b.Effects})
+	})
+}
+
+// CancelRequest is the body of POST /v1/tasks/{id}/cancel.
+type CancelRequest struct {
+	Reason string `json:"reason"`
+}
+
+func (h *handler) cancel(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+	var b CancelRequest
+	h.taskAction(w, r, &b, func(id string) (aggregate.State, error) {
+		return h.Service.Cancel(r.Context(), p, id, b.Reason)
+	})
+}
+
+// ClaimNextRequest is the body of POST /v1/claims/next.
+type ClaimNextRequest struct {
+	Queue       string  `json:"queue"`
+	ExecutorID  string  `json:"executorId"`
+	WaitSeconds float64 `json:"waitSeconds"`
+}
+
+func (h *handler) claimNext(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+	var b ClaimNextRequest
+	if err := decode(w, r, &b); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if b.Queue == "" {
+		b.Queue = "default"
+	}
+	if b.WaitSeconds < 0 {
+		h.fail(w, r, invalidArg("waitSeconds must not be negative"))
+		return
+	}
+	wait := time.Duration(min(b.WaitSeconds, scheduler.MaxWait.Seconds()) * float64(time.Second))
+	st, ok, err := h.Service.ClaimNext(r.Context(), p, b.Queue, b.ExecutorID, wait)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if !ok {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	writeJSON(w, http.StatusOK, NewTask(st))
+}
+
+func (h *handler) check(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+	id, err := pathID(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	res, err := h.Service.Check(r.Context(), p, id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, Check{ShouldStop: res.ShouldStop, Reason: res.Reason, Messages: newMailItems(res.Messages), Cursor: res.Cursor})
+}
+
+// MailRequest is the body of POST /v1/tasks/{id}/mailbox.
+type MailRequest struct {
+	Message events.Message `json:"message"`
+}
+
+func (h *handler) appendMail(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+	id, err := pathID(r)
+	var b MailRequest
+	if err == nil {
+		err = decode(w, r, &b)
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	msgID, index, err := h.Service.AppendMail(r.Context(), p, id, b.Message)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, MailAccepted{MessageID: msgID, Index: index})
+}
+
+func (h *handler) mailbox(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+	id, err := pathID(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	after := 0
+	if s := r.URL.Query().Get("after"); s != "" {
+		if after, err = strconv.Atoi(s); err != nil || after < 0 {
+			h.fail(w, r, invalidArg("after must be a whole number ≥ 0"))
+			return
+		}
+	}
+	items, cursor, err := h.Service.Mailbox(r.Context(), p, id, after)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, Mail{Messages: newMailItems(items), Cursor: cursor})
+}
+
+func (h *handler) history(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+	id, err := pathID(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	evs, err := h.Service.History(r.Context(), p, id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	out := History{Events: make([]Event, len(evs))}
+	for i, ev := range evs {
+		out.Events[i] = NewEvent(ev)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (h *handler) tree(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+	id, err := pathID(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	n, err := h.Service.Tree(r.Context(), p, id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, newTree(n))
+}

@@ -1,0 +1,96 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/internal/node"
+	"github.com/taskledger/taskledger/internal/testnats"
+)
+
+func TestMain(m *testing.M) { testnats.Main(m) }
+
+// bundle is one running scheduler behind a real HTTP server.
+type bundle struct {
+	node   *node.Node
+	client *api.Client
+	url    string
+}
+
+// setup starts a scheduler node on a fresh stream of the package's NATS
+// server, serves its API over HTTP and waits until it is ready.
+func setup(t *testing.T, cfgs ...func(*node.Config)) *bundle {
+	t.Helper()
+	ns := testnats.NewNamespace(t)
+	cfg := node.Config{
+		NC: testnats.Conn(t), Stream: ns.Stream, ReadyStream: ns.ReadyStream, Subjects: ns.Subjects,
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+	}
+	for _, f := range cfgs {
+		f(&cfg)
+	}
+	n, err := node.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	srv := httptest.NewServer(n.Handler)
+	t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("node stopped with %v", err)
+		}
+	})
+	b := &bundle{node: n, client: api.NewClient(srv.URL, ""), url: srv.URL}
+	t.Cleanup(b.client.HTTP.CloseIdleConnections)
+	eventually(t, "node ready", func() bool { return n.Engine.CaughtUp() })
+	return b
+}
+
+// eventually polls cond until it holds, failing the test after 10s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// waitStatus polls a task until it has status and returns it.
+func (b *bundle) waitStatus(t *testing.T, id, status string) api.Task {
+	t.Helper()
+	var task api.Task
+	eventually(t, "task "+id+" "+status, func() bool {
+		var err error
+		task, err = b.client.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return task.Status == status
+	})
+	return task
+}
+
+// apiError asserts err is an API error with status code and reason.
+func apiError(t *testing.T, err error, status int, reason string) {
+	t.Helper()
+	var e *api.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("got %v, want API error %d", err, status)
+	}
+	if e.Status != status || e.Reason != reason {
+		t.Fatalf("got %d %s (%s), want %d %s", e.Status, e.Code, e.Reason, status, reason)
+	}
+}

@@ -1,0 +1,506 @@
+package events
+
+import (
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// base is the fixed time every test event is built from.
+var base = time.Date(2026, 3, 14, 15, 9, 26, 535897932, time.UTC)
+
+func sampleSpec() TaskSpec {
+	return TaskSpec{
+		RootID:        "root-1",
+		ParentID:      "parent-1",
+		RequestID:     "req-1",
+		RelatedTaskID: "related-1",
+		Queue:         "default",
+		Signal: Signal{
+			ID:          "sig-1",
+			URI:         "https://example.com/hooks/1",
+			RequestID:   "sig-req-1",
+			EventType:   "pull_request",
+			EventAction: "opened",
+		},
+		Repo: "example/repo",
+		Message: Message{
+			ID:        "msg-0",
+			CreatedAt: base.Add(-time.Minute),
+			Content:   []ContentPart{{Type: "text", Text: "fix the flaky test"}, {Type: "text", Text: "ünïcode ✓"}},
+		},
+		RunAt:          base.Add(time.Hour),
+		TimeoutSeconds: 900,
+	}
+}
+
+// samplePayloads returns one payload of every type with every field set.
+func samplePayloads() []Payload {
+	return []Payload{
+		TaskScheduled{Spec: sampleSpec()},
+		AdmissionRejected{Spec: sampleSpec(), Reason: "quota exceeded"},
+		DeliveryPending{DeliveryID: "dlv-1", Attempt: 1, NextAt: base.Add(2 * time.Second)},
+		DeliveryRetryScheduled{DeliveryID: "dlv-1", Attempt: 3, NextAt: base.Add(8 * time.Second), Error: "nats: timeout"},
+		DeliveryExhausted{DeliveryID: "dlv-1", Attempts: 5, Reason: "publish failed"},
+		ReadyPublished{DeliveryID: "dlv-1"},
+		Claimed{DeliveryID: "dlv-1", ExecutorID: "exec-7", Deadline: base.Add(15 * time.Minute)},
+		TimedOut{Deadline: base.Add(15 * time.Minute)},
+		ResultRecorded{DeliveryID: "dlv-1", Result: Result{
+			Success: true,
+			Summary: "opened a pull request",
+			Error:   "partial: one comment failed",
+			Effects: []Effect{
+				{Kind: "pull_request", Ref: "#12", URL: "https://example.com/pr/12", Uncertain: false},
+				{Kind: "comment", Ref: "c-3", URL: "https://example.com/c/3", Uncertain: true},
+			},
+		}},
+		Canceled{Reason: "user asked"},
+		MailboxAppended{Index: 4, Message: Message{
+			ID:        "msg-4",
+			CreatedAt: base.Add(3 * time.Minute),
+			Content:   []ContentPart{{Type: "text", Text: "also update the docs"}},
+		}},
+		MailboxRead{Cursor: 4},
+	}
+}
+
+// allTypes lists every v1 type; samplePayloads must cover each.
+var allTypes = []Type{
+	TypeTaskScheduled, TypeAdmissionRejected, TypeDeliveryPending, TypeDeliveryRetryScheduled,
+	TypeDeliveryExhausted, TypeReadyPublished, TypeClaimed, TypeTimedOut,
+	TypeResultRecorded, TypeCanceled, TypeMailboxAppended, TypeMailboxRead,
+}
+
+func sampleEvent(p Payload) Event {
+	return Event{
+		ID:         "evt-" + string(p.EventType()),
+		TaskID:     "task-1",
+		CustomerID: "cust_1",
+		At:         base,
+		Actor:      "node-a",
+		Data:       p,
+	}
+}
+
+// utc returns ev with its time and every time in its payload in UTC, so
+// reflect.DeepEqual compares instants rather than locations.
+func utc(ev Event) Event {
+	ev.At = ev.At.UTC()
+	spec := func(s TaskSpec) TaskSpec {
+		s.RunAt = s.RunAt.UTC()
+		s.Message.CreatedAt = s.Message.CreatedAt.UTC()
+		return s
+	}
+	switch p := ev.Data.(type) {
+	case TaskScheduled:
+		p.Spec = spec(p.Spec)
+		ev.Data = p
+	case AdmissionRejected:
+		p.Spec = spec(p.Spec)
+		ev.Data = p
+	case DeliveryPending:
+		p.NextAt = p.NextAt.UTC()
+		ev.Data = p
+	case DeliveryRetryScheduled:
+		p.NextAt = p.NextAt.UTC()
+		ev.Data = p
+	case Claimed:
+		p.Deadline = p.Deadline.UTC()
+		ev.Data = p
+	case TimedOut:
+		p.Deadline = p.Deadline.UTC()
+		ev.Data = p
+	case MailboxAppended:
+		p.Message.CreatedAt = p.Message.CreatedAt.UTC()
+		ev.Data = p
+	}
+	return ev
+}
+
+func mustEncode(t testing.TB, ev Event) []byte {
+	t.Helper()
+	b, err := Encode(ev)
+	if err != nil {
+		t.Fatalf("Encode(%s): %v", ev.Type(), err)
+	}
+	return b
+}
+
+// rawEnvelope encodes w with msgpack exactly as the log stores it, for
+// crafting envelopes Encode would never write.
+func rawEnvelope(t testing.TB, w wire) []byte {
+	t.Helper()
+	b, err := msgpack.Marshal(w)
+	if err != nil {
+		t.Fatalf("marshal envelope: %v", err)
+	}
+	return b
+}
+
+func rawPayload(t testing.TB, v any) msgpack.RawMessage {
+	t.Helper()
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		t.Fatalf("marshal payload: %v", err)
+	}
+	return b
+}
+
+func validWire(t testing.TB) wire {
+	return wire{
+		ID:         "evt-1",
+		Type:       TypeReadyPublished,
+		Version:    currentVersion,
+		TaskID:     "task-1",
+		CustomerID: "cust-1",
+		At:         base,
+		Actor:      "node-a",
+		Data:       rawPayload(t, map[string]any{"deliveryId": "dlv-1"}),
+	}
+}
+
+func TestSamplePayloadsCoverEveryType(t *testing.T) {
+	t.Parallel()
+	var got []Type
+	for _, p := range samplePayloads() {
+		got = append(got, p.EventType())
+	}
+	if !slices.Equal(got, allTypes) {
+		t.Fatalf("sample types = %v, want %v", got, allTypes)
+	}
+}
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, p := range samplePayloads() {
+		t.Run(string(p.EventType()), func(t *testing.T) {
+			t.Parallel()
+			in := sampleEvent(p)
+			in.Seq = 99 // not part of the encoding
+			b := mustEncode(t, in)
+			got, err := Decode(b)
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			want := in
+			want.Version = currentVersion
+			want.Seq = 0
+			if got, want := utc(got), utc(want); !reflect.DeepEqual(got, want) {
+				t.Fatalf("round trip mismatch\n got: %#v\nwant: %#v", got, want)
+			}
+			if got.Type() != p.EventType() {
+				t.Fatalf("Type() = %s, want %s", got.Type(), p.EventType())
+			}
+		})
+	}
+}
+
+func TestEncodeDecodeZeroOptionalFields(t *testing.T) {
+	t.Parallel()
+	in := Event{TaskID: "t", CustomerID: "c", Data: Canceled{}}
+	got, err := Decode(mustEncode(t, in))
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	in.Version = currentVersion
+	if got, want := utc(got), utc(in); !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %#v, want %#v", got, want)
+	}
+}
+
+func TestEncodeStoresInstantNotZone(t *testing.T) {
+	t.Parallel()
+	in := sampleEvent(DeliveryPending{DeliveryID: "d", Attempt: 1, NextAt: base})
+	in.At = base.In(time.FixedZone("UTC+5", 5*3600))
+	got, err := Decode(mustEncode(t, in))
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	if !got.At.Equal(base) {
+		t.Fatalf("At = %v, want %v", got.At, base)
+	}
+}
+
+func TestEncodeIgnoresEventVersion(t *testing.T) {
+	t.Parallel()
+	in := sampleEvent(MailboxRead{Cursor: 1})
+	in.Version = 7
+	got, err := Decode(mustEncode(t, in))
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	if got.Version != currentVersion {
+		t.Fatalf("Version = %d, want %d", got.Version, currentVersion)
+	}
+}
+
+// TestEncodeWireFormat pins the stored field names: they are the log format.
+func TestEncodeWireFormat(t *testing.T) {
+	t.Parallel()
+	b := mustEncode(t, sampleEvent(DeliveryPending{DeliveryID: "d", Attempt: 2, NextAt: base}))
+	var env map[string]any
+	if err := msgpack.Unmarshal(b, &env); err != nil {
+		t.Fatalf("unmarshal envelope: %v", err)
+	}
+	assertKeys(t, env, "id", "t", "v", "task", "cust", "at", "actor", "data")
+	if env["t"] != string(TypeDeliveryPending) {
+		t.Fatalf("t = %v, want %s", env["t"], TypeDeliveryPending)
+	}
+	data, ok := env["data"].(map[string]any)
+	if !ok {
+		t.Fatalf("data = %T, want a map", env["data"])
+	}
+	assertKeys(t, data, "deliveryId", "attempt", "nextAt")
+}
+
+func assertKeys(t *testing.T, m map[string]any, want ...string) {
+	t.Helper()
+	var got []string
+	for k := range m {
+		got = append(got, k)
+	}
+	slices.Sort(got)
+	want = slices.Sorted(slices.Values(want))
+	if !slices.Equal(got, want) {
+		t.Fatalf("keys = %v, want %v", got, want)
+	}
+}
+
+func TestEncodeErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		ev        Event
+		invalidID bool
+	}{
+		{name: "NoPayload", ev: Event{TaskID: "t", CustomerID: "c"}},
+		{name: "EmptyTaskID", ev: Event{CustomerID: "c", Data: Canceled{}}, invalidID: true},
+		{name: "DotInTaskID", ev: Event{TaskID: "a.b", CustomerID: "c", Data: Canceled{}}, invalidID: true},
+		{name: "WildcardCustomerID", ev: Event{TaskID: "t", CustomerID: "*", Data: Canceled{}}, invalidID: true},
+		{name: "TailCustomerID", ev: Event{TaskID: "t", CustomerID: ">", Data: Canceled{}}, invalidID: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b, err := Encode(tt.ev)
+			if err == nil {
+				t.Fatalf("Encode = %x, want an error", b)
+			}
+			if got := errors.Is(err, ErrInvalidID); got != tt.invalidID {
+				t.Fatalf("errors.Is(%v, ErrInvalidID) = %v, want %v", err, got, tt.invalidID)
+			}
+		})
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	t.Parallel()
+	valid := mustEncode(t, sampleEvent(ReadyPublished{DeliveryID: "dlv-1"}))
+	withWire := func(f func(*wire)) func(t *testing.T) []byte {
+		return func(t *testing.T) []byte {
+			w := validWire(t)
+			f(&w)
+			return rawEnvelope(t, w)
+		}
+	}
+	bytesOf := func(b []byte) func(*testing.T) []byte {
+		return func(*testing.T) []byte { return b }
+	}
+	mapEnvelope := func(change map[string]any) func(t *testing.T) []byte {
+		return func(t *testing.T) []byte {
+			m := map[string]any{
+				"id": "evt-1", "t": string(TypeReadyPublished), "v": 1, "task": "task-1", "cust": "cust-1",
+				"at": base, "data": rawPayload(t, map[string]any{"deliveryId": "dlv-1"}),
+			}
+			for k, v := range change {
+				m[k] = v
+			}
+			return rawPayload(t, m)
+		}
+	}
+	tests := []struct {
+		name  string
+		input func(t *testing.T) []byte
+		want  error
+	}{
+		{"Nil", bytesOf(nil), ErrMalformed},
+		{"Empty", bytesOf([]byte{}), ErrMalformed},
+		{"Text", bytesOf([]byte("definitely not msgpack")), ErrMalformed},
+		{"NeverUsedCode", bytesOf([]byte{0xc1}), ErrMalformed},
+		{"MsgpackString", bytesOf([]byte{0xa3, 'a', 'b', 'c'}), ErrMalformed},
+		{"MsgpackInt", bytesOf([]byte{0x07}), ErrMalformed},
+		{"MsgpackNil", bytesOf([]byte{0xc0}), ErrMalformed},
+		{"EmptyMap", bytesOf([]byte{0x80}), ErrMalformed},
+		{"TrailingByte", bytesOf(append(slices.Clone(valid), 0x00)), ErrMalformed},
+		{"TwoEvents", bytesOf(append(slices.Clone(valid), valid...)), ErrMalformed},
+		{"UnknownType", withWire(func(w *wire) { w.Type = "TaskExploded" }), ErrUnknownType},
+		{"EmptyType", withWire(func(w *wire) { w.Type = "" }), ErrUnknownType},
+		{"TypeCaseMatters", withWire(func(w *wire) { w.Type = "readypublished" }), ErrUnknownType},
+		{"VersionZero", withWire(func(w *wire) { w.Version = 0 }), ErrUnknownVersion},
+		{"VersionTwo", withWire(func(w *wire) { w.Version = 2 }), ErrUnknownVersion},
+		{"VersionMax", withWire(func(w *wire) { w.Version = 255 }), ErrUnknownVersion},
+		{"VersionMissing", mapEnvelope(map[string]any{"v": nil}), ErrUnknownVersion},
+		{"Version257", mapEnvelope(map[string]any{"v": 257}), ErrUnknownVersion},
+		{"VersionNegative", mapEnvelope(map[string]any{"v": -255}), ErrUnknownVersion},
+		{"UnknownTypeVersionTwo", withWire(func(w *wire) { w.Type, w.Version = "TaskExploded", 2 }), ErrUnknownVersion},
+		{"EmptyTaskID", withWire(func(w *wire) { w.TaskID = "" }), ErrMalformed},
+		{"DotInTaskID", withWire(func(w *wire) { w.TaskID = "a.b" }), ErrMalformed},
+		{"WildcardTaskID", withWire(func(w *wire) { w.TaskID = "*" }), ErrMalformed},
+		{"LongTaskID", withWire(func(w *wire) { w.TaskID = strings.Repeat("a", 65) }), ErrMalformed},
+		{"TailCustomerID", withWire(func(w *wire) { w.CustomerID = ">" }), ErrMalformed},
+		{"EmptyCustomerID", withWire(func(w *wire) { w.CustomerID = "" }), ErrMalformed},
+		{"SpaceCustomerID", withWire(func(w *wire) { w.CustomerID = "a b" }), ErrMalformed},
+		{"MissingData", withWire(func(w *wire) { w.Data = nil }), ErrMalformed},
+		{"PayloadNotAMap", withWire(func(w *wire) { w.Data = rawPayload(t, "x") }), ErrMalformed},
+		{"PayloadWrongFieldType", withWire(func(w *wire) {
+			w.Type = TypeDeliveryPending
+			w.Data = rawPayload(t, map[string]any{"deliveryId": "d", "attempt": "one"})
+		}), ErrMalformed},
+		{"EnvelopeWrongFieldType", mapEnvelope(map[string]any{"task": 42}), ErrMalformed},
+		{"EnvelopeBadTime", mapEnvelope(map[string]any{"at": "yesterday"}), ErrMalformed},
+		// msgpack v5.4.1 panics decoding nil into a time.Time.
+		{"NilTimeOnly", bytesOf([]byte("\x88\xa2at\xc0")), ErrMalformed},
+		{"EnvelopeNilTime", mapEnvelope(map[string]any{"at": nil}), ErrMalformed},
+		{"PayloadNilTime", withWire(func(w *wire) {
+			w.Type = TypeClaimed
+			w.Data = rawPayload(t, map[string]any{"deliveryId": "d", "executorId": "e", "deadline": nil})
+		}), ErrMalformed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := tt.input(t)
+			ev, err := Decode(b)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("Decode(%x) = %+v, %v; want an error wrapping %v", b, ev, err, tt.want)
+			}
+			if !reflect.DeepEqual(ev, Event{}) {
+				t.Fatalf("Decode returned %+v with its error, want the zero Event", ev)
+			}
+		})
+	}
+}
+
+func TestDecodeTruncated(t *testing.T) {
+	t.Parallel()
+	for _, p := range samplePayloads() {
+		t.Run(string(p.EventType()), func(t *testing.T) {
+			t.Parallel()
+			b := mustEncode(t, sampleEvent(p))
+			for n := range len(b) {
+				if _, err := Decode(b[:n]); !errors.Is(err, ErrMalformed) {
+					t.Fatalf("Decode(first %d of %d bytes) error = %v, want ErrMalformed", n, len(b), err)
+				}
+			}
+		})
+	}
+}
+
+func TestDecodeCraftedEnvelope(t *testing.T) {
+	t.Parallel()
+	// An envelope written by another encoder with the same field names
+	// decodes; the actor may be absent.
+	w := validWire(t)
+	w.Actor = ""
+	got, err := Decode(rawEnvelope(t, w))
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	want := Event{ID: "evt-1", Version: 1, TaskID: "task-1", CustomerID: "cust-1", At: base, Data: ReadyPublished{DeliveryID: "dlv-1"}}
+	if got, want := utc(got), utc(want); !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %#v, want %#v", got, want)
+	}
+}
+
+func TestValidID(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		id   string
+		ok   bool
+	}{
+		{"Empty", "", false},
+		{"OneChar", "a", true},
+		{"Max64", strings.Repeat("x", 64), true},
+		{"Over64", strings.Repeat("x", 65), false},
+		{"AllClasses", "AZaz09_-", true},
+		{"Underscore", "_", true},
+		{"Dash", "-", true},
+		{"Dot", "a.b", false},
+		{"Star", "*", false},
+		{"Tail", ">", false},
+		{"Space", "a b", false},
+		{"Tab", "a\tb", false},
+		{"Newline", "a\n", false},
+		{"Slash", "a/b", false},
+		{"Colon", "a:b", false},
+		{"NUL", "a\x00", false},
+		{"Unicode", "tâche", false},
+		{"UnicodeDigit", "٣", false},
+		{"InvalidUTF8", "\xff", false},
+		{"MultibyteWithin64Bytes", strings.Repeat("é", 10), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := ValidID(tt.id)
+			if tt.ok && err != nil {
+				t.Fatalf("ValidID(%q) = %v, want nil", tt.id, err)
+			}
+			if !tt.ok && !errors.Is(err, ErrInvalidID) {
+				t.Fatalf("ValidID(%q) = %v, want ErrInvalidID", tt.id, err)
+			}
+		})
+	}
+}
+
+func TestSubjects(t *testing.T) {
+	t.Parallel()
+	custom := Subjects{Root: "test42"}
+	tests := []struct {
+		name, got, want string
+	}{
+		{"DefaultRoot", DefaultSubjects.Root, "tl"},
+		{"Event", DefaultSubjects.Event("cust-1", "task_1"), "tl.evt.cust-1.task_1"},
+		{"Task", DefaultSubjects.Task("task_1"), "tl.evt.*.task_1"},
+		{"Customer", DefaultSubjects.Customer("cust-1"), "tl.evt.cust-1.>"},
+		{"Events", DefaultSubjects.Events(), "tl.evt.>"},
+		{"Ready", DefaultSubjects.Ready("gpu"), "tl.ready.gpu"},
+		{"AllReady", DefaultSubjects.AllReady(), "tl.ready.>"},
+		{"CustomEvent", custom.Event("c", "t"), "test42.evt.c.t"},
+		{"CustomTask", custom.Task("t"), "test42.evt.*.t"},
+		{"CustomCustomer", custom.Customer("c"), "test42.evt.c.>"},
+		{"CustomEvents", custom.Events(), "test42.evt.>"},
+		{"CustomReady", custom.Ready("q"), "test42.ready.q"},
+		{"CustomAllReady", custom.AllReady(), "test42.ready.>"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if tt.got != tt.want {
+				t.Fatalf("got %q, want %q", tt.got, tt.want)
+			}
+		})
+	}
+}
+
+// TestSubjectsOfValidIDs checks the property ValidID exists for: a valid
+// id is exactly one subject token and never a wildcard.
+func TestSubjectsOfValidIDs(t *testing.T) {
+	t.Parallel()
+	for _, id := range []string{"a", "A-b_9", strings.Repeat("z", MaxIDLen)} {
+		subj := DefaultSubjects.Event(id, id)
+		tokens := strings.Split(subj, ".")
+		if len(tokens) != 4 || tokens[2] != id || tokens[3] != id {
+			t.Fatalf("Event(%q, %q) = %q, want 4 tokens ending in the ids", id, id, subj)
+		}
+		if strings.ContainsAny(subj, "*> ") {
+			t.Fatalf("Event(%q, %q) = %q has a wildcard or space", id, id, subj)
+		}
+	}
+}

@@ -1,0 +1,96 @@
+package bench
+
+import (
+	"testing"
+	"time"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+)
+
+// microAt is the fixed time the micro-benchmarks' events are built at.
+var microAt = time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC)
+
+// microHistory is one task's life as history builds it.
+func microHistory() []events.Event {
+	return history("task-01HZX5J6Q7R8S9T0V1W2X3Y4Z5", "cust-01", microAt)
+}
+
+// microSamples are the events the codec benchmarks use: the largest
+// (TaskScheduled), the most frequent on the hot path (Claimed) and a
+// mailbox message.
+func microSamples() []events.Event {
+	h := microHistory()
+	return []events.Event{h[0], h[3], h[4]}
+}
+
+func BenchmarkEncode(b *testing.B) {
+	for _, ev := range microSamples() {
+		b.Run(string(ev.Type()), func(b *testing.B) {
+			data, err := events.Encode(ev)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := events.Encode(ev); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkDecode(b *testing.B) {
+	for _, ev := range microSamples() {
+		b.Run(string(ev.Type()), func(b *testing.B) {
+			data, err := events.Encode(ev)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := events.Decode(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkReplay10 folds a decoded 10-event history with aggregate.Apply,
+// the CPU part of every Load.
+func BenchmarkReplay10(b *testing.B) {
+	evs := microHistory()
+	for i := range evs {
+		evs[i].Seq = uint64(i + 1)
+	}
+	b.ReportAllocs()
+	var s aggregate.State
+	for b.Loop() {
+		s = aggregate.Replay(evs)
+	}
+	if s.Version != len(evs) || s.Status != aggregate.StatusSucceeded {
+		b.Fatalf("replay: version %d status %s, want %d and succeeded", s.Version, s.Status, len(evs))
+	}
+}
+
+// BenchmarkDecideClaim decides a claim on a queued task.
+func BenchmarkDecideClaim(b *testing.B) {
+	h := microHistory()
+	s := aggregate.Replay(h[:3]) // scheduled, released, ready published
+	if s.Status != aggregate.StatusQueued {
+		b.Fatalf("status %s, want queued", s.Status)
+	}
+	cmd := aggregate.Claim{DeliveryID: s.Delivery.ID, ExecutorID: "exec-1"}
+	now := microAt.Add(time.Second)
+	b.ReportAllocs()
+	for b.Loop() {
+		evs, err := aggregate.Decide(s, cmd, now)
+		if err != nil || len(evs) != 1 {
+			b.Fatalf("Decide(Claim) = %d events, %v; want 1 event", len(evs), err)
+		}
+	}
+}

@@ -1,0 +1,135 @@
+// Package node wires one scheduler process: the store, the projection
+// engine, the alarm reactor, the service and the HTTP handler, all on one
+// NATS connection.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/scheduler"
+	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/projections"
+	"github.com/taskledger/taskledger/reactors"
+)
+
+// Config configures a Node. NC is required; zero values elsewhere mean
+// the defaults.
+type Config struct {
+	NC          *nats.Conn
+	Stream      string          // default "TASKLEDGER"
+	ReadyStream string          // default Stream + "_READY"
+	Subjects    events.Subjects // default tl.evt.>, tl.ready.>
+	Replicas    int             // default 1
+	Name        string          // actor name of this node's events; default "scheduler"
+	Tokens      map[string]string
+	Alarm       reactors.AlarmConfig
+	Logger      zerolog.Logger
+	Registry    *prometheus.Registry // default a new one
+	Now         func() time.Time
+}
+
+// Node is one running scheduler process.
+type Node struct {
+	cfg     Config
+	Store   *store.Store
+	Engine  *projections.Engine
+	Service *scheduler.Service
+	Handler http.Handler
+	alarm   *reactors.Alarm
+}
+
+// New opens the streams and builds the parts. Run starts them.
+func New(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.Stream == "" {
+		cfg.Stream = "TASKLEDGER"
+	}
+	if cfg.ReadyStream == "" {
+		cfg.ReadyStream = cfg.Stream + "_READY"
+	}
+	if cfg.Subjects.Root == "" {
+		cfg.Subjects = events.DefaultSubjects
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	var eng *projections.Engine
+	locate := func(taskID string) (string, bool) {
+		s, ok := eng.Task(taskID)
+		return s.CustomerID, ok
+	}
+	st, err := store.Open(ctx, cfg.NC, store.Config{
+		Stream: cfg.Stream, Subjects: cfg.Subjects, Replicas: cfg.Replicas, Actor: cfg.Name, Now: cfg.Now, Locate: locate,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := reactors.EnsureReadyStream(ctx, st.JetStream(), cfg.ReadyStream, cfg.Subjects, cfg.Replicas); err != nil {
+		st.Close()
+		return nil, err
+	}
+	eng = projections.New(st.JetStream(), projections.Config{Stream: cfg.Stream, Subjects: cfg.Subjects, Logger: cfg.Logger})
+	svc := scheduler.New(scheduler.Config{
+		Store: st, Views: eng, JS: st.JetStream(), ReadyStream: cfg.ReadyStream, Subjects: cfg.Subjects,
+		Logger: cfg.Logger, Metrics: scheduler.NewMetrics(cfg.Registry),
+	})
+	alarmCfg := cfg.Alarm
+	alarmCfg.Logger, alarmCfg.Now = cfg.Logger, cfg.Now
+	n := &Node{
+		cfg: cfg, Store: st, Engine: eng, Service: svc,
+		alarm: reactors.NewAlarm(alarmCfg, st, eng, reactors.ReadyPublisher{JS: st.JetStream(), Subjects: cfg.Subjects}),
+		Handler: api.NewHandler(api.ServerConfig{
+			Service: svc, Ready: eng, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Logger: cfg.Logger,
+		}),
+	}
+	return n, nil
+}
+
+// Run runs the projection engine and, once it has caught up with the log,
+// the alarm, until ctx ends: then the alarm stops first, the engine after
+// it, and Run returns nil. It returns early with an error if a part fails.
+func (n *Node) Run(ctx context.Context) error {
+	defer n.Store.Close()
+	engCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopEngine()
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := n.Engine.Run(engCtx); engCtx.Err() == nil {
+			return fmt.Errorf("projections: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		defer stopEngine()
+		// Recovery: the alarm starts once the projections hold every
+		// release, pending delivery and deadline the log had at start.
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for !n.Engine.CaughtUp() {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-tick.C:
+			}
+		}
+		n.cfg.Logger.Info().Uint64("applied", n.Engine.Applied()).Msg("projections ready; alarm armed")
+		if err := n.alarm.Run(gctx); !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
+	})
+	return g.Wait()
+}

@@ -1,0 +1,118 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/reactors"
+)
+
+// MaxWait is the longest long poll of ClaimNext.
+const MaxWait = 60 * time.Second
+
+// consumers caches one durable pull consumer per queue on the ready
+// stream; every claimer of a queue, in any process, shares it.
+type consumers struct {
+	mu sync.Mutex
+	m  map[string]jetstream.Consumer
+}
+
+// ConsumerName is the durable consumer of queue's ready notifications.
+func ConsumerName(queue string) string { return "ready_" + queue }
+
+func (s *Service) consumer(ctx context.Context, queue string) (jetstream.Consumer, error) {
+	s.consumers.mu.Lock()
+	defer s.consumers.mu.Unlock()
+	if c, ok := s.consumers.m[queue]; ok {
+		return c, nil
+	}
+	c, err := s.cfg.JS.CreateOrUpdateConsumer(ctx, s.cfg.ReadyStream, jetstream.ConsumerConfig{
+		Durable:       ConsumerName(queue),
+		FilterSubject: s.cfg.Subjects.Ready(queue),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       s.cfg.AckWait,
+		MaxAckPending: -1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ready consumer for %s: %w", queue, err)
+	}
+	s.consumers.m[queue] = c
+	return c, nil
+}
+
+// ClaimNext waits up to wait for a ready notification on queue and claims
+// its task for executorID. ok is false when nothing could be claimed in
+// time. Notifications are at-least-once: one whose token is stale (the
+// task was claimed, canceled or re-released) is dropped and the wait goes
+// on. A customer principal claims only its own tasks; others' stay queued.
+func (s *Service) ClaimNext(ctx context.Context, p Principal, queue, executorID string, wait time.Duration) (st aggregate.State, ok bool, err error) {
+	if err := validIDs("queue", queue, "executorId", executorID); err != nil {
+		return st, false, err
+	}
+	wait = min(max(wait, 0), MaxWait)
+	cons, err := s.consumer(ctx, queue)
+	if err != nil {
+		return st, false, s.unavailable(err)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		remaining := time.Until(deadline)
+		var batch jetstream.MessageBatch
+		if remaining < 10*time.Millisecond {
+			batch, err = cons.FetchNoWait(1)
+		} else {
+			batch, err = cons.Fetch(1, jetstream.FetchMaxWait(remaining))
+		}
+		if err != nil {
+			return st, false, s.unavailable(err)
+		}
+		got := false
+		for msg := range batch.Messages() {
+			got = true
+			st, ok, err = s.claimNotified(ctx, p, msg, executorID)
+			if ok || err != nil {
+				return st, ok, err
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+			return st, false, s.unavailable(err)
+		}
+		if ctx.Err() != nil || (!got && time.Until(deadline) <= 0) {
+			return st, false, nil
+		}
+	}
+}
+
+func (s *Service) claimNotified(ctx context.Context, p Principal, msg jetstream.Msg, executorID string) (aggregate.State, bool, error) {
+	var n reactors.Notification
+	if err := json.Unmarshal(msg.Data(), &n); err != nil || events.ValidID(n.TaskID) != nil {
+		s.cfg.Logger.Error().Err(err).Msg("claims/next: malformed ready notification dropped")
+		msg.Term()
+		return aggregate.State{}, false, nil
+	}
+	if !p.IsOperator() && n.CustomerID != p.CustomerID {
+		// Not this principal's: leave it for a claimer who may take it.
+		msg.Nak()
+		return aggregate.State{}, false, nil
+	}
+	st, _, err := s.cfg.Store.Execute(ctx, n.TaskID, executorID, aggregate.Claim{DeliveryID: n.DeliveryID, ExecutorID: executorID})
+	switch {
+	case err == nil:
+		msg.Ack()
+		return st, true, s.settle(ctx, st)
+	case errors.Is(err, aggregate.ErrNotClaimable), errors.Is(err, aggregate.ErrTokenMismatch), errors.Is(err, aggregate.ErrNotFound):
+		msg.Ack() // stale notification: the task moved on
+		return st, false, nil
+	default:
+		msg.Nak()
+		return st, false, s.unavailable(err)
+	}
+}

@@ -1,0 +1,125 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/ids"
+)
+
+// MailItem is one mailbox message with its 1-based index.
+type MailItem struct {
+	Index   int
+	Message events.Message
+}
+
+// AppendMail adds a message to a task's mailbox and returns its id and
+// index. A message id seen before answers its original index, even on a
+// terminal task; a new message on a terminal task is aggregate.ErrTerminal.
+// Appending to a scheduled task also checks that its release or pending
+// delivery is in the timer queues, and repairs it if not.
+func (s *Service) AppendMail(ctx context.Context, p Principal, id string, msg events.Message) (string, int, error) {
+	if msg.ID == "" {
+		msg.ID = ids.New()
+	}
+	msg.CreatedAt = msg.CreatedAt.UTC()
+	st, err := s.execute(ctx, p, id, "", aggregate.AppendMail{Message: msg})
+	if err != nil {
+		return "", 0, err
+	}
+	if st.Status == aggregate.StatusScheduled && s.cfg.Views.Repair(st) {
+		s.cfg.Metrics.Repairs.Inc()
+		s.cfg.Logger.Warn().Str("task", id).Msg("timer queue lacked the task's release or delivery; repaired from the log")
+	}
+	return msg.ID, st.MailIndex(msg.ID), nil
+}
+
+// Mailbox returns the messages with index > after and the scheduler's
+// cursor, without moving it.
+func (s *Service) Mailbox(ctx context.Context, p Principal, id string, after int) ([]MailItem, int, error) {
+	evs, err := s.History(ctx, p, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	return mailAfter(evs, after), aggregate.Replay(evs).Cursor, nil
+}
+
+func mailAfter(evs []events.Event, after int) []MailItem {
+	var out []MailItem
+	for _, ev := range evs {
+		if m, ok := ev.Data.(events.MailboxAppended); ok && m.Index > after {
+			out = append(out, MailItem{Index: m.Index, Message: m.Message})
+		}
+	}
+	return out
+}
+
+// Stop reasons of a check (API.md).
+const (
+	ReasonActive           = "active"
+	ReasonTerminal         = "terminal"
+	ReasonAncestorTerminal = "ancestor_terminal"
+	ReasonMissing          = "missing"
+	ReasonCheckFailed      = "check_failed"
+)
+
+// CheckResult answers an executor's stop check.
+type CheckResult struct {
+	ShouldStop bool
+	Reason     string
+	Messages   []MailItem
+	Cursor     int
+}
+
+// Check tells an executor whether to stop and hands it the mailbox
+// messages after the cursor, advancing the cursor (also when it says
+// stop). It fails open: a fault while checking answers "continue" with
+// reason check_failed, and is logged and counted. Only a malformed id is
+// an error.
+func (s *Service) Check(ctx context.Context, p Principal, id string) (CheckResult, error) {
+	if err := events.ValidID(id); err != nil {
+		return CheckResult{}, invalid("task id: %v", err)
+	}
+	res, err := s.check(ctx, p, id)
+	if err != nil {
+		s.cfg.Metrics.CheckFailures.Inc()
+		s.cfg.Logger.Error().Err(err).Str("task", id).Msg("stop check failed; answering continue")
+		res.ShouldStop, res.Reason = false, ReasonCheckFailed
+	}
+	return res, nil
+}
+
+func (s *Service) check(ctx context.Context, p Principal, id string) (CheckResult, error) {
+	evs, err := s.cfg.Store.History(ctx, id)
+	if err != nil {
+		return CheckResult{}, err
+	}
+	st := aggregate.Replay(evs)
+	if !p.sees(st) {
+		return CheckResult{ShouldStop: true, Reason: ReasonMissing}, nil
+	}
+	res := CheckResult{Reason: ReasonActive, Messages: mailAfter(evs, st.Cursor), Cursor: st.Cursor}
+	if n := len(res.Messages); n > 0 {
+		res.Cursor += n
+		if _, _, err := s.cfg.Store.Execute(ctx, id, "", aggregate.ReadMail{Cursor: res.Cursor}); err != nil {
+			return res, fmt.Errorf("advance cursor: %w", err)
+		}
+	}
+	if st.Status.Terminal() {
+		res.ShouldStop, res.Reason = true, ReasonTerminal
+		return res, nil
+	}
+	ancestors, err := s.cfg.Views.Ancestors(id)
+	if err != nil {
+		return res, err
+	}
+	for _, a := range ancestors {
+		if a.Status.Terminal() {
+			res.ShouldStop, res.Reason = true, ReasonAncestorTerminal
+			break
+		}
+	}
+	return res, nil
+}

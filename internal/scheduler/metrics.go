@@ -1,0 +1,27 @@
+package scheduler
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the service's counters.
+type Metrics struct {
+	CheckFailures prometheus.Counter
+	Repairs       prometheus.Counter
+}
+
+// NewMetrics creates the counters and registers them with reg, if not nil.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		CheckFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "taskledger_check_failures_total",
+			Help: "Stop checks that failed and answered continue (fail-open).",
+		}),
+		Repairs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "taskledger_timer_repairs_total",
+			Help: "Releases or deliveries missing from the timer queues and put back from the log.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.CheckFailures, m.Repairs)
+	}
+	return m
+}

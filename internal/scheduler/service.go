@@ -1,0 +1,382 @@
+// Package scheduler is taskledger's service layer: it validates requests,
+// executes them as aggregate commands through the store, waits for the
+// projections to apply its writes (read-your-writes), and serves reads.
+// The HTTP API and in-process callers use it alike.
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/ids"
+	"github.com/taskledger/taskledger/projections"
+)
+
+// Errors the service adds to the aggregate's.
+var (
+	// ErrParentTerminal: a child was scheduled under a terminal parent.
+	ErrParentTerminal = errors.New("scheduler: parent task is terminal")
+	// ErrUnavailable: the log or the projections could not answer in time.
+	ErrUnavailable = errors.New("scheduler: unavailable")
+)
+
+// Store is the log as the service uses it.
+type Store interface {
+	Execute(ctx context.Context, taskID, actor string, cmd aggregate.Command) (aggregate.State, []events.Event, error)
+	Load(ctx context.Context, taskID string) (aggregate.State, error)
+	History(ctx context.Context, taskID string) ([]events.Event, error)
+	Event(ctx context.Context, seq uint64) (events.Event, error)
+	Now() time.Time
+}
+
+// Views is what the service reads from the projections.
+type Views interface {
+	WaitFor(ctx context.Context, seq uint64) error
+	Task(id string) (aggregate.State, bool)
+	Children(id string) []string
+	Ancestors(id string) ([]aggregate.State, error)
+	List(f projections.Filter, after string, limit int) []aggregate.State
+	Repair(s aggregate.State) bool
+}
+
+// Config configures a Service.
+type Config struct {
+	Store       Store
+	Views       Views
+	JS          jetstream.JetStream // for claims/next
+	ReadyStream string              // the ready notification stream
+	Subjects    events.Subjects
+	Logger      zerolog.Logger
+	Metrics     *Metrics
+	// WriteTimeout bounds how long a write waits for the projections to
+	// apply it; default 10s.
+	WriteTimeout time.Duration
+	// AckWait is how long a claims/next notification stays invisible to
+	// other claimers while one claims it; default 30s.
+	AckWait time.Duration
+}
+
+// Service is safe for concurrent use.
+type Service struct {
+	cfg       Config
+	consumers consumers
+}
+
+// New returns a Service.
+func New(cfg Config) *Service {
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.Subjects.Root == "" {
+		cfg.Subjects = events.DefaultSubjects
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	return &Service{cfg: cfg, consumers: consumers{m: make(map[string]jetstream.Consumer)}}
+}
+
+// Principal is who makes a request: a customer, or an operator who sees
+// every customer.
+type Principal struct {
+	CustomerID string // "*" for an operator
+}
+
+// Operator is the principal of a server without an auth file.
+var Operator = Principal{CustomerID: "*"}
+
+// IsOperator reports whether p sees every customer.
+func (p Principal) IsOperator() bool { return p.CustomerID == "*" }
+
+func (p Principal) sees(s aggregate.State) bool {
+	return s.Exists() && (p.IsOperator() || p.CustomerID == s.CustomerID)
+}
+
+// invalid wraps a validation failure as aggregate.ErrInvalid.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", aggregate.ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// ScheduleRequest is a request for a new task (API.md, POST /v1/tasks).
+type ScheduleRequest struct {
+	CustomerID     string
+	ParentID       string
+	RequestID      string
+	RelatedTaskID  string
+	Signal         events.Signal
+	Repo           string
+	Queue          string
+	Message        events.Message
+	RunAt          *time.Time
+	DelaySeconds   *float64
+	TimeoutSeconds *int
+}
+
+// Schedule accepts a task. created is false when the customer's requestId
+// was seen before; the existing task comes back then, whatever this
+// request said. A task's id is derived from (customer, requestId) when a
+// requestId is given, so racing retries land on one task.
+func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest) (st aggregate.State, created bool, err error) {
+	spec, customerID, err := s.validate(p, req)
+	if err != nil {
+		return st, false, err
+	}
+	taskID := ids.New()
+	if req.RequestID != "" {
+		taskID = ids.Derive("r", customerID, req.RequestID)
+	}
+	if spec.ParentID != "" {
+		parent, err := s.cfg.Store.Load(ctx, spec.ParentID)
+		if err != nil {
+			return st, false, s.unavailable(err)
+		}
+		if !parent.Exists() || parent.CustomerID != customerID {
+			return st, false, fmt.Errorf("%w: parent %s", aggregate.ErrNotFound, spec.ParentID)
+		}
+		if parent.Status.Terminal() {
+			return st, false, fmt.Errorf("%w: parent %s is %s", ErrParentTerminal, spec.ParentID, parent.Status)
+		}
+		spec.RootID = parent.Spec.RootID
+	} else {
+		spec.RootID = taskID
+	}
+	st, _, err = s.cfg.Store.Execute(ctx, taskID, "", aggregate.Schedule{TaskID: taskID, CustomerID: customerID, Spec: spec})
+	if errors.Is(err, aggregate.ErrExists) {
+		st, err = s.cfg.Store.Load(ctx, taskID)
+		if err != nil {
+			return st, false, s.unavailable(err)
+		}
+		return st, false, s.settle(ctx, st)
+	}
+	if err != nil {
+		return st, false, err
+	}
+	return st, true, s.settle(ctx, st)
+}
+
+func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, string, error) {
+	customerID := req.CustomerID
+	switch {
+	case !p.IsOperator() && customerID != "" && customerID != p.CustomerID:
+		return events.TaskSpec{}, "", invalid("customerId is taken from the token")
+	case !p.IsOperator():
+		customerID = p.CustomerID
+	case customerID == "":
+		customerID = "default"
+	}
+	queue := req.Queue
+	if queue == "" {
+		queue = "default"
+	}
+	timeout := aggregate.DefaultTimeoutSeconds
+	if req.TimeoutSeconds != nil {
+		timeout = *req.TimeoutSeconds
+	}
+	if req.RunAt != nil && req.DelaySeconds != nil {
+		return events.TaskSpec{}, "", invalid("give runAt or delaySeconds, not both")
+	}
+	now := s.cfg.Store.Now()
+	runAt := now
+	if req.RunAt != nil {
+		runAt = *req.RunAt
+	}
+	if req.DelaySeconds != nil {
+		d := *req.DelaySeconds
+		if d < 0 || d > aggregate.MaxTimeoutSeconds*52 {
+			return events.TaskSpec{}, "", invalid("delaySeconds must be between 0 and %d", aggregate.MaxTimeoutSeconds*52)
+		}
+		runAt = now.Add(time.Duration(d * float64(time.Second)))
+	}
+	if err := events.ValidID(customerID); err != nil {
+		return events.TaskSpec{}, "", invalid("customerId: %v", err)
+	}
+	msg := req.Message
+	if msg.CreatedAt.IsZero() {
+		msg.CreatedAt = now
+	}
+	return events.TaskSpec{
+		ParentID: req.ParentID, RequestID: req.RequestID, RelatedTaskID: req.RelatedTaskID,
+		Queue: queue, Signal: req.Signal, Repo: req.Repo, Message: msg,
+		RunAt: runAt.UTC(), TimeoutSeconds: timeout,
+	}, customerID, nil
+}
+
+// settle waits until the projections have applied st, so the caller's
+// next read (a list, a tree) sees its write.
+func (s *Service) settle(ctx context.Context, st aggregate.State) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	if err := s.cfg.Views.WaitFor(ctx, st.LastSeq); err != nil {
+		return s.unavailable(err)
+	}
+	return nil
+}
+
+func (s *Service) unavailable(err error) error {
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
+// Get returns a task as the log has it now.
+func (s *Service) Get(ctx context.Context, p Principal, id string) (aggregate.State, error) {
+	if err := events.ValidID(id); err != nil {
+		return aggregate.State{}, invalid("task id: %v", err)
+	}
+	st, err := s.cfg.Store.Load(ctx, id)
+	if err != nil {
+		return st, s.unavailable(err)
+	}
+	if !p.sees(st) {
+		return aggregate.State{}, fmt.Errorf("%w: %s", aggregate.ErrNotFound, id)
+	}
+	return st, nil
+}
+
+// execute runs cmd on a task the principal may see, then waits for the
+// projections to apply it.
+func (s *Service) execute(ctx context.Context, p Principal, id, actor string, cmd aggregate.Command) (aggregate.State, error) {
+	if _, err := s.Get(ctx, p, id); err != nil {
+		return aggregate.State{}, err
+	}
+	st, _, err := s.cfg.Store.Execute(ctx, id, actor, cmd)
+	if err != nil {
+		return st, err
+	}
+	return st, s.settle(ctx, st)
+}
+
+// Claim consumes deliveryID and starts the run for executorID.
+func (s *Service) Claim(ctx context.Context, p Principal, id, deliveryID, executorID string) (aggregate.State, error) {
+	if err := validIDs("deliveryId", deliveryID, "executorId", executorID); err != nil {
+		return aggregate.State{}, err
+	}
+	return s.execute(ctx, p, id, executorID, aggregate.Claim{DeliveryID: deliveryID, ExecutorID: executorID})
+}
+
+// RecordResult finishes a task. A non-empty deliveryID must be the claim's.
+func (s *Service) RecordResult(ctx context.Context, p Principal, id, deliveryID string, r events.Result) (aggregate.State, error) {
+	if deliveryID != "" {
+		if err := validIDs("deliveryId", deliveryID); err != nil {
+			return aggregate.State{}, err
+		}
+	}
+	return s.execute(ctx, p, id, "", aggregate.RecordResult{DeliveryID: deliveryID, Result: r})
+}
+
+// Cancel cancels a non-terminal task.
+func (s *Service) Cancel(ctx context.Context, p Principal, id, reason string) (aggregate.State, error) {
+	return s.execute(ctx, p, id, "", aggregate.Cancel{Reason: reason})
+}
+
+func validIDs(nameValues ...string) error {
+	for i := 0; i+1 < len(nameValues); i += 2 {
+		if err := events.ValidID(nameValues[i+1]); err != nil {
+			return invalid("%s: %v", nameValues[i], err)
+		}
+	}
+	return nil
+}
+
+// History returns every event of a task in log order.
+func (s *Service) History(ctx context.Context, p Principal, id string) ([]events.Event, error) {
+	if err := events.ValidID(id); err != nil {
+		return nil, invalid("task id: %v", err)
+	}
+	evs, err := s.cfg.Store.History(ctx, id)
+	if err != nil {
+		return nil, s.unavailable(err)
+	}
+	if !p.sees(aggregate.Replay(evs)) {
+		return nil, fmt.Errorf("%w: %s", aggregate.ErrNotFound, id)
+	}
+	return evs, nil
+}
+
+// List returns up to limit tasks matching f after the cursor, with the
+// cursor of the next page ("" at the end). A customer sees only its own.
+func (s *Service) List(ctx context.Context, p Principal, f projections.Filter, after string, limit int) ([]aggregate.State, string, error) {
+	if !p.IsOperator() {
+		if f.CustomerID != "" && f.CustomerID != p.CustomerID {
+			return nil, "", nil
+		}
+		f.CustomerID = p.CustomerID
+	}
+	page := s.cfg.Views.List(f, after, limit+1)
+	next := ""
+	if len(page) > limit {
+		page = page[:limit]
+		next = page[limit-1].TaskID
+	}
+	for i := range page {
+		if err := s.withMessage(ctx, &page[i]); err != nil {
+			return nil, "", err
+		}
+	}
+	return page, next, nil
+}
+
+// withMessage fills in the message content the projections leave out,
+// from the task's first event (one read by sequence).
+func (s *Service) withMessage(ctx context.Context, st *aggregate.State) error {
+	ev, err := s.cfg.Store.Event(ctx, st.FirstSeq)
+	if err != nil {
+		return s.unavailable(err)
+	}
+	switch p := ev.Data.(type) {
+	case events.TaskScheduled:
+		st.Spec.Message = p.Spec.Message
+	case events.AdmissionRejected:
+		st.Spec.Message = p.Spec.Message
+	}
+	return nil
+}
+
+// Node is one task of a tree with its children.
+type Node struct {
+	Task     aggregate.State
+	Children []Node
+}
+
+// maxTreeNodes bounds a tree answer.
+const maxTreeNodes = 10000
+
+// Tree returns the whole lineage of a task, from its root.
+func (s *Service) Tree(ctx context.Context, p Principal, id string) (Node, error) {
+	st, err := s.Get(ctx, p, id)
+	if err != nil {
+		return Node{}, err
+	}
+	budget := maxTreeNodes
+	return s.subtree(ctx, st.Spec.RootID, &budget)
+}
+
+func (s *Service) subtree(ctx context.Context, id string, budget *int) (Node, error) {
+	st, ok := s.cfg.Views.Task(id)
+	if !ok {
+		return Node{}, s.unavailable(fmt.Errorf("task %s not in the projections yet", id))
+	}
+	if err := s.withMessage(ctx, &st); err != nil {
+		return Node{}, err
+	}
+	n := Node{Task: st}
+	for _, c := range s.cfg.Views.Children(id) {
+		if *budget--; *budget <= 0 {
+			break
+		}
+		child, err := s.subtree(ctx, c, budget)
+		if err != nil {
+			return Node{}, err
+		}
+		n.Children = append(n.Children, child)
+	}
+	return n, nil
+}

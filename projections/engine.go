@@ -1,0 +1,391 @@
+// Package projections folds the event log into the read models the
+// scheduler serves from: tasks, the three timer queues, status views,
+// mailboxes, lineage and usage. They may lag the log; every action they
+// trigger is decided again by the aggregate.
+package projections
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+)
+
+// Config configures an Engine.
+type Config struct {
+	Stream   string          // event stream; default "TASKLEDGER"
+	Subjects events.Subjects // default events.DefaultSubjects
+	Logger   zerolog.Logger
+}
+
+// Engine consumes the log in order from its applied sequence and feeds
+// every projection. Reads are safe for concurrent use with Run.
+type Engine struct {
+	cfg Config
+	js  jetstream.JetStream
+
+	mu      sync.RWMutex
+	v       *views
+	changed chan struct{} // closed and replaced after every applied event
+
+	applied  atomic.Uint64
+	caughtUp atomic.Bool
+	kick     chan struct{}
+	bad      atomic.Uint64
+}
+
+// New returns an Engine that will read stream through js once Run starts.
+func New(js jetstream.JetStream, cfg Config) *Engine {
+	if cfg.Stream == "" {
+		cfg.Stream = "TASKLEDGER"
+	}
+	if cfg.Subjects.Root == "" {
+		cfg.Subjects = events.DefaultSubjects
+	}
+	return &Engine{cfg: cfg, js: js, v: newViews(), changed: make(chan struct{}), kick: make(chan struct{}, 1)}
+}
+
+// Run consumes the log until ctx ends, then returns ctx's error. It
+// returns earlier only if the stream cannot be read.
+func (e *Engine) Run(ctx context.Context) error {
+	info, err := e.js.Stream(ctx, e.cfg.Stream)
+	if err != nil {
+		return fmt.Errorf("projections: stream %s: %w", e.cfg.Stream, err)
+	}
+	target := info.CachedInfo().State.LastSeq
+	if e.applied.Load() >= target {
+		e.caughtUp.Store(true)
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{e.cfg.Subjects.Events()}}
+	if from := e.applied.Load() + 1; from > 1 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+	}
+	cons, err := e.js.OrderedConsumer(ctx, e.cfg.Stream, cfg)
+	if err != nil {
+		return fmt.Errorf("projections: consumer: %w", err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("projections: consume: %w", err)
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	e.cfg.Logger.Info().Uint64("from", e.applied.Load()+1).Uint64("target", target).Msg("projections catching up")
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return err
+			}
+			e.cfg.Logger.Warn().Err(err).Msg("projections: read")
+			continue
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			e.cfg.Logger.Error().Err(err).Msg("projections: message without metadata")
+			continue
+		}
+		e.Apply(meta.Sequence.Stream, msg.Data())
+		if !e.caughtUp.Load() && meta.Sequence.Stream >= target {
+			e.caughtUp.Store(true)
+			e.cfg.Logger.Info().Uint64("applied", meta.Sequence.Stream).Msg("projections caught up")
+		}
+	}
+}
+
+// Apply folds the event stored at seq into the projections. Events that
+// do not decode are counted and skipped (the verifier reports them); the
+// applied sequence still advances. Run calls Apply; offline tools may too.
+func (e *Engine) Apply(seq uint64, data []byte) {
+	ev, err := events.Decode(data)
+	e.mu.Lock()
+	kick := false
+	if err != nil {
+		e.bad.Add(1)
+		e.cfg.Logger.Error().Err(err).Uint64("seq", seq).Msg("projections: undecodable event skipped")
+	} else {
+		ev.Seq = seq
+		kick = e.v.apply(ev)
+	}
+	e.applied.Store(seq)
+	close(e.changed)
+	e.changed = make(chan struct{})
+	e.mu.Unlock()
+	if kick {
+		select {
+		case e.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Applied returns the stream sequence of the last event applied.
+func (e *Engine) Applied() uint64 { return e.applied.Load() }
+
+// CaughtUp reports whether the engine has applied everything the stream
+// held when Run started.
+func (e *Engine) CaughtUp() bool { return e.caughtUp.Load() }
+
+// Undecodable counts events skipped because they did not decode.
+func (e *Engine) Undecodable() uint64 { return e.bad.Load() }
+
+// TimersChanged receives a value after an applied event changed a timer
+// queue; one value may stand for several changes.
+func (e *Engine) TimersChanged() <-chan struct{} { return e.kick }
+
+// WaitFor blocks until the event at seq has been applied or ctx ends.
+func (e *Engine) WaitFor(ctx context.Context, seq uint64) error {
+	for {
+		e.mu.RLock()
+		ch := e.changed
+		e.mu.RUnlock()
+		if e.applied.Load() >= seq {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("projections: waiting for seq %d (applied %d): %w", seq, e.applied.Load(), ctx.Err())
+		}
+	}
+}
+
+// Task returns the projected state of a task. Its Spec.Message has no
+// content: read that from the log.
+func (e *Engine) Task(id string) (aggregate.State, bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	t := e.v.tasks[id]
+	if t == nil {
+		return aggregate.State{}, false
+	}
+	return t.state, true
+}
+
+// Children returns the ids of a task's children in creation order.
+func (e *Engine) Children(id string) []string {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if t := e.v.tasks[id]; t != nil {
+		return slices.Clone(t.children)
+	}
+	return nil
+}
+
+// ErrNotReady is returned by reads that need a caught-up projection
+// before the engine has caught up with the log.
+var ErrNotReady = errors.New("projections: not caught up with the log")
+
+// Ancestors returns the projected states of a task's parent, its parent,
+// and so on up to the root. A missing ancestor ends the chain. It fails
+// with ErrNotReady until the engine has caught up.
+func (e *Engine) Ancestors(id string) ([]aggregate.State, error) {
+	if !e.caughtUp.Load() {
+		return nil, ErrNotReady
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	var out []aggregate.State
+	seen := map[string]bool{id: true}
+	for t := e.v.tasks[id]; t != nil && t.state.Spec.ParentID != ""; {
+		pid := t.state.Spec.ParentID
+		if seen[pid] {
+			break
+		}
+		seen[pid] = true
+		if t = e.v.tasks[pid]; t != nil {
+			out = append(out, t.state)
+		}
+	}
+	return out, nil
+}
+
+// Earliest returns the earliest due time across the three timer queues.
+func (e *Engine) Earliest() (time.Time, bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	var best time.Time
+	found := false
+	for _, q := range e.v.timers {
+		if t, ok := q.earliest(); ok && (!found || t.Before(best)) {
+			best, found = t, true
+		}
+	}
+	return best, found
+}
+
+// Due returns up to limit tasks of timer queue t due at or before now,
+// skipping ids skip reports, taking turns across customers.
+func (e *Engine) Due(t Timer, now time.Time, limit int, skip func(taskID string) bool) []aggregate.State {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	keys := e.v.timers[t].due(now, limit, skip)
+	out := make([]aggregate.State, len(keys))
+	for i, k := range keys {
+		out[i] = e.v.tasks[k].state
+	}
+	return out
+}
+
+// TimerLen returns how many tasks wait in timer queue t.
+func (e *Engine) TimerLen(t Timer) int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.v.timers[t].Len()
+}
+
+// Repair makes sure a task that s (freshly loaded from the log) says is
+// waiting on a timer is in that timer queue, and reports whether it had to
+// put it back. It is the self-healing step: a projection that lost a
+// release or a pending delivery gets it from the aggregate.
+func (e *Engine) Repair(s aggregate.State) bool {
+	tm, due, ok := timerOf(&s)
+	if !ok {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t := e.v.tasks[s.TaskID]
+	if t == nil || t.state.Version > s.Version || e.v.timers[tm].has(s.TaskID) {
+		return false
+	}
+	e.v.timers[tm].set(s.TaskID, s.CustomerID, due)
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// ActiveRoots returns how many non-terminal root tasks customerID has.
+func (e *Engine) ActiveRoots(customerID string) int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.v.activeRoots[customerID]
+}
+
+// RecentAdmissions returns how many root tasks customerID had admitted
+// after since (at most AdmissionWindow ago).
+func (e *Engine) RecentAdmissions(customerID string, since time.Time) int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	n := 0
+	for _, at := range e.v.admissions[customerID] {
+		if at.After(since) {
+			n++
+		}
+	}
+	return n
+}
+
+// QueueCounts returns the number of tasks per queue and status.
+func (e *Engine) QueueCounts() map[string]map[aggregate.Status]int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	out := make(map[string]map[aggregate.Status]int, len(e.v.queueCounts))
+	for q, m := range e.v.queueCounts {
+		out[q] = make(map[aggregate.Status]int, len(m))
+		for s, n := range m {
+			if n != 0 {
+				out[q][s] = n
+			}
+		}
+	}
+	return out
+}
+
+// Filter selects tasks for List. Empty fields match everything.
+type Filter struct {
+	Status     aggregate.Status
+	Queue      string
+	CustomerID string
+	RootID     string
+}
+
+func (f Filter) match(s *aggregate.State) bool {
+	return (f.Status == "" || s.Status == f.Status) &&
+		(f.Queue == "" || s.Spec.Queue == f.Queue) &&
+		(f.CustomerID == "" || s.CustomerID == f.CustomerID) &&
+		(f.RootID == "" || s.Spec.RootID == f.RootID)
+}
+
+// List returns up to limit tasks matching f with ids greater than after,
+// ordered by id (task ids are time-ordered, so this is creation order for
+// generated ids).
+func (e *Engine) List(f Filter, after string, limit int) []aggregate.State {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	var out []aggregate.State
+	add := func(t *task) {
+		if t.state.TaskID > after && f.match(&t.state) {
+			out = append(out, t.state)
+		}
+	}
+	if f.Status != "" {
+		for id := range e.v.byStatus[f.Status] {
+			add(e.v.tasks[id])
+		}
+	} else {
+		for _, t := range e.v.tasks {
+			add(t)
+		}
+	}
+	slices.SortFunc(out, func(a, b aggregate.State) int { return strings.Compare(a.TaskID, b.TaskID) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
+// Digest returns a deterministic hash of every projected fact, so a
+// projection built live and one rebuilt from the log can be compared.
+func (e *Engine) Digest() string {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	h := sha256.New()
+	for _, id := range sortedKeys(e.v.tasks) {
+		t := e.v.tasks[id]
+		st := t.state
+		st.Result = nil
+		fmt.Fprintf(h, "%+v|%+v|%v\n", st, t.state.Result, t.children)
+	}
+	for i, q := range e.v.timers {
+		for _, id := range sortedKeys(q.owner) {
+			fmt.Fprintf(h, "timer %d %s %s %d\n", i, id, q.owner[id], q.dueOf(id))
+		}
+	}
+	for _, c := range sortedKeys(e.v.activeRoots) {
+		fmt.Fprintf(h, "roots %s %d\n", c, e.v.activeRoots[c])
+	}
+	for _, c := range sortedKeys(e.v.admissions) {
+		fmt.Fprintf(h, "admissions %s %v\n", c, e.v.admissions[c])
+	}
+	for _, st := range sortedKeys(e.v.byStatus) {
+		fmt.Fprintf(h, "status %s %v\n", st, sortedKeys(e.v.byStatus[st]))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func sortedKeys[K ~string, V any](m map[K]V) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,197 @@
+package projections
+
+import (
+	"container/heap"
+	"time"
+)
+
+// dueHeap is a min-heap of keys by due time with an index for updates. Ties
+// break by key so the order is deterministic.
+type dueHeap struct {
+	items []dueItem
+	pos   map[string]int
+}
+
+type dueItem struct {
+	key string
+	due int64 // unix nanoseconds
+}
+
+func newDueHeap() *dueHeap { return &dueHeap{pos: make(map[string]int)} }
+
+func (h *dueHeap) Len() int { return len(h.items) }
+func (h *dueHeap) Less(i, j int) bool {
+	a, b := h.items[i], h.items[j]
+	return a.due < b.due || a.due == b.due && a.key < b.key
+}
+func (h *dueHeap) Swap(i, j int) {
+	h.items[i], h.items[j] = h.items[j], h.items[i]
+	h.pos[h.items[i].key] = i
+	h.pos[h.items[j].key] = j
+}
+func (h *dueHeap) Push(x any) {
+	it := x.(dueItem)
+	h.pos[it.key] = len(h.items)
+	h.items = append(h.items, it)
+}
+func (h *dueHeap) Pop() any {
+	it := h.items[len(h.items)-1]
+	h.items = h.items[:len(h.items)-1]
+	delete(h.pos, it.key)
+	return it
+}
+
+func (h *dueHeap) set(key string, due int64) {
+	if i, ok := h.pos[key]; ok {
+		h.items[i].due = due
+		heap.Fix(h, i)
+		return
+	}
+	heap.Push(h, dueItem{key: key, due: due})
+}
+
+func (h *dueHeap) remove(key string) {
+	if i, ok := h.pos[key]; ok {
+		heap.Remove(h, i)
+	}
+}
+
+func (h *dueHeap) min() (dueItem, bool) {
+	if len(h.items) == 0 {
+		return dueItem{}, false
+	}
+	return h.items[0], true
+}
+
+// ascending iterates the items due at or before now in due order without
+// changing the heap: a frontier of heap indices ordered by due, costing
+// O(k log k) for k items visited.
+type ascending struct {
+	h        *dueHeap
+	now      int64
+	frontier frontier
+}
+
+func (h *dueHeap) ascending(now int64) *ascending {
+	it := &ascending{h: h, now: now, frontier: frontier{h: h}}
+	it.push(0)
+	return it
+}
+
+func (it *ascending) push(i int) {
+	if i < len(it.h.items) && it.h.items[i].due <= it.now {
+		heap.Push(&it.frontier, i)
+	}
+}
+
+func (it *ascending) next() (dueItem, bool) {
+	if it.frontier.Len() == 0 {
+		return dueItem{}, false
+	}
+	i := heap.Pop(&it.frontier).(int)
+	it.push(2*i + 1)
+	it.push(2*i + 2)
+	return it.h.items[i], true
+}
+
+type frontier struct {
+	h   *dueHeap
+	idx []int
+}
+
+func (f frontier) Len() int           { return len(f.idx) }
+func (f frontier) Less(i, j int) bool { return f.h.Less(f.idx[i], f.idx[j]) }
+func (f frontier) Swap(i, j int)      { f.idx[i], f.idx[j] = f.idx[j], f.idx[i] }
+func (f *frontier) Push(x any)        { f.idx = append(f.idx, x.(int)) }
+func (f *frontier) Pop() any {
+	x := f.idx[len(f.idx)-1]
+	f.idx = f.idx[:len(f.idx)-1]
+	return x
+}
+
+// TimerQueue holds due times of tasks, kept fair across customers: each
+// customer has its own heap, and a heap of customers orders them by their
+// earliest item. It is not safe for concurrent use; the Engine guards it.
+type TimerQueue struct {
+	byCustomer map[string]*dueHeap
+	customers  *dueHeap // key: customer, due: its earliest item
+	owner      map[string]string
+}
+
+func newTimerQueue() *TimerQueue {
+	return &TimerQueue{byCustomer: make(map[string]*dueHeap), customers: newDueHeap(), owner: make(map[string]string)}
+}
+
+// Len is the number of tasks in the queue.
+func (q *TimerQueue) Len() int { return len(q.owner) }
+
+func (q *TimerQueue) set(taskID, customerID string, due time.Time) {
+	h := q.byCustomer[customerID]
+	if h == nil {
+		h = newDueHeap()
+		q.byCustomer[customerID] = h
+	}
+	h.set(taskID, due.UnixNano())
+	q.owner[taskID] = customerID
+	q.customers.set(customerID, h.items[0].due)
+}
+
+func (q *TimerQueue) remove(taskID string) {
+	customerID, ok := q.owner[taskID]
+	if !ok {
+		return
+	}
+	delete(q.owner, taskID)
+	h := q.byCustomer[customerID]
+	h.remove(taskID)
+	if head, ok := h.min(); ok {
+		q.customers.set(customerID, head.due)
+	} else {
+		delete(q.byCustomer, customerID)
+		q.customers.remove(customerID)
+	}
+}
+
+func (q *TimerQueue) has(taskID string) bool {
+	_, ok := q.owner[taskID]
+	return ok
+}
+
+func (q *TimerQueue) dueOf(taskID string) int64 {
+	h := q.byCustomer[q.owner[taskID]]
+	return h.items[h.pos[taskID]].due
+}
+
+// earliest returns the earliest due time in the queue.
+func (q *TimerQueue) earliest() (time.Time, bool) {
+	head, ok := q.customers.min()
+	return time.Unix(0, head.due), ok
+}
+
+// due returns up to limit task ids due at or before now, skipping those
+// skip reports, taking turns across customers: every customer with a due
+// item gets its earliest one before any customer gets a second.
+func (q *TimerQueue) due(now time.Time, limit int, skip func(taskID string) bool) []string {
+	n := now.UnixNano()
+	var iters []*ascending
+	custs := q.customers.ascending(n)
+	for c, ok := custs.next(); ok; c, ok = custs.next() {
+		iters = append(iters, q.byCustomer[c.key].ascending(n))
+	}
+	var out []string
+	for len(out) < limit && len(iters) > 0 {
+		for i := 0; i < len(iters) && len(out) < limit; {
+			it, ok := iters[i].next()
+			for ok && skip != nil && skip(it.key) {
+				it, ok = iters[i].next()
+			}
+			if !ok {
+				iters = append(iters[:i], iters[i+1:]...)
+				continue
+			}
+			out = append(out, it.key)
+			i++
+		}
+	}
+	return out
+}

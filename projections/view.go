@@ -1,0 +1,199 @@
+package projections
+
+import (
+	"strings"
+	"time"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+)
+
+// Timer names one of the three managed timer queues.
+type Timer int
+
+// The timer queues (DESIGN.md, "Projections").
+const (
+	// Release holds scheduled tasks not yet released, due at runAt.
+	Release Timer = iota
+	// Deliver holds released tasks whose ready notification is not yet
+	// published, due at the next attempt.
+	Deliver
+	// Expire holds running tasks, due at their deadline.
+	Expire
+	// Report holds terminal child tasks whose result is not yet in their
+	// live parent's mailbox, due when the child finished.
+	Report
+	// NumTimers is the number of timer queues.
+	NumTimers
+)
+
+func (t Timer) String() string {
+	return [...]string{"release", "deliver", "expire", "report"}[t]
+}
+
+// timerOf says which timer queue, if any, a task in state s belongs to
+// and when it is due. It is the single definition of timer membership.
+func timerOf(s *aggregate.State) (Timer, time.Time, bool) {
+	switch {
+	case s.Status == aggregate.StatusScheduled && s.Delivery.ID == "":
+		return Release, s.Spec.RunAt, true
+	case s.Status == aggregate.StatusScheduled && !s.Delivery.Published:
+		return Deliver, s.Delivery.NextAt, true
+	case s.Status == aggregate.StatusRunning:
+		return Expire, s.Deadline, true
+	}
+	return 0, time.Time{}, false
+}
+
+// AdmissionWindow is how far back the usage view remembers admissions.
+const AdmissionWindow = time.Minute
+
+// task is the projection's record of one task: its aggregate state folded
+// by the same aggregate.Apply the store uses (so a projection never
+// disagrees with the aggregate about a transition), without the message
+// content, plus its children's ids.
+type task struct {
+	state    aggregate.State
+	children []string
+}
+
+// views holds every projection. It is not safe for concurrent use; the
+// Engine guards it.
+type views struct {
+	tasks    map[string]*task
+	timers   [NumTimers]*TimerQueue
+	byStatus map[aggregate.Status]map[string]struct{}
+	// activeRoots counts each customer's non-terminal root tasks.
+	activeRoots map[string]int
+	// admissions holds, per customer, the creation times of recent root
+	// tasks, for per-minute quotas.
+	admissions map[string][]time.Time
+	// queueCounts counts tasks per queue and status, for metrics.
+	queueCounts map[string]map[aggregate.Status]int
+}
+
+func newViews() *views {
+	v := &views{
+		tasks:       make(map[string]*task),
+		byStatus:    make(map[aggregate.Status]map[string]struct{}),
+		activeRoots: make(map[string]int),
+		admissions:  make(map[string][]time.Time),
+		queueCounts: make(map[string]map[aggregate.Status]int),
+	}
+	for i := range v.timers {
+		v.timers[i] = newTimerQueue()
+	}
+	return v
+}
+
+// apply folds one event into every view and reports whether a timer queue
+// changed.
+func (v *views) apply(ev events.Event) (timersChanged bool) {
+	t := v.tasks[ev.TaskID]
+	if t == nil {
+		t = &task{}
+		v.tasks[ev.TaskID] = t
+	}
+	before := t.state
+	t.state = aggregate.Apply(t.state, ev)
+	t.state.Spec.Message.Content = nil
+	if !before.Exists() && t.state.Exists() {
+		v.created(t, ev.At)
+	}
+	changed := v.reindex(&before, &t.state)
+	return v.relink(t, &before) || changed
+}
+
+// ChildResultID is the mailbox message id under which a child's result is
+// reported to its parent, so the report is appended at most once.
+func ChildResultID(childID string) string { return "child-" + childID }
+
+// relink keeps the Report queue: a child that became terminal waits there
+// until its result is in the parent's mailbox or the parent is terminal.
+func (v *views) relink(t *task, before *aggregate.State) bool {
+	s, q := &t.state, v.timers[Report]
+	changed := false
+	if s.Status.Terminal() && !before.Status.Terminal() && s.Spec.ParentID != "" {
+		if p := v.tasks[s.Spec.ParentID]; p != nil && !p.state.Status.Terminal() && p.state.MailIndex(ChildResultID(s.TaskID)) == 0 {
+			q.set(s.TaskID, s.CustomerID, s.CompletedAt)
+			changed = true
+		}
+	}
+	if len(s.MailIDs) > len(before.MailIDs) {
+		if child, ok := strings.CutPrefix(s.MailIDs[len(s.MailIDs)-1], "child-"); ok && q.has(child) {
+			q.remove(child)
+			changed = true
+		}
+	}
+	if s.Status.Terminal() && !before.Status.Terminal() {
+		for _, c := range t.children {
+			if q.has(c) {
+				q.remove(c)
+				changed = true
+			}
+		}
+	}
+	return changed
+}
+
+func (v *views) created(t *task, at time.Time) {
+	s := &t.state
+	if s.Spec.ParentID != "" {
+		if p := v.tasks[s.Spec.ParentID]; p != nil {
+			p.children = append(p.children, s.TaskID)
+		}
+		return
+	}
+	if s.Status == aggregate.StatusScheduled {
+		recent := v.admissions[s.CustomerID]
+		for len(recent) > 0 && at.Sub(recent[0]) > AdmissionWindow {
+			recent = recent[1:]
+		}
+		v.admissions[s.CustomerID] = append(recent, at)
+	}
+}
+
+// reindex moves a task between the derived views as its state changes.
+func (v *views) reindex(before, after *aggregate.State) bool {
+	id, changed := after.TaskID, false
+	bt, bdue, bok := timerOf(before)
+	at, adue, aok := timerOf(after)
+	if bok && (!aok || bt != at) {
+		v.timers[bt].remove(id)
+		changed = true
+	}
+	if aok && (!bok || bt != at || !bdue.Equal(adue)) {
+		v.timers[at].set(id, after.CustomerID, adue)
+		changed = true
+	}
+	if before.Status != after.Status {
+		if before.Status != "" {
+			delete(v.byStatus[before.Status], id)
+			v.queueCounts[before.Spec.Queue][before.Status]--
+		}
+		set := v.byStatus[after.Status]
+		if set == nil {
+			set = make(map[string]struct{})
+			v.byStatus[after.Status] = set
+		}
+		set[id] = struct{}{}
+		qc := v.queueCounts[after.Spec.Queue]
+		if qc == nil {
+			qc = make(map[aggregate.Status]int)
+			v.queueCounts[after.Spec.Queue] = qc
+		}
+		qc[after.Status]++
+	}
+	if after.Spec.ParentID == "" {
+		wasActive := before.Exists() && !before.Status.Terminal()
+		isActive := !after.Status.Terminal()
+		if wasActive != isActive {
+			if isActive {
+				v.activeRoots[after.CustomerID]++
+			} else if v.activeRoots[after.CustomerID]--; v.activeRoots[after.CustomerID] == 0 {
+				delete(v.activeRoots, after.CustomerID)
+			}
+		}
+	}
+	return changed
+}

@@ -1,0 +1,292 @@
+// Package reactors holds the parts of taskledger that act on events: the
+// scheduler's alarm (releases, ready deliveries, timeouts and child reports
+// driven by the projection's timer queues) and the executor worker.
+//
+// Every action a reactor takes is a command decided again by the aggregate
+// on the task's current state and appended with the task's last sequence.
+// A duplicated action (two scheduler processes, a retry after a crash), a
+// stale one (decided on a projection that lags the log) or a late one (the
+// task moved on) therefore appends nothing: Decide answers ErrStale,
+// ErrTerminal or an equivalent, and the reactor drops it.
+package reactors
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/ids"
+	"github.com/taskledger/taskledger/projections"
+)
+
+// Store executes commands against the log.
+type Store interface {
+	Execute(ctx context.Context, taskID, actor string, cmd aggregate.Command) (aggregate.State, []events.Event, error)
+}
+
+// Projection is what the alarm reads.
+type Projection interface {
+	Due(t projections.Timer, now time.Time, limit int, skip func(taskID string) bool) []aggregate.State
+	Earliest() (time.Time, bool)
+	TimersChanged() <-chan struct{}
+	Applied() uint64
+}
+
+// Publisher publishes ready notifications.
+type Publisher interface {
+	PublishReady(ctx context.Context, s aggregate.State) error
+}
+
+// AlarmConfig configures an Alarm. Zero values mean the defaults.
+type AlarmConfig struct {
+	Batch               int           // due items taken per queue per round; default 64
+	Concurrency         int           // actions in flight; default 16
+	MaxDeliveryAttempts int           // publish attempts before DeliveryExhausted; default 8
+	RetryBase           time.Duration // first delivery retry delay; default 100ms
+	RetryMax            time.Duration // longest delivery retry delay; default 30s
+	ErrorBackoff        time.Duration // wait before retrying an action that failed; default 1s
+	Logger              zerolog.Logger
+	Now                 func() time.Time
+	// Observe, if set, is called after each action with its timer queue,
+	// the lateness against the due time, and the outcome.
+	Observe func(t projections.Timer, late time.Duration, err error)
+}
+
+func (c AlarmConfig) withDefaults() AlarmConfig {
+	if c.Batch <= 0 {
+		c.Batch = 64
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 16
+	}
+	if c.MaxDeliveryAttempts <= 0 {
+		c.MaxDeliveryAttempts = 8
+	}
+	if c.RetryBase <= 0 {
+		c.RetryBase = 100 * time.Millisecond
+	}
+	if c.RetryMax <= 0 {
+		c.RetryMax = 30 * time.Second
+	}
+	if c.ErrorBackoff <= 0 {
+		c.ErrorBackoff = time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Alarm keeps one timer armed for the earliest due item across the timer
+// queues and, when it fires, runs the due releases, deliveries, timeouts
+// and child reports in bounded batches that take turns across customers.
+type Alarm struct {
+	cfg   AlarmConfig
+	store Store
+	proj  Projection
+	pub   Publisher
+
+	// inflight is owned by Run's goroutine: actions dispatched and not
+	// yet visible in the projection, so they are not dispatched twice.
+	inflight map[key]flight
+	done     chan result
+}
+
+type key struct {
+	timer projections.Timer
+	task  string
+}
+
+// flight says until when a dispatched item is skipped: while running, then
+// until the projection applied untilSeq, or until retryAt after a failure.
+type flight struct {
+	running  bool
+	untilSeq uint64
+	retryAt  time.Time
+}
+
+type result struct {
+	key key
+	flight
+}
+
+// NewAlarm returns an Alarm; Run starts it.
+func NewAlarm(cfg AlarmConfig, store Store, proj Projection, pub Publisher) *Alarm {
+	return &Alarm{cfg: cfg.withDefaults(), store: store, proj: proj, pub: pub, inflight: make(map[key]flight), done: make(chan result, 64)}
+}
+
+// Run fires due items until ctx ends, then waits for actions in flight and
+// returns ctx's error.
+func (a *Alarm) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sem := make(chan struct{}, a.cfg.Concurrency)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := a.cfg.Now()
+		a.settle(now)
+		dispatched := 0
+		for t := range projections.NumTimers {
+			for _, s := range a.proj.Due(t, now, a.cfg.Batch, func(id string) bool { return a.skip(key{t, id}, now) }) {
+				select {
+				case sem <- struct{}{}:
+				default:
+					continue // pool full: leave the rest for the next round
+				}
+				k := key{t, s.TaskID}
+				a.inflight[k] = flight{running: true}
+				dispatched++
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r := result{key: k, flight: a.act(ctx, t, s)}
+					<-sem
+					a.done <- r
+				}()
+			}
+		}
+		timer.Reset(a.wait(now, dispatched, len(sem) == cap(sem)))
+		select {
+		case <-ctx.Done():
+			go func() { // drain results so actions in flight can finish
+				for range a.done {
+				}
+			}()
+			wg.Wait()
+			close(a.done)
+			return ctx.Err()
+		case r := <-a.done:
+			a.inflight[r.key] = r.flight
+		case <-a.proj.TimersChanged():
+		case <-timer.C:
+		}
+	}
+}
+
+// wait is how long to sleep before the next round when nothing else wakes
+// the alarm: until the earliest due item, or until a failed action may be
+// retried. Items in flight leave the queue through the projection, which
+// wakes the alarm, so there is no polling interval.
+func (a *Alarm) wait(now time.Time, dispatched int, full bool) time.Duration {
+	if dispatched > 0 && !full {
+		return 0
+	}
+	d := time.Hour
+	if next, ok := a.proj.Earliest(); ok && next.After(now) {
+		d = next.Sub(now)
+	}
+	for _, f := range a.inflight {
+		if !f.running && f.retryAt.After(now) {
+			d = min(d, f.retryAt.Sub(now))
+		}
+	}
+	return d
+}
+
+func (a *Alarm) skip(k key, now time.Time) bool {
+	f, ok := a.inflight[k]
+	return ok && (f.running || f.untilSeq > a.proj.Applied() || now.Before(f.retryAt))
+}
+
+// settle forgets flights whose effect the projection has applied.
+func (a *Alarm) settle(now time.Time) {
+	applied := a.proj.Applied()
+	for k, f := range a.inflight {
+		if !f.running && f.untilSeq <= applied && !now.Before(f.retryAt) {
+			delete(a.inflight, k)
+		}
+	}
+}
+
+// act runs one due item and says how long to skip it afterwards.
+func (a *Alarm) act(ctx context.Context, t projections.Timer, s aggregate.State) flight {
+	var cmd aggregate.Command
+	switch t {
+	case projections.Release:
+		cmd = aggregate.ReleaseDue{DeliveryID: ids.New()}
+	case projections.Deliver:
+		cmd = a.deliver(ctx, s)
+	case projections.Expire:
+		cmd = aggregate.TimeOut{}
+	case projections.Report:
+		return a.report(ctx, s)
+	}
+	st, _, err := a.store.Execute(ctx, s.TaskID, "", cmd)
+	return a.outcome(t, s, st, err)
+}
+
+func (a *Alarm) outcome(t projections.Timer, s, st aggregate.State, err error) flight {
+	var due time.Time
+	switch t {
+	case projections.Release:
+		due = s.Spec.RunAt
+	case projections.Deliver:
+		due = s.Delivery.NextAt
+	case projections.Expire:
+		due = s.Deadline
+	case projections.Report:
+		due = s.CompletedAt
+	}
+	if a.cfg.Observe != nil {
+		a.cfg.Observe(t, a.cfg.Now().Sub(due), err)
+	}
+	switch {
+	case err == nil:
+		// Skip until the projection has seen the event, which moves the
+		// task out of this queue or to a later due time.
+		return flight{untilSeq: st.LastSeq}
+	case isSettled(err):
+		// The projection lagged the log; it will drop the item once it has
+		// seen what the decision saw. The pause is a safety net only.
+		return flight{untilSeq: st.LastSeq, retryAt: a.cfg.Now().Add(a.cfg.ErrorBackoff)}
+	default:
+		a.cfg.Logger.Warn().Err(err).Str("task", s.TaskID).Stringer("timer", t).Msg("alarm action failed; will retry")
+		return flight{retryAt: a.cfg.Now().Add(a.cfg.ErrorBackoff)}
+	}
+}
+
+// isSettled reports whether err says the action is no longer needed.
+func isSettled(err error) bool {
+	return errors.Is(err, aggregate.ErrStale) || errors.Is(err, aggregate.ErrTerminal) ||
+		errors.Is(err, aggregate.ErrNotFound)
+}
+
+// deliver publishes the ready notification and returns the command that
+// records the outcome: published, retry later with backoff, or exhausted.
+func (a *Alarm) deliver(ctx context.Context, s aggregate.State) aggregate.Command {
+	err := a.pub.PublishReady(ctx, s)
+	if err == nil {
+		return aggregate.MarkReadyPublished{DeliveryID: s.Delivery.ID}
+	}
+	a.cfg.Logger.Warn().Err(err).Str("task", s.TaskID).Int("attempt", s.Delivery.Attempt).Msg("ready publish failed")
+	if s.Delivery.Attempt >= a.cfg.MaxDeliveryAttempts {
+		return aggregate.ExhaustDelivery{DeliveryID: s.Delivery.ID, Reason: "ready notification not published after " +
+			strconv.Itoa(s.Delivery.Attempt) + " attempts: " + err.Error()}
+	}
+	return aggregate.RetryDelivery{DeliveryID: s.Delivery.ID, NextAt: a.cfg.Now().Add(a.backoff(s.Delivery.Attempt)), Error: err.Error()}
+}
+
+// backoff is exponential in the attempt with full jitter on its upper half.
+func (a *Alarm) backoff(attempt int) time.Duration {
+	d := a.cfg.RetryBase << min(attempt-1, 20)
+	if d <= 0 || d > a.cfg.RetryMax {
+		d = a.cfg.RetryMax
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// report appends a terminal child's result to its parent's mailbox under a
+// message id fixed by the child, so a repeated report is a no-op.
+func (a *Alarm) report(ctx context.Context, child aggregate.State) flight {
+	msg := ChildResultMessage(child)
+	st, _, err := a.store.Execute(ctx, child.Spec.ParentID, "", aggregate.AppendMail{Message: msg})
+	return a.outcome(projections.Report, child, st, err)
+}

@@ -1,0 +1,88 @@
+package reactors
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/projections"
+)
+
+// Notification is the body of a ready notification on tl.ready.<queue>
+// (API.md). It is permission to try a claim with DeliveryID, not
+// ownership.
+type Notification struct {
+	TaskID     string        `json:"taskId"`
+	CustomerID string        `json:"customerId"`
+	RootID     string        `json:"rootId"`
+	ParentID   string        `json:"parentId"`
+	Queue      string        `json:"queue"`
+	DeliveryID string        `json:"deliveryId"`
+	Signal     events.Signal `json:"signal"`
+}
+
+// EnsureReadyStream creates or updates the work-queue stream that carries
+// ready notifications. Queues carry notifications; they do not define
+// truth, so its retention is the work queue's: a notification is gone once
+// a claimer acknowledged it.
+func EnsureReadyStream(ctx context.Context, js jetstream.JetStream, name string, subjects events.Subjects, replicas int) (jetstream.Stream, error) {
+	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        name,
+		Description: "taskledger ready notifications",
+		Subjects:    []string{subjects.AllReady()},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
+		Duplicates:  2 * time.Minute,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reactors: ready stream %s: %w", name, err)
+	}
+	return s, nil
+}
+
+// ReadyPublisher publishes ready notifications to the ready stream.
+type ReadyPublisher struct {
+	JS       jetstream.JetStream
+	Subjects events.Subjects
+}
+
+// PublishReady publishes the notification for s's current delivery and
+// waits for the stream's acknowledgement. Its Nats-Msg-Id is the delivery
+// id, so a republished notification within the dedupe window is dropped.
+func (p ReadyPublisher) PublishReady(ctx context.Context, s aggregate.State) error {
+	body, err := json.Marshal(Notification{
+		TaskID: s.TaskID, CustomerID: s.CustomerID, RootID: s.Spec.RootID, ParentID: s.Spec.ParentID,
+		Queue: s.Spec.Queue, DeliveryID: s.Delivery.ID, Signal: s.Spec.Signal,
+	})
+	if err != nil {
+		return err
+	}
+	msg := &nats.Msg{Subject: p.Subjects.Ready(s.Spec.Queue), Data: body, Header: nats.Header{}}
+	_, err = p.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(s.Delivery.ID))
+	return err
+}
+
+// ChildResult is the content of the mailbox message that reports a
+// child's outcome to its parent (part type "child_result", JSON text).
+type ChildResult struct {
+	TaskID string         `json:"taskId"`
+	Status string         `json:"status"`
+	Reason string         `json:"reason,omitempty"`
+	Result *events.Result `json:"result,omitempty"`
+}
+
+// ChildResultMessage is the mailbox message reporting a terminal child.
+func ChildResultMessage(child aggregate.State) events.Message {
+	text, _ := json.Marshal(ChildResult{TaskID: child.TaskID, Status: string(child.Status), Reason: child.Reason, Result: child.Result})
+	return events.Message{
+		ID:      projections.ChildResultID(child.TaskID),
+		Content: []events.ContentPart{{Type: "child_result", Text: string(text)}},
+	}
+}
