@@ -106,6 +106,7 @@ func (n *Node) Run(ctx context.Context) error {
 	engCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngine()
 	g, gctx := errgroup.WithContext(ctx)
+	defer context.AfterFunc(gctx, n.Service.Close)()
 	g.Go(func() error {
 		if err := n.Engine.Run(engCtx); engCtx.Err() == nil {
 			return fmt.Errorf("projections: %w", err)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/taskledger/taskledger/aggregate"
@@ -58,38 +59,46 @@ func (s *Service) ClaimNext(ctx context.Context, p Principal, queue, executorID 
 		return st, false, err
 	}
 	wait = min(max(wait, 0), MaxWait)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.closing, cancel)()
 	cons, err := s.consumer(ctx, queue)
 	if err != nil {
 		return st, false, s.unavailable(err)
 	}
 	deadline := time.Now().Add(wait)
 	for {
+		// Fetch is not context-aware, so wait in slices of at most
+		// fetchSlice and look at ctx in between: a gone client or a
+		// shutdown ends the poll within a slice, and no pulled
+		// notification is ever abandoned unacknowledged.
 		remaining := time.Until(deadline)
 		var batch jetstream.MessageBatch
 		if remaining < 10*time.Millisecond {
 			batch, err = cons.FetchNoWait(1)
 		} else {
-			batch, err = cons.Fetch(1, jetstream.FetchMaxWait(remaining))
+			batch, err = cons.Fetch(1, jetstream.FetchMaxWait(min(remaining, fetchSlice)))
 		}
 		if err != nil {
 			return st, false, s.unavailable(err)
 		}
-		got := false
 		for msg := range batch.Messages() {
-			got = true
 			st, ok, err = s.claimNotified(ctx, p, msg, executorID)
 			if ok || err != nil {
 				return st, ok, err
 			}
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
 			return st, false, s.unavailable(err)
 		}
-		if ctx.Err() != nil || (!got && time.Until(deadline) <= 0) {
+		if ctx.Err() != nil || time.Until(deadline) <= 0 {
 			return st, false, nil
 		}
 	}
 }
+
+// fetchSlice is the longest single pull of a long poll.
+const fetchSlice = time.Second
 
 func (s *Service) claimNotified(ctx context.Context, p Principal, msg jetstream.Msg, executorID string) (aggregate.State, bool, error) {
 	var n reactors.Notification

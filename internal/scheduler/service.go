@@ -67,6 +67,9 @@ type Config struct {
 type Service struct {
 	cfg       Config
 	consumers consumers
+	// closing ends long polls when the process shuts down.
+	closing context.Context
+	close   context.CancelFunc
 }
 
 // New returns a Service.
@@ -83,8 +86,13 @@ func New(cfg Config) *Service {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
-	return &Service{cfg: cfg, consumers: consumers{m: make(map[string]jetstream.Consumer)}}
+	closing, close := context.WithCancel(context.Background())
+	return &Service{cfg: cfg, consumers: consumers{m: make(map[string]jetstream.Consumer)}, closing: closing, close: close}
 }
+
+// Close ends every long poll in progress (they answer "nothing ready") so
+// an HTTP server can shut down gracefully. Other calls are unaffected.
+func (s *Service) Close() { s.close() }
 
 // Principal is who makes a request: a customer, or an operator who sees
 // every customer.

@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
+)
+
+// clientFlags are the flags every API subcommand shares.
+type clientFlags struct {
+	server, token string
+	json          bool
+}
+
+func (c *clientFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.server, "server", "http://127.0.0.1:8080", "taskledger server URL")
+	fs.StringVar(&c.token, "token", "", "bearer token")
+	fs.BoolVar(&c.json, "json", false, "print JSON")
+}
+
+func (c *clientFlags) client() *api.Client { return api.NewClient(c.server, c.token) }
+
+// oneID parses flags and requires exactly one positional argument.
+func oneID(fs *flag.FlagSet, args []string) (string, error) {
+	// Accept flags after the id too: taskledger show ID --json.
+	var id string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		id, args = args[0], args[1:]
+	}
+	if err := parse(fs, args); err != nil {
+		return "", err
+	}
+	if id == "" && fs.NArg() == 1 {
+		id = fs.Arg(0)
+	} else if id == "" || fs.NArg() != 0 {
+		return "", fmt.Errorf("%w: want exactly one task id", errUsage)
+	}
+	return id, nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func scheduleCommand(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("schedule")
+	var cf clientFlags
+	cf.register(fs)
+	var req api.ScheduleRequest
+	fs.StringVar(&req.Queue, "queue", "", "queue (default \"default\")")
+	fs.StringVar(&req.CustomerID, "customer", "", "customer id (operator only)")
+	fs.StringVar(&req.ParentID, "parent", "", "parent task id")
+	fs.StringVar(&req.RequestID, "request-id", "", "idempotency key: a repeat returns the existing task")
+	fs.StringVar(&req.RelatedTaskID, "related", "", "id of a related (e.g. finished) task this one follows up")
+	fs.StringVar(&req.Repo, "repo", "", "repository the task works on")
+	text := fs.String("message", "", "the task's objective (text)")
+	delay := fs.Duration("delay", 0, "run after this delay (e.g. 30s)")
+	runAt := fs.String("run-at", "", "run at this RFC 3339 time")
+	timeout := fs.Duration("timeout", 0, "running timeout (default 1h)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *text != "" {
+		req.Message.Content = []events.ContentPart{{Type: "text", Text: *text}}
+	}
+	if *delay > 0 {
+		d := delay.Seconds()
+		req.DelaySeconds = &d
+	}
+	if *runAt != "" {
+		t, err := time.Parse(time.RFC3339, *runAt)
+		if err != nil {
+			return fmt.Errorf("%w: --run-at: %v", errUsage, err)
+		}
+		req.RunAt = &t
+	}
+	if *timeout > 0 {
+		s := int(timeout.Seconds())
+		req.TimeoutSeconds = &s
+	}
+	t, created, err := cf.client().Schedule(ctx, req)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(stdout, t)
+	}
+	verb := "scheduled"
+	if !created {
+		verb = "exists (same request id)"
+	}
+	fmt.Fprintf(stdout, "%s %s  status=%s queue=%s runAt=%s\n", verb, t.ID, t.Status, t.Queue, t.RunAt.Format(time.RFC3339))
+	return nil
+}
+
+func showCommand(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("show")
+	var cf clientFlags
+	cf.register(fs)
+	id, err := oneID(fs, args)
+	if err != nil {
+		return err
+	}
+	t, err := cf.client().Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(stdout, t)
+	}
+	printTask(stdout, t)
+	return nil
+}
+
+func printTask(w io.Writer, t api.Task) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+		}
+	}
+	row("id", t.ID)
+	row("status", t.Status)
+	row("reason", t.Reason)
+	row("customer", t.CustomerID)
+	row("queue", t.Queue)
+	row("root", t.RootID)
+	row("parent", t.ParentID)
+	row("related", t.RelatedTaskID)
+	row("request", t.RequestID)
+	row("repo", t.Repo)
+	row("message", messageText(t.Message.Content))
+	row("created", stamp(t.CreatedAt))
+	row("runAt", stamp(t.RunAt))
+	row("started", stamp(t.StartedAt))
+	row("completed", stamp(t.CompletedAt))
+	row("deadline", stamp(t.Deadline))
+	if t.Delivery != nil {
+		row("delivery", fmt.Sprintf("%s (attempt %d)", t.Delivery.ID, t.Delivery.Attempt))
+	}
+	if t.Claim != nil {
+		row("claimed by", t.Claim.ExecutorID)
+	}
+	row("mailbox", fmt.Sprintf("%d messages, %d read", t.Mailbox.Count, t.Mailbox.Cursor))
+	if r := t.Result; r != nil {
+		row("success", fmt.Sprint(r.Success))
+		row("summary", r.Summary)
+		row("error", r.Error)
+		for _, e := range r.Effects {
+			row("effect", strings.TrimSpace(fmt.Sprintf("%s %s %s", e.Kind, e.Ref, e.URL)))
+		}
+	}
+	row("version", fmt.Sprint(t.Version))
+	tw.Flush()
+}
+
+func messageText(parts []events.ContentPart) string {
+	var b strings.Builder
+	for _, p := range parts {
+		b.WriteString(p.Text)
+	}
+	s := strings.ReplaceAll(b.String(), "\n", " ")
+	if len(s) > 100 {
+		s = s[:97] + "..."
+	}
+	return s
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05.000Z")
+}
+
+func listCommand(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("list")
+	var cf clientFlags
+	cf.register(fs)
+	var o api.ListOptions
+	fs.StringVar(&o.Status, "status", "", "only tasks with this status")
+	fs.StringVar(&o.Queue, "queue", "", "only tasks of this queue")
+	fs.StringVar(&o.CustomerID, "customer", "", "only tasks of this customer")
+	fs.StringVar(&o.RootID, "root", "", "only tasks under this root")
+	fs.StringVar(&o.After, "after", "", "cursor from a previous page")
+	fs.IntVar(&o.Limit, "limit", 100, "page size (at most 1000)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	l, err := cf.client().List(ctx, o)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(stdout, l)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tQUEUE\tCUSTOMER\tCREATED\tMESSAGE")
+	for _, t := range l.Tasks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.40s\n", t.ID, t.Status, t.Queue, t.CustomerID, stamp(t.CreatedAt), messageText(t.Message.Content))
+	}
+	tw.Flush()
+	if l.Next != "" {
+		fmt.Fprintf(stdout, "more: --after %s\n", l.Next)
+	}
+	return nil
+}
+
+func cancelCommand(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("cancel")
+	var cf clientFlags
+	cf.register(fs)
+	reason := fs.String("reason", "canceled from the command line", "why")
+	id, err := oneID(fs, args)
+	if err != nil {
+		return err
+	}
+	t, err := cf.client().Cancel(ctx, id, *reason)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(stdout, t)
+	}
+	fmt.Fprintf(stdout, "%s %s\n", t.ID, t.Status)
+	return nil
+}
+
+func historyCommand(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("history")
+	var cf clientFlags
+	cf.register(fs)
+	id, err := oneID(fs, args)
+	if err != nil {
+		return err
+	}
+	h, err := cf.client().History(ctx, id)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(stdout, h)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tAT\t+\tEVENT\tACTOR\tDETAIL")
+	var start time.Time
+	for i, ev := range h.Events {
+		if i == 0 {
+			start = ev.At
+		}
+		detail, _ := json.Marshal(ev.Data)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%.120s\n", ev.Seq, stamp(ev.At), ev.At.Sub(start).Round(time.Millisecond), ev.Type, ev.Actor, detail)
+	}
+	return tw.Flush()
+}
+
+func treeCommand(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("tree")
+	var cf clientFlags
+	cf.register(fs)
+	id, err := oneID(fs, args)
+	if err != nil {
+		return err
+	}
+	tr, err := cf.client().Tree(ctx, id)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(stdout, tr)
+	}
+	var walk func(n api.Tree, prefix string)
+	walk = func(n api.Tree, prefix string) {
+		mark := ""
+		if n.Task.ID == id {
+			mark = "  <"
+		}
+		related := ""
+		if n.Task.RelatedTaskID != "" {
+			related = " related=" + n.Task.RelatedTaskID
+		}
+		fmt.Fprintf(stdout, "%s%s %s %.50s%s%s\n", prefix, n.Task.ID, n.Task.Status, messageText(n.Task.Message.Content), related, mark)
+		for _, c := range n.Children {
+			walk(c, prefix+"  ")
+		}
+	}
+	walk(tr, "")
+	return nil
+}

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/broker"
+	"github.com/taskledger/taskledger/internal/node"
+)
+
+// natsFlags are the flags that say where the log lives; serve and the
+// offline tools share them.
+type natsFlags struct {
+	data, listen, stream            string
+	url, creds, nkey, ca, cert, key string
+	replicas                        int
+	syncAlways                      bool
+}
+
+func (f *natsFlags) register(fs interface {
+	StringVar(*string, string, string, string)
+	IntVar(*int, string, int, string)
+	BoolVar(*bool, string, bool, string)
+}) {
+	fs.StringVar(&f.data, "data", "./data", "data directory of the embedded NATS server")
+	fs.StringVar(&f.listen, "nats-listen", "", "also expose the embedded NATS server on this loopback host:port (e.g. 127.0.0.1:4222)")
+	fs.StringVar(&f.url, "nats-url", "", "connect to this NATS server or cluster instead of embedding one")
+	fs.StringVar(&f.creds, "nats-creds", "", "NATS user credentials file (with --nats-url)")
+	fs.StringVar(&f.nkey, "nats-nkey", "", "NATS nkey seed file (with --nats-url)")
+	fs.StringVar(&f.ca, "nats-ca", "", "TLS root CA file (with --nats-url)")
+	fs.StringVar(&f.cert, "nats-cert", "", "TLS client certificate file (with --nats-url)")
+	fs.StringVar(&f.key, "nats-key", "", "TLS client key file (with --nats-url)")
+	fs.StringVar(&f.stream, "stream", "TASKLEDGER", "event stream name")
+	fs.IntVar(&f.replicas, "replicas", 1, "stream replicas (3 on a cluster)")
+	fs.BoolVar(&f.syncAlways, "sync-always", false, "embedded server: fsync every append before acknowledging it (about 7x slower; survives power loss)")
+}
+
+// connect returns a NATS connection and a function that closes it (and
+// the embedded server, if one was started).
+func (f *natsFlags) connect(log zerolog.Logger) (*nats.Conn, func(), error) {
+	if f.url != "" {
+		nc, err := broker.ConnectRemote(broker.RemoteConfig{URL: f.url, CredsFile: f.creds, NKeyFile: f.nkey, CAFile: f.ca, CertFile: f.cert, KeyFile: f.key})
+		if err != nil {
+			return nil, nil, err
+		}
+		log.Info().Str("url", f.url).Msg("connected to NATS")
+		return nc, func() { nc.Drain() }, nil
+	}
+	if f.listen != "" {
+		if err := requireLoopback(f.listen); err != nil {
+			return nil, nil, fmt.Errorf("--nats-listen: %w", err)
+		}
+	}
+	srv, err := broker.StartEmbedded(broker.EmbeddedConfig{Dir: f.data, Listen: f.listen, SyncAlways: f.syncAlways})
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := srv.Connect()
+	if err != nil {
+		srv.Shutdown()
+		return nil, nil, err
+	}
+	log.Info().Str("data", f.data).Str("nats", srv.ClientURL()).Bool("syncAlways", f.syncAlways).Msg("embedded NATS JetStream started")
+	return nc, func() {
+		nc.Drain()
+		for !nc.IsClosed() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		srv.Shutdown()
+	}, nil
+}
+
+func requireLoopback(hostport string) error {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return err
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%s is not a loopback address", hostport)
+}
+
+func newLogger(level, format string) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil {
+		return zerolog.Logger{}, fmt.Errorf("%w: --log-level: %v", errUsage, err)
+	}
+	var w io.Writer = os.Stderr
+	if format == "text" || format == "auto" && isatty.IsTerminal(os.Stderr.Fd()) {
+		w = zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
+	fs := newFlagSet("serve")
+	var nf natsFlags
+	nf.register(fs)
+	httpAddr := fs.String("http", "127.0.0.1:8080", "HTTP API listen address")
+	authFile := fs.String("auth-file", "", "bearer tokens: lines of 'TOKEN CUSTOMER_ID' ('*' for an operator); required to listen beyond loopback")
+	name := fs.String("name", "", "this scheduler's name in the events it writes (default: hostname)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	logFormat := fs.String("log-format", "auto", "text, json, or auto (text on a terminal)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(*logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
+	var tokens map[string]string
+	if *authFile != "" {
+		if tokens, err = readAuthFile(*authFile); err != nil {
+			return err
+		}
+	} else if err := requireLoopback(*httpAddr); err != nil {
+		return fmt.Errorf("refusing to serve without --auth-file: %w", err)
+	}
+	if *name == "" {
+		h, _ := os.Hostname()
+		*name = "scheduler-" + sanitize(h)
+	}
+	nc, closeNATS, err := nf.connect(log)
+	if err != nil {
+		return err
+	}
+	defer closeNATS()
+	n, err := node.New(ctx, node.Config{
+		NC: nc, Stream: nf.stream, Replicas: nf.replicas, Name: *name, Tokens: tokens,
+		Subjects: events.DefaultSubjects, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *httpAddr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: n.Handler, ReadHeaderTimeout: 10 * time.Second}
+	log.Info().Str("http", "http://"+ln.Addr().String()).Msg("taskledger serving")
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		log.Info().Msg("shutting down")
+		sctx, cancel := context.WithTimeout(context.Background(), 65*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	})
+	g.Go(func() error { return n.Run(gctx) })
+	err = g.Wait()
+	log.Info().Err(err).Msg("stopped")
+	return err
+}
+
+// sanitize makes s a valid id.
+func sanitize(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if events.ValidID(string(c)) != nil {
+			b[i] = '-'
+		}
+	}
+	if len(b) > 40 {
+		b = b[:40]
+	}
+	return string(b)
+}
+
+// readAuthFile reads lines of "TOKEN CUSTOMER_ID"; '#' starts a comment.
+func readAuthFile(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	tokens := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for line := 1; sc.Scan(); line++ {
+		text, _, _ := strings.Cut(sc.Text(), "#")
+		fields := strings.Fields(text)
+		if len(fields) == 0 {
+			continue
+		}
+		if len(fields) != 2 || (fields[1] != "*" && events.ValidID(fields[1]) != nil) {
+			return nil, fmt.Errorf("%s:%d: want 'TOKEN CUSTOMER_ID' or 'TOKEN *'", path, line)
+		}
+		tokens[fields[0]] = fields[1]
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("%s: no tokens", path)
+	}
+	return tokens, nil
+}
