@@ -68,6 +68,7 @@ type State struct {
 	Claim    Owner
 	Result   *events.Result
 	Reason   string // why it was canceled, rejected, exhausted or timed out
+	Rejected bool   // admission refused the task (AdmissionRejected)
 
 	MailIDs []string // mailbox message ids; MailIDs[i] has index i+1
 	Cursor  int      // mailbox messages handed out by check
@@ -130,7 +131,7 @@ func Apply(s State, ev events.Event) State {
 	case events.AdmissionRejected:
 		if s.Version == 1 {
 			s.TaskID, s.CustomerID, s.Spec = ev.TaskID, ev.CustomerID, p.Spec
-			s.CreatedAt = ev.At
+			s.CreatedAt, s.Rejected = ev.At, true
 			s = finish(s, StatusCanceled, ev.At, p.Reason)
 		}
 	case events.DeliveryPending:

@@ -140,7 +140,8 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return &Error{Status: http.StatusBadRequest, Code: "invalid_argument", Message: "malformed JSON body: " + err.Error()}
 	}
-	if dec.More() {
+	// dec.More would miss a stray '}' or ']': only the end may follow.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return &Error{Status: http.StatusBadRequest, Code: "invalid_argument", Message: "malformed JSON body: data after the object"}
 	}
 	return nil
@@ -163,7 +164,13 @@ func writeError(w http.ResponseWriter, e *Error) {
 // fail maps an error from the service to its API error.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var apiErr *Error
-	if !errors.As(err, &apiErr) {
+	var rejected *scheduler.AdmissionError
+	switch {
+	case errors.As(err, &apiErr):
+	case errors.As(err, &rejected):
+		t := NewTask(rejected.Task)
+		apiErr = &Error{Status: http.StatusTooManyRequests, Code: "admission_rejected", Message: rejected.Task.Reason, Task: &t}
+	default:
 		apiErr = toAPIError(err)
 	}
 	if apiErr.Status >= 500 {

@@ -59,3 +59,16 @@ func (s Subjects) Ready(queue string) string { return s.Root + ".ready." + queue
 
 // AllReady matches the ready notifications of every queue.
 func (s Subjects) AllReady() string { return s.Root + ".ready.>" }
+
+// ReadyNotification is the JSON body of a ready notification on
+// <root>.ready.<queue> (API.md). It is permission to try a claim with
+// DeliveryID, not ownership: notifications are at-least-once.
+type ReadyNotification struct {
+	TaskID     string `json:"taskId"`
+	CustomerID string `json:"customerId"`
+	RootID     string `json:"rootId"`
+	ParentID   string `json:"parentId"`
+	Queue      string `json:"queue"`
+	DeliveryID string `json:"deliveryId"`
+	Signal     Signal `json:"signal"`
+}

@@ -14,19 +14,6 @@ import (
 	"github.com/taskledger/taskledger/projections"
 )
 
-// Notification is the body of a ready notification on tl.ready.<queue>
-// (API.md). It is permission to try a claim with DeliveryID, not
-// ownership.
-type Notification struct {
-	TaskID     string        `json:"taskId"`
-	CustomerID string        `json:"customerId"`
-	RootID     string        `json:"rootId"`
-	ParentID   string        `json:"parentId"`
-	Queue      string        `json:"queue"`
-	DeliveryID string        `json:"deliveryId"`
-	Signal     events.Signal `json:"signal"`
-}
-
 // EnsureReadyStream creates or updates the work-queue stream that carries
 // ready notifications. Queues carry notifications; they do not define
 // truth, so its retention is the work queue's: a notification is gone once
@@ -57,7 +44,7 @@ type ReadyPublisher struct {
 // waits for the stream's acknowledgement. Its Nats-Msg-Id is the delivery
 // id, so a republished notification within the dedupe window is dropped.
 func (p ReadyPublisher) PublishReady(ctx context.Context, s aggregate.State) error {
-	body, err := json.Marshal(Notification{
+	body, err := json.Marshal(events.ReadyNotification{
 		TaskID: s.TaskID, CustomerID: s.CustomerID, RootID: s.Spec.RootID, ParentID: s.Spec.ParentID,
 		Queue: s.Spec.Queue, DeliveryID: s.Delivery.ID, Signal: s.Spec.Signal,
 	})

@@ -30,6 +30,7 @@ var commands = []command{
 	{"cancel", "cancel a task: cancel ID", cancelCommand},
 	{"history", "show a task's event history: history ID", historyCommand},
 	{"tree", "show a task's lineage from its root: tree ID", treeCommand},
+	{"work", "reference executor: claim tasks of --queue and run --exec per task", workCommand},
 }
 
 // errUsage marks a command-line mistake: exit code 2.

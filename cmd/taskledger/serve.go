@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +22,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/broker"
 	"github.com/taskledger/taskledger/internal/node"
+	"github.com/taskledger/taskledger/internal/scheduler"
 )
 
 // natsFlags are the flags that say where the log lives; serve and the
@@ -31,22 +34,30 @@ type natsFlags struct {
 	syncAlways                      bool
 }
 
-func (f *natsFlags) register(fs interface {
+type flagSet interface {
 	StringVar(*string, string, string, string)
 	IntVar(*int, string, int, string)
 	BoolVar(*bool, string, bool, string)
-}) {
+}
+
+// register adds every flag: the embedded server's and the remote ones.
+func (f *natsFlags) register(fs flagSet) {
 	fs.StringVar(&f.data, "data", "./data", "data directory of the embedded NATS server")
 	fs.StringVar(&f.listen, "nats-listen", "", "also expose the embedded NATS server on this loopback host:port (e.g. 127.0.0.1:4222)")
+	fs.StringVar(&f.stream, "stream", "TASKLEDGER", "event stream name")
+	fs.IntVar(&f.replicas, "replicas", 1, "stream replicas (3 on a cluster)")
+	fs.BoolVar(&f.syncAlways, "sync-always", false, "embedded server: fsync every append before acknowledging it (about 7x slower; survives power loss)")
+	f.registerRemote(fs)
+}
+
+// registerRemote adds the flags that reach an existing NATS server.
+func (f *natsFlags) registerRemote(fs flagSet) {
 	fs.StringVar(&f.url, "nats-url", "", "connect to this NATS server or cluster instead of embedding one")
 	fs.StringVar(&f.creds, "nats-creds", "", "NATS user credentials file (with --nats-url)")
 	fs.StringVar(&f.nkey, "nats-nkey", "", "NATS nkey seed file (with --nats-url)")
 	fs.StringVar(&f.ca, "nats-ca", "", "TLS root CA file (with --nats-url)")
 	fs.StringVar(&f.cert, "nats-cert", "", "TLS client certificate file (with --nats-url)")
 	fs.StringVar(&f.key, "nats-key", "", "TLS client key file (with --nats-url)")
-	fs.StringVar(&f.stream, "stream", "TASKLEDGER", "event stream name")
-	fs.IntVar(&f.replicas, "replicas", 1, "stream replicas (3 on a cluster)")
-	fs.BoolVar(&f.syncAlways, "sync-always", false, "embedded server: fsync every append before acknowledging it (about 7x slower; survives power loss)")
 }
 
 // connect returns a NATS connection and a function that closes it (and
@@ -116,6 +127,10 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	nf.register(fs)
 	httpAddr := fs.String("http", "127.0.0.1:8080", "HTTP API listen address")
 	authFile := fs.String("auth-file", "", "bearer tokens: lines of 'TOKEN CUSTOMER_ID' ('*' for an operator); required to listen beyond loopback")
+	quotaFile := fs.String("quota-file", "", `admission quotas as JSON: {"default": {"maxActiveRoots": N, "maxRootsPerMinute": N}, "customers": {"ID": {...}}, "checkerUrl": "http://..."}`)
+	maxActive := fs.Int("max-active-roots", 0, "default quota: active root tasks per customer (0 = unlimited)")
+	maxPerMinute := fs.Int("max-roots-per-minute", 0, "default quota: new root tasks per customer per minute (0 = unlimited)")
+	checkerURL := fs.String("usage-checker-url", "", "external usage checker asked about each new root task (fails open)")
 	name := fs.String("name", "", "this scheduler's name in the events it writes (default: hostname)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "auto", "text, json, or auto (text on a terminal)")
@@ -134,6 +149,19 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	} else if err := requireLoopback(*httpAddr); err != nil {
 		return fmt.Errorf("refusing to serve without --auth-file: %w", err)
 	}
+	admission, err := loadAdmission(*quotaFile)
+	if err != nil {
+		return err
+	}
+	if *maxActive > 0 {
+		admission.Default.MaxActiveRoots = *maxActive
+	}
+	if *maxPerMinute > 0 {
+		admission.Default.MaxRootsPerMinute = *maxPerMinute
+	}
+	if *checkerURL != "" {
+		admission.CheckerURL = *checkerURL
+	}
 	if *name == "" {
 		h, _ := os.Hostname()
 		*name = "scheduler-" + sanitize(h)
@@ -144,7 +172,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	}
 	defer closeNATS()
 	n, err := node.New(ctx, node.Config{
-		NC: nc, Stream: nf.stream, Replicas: nf.replicas, Name: *name, Tokens: tokens,
+		NC: nc, Stream: nf.stream, Replicas: nf.replicas, Name: *name, Tokens: tokens, Admission: admission,
 		Subjects: events.DefaultSubjects, Logger: log,
 	})
 	if err != nil {
@@ -218,4 +246,21 @@ func readAuthFile(path string) (map[string]string, error) {
 		return nil, fmt.Errorf("%s: no tokens", path)
 	}
 	return tokens, nil
+}
+
+func loadAdmission(path string) (scheduler.Admission, error) {
+	var a scheduler.Admission
+	if path == "" {
+		return a, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return a, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil {
+		return a, fmt.Errorf("%s: %w", path, err)
+	}
+	return a, nil
 }

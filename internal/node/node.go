@@ -33,6 +33,7 @@ type Config struct {
 	Replicas    int             // default 1
 	Name        string          // actor name of this node's events; default "scheduler"
 	Tokens      map[string]string
+	Admission   scheduler.Admission
 	Alarm       reactors.AlarmConfig
 	Logger      zerolog.Logger
 	Registry    *prometheus.Registry // default a new one
@@ -84,7 +85,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	eng = projections.New(st.JetStream(), projections.Config{Stream: cfg.Stream, Subjects: cfg.Subjects, Logger: cfg.Logger})
 	svc := scheduler.New(scheduler.Config{
 		Store: st, Views: eng, JS: st.JetStream(), ReadyStream: cfg.ReadyStream, Subjects: cfg.Subjects,
-		Logger: cfg.Logger, Metrics: scheduler.NewMetrics(cfg.Registry),
+		Usage: eng, Admission: cfg.Admission, Logger: cfg.Logger, Metrics: scheduler.NewMetrics(cfg.Registry),
 	})
 	alarmCfg := cfg.Alarm
 	alarmCfg.Logger, alarmCfg.Now = cfg.Logger, cfg.Now

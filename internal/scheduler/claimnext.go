@@ -13,7 +13,6 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/reactors"
 )
 
 // MaxWait is the longest long poll of ClaimNext.
@@ -26,8 +25,22 @@ type consumers struct {
 	m  map[string]jetstream.Consumer
 }
 
-// ConsumerName is the durable consumer of queue's ready notifications.
-func ConsumerName(queue string) string { return "ready_" + queue }
+// ReadyConsumerConfig is the durable pull consumer of queue's ready
+// notifications that every claimer of the queue shares: the scheduler's
+// claims/next and executors reading NATS directly. ackWait (default 30s)
+// is how long a taken notification stays invisible to other claimers.
+func ReadyConsumerConfig(subjects events.Subjects, queue string, ackWait time.Duration) jetstream.ConsumerConfig {
+	if ackWait <= 0 {
+		ackWait = 30 * time.Second
+	}
+	return jetstream.ConsumerConfig{
+		Durable:       "ready_" + queue,
+		FilterSubject: subjects.Ready(queue),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		MaxAckPending: -1,
+	}
+}
 
 func (s *Service) consumer(ctx context.Context, queue string) (jetstream.Consumer, error) {
 	s.consumers.mu.Lock()
@@ -35,13 +48,7 @@ func (s *Service) consumer(ctx context.Context, queue string) (jetstream.Consume
 	if c, ok := s.consumers.m[queue]; ok {
 		return c, nil
 	}
-	c, err := s.cfg.JS.CreateOrUpdateConsumer(ctx, s.cfg.ReadyStream, jetstream.ConsumerConfig{
-		Durable:       ConsumerName(queue),
-		FilterSubject: s.cfg.Subjects.Ready(queue),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       s.cfg.AckWait,
-		MaxAckPending: -1,
-	})
+	c, err := s.cfg.JS.CreateOrUpdateConsumer(ctx, s.cfg.ReadyStream, ReadyConsumerConfig(s.cfg.Subjects, queue, s.cfg.AckWait))
 	if err != nil {
 		return nil, fmt.Errorf("ready consumer for %s: %w", queue, err)
 	}
@@ -101,7 +108,7 @@ func (s *Service) ClaimNext(ctx context.Context, p Principal, queue, executorID 
 const fetchSlice = time.Second
 
 func (s *Service) claimNotified(ctx context.Context, p Principal, msg jetstream.Msg, executorID string) (aggregate.State, bool, error) {
-	var n reactors.Notification
+	var n events.ReadyNotification
 	if err := json.Unmarshal(msg.Data(), &n); err != nil || events.ValidID(n.TaskID) != nil {
 		s.cfg.Logger.Error().Err(err).Msg("claims/next: malformed ready notification dropped")
 		msg.Term()

@@ -4,8 +4,10 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // Metrics are the service's counters.
 type Metrics struct {
-	CheckFailures prometheus.Counter
-	Repairs       prometheus.Counter
+	CheckFailures   prometheus.Counter
+	Repairs         prometheus.Counter
+	Rejections      prometheus.Counter
+	CheckerFailures prometheus.Counter
 }
 
 // NewMetrics creates the counters and registers them with reg, if not nil.
@@ -19,9 +21,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "taskledger_timer_repairs_total",
 			Help: "Releases or deliveries missing from the timer queues and put back from the log.",
 		}),
+		Rejections: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "taskledger_admission_rejections_total",
+			Help: "New root tasks refused by admission (persisted as canceled).",
+		}),
+		CheckerFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "taskledger_usage_checker_failures_total",
+			Help: "Calls to the external usage checker that failed; the task was admitted (fail-open).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.CheckFailures, m.Repairs)
+		reg.MustRegister(m.CheckFailures, m.Repairs, m.Rejections, m.CheckerFailures)
 	}
 	return m
 }

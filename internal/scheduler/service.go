@@ -53,6 +53,8 @@ type Config struct {
 	JS          jetstream.JetStream // for claims/next
 	ReadyStream string              // the ready notification stream
 	Subjects    events.Subjects
+	Usage       Usage // for admission quotas; nil disables them
+	Admission   Admission
 	Logger      zerolog.Logger
 	Metrics     *Metrics
 	// WriteTimeout bounds how long a write waits for the projections to
@@ -158,18 +160,50 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 	} else {
 		spec.RootID = taskID
 	}
-	st, _, err = s.cfg.Store.Execute(ctx, taskID, "", aggregate.Schedule{TaskID: taskID, CustomerID: customerID, Spec: spec})
+	var cmd aggregate.Command = aggregate.Schedule{TaskID: taskID, CustomerID: customerID, Spec: spec}
+	if spec.ParentID == "" && s.cfg.Usage != nil {
+		// A replay is not charged again: look before admitting.
+		if req.RequestID != "" {
+			if st, err = s.cfg.Store.Load(ctx, taskID); err != nil {
+				return st, false, s.unavailable(err)
+			} else if st.Exists() {
+				return s.existing(ctx, st)
+			}
+		}
+		if reason := s.admit(ctx, customerID, spec); reason != "" {
+			s.cfg.Metrics.Rejections.Inc()
+			cmd = aggregate.Reject{TaskID: taskID, CustomerID: customerID, Spec: spec, Reason: reason}
+		}
+	}
+	st, _, err = s.cfg.Store.Execute(ctx, taskID, "", cmd)
 	if errors.Is(err, aggregate.ErrExists) {
-		st, err = s.cfg.Store.Load(ctx, taskID)
-		if err != nil {
+		if st, err = s.cfg.Store.Load(ctx, taskID); err != nil {
 			return st, false, s.unavailable(err)
 		}
-		return st, false, s.settle(ctx, st)
+		return s.existing(ctx, st)
 	}
 	if err != nil {
 		return st, false, err
 	}
-	return st, true, s.settle(ctx, st)
+	if err := s.settle(ctx, st); err != nil {
+		return st, false, err
+	}
+	if st.Rejected {
+		return st, false, &AdmissionError{Task: st}
+	}
+	return st, true, nil
+}
+
+// existing answers a repeated request id with the task it named, and a
+// task admission rejected with the same rejection.
+func (s *Service) existing(ctx context.Context, st aggregate.State) (aggregate.State, bool, error) {
+	if err := s.settle(ctx, st); err != nil {
+		return st, false, err
+	}
+	if st.Rejected {
+		return st, false, &AdmissionError{Task: st}
+	}
+	return st, false, nil
 }
 
 func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, string, error) {
@@ -207,6 +241,13 @@ func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, s
 	}
 	if err := events.ValidID(customerID); err != nil {
 		return events.TaskSpec{}, "", invalid("customerId: %v", err)
+	}
+	// Checked before the parent is loaded: "*" or ">" would match every
+	// task's subject.
+	if req.ParentID != "" {
+		if err := events.ValidID(req.ParentID); err != nil {
+			return events.TaskSpec{}, "", invalid("parentId: %v", err)
+		}
 	}
 	msg := req.Message
 	if msg.CreatedAt.IsZero() {

@@ -1,0 +1,138 @@
+package scheduler
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/projections"
+)
+
+// ErrAdmissionRejected: admission refused a new root task. The candidate
+// is persisted as canceled; the error is an *AdmissionError holding it.
+var ErrAdmissionRejected = errors.New("scheduler: admission rejected")
+
+// AdmissionError carries the persisted, rejected task.
+type AdmissionError struct {
+	Task aggregate.State
+}
+
+func (e *AdmissionError) Error() string {
+	return fmt.Sprintf("admission rejected task %s: %s", e.Task.TaskID, e.Task.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrAdmissionRejected) hold.
+func (e *AdmissionError) Unwrap() error { return ErrAdmissionRejected }
+
+// Quota limits a customer's new root tasks. Zero means unlimited.
+type Quota struct {
+	MaxActiveRoots    int `json:"maxActiveRoots"`
+	MaxRootsPerMinute int `json:"maxRootsPerMinute"`
+}
+
+// Admission configures admission control of new root tasks. Children and
+// idempotent replays are never charged.
+type Admission struct {
+	Default     Quota            `json:"default"`
+	PerCustomer map[string]Quota `json:"customers"`
+	// CheckerURL, if set, is asked about every new root task with a POST
+	// of UsageQuery; it answers UsageVerdict. An error, a timeout or a
+	// non-200 answer admits the task (fail-open), logged and counted.
+	CheckerURL     string        `json:"checkerUrl"`
+	CheckerTimeout time.Duration `json:"-"` // default 500ms
+}
+
+// UsageQuery is the body sent to the external usage checker.
+type UsageQuery struct {
+	CustomerID  string `json:"customerId"`
+	Queue       string `json:"queue"`
+	RequestID   string `json:"requestId,omitempty"`
+	ActiveRoots int    `json:"activeRoots"`
+	RecentRoots int    `json:"recentRoots"`
+}
+
+// UsageVerdict is the external usage checker's answer.
+type UsageVerdict struct {
+	Allow  bool   `json:"allow"`
+	Reason string `json:"reason"`
+}
+
+func (a Admission) quota(customerID string) Quota {
+	if q, ok := a.PerCustomer[customerID]; ok {
+		return q
+	}
+	return a.Default
+}
+
+// Usage is what admission reads from the projections.
+type Usage interface {
+	ActiveRoots(customerID string) int
+	RecentAdmissions(customerID string, since time.Time) int
+}
+
+// admit decides whether a new root task may be scheduled and returns the
+// reason when it may not. The counts come from the usage projection, so
+// racing requests of one customer may overshoot a quota by the number in
+// flight at once.
+func (s *Service) admit(ctx context.Context, customerID string, spec events.TaskSpec) string {
+	a := s.cfg.Admission
+	active := s.cfg.Usage.ActiveRoots(customerID)
+	recent := s.cfg.Usage.RecentAdmissions(customerID, s.cfg.Store.Now().Add(-projections.AdmissionWindow))
+	q := a.quota(customerID)
+	if q.MaxActiveRoots > 0 && active >= q.MaxActiveRoots {
+		return fmt.Sprintf("quota: %d active root tasks, at most %d", active, q.MaxActiveRoots)
+	}
+	if q.MaxRootsPerMinute > 0 && recent >= q.MaxRootsPerMinute {
+		return fmt.Sprintf("quota: %d root tasks in the last minute, at most %d", recent, q.MaxRootsPerMinute)
+	}
+	if a.CheckerURL == "" {
+		return ""
+	}
+	v, err := s.askChecker(ctx, UsageQuery{CustomerID: customerID, Queue: spec.Queue, RequestID: spec.RequestID, ActiveRoots: active, RecentRoots: recent})
+	if err != nil {
+		s.cfg.Metrics.CheckerFailures.Inc()
+		s.cfg.Logger.Warn().Err(err).Str("customer", customerID).Msg("usage checker unavailable; admitting (fail-open)")
+		return ""
+	}
+	if !v.Allow {
+		if v.Reason == "" {
+			v.Reason = "refused by the usage checker"
+		}
+		return "usage: " + v.Reason
+	}
+	return ""
+}
+
+func (s *Service) askChecker(ctx context.Context, q UsageQuery) (UsageVerdict, error) {
+	timeout := s.cfg.Admission.CheckerTimeout
+	if timeout <= 0 {
+		timeout = 500 * time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	body, _ := json.Marshal(q)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.Admission.CheckerURL, bytes.NewReader(body))
+	if err != nil {
+		return UsageVerdict{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return UsageVerdict{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return UsageVerdict{}, fmt.Errorf("usage checker answered %s", resp.Status)
+	}
+	var v UsageVerdict
+	if err := json.NewDecoder(http.MaxBytesReader(nil, resp.Body, 1<<16)).Decode(&v); err != nil {
+		return UsageVerdict{}, fmt.Errorf("usage checker answer: %w", err)
+	}
+	return v, nil
+}
