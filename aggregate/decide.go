@@ -141,7 +141,7 @@ func Decide(s State, cmd Command, now time.Time) ([]events.Event, error) {
 	if p == nil || err != nil {
 		return nil, err
 	}
-	return []events.Event{{TaskID: s.TaskID, CustomerID: s.CustomerID, At: now, Data: p}}, nil
+	return []events.Event{{TaskID: s.TaskID, CustomerID: s.CustomerID, Number: s.Version + 1, At: now, Data: p}}, nil
 }
 
 func decideNew(s State, taskID, customerID string, spec events.TaskSpec, now time.Time, payload func(events.TaskSpec) events.Payload) ([]events.Event, error) {
@@ -154,7 +154,7 @@ func decideNew(s State, taskID, customerID string, spec events.TaskSpec, now tim
 	if err := validateNew(taskID, customerID, spec); err != nil {
 		return nil, err
 	}
-	return []events.Event{{TaskID: taskID, CustomerID: customerID, At: now, Data: payload(spec)}}, nil
+	return []events.Event{{TaskID: taskID, CustomerID: customerID, Number: 1, At: now, Data: payload(spec)}}, nil
 }
 
 func validateNew(taskID, customerID string, spec events.TaskSpec) error {

@@ -156,8 +156,10 @@ func runDecide(t *testing.T, cases []decideCase) {
 				t.Fatalf("Decide(%T%+v) error = %v, want events %+v", tc.cmd, tc.cmd, err, tc.want)
 			}
 			want := make([]events.Event, 0, len(tc.want))
-			for _, p := range tc.want {
-				want = append(want, ev(tc.now, p))
+			for i, p := range tc.want {
+				e := ev(tc.now, p)
+				e.Number = s.Version + 1 + i // gap-free per task
+				want = append(want, e)
 			}
 			if len(got) != 0 || len(want) != 0 {
 				if !reflect.DeepEqual(got, want) {

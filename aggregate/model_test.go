@@ -268,7 +268,7 @@ func (h *harness) exec(t *rapid.T, cmd aggregate.Command) {
 	case aggregate.Reject:
 		taskID, custID = c.TaskID, c.CustomerID
 	}
-	want := []events.Event{{TaskID: taskID, CustomerID: custID, At: h.now, Data: wantP}}
+	want := []events.Event{{TaskID: taskID, CustomerID: custID, Number: h.s.Version + 1, At: h.now, Data: wantP}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("%s events\n got: %#v\nwant: %#v", name, got, want)
 	}

@@ -36,6 +36,7 @@ type wire struct {
 	Version    wireVersion        `msgpack:"v"`
 	TaskID     string             `msgpack:"task"`
 	CustomerID string             `msgpack:"cust"`
+	Number     int64              `msgpack:"n"`
 	At         time.Time          `msgpack:"at"`
 	Actor      string             `msgpack:"actor,omitempty"`
 	Data       msgpack.RawMessage `msgpack:"data"`
@@ -100,6 +101,7 @@ func Encode(ev Event) ([]byte, error) {
 		Version:    currentVersion,
 		TaskID:     ev.TaskID,
 		CustomerID: ev.CustomerID,
+		Number:     int64(ev.Number),
 		At:         ev.At.UTC(),
 		Actor:      ev.Actor,
 		Data:       data,
@@ -124,11 +126,15 @@ func Decode(b []byte) (Event, error) {
 	if err != nil {
 		return Event{}, fmt.Errorf("event %s of task %s: %w", w.ID, w.TaskID, err)
 	}
+	if w.Number < 1 || w.Number > 1<<31 {
+		return Event{}, fmt.Errorf("%w: event number %d", ErrMalformed, w.Number)
+	}
 	return Event{
 		ID:         w.ID,
 		Version:    uint8(w.Version),
 		TaskID:     w.TaskID,
 		CustomerID: w.CustomerID,
+		Number:     int(w.Number),
 		At:         w.At,
 		Actor:      w.Actor,
 		Data:       data,

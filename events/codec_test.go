@@ -81,6 +81,7 @@ func sampleEvent(p Payload) Event {
 		ID:         "evt-" + string(p.EventType()),
 		TaskID:     "task-1",
 		CustomerID: "cust_1",
+		Number:     1,
 		At:         base,
 		Actor:      "node-a",
 		Data:       p,
@@ -157,10 +158,10 @@ func validWire(t testing.TB) wire {
 		Type:       TypeReadyPublished,
 		Version:    currentVersion,
 		TaskID:     "task-1",
-		CustomerID: "cust-1",
-		At:         base,
-		Actor:      "node-a",
-		Data:       rawPayload(t, map[string]any{"deliveryId": "dlv-1"}),
+		CustomerID: "cust-1", Number: 1,
+		At:    base,
+		Actor: "node-a",
+		Data:  rawPayload(t, map[string]any{"deliveryId": "dlv-1"}),
 	}
 }
 
@@ -202,7 +203,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 
 func TestEncodeDecodeZeroOptionalFields(t *testing.T) {
 	t.Parallel()
-	in := Event{TaskID: "t", CustomerID: "c", Data: Canceled{}}
+	in := Event{TaskID: "t", CustomerID: "c", Number: 1, Data: Canceled{}}
 	got, err := Decode(mustEncode(t, in))
 	if err != nil {
 		t.Fatalf("Decode: %v", err)
@@ -247,7 +248,7 @@ func TestEncodeWireFormat(t *testing.T) {
 	if err := msgpack.Unmarshal(b, &env); err != nil {
 		t.Fatalf("unmarshal envelope: %v", err)
 	}
-	assertKeys(t, env, "id", "t", "v", "task", "cust", "at", "actor", "data")
+	assertKeys(t, env, "id", "t", "v", "task", "cust", "n", "at", "actor", "data")
 	if env["t"] != string(TypeDeliveryPending) {
 		t.Fatalf("t = %v, want %s", env["t"], TypeDeliveryPending)
 	}
@@ -279,8 +280,8 @@ func TestEncodeErrors(t *testing.T) {
 		invalidID bool
 	}{
 		{name: "NoPayload", ev: Event{TaskID: "t", CustomerID: "c"}},
-		{name: "EmptyTaskID", ev: Event{CustomerID: "c", Data: Canceled{}}, invalidID: true},
-		{name: "DotInTaskID", ev: Event{TaskID: "a.b", CustomerID: "c", Data: Canceled{}}, invalidID: true},
+		{name: "EmptyTaskID", ev: Event{CustomerID: "c", Number: 1, Data: Canceled{}}, invalidID: true},
+		{name: "DotInTaskID", ev: Event{TaskID: "a.b", CustomerID: "c", Number: 1, Data: Canceled{}}, invalidID: true},
 		{name: "WildcardCustomerID", ev: Event{TaskID: "t", CustomerID: "*", Data: Canceled{}}, invalidID: true},
 		{name: "TailCustomerID", ev: Event{TaskID: "t", CustomerID: ">", Data: Canceled{}}, invalidID: true},
 	}
@@ -411,7 +412,7 @@ func TestDecodeCraftedEnvelope(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Decode: %v", err)
 	}
-	want := Event{ID: "evt-1", Version: 1, TaskID: "task-1", CustomerID: "cust-1", At: base, Data: ReadyPublished{DeliveryID: "dlv-1"}}
+	want := Event{ID: "evt-1", Version: 1, TaskID: "task-1", CustomerID: "cust-1", Number: 1, At: base, Data: ReadyPublished{DeliveryID: "dlv-1"}}
 	if got, want := utc(got), utc(want); !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %#v, want %#v", got, want)
 	}

@@ -37,6 +37,7 @@ type Event struct {
 	Version    uint8     // schema version of Data; 0 means current on encode
 	TaskID     string    // the task the fact is about
 	CustomerID string    // owner of the task
+	Number     int       // 1-based position in the task's history: gap-free per task
 	At         time.Time // when the scheduler decided the fact
 	Actor      string    // scheduler node or executor id
 	Data       Payload

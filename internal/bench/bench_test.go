@@ -163,7 +163,7 @@ func history(taskID, customerID string, at time.Time) []events.Event {
 	evs := make([]events.Event, len(payloads))
 	for i, p := range payloads {
 		evs[i] = events.Event{
-			ID: ids.New(), TaskID: taskID, CustomerID: customerID,
+			ID: ids.New(), TaskID: taskID, CustomerID: customerID, Number: i + 1,
 			At: at, Actor: "scheduler", Data: p,
 		}
 	}
