@@ -160,8 +160,56 @@ func (c *Client) History(ctx context.Context, id string) (h History, err error) 
 	return h, err
 }
 
+// LineageHistory returns the events of a task's root and all its
+// descendants, interleaved in log order.
+func (c *Client) LineageHistory(ctx context.Context, id string) (h History, err error) {
+	_, err = c.do(ctx, http.MethodGet, taskPath(id, "/history?tree=1"), nil, &h)
+	return h, err
+}
+
 // Tree returns the lineage of a task from its root.
 func (c *Client) Tree(ctx context.Context, id string) (t Tree, err error) {
 	_, err = c.do(ctx, http.MethodGet, taskPath(id, "/tree"), nil, &t)
 	return t, err
+}
+
+// CustomerEvents streams a customer's events stored at or after since
+// (zero: all), calling fn for each in log order.
+func (c *Client) CustomerEvents(ctx context.Context, customerID string, since time.Time, fn func(Event) error) error {
+	q := url.Values{"customerId": {customerID}}
+	if !since.IsZero() {
+		q.Set("since", since.UTC().Format(time.RFC3339Nano))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+"/v1/events?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		e := &Error{Status: resp.StatusCode}
+		data, _ := io.ReadAll(resp.Body)
+		if json.Unmarshal(data, e) != nil || e.Code == "" {
+			e.Code, e.Message = "http_"+strconv.Itoa(resp.StatusCode), strings.TrimSpace(string(data))
+		}
+		return e
+	}
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var e Event
+		if err := dec.Decode(&e); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
 }

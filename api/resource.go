@@ -7,6 +7,7 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/scheduler"
+	"github.com/taskledger/taskledger/replay"
 )
 
 // Task is the task resource of API.md.
@@ -137,19 +138,32 @@ type MailAccepted struct {
 	Index     int    `json:"index"`
 }
 
-// Event is one entry of a task's history.
+// Event is one entry of a task's history: the logged event, plus the
+// status it left its task in and a line saying what it meant.
 type Event struct {
-	Seq   uint64    `json:"seq"`
-	ID    string    `json:"id"`
-	Type  string    `json:"type"`
-	At    time.Time `json:"at"`
-	Actor string    `json:"actor,omitempty"`
-	Data  any       `json:"data"`
+	Seq    uint64    `json:"seq"`
+	ID     string    `json:"id"`
+	TaskID string    `json:"taskId"`
+	Type   string    `json:"type"`
+	At     time.Time `json:"at"`
+	Actor  string    `json:"actor,omitempty"`
+	Status string    `json:"status"`
+	Detail string    `json:"detail"`
+	Data   any       `json:"data"`
 }
 
-// NewEvent renders a logged event.
-func NewEvent(ev events.Event) Event {
-	return Event{Seq: ev.Seq, ID: ev.ID, Type: string(ev.Type()), At: utc(ev.At), Actor: ev.Actor, Data: ev.Data}
+// NewEvents renders logged events (of one task, or a lineage in log order).
+func NewEvents(evs []events.Event) []Event {
+	t := replay.NewStatusTracker()
+	out := make([]Event, len(evs))
+	for i, ev := range evs {
+		out[i] = newEvent(ev, t.Entry(ev))
+	}
+	return out
+}
+
+func newEvent(ev events.Event, e replay.Entry) Event {
+	return Event{Seq: e.Seq, ID: ev.ID, TaskID: e.TaskID, Type: e.Type, At: e.At, Actor: e.Actor, Status: e.Status, Detail: e.Detail, Data: e.Data}
 }
 
 // History is the answer of GET /v1/tasks/{id}/history.

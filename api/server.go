@@ -20,16 +20,19 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/projections"
+	"github.com/taskledger/taskledger/replay"
 )
 
 // MaxBodyBytes is the largest request body accepted; larger is 413.
 const MaxBodyBytes = 1 << 20
 
-// Readiness reports whether the projections have caught up.
+// Readiness reports whether the projections have caught up, and rebuilds
+// them on an operator's request.
 type Readiness interface {
 	CaughtUp() bool
 	Applied() uint64
 	Digest() string
+	Rebuild(ctx context.Context, progress func(seq, last uint64)) error
 }
 
 // ServerConfig configures the HTTP handler.
@@ -59,6 +62,8 @@ func NewHandler(cfg ServerConfig) http.Handler {
 	mux.HandleFunc("GET /v1/tasks/{id}/mailbox", h.auth(h.mailbox))
 	mux.HandleFunc("GET /v1/tasks/{id}/history", h.auth(h.history))
 	mux.HandleFunc("GET /v1/tasks/{id}/tree", h.auth(h.tree))
+	mux.HandleFunc("GET /v1/events", h.auth(h.customerEvents))
+	mux.HandleFunc("POST /v1/admin/projections/rebuild", h.auth(h.rebuild))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -471,16 +476,16 @@ func (h *handler) history(w http.ResponseWriter, r *http.Request, p scheduler.Pr
 		h.fail(w, r, err)
 		return
 	}
-	evs, err := h.Service.History(r.Context(), p, id)
+	history := h.Service.History
+	if tree := r.URL.Query().Get("tree"); tree == "1" || tree == "true" {
+		history = h.Service.LineageHistory
+	}
+	evs, err := history(r.Context(), p, id)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	out := History{Events: make([]Event, len(evs))}
-	for i, ev := range evs {
-		out.Events[i] = NewEvent(ev)
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, History{Events: NewEvents(evs)})
 }
 
 func (h *handler) tree(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
@@ -495,4 +500,55 @@ func (h *handler) tree(w http.ResponseWriter, r *http.Request, p scheduler.Princ
 		return
 	}
 	writeJSON(w, http.StatusOK, newTree(n))
+}
+
+// customerEvents streams a customer's events since a time as NDJSON, one
+// history entry per line (GET /v1/events?customerId=C&since=RFC3339).
+func (h *handler) customerEvents(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+	q := r.URL.Query()
+	customerID := q.Get("customerId")
+	if customerID == "" && !p.IsOperator() {
+		customerID = p.CustomerID
+	}
+	if err := events.ValidID(customerID); err != nil {
+		h.fail(w, r, invalidArg("customerId: %v", err))
+		return
+	}
+	var since time.Time
+	if s := q.Get("since"); s != "" {
+		var err error
+		if since, err = time.Parse(time.RFC3339Nano, s); err != nil {
+			h.fail(w, r, invalidArg("since must be an RFC 3339 time: %v", err))
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	enc := json.NewEncoder(w)
+	tracker := replay.NewStatusTracker()
+	started := false
+	err := h.Service.CustomerEvents(r.Context(), p, customerID, since, func(ev events.Event) error {
+		started = true
+		return enc.Encode(newEvent(ev, tracker.Entry(ev)))
+	})
+	if err != nil && !started {
+		h.fail(w, r, err)
+	}
+}
+
+// rebuild rebuilds the projections from the log side by side and swaps
+// them in; the API keeps serving meanwhile. Operator only.
+func (h *handler) rebuild(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+	if !p.IsOperator() {
+		h.fail(w, r, &Error{Status: http.StatusNotFound, Code: "not_found", Message: "no route " + r.Method + " " + r.URL.Path})
+		return
+	}
+	start := time.Now()
+	err := h.Ready.Rebuild(r.Context(), func(seq, last uint64) {
+		h.Logger.Info().Uint64("seq", seq).Uint64("last", last).Msg("rebuilding projections")
+	})
+	if err != nil {
+		h.fail(w, r, fmt.Errorf("%w: rebuild: %v", scheduler.ErrUnavailable, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"applied": h.Ready.Applied(), "digest": h.Ready.Digest(), "seconds": time.Since(start).Seconds()})
 }

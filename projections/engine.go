@@ -28,6 +28,13 @@ type Config struct {
 	Stream   string          // event stream; default "TASKLEDGER"
 	Subjects events.Subjects // default events.DefaultSubjects
 	Logger   zerolog.Logger
+	// Snapshots, if set, is where the engine loads its state from on
+	// start (then catches up from the snapshot's sequence) and writes a
+	// snapshot every SnapshotEvery events (default 100,000) or
+	// SnapshotInterval (default 5m), whichever comes first.
+	Snapshots        SnapshotStore
+	SnapshotEvery    uint64
+	SnapshotInterval time.Duration
 }
 
 // Engine consumes the log in order from its applied sequence and feeds
@@ -44,6 +51,10 @@ type Engine struct {
 	caughtUp atomic.Bool
 	kick     chan struct{}
 	bad      atomic.Uint64
+
+	policy       snapshotPolicy // owned by Run's goroutine
+	snapshots    sync.WaitGroup
+	snapshotBusy atomic.Bool
 }
 
 // New returns an Engine that will read stream through js once Run starts.
@@ -53,6 +64,12 @@ func New(js jetstream.JetStream, cfg Config) *Engine {
 	}
 	if cfg.Subjects.Root == "" {
 		cfg.Subjects = events.DefaultSubjects
+	}
+	if cfg.SnapshotEvery == 0 {
+		cfg.SnapshotEvery = 100_000
+	}
+	if cfg.SnapshotInterval <= 0 {
+		cfg.SnapshotInterval = 5 * time.Minute
 	}
 	return &Engine{cfg: cfg, js: js, v: newViews(), changed: make(chan struct{}), kick: make(chan struct{}, 1)}
 }
@@ -65,6 +82,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		return fmt.Errorf("projections: stream %s: %w", e.cfg.Stream, err)
 	}
 	target := info.CachedInfo().State.LastSeq
+	if e.applied.Load() == 0 && e.cfg.Snapshots != nil {
+		e.restoreSnapshot(ctx, target)
+	}
+	defer e.snapshots.Wait()
+	e.policy = snapshotPolicy{every: e.cfg.SnapshotEvery, interval: e.cfg.SnapshotInterval, lastSeq: e.applied.Load(), lastAt: time.Now()}
 	if e.applied.Load() >= target {
 		e.caughtUp.Store(true)
 	}
@@ -105,7 +127,133 @@ func (e *Engine) Run(ctx context.Context) error {
 			e.caughtUp.Store(true)
 			e.cfg.Logger.Info().Uint64("applied", meta.Sequence.Stream).Msg("projections caught up")
 		}
+		if e.cfg.Snapshots != nil && e.policy.due(meta.Sequence.Stream, time.Now()) && !e.snapshotBusy.Load() {
+			e.policy.lastSeq, e.policy.lastAt = meta.Sequence.Stream, time.Now()
+			e.snapshotBusy.Store(true)
+			e.snapshots.Add(1)
+			go func() {
+				defer e.snapshots.Done()
+				defer e.snapshotBusy.Store(false)
+				if err := e.SaveSnapshot(context.WithoutCancel(ctx)); err != nil {
+					e.cfg.Logger.Warn().Err(err).Msg("projection snapshot not written")
+				}
+			}()
+		}
 	}
+}
+
+// restoreSnapshot loads the stored snapshot if it is valid; a missing or
+// bad one (checksum, format, ahead of the stream) is logged and ignored,
+// and the engine rebuilds from the log.
+func (e *Engine) restoreSnapshot(ctx context.Context, lastSeq uint64) {
+	data, ok, err := e.cfg.Snapshots.Load(ctx)
+	if err != nil || !ok {
+		e.cfg.Logger.Info().Err(err).Msg("no projection snapshot; rebuilding from the log")
+		return
+	}
+	applied, records, err := decodeSnapshot(data, lastSeq)
+	if err != nil {
+		e.cfg.Logger.Warn().Err(err).Msg("projection snapshot ignored; rebuilding from the log")
+		return
+	}
+	v := restore(records)
+	e.mu.Lock()
+	e.v = v
+	e.applied.Store(applied)
+	e.mu.Unlock()
+	e.cfg.Logger.Info().Uint64("applied", applied).Int("tasks", len(records)).Msg("projection snapshot loaded")
+}
+
+// SaveSnapshot writes a snapshot of the projections at the applied
+// sequence to the configured store.
+func (e *Engine) SaveSnapshot(ctx context.Context) error {
+	if e.cfg.Snapshots == nil {
+		return errors.New("projections: no snapshot store configured")
+	}
+	e.mu.RLock()
+	records, applied := e.v.records(), e.applied.Load()
+	e.mu.RUnlock()
+	data, err := encodeSnapshot(applied, records)
+	if err != nil {
+		return err
+	}
+	if err := e.cfg.Snapshots.Save(ctx, data); err != nil {
+		return err
+	}
+	e.cfg.Logger.Info().Uint64("applied", applied).Int("tasks", len(records)).Int("bytes", len(data)).Msg("projection snapshot written")
+	return nil
+}
+
+// RebuildTo folds the log up to sequence last into an engine that is not
+// running (an offline rebuild) and marks it caught up there.
+func (e *Engine) RebuildTo(ctx context.Context, last uint64, progress func(seq, last uint64)) error {
+	e.applied.Store(last)
+	if err := e.Rebuild(ctx, progress); err != nil {
+		return err
+	}
+	e.caughtUp.Store(true)
+	return nil
+}
+
+// Rebuild folds the whole log into fresh projections side by side with the
+// live ones, which keep serving, and swaps them in atomically once they
+// have caught up. progress, if set, is called with the sequence reached.
+func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) error {
+	fresh := newViews()
+	cons, err := e.js.OrderedConsumer(ctx, e.cfg.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{e.cfg.Subjects.Events()}})
+	if err != nil {
+		return fmt.Errorf("projections: rebuild consumer: %w", err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	defer context.AfterFunc(ctx, it.Stop)()
+	var seq uint64
+	// next applies the following message to fresh.
+	next := func() error {
+		msg, err := it.Next()
+		if err != nil {
+			return fmt.Errorf("projections: rebuild read: %w", err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return err
+		}
+		seq = meta.Sequence.Stream
+		if ev, err := events.Decode(msg.Data()); err == nil {
+			ev.Seq = seq
+			fresh.apply(ev)
+		}
+		if progress != nil && seq%50000 == 0 {
+			progress(seq, e.applied.Load())
+		}
+		return nil
+	}
+	for seq < e.applied.Load() {
+		if err := next(); err != nil {
+			return err
+		}
+	}
+	// Catch up the last few events with the live engine paused, then swap.
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for seq < e.applied.Load() {
+		if err := next(); err != nil {
+			return err
+		}
+	}
+	e.v = fresh
+	if progress != nil {
+		progress(seq, seq)
+	}
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+	e.cfg.Logger.Info().Uint64("applied", seq).Int("tasks", len(fresh.tasks)).Msg("projections rebuilt and swapped in")
+	return nil
 }
 
 // Apply folds the event stored at seq into the projections. Events that
@@ -227,6 +375,22 @@ func (e *Engine) Earliest() (time.Time, bool) {
 		}
 	}
 	return best, found
+}
+
+// EarliestExcept returns the earliest due time across the timer queues of
+// the items skip does not report: an alarm arms its timer with it while
+// the earliest items are already being acted on.
+func (e *Engine) EarliestExcept(skip func(t Timer, taskID string) bool) (time.Time, bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	var best int64
+	found := false
+	for t, q := range e.v.timers {
+		if d, ok := q.earliestExcept(func(id string) bool { return skip(Timer(t), id) }); ok && (!found || d < best) {
+			best, found = d, true
+		}
+	}
+	return time.Unix(0, best), found
 }
 
 // Due returns up to limit tasks of timer queue t due at or before now,

@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -120,7 +121,10 @@ func (v *views) relink(t *task, before *aggregate.State) bool {
 		}
 	}
 	if len(s.MailIDs) > len(before.MailIDs) {
-		if child, ok := strings.CutPrefix(s.MailIDs[len(s.MailIDs)-1], "child-"); ok && q.has(child) {
+		// Only the report on the child's own parent settles it: a message
+		// with a look-alike id on another task must not drop the report.
+		if child, ok := strings.CutPrefix(s.MailIDs[len(s.MailIDs)-1], "child-"); ok && q.has(child) &&
+			v.tasks[child].state.Spec.ParentID == s.TaskID {
 			q.remove(child)
 			changed = true
 		}
@@ -142,15 +146,25 @@ func (v *views) created(t *task, at time.Time) {
 		if p := v.tasks[s.Spec.ParentID]; p != nil {
 			p.children = append(p.children, s.TaskID)
 		}
+	}
+	v.admit(s, at)
+}
+
+// admit remembers an admitted root task's creation for per-minute quotas,
+// keeping the customer's list sorted and no older than AdmissionWindow
+// before its newest entry.
+func (v *views) admit(s *aggregate.State, at time.Time) {
+	if s.Spec.ParentID != "" || s.Rejected {
 		return
 	}
-	if s.Status == aggregate.StatusScheduled {
-		recent := v.admissions[s.CustomerID]
-		for len(recent) > 0 && at.Sub(recent[0]) > AdmissionWindow {
-			recent = recent[1:]
-		}
-		v.admissions[s.CustomerID] = append(recent, at)
+	recent := v.admissions[s.CustomerID]
+	i, _ := slices.BinarySearchFunc(recent, at, func(a, b time.Time) int { return a.Compare(b) })
+	recent = slices.Insert(recent, i, at)
+	newest := recent[len(recent)-1]
+	for len(recent) > 0 && newest.Sub(recent[0]) > AdmissionWindow {
+		recent = recent[1:]
 	}
+	v.admissions[s.CustomerID] = recent
 }
 
 // reindex moves a task between the derived views as its state changes.
@@ -168,8 +182,14 @@ func (v *views) reindex(before, after *aggregate.State) bool {
 	}
 	if before.Status != after.Status {
 		if before.Status != "" {
-			delete(v.byStatus[before.Status], id)
-			v.queueCounts[before.Spec.Queue][before.Status]--
+			set := v.byStatus[before.Status]
+			if delete(set, id); len(set) == 0 {
+				delete(v.byStatus, before.Status)
+			}
+			qc := v.queueCounts[before.Spec.Queue]
+			if qc[before.Status]--; qc[before.Status] == 0 {
+				delete(qc, before.Status)
+			}
 		}
 		set := v.byStatus[after.Status]
 		if set == nil {

@@ -236,34 +236,6 @@ func cancelCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
-func historyCommand(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlagSet("history")
-	var cf clientFlags
-	cf.register(fs)
-	id, err := oneID(fs, args)
-	if err != nil {
-		return err
-	}
-	h, err := cf.client().History(ctx, id)
-	if err != nil {
-		return err
-	}
-	if cf.json {
-		return printJSON(stdout, h)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tAT\t+\tEVENT\tACTOR\tDETAIL")
-	var start time.Time
-	for i, ev := range h.Events {
-		if i == 0 {
-			start = ev.At
-		}
-		detail, _ := json.Marshal(ev.Data)
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%.120s\n", ev.Seq, stamp(ev.At), ev.At.Sub(start).Round(time.Millisecond), ev.Type, ev.Actor, detail)
-	}
-	return tw.Flush()
-}
-
 func treeCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("tree")
 	var cf clientFlags

@@ -30,6 +30,7 @@ var commands = []command{
 	{"cancel", "cancel a task: cancel ID", cancelCommand},
 	{"history", "show a task's event history: history ID", historyCommand},
 	{"tree", "show a task's lineage from its root: tree ID", treeCommand},
+	{"replay", "offline log tools: replay verify | replay rebuild (--data or --nats-url)", replayCommand},
 	{"work", "reference executor: claim tasks of --queue and run --exec per task", workCommand},
 }
 

@@ -38,7 +38,16 @@ type Config struct {
 	Logger      zerolog.Logger
 	Registry    *prometheus.Registry // default a new one
 	Now         func() time.Time
+	// NoSnapshots turns projection snapshots off: every start rebuilds
+	// the projections from the log.
+	NoSnapshots      bool
+	SnapshotEvery    uint64        // default 100,000 events
+	SnapshotInterval time.Duration // default 5m
 }
+
+// SnapshotBucket is the object store bucket of a stream's projection
+// snapshots.
+func SnapshotBucket(stream string) string { return stream + "_SNAPSHOTS" }
 
 // Node is one running scheduler process.
 type Node struct {
@@ -82,9 +91,21 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		st.Close()
 		return nil, err
 	}
-	eng = projections.New(st.JetStream(), projections.Config{Stream: cfg.Stream, Subjects: cfg.Subjects, Logger: cfg.Logger})
+	pcfg := projections.Config{
+		Stream: cfg.Stream, Subjects: cfg.Subjects, Logger: cfg.Logger,
+		SnapshotEvery: cfg.SnapshotEvery, SnapshotInterval: cfg.SnapshotInterval,
+	}
+	if !cfg.NoSnapshots {
+		snaps, err := projections.OpenObjectSnapshots(ctx, st.JetStream(), SnapshotBucket(cfg.Stream), "projections", cfg.Replicas)
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		pcfg.Snapshots = snaps
+	}
+	eng = projections.New(st.JetStream(), pcfg)
 	svc := scheduler.New(scheduler.Config{
-		Store: st, Views: eng, JS: st.JetStream(), ReadyStream: cfg.ReadyStream, Subjects: cfg.Subjects,
+		Store: st, Views: eng, JS: st.JetStream(), Stream: cfg.Stream, ReadyStream: cfg.ReadyStream, Subjects: cfg.Subjects,
 		Usage: eng, Admission: cfg.Admission, Logger: cfg.Logger, Metrics: scheduler.NewMetrics(cfg.Registry),
 	})
 	alarmCfg := cfg.Alarm

@@ -5,9 +5,11 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,6 +19,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/ids"
 	"github.com/taskledger/taskledger/projections"
+	"github.com/taskledger/taskledger/replay"
 )
 
 // Errors the service adds to the aggregate's.
@@ -50,7 +53,8 @@ type Views interface {
 type Config struct {
 	Store       Store
 	Views       Views
-	JS          jetstream.JetStream // for claims/next
+	JS          jetstream.JetStream // for claims/next and log reads
+	Stream      string              // the event stream
 	ReadyStream string              // the ready notification stream
 	Subjects    events.Subjects
 	Usage       Usage // for admission quotas; nil disables them
@@ -290,10 +294,30 @@ func (s *Service) Get(ctx context.Context, p Principal, id string) (aggregate.St
 	return st, nil
 }
 
+// authorize fails with ErrNotFound unless p may see task id. A task's
+// customer never changes, so the projections answer when they know the
+// task; only a task they have not seen yet is read from the log.
+func (s *Service) authorize(ctx context.Context, p Principal, id string) error {
+	if err := events.ValidID(id); err != nil {
+		return invalid("task id: %v", err)
+	}
+	if p.IsOperator() {
+		return nil // Execute answers ErrNotFound for a missing task
+	}
+	if st, ok := s.cfg.Views.Task(id); ok {
+		if !p.sees(st) {
+			return fmt.Errorf("%w: %s", aggregate.ErrNotFound, id)
+		}
+		return nil
+	}
+	_, err := s.Get(ctx, p, id)
+	return err
+}
+
 // execute runs cmd on a task the principal may see, then waits for the
 // projections to apply it.
 func (s *Service) execute(ctx context.Context, p Principal, id, actor string, cmd aggregate.Command) (aggregate.State, error) {
-	if _, err := s.Get(ctx, p, id); err != nil {
+	if err := s.authorize(ctx, p, id); err != nil {
 		return aggregate.State{}, err
 	}
 	st, _, err := s.cfg.Store.Execute(ctx, id, actor, cmd)
@@ -348,6 +372,41 @@ func (s *Service) History(ctx context.Context, p Principal, id string) ([]events
 		return nil, fmt.Errorf("%w: %s", aggregate.ErrNotFound, id)
 	}
 	return evs, nil
+}
+
+// LineageHistory returns the events of a task's whole lineage (its root
+// and every descendant), interleaved in log order.
+func (s *Service) LineageHistory(ctx context.Context, p Principal, id string) ([]events.Event, error) {
+	st, err := s.Get(ctx, p, id)
+	if err != nil {
+		return nil, err
+	}
+	var all []events.Event
+	queue := []string{st.Spec.RootID}
+	for len(queue) > 0 && len(all) < maxTreeNodes*64 {
+		tid := queue[0]
+		queue = queue[1:]
+		evs, err := s.cfg.Store.History(ctx, tid)
+		if err != nil {
+			return nil, s.unavailable(err)
+		}
+		all = append(all, evs...)
+		queue = append(queue, s.cfg.Views.Children(tid)...)
+	}
+	slices.SortFunc(all, func(a, b events.Event) int { return cmp.Compare(a.Seq, b.Seq) })
+	return all, nil
+}
+
+// CustomerEvents calls fn for every event of customerID's tasks stored at
+// or after since, in log order.
+func (s *Service) CustomerEvents(ctx context.Context, p Principal, customerID string, since time.Time, fn func(events.Event) error) error {
+	if !p.IsOperator() && p.CustomerID != customerID {
+		return fmt.Errorf("%w: customer %s", aggregate.ErrNotFound, customerID)
+	}
+	if err := replay.CustomerEvents(ctx, s.cfg.JS, s.cfg.Stream, s.cfg.Subjects, customerID, since, fn); err != nil {
+		return s.unavailable(err)
+	}
+	return nil
 }
 
 // List returns up to limit tasks matching f after the cursor, with the

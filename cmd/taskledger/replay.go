@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/node"
+	"github.com/taskledger/taskledger/projections"
+	"github.com/taskledger/taskledger/replay"
+)
+
+// offline says whether a command reads the log directly (--data given
+// explicitly, or --nats-url) instead of asking a server.
+type offline struct {
+	nf      natsFlags
+	dataSet bool
+}
+
+func (o *offline) register(fs flagSet) {
+	o.nf.register(fs)
+}
+
+// open connects to the log: the NATS URL, or an embedded server on the
+// data directory (which no running `taskledger serve` may be using).
+func (o *offline) open(ctx context.Context) (jetstream.JetStream, func(), error) {
+	if o.nf.url == "" {
+		if _, err := os.Stat(o.nf.data); err != nil {
+			return nil, nil, fmt.Errorf("data directory: %w", err)
+		}
+	}
+	nc, closeNATS, err := o.nf.connect(zerolog.Nop())
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		closeNATS()
+		return nil, nil, err
+	}
+	return js, closeNATS, nil
+}
+
+func historyCommand(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("history")
+	var cf clientFlags
+	cf.register(fs)
+	var off offline
+	off.register(fs)
+	tree := fs.Bool("tree", false, "the whole lineage (root and descendants), interleaved by time")
+	ndjson := fs.Bool("ndjson", false, "one JSON entry per line")
+	customer := fs.String("customer", "", "stream this customer's events instead of one task's")
+	since := fs.String("since", "", "with --customer: from this RFC 3339 time or duration ago (e.g. 1h)")
+	offlineMode := fs.Bool("offline", false, "read the log directly from --data (or --nats-url) instead of a server")
+	var id string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		id, args = args[0], args[1:]
+	}
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if id == "" && fs.NArg() == 1 {
+		id = fs.Arg(0)
+	}
+	if (id == "") == (*customer == "") {
+		return fmt.Errorf("%w: give a task id, or --customer", errUsage)
+	}
+	direct := *offlineMode || off.nf.url != ""
+	var entries []replay.Entry
+	switch {
+	case *customer != "":
+		from, err := parseSince(*since)
+		if err != nil {
+			return err
+		}
+		return customerHistory(ctx, stdout, cf, off, direct, *customer, from, *ndjson || cf.json)
+	case direct:
+		js, closeLog, err := off.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer closeLog()
+		read := replay.TaskHistory
+		if *tree {
+			read = replay.LineageHistory
+		}
+		evs, err := read(ctx, js, off.nf.stream, events.DefaultSubjects, id)
+		if err != nil {
+			return err
+		}
+		if len(evs) == 0 {
+			return fmt.Errorf("task %s: not in the log", id)
+		}
+		entries = replay.Timeline(evs)
+	default:
+		c := cf.client()
+		history := c.History
+		if *tree {
+			history = c.LineageHistory
+		}
+		h, err := history(ctx, id)
+		if err != nil {
+			return err
+		}
+		for _, e := range h.Events {
+			entries = append(entries, replay.Entry{Seq: e.Seq, At: e.At, TaskID: e.TaskID, Type: e.Type, Actor: e.Actor, Status: e.Status, Detail: e.Detail, Data: e.Data})
+		}
+	}
+	switch {
+	case *ndjson:
+		return replay.WriteNDJSON(stdout, entries)
+	case cf.json:
+		return printJSON(stdout, entries)
+	}
+	return replay.WriteText(stdout, entries, *tree)
+}
+
+func parseSince(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		return time.Now().Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return t, fmt.Errorf("%w: --since wants an RFC 3339 time or a duration", errUsage)
+	}
+	return t, nil
+}
+
+func customerHistory(ctx context.Context, stdout io.Writer, cf clientFlags, off offline, direct bool, customer string, since time.Time, asJSON bool) error {
+	emit := func(e replay.Entry) error {
+		if asJSON {
+			return json.NewEncoder(stdout).Encode(e)
+		}
+		_, err := fmt.Fprintf(stdout, "%d %s %s %s %s %s\n", e.Seq, e.At.Format("2006-01-02T15:04:05.000Z"), e.TaskID, e.Type, e.Status, e.Detail)
+		return err
+	}
+	if !direct {
+		return cf.client().CustomerEvents(ctx, customer, since, func(e api.Event) error {
+			return emit(replay.Entry{Seq: e.Seq, At: e.At, TaskID: e.TaskID, Type: e.Type, Actor: e.Actor, Status: e.Status, Detail: e.Detail, Data: e.Data})
+		})
+	}
+	js, closeLog, err := off.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	states := replay.NewStatusTracker()
+	return replay.CustomerEvents(ctx, js, off.nf.stream, events.DefaultSubjects, customer, since, func(ev events.Event) error {
+		return emit(states.Entry(ev))
+	})
+}
+
+func replayCommand(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: replay verify | replay rebuild", errUsage)
+	}
+	switch args[0] {
+	case "verify":
+		return verifyCommand(ctx, args[1:], stdout)
+	case "rebuild":
+		return rebuildCommand(ctx, args[1:], stdout)
+	}
+	return fmt.Errorf("%w: unknown replay command %q (verify, rebuild)", errUsage, args[0])
+}
+
+func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("replay verify")
+	var off offline
+	off.register(fs)
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	js, closeLog, err := off.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	bar := newProgress("verify")
+	report, err := replay.Verify(ctx, js, off.nf.stream, events.DefaultSubjects, bar.update)
+	bar.done()
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if err := printJSON(stdout, report); err != nil {
+			return err
+		}
+	} else {
+		for _, v := range report.Violations {
+			fmt.Fprintf(stdout, "seq %d task %s: %s: %s\n", v.Seq, v.TaskID, v.Kind, v.Detail)
+		}
+		fmt.Fprintf(stdout, "%d events, %d tasks, %d violations\n", report.Events, report.Tasks, len(report.Violations))
+	}
+	if !report.Clean() {
+		return errViolations
+	}
+	return nil
+}
+
+// errViolations makes verify exit non-zero without repeating the report.
+var errViolations = fmt.Errorf("the log breaks invariants")
+
+// progress prints a progress bar on a terminal and progress lines otherwise.
+type progress struct {
+	what    string
+	start   time.Time
+	tty     bool
+	lastLog time.Time
+}
+
+func newProgress(what string) *progress {
+	return &progress{what: what, start: time.Now(), tty: isatty.IsTerminal(os.Stderr.Fd())}
+}
+
+func (p *progress) update(seq, last uint64) {
+	if last == 0 {
+		return
+	}
+	elapsed := time.Since(p.start)
+	rate := float64(seq) / max(elapsed.Seconds(), 1e-9)
+	eta := time.Duration(float64(last-seq) / max(rate, 1e-9) * float64(time.Second))
+	frac := float64(seq) / float64(last)
+	if p.tty {
+		bar := strings.Repeat("#", int(frac*30)) + strings.Repeat(".", 30-int(frac*30))
+		fmt.Fprintf(os.Stderr, "\r%s [%s] %d/%d events %.0f/s ETA %s   ", p.what, bar, seq, last, rate, eta.Round(time.Second))
+		return
+	}
+	if time.Since(p.lastLog) >= 2*time.Second || seq == last {
+		p.lastLog = time.Now()
+		fmt.Fprintf(os.Stderr, "%s: %d/%d events (%.1f%%), %.0f events/s, ETA %s\n", p.what, seq, last, 100*frac, rate, eta.Round(time.Second))
+	}
+}
+
+func (p *progress) done() {
+	if p.tty {
+		fmt.Fprintln(os.Stderr)
+	}
+}
+
+// rebuildCommand drops the stored projection snapshot, rebuilds the
+// projections from sequence 1 and writes a fresh snapshot, so the next
+// start loads it instead of replaying everything.
+func rebuildCommand(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("replay rebuild")
+	var off offline
+	off.register(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	js, closeLog, err := off.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	snaps, err := projections.OpenObjectSnapshots(ctx, js, node.SnapshotBucket(off.nf.stream), "projections", off.nf.replicas)
+	if err != nil {
+		return err
+	}
+	if err := snaps.Delete(ctx); err != nil {
+		return fmt.Errorf("dropping the old snapshot: %w", err)
+	}
+	stream, err := js.Stream(ctx, off.nf.stream)
+	if err != nil {
+		return err
+	}
+	last := stream.CachedInfo().State.LastSeq
+	eng := projections.New(js, projections.Config{Stream: off.nf.stream, Snapshots: snaps})
+	start := time.Now()
+	bar := newProgress("rebuild")
+	if err := eng.RebuildTo(ctx, last, bar.update); err != nil {
+		return err
+	}
+	bar.done()
+	elapsed := time.Since(start)
+	if err := eng.SaveSnapshot(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "rebuilt %d events in %s (%.0f events/s); snapshot written; digest %s\n",
+		last, elapsed.Round(time.Millisecond), float64(last)/max(elapsed.Seconds(), 1e-9), eng.Digest())
+	return nil
+}

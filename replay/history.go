@@ -1,0 +1,235 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+)
+
+// Entry is one event of a timeline with the status it left its task in.
+type Entry struct {
+	Seq    uint64    `json:"seq"`
+	At     time.Time `json:"at"`
+	TaskID string    `json:"taskId"`
+	Type   string    `json:"type"`
+	Actor  string    `json:"actor,omitempty"`
+	Status string    `json:"status"`
+	Detail string    `json:"detail"`
+	Data   any       `json:"data"`
+}
+
+// Timeline folds events (of one task, or of several interleaved in log
+// order) into entries, each with its task's status after it.
+func Timeline(evs []events.Event) []Entry {
+	t := NewStatusTracker()
+	out := make([]Entry, 0, len(evs))
+	for _, ev := range evs {
+		out = append(out, t.Entry(ev))
+	}
+	return out
+}
+
+// StatusTracker turns a stream of events into entries, remembering each
+// task's state. Not safe for concurrent use.
+type StatusTracker struct {
+	states map[string]aggregate.State
+}
+
+// NewStatusTracker returns an empty tracker.
+func NewStatusTracker() *StatusTracker {
+	return &StatusTracker{states: map[string]aggregate.State{}}
+}
+
+// Entry applies ev and returns its entry. A task first seen mid-history
+// shows the status its seen events give.
+func (t *StatusTracker) Entry(ev events.Event) Entry {
+	st := aggregate.Apply(t.states[ev.TaskID], ev)
+	t.states[ev.TaskID] = st
+	return Entry{
+		Seq: ev.Seq, At: ev.At.UTC(), TaskID: ev.TaskID, Type: string(ev.Type()), Actor: ev.Actor,
+		Status: string(st.Status), Detail: Describe(ev), Data: ev.Data,
+	}
+}
+
+// Describe says in a line what an event means.
+func Describe(ev events.Event) string {
+	ts := func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+	switch p := ev.Data.(type) {
+	case events.TaskScheduled:
+		s := fmt.Sprintf("queue %s, run at %s, timeout %ds", p.Spec.Queue, ts(p.Spec.RunAt), p.Spec.TimeoutSeconds)
+		if p.Spec.ParentID != "" {
+			s += ", parent " + p.Spec.ParentID
+		}
+		if t := text(p.Spec.Message.Content); t != "" {
+			s += ": " + t
+		}
+		return s
+	case events.AdmissionRejected:
+		return "rejected by admission: " + p.Reason
+	case events.DeliveryPending:
+		return fmt.Sprintf("released; delivery %s attempt %d", p.DeliveryID, p.Attempt)
+	case events.DeliveryRetryScheduled:
+		return fmt.Sprintf("publish failed (%s); attempt %d at %s", p.Error, p.Attempt, ts(p.NextAt))
+	case events.DeliveryExhausted:
+		return fmt.Sprintf("gave up after %d attempts: %s", p.Attempts, p.Reason)
+	case events.ReadyPublished:
+		return "ready notification published for delivery " + p.DeliveryID
+	case events.Claimed:
+		return fmt.Sprintf("claimed by %s with delivery %s; deadline %s", p.ExecutorID, p.DeliveryID, ts(p.Deadline))
+	case events.TimedOut:
+		return "running deadline " + ts(p.Deadline) + " passed"
+	case events.ResultRecorded:
+		r := p.Result
+		s := "failure"
+		if r.Success {
+			s = "success"
+		}
+		if r.Summary != "" {
+			s += ": " + oneLine(r.Summary)
+		}
+		if r.Error != "" {
+			s += "; error: " + oneLine(r.Error)
+		}
+		for _, e := range r.Effects {
+			s += "; effect " + strings.TrimSpace(strings.Join([]string{e.Kind, e.Ref, e.URL}, " "))
+			if e.Uncertain {
+				s += " (uncertain)"
+			}
+		}
+		return s
+	case events.Canceled:
+		return "canceled: " + p.Reason
+	case events.MailboxAppended:
+		return fmt.Sprintf("mailbox #%d (%s): %s", p.Index, p.Message.ID, text(p.Message.Content))
+	case events.MailboxRead:
+		return fmt.Sprintf("messages up to #%d handed out", p.Cursor)
+	}
+	return ""
+}
+
+func text(parts []events.ContentPart) string {
+	var b strings.Builder
+	for _, p := range parts {
+		b.WriteString(p.Text)
+	}
+	return oneLine(b.String())
+}
+
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 120 {
+		s = s[:117] + "..."
+	}
+	return s
+}
+
+// WriteText prints a timeline for a terminal: times relative to the first
+// entry, the status after each event, and what it meant.
+func WriteText(w io.Writer, entries []Entry, withTask bool) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	head := "SEQ\t+TIME\tEVENT\tSTATUS\tACTOR\tDETAIL"
+	if withTask {
+		head = "SEQ\t+TIME\tTASK\tEVENT\tSTATUS\tACTOR\tDETAIL"
+	}
+	fmt.Fprintln(tw, head)
+	for _, e := range entries {
+		rel := "+" + e.At.Sub(entries[0].At).Round(time.Millisecond).String()
+		if withTask {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Seq, rel, e.TaskID, e.Type, e.Status, e.Actor, e.Detail)
+		} else {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", e.Seq, rel, e.Type, e.Status, e.Actor, e.Detail)
+		}
+	}
+	if len(entries) > 0 {
+		fmt.Fprintf(tw, "\nfirst event at %s\n", entries[0].At.Format(time.RFC3339Nano))
+	}
+	return tw.Flush()
+}
+
+// WriteNDJSON prints one JSON entry per line, for tools.
+func WriteNDJSON(w io.Writer, entries []Entry) error {
+	enc := json.NewEncoder(w)
+	for _, e := range entries {
+		if err := enc.Encode(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TaskHistory reads one task's events straight from the log.
+func TaskHistory(ctx context.Context, js jetstream.JetStream, stream string, subjects events.Subjects, taskID string) ([]events.Event, error) {
+	var evs []events.Event
+	err := Read(ctx, js, stream, ReadOptions{Filter: subjects.Task(taskID)}, collect(&evs))
+	return evs, err
+}
+
+// LineageHistory reads the events of a task's whole lineage (its root and
+// every descendant) from the log, in log order. It scans the whole log.
+func LineageHistory(ctx context.Context, js jetstream.JetStream, stream string, subjects events.Subjects, taskID string) ([]events.Event, error) {
+	var all []events.Event
+	if err := Read(ctx, js, stream, ReadOptions{Filter: subjects.Events()}, collect(&all)); err != nil {
+		return nil, err
+	}
+	root := map[string]string{}
+	for _, ev := range all {
+		if p, ok := ev.Data.(events.TaskScheduled); ok {
+			root[ev.TaskID] = p.Spec.RootID
+		}
+	}
+	want, ok := root[taskID]
+	if !ok {
+		return nil, nil
+	}
+	var out []events.Event
+	for _, ev := range all {
+		if root[ev.TaskID] == want {
+			out = append(out, ev)
+		}
+	}
+	return out, nil
+}
+
+// CustomerEvents calls fn for every event of a customer's tasks stored at
+// or after since, in log order.
+func CustomerEvents(ctx context.Context, js jetstream.JetStream, stream string, subjects events.Subjects, customerID string, since time.Time, fn func(events.Event) error) error {
+	return Read(ctx, js, stream, ReadOptions{Filter: subjects.Customer(customerID), Since: since}, func(m Message) error {
+		ev, err := events.Decode(m.Data)
+		if err != nil {
+			return fmt.Errorf("seq %d: %w", m.Seq, err)
+		}
+		ev.Seq = m.Seq
+		return fn(ev)
+	})
+}
+
+func collect(evs *[]events.Event) func(Message) error {
+	return func(m Message) error {
+		ev, err := events.Decode(m.Data)
+		if err != nil {
+			return fmt.Errorf("seq %d: %w", m.Seq, err)
+		}
+		ev.Seq = m.Seq
+		*evs = append(*evs, ev)
+		return nil
+	}
+}
+
+// Verify reads the whole log of stream and checks every invariant.
+func Verify(ctx context.Context, js jetstream.JetStream, stream string, subjects events.Subjects, progress func(seq, last uint64)) (Report, error) {
+	v := NewVerifier(subjects)
+	err := Read(ctx, js, stream, ReadOptions{Progress: progress}, func(m Message) error {
+		v.Add(m.Seq, m.Subject, m.Data)
+		return nil
+	})
+	return v.Report(), err
+}

@@ -1,0 +1,191 @@
+// Package replay reads the log directly for auditors and operators: a
+// task's full history as a timeline, a verifier that proves the log keeps
+// every invariant of DESIGN.md, and the stream reader both use.
+package replay
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+)
+
+// Kinds of violation the verifier reports.
+const (
+	Undecodable    = "undecodable"    // bytes that are not a known event (type, version, shape)
+	WrongSubject   = "wrong_subject"  // stored on a subject other than its task's
+	Gap            = "gap"            // event number is not the previous one plus one
+	NoCreation     = "no_creation"    // the first event is not TaskScheduled or AdmissionRejected
+	AfterTerminal  = "after_terminal" // a change after the task became terminal
+	TokenReused    = "token_reused"   // a delivery token claimed more than once
+	StaleClaim     = "stale_claim"    // a Claimed that does not match the then-current token
+	IllegalEvent   = "illegal"        // an event the transition table does not allow here
+	DuplicateEvent = "duplicate_id"   // an event id seen before
+)
+
+// Violation is one broken invariant, located by stream sequence and task.
+type Violation struct {
+	Seq    uint64 `json:"seq"`
+	TaskID string `json:"taskId,omitempty"`
+	Kind   string `json:"kind"`
+	Detail string `json:"detail"`
+}
+
+// Report summarises a verification.
+type Report struct {
+	Events     int         `json:"events"`
+	Tasks      int         `json:"tasks"`
+	LastSeq    uint64      `json:"lastSeq"`
+	Violations []Violation `json:"violations"`
+}
+
+// Clean reports whether no invariant was broken.
+func (r Report) Clean() bool { return len(r.Violations) == 0 }
+
+// Verifier checks a log fed to it in stream order. Each event must be
+// exactly the event the aggregate's Decide would produce for the command
+// it records, on the state the task's earlier events give; on top of that
+// it checks what DESIGN.md promises explicitly (tokens, numbering,
+// terminal states) so a violation is named precisely. Not safe for
+// concurrent use.
+type Verifier struct {
+	subjects events.Subjects
+	tasks    map[string]*aggregate.State
+	claimed  map[string]string // delivery token → task that claimed it
+	ids      map[string]struct{}
+	report   Report
+}
+
+// NewVerifier returns a verifier for a log using subjects.
+func NewVerifier(subjects events.Subjects) *Verifier {
+	return &Verifier{subjects: subjects, tasks: map[string]*aggregate.State{}, claimed: map[string]string{}, ids: map[string]struct{}{}}
+}
+
+// Report returns what the verifier found so far.
+func (v *Verifier) Report() Report {
+	r := v.report
+	r.Tasks = len(v.tasks)
+	return r
+}
+
+func (v *Verifier) fail(seq uint64, taskID, kind, format string, args ...any) {
+	v.report.Violations = append(v.report.Violations, Violation{Seq: seq, TaskID: taskID, Kind: kind, Detail: fmt.Sprintf(format, args...)})
+}
+
+// Add checks the message stored at seq on subject.
+func (v *Verifier) Add(seq uint64, subject string, data []byte) {
+	v.report.Events++
+	v.report.LastSeq = seq
+	ev, err := events.Decode(data)
+	if err != nil {
+		v.fail(seq, taskFromSubject(subject), Undecodable, "%v", err)
+		return
+	}
+	ev.Seq = seq
+	if want := v.subjects.Event(ev.CustomerID, ev.TaskID); subject != want {
+		v.fail(seq, ev.TaskID, WrongSubject, "stored on %s, belongs on %s", subject, want)
+	}
+	if _, dup := v.ids[ev.ID]; dup {
+		v.fail(seq, ev.TaskID, DuplicateEvent, "event id %s seen before", ev.ID)
+	}
+	v.ids[ev.ID] = struct{}{}
+
+	st := v.tasks[ev.TaskID]
+	if st == nil {
+		st = &aggregate.State{}
+		v.tasks[ev.TaskID] = st
+	}
+	if ev.Number != st.Version+1 {
+		v.fail(seq, ev.TaskID, Gap, "event number %d after %d", ev.Number, st.Version)
+	}
+	v.checkTransition(*st, ev)
+	*st = aggregate.Apply(*st, ev)
+}
+
+// checkTransition reports why ev could not have been decided on st.
+func (v *Verifier) checkTransition(st aggregate.State, ev events.Event) {
+	switch p := ev.Data.(type) {
+	case events.TaskScheduled, events.AdmissionRejected:
+		if st.Exists() {
+			v.fail(ev.Seq, ev.TaskID, IllegalEvent, "%s for a task that already exists", ev.Type())
+			return
+		}
+	case events.MailboxRead:
+	default:
+		if !st.Exists() {
+			v.fail(ev.Seq, ev.TaskID, NoCreation, "%s before the task was scheduled", ev.Type())
+			return
+		}
+		if st.Status.Terminal() && ev.Type() != events.TypeMailboxAppended {
+			v.fail(ev.Seq, ev.TaskID, AfterTerminal, "%s after the task became %s", ev.Type(), st.Status)
+			return
+		}
+		if c, ok := p.(events.Claimed); ok {
+			if other, seen := v.claimed[c.DeliveryID]; seen {
+				v.fail(ev.Seq, ev.TaskID, TokenReused, "token %s already claimed (task %s)", c.DeliveryID, other)
+				return
+			}
+			v.claimed[c.DeliveryID] = ev.TaskID
+			if c.DeliveryID != st.Delivery.ID {
+				v.fail(ev.Seq, ev.TaskID, StaleClaim, "claimed token %s, current token is %q", c.DeliveryID, st.Delivery.ID)
+				return
+			}
+		}
+	}
+	cmd := commandFor(ev)
+	got, err := aggregate.Decide(st, cmd, ev.At)
+	switch {
+	case err != nil:
+		v.fail(ev.Seq, ev.TaskID, IllegalEvent, "%s from status %s: %v", ev.Type(), describe(st), err)
+	case len(got) != 1:
+		v.fail(ev.Seq, ev.TaskID, IllegalEvent, "%s changes nothing from status %s (a duplicate)", ev.Type(), describe(st))
+	case !reflect.DeepEqual(got[0].Data, ev.Data):
+		v.fail(ev.Seq, ev.TaskID, IllegalEvent, "%s is not what the transition decides: logged %+v, expected %+v", ev.Type(), ev.Data, got[0].Data)
+	}
+}
+
+func describe(st aggregate.State) string {
+	if !st.Exists() {
+		return "(none)"
+	}
+	return string(st.Status)
+}
+
+// commandFor is the command whose decision the event records.
+func commandFor(ev events.Event) aggregate.Command {
+	switch p := ev.Data.(type) {
+	case events.TaskScheduled:
+		return aggregate.Schedule{TaskID: ev.TaskID, CustomerID: ev.CustomerID, Spec: p.Spec}
+	case events.AdmissionRejected:
+		return aggregate.Reject{TaskID: ev.TaskID, CustomerID: ev.CustomerID, Spec: p.Spec, Reason: p.Reason}
+	case events.DeliveryPending:
+		return aggregate.ReleaseDue{DeliveryID: p.DeliveryID}
+	case events.DeliveryRetryScheduled:
+		return aggregate.RetryDelivery{DeliveryID: p.DeliveryID, NextAt: p.NextAt, Error: p.Error}
+	case events.DeliveryExhausted:
+		return aggregate.ExhaustDelivery{DeliveryID: p.DeliveryID, Reason: p.Reason}
+	case events.ReadyPublished:
+		return aggregate.MarkReadyPublished{DeliveryID: p.DeliveryID}
+	case events.Claimed:
+		return aggregate.Claim{DeliveryID: p.DeliveryID, ExecutorID: p.ExecutorID}
+	case events.TimedOut:
+		return aggregate.TimeOut{}
+	case events.ResultRecorded:
+		return aggregate.RecordResult{DeliveryID: p.DeliveryID, Result: p.Result}
+	case events.Canceled:
+		return aggregate.Cancel{Reason: p.Reason}
+	case events.MailboxAppended:
+		return aggregate.AppendMail{Message: p.Message}
+	case events.MailboxRead:
+		return aggregate.ReadMail{Cursor: p.Cursor}
+	}
+	return nil
+}
+
+// taskFromSubject returns the last token of a subject, the task id on a
+// well-formed log subject.
+func taskFromSubject(subject string) string {
+	return subject[strings.LastIndexByte(subject, '.')+1:]
+}
