@@ -79,8 +79,9 @@ func workCommand(ctx context.Context, args []string, stdout io.Writer) error {
 
 // runCommand runs command for one task in its own process group, streams
 // its output line by line, and kills the whole group when ctx is
-// cancelled (a stop check said stop). It returns the last lines of output
-// and an error for a non-zero exit.
+// cancelled (a stop check said stop) or when the shell exits (so nothing
+// it started in the background outlives the run). It returns the last
+// lines of output and an error for a non-zero exit.
 func runCommand(ctx context.Context, command, server string, run *reactors.Run, emit func(string)) (string, error) {
 	t := run.Task
 	input, err := json.Marshal(t)
@@ -97,9 +98,18 @@ func runCommand(ctx context.Context, command, server string, run *reactors.Run, 
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
-	pr, pw := io.Pipe()
+	// An *os.File, not an io.Pipe: Wait then returns when the shell exits
+	// instead of waiting (WaitDelay, then ErrWaitDelay) for processes it
+	// left running with the pipe open.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return "", err
+	}
+	defer pr.Close()
 	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	pw.Close() // the child holds its own copy
+	if err != nil {
 		return "", err
 	}
 	var tail []string
@@ -117,8 +127,15 @@ func runCommand(ctx context.Context, command, server string, run *reactors.Run, 
 		io.Copy(io.Discard, pr)
 	}()
 	err = cmd.Wait()
-	pw.Close()
-	<-done
+	// The shell is gone: end whatever it left in its process group, so
+	// nothing outlives the run and the output pipe reaches EOF.
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second): // a process that left the group holds the pipe
+		pr.Close()
+		<-done
+	}
 	summary := strings.Join(tail, "\n")
 	if len(summary) > 16<<10 {
 		summary = summary[len(summary)-16<<10:]

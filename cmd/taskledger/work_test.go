@@ -1,0 +1,276 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
+)
+
+// workBuffer is a bytes.Buffer safe for concurrent use.
+type workBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *workBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *workBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// workEventually polls cond every 20ms until it holds, failing the test after
+// 20s.
+func workEventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// workWaitTask polls a task until cond holds and returns it.
+func workWaitTask(t *testing.T, c *api.Client, id, what string, cond func(api.Task) bool) api.Task {
+	t.Helper()
+	var task api.Task
+	workEventually(t, "task "+id+" "+what, func() bool {
+		var err error
+		if task, err = c.Get(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+		return cond(task)
+	})
+	return task
+}
+
+// workReadPID waits for a file holding a process id (written by the task's
+// command) and returns it.
+func workReadPID(t *testing.T, path string) int {
+	t.Helper()
+	var pid int
+	workEventually(t, "pid file "+filepath.Base(path), func() bool {
+		b, err := os.ReadFile(path)
+		if err != nil || !bytes.HasSuffix(b, []byte("\n")) {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pid > 0
+	})
+	return pid
+}
+
+// workProcessGone reports whether pid no longer runs: it does not exist, or it
+// is a zombie (an orphan whose reaper has not collected it yet).
+func workProcessGone(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return os.IsNotExist(err)
+	}
+	// pid (comm) state ...; comm may hold spaces, so cut after the last ')'.
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && strings.HasPrefix(strings.TrimSpace(s[i+1:]), "Z")
+}
+
+// workScript is the worker's --exec command: it reads the task JSON on
+// stdin and acts on a marker in the message text. "mode-fail" exits 3;
+// "mode-leave" exits 0 leaving a background sleep; "mode-sleep" starts a long sleep in the background, records its own and
+// the sleep's pid under dir and waits; anything else prints out-<id>.
+func workScript(dir string) string {
+	return `input=$(cat)
+case "$input" in
+*mode-fail*) echo "failing on purpose"; exit 3 ;;
+*mode-leave*)
+	sleep 300 &
+	echo $! > ` + dir + `/$TASKLEDGER_TASK_ID.left
+	echo out-$TASKLEDGER_TASK_ID; exit 0 ;;
+*mode-sleep*)
+	sleep 300 &
+	echo $! > ` + dir + `/$TASKLEDGER_TASK_ID.sleep
+	echo $$ > ` + dir + `/$TASKLEDGER_TASK_ID.pid
+	wait
+	echo "sleep ended"; exit 0 ;;
+esac
+echo out-$TASKLEDGER_TASK_ID
+exit 0`
+}
+
+func workRequest(mode string) api.ScheduleRequest {
+	return api.ScheduleRequest{Queue: "w", Message: events.Message{Content: []events.ContentPart{{Type: "text", Text: mode}}}}
+}
+
+func TestWorkExecEndToEnd(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, t.TempDir(), freeAddr(t))
+	c := srv.client
+	ctx := context.Background()
+	dir := t.TempDir()
+
+	var stdout, stderr workBuffer
+	worker := exec.Command(taskledgerBinary(t), "work", "--server", c.BaseURL, "--queue", "w",
+		"--exec", workScript(dir), "--check-interval", "200ms", "--executor-id", "w-test",
+		"--log-format", "json", "--log-level", "info")
+	worker.Stdout, worker.Stderr = &stdout, &stderr
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var exitErr error
+	go func() { exitErr = worker.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			worker.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("worker stdout:\n%s\nworker stderr:\n%s", stdout.String(), stderr.String())
+		}
+	})
+	finished := func(task api.Task) bool { return rank[task.Status] == 3 }
+
+	t.Run("Succeeds", func(t *testing.T) {
+		var ids []string
+		for range 3 {
+			task, _, err := c.Schedule(ctx, workRequest("hello"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, task.ID)
+		}
+		for _, id := range ids {
+			task := workWaitTask(t, c, id, "finished", finished)
+			if task.Status != "succeeded" || task.Result == nil || !task.Result.Success ||
+				!strings.Contains(task.Result.Summary, "out-"+id) {
+				t.Fatalf("task %s: status %s result %+v, want succeeded with out-%s", id, task.Status, task.Result, id)
+			}
+			if task.Claim == nil || task.Claim.ExecutorID != "w-test" {
+				t.Fatalf("task %s claim %+v, want executor w-test", id, task.Claim)
+			}
+			line := "[" + id + "] out-" + id
+			workEventually(t, "worker output "+line, func() bool { return strings.Contains(stdout.String(), line) })
+		}
+	})
+
+	t.Run("NonZeroExitFails", func(t *testing.T) {
+		task, _, err := c.Schedule(ctx, workRequest("mode-fail"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		task = workWaitTask(t, c, task.ID, "finished", finished)
+		if task.Status != "failed" || task.Result == nil || task.Result.Success ||
+			!strings.Contains(task.Result.Error, "status 3") || !strings.Contains(task.Result.Summary, "failing on purpose") {
+			t.Fatalf("task %s: status %s result %+v, want failed with status 3", task.ID, task.Status, task.Result)
+		}
+	})
+
+	t.Run("CancelKillsProcessGroup", func(t *testing.T) {
+		task, _, err := c.Schedule(ctx, workRequest("mode-sleep"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		shell := workReadPID(t, filepath.Join(dir, task.ID+".pid"))
+		sleeper := workReadPID(t, filepath.Join(dir, task.ID+".sleep"))
+		if workProcessGone(shell) || workProcessGone(sleeper) {
+			t.Fatalf("command not running before the cancel (sh %d, sleep %d)", shell, sleeper)
+		}
+		if got, err := c.Get(ctx, task.ID); err != nil || got.Status != "running" {
+			t.Fatalf("task %s before cancel: %s %v, want running", task.ID, got.Status, err)
+		}
+		if _, err := c.Cancel(ctx, task.ID, "user gave up"); err != nil {
+			t.Fatal(err)
+		}
+		workEventually(t, "the shell to be killed", func() bool { return workProcessGone(shell) })
+		workEventually(t, "the background sleep to be killed", func() bool { return workProcessGone(sleeper) })
+		got, err := c.Get(ctx, task.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status != "canceled" || got.Result != nil || got.Reason != "user gave up" {
+			t.Fatalf("canceled task now %s, result %+v, reason %q", got.Status, got.Result, got.Reason)
+		}
+		if strings.Contains(stdout.String(), "sleep ended") {
+			t.Fatal("the command ran on after the cancel")
+		}
+	})
+
+	t.Run("KeepsWorking", func(t *testing.T) {
+		task, _, err := c.Schedule(ctx, workRequest("after the cancel"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		task = workWaitTask(t, c, task.ID, "finished", finished)
+		if task.Status != "succeeded" || !strings.Contains(task.Result.Summary, "out-"+task.ID) {
+			t.Fatalf("task %s: status %s result %+v, want succeeded", task.ID, task.Status, task.Result)
+		}
+	})
+
+	t.Run("LeftoverProcessKilled", func(t *testing.T) {
+		// The command exits 0 but leaves a background process holding its
+		// output: the run still succeeds, and the leftover is killed with
+		// the process group rather than outliving the task.
+		task, _, err := c.Schedule(ctx, workRequest("mode-leave"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := workReadPID(t, filepath.Join(dir, task.ID+".left"))
+		task = workWaitTask(t, c, task.ID, "finished", finished)
+		if task.Status != "succeeded" || !strings.Contains(task.Result.Summary, "out-"+task.ID) {
+			t.Fatalf("task %s: status %s result %+v, want succeeded", task.ID, task.Status, task.Result)
+		}
+		workEventually(t, "the leftover sleep to be killed", func() bool { return workProcessGone(left) })
+	})
+
+	t.Run("SIGTERMStops", func(t *testing.T) {
+		// A run in progress at shutdown is killed with its process group
+		// and left unreported.
+		task, _, err := c.Schedule(ctx, workRequest("mode-sleep"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		shell := workReadPID(t, filepath.Join(dir, task.ID+".pid"))
+		sleeper := workReadPID(t, filepath.Join(dir, task.ID+".sleep"))
+		if err := worker.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-exited:
+			if exitErr != nil {
+				t.Fatalf("worker exited with %v after SIGTERM, want status 0", exitErr)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("worker did not exit after SIGTERM")
+		}
+		if !workProcessGone(shell) {
+			t.Fatalf("shell %d outlived the worker", shell)
+		}
+		workEventually(t, "the background sleep to be killed", func() bool { return workProcessGone(sleeper) })
+		if got, err := c.Get(ctx, task.ID); err != nil || got.Status != "running" {
+			t.Fatalf("task %s after worker shutdown: %s %v, want running (left to resume)", task.ID, got.Status, err)
+		}
+	})
+}
