@@ -44,17 +44,27 @@ type ServerConfig struct {
 	Tokens   map[string]string
 	Gatherer prometheus.Gatherer
 	Logger   zerolog.Logger
+	// MaxInFlight bounds the requests served at once (long polls of
+	// claims/next aside); past it a request is answered 503 with
+	// Retry-After at once instead of queueing. Default 1024; -1: no limit.
+	MaxInFlight int
 }
 
 // NewHandler returns the API's http.Handler. It is safe for concurrent use.
 func NewHandler(cfg ServerConfig) http.Handler {
 	h := &handler{ServerConfig: cfg}
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = 1024
+	}
+	if cfg.MaxInFlight > 0 {
+		h.slots = make(chan struct{}, cfg.MaxInFlight)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/tasks", h.auth(h.schedule))
 	mux.HandleFunc("GET /v1/tasks", h.auth(h.list))
 	mux.HandleFunc("GET /v1/tasks/{id}", h.auth(h.get))
 	mux.HandleFunc("POST /v1/tasks/{id}/claim", h.auth(h.claim))
-	mux.HandleFunc("POST /v1/claims/next", h.auth(h.claimNext))
+	mux.HandleFunc("POST /v1/claims/next", h.authUnlimited(h.claimNext))
 	mux.HandleFunc("POST /v1/tasks/{id}/check", h.auth(h.check))
 	mux.HandleFunc("POST /v1/tasks/{id}/result", h.auth(h.result))
 	mux.HandleFunc("POST /v1/tasks/{id}/cancel", h.auth(h.cancel))
@@ -79,11 +89,30 @@ func NewHandler(cfg ServerConfig) http.Handler {
 
 type handler struct {
 	ServerConfig
+	slots chan struct{} // in-flight requests; nil: no limit
 }
 
-// auth resolves the bearer token to a principal: 401 without a known
-// token when tokens are configured, the operator when they are not.
+// auth resolves the bearer token to a principal (see authUnlimited) and
+// holds one of the in-flight slots while next runs.
 func (h *handler) auth(next func(http.ResponseWriter, *http.Request, scheduler.Principal)) http.HandlerFunc {
+	limited := h.authUnlimited(next)
+	if h.slots == nil {
+		return limited
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case h.slots <- struct{}{}:
+			defer func() { <-h.slots }()
+			limited(w, r)
+		default:
+			writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "too many requests in flight; retry later"})
+		}
+	}
+}
+
+// authUnlimited resolves the bearer token to a principal: 401 without a
+// known token when tokens are configured, the operator when they are not.
+func (h *handler) authUnlimited(next func(http.ResponseWriter, *http.Request, scheduler.Principal)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if h.Tokens == nil {
 			next(w, r, scheduler.Operator)

@@ -131,6 +131,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	maxActive := fs.Int("max-active-roots", 0, "default quota: active root tasks per customer (0 = unlimited)")
 	maxPerMinute := fs.Int("max-roots-per-minute", 0, "default quota: new root tasks per customer per minute (0 = unlimited)")
 	checkerURL := fs.String("usage-checker-url", "", "external usage checker asked about each new root task (fails open)")
+	maxInFlight := fs.Int("max-inflight", 1024, "API requests served at once (long polls aside); more answer 503 with Retry-After (-1: no limit)")
 	name := fs.String("name", "", "this scheduler's name in the events it writes (default: hostname)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "auto", "text, json, or auto (text on a terminal)")
@@ -172,7 +173,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	}
 	defer closeNATS()
 	n, err := node.New(ctx, node.Config{
-		NC: nc, Stream: nf.stream, Replicas: nf.replicas, Name: *name, Tokens: tokens, Admission: admission,
+		NC: nc, Stream: nf.stream, Replicas: nf.replicas, Name: *name, Tokens: tokens, Admission: admission, MaxInFlight: *maxInFlight,
 		Subjects: events.DefaultSubjects, Logger: log,
 	})
 	if err != nil {

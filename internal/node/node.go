@@ -33,6 +33,7 @@ type Config struct {
 	Replicas    int             // default 1
 	Name        string          // actor name of this node's events; default "scheduler"
 	Tokens      map[string]string
+	MaxInFlight int // API requests served at once; default 1024, -1 no limit
 	Admission   scheduler.Admission
 	Alarm       reactors.AlarmConfig
 	Logger      zerolog.Logger
@@ -114,7 +115,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		cfg: cfg, Store: st, Engine: eng, Service: svc,
 		alarm: reactors.NewAlarm(alarmCfg, st, eng, reactors.ReadyPublisher{JS: st.JetStream(), Subjects: cfg.Subjects}),
 		Handler: api.NewHandler(api.ServerConfig{
-			Service: svc, Ready: eng, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Logger: cfg.Logger,
+			Service: svc, Ready: eng, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Logger: cfg.Logger, MaxInFlight: cfg.MaxInFlight,
 		}),
 	}
 	return n, nil

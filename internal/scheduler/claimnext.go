@@ -13,6 +13,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/crashpoint"
 )
 
 // MaxWait is the longest long poll of ClaimNext.
@@ -119,9 +120,11 @@ func (s *Service) claimNotified(ctx context.Context, p Principal, msg jetstream.
 		msg.Nak()
 		return aggregate.State{}, false, nil
 	}
+	crashpoint.Hit(crashpoint.ClaimReceived)
 	st, _, err := s.cfg.Store.Execute(ctx, n.TaskID, executorID, aggregate.Claim{DeliveryID: n.DeliveryID, ExecutorID: executorID})
 	switch {
 	case err == nil:
+		crashpoint.Hit(crashpoint.Claimed)
 		msg.Ack()
 		return st, true, s.settle(ctx, st)
 	case errors.Is(err, aggregate.ErrNotClaimable), errors.Is(err, aggregate.ErrTokenMismatch), errors.Is(err, aggregate.ErrNotFound):

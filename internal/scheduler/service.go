@@ -17,6 +17,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/crashpoint"
 	"github.com/taskledger/taskledger/internal/ids"
 	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/replay"
@@ -180,6 +181,9 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 		}
 	}
 	st, _, err = s.cfg.Store.Execute(ctx, taskID, "", cmd)
+	if err == nil {
+		crashpoint.Hit(crashpoint.Scheduled)
+	}
 	if errors.Is(err, aggregate.ErrExists) {
 		if st, err = s.cfg.Store.Load(ctx, taskID); err != nil {
 			return st, false, s.unavailable(err)
@@ -332,7 +336,12 @@ func (s *Service) Claim(ctx context.Context, p Principal, id, deliveryID, execut
 	if err := validIDs("deliveryId", deliveryID, "executorId", executorID); err != nil {
 		return aggregate.State{}, err
 	}
-	return s.execute(ctx, p, id, executorID, aggregate.Claim{DeliveryID: deliveryID, ExecutorID: executorID})
+	crashpoint.Hit(crashpoint.ClaimReceived)
+	st, err := s.execute(ctx, p, id, executorID, aggregate.Claim{DeliveryID: deliveryID, ExecutorID: executorID})
+	if err == nil {
+		crashpoint.Hit(crashpoint.Claimed)
+	}
+	return st, err
 }
 
 // RecordResult finishes a task. A non-empty deliveryID must be the claim's.
@@ -342,7 +351,12 @@ func (s *Service) RecordResult(ctx context.Context, p Principal, id, deliveryID 
 			return aggregate.State{}, err
 		}
 	}
-	return s.execute(ctx, p, id, "", aggregate.RecordResult{DeliveryID: deliveryID, Result: r})
+	crashpoint.Hit(crashpoint.ResultPending)
+	st, err := s.execute(ctx, p, id, "", aggregate.RecordResult{DeliveryID: deliveryID, Result: r})
+	if err == nil {
+		crashpoint.Hit(crashpoint.ResultStored)
+	}
+	return st, err
 }
 
 // Cancel cancels a non-terminal task.

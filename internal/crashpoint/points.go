@@ -1,0 +1,15 @@
+package crashpoint
+
+// The interruption points of the delivery pipeline (issue: crash at each).
+const (
+	Scheduled     = "scheduled"      // TaskScheduled appended, release not yet armed
+	Released      = "released"       // DeliveryPending appended, ready not yet published
+	Published     = "published"      // ready published, ReadyPublished not yet appended
+	ClaimReceived = "claim-received" // a claim request arrived, Claimed not yet appended
+	Claimed       = "claimed"        // Claimed appended, the executor not yet answered
+	ResultPending = "result-pending" // a result is being reported, not yet appended
+	ResultStored  = "result-stored"  // ResultRecorded appended, the executor not yet answered
+)
+
+// All lists every point.
+var All = []string{Scheduled, Released, Published, ClaimReceived, Claimed, ResultPending, ResultStored}
