@@ -2,6 +2,7 @@ package projections
 
 import (
 	"container/heap"
+	"math"
 	"time"
 )
 
@@ -166,6 +167,25 @@ func (q *TimerQueue) dueOf(taskID string) int64 {
 func (q *TimerQueue) earliest() (time.Time, bool) {
 	head, ok := q.customers.min()
 	return time.Unix(0, head.due), ok
+}
+
+// earliestExcept returns the earliest due time of an item skip does not
+// report. It visits only skipped items and the customers they delay, so
+// it costs about as much as the number of skipped items.
+func (q *TimerQueue) earliestExcept(skip func(taskID string) bool) (int64, bool) {
+	var best int64
+	found := false
+	custs := q.customers.ascending(math.MaxInt64)
+	for c, ok := custs.next(); ok && (!found || c.due < best); c, ok = custs.next() {
+		items := q.byCustomer[c.key].ascending(math.MaxInt64)
+		for it, ok := items.next(); ok && (!found || it.due < best); it, ok = items.next() {
+			if !skip(it.key) {
+				best, found = it.due, true
+				break
+			}
+		}
+	}
+	return best, found
 }
 
 // due returns up to limit task ids due at or before now, skipping those

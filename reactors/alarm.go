@@ -22,6 +22,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/crashpoint"
 	"github.com/taskledger/taskledger/internal/ids"
 	"github.com/taskledger/taskledger/projections"
 )
@@ -34,7 +35,7 @@ type Store interface {
 // Projection is what the alarm reads.
 type Projection interface {
 	Due(t projections.Timer, now time.Time, limit int, skip func(taskID string) bool) []aggregate.State
-	Earliest() (time.Time, bool)
+	EarliestExcept(skip func(t projections.Timer, taskID string) bool) (time.Time, bool)
 	TimersChanged() <-chan struct{}
 	Applied() uint64
 }
@@ -172,15 +173,17 @@ func (a *Alarm) Run(ctx context.Context) error {
 }
 
 // wait is how long to sleep before the next round when nothing else wakes
-// the alarm: until the earliest due item, or until a failed action may be
-// retried. Items in flight leave the queue through the projection, which
-// wakes the alarm, so there is no polling interval.
+// the alarm: until the earliest due item not in flight (items in flight
+// must not hide a later one), or until a failed action may be retried.
+// Items in flight leave the queue through the projection, which wakes the
+// alarm, so there is no polling interval.
 func (a *Alarm) wait(now time.Time, dispatched int, full bool) time.Duration {
 	if dispatched > 0 && !full {
 		return 0
 	}
 	d := time.Hour
-	if next, ok := a.proj.Earliest(); ok && next.After(now) {
+	skip := func(t projections.Timer, id string) bool { return a.skip(key{t, id}, now) }
+	if next, ok := a.proj.EarliestExcept(skip); ok && next.After(now) {
 		d = next.Sub(now)
 	}
 	for _, f := range a.inflight {
@@ -220,6 +223,9 @@ func (a *Alarm) act(ctx context.Context, t projections.Timer, s aggregate.State)
 		return a.report(ctx, s)
 	}
 	st, _, err := a.store.Execute(ctx, s.TaskID, "", cmd)
+	if err == nil && t == projections.Release {
+		crashpoint.Hit(crashpoint.Released)
+	}
 	return a.outcome(t, s, st, err)
 }
 
@@ -264,6 +270,7 @@ func isSettled(err error) bool {
 func (a *Alarm) deliver(ctx context.Context, s aggregate.State) aggregate.Command {
 	err := a.pub.PublishReady(ctx, s)
 	if err == nil {
+		crashpoint.Hit(crashpoint.Published)
 		return aggregate.MarkReadyPublished{DeliveryID: s.Delivery.ID}
 	}
 	a.cfg.Logger.Warn().Err(err).Str("task", s.TaskID).Int("attempt", s.Delivery.Attempt).Msg("ready publish failed")

@@ -1,0 +1,401 @@
+package projections_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/node"
+	"github.com/taskledger/taskledger/internal/scheduler"
+	"github.com/taskledger/taskledger/internal/testnats"
+	"github.com/taskledger/taskledger/projections"
+)
+
+// liveNode is a running scheduler node; stop ends it (once).
+type liveNode struct {
+	ns   testnats.Namespace
+	node *node.Node
+	stop func()
+}
+
+func startNode(t *testing.T) *liveNode {
+	t.Helper()
+	ns := testnats.NewNamespace(t)
+	n, err := node.New(context.Background(), node.Config{
+		NC: testnats.Conn(t), Stream: ns.Stream, ReadyStream: ns.ReadyStream, Subjects: ns.Subjects,
+		Logger: testLogger(t),
+		// One customer is capped so the traffic includes a rejection.
+		Admission: scheduler.Admission{PerCustomer: map[string]scheduler.Quota{capped: {MaxActiveRoots: 1}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("node stopped with %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	eventually(t, "node ready", n.Engine.CaughtUp)
+	return &liveNode{ns: ns, node: n, stop: stop}
+}
+
+// capped may have one active root at a time.
+const capped = "capped"
+
+var (
+	customers = []string{"acme", "globex", "initech"}
+	queues    = []string{"q0", "q1"}
+)
+
+// traffic drives a mixed workload through the node's service: roots,
+// children and grandchildren on three customers and two queues, delayed
+// tasks, claims with successful and failed results, cancels, mailbox
+// messages and stop checks, and one run that times out.
+type traffic struct {
+	t   *testing.T
+	svc *scheduler.Service
+	eng *projections.Engine
+}
+
+func (tr *traffic) schedule(customer, queue, parent string, delay float64, timeout int) aggregate.State {
+	tr.t.Helper()
+	req := scheduler.ScheduleRequest{
+		CustomerID: customer, ParentID: parent, Queue: queue,
+		Message: events.Message{Content: []events.ContentPart{{Type: "text", Text: "work for " + customer}}},
+	}
+	if delay > 0 {
+		req.DelaySeconds = &delay
+	}
+	if timeout > 0 {
+		req.TimeoutSeconds = &timeout
+	}
+	st, created, err := tr.svc.Schedule(context.Background(), scheduler.Operator, req)
+	if err != nil || !created {
+		tr.t.Fatalf("schedule %+v: created=%v err=%v", req, created, err)
+	}
+	return st
+}
+
+func (tr *traffic) status(id string) aggregate.Status {
+	s, _ := tr.eng.Task(id)
+	return s.Status
+}
+
+func (tr *traffic) waitStatus(id string, want aggregate.Status) {
+	tr.t.Helper()
+	eventually(tr.t, fmt.Sprintf("task %s %s", id, want), func() bool { return tr.status(id) == want })
+}
+
+func (tr *traffic) run() {
+	t, ctx, p := tr.t, context.Background(), scheduler.Operator
+	var roots, immediate, shortDelay, farDelay []string
+	hasChildren := map[string]bool{}
+	for i := range 60 {
+		c, q := customers[i%3], queues[i%2]
+		root := tr.schedule(c, q, "", 0, 0)
+		child := tr.schedule(c, queues[(i+1)%2], root.TaskID, 0, 0)
+		roots, hasChildren[root.TaskID] = append(roots, root.TaskID), true
+		immediate = append(immediate, root.TaskID, child.TaskID)
+		if i%3 == 0 {
+			immediate = append(immediate, tr.schedule(c, q, root.TaskID, 0, 0).TaskID)
+		}
+		if i%2 == 0 {
+			grand := tr.schedule(c, q, child.TaskID, 0, 0)
+			immediate, hasChildren[child.TaskID] = append(immediate, grand.TaskID), true
+		}
+	}
+	for i := range 15 {
+		farDelay = append(farDelay, tr.schedule(customers[i%3], queues[i%2], "", 3600, 0).TaskID)
+	}
+	// A child of a delayed root, itself due now.
+	immediate = append(immediate, tr.schedule(customers[0], queues[0], farDelay[0], 0, 0).TaskID)
+	// Admission: the capped customer's second live root is rejected,
+	// persisted as canceled.
+	tr.schedule(capped, queues[0], "", 3600, 0)
+	_, _, err := tr.svc.Schedule(ctx, p, scheduler.ScheduleRequest{CustomerID: capped, Queue: queues[0]})
+	var rejected *scheduler.AdmissionError
+	if !errors.As(err, &rejected) || rejected.Task.Status != aggregate.StatusCanceled {
+		t.Fatalf("second root of the capped customer: %v", err)
+	}
+	for i := range 6 {
+		shortDelay = append(shortDelay, tr.schedule(customers[i%3], queues[i%2], "", 0.2, 0).TaskID)
+	}
+	for _, id := range immediate {
+		tr.waitStatus(id, aggregate.StatusQueued)
+	}
+
+	// Claims: some succeed, some fail, the rest keep running.
+	var claimed []aggregate.State
+	for k := range 50 {
+		q := queues[k%2]
+		st, ok, err := tr.svc.ClaimNext(ctx, p, q, fmt.Sprintf("w-%s-%d", q, k), 5*time.Second)
+		if err != nil || !ok {
+			t.Fatalf("claim next on %s: ok=%v err=%v", q, ok, err)
+		}
+		claimed = append(claimed, st)
+		switch k % 3 {
+		case 0:
+			_, err = tr.svc.RecordResult(ctx, p, st.TaskID, st.Claim.DeliveryID, events.Result{Success: true, Summary: "done",
+				Effects: []events.Effect{{Kind: "pull_request", Ref: "#" + fmt.Sprint(k)}}})
+		case 1:
+			_, err = tr.svc.RecordResult(ctx, p, st.TaskID, st.Claim.DeliveryID, events.Result{Error: "boom"})
+		}
+		if err != nil {
+			t.Fatalf("record result %s: %v", st.TaskID, err)
+		}
+	}
+
+	// Cancels: a root with children that is still live, a few queued
+	// tasks, a delayed root (leaves the release queue).
+	canceledRoot := ""
+	for _, id := range roots {
+		if s := tr.status(id); !s.Terminal() && hasChildren[id] {
+			canceledRoot = id
+			break
+		}
+	}
+	if canceledRoot == "" {
+		t.Fatal("no live root with children to cancel")
+	}
+	toCancel := []string{canceledRoot, farDelay[1]}
+	for _, id := range immediate {
+		if len(toCancel) == 12 {
+			break
+		}
+		if tr.status(id) == aggregate.StatusQueued && !slices.Contains(toCancel, id) {
+			toCancel = append(toCancel, id)
+		}
+	}
+	for _, id := range toCancel {
+		if _, err := tr.svc.Cancel(ctx, p, id, "no longer needed"); err != nil {
+			t.Fatalf("cancel %s: %v", id, err)
+		}
+	}
+	if _, err := tr.svc.Cancel(ctx, p, canceledRoot, "again"); !errors.Is(err, aggregate.ErrTerminal) {
+		t.Fatalf("second cancel = %v, want ErrTerminal", err)
+	}
+
+	// Mailbox: follow-ups on live tasks (one repeated by id), a rejected
+	// one on a terminal task, and stop checks that advance the cursor.
+	mailed := 0
+	for i, id := range immediate {
+		if mailed == 20 {
+			break
+		}
+		if tr.status(id).Terminal() {
+			continue
+		}
+		msg := events.Message{ID: fmt.Sprintf("m-%d", i), Content: []events.ContentPart{{Type: "text", Text: "also this"}}}
+		for range 2 {
+			if _, _, err := tr.svc.AppendMail(ctx, p, id, msg); err != nil {
+				t.Fatalf("append mail %s: %v", id, err)
+			}
+		}
+		if mailed%2 == 0 {
+			if _, err := tr.svc.Check(ctx, p, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mailed++
+	}
+	if _, _, err := tr.svc.AppendMail(ctx, p, canceledRoot, events.Message{ID: "late"}); !errors.Is(err, aggregate.ErrTerminal) {
+		t.Fatalf("mail on a canceled task = %v, want ErrTerminal", err)
+	}
+
+	// A run that times out.
+	q := tr.schedule(customers[1], queues[0], "", 0, 1)
+	tr.waitStatus(q.TaskID, aggregate.StatusQueued)
+	got, err := tr.svc.Get(ctx, p, q.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.svc.Claim(ctx, p, q.TaskID, got.Delivery.ID, "w-slow"); err != nil {
+		t.Fatal(err)
+	}
+	tr.waitStatus(q.TaskID, aggregate.StatusTimedOut)
+	for _, id := range shortDelay {
+		tr.waitStatus(id, aggregate.StatusQueued)
+	}
+}
+
+// quiescent: the engine applied the whole log and the alarm has nothing
+// due (running deadlines and far releases are not due).
+func quiescent(t *testing.T, e *projections.Engine, s jetstream.Stream) bool {
+	if e.Applied() != lastSeq(t, s) {
+		return false
+	}
+	now := time.Now()
+	for _, tm := range []projections.Timer{projections.Release, projections.Deliver, projections.Report} {
+		if len(e.Due(tm, now, 1, nil)) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// rebuild builds a fresh engine on the stream and runs it until it holds
+// the whole log.
+func rebuild(t *testing.T, ns testnats.Namespace, last uint64) *projections.Engine {
+	t.Helper()
+	js, err := jetstream.New(testnats.Conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := newEngine(t, js, ns)
+	run(t, fresh)
+	eventually(t, "rebuild caught up", func() bool { return fresh.CaughtUp() && fresh.Applied() == last })
+	return fresh
+}
+
+// sameProjection compares every read of two engines.
+func sameProjection(t *testing.T, live, fresh *projections.Engine) {
+	t.Helper()
+	if l, f := live.Digest(), fresh.Digest(); l != f {
+		t.Errorf("Digest: live %s, rebuilt %s", l, f)
+	}
+	all := live.List(projections.Filter{}, "", 1<<30)
+	if got := fresh.List(projections.Filter{}, "", 1<<30); !slices.Equal(taskIDs(all), taskIDs(got)) {
+		t.Fatalf("List: live %d tasks, rebuilt %d", len(all), len(got))
+	}
+	for _, s := range all {
+		l, _ := live.Task(s.TaskID)
+		f, ok := fresh.Task(s.TaskID)
+		if !ok || !reflect.DeepEqual(l, f) {
+			t.Errorf("Task %s:\nlive    %+v\nrebuilt %+v", s.TaskID, l, f)
+		}
+		if l, f := live.Children(s.TaskID), fresh.Children(s.TaskID); !slices.Equal(l, f) {
+			t.Errorf("Children %s: live %v, rebuilt %v", s.TaskID, l, f)
+		}
+	}
+	now := time.Now()
+	for _, c := range append(customers, capped, "nobody") {
+		if l, f := live.ActiveRoots(c), fresh.ActiveRoots(c); l != f {
+			t.Errorf("ActiveRoots %s: live %d, rebuilt %d", c, l, f)
+		}
+		for _, since := range []time.Time{{}, now.Add(-projections.AdmissionWindow), now.Add(-time.Second)} {
+			if l, f := live.RecentAdmissions(c, since), fresh.RecentAdmissions(c, since); l != f {
+				t.Errorf("RecentAdmissions %s since %v: live %d, rebuilt %d", c, since, l, f)
+			}
+		}
+	}
+	for tm := range projections.NumTimers {
+		if l, f := live.TimerLen(tm), fresh.TimerLen(tm); l != f {
+			t.Errorf("TimerLen %s: live %d, rebuilt %d", tm, l, f)
+		}
+	}
+	le, lok := live.Earliest()
+	fe, fok := fresh.Earliest()
+	if lok != fok || !le.Equal(fe) {
+		t.Errorf("Earliest: live %v %v, rebuilt %v %v", le, lok, fe, fok)
+	}
+	if l, f := live.QueueCounts(), fresh.QueueCounts(); !reflect.DeepEqual(l, f) {
+		t.Errorf("QueueCounts: live %v, rebuilt %v", l, f)
+	}
+	if fresh.Undecodable() != live.Undecodable() {
+		t.Errorf("Undecodable: live %d, rebuilt %d", live.Undecodable(), fresh.Undecodable())
+	}
+}
+
+func TestRebuildEqualsLive(t *testing.T) {
+	t.Parallel()
+	ln := startNode(t)
+	live, st := ln.node.Engine, ln.node.Store
+	(&traffic{t: t, svc: ln.node.Service, eng: live}).run()
+	eventually(t, "quiescence", func() bool { return quiescent(t, live, st.Stream()) })
+
+	// The live projection agrees with the aggregate replayed from the log.
+	all := live.List(projections.Filter{}, "", 1<<30)
+	if len(all) < 190 {
+		t.Fatalf("only %d tasks projected", len(all))
+	}
+	statuses, reports := map[aggregate.Status]int{}, 0
+	for _, s := range all {
+		statuses[s.Status]++
+		for _, id := range s.MailIDs {
+			if strings.HasPrefix(id, "child-") {
+				reports++
+			}
+		}
+		want, err := st.Load(context.Background(), s.TaskID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want.Spec.Message.Content = nil
+		if !reflect.DeepEqual(s, want) {
+			t.Errorf("task %s:\nprojected %+v\nreplayed  %+v", s.TaskID, s, want)
+		}
+	}
+	for _, want := range []aggregate.Status{aggregate.StatusScheduled, aggregate.StatusQueued, aggregate.StatusRunning,
+		aggregate.StatusSucceeded, aggregate.StatusFailed, aggregate.StatusCanceled, aggregate.StatusTimedOut} {
+		if statuses[want] == 0 {
+			t.Errorf("traffic left no task %s (%v)", want, statuses)
+		}
+	}
+	if reports == 0 {
+		t.Error("no child result reached a parent's mailbox")
+	}
+	if live.TimerLen(projections.Release) == 0 || live.TimerLen(projections.Expire) == 0 {
+		t.Errorf("expected far releases and running deadlines in the timer queues: release %d, expire %d",
+			live.TimerLen(projections.Release), live.TimerLen(projections.Expire))
+	}
+
+	ln.stop()
+	last := lastSeq(t, st.Stream())
+	if live.Applied() != last {
+		t.Fatalf("log moved after quiescence: applied %d, last %d", live.Applied(), last)
+	}
+	sameProjection(t, live, rebuild(t, ln.ns, last))
+}
+
+func TestUndecodableEventSkipped(t *testing.T) {
+	t.Parallel()
+	b := setupLog(t)
+	run(t, b.engine)
+	ctx := context.Background()
+	a := b.schedule(t, "cust", nil, time.Time{})
+	ack, err := b.store.JetStream().Publish(ctx, b.ns.Subjects.Event("cust", a.TaskID), []byte("\xc1garbage"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := b.schedule(t, "cust", nil, time.Time{})
+	if c.LastSeq <= ack.Sequence {
+		t.Fatalf("later task at %d, garbage at %d", c.LastSeq, ack.Sequence)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := b.engine.WaitFor(wctx, c.LastSeq); err != nil {
+		t.Fatalf("WaitFor past the garbage: %v", err)
+	}
+	if n := b.engine.Undecodable(); n != 1 {
+		t.Fatalf("Undecodable = %d, want 1", n)
+	}
+	if s, ok := b.engine.Task(c.TaskID); !ok || s.Status != aggregate.StatusScheduled {
+		t.Fatalf("task after the garbage: %+v %v", s, ok)
+	}
+	if s, _ := b.engine.Task(a.TaskID); s.Version != 1 || s.LastSeq != a.LastSeq {
+		t.Fatalf("garbage changed task %s: version %d last seq %d", a.TaskID, s.Version, s.LastSeq)
+	}
+	if got := b.engine.ActiveRoots("cust"); got != 2 {
+		t.Fatalf("ActiveRoots = %d, want 2", got)
+	}
+	// A rebuild skips the same event and ends in the same place.
+	sameProjection(t, b.engine, rebuild(t, b.ns, c.LastSeq))
+}
