@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,6 +37,7 @@ type Run struct {
 	ctx    context.Context // cancelled when a stop check says stop
 	cancel context.CancelFunc
 
+	saveMu     sync.Mutex // orders saves: a later snapshot is never overwritten by an older one
 	mu         sync.Mutex
 	cp         Checkpoint
 	items      map[string]Item
@@ -65,6 +68,8 @@ func (r *Run) Update(ctx context.Context, fn func(cp *Checkpoint)) error {
 }
 
 func (r *Run) save(ctx context.Context) error {
+	r.saveMu.Lock()
+	defer r.saveMu.Unlock()
 	cp := r.Checkpoint()
 	if err := r.w.cfg.Checkpoints.Save(ctx, cp); err != nil {
 		return fmt.Errorf("save checkpoint of %s: %w", cp.TaskID, err)
@@ -164,6 +169,9 @@ func (r *Run) Step(ctx context.Context, name string, fn func(ctx context.Context
 		return err
 	}
 	if err := fn(r.ctx); err != nil {
+		if r.stopped() { // the stop cut the step short
+			return fmt.Errorf("step %s: %w (%w)", name, ErrStopped, err)
+		}
 		return err
 	}
 	return r.Update(ctx, func(cp *Checkpoint) { cp.Steps = append(cp.Steps, name) })
@@ -218,8 +226,8 @@ func (r *Run) Effect(ctx context.Context, key string, do func(ctx context.Contex
 func (r *Run) effects() []events.Effect {
 	cp := r.Checkpoint()
 	var out []events.Effect
-	for _, rec := range cp.Effects {
-		if rec.Outcome != nil {
+	for _, key := range slices.Sorted(maps.Keys(cp.Effects)) { // a stable order
+		if rec := cp.Effects[key]; rec.Outcome != nil {
 			e := *rec.Outcome
 			e.Uncertain = e.Uncertain || rec.Uncertain
 			out = append(out, e)

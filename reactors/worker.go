@@ -165,6 +165,12 @@ func (w *Worker) resume(ctx context.Context, slots chan struct{}, start func(api
 			continue
 		}
 		t, err := w.cfg.API.Get(ctx, cp.TaskID)
+		var apiErr *api.Error
+		if err != nil && (!errors.As(err, &apiErr) || apiErr.Status >= 500) {
+			// No answer about the task: keep the checkpoint for a later start.
+			w.cfg.Logger.Warn().Err(err).Str("task", cp.TaskID).Msg("cannot look up a checkpointed run; not resumed now")
+			continue
+		}
 		if err != nil || t.Status != string(aggregate.StatusRunning) || t.Claim == nil || t.Claim.DeliveryID != cp.DeliveryID {
 			cp.Done = true // nothing left to resume
 			w.cfg.Checkpoints.Save(ctx, cp)
