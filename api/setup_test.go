@@ -3,15 +3,13 @@ package api_test
 import (
 	"context"
 	"errors"
-	"net/http/httptest"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/testnats"
+	"github.com/taskledger/taskledger/internal/testnode"
 )
 
 func TestMain(m *testing.M) { testnats.Main(m) }
@@ -27,33 +25,12 @@ type bundle struct {
 // server, serves its API over HTTP and waits until it is ready.
 func setup(t *testing.T, cfgs ...func(*node.Config)) *bundle {
 	t.Helper()
-	ns := testnats.NewNamespace(t)
-	cfg := node.Config{
-		NC: testnats.Conn(t), Stream: ns.Stream, ReadyStream: ns.ReadyStream, Subjects: ns.Subjects,
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+	opts := make([]testnode.Option, len(cfgs))
+	for i, f := range cfgs {
+		opts[i] = f
 	}
-	for _, f := range cfgs {
-		f(&cfg)
-	}
-	n, err := node.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	srv := httptest.NewServer(n.Handler)
-	t.Cleanup(func() {
-		srv.Close()
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("node stopped with %v", err)
-		}
-	})
-	b := &bundle{node: n, client: api.NewClient(srv.URL, ""), url: srv.URL}
-	t.Cleanup(b.client.HTTP.CloseIdleConnections)
-	eventually(t, "node ready", func() bool { return n.Engine.CaughtUp() })
-	return b
+	n := testnode.Start(t, opts...)
+	return &bundle{node: n.Node, client: n.Client, url: n.URL}
 }
 
 // eventually polls cond until it holds, failing the test after 10s.

@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/testnats"
+	"github.com/taskledger/taskledger/internal/testnode"
 	"github.com/taskledger/taskledger/projections"
 )
 
@@ -30,31 +30,12 @@ type liveNode struct {
 
 func startNode(t *testing.T) *liveNode {
 	t.Helper()
-	ns := testnats.NewNamespace(t)
-	n, err := node.New(context.Background(), node.Config{
-		NC: testnats.Conn(t), Stream: ns.Stream, ReadyStream: ns.ReadyStream, Subjects: ns.Subjects,
-		Logger: testLogger(t),
+	n := testnode.Start(t, func(c *node.Config) {
+		c.Logger = testLogger(t)
 		// One customer is capped so the traffic includes a rejection.
-		Admission: scheduler.Admission{PerCustomer: map[string]scheduler.Quota{capped: {MaxActiveRoots: 1}}},
+		c.Admission = scheduler.Admission{PerCustomer: map[string]scheduler.Quota{capped: {MaxActiveRoots: 1}}}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("node stopped with %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	eventually(t, "node ready", n.Engine.CaughtUp)
-	return &liveNode{ns: ns, node: n, stop: stop}
+	return &liveNode{ns: n.NS, node: n.Node, stop: n.Stop}
 }
 
 // capped may have one active root at a time.

@@ -3,7 +3,6 @@ package reactors_test
 import (
 	"context"
 	"errors"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/testnats"
+	"github.com/taskledger/taskledger/internal/testnode"
 	"github.com/taskledger/taskledger/reactors"
 )
 
@@ -35,37 +35,13 @@ type wkEnv struct {
 // NATS server, serves its API over HTTP and waits until it is ready.
 func wkSetup(t *testing.T) *wkEnv {
 	t.Helper()
-	ns := testnats.NewNamespace(t)
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)
-	// A generous deadline: on a loaded machine creating the streams can
-	// take longer than JetStream's default 5s API timeout.
-	openCtx, cancelOpen := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancelOpen()
-	n, err := node.New(openCtx, node.Config{
-		NC: testnats.Conn(t), Stream: ns.Stream, ReadyStream: ns.ReadyStream, Subjects: ns.Subjects, Logger: log,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	srv := httptest.NewServer(n.Handler)
-	t.Cleanup(func() {
-		srv.Close()
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("node stopped with %v", err)
-		}
-	})
+	n := testnode.Start(t, func(c *node.Config) { c.Logger = log })
 	js, err := jetstream.New(testnats.Conn(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &wkEnv{node: n, client: api.NewClient(srv.URL, ""), ns: ns, js: js, log: log}
-	t.Cleanup(e.client.HTTP.CloseIdleConnections)
-	wkEventually(t, "node ready", n.Engine.CaughtUp)
-	return e
+	return &wkEnv{node: n.Node, client: n.Client, ns: n.NS, js: js, log: log}
 }
 
 // kv opens a checkpoint bucket unique to this namespace.

@@ -1,0 +1,91 @@
+// Package testnode runs a whole scheduler node in a test: on a fresh
+// namespace of the package's embedded NATS server (internal/testnats),
+// with its API served over real HTTP.
+package testnode
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/internal/node"
+	"github.com/taskledger/taskledger/internal/testnats"
+)
+
+// Node is a running scheduler with an HTTP client for its API.
+type Node struct {
+	*node.Node
+	NS     testnats.Namespace
+	NC     *nats.Conn
+	Client *api.Client
+	URL    string
+	// Stop stops the HTTP server and the node and waits for them. It is
+	// idempotent and also runs when the test ends.
+	Stop func()
+}
+
+// Option changes the node's configuration before it starts.
+type Option func(*node.Config)
+
+// Start runs a node on a fresh namespace (or the one an Option sets on
+// cfg.Stream etc.), serves its API and waits until its projections have
+// caught up. Its log goes to the test's log at warn level unless an
+// Option sets a Logger.
+func Start(t testing.TB, opts ...Option) *Node {
+	t.Helper()
+	ns := testnats.NewNamespace(t)
+	cfg := node.Config{
+		NC: testnats.Conn(t), Stream: ns.Stream, ReadyStream: ns.ReadyStream, Subjects: ns.Subjects,
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	ns = testnats.Namespace{Stream: cfg.Stream, ReadyStream: cfg.ReadyStream, Subjects: cfg.Subjects}
+	// Generous: on a loaded machine creating streams can take longer than
+	// JetStream's default 5s API timeout.
+	openCtx, cancelOpen := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelOpen()
+	n, err := node.New(openCtx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	srv := httptest.NewServer(n.Handler)
+	client := api.NewClient(srv.URL, "")
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			srv.Close()
+			client.HTTP.CloseIdleConnections()
+			cancel()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("node stopped with %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	Eventually(t, "node caught up", n.Engine.CaughtUp)
+	return &Node{Node: n, NS: ns, NC: cfg.NC, Client: client, URL: srv.URL, Stop: stop}
+}
+
+// Eventually polls cond until it holds, failing the test after 30s.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
