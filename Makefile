@@ -4,8 +4,9 @@ STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOLANGCI_LINT := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 FUZZTIME      ?= 10s
 BENCH_SCALE   ?= 1
+COUNT         ?= 10
 
-.PHONY: help run build test test-short fuzz bench lint
+.PHONY: help run build test test-short fuzz bench bench-micro lint
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -24,12 +25,29 @@ test: ## vet, the whole test suite under the race detector, and a short fuzz of 
 fuzz: ## run every fuzz target for FUZZTIME each
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./events
 	$(GO) test -run '^$$' -fuzz '^FuzzValidID$$' -fuzztime $(FUZZTIME) ./events
+	$(GO) test -run '^$$' -fuzz '^FuzzScheduleBody$$' -fuzztime $(FUZZTIME) ./api
+	$(GO) test -run '^$$' -fuzz '^FuzzClaimBody$$' -fuzztime $(FUZZTIME) ./api
+	$(GO) test -run '^$$' -fuzz '^FuzzResultBody$$' -fuzztime $(FUZZTIME) ./api
+	$(GO) test -run '^$$' -fuzz '^FuzzMailboxBody$$' -fuzztime $(FUZZTIME) ./api
+	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime $(FUZZTIME) ./api
+	$(GO) test -run '^$$' -fuzz '^FuzzTaskPath$$' -fuzztime $(FUZZTIME) ./api
 
-bench: ## measure append, load and lifecycle rates (BENCH_SCALE scales the work)
-	BENCH_SCALE=$(BENCH_SCALE) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./internal/bench
+bench: ## one table: lifecycle, latency, timers, replay, memory vs the raw JetStream ceiling (BENCH_SCALE scales the work)
+	BENCH_SCALE=$(BENCH_SCALE) $(GO) run ./cmd/taskledger bench
+
+bench-micro: ## hot-function benchmarks for benchstat (COUNT runs each)
+	$(GO) test -run '^$$' -bench 'Encode|Decode|Replay|Decide|Apply' -count $(COUNT) ./internal/bench
 
 lint: ## gofmt, go vet, staticcheck and golangci-lint
 	@test -z "$$(gofmt -l .)" || (gofmt -l . && exit 1)
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) run $(GOLANGCI_LINT) run ./...
+
+.PHONY: cluster-test
+cluster-test: ## 3-node NATS cluster failover test (CLUSTER_SECONDS, default 60)
+	CLUSTER_SECONDS=$${CLUSTER_SECONDS:-60} $(GO) test -tags cluster -count=1 -run TestClusterFailover -v -timeout 30m ./cmd/taskledger
+
+.PHONY: soak
+soak: ## kill -9 soak test (SOAK_SECONDS, default 120)
+	SOAK_SECONDS=$${SOAK_SECONDS:-120} $(GO) test -race -count=1 -run TestSoakKillNine -v -timeout 30m ./cmd/taskledger

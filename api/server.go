@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -84,7 +85,15 @@ func NewHandler(cfg ServerConfig) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &Error{Status: http.StatusNotFound, Code: "not_found", Message: "no route " + r.Method + " " + r.URL.Path})
 	})
-	return recoverer(cfg.Logger, mux)
+	// A browser on another site may POST here without a preflight (a
+	// form, or fetch with a text/plain body): without an auth file the
+	// server trusts every request, so such a page could schedule or
+	// cancel tasks. Refuse non-safe cross-origin browser requests.
+	csrf := http.NewCrossOriginProtection()
+	csrf.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "cross-origin browser requests are refused"})
+	}))
+	return recoverer(cfg.Logger, csrf.Handler(mux))
 }
 
 type handler struct {
@@ -169,6 +178,12 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
+	}
+	// JSON text is UTF-8 (RFC 8259 §8.1); encoding/json would silently
+	// replace invalid bytes with U+FFFD and store text the client never
+	// sent.
+	if !utf8.Valid(body) {
+		return &Error{Status: http.StatusBadRequest, Code: "invalid_argument", Message: "malformed JSON body: not valid UTF-8"}
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(v); err != nil {

@@ -182,7 +182,13 @@ func LineageHistory(ctx context.Context, js jetstream.JetStream, stream string, 
 	}
 	root := map[string]string{}
 	for _, ev := range all {
-		if p, ok := ev.Data.(events.TaskScheduled); ok {
+		if _, seen := root[ev.TaskID]; seen {
+			continue // only a task's first creation event counts, as in Apply
+		}
+		switch p := ev.Data.(type) {
+		case events.TaskScheduled:
+			root[ev.TaskID] = p.Spec.RootID
+		case events.AdmissionRejected: // a rejected root is its own lineage
 			root[ev.TaskID] = p.Spec.RootID
 		}
 	}

@@ -54,13 +54,14 @@ type Verifier struct {
 	subjects events.Subjects
 	tasks    map[string]*aggregate.State
 	claimed  map[string]string // delivery token → task that claimed it
+	numbers  map[string]int    // task → number of its previous event
 	ids      map[string]struct{}
 	report   Report
 }
 
 // NewVerifier returns a verifier for a log using subjects.
 func NewVerifier(subjects events.Subjects) *Verifier {
-	return &Verifier{subjects: subjects, tasks: map[string]*aggregate.State{}, claimed: map[string]string{}, ids: map[string]struct{}{}}
+	return &Verifier{subjects: subjects, tasks: map[string]*aggregate.State{}, claimed: map[string]string{}, numbers: map[string]int{}, ids: map[string]struct{}{}}
 }
 
 // Report returns what the verifier found so far.
@@ -97,9 +98,12 @@ func (v *Verifier) Add(seq uint64, subject string, data []byte) {
 		st = &aggregate.State{}
 		v.tasks[ev.TaskID] = st
 	}
-	if ev.Number != st.Version+1 {
-		v.fail(seq, ev.TaskID, Gap, "event number %d after %d", ev.Number, st.Version)
+	// Compared with the previous event's number, not the count of events
+	// seen, so one missing event is reported once, not at every later one.
+	if prev := v.numbers[ev.TaskID]; ev.Number != prev+1 {
+		v.fail(seq, ev.TaskID, Gap, "event number %d after %d", ev.Number, prev)
 	}
+	v.numbers[ev.TaskID] = ev.Number
 	v.checkTransition(*st, ev)
 	*st = aggregate.Apply(*st, ev)
 }
@@ -112,7 +116,11 @@ func (v *Verifier) checkTransition(st aggregate.State, ev events.Event) {
 			v.fail(ev.Seq, ev.TaskID, IllegalEvent, "%s for a task that already exists", ev.Type())
 			return
 		}
-	case events.MailboxRead:
+	case events.MailboxRead: // a check may read the mailbox of a terminal task
+		if !st.Exists() {
+			v.fail(ev.Seq, ev.TaskID, NoCreation, "%s before the task was scheduled", ev.Type())
+			return
+		}
 	default:
 		if !st.Exists() {
 			v.fail(ev.Seq, ev.TaskID, NoCreation, "%s before the task was scheduled", ev.Type())

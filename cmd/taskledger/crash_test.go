@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -19,38 +20,72 @@ import (
 	"github.com/taskledger/taskledger/events"
 )
 
-// binary is the taskledger command built once for the process tests.
+// binaries are the taskledger commands built once per set of build tags
+// for the process tests, in one temporary directory.
 var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
+	binMu    sync.Mutex
+	binDir   string
+	binaries = map[string]*builtBinary{}
 )
 
+type builtBinary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// taskledgerBinary returns the taskledger command of a normal build.
 func taskledgerBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
+	return buildBinary(t, "")
+}
+
+// buildBinary returns the taskledger command built with the build tags
+// tags (comma-separated, "" for none), building it on first use.
+func buildBinary(t *testing.T, tags string) string {
+	t.Helper()
+	binMu.Lock()
+	if binDir == "" {
 		dir, err := os.MkdirTemp("", "taskledger-bin-")
 		if err != nil {
-			buildErr = err
-			return
+			binMu.Unlock()
+			t.Fatal(err)
 		}
-		binPath = filepath.Join(dir, "taskledger")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		binDir = dir
+	}
+	b, ok := binaries[tags]
+	if !ok {
+		b = &builtBinary{}
+		binaries[tags] = b
+	}
+	dir := binDir
+	binMu.Unlock()
+	b.once.Do(func() {
+		name := "taskledger"
+		args := []string{"build"}
+		if tags != "" {
+			name += "-" + strings.ReplaceAll(tags, ",", "-")
+			args = append(args, "-tags", tags)
+		}
+		b.path = filepath.Join(dir, name)
+		out, err := exec.Command("go", append(args, "-o", b.path, ".")...).CombinedOutput()
 		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			b.err = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return binPath
+	return b.path
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
+	binMu.Lock()
+	if binDir != "" {
+		os.RemoveAll(binDir)
 	}
+	binMu.Unlock()
 	os.Exit(code)
 }
 

@@ -32,6 +32,7 @@ var commands = []command{
 	{"tree", "show a task's lineage from its root: tree ID", treeCommand},
 	{"replay", "offline log tools: replay verify | replay rebuild (--data or --nats-url)", replayCommand},
 	{"work", "reference executor: claim tasks of --queue and run --exec per task", workCommand},
+	{"bench", "measure this machine against the raw JetStream ceiling (--scale, --json)", benchCommand},
 }
 
 // errUsage marks a command-line mistake: exit code 2.

@@ -221,6 +221,8 @@ func sanitize(s string) string {
 }
 
 // readAuthFile reads lines of "TOKEN CUSTOMER_ID"; '#' starts a comment.
+// A token given twice is refused: which customer it stands for would be
+// ambiguous.
 func readAuthFile(path string) (map[string]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -228,6 +230,7 @@ func readAuthFile(path string) (map[string]string, error) {
 	}
 	defer f.Close()
 	tokens := map[string]string{}
+	lines := map[string]int{}
 	sc := bufio.NewScanner(f)
 	for line := 1; sc.Scan(); line++ {
 		text, _, _ := strings.Cut(sc.Text(), "#")
@@ -238,7 +241,10 @@ func readAuthFile(path string) (map[string]string, error) {
 		if len(fields) != 2 || (fields[1] != "*" && events.ValidID(fields[1]) != nil) {
 			return nil, fmt.Errorf("%s:%d: want 'TOKEN CUSTOMER_ID' or 'TOKEN *'", path, line)
 		}
-		tokens[fields[0]] = fields[1]
+		if first, dup := lines[fields[0]]; dup {
+			return nil, fmt.Errorf("%s:%d: token repeats the one on line %d", path, line, first)
+		}
+		tokens[fields[0]], lines[fields[0]] = fields[1], line
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err

@@ -1,6 +1,355 @@
-// Package bench holds taskledger's end-to-end benchmarks: raw JetStream
-// append rates, loading a task from a large log and claim throughput
-// through the store, each against its own embedded NATS server, plus
-// micro-benchmarks of the codec and the aggregate. It has no non-test
-// code; run it with `make bench` (BENCH_SCALE scales the work, default 1).
+// Package bench measures taskledger's speed side by side with the raw
+// JetStream ceiling of the same run (issue 6): Run starts a fresh embedded
+// server and measures, in order, the ceiling (raw sync and async appends,
+// raw ordered reads), lifecycle throughput (Go SDK in process and HTTP),
+// latency at half the maximum rate, timer lateness, replay and aggregate
+// loads over a large log, projection memory and the sync_always cost, and
+// prints one table. `make bench` and `taskledger bench` run it;
+// BENCH_SCALE (Config.Scale) scales the work.
+//
+// The hot functions (codec, aggregate, projection apply) have ordinary Go
+// benchmarks in this package's tests, for benchstat:
+//
+//	make bench-micro COUNT=10 > old.txt   # on the base commit
+//	make bench-micro COUNT=10 > new.txt   # with the change
+//	go run golang.org/x/perf/cmd/benchstat@latest old.txt new.txt
 package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"text/tabwriter"
+	"time"
+
+	"github.com/taskledger/taskledger/internal/node"
+)
+
+// Config configures Run. The zero value runs the defaults.
+type Config struct {
+	// Scale multiplies the amount of work (tasks, events, messages);
+	// default 1, which finishes in a few minutes on two cores.
+	Scale float64
+	// JSON prints the report as JSON instead of a table.
+	JSON bool
+	// Dir is where the embedded servers keep their files, in a fresh
+	// directory under it that Run removes at the end; default the system
+	// temporary directory.
+	Dir string
+	// ProfileDir, if set, receives one CPU profile per section
+	// (ceiling.pprof, lifecycle.pprof, ...) for `go tool pprof`.
+	ProfileDir string
+	// Progress receives a line per step while Run works; default
+	// os.Stderr.
+	Progress io.Writer
+}
+
+// Figure is one measured value.
+type Figure struct {
+	Section string  `json:"section"`
+	Name    string  `json:"name"`
+	Value   float64 `json:"value"`
+	Unit    string  `json:"unit"`
+	// Ratio is the figure as a ratio to the reference RatioOf names,
+	// measured in the same run (usually part of the raw ceiling); 0 when
+	// the figure has none.
+	Ratio   float64 `json:"ratio,omitempty"`
+	RatioOf string  `json:"ratioOf,omitempty"`
+	// Target is issue 6's target for the figure, if it has one, and Met
+	// whether this run reached it.
+	Target string `json:"target,omitempty"`
+	Met    *bool  `json:"met,omitempty"`
+}
+
+// Report is what Run measured.
+type Report struct {
+	Scale      float64   `json:"scale"`
+	Started    time.Time `json:"started"`
+	Seconds    float64   `json:"seconds"` // wall time of the whole run
+	GoVersion  string    `json:"goVersion"`
+	NumCPU     int       `json:"numCPU"`
+	GOMAXPROCS int       `json:"gomaxprocs"`
+	Figures    []Figure  `json:"figures"`
+}
+
+// Figure returns the figure named name, if the report has it.
+func (r *Report) Figure(name string) (Figure, bool) {
+	for _, f := range r.Figures {
+		if f.Name == name {
+			return f, true
+		}
+	}
+	return Figure{}, false
+}
+
+// Names of the figures every complete report holds.
+const (
+	FigSync1          = "raw sync OCC append, 1 publisher"
+	FigSync16         = "raw sync OCC append, 16 publishers"
+	FigAsync          = "raw async append (≤ 4096 in flight)"
+	FigRead           = "raw ordered-consumer read"
+	FigLifecycleSDK   = "lifecycle, Go SDK in process"
+	FigWritesPerTask  = "JetStream writes per task"
+	FigLifecycleHTTP  = "lifecycle, HTTP keep-alive clients"
+	FigHTTPvsSDK      = "lifecycle HTTP ÷ Go SDK"
+	FigSchedClaimP50  = "schedule→claimable p50"
+	FigSchedClaimP99  = "schedule→claimable p99"
+	FigSchedClaimP999 = "schedule→claimable p999"
+	FigClaimP50       = "claim request p50"
+	FigClaimP99       = "claim request p99"
+	FigClaimP999      = "claim request p999"
+	FigReleaseP50     = "release lateness p50"
+	FigReleaseP99     = "release lateness p99"
+	FigReleaseMax     = "release lateness max"
+	FigTimeoutP50     = "timeout lateness p50"
+	FigTimeoutP99     = "timeout lateness p99"
+	FigTimeoutMax     = "timeout lateness max"
+	FigRebuild        = "projection rebuild"
+	FigReplayRead     = "raw read of the same stream"
+	FigLoadP50        = "aggregate load p50"
+	FigLoadP99        = "aggregate load p99"
+	FigMemory         = "projection memory per active task"
+	FigSyncAlways1    = "sync_always OCC append, 1 publisher"
+	FigSyncAlways16   = "sync_always OCC append, 16 publishers"
+	FigSyncAlwaysCost = "sync_always cost (default ÷ sync_always, 16 pub.)"
+)
+
+// References of Figure.RatioOf.
+const (
+	ratioAsync       = "raw async"       // raw async append rate; for lifecycles, of tasks/s × writes per task
+	ratioRead        = "raw read"        // raw ordered read of the same stream
+	ratioRTT         = "sync append RTT" // one sync OCC append's round trip (1 publisher)
+	ratioDefaultSync = "default sync"    // the same append without sync_always
+	ratioSDK         = "Go SDK"          // the Go SDK lifecycle rate
+)
+
+// FigureNames lists, in table order, the figures every complete report
+// holds.
+var FigureNames = []string{
+	FigSync1, FigSync16, FigAsync, FigRead,
+	FigLifecycleSDK, FigWritesPerTask, FigLifecycleHTTP, FigHTTPvsSDK,
+	FigSchedClaimP50, FigSchedClaimP99, FigSchedClaimP999, FigClaimP50, FigClaimP99, FigClaimP999,
+	FigReleaseP50, FigReleaseP99, FigReleaseMax, FigTimeoutP50, FigTimeoutP99, FigTimeoutMax,
+	FigRebuild, FigReplayRead, FigLoadP50, FigLoadP99,
+	FigMemory,
+	FigSyncAlways1, FigSyncAlways16, FigSyncAlwaysCost,
+}
+
+// run is the state of one Run: its configuration, the report being
+// filled and the figures later sections compare against.
+type run struct {
+	cfg    Config
+	log    io.Writer
+	dir    string
+	report *Report
+
+	// Measured earlier in the run, for the sections after.
+	sync1Rate, sync16Rate, asyncRate float64
+	sdkRate                          float64 // lifecycle tasks/s through the Go SDK
+	schedRate                        float64 // schedule calls/s during that lifecycle
+}
+
+// Run measures everything, in the order the package comment gives, on a
+// fresh embedded server with file storage, writes progress lines to
+// cfg.Progress, and writes the table (or JSON) to out. It takes a few
+// minutes at Scale 1 and uses all CPUs; run it on an otherwise idle
+// machine for figures worth comparing. ctx cancels it. It returns the
+// report, also when writing it fails, and the first error.
+func Run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
+	if cfg.Scale == 0 {
+		cfg.Scale = 1
+	}
+	if !(cfg.Scale > 0) || math.IsInf(cfg.Scale, 0) {
+		return Report{}, fmt.Errorf("bench: scale %v: want a positive number", cfg.Scale)
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = os.Stderr
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = os.TempDir()
+	}
+	dir, err := os.MkdirTemp(cfg.Dir, "taskledger-bench-")
+	if err != nil {
+		return Report{}, fmt.Errorf("bench: data directory: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	if cfg.ProfileDir != "" {
+		if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
+			return Report{}, fmt.Errorf("bench: profile directory: %w", err)
+		}
+	}
+	r := &run{cfg: cfg, log: cfg.Progress, dir: dir, report: &Report{
+		Scale: cfg.Scale, Started: time.Now().UTC(), GoVersion: runtime.Version(),
+		NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
+	}}
+	r.say("scale %g, data in %s, %d CPUs", cfg.Scale, dir, runtime.NumCPU())
+	err = r.all(ctx)
+	r.report.Seconds = time.Since(r.report.Started).Seconds()
+	r.say("done in %.1fs", r.report.Seconds)
+	if err != nil {
+		return *r.report, err
+	}
+	if cfg.JSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(r.report)
+	} else {
+		err = WriteTable(out, *r.report)
+	}
+	return *r.report, err
+}
+
+// all runs the sections in order: the ceiling on the server's raw
+// streams; lifecycle, latency and timers on one scheduler node; replay
+// on a large stream of its own; memory without a server; sync-always on
+// a second server.
+func (r *run) all(ctx context.Context) error {
+	srv, nc, err := startServer(filepath.Join(r.dir, "default"), false)
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	defer nc.Close()
+	if err := r.section(ctx, "ceiling", func(ctx context.Context) error { return r.ceiling(ctx, nc) }); err != nil {
+		return err
+	}
+	if err := r.withNode(ctx, nc, func(nd *node.Node) error {
+		for _, s := range []struct {
+			name string
+			fn   func(context.Context, *node.Node) error
+		}{{"lifecycle", r.lifecycle}, {"latency", r.latency}, {"timers", r.timers}} {
+			if err := r.section(ctx, s.name, func(ctx context.Context) error { return s.fn(ctx, nd) }); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := r.section(ctx, "replay", func(ctx context.Context) error { return r.replay(ctx, nc) }); err != nil {
+		return err
+	}
+	if err := r.section(ctx, "memory", r.memory); err != nil {
+		return err
+	}
+	return r.section(ctx, "sync-always", r.syncAlways)
+}
+
+// section runs fn under a CPU profile when profiles are asked for.
+func (r *run) section(ctx context.Context, name string, fn func(context.Context) error) error {
+	r.say("— %s", name)
+	if r.cfg.ProfileDir != "" {
+		f, err := os.Create(filepath.Join(r.cfg.ProfileDir, name+".pprof"))
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("bench: cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if err := fn(ctx); err != nil {
+		return fmt.Errorf("bench: %s: %w", name, err)
+	}
+	return nil
+}
+
+// say writes a progress line.
+func (r *run) say(format string, args ...any) {
+	fmt.Fprintf(r.log, "bench: "+format+"\n", args...)
+}
+
+// scaled returns n times the scale, but at least lo.
+func (r *run) scaled(n, lo int) int { return max(int(float64(n)*r.cfg.Scale), lo) }
+
+// add records a figure and prints it as a progress line.
+func (r *run) add(f Figure) {
+	r.report.Figures = append(r.report.Figures, f)
+	line := fmt.Sprintf("%s: %s %s", f.Name, formatValue(f.Value), f.Unit)
+	if f.RatioOf != "" {
+		line += fmt.Sprintf(" (%s %s)", formatRatio(f.Ratio), f.RatioOf)
+	}
+	r.say("  %s", line)
+}
+
+// atLeast and atMost fill in a figure's target and whether v met it.
+func atLeast(f Figure, v, limit float64, target string) Figure {
+	ok := v >= limit
+	f.Target, f.Met = target, &ok
+	return f
+}
+
+func atMost(f Figure, v, limit float64, target string) Figure {
+	ok := v <= limit
+	f.Target, f.Met = target, &ok
+	return f
+}
+
+// rttRatio expresses a duration in ms as a multiple of one sync OCC
+// append's round trip (1 publisher) of this run.
+func (r *run) rttRatio(f Figure) Figure {
+	if r.sync1Rate > 0 {
+		f.Ratio, f.RatioOf = f.Value/(1000/r.sync1Rate), ratioRTT
+	}
+	return f
+}
+
+// WriteTable writes the report's figures as an aligned text table.
+func WriteTable(w io.Writer, rep Report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "figure\tvalue\tunit\tvs ceiling\ttarget\tmet")
+	for _, f := range rep.Figures {
+		ratio, met := "—", "—"
+		if f.RatioOf != "" {
+			ratio = formatRatio(f.Ratio) + " " + f.RatioOf
+		}
+		if f.Met != nil {
+			met = map[bool]string{true: "yes", false: "no"}[*f.Met]
+		}
+		target := f.Target
+		if target == "" {
+			target = "—"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Name, formatValue(f.Value), f.Unit, ratio, target, met)
+	}
+	fmt.Fprintf(tw, "(scale %g, %d CPUs, %s, %.0fs)\n", rep.Scale, rep.NumCPU, rep.GoVersion, rep.Seconds)
+	return tw.Flush()
+}
+
+// formatValue prints a figure with three significant digits or as a
+// whole number.
+func formatValue(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+func formatRatio(v float64) string {
+	if v >= 10 {
+		return fmt.Sprintf("%.0f×", v)
+	}
+	return fmt.Sprintf("%.2f×", v)
+}
+
+// Missing returns the names of FigureNames the report lacks.
+func (r *Report) Missing() []string {
+	var out []string
+	for _, name := range FigureNames {
+		if _, ok := r.Figure(name); !ok {
+			out = append(out, name)
+		}
+	}
+	return out
+}

@@ -6,7 +6,12 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/ids"
+	"github.com/taskledger/taskledger/projections"
 )
+
+// The micro-benchmarks time the hot functions one call at a time, for
+// benchstat (see the package comment); `make bench-micro` runs them.
 
 // microAt is the fixed time the micro-benchmarks' events are built at.
 var microAt = time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC)
@@ -93,4 +98,39 @@ func BenchmarkDecideClaim(b *testing.B) {
 			b.Fatalf("Decide(Claim) = %d events, %v; want 1 event", len(evs), err)
 		}
 	}
+}
+
+// BenchmarkApplyProjection folds one task's whole life (history, ten
+// encoded events) into a projection engine per iteration: decode, the
+// engine's lock and every view's update, as the engine's Run does for
+// each event it reads. Reported per event.
+func BenchmarkApplyProjection(b *testing.B) {
+	const tasks = 1024 // per engine: each task is applied once, into views of bounded size
+	encoded := make([][][]byte, tasks)
+	for i := range encoded {
+		for _, ev := range history(ids.New(), customer(i), microAt) {
+			data, err := events.Encode(ev)
+			if err != nil {
+				b.Fatal(err)
+			}
+			encoded[i] = append(encoded[i], data)
+		}
+	}
+	var eng *projections.Engine
+	seq := uint64(0)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if i%tasks == 0 {
+			b.StopTimer()
+			eng = projections.New(nil, projections.Config{Logger: discardLogger})
+			b.StartTimer()
+		}
+		for _, data := range encoded[i%tasks] {
+			seq++
+			eng.Apply(seq, data)
+		}
+		i++
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(seq), "ns/event")
 }

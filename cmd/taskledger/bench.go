@@ -1,0 +1,43 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+
+	"github.com/taskledger/taskledger/internal/bench"
+)
+
+// benchCommand measures this machine: throughput, latency, timer
+// lateness, replay and memory, each next to the raw JetStream ceiling of
+// the same run, on a fresh embedded server (internal/bench.Run).
+func benchCommand(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("bench")
+	scale := fs.Float64("scale", 0, "multiply the work by this (default 1, or BENCH_SCALE); 1 takes a few minutes on 2 cores")
+	asJSON := fs.Bool("json", false, "print the report as JSON instead of a table")
+	dir := fs.String("dir", "", "put the servers' files in a fresh directory under this one (default the system temp directory)")
+	profiles := fs.String("profile", "", "write one CPU profile per section (lifecycle.pprof, ...) into this directory")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: bench takes no arguments", errUsage)
+	}
+	if *scale == 0 {
+		if v, ok := os.LookupEnv("BENCH_SCALE"); ok && v != "" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || !(f > 0) {
+				return fmt.Errorf("%w: BENCH_SCALE=%q: want a positive number", errUsage, v)
+			}
+			*scale = f
+		}
+	}
+	if !(*scale >= 0) || math.IsInf(*scale, 0) {
+		return fmt.Errorf("%w: --scale %v: want a positive number", errUsage, *scale)
+	}
+	_, err := bench.Run(ctx, bench.Config{Scale: *scale, JSON: *asJSON, Dir: *dir, ProfileDir: *profiles, Progress: os.Stderr}, stdout)
+	return err
+}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/taskledger/taskledger/api"
+)
+
+// `taskledger serve` refuses to listen beyond loopback without an auth
+// file (API.md, Auth), and refuses a malformed auth file naming the line.
+
+// serveOutput runs `taskledger serve args...` with env added, expecting it
+// to exit on its own within 30s, and returns its exit code and stderr.
+func serveOutput(t *testing.T, env []string, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, taskledgerBinary(t), append([]string{"serve", "--data", t.TempDir(), "--log-format", "json"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("serve %v did not exit: it is serving; stderr:\n%s", args, stderr.String())
+	}
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatal(err)
+	}
+	return cmd.ProcessState.ExitCode(), stderr.String()
+}
+
+// freePublicPort returns a port that is free on every interface.
+func freePublicPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// writeAuthFile writes content to a new auth file and returns its path.
+func writeAuthFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestServeRefusesPublicAddressWithoutAuthFile(t *testing.T) {
+	t.Parallel()
+	port := freePublicPort(t)
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+	}{
+		{"AllIPv4", nil, []string{"--http", "0.0.0.0:" + port}},
+		{"AllIPv6", nil, []string{"--http", "[::]:" + port}},
+		{"EmptyHost", nil, []string{"--http", ":" + port}},
+		{"HostName", nil, []string{"--http", "example.com:" + port}},
+		{"PrivateAddress", nil, []string{"--http", "10.1.2.3:" + port}},
+		{"FromEnvironment", []string{"TASKLEDGER_HTTP=0.0.0.0:" + port}, nil},
+		{"EmptyAuthFileFlag", nil, []string{"--http", "0.0.0.0:" + port, "--auth-file", ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, stderr := serveOutput(t, tc.env, tc.args...)
+			if code == 0 || !strings.Contains(stderr, "refusing to serve without --auth-file") || !strings.Contains(stderr, "not a loopback address") {
+				t.Fatalf("exit %d, stderr:\n%s\nwant a non-zero exit and the refusal", code, stderr)
+			}
+		})
+	}
+}
+
+func TestServeRefusesMalformedAuthFile(t *testing.T) {
+	t.Parallel()
+	path := writeAuthFile(t, "# tokens\n\ntok-a A\ntok-b B extra\n")
+	code, stderr := serveOutput(t, nil, "--http", "0.0.0.0:"+freePublicPort(t), "--auth-file", path)
+	if code == 0 || !strings.Contains(stderr, path+":4:") {
+		t.Fatalf("exit %d, stderr:\n%s\nwant a non-zero exit naming %s:4", code, stderr, path)
+	}
+	code, stderr = serveOutput(t, nil, "--auth-file", filepath.Join(t.TempDir(), "missing"))
+	if code == 0 || !strings.Contains(stderr, "missing") {
+		t.Fatalf("missing auth file: exit %d, stderr:\n%s", code, stderr)
+	}
+}
+
+func TestServeReadAuthFile(t *testing.T) {
+	t.Parallel()
+	t.Run("Valid", func(t *testing.T) {
+		t.Parallel()
+		path := writeAuthFile(t, "# comment\n\n  tok-a   A  # customer A\r\ntok-op *\n\ttok-b\tB_2-x\n")
+		tokens, err := readAuthFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"tok-a": "A", "tok-op": "*", "tok-b": "B_2-x"}
+		if fmt.Sprint(tokens) != fmt.Sprint(want) {
+			t.Fatalf("tokens %v, want %v", tokens, want)
+		}
+	})
+	for _, tc := range []struct{ name, content, want string }{
+		{"TokenOnly", "tok-a A\ntok-b\n", ":2:"},
+		{"ThreeFields", "tok-a A extra\n", ":1:"},
+		{"CustomerWithDot", "\n\ntok-a a.b\n", ":3:"},
+		{"CustomerWildcard", "tok-a >\n", ":1:"},
+		{"CustomerStarPrefix", "tok-a *A\n", ":1:"},
+		{"CustomerTooLong", "tok-a " + strings.Repeat("c", 65) + "\n", ":1:"},
+		{"CustomerUnicode", "tok-a é\n", ":1:"},
+		{"RepeatedToken", "tok-a A\n# again\ntok-a B\n", ":3: token repeats the one on line 1"},
+		{"RepeatedTokenSameCustomer", "tok-a A\ntok-a A\n", ":2:"},
+		{"NoTokens", "# nothing\n\n", "no tokens"},
+		{"Empty", "", "no tokens"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := writeAuthFile(t, tc.content)
+			tokens, err := readAuthFile(path)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), path) {
+				t.Fatalf("tokens %v, error %v; want an error starting with %s and holding %q", tokens, err, path, tc.want)
+			}
+			if strings.Contains(err.Error(), "tok-a") {
+				t.Fatalf("error %v shows a token", err)
+			}
+		})
+	}
+}
+
+func TestServeWithAuthFileOnPublicAddress(t *testing.T) {
+	t.Parallel()
+	port := freePublicPort(t)
+	path := writeAuthFile(t, "tok-a A\ntok-op *\n")
+	cmd := exec.Command(taskledgerBinary(t), "serve", "--data", t.TempDir(), "--http", "0.0.0.0:"+port,
+		"--auth-file", path, "--log-format", "json", "--log-level", "warn")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			cmd.Process.Signal(syscall.SIGKILL)
+			<-exited
+		}
+	})
+
+	base := "http://127.0.0.1:" + port
+	anon := api.NewClient(base, "")
+	defer anon.HTTP.CloseIdleConnections()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := anon.HTTP.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case err := <-exited:
+			stopped = true
+			t.Fatalf("serve with --auth-file on 0.0.0.0 exited: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server on 0.0.0.0:%s not healthy: %v", port, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	ctx := context.Background()
+	_, err := anon.List(ctx, api.ListOptions{})
+	var apiErr *api.Error
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusUnauthorized || apiErr.Code != "unauthenticated" {
+		t.Fatalf("list without a token: %v, want 401 unauthenticated", err)
+	}
+	ca := api.NewClient(base, "tok-a")
+	defer ca.HTTP.CloseIdleConnections()
+	task, _, err := ca.Schedule(ctx, api.ScheduleRequest{Queue: "serve"})
+	if err != nil || task.CustomerID != "A" {
+		t.Fatalf("schedule with A's token: %v %+v", err, task)
+	}
+	op := api.NewClient(base, "tok-op")
+	defer op.HTTP.CloseIdleConnections()
+	if got, err := op.Get(ctx, task.ID); err != nil || got.CustomerID != "A" {
+		t.Fatalf("operator reads A's task: %v %+v", err, got)
+	}
+
+	// SIGTERM shuts it down cleanly.
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		stopped = true
+		if err != nil {
+			t.Fatalf("serve after SIGTERM: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("serve did not stop after SIGTERM")
+	}
+}

@@ -1,0 +1,169 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/node"
+	"github.com/taskledger/taskledger/projections"
+)
+
+// releaseWindow is how far apart the delayed tasks' runAt times spread,
+// from scale 0.1 up; below, it shrinks with the scale (a smoke run).
+const releaseWindow = 5 * time.Second
+
+// eventOf returns the first event of type typ in evs.
+func eventOf(evs []events.Event, typ events.Type) (events.Event, bool) {
+	for _, ev := range evs {
+		if ev.Type() == typ {
+			return ev, true
+		}
+	}
+	return events.Event{}, false
+}
+
+// histories loads the history of every task, from concurrency goroutines.
+func histories(ctx context.Context, nd *node.Node, taskIDs []string) ([][]events.Event, error) {
+	out := make([][]events.Event, len(taskIDs))
+	err := forEach(ctx, len(taskIDs), func(ctx context.Context, i int) (err error) {
+		out[i], err = nd.Store.History(ctx, taskIDs[i])
+		return err
+	})
+	return out, err
+}
+
+// waitTimers waits until timer queue t of the node is empty.
+func waitTimers(ctx context.Context, nd *node.Node, t projections.Timer, within time.Duration) error {
+	return waitFor(ctx, within, func() string { return fmt.Sprintf("%d tasks still in the %s timer queue", nd.Engine.TimerLen(t), t) },
+		func() bool { return nd.Engine.TimerLen(t) == 0 })
+}
+
+// lateness returns, for every task, how late its first event of type typ
+// was logged against the due time due returns.
+func lateness(ctx context.Context, nd *node.Node, taskIDs []string, typ events.Type, due func(i int, ev events.Event) time.Time) ([]time.Duration, error) {
+	hs, err := histories(ctx, nd, taskIDs)
+	if err != nil {
+		return nil, err
+	}
+	late := make([]time.Duration, len(hs))
+	for i, h := range hs {
+		ev, ok := eventOf(h, typ)
+		if !ok {
+			return nil, fmt.Errorf("task %s has no %s", taskIDs[i], typ)
+		}
+		late[i] = ev.At.Sub(due(i, ev))
+	}
+	slices.Sort(late)
+	return late, nil
+}
+
+// timers measures how late the alarm releases delayed tasks whose runAt
+// spread over releaseWindow with all of them pending (DeliveryPending's
+// time − runAt), and how late it times out runs (TimedOut's time − the
+// deadline).
+func (r *run) timers(ctx context.Context, nd *node.Node) error {
+	a := api.NewLocal(nd.Service)
+
+	// Releases: every task is scheduled before the first falls due, in
+	// runAt order; the lead allows for the schedule rate this run
+	// measured, with half as much again to spare.
+	n := r.scaled(10000, 50)
+	window := time.Duration(float64(releaseWindow) * min(1, 10*r.cfg.Scale))
+	lead := max(500*time.Millisecond, time.Duration(1.5*float64(n)/r.schedRate*float64(time.Second)))
+	t0 := time.Now().Add(lead)
+	runAt := make([]time.Time, n)
+	taskIDs := make([]string, n)
+	var tardy atomic.Int64
+	if err := forEach(ctx, n, func(ctx context.Context, i int) error {
+		runAt[i] = t0.Add(time.Duration(i) * window / time.Duration(n))
+		req := scheduleRequest(i, "timers")
+		req.RunAt = &runAt[i]
+		t, _, err := a.Schedule(ctx, req)
+		if time.Now().After(runAt[i]) {
+			tardy.Add(1)
+		}
+		taskIDs[i] = t.ID
+		return err
+	}); err != nil {
+		return err
+	}
+	r.say("  %d delayed tasks scheduled in %s (runAt from %s on, over %s); %d were still being scheduled at their runAt; %d in the release queue",
+		n, time.Since(t0.Add(-lead)).Round(time.Millisecond), lead.Round(time.Millisecond), window, tardy.Load(), nd.Engine.TimerLen(projections.Release))
+	select {
+	case <-time.After(time.Until(t0.Add(window))):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := waitTimers(ctx, nd, projections.Release, 30*time.Second); err != nil {
+		return err
+	}
+	late, err := lateness(ctx, nd, taskIDs, events.TypeDeliveryPending, func(i int, _ events.Event) time.Time { return runAt[i] })
+	if err != nil {
+		return err
+	}
+	p50, p99, mx := millis(percentile(late, .5)), millis(percentile(late, .99)), millis(late[len(late)-1])
+	r.add(r.rttRatio(Figure{Section: "timers", Name: FigReleaseP50, Value: p50, Unit: "ms"}))
+	r.add(atMost(r.rttRatio(Figure{Section: "timers", Name: FigReleaseP99, Value: p99, Unit: "ms"}), p99, 5, "≤ 5 ms"))
+	r.add(atMost(r.rttRatio(Figure{Section: "timers", Name: FigReleaseMax, Value: mx, Unit: "ms"}), mx, 50, "≤ 50 ms"))
+
+	// Timeouts: runs claimed with a one-second timeout, never reported.
+	m := r.scaled(500, 20)
+	one := 1
+	taskIDs = make([]string, m)
+	if err := forEach(ctx, m, func(ctx context.Context, i int) error {
+		req := scheduleRequest(i, "timeouts")
+		req.TimeoutSeconds = &one
+		t, _, err := a.Schedule(ctx, req)
+		taskIDs[i] = t.ID
+		return err
+	}); err != nil {
+		return err
+	}
+	var claimed atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	for w := range concurrency {
+		g.Go(func() error {
+			deadline := time.Now().Add(time.Minute)
+			for claimed.Load() < int64(m) {
+				if time.Now().After(deadline) {
+					return fmt.Errorf("only %d of %d timeout tasks claimed in a minute", claimed.Load(), m)
+				}
+				if _, ok, err := a.ClaimNext(gctx, "timeouts", fmt.Sprintf("tmo-%d", w), claimWait); err != nil {
+					return err
+				} else if ok {
+					claimed.Add(1)
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	select {
+	case <-time.After(time.Second):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := waitTimers(ctx, nd, projections.Expire, 30*time.Second); err != nil {
+		return err
+	}
+	late, err = lateness(ctx, nd, taskIDs, events.TypeTimedOut, func(_ int, ev events.Event) time.Time {
+		return ev.Data.(events.TimedOut).Deadline
+	})
+	if err != nil {
+		return err
+	}
+	r.say("  %d runs timed out", m)
+	r.add(r.rttRatio(Figure{Section: "timers", Name: FigTimeoutP50, Value: millis(percentile(late, .5)), Unit: "ms"}))
+	r.add(r.rttRatio(Figure{Section: "timers", Name: FigTimeoutP99, Value: millis(percentile(late, .99)), Unit: "ms"}))
+	r.add(r.rttRatio(Figure{Section: "timers", Name: FigTimeoutMax, Value: millis(late[len(late)-1]), Unit: "ms"}))
+	return nil
+}
