@@ -6,7 +6,7 @@ FUZZTIME      ?= 10s
 BENCH_SCALE   ?= 1
 COUNT         ?= 10
 
-.PHONY: help run build test test-short fuzz bench bench-micro lint
+.PHONY: help run build test fuzz bench bench-micro lint
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -17,10 +17,12 @@ run: ## run the scheduler with an embedded NATS server (data in ./data, API on 1
 build: ## build bin/taskledger
 	$(GO) build -o bin/taskledger ./cmd/taskledger
 
-test: ## vet, the whole test suite under the race detector, and a short fuzz of each decoder
+test: ## vet, every test under the race detector, each fuzz target briefly, a BENCH_SCALE=0.1 bench smoke
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) vet -tags crashpoints ./...
+	$(GO) test -race -count=1 -timeout 30m ./...
 	$(MAKE) fuzz FUZZTIME=$(FUZZTIME)
+	$(MAKE) bench BENCH_SCALE=0.1
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./events

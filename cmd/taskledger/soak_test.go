@@ -37,9 +37,6 @@ const (
 // their outcome, mailbox messages at their index) and nothing may be there
 // twice (a message id in a mailbox, a Claimed in a task).
 func TestSoakKillNine(t *testing.T) {
-	if testing.Short() {
-		t.Skip("soak: not in -short mode")
-	}
 	t.Parallel()
 	duration := envDuration(t, "SOAK_SECONDS", 30*time.Second)
 	every := envDuration(t, "SOAK_KILL_EVERY", 4*time.Second)

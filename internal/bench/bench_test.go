@@ -27,9 +27,6 @@ func TestMain(m *testing.M) {
 // cannot rot: every figure must be reported, none is held to its target
 // (figures from a loaded CI machine mean nothing).
 func TestBenchSmoke(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts servers and runs for a while")
-	}
 	var table, progress bytes.Buffer
 	rep, err := Run(t.Context(), Config{Scale: 0.02, Dir: t.TempDir(), Progress: &progress}, &table)
 	if err != nil {
