@@ -114,6 +114,8 @@ const (
 	FigReplayRead     = "raw read of the same stream"
 	FigLoadP50        = "aggregate load p50"
 	FigLoadP99        = "aggregate load p99"
+	FigStartCold      = "start-up without a snapshot"
+	FigStartSnapshot  = "start-up from a snapshot"
 	FigMemory         = "projection memory per active task"
 	FigSyncAlways1    = "sync_always OCC append, 1 publisher"
 	FigSyncAlways16   = "sync_always OCC append, 16 publishers"
@@ -136,7 +138,7 @@ var FigureNames = []string{
 	FigLifecycleSDK, FigWritesPerTask, FigLifecycleHTTP, FigHTTPvsSDK,
 	FigSchedClaimP50, FigSchedClaimP99, FigSchedClaimP999, FigClaimP50, FigClaimP99, FigClaimP999,
 	FigReleaseP50, FigReleaseP99, FigReleaseMax, FigTimeoutP50, FigTimeoutP99, FigTimeoutMax,
-	FigRebuild, FigReplayRead, FigLoadP50, FigLoadP99,
+	FigRebuild, FigReplayRead, FigStartCold, FigStartSnapshot, FigLoadP50, FigLoadP99,
 	FigMemory,
 	FigSyncAlways1, FigSyncAlways16, FigSyncAlwaysCost,
 }
