@@ -321,3 +321,17 @@ func FuzzTaskPath(f *testing.F) {
 		checkAnswer(t, rec, r.method, target)
 	})
 }
+
+func FuzzCancelBody(f *testing.F) {
+	n := startFuzzNode(f)
+	q := n.queued(f, "fz-cancel")
+	target := "/v1/tasks/" + q.TaskID + "/cancel"
+	addBodySeeds(f, `{}`, `{"reason":"no longer needed"}`, `{"reason":1}`, `{"reason":"`+strings.Repeat("r", 70000)+`"}`)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		rec, ok := n.serve(http.MethodPost, target, body)
+		if !ok {
+			t.Fatal("a well-formed request line was refused")
+		}
+		checkAnswer(t, rec, http.MethodPost, target)
+	})
+}
