@@ -48,6 +48,7 @@ type Engine struct {
 	changed chan struct{} // closed and replaced after every applied event
 
 	applied  atomic.Uint64
+	wanted   atomic.Uint64 // the highest sequence a caller waited for
 	caughtUp atomic.Bool
 	kick     chan struct{}
 	bad      atomic.Uint64
@@ -90,45 +91,49 @@ func (e *Engine) Run(ctx context.Context) error {
 	if e.applied.Load() >= target {
 		e.caughtUp.Store(true)
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{e.cfg.Subjects.Events()}}
-	if from := e.applied.Load() + 1; from > 1 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
-	}
-	cons, err := e.js.OrderedConsumer(ctx, e.cfg.Stream, cfg)
-	if err != nil {
-		return fmt.Errorf("projections: consumer: %w", err)
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("projections: consume: %w", err)
-	}
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer stop()
+	e.want(target)
+	var tails sync.WaitGroup
+	defer tails.Wait()
+	t := e.follow(e.applied.Load() + 1)
+	defer func() { t.stop(&tails) }()
+	watch := time.NewTicker(time.Second)
+	defer watch.Stop()
+	progressAt, ended := time.Now(), false
 	e.cfg.Logger.Info().Uint64("from", e.applied.Load()+1).Uint64("target", target).Msg("projections catching up")
 	for {
-		msg, err := it.Next()
-		if err != nil {
+		var m tailMsg
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-watch.C:
+			stalled := e.wanted.Load() > e.applied.Load() && time.Since(progressAt) > stallTimeout
+			if ended || stalled {
+				e.cfg.Logger.Warn().Uint64("applied", e.applied.Load()).Bool("stalled", stalled).Msg("projections: following the log with a new consumer")
+				t.stop(&tails)
+				t, progressAt, ended = e.follow(e.applied.Load()+1), time.Now(), false
+			}
+			continue
+		case m = <-t.next:
+		}
+		if m.err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return err
-			}
-			e.cfg.Logger.Warn().Err(err).Msg("projections: read")
+			ended = m.ended
+			e.cfg.Logger.Warn().Err(m.err).Msg("projections: read")
 			continue
 		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			e.cfg.Logger.Error().Err(err).Msg("projections: message without metadata")
+		if m.seq <= e.applied.Load() {
 			continue
 		}
-		e.Apply(meta.Sequence.Stream, msg.Data())
-		if !e.caughtUp.Load() && meta.Sequence.Stream >= target {
+		progressAt = time.Now()
+		e.Apply(m.seq, m.data)
+		if !e.caughtUp.Load() && m.seq >= target {
 			e.caughtUp.Store(true)
-			e.cfg.Logger.Info().Uint64("applied", meta.Sequence.Stream).Msg("projections caught up")
+			e.cfg.Logger.Info().Uint64("applied", m.seq).Msg("projections caught up")
 		}
-		if e.cfg.Snapshots != nil && e.policy.due(meta.Sequence.Stream, time.Now()) && !e.snapshotBusy.Load() {
-			e.policy.lastSeq, e.policy.lastAt = meta.Sequence.Stream, time.Now()
+		if e.cfg.Snapshots != nil && e.policy.due(m.seq, time.Now()) && !e.snapshotBusy.Load() {
+			e.policy.lastSeq, e.policy.lastAt = m.seq, time.Now()
 			e.snapshotBusy.Store(true)
 			e.snapshots.Add(1)
 			go func() {
@@ -138,6 +143,16 @@ func (e *Engine) Run(ctx context.Context) error {
 					e.cfg.Logger.Warn().Err(err).Msg("projection snapshot not written")
 				}
 			}()
+		}
+	}
+}
+
+// want records that a caller waits for seq to be applied.
+func (e *Engine) want(seq uint64) {
+	for {
+		w := e.wanted.Load()
+		if seq <= w || e.wanted.CompareAndSwap(w, seq) {
+			return
 		}
 	}
 }
@@ -298,6 +313,7 @@ func (e *Engine) TimersChanged() <-chan struct{} { return e.kick }
 
 // WaitFor blocks until the event at seq has been applied or ctx ends.
 func (e *Engine) WaitFor(ctx context.Context, seq uint64) error {
+	e.want(seq)
 	for {
 		e.mu.RLock()
 		ch := e.changed

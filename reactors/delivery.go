@@ -3,6 +3,7 @@ package reactors
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -52,9 +53,27 @@ func (p ReadyPublisher) PublishReady(ctx context.Context, s aggregate.State) err
 		return err
 	}
 	msg := &nats.Msg{Subject: p.Subjects.Ready(s.Spec.Queue), Data: body, Header: nats.Header{}}
-	_, err = p.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(s.Delivery.ID))
-	return err
+	for attempt := 1; ; attempt++ {
+		_, err = p.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(s.Delivery.ID))
+		// On a replicated stream a notification another scheduler is
+		// publishing at this moment answers "duplicate message id is in
+		// process"; once that copy is stored a retry is acknowledged as
+		// its duplicate.
+		var apiErr *jetstream.APIError
+		if err == nil || attempt == 5 || !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeDuplicateInProcess {
+			return err
+		}
+		select {
+		case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
+		case <-ctx.Done():
+			return err
+		}
+	}
 }
+
+// errCodeDuplicateInProcess is a replicated stream's answer to a message
+// id whose first copy is still being stored (JSStreamDuplicateMessageConflict).
+const errCodeDuplicateInProcess jetstream.ErrorCode = 10158
 
 // ChildResult is the content of the mailbox message that reports a
 // child's outcome to its parent (part type "child_result", JSON text).

@@ -108,6 +108,11 @@ func (s *Service) ClaimNext(ctx context.Context, p Principal, queue, executorID 
 // fetchSlice is the longest single pull of a long poll.
 const fetchSlice = time.Second
 
+// foreignNakDelay is how long a ready notification that a customer's
+// claims/next passed over (another customer's task on a shared queue)
+// stays out of sight before it is offered again.
+const foreignNakDelay = 100 * time.Millisecond
+
 func (s *Service) claimNotified(ctx context.Context, p Principal, msg jetstream.Msg, executorID string) (aggregate.State, bool, error) {
 	var n events.ReadyNotification
 	if err := json.Unmarshal(msg.Data(), &n); err != nil || events.ValidID(n.TaskID) != nil {
@@ -117,7 +122,9 @@ func (s *Service) claimNotified(ctx context.Context, p Principal, msg jetstream.
 	}
 	if !p.IsOperator() && n.CustomerID != p.CustomerID {
 		// Not this principal's: leave it for a claimer who may take it.
-		msg.Nak()
+		// A plain Nak would hand it straight back to this same poll,
+		// which would spin on it until its deadline.
+		msg.NakWithDelay(foreignNakDelay)
 		return aggregate.State{}, false, nil
 	}
 	crashpoint.Hit(crashpoint.ClaimReceived)

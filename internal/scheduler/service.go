@@ -19,6 +19,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/crashpoint"
 	"github.com/taskledger/taskledger/internal/ids"
+	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/replay"
 )
@@ -159,6 +160,15 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 			return st, false, fmt.Errorf("%w: parent %s", aggregate.ErrNotFound, spec.ParentID)
 		}
 		if parent.Status.Terminal() {
+			// A repeated requestId answers the child it created before the
+			// parent ended (API.md: 200 existing task), not a conflict.
+			if req.RequestID != "" {
+				if st, err = s.cfg.Store.Load(ctx, taskID); err != nil {
+					return st, false, s.unavailable(err)
+				} else if st.Exists() {
+					return s.existing(ctx, st)
+				}
+			}
 			return st, false, fmt.Errorf("%w: parent %s is %s", ErrParentTerminal, spec.ParentID, parent.Status)
 		}
 		spec.RootID = parent.Spec.RootID
@@ -181,6 +191,7 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 		}
 	}
 	st, _, err = s.cfg.Store.Execute(ctx, taskID, "", cmd)
+	err = s.fromStore(err)
 	if err == nil {
 		crashpoint.Hit(crashpoint.Scheduled)
 	}
@@ -283,6 +294,15 @@ func (s *Service) unavailable(err error) error {
 	return fmt.Errorf("%w: %v", ErrUnavailable, err)
 }
 
+// fromStore maps the store's failure to reach the log to ErrUnavailable
+// (the caller may retry); the aggregate's decisions pass through.
+func (s *Service) fromStore(err error) error {
+	if errors.Is(err, store.ErrUnavailable) {
+		return s.unavailable(err)
+	}
+	return err
+}
+
 // Get returns a task as the log has it now.
 func (s *Service) Get(ctx context.Context, p Principal, id string) (aggregate.State, error) {
 	if err := events.ValidID(id); err != nil {
@@ -326,7 +346,7 @@ func (s *Service) execute(ctx context.Context, p Principal, id, actor string, cm
 	}
 	st, _, err := s.cfg.Store.Execute(ctx, id, actor, cmd)
 	if err != nil {
-		return st, err
+		return st, s.fromStore(err)
 	}
 	return st, s.settle(ctx, st)
 }

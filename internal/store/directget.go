@@ -3,10 +3,12 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,6 +26,7 @@ const batchSize = 256
 type directGetter struct {
 	nc      *nats.Conn
 	api     string
+	leader  string // the leader-only message get of the stream
 	prefix  string
 	sub     *nats.Subscription
 	next    atomic.Uint64
@@ -35,6 +38,7 @@ func newDirectGetter(nc *nats.Conn, stream string) (*directGetter, error) {
 	g := &directGetter{
 		nc:      nc,
 		api:     "$JS.API.DIRECT.GET." + stream,
+		leader:  "$JS.API.STREAM.MSG.GET." + stream,
 		prefix:  nats.NewInbox() + ".",
 		waiting: make(map[string]chan *nats.Msg),
 	}
@@ -70,6 +74,31 @@ type directGetRequest struct {
 // fetch calls fn for every message on subject (wildcards allowed) from
 // stream sequence from on, in order, with the message's stream sequence.
 func (g *directGetter) fetch(ctx context.Context, subject string, from uint64, fn func(seq uint64, data []byte) error) error {
+	req, _ := json.Marshal(directGetRequest{Seq: from, NextFor: subject, Batch: batchSize})
+	for {
+		more, last, err := g.batch(ctx, req, fn)
+		if errors.Is(err, errNoAnswer) {
+			continue // asked again under a new reply token
+		}
+		if err != nil || !more {
+			return err
+		}
+		from = last + 1
+		req, _ = json.Marshal(directGetRequest{Seq: from, NextFor: subject, Batch: batchSize})
+	}
+}
+
+// errNoAnswer: no replica answered a direct get within directAttempt. On
+// a cluster that has just lost a node a request can go unanswered; it is
+// sent again, and a late answer to the first one is dropped.
+var errNoAnswer = errors.New("store: direct get not answered")
+
+// directAttempt is how long a direct get waits for its first reply.
+const directAttempt = time.Second
+
+// batch sends one batch request under a fresh reply token and consumes
+// its replies.
+func (g *directGetter) batch(ctx context.Context, req []byte, fn func(uint64, []byte) error) (more bool, last uint64, err error) {
 	token := strconv.FormatUint(g.next.Add(1), 36)
 	ch := make(chan *nats.Msg, batchSize+1)
 	g.mu.Lock()
@@ -80,27 +109,24 @@ func (g *directGetter) fetch(ctx context.Context, subject string, from uint64, f
 		delete(g.waiting, token)
 		g.mu.Unlock()
 	}()
-
-	for {
-		req, _ := json.Marshal(directGetRequest{Seq: from, NextFor: subject, Batch: batchSize})
-		if err := g.nc.PublishRequest(g.api, g.prefix+token, req); err != nil {
-			return fmt.Errorf("store: direct get %s: %w", subject, err)
-		}
-		more, last, err := g.receive(ctx, ch, fn)
-		if err != nil || !more {
-			return err
-		}
-		from = last + 1
+	if err := g.nc.PublishRequest(g.api, g.prefix+token, req); err != nil {
+		return false, 0, fmt.Errorf("store: direct get: %w", err)
 	}
+	return g.receive(ctx, ch, fn)
 }
 
 // receive consumes one batch. more reports that the server has further
 // matching messages after last.
 func (g *directGetter) receive(ctx context.Context, ch chan *nats.Msg, fn func(uint64, []byte) error) (more bool, last uint64, err error) {
+	first := time.NewTimer(directAttempt)
+	defer first.Stop()
 	for {
 		var m *nats.Msg
 		select {
 		case m = <-ch:
+			first.Stop()
+		case <-first.C:
+			return false, 0, errNoAnswer
 		case <-ctx.Done():
 			return false, 0, fmt.Errorf("store: direct get: %w", ctx.Err())
 		}
@@ -123,4 +149,80 @@ func (g *directGetter) receive(ctx context.Context, ch chan *nats.Msg, fn func(u
 			return false, 0, err
 		}
 	}
+}
+
+// fetchCurrent is fetch for a replicated stream. Any replica answers a
+// direct get, and a follower may not have applied the latest appends yet,
+// so a read right after an acknowledged append (from this process or
+// another) could miss it. fetchCurrent asks the stream leader for the
+// subject's last sequence and reads from the leader whatever the replica
+// lacked, so it returns every message acknowledged before it was called.
+func (g *directGetter) fetchCurrent(ctx context.Context, subject string, fn func(seq uint64, data []byte) error) error {
+	var last uint64
+	err := g.fetch(ctx, subject, 0, func(seq uint64, data []byte) error {
+		last = seq
+		return fn(seq, data)
+	})
+	if err != nil {
+		return err
+	}
+	leaderLast, _, ok, err := g.leaderGet(ctx, leaderGetRequest{LastFor: subject})
+	for err == nil && ok && last < leaderLast {
+		var seq uint64
+		var data []byte
+		seq, data, ok, err = g.leaderGet(ctx, leaderGetRequest{Seq: last + 1, NextFor: subject})
+		if err == nil && ok {
+			last = seq
+			err = fn(seq, data)
+		}
+	}
+	return err
+}
+
+// leaderAttempt bounds one request of leaderGet.
+const leaderAttempt = 500 * time.Millisecond
+
+type leaderGetRequest struct {
+	Seq     uint64 `json:"seq,omitempty"`
+	LastFor string `json:"last_by_subj,omitempty"`
+	NextFor string `json:"next_by_subj,omitempty"`
+}
+
+// leaderGet reads one message with the stream leader's message get; ok is
+// false when no message matches.
+func (g *directGetter) leaderGet(ctx context.Context, req leaderGetRequest) (seq uint64, data []byte, ok bool, err error) {
+	body, _ := json.Marshal(req)
+	var msg *nats.Msg
+	for {
+		// A request sent while the stream has no leader (an election after
+		// a node loss) is never answered: ask again until ctx ends.
+		actx, cancel := context.WithTimeout(ctx, leaderAttempt)
+		msg, err = g.nc.RequestWithContext(actx, g.leader, body)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+	}
+	if err != nil {
+		return 0, nil, false, fmt.Errorf("store: stream leader get: %w", err)
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Data []byte `json:"data"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return 0, nil, false, fmt.Errorf("store: stream leader get: %w", err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return 0, nil, false, nil
+	case resp.Error != nil:
+		return 0, nil, false, fmt.Errorf("store: stream leader get: %w", resp.Error)
+	case resp.Message == nil:
+		return 0, nil, false, fmt.Errorf("store: stream leader get: empty answer")
+	}
+	return resp.Message.Seq, resp.Message.Data, true, nil
 }

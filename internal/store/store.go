@@ -22,6 +22,13 @@ import (
 // without decoding it.
 const TypeHeader = "Tl-Type"
 
+// ErrUnavailable is returned (wrapped) by Execute when the log could not
+// be read or written: no stream leader during an election, a lost
+// connection, a timeout. An append that failed this way may still have
+// landed; the caller may retry the command, which the aggregate decides
+// again.
+var ErrUnavailable = errors.New("store: log unavailable")
+
 // Config configures a Store. The zero value of every field means its
 // default.
 type Config struct {
@@ -140,7 +147,10 @@ func (s *Store) History(ctx context.Context, taskID string) ([]events.Event, err
 }
 
 // Load returns the task's current state, replayed from the log (not from
-// the cache). A task with no events is the zero State, not an error.
+// the cache). A task with no events is the zero State, not an error. On a
+// replicated stream, History and Load also ask the stream leader, so they
+// see every append acknowledged before the call (a follower answering the
+// direct get may lag).
 func (s *Store) Load(ctx context.Context, taskID string) (aggregate.State, error) {
 	var st aggregate.State
 	err := s.replay(ctx, taskID, func(ev events.Event) { st = aggregate.Apply(st, ev) })
@@ -159,7 +169,13 @@ func (s *Store) replay(ctx context.Context, taskID string, fn func(events.Event)
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.ReadTimeout)
 		defer cancel()
 	}
-	return s.get.fetch(ctx, subject, 0, func(seq uint64, data []byte) error {
+	fetch := func(ctx context.Context, subject string, fn func(uint64, []byte) error) error {
+		return s.get.fetch(ctx, subject, 0, fn)
+	}
+	if s.cfg.Replicas > 1 {
+		fetch = s.get.fetchCurrent
+	}
+	return fetch(ctx, subject, func(seq uint64, data []byte) error {
 		ev, err := events.Decode(data)
 		if err != nil {
 			return fmt.Errorf("store: task %s seq %d: %w", taskID, seq, err)
@@ -202,7 +218,7 @@ func (s *Store) Execute(ctx context.Context, taskID, actor string, cmd aggregate
 	for attempt := 0; ; attempt++ {
 		st, cached, err := s.state(ctx, taskID, fresh)
 		if err != nil {
-			return st, nil, err
+			return st, nil, fmt.Errorf("%w: load task %s: %w", ErrUnavailable, taskID, err)
 		}
 		evs, err := aggregate.Decide(st, cmd, s.cfg.Now())
 		if err != nil || len(evs) == 0 {
@@ -299,11 +315,23 @@ func (s *Store) publish(ctx context.Context, ev events.Event, expected uint64) (
 			return ack.Sequence, nil
 		}
 		if IsConflict(err) {
+			// nats-server checks the expected sequence before its dedupe
+			// window, so a retry of an attempt that did land answers
+			// "wrong sequence", not "duplicate": look for our own event.
+			if seq, ok := s.landed(ctx, msg.Subject, expected, ev.ID); ok {
+				return seq, nil
+			}
 			return 0, fmt.Errorf("%w: %v", aggregate.ErrConflict, err)
 		}
+		// A transport failure, or a replicated stream still storing an
+		// earlier attempt of this message id, is retried with the same id:
+		// the server drops the copy of an attempt that landed.
 		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) || ctx.Err() != nil || attempt == publishAttempts {
+		if errors.As(err, &apiErr) && apiErr.ErrorCode != errCodeDuplicateInProcess && apiErr.Code != 503 {
 			return 0, fmt.Errorf("append %s: %w", ev.Type(), err)
+		}
+		if ctx.Err() != nil || attempt == publishAttempts {
+			return 0, fmt.Errorf("%w: append %s: %w", ErrUnavailable, ev.Type(), err)
 		}
 		select {
 		case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
@@ -311,6 +339,22 @@ func (s *Store) publish(ctx context.Context, ev events.Event, expected uint64) (
 			return 0, fmt.Errorf("append %s: %w", ev.Type(), ctx.Err())
 		}
 	}
+}
+
+// errCodeDuplicateInProcess is a replicated stream's answer to a message
+// id whose first copy is still being stored (JSStreamDuplicateMessageConflict).
+const errCodeDuplicateInProcess jetstream.ErrorCode = 10158
+
+// landed reports whether the event with id was stored on subject as the
+// next event after sequence after, and at which sequence. It asks the
+// stream leader, which a lagging replica cannot mislead.
+func (s *Store) landed(ctx context.Context, subject string, after uint64, id string) (uint64, bool) {
+	seq, data, ok, err := s.get.leaderGet(ctx, leaderGetRequest{Seq: after + 1, NextFor: subject})
+	if err != nil || !ok {
+		return 0, false
+	}
+	ev, err := events.Decode(data)
+	return seq, err == nil && ev.ID == id
 }
 
 // IsConflict reports whether err is JetStream's answer to a wrong expected

@@ -1,0 +1,140 @@
+package projections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The engine reads the log through an ordered consumer, an R1 consumer
+// the cluster places on one of the stream's servers. When that server is
+// lost, nats.go recreates the consumer under the same name, and while the
+// cluster still places that name on the lost server every attempt times
+// out: the engine, and every write waiting for it, would stall until the
+// server returns. So the engine watches its progress and, when it is
+// behind what a caller waits for and has not moved for stallTimeout,
+// follows the log with a new consumer (a new name) from where it is.
+const (
+	// engineHeartbeat is the idle heartbeat of the ordered consumer; two
+	// missed ones make nats.go replace it.
+	engineHeartbeat = time.Second
+	// stallTimeout is how long the engine may make no progress while a
+	// caller waits for a later sequence before it replaces its consumer.
+	stallTimeout = 3 * time.Second
+	// followTimeout bounds the creation of a consumer.
+	followTimeout = 10 * time.Second
+)
+
+// tail delivers the log in order from one ordered consumer, read on its
+// own goroutine so that a consumer stuck in nats.go never blocks the
+// engine.
+type tail struct {
+	next   chan tailMsg
+	done   chan struct{} // closed by stop
+	exited chan struct{} // closed when the goroutine returns
+
+	mu sync.Mutex
+	it jetstream.MessagesContext
+}
+
+// tailMsg is one message, or a read error; ended means the tail stopped
+// on its own (its consumer could not be created, or was closed).
+type tailMsg struct {
+	seq   uint64
+	data  []byte
+	err   error
+	ended bool
+}
+
+// follow starts a tail from stream sequence from.
+func (e *Engine) follow(from uint64) *tail {
+	t := &tail{next: make(chan tailMsg), done: make(chan struct{}), exited: make(chan struct{})}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{e.cfg.Subjects.Events()}}
+	if from > 1 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+	}
+	go t.run(e.js, e.cfg.Stream, cfg)
+	return t
+}
+
+func (t *tail) run(js jetstream.JetStream, stream string, cfg jetstream.OrderedConsumerConfig) {
+	defer close(t.exited)
+	send := func(m tailMsg) bool {
+		select {
+		case t.next <- m:
+			return true
+		case <-t.done:
+			return false
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), followTimeout)
+	go func() { // stop ends the creation too
+		select {
+		case <-t.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	cons, err := js.OrderedConsumer(ctx, stream, cfg)
+	cancel()
+	if err != nil {
+		send(tailMsg{err: fmt.Errorf("projections: consumer: %w", err), ended: true})
+		return
+	}
+	it, err := cons.Messages(jetstream.PullHeartbeat(engineHeartbeat))
+	if err != nil {
+		send(tailMsg{err: fmt.Errorf("projections: consume: %w", err), ended: true})
+		return
+	}
+	t.mu.Lock()
+	t.it = it
+	t.mu.Unlock()
+	select {
+	case <-t.done: // stopped before it was set
+		it.Stop()
+		return
+	default:
+	}
+	for {
+		msg, err := it.Next()
+		switch {
+		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
+			send(tailMsg{err: err, ended: true})
+			return
+		case err != nil:
+		default:
+			var meta *jetstream.MsgMetadata
+			if meta, err = msg.Metadata(); err == nil {
+				if !send(tailMsg{seq: meta.Sequence.Stream, data: msg.Data()}) {
+					return
+				}
+				continue
+			}
+		}
+		if !send(tailMsg{err: fmt.Errorf("projections: read: %w", err)}) {
+			return
+		}
+	}
+}
+
+// stop ends the tail and returns at once. Its goroutine exits when its
+// consumer has stopped, which takes until nats.go gives up a recreation
+// in progress; wg tracks it.
+func (t *tail) stop(wg *sync.WaitGroup) {
+	close(t.done)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t.mu.Lock()
+		it := t.it
+		t.mu.Unlock()
+		if it != nil {
+			it.Stop()
+		}
+		<-t.exited
+	}()
+}
