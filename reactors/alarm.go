@@ -249,7 +249,7 @@ func (a *Alarm) outcome(t projections.Timer, s, st aggregate.State, err error) f
 		// Skip until the projection has seen the event, which moves the
 		// task out of this queue or to a later due time.
 		return flight{untilSeq: st.LastSeq}
-	case isSettled(err):
+	case IsSettled(err):
 		// The projection lagged the log; it will drop the item once it has
 		// seen what the decision saw. The pause is a safety net only.
 		return flight{untilSeq: st.LastSeq, retryAt: a.cfg.Now().Add(a.cfg.ErrorBackoff)}
@@ -259,8 +259,9 @@ func (a *Alarm) outcome(t projections.Timer, s, st aggregate.State, err error) f
 	}
 }
 
-// isSettled reports whether err says the action is no longer needed.
-func isSettled(err error) bool {
+// IsSettled reports whether err says an action is no longer needed: the
+// task moved on, is terminal or is gone.
+func IsSettled(err error) bool {
 	return errors.Is(err, aggregate.ErrStale) || errors.Is(err, aggregate.ErrTerminal) ||
 		errors.Is(err, aggregate.ErrNotFound)
 }

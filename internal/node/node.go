@@ -37,7 +37,7 @@ type Config struct {
 	Admission   scheduler.Admission
 	Alarm       reactors.AlarmConfig
 	Logger      zerolog.Logger
-	Registry    *prometheus.Registry // default a new one
+	Registry    *prometheus.Registry // default a new one with runtime and projection metrics
 	Now         func() time.Time
 	// NoSnapshots turns projection snapshots off: every start rebuilds
 	// the projections from the log.
@@ -71,9 +71,6 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Subjects.Root == "" {
 		cfg.Subjects = events.DefaultSubjects
 	}
-	if cfg.Registry == nil {
-		cfg.Registry = prometheus.NewRegistry()
-	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -105,12 +102,18 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		pcfg.Snapshots = snaps
 	}
 	eng = projections.New(st.JetStream(), pcfg)
+	if cfg.Registry == nil {
+		cfg.Registry = newRegistry(eng)
+	}
 	svc := scheduler.New(scheduler.Config{
 		Store: st, Views: eng, JS: st.JetStream(), Stream: cfg.Stream, ReadyStream: cfg.ReadyStream, Subjects: cfg.Subjects,
 		Usage: eng, Admission: cfg.Admission, Logger: cfg.Logger, Metrics: scheduler.NewMetrics(cfg.Registry),
 	})
 	alarmCfg := cfg.Alarm
 	alarmCfg.Logger, alarmCfg.Now = cfg.Logger, cfg.Now
+	if alarmCfg.Observe == nil {
+		alarmCfg.Observe = observeAlarm(cfg.Registry)
+	}
 	n := &Node{
 		cfg: cfg, Store: st, Engine: eng, Service: svc,
 		alarm: reactors.NewAlarm(alarmCfg, st, eng, reactors.ReadyPublisher{JS: st.JetStream(), Subjects: cfg.Subjects}),

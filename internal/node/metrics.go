@@ -1,0 +1,80 @@
+package node
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/taskledger/taskledger/projections"
+	"github.com/taskledger/taskledger/reactors"
+)
+
+// newRegistry returns a registry with the Go runtime and process metrics
+// (heap, GC pauses, RSS) and the projections' gauges.
+func newRegistry(eng *projections.Engine) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "taskledger_projection_applied_sequence",
+			Help: "Stream sequence of the last event the projections applied.",
+		}, func() float64 { return float64(eng.Applied()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "taskledger_projection_undecodable_events_total",
+			Help: "Events the projections skipped because they did not decode.",
+		}, func() float64 { return float64(eng.Undecodable()) }),
+		taskGauges{eng},
+	)
+	for t := range projections.NumTimers {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "taskledger_timer_queue_length",
+			Help:        "Tasks waiting in a timer queue (release, deliver, expire, report).",
+			ConstLabels: prometheus.Labels{"timer": t.String()},
+		}, func() float64 { return float64(eng.TimerLen(t)) }))
+	}
+	return reg
+}
+
+var tasksDesc = prometheus.NewDesc("taskledger_tasks", "Tasks by queue and status, from the projections.", []string{"queue", "status"}, nil)
+
+// taskGauges reports the projections' task counts per queue and status.
+type taskGauges struct{ eng *projections.Engine }
+
+func (g taskGauges) Describe(ch chan<- *prometheus.Desc) { ch <- tasksDesc }
+
+func (g taskGauges) Collect(ch chan<- prometheus.Metric) {
+	for queue, byStatus := range g.eng.QueueCounts() {
+		for status, n := range byStatus {
+			ch <- prometheus.MustNewConstMetric(tasksDesc, prometheus.GaugeValue, float64(n), queue, string(status))
+		}
+	}
+}
+
+// observeAlarm returns an AlarmConfig.Observe that records each action's
+// lateness against its due time and its outcome.
+func observeAlarm(reg prometheus.Registerer) func(projections.Timer, time.Duration, error) {
+	lateness := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "taskledger_alarm_lateness_seconds",
+		Help:    "How late after its due time the alarm acted on a release, delivery, timeout or child report.",
+		Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 5},
+	}, []string{"timer"})
+	actions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "taskledger_alarm_actions_total",
+		Help: "Alarm actions by timer and outcome (ok, settled: no longer needed, error: retried).",
+	}, []string{"timer", "outcome"})
+	reg.MustRegister(lateness, actions)
+	return func(t projections.Timer, late time.Duration, err error) {
+		lateness.WithLabelValues(t.String()).Observe(late.Seconds())
+		outcome := "ok"
+		switch {
+		case err == nil:
+		case reactors.IsSettled(err):
+			outcome = "settled"
+		default:
+			outcome = "error"
+		}
+		actions.WithLabelValues(t.String(), outcome).Inc()
+	}
+}
