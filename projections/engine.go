@@ -43,9 +43,14 @@ type Engine struct {
 	cfg Config
 	js  jetstream.JetStream
 
-	mu      sync.RWMutex
-	v       *views
-	changed chan struct{} // closed and replaced after every applied event
+	mu sync.RWMutex
+	v  *views
+
+	// waiters are WaitFor calls, each woken once its sequence is applied
+	// (not on every event: with many writers in flight that would wake
+	// them all thousands of times a second).
+	waitMu  sync.Mutex
+	waiters []waiter
 
 	applied  atomic.Uint64
 	wanted   atomic.Uint64 // the highest sequence a caller waited for
@@ -72,7 +77,7 @@ func New(js jetstream.JetStream, cfg Config) *Engine {
 	if cfg.SnapshotInterval <= 0 {
 		cfg.SnapshotInterval = 5 * time.Minute
 	}
-	return &Engine{cfg: cfg, js: js, v: newViews(), changed: make(chan struct{}), kick: make(chan struct{}, 1)}
+	return &Engine{cfg: cfg, js: js, v: newViews(), kick: make(chan struct{}, 1)}
 }
 
 // Run consumes the log until ctx ends, then returns ctx's error. It
@@ -176,6 +181,7 @@ func (e *Engine) restoreSnapshot(ctx context.Context, lastSeq uint64) {
 	e.v = v
 	e.applied.Store(applied)
 	e.mu.Unlock()
+	e.wake(applied)
 	e.cfg.Logger.Info().Uint64("applied", applied).Int("tasks", len(records)).Msg("projection snapshot loaded")
 }
 
@@ -285,10 +291,9 @@ func (e *Engine) Apply(seq uint64, data []byte) {
 		ev.Seq = seq
 		kick = e.v.apply(ev)
 	}
-	e.applied.Store(seq)
-	close(e.changed)
-	e.changed = make(chan struct{})
+	e.applied.Store(seq) // under mu: a snapshot pairs views and sequence
 	e.mu.Unlock()
+	e.wake(seq)
 	if kick {
 		select {
 		case e.kick <- struct{}{}:
@@ -311,21 +316,54 @@ func (e *Engine) Undecodable() uint64 { return e.bad.Load() }
 // queue; one value may stand for several changes.
 func (e *Engine) TimersChanged() <-chan struct{} { return e.kick }
 
+type waiter struct {
+	seq uint64
+	ch  chan struct{}
+}
+
+// wake wakes the waiters that the applied sequence seq satisfies.
+func (e *Engine) wake(seq uint64) {
+	e.waitMu.Lock()
+	defer e.waitMu.Unlock()
+	kept := e.waiters[:0]
+	for _, w := range e.waiters {
+		if w.seq <= seq {
+			close(w.ch)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	clear(e.waiters[len(kept):])
+	e.waiters = kept
+}
+
 // WaitFor blocks until the event at seq has been applied or ctx ends.
 func (e *Engine) WaitFor(ctx context.Context, seq uint64) error {
+	if e.applied.Load() >= seq {
+		return nil
+	}
 	e.want(seq)
-	for {
-		e.mu.RLock()
-		ch := e.changed
-		e.mu.RUnlock()
-		if e.applied.Load() >= seq {
-			return nil
+	ch := make(chan struct{})
+	e.waitMu.Lock()
+	if e.applied.Load() >= seq {
+		e.waitMu.Unlock()
+		return nil
+	}
+	e.waiters = append(e.waiters, waiter{seq: seq, ch: ch})
+	e.waitMu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		e.waitMu.Lock()
+		for i, w := range e.waiters {
+			if w.ch == ch {
+				e.waiters = append(e.waiters[:i], e.waiters[i+1:]...)
+				break
+			}
 		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("projections: waiting for seq %d (applied %d): %w", seq, e.applied.Load(), ctx.Err())
-		}
+		e.waitMu.Unlock()
+		return fmt.Errorf("projections: waiting for seq %d (applied %d): %w", seq, e.applied.Load(), ctx.Err())
 	}
 }
 

@@ -27,6 +27,9 @@ const (
 	stallTimeout = 3 * time.Second
 	// followTimeout bounds the creation of a consumer.
 	followTimeout = 10 * time.Second
+	// tailBuffer is how many messages the reader may run ahead of the
+	// engine, so the two goroutines do not hand over every message.
+	tailBuffer = 256
 )
 
 // tail delivers the log in order from one ordered consumer, read on its
@@ -52,7 +55,7 @@ type tailMsg struct {
 
 // follow starts a tail from stream sequence from.
 func (e *Engine) follow(from uint64) *tail {
-	t := &tail{next: make(chan tailMsg), done: make(chan struct{}), exited: make(chan struct{})}
+	t := &tail{next: make(chan tailMsg, tailBuffer), done: make(chan struct{}), exited: make(chan struct{})}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{e.cfg.Subjects.Events()}}
 	if from > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
