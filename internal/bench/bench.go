@@ -117,6 +117,7 @@ const (
 	FigStartCold      = "start-up without a snapshot"
 	FigStartSnapshot  = "start-up from a snapshot"
 	FigMemory         = "projection memory per active task"
+	FigClaim          = "claim decide+append, 16 goroutines"
 	FigSyncAlways1    = "sync_always OCC append, 1 publisher"
 	FigSyncAlways16   = "sync_always OCC append, 16 publishers"
 	FigSyncAlwaysCost = "sync_always cost (default ÷ sync_always, 16 pub.)"
@@ -128,13 +129,14 @@ const (
 	ratioRead        = "raw read"        // raw ordered read of the same stream
 	ratioRTT         = "sync append RTT" // one sync OCC append's round trip (1 publisher)
 	ratioDefaultSync = "default sync"    // the same append without sync_always
+	ratioSync16      = "raw sync 16"     // raw sync OCC appends from 16 publishers
 	ratioSDK         = "Go SDK"          // the Go SDK lifecycle rate
 )
 
 // FigureNames lists, in table order, the figures every complete report
 // holds.
 var FigureNames = []string{
-	FigSync1, FigSync16, FigAsync, FigRead,
+	FigSync1, FigSync16, FigAsync, FigRead, FigClaim,
 	FigLifecycleSDK, FigWritesPerTask, FigLifecycleHTTP, FigHTTPvsSDK,
 	FigSchedClaimP50, FigSchedClaimP99, FigSchedClaimP999, FigClaimP50, FigClaimP99, FigClaimP999,
 	FigReleaseP50, FigReleaseP99, FigReleaseMax, FigTimeoutP50, FigTimeoutP99, FigTimeoutMax,

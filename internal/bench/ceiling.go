@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/ids"
 	"github.com/taskledger/taskledger/internal/store"
@@ -198,6 +199,62 @@ func (r *run) ceiling(ctx context.Context, nc *nats.Conn) error {
 		return fmt.Errorf("read %d messages back, want %d", read, n)
 	}
 	r.add(Figure{Section: "ceiling", Name: FigRead, Value: rate, Unit: "msgs/s"})
+	return r.claims(ctx, nc)
+}
+
+// claims measures the store's Execute of Claim commands — load (cached
+// state), Decide, append with the OCC header — from 16 goroutines on
+// released tasks, against the raw sync append rate from 16 publishers.
+func (r *run) claims(ctx context.Context, nc *nats.Conn) error {
+	st, err := openStore(ctx, nc, "claims", nil)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	n := r.scaled(5000, 200)
+	type released struct{ id, token string }
+	tasks := make([]released, n)
+	var next atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	for range concurrency {
+		g.Go(func() error {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				id, token := ids.New(), ids.New()
+				spec := events.TaskSpec{RootID: id, Queue: "default", TimeoutSeconds: 60}
+				if _, _, err := st.Execute(gctx, id, "", aggregate.Schedule{TaskID: id, CustomerID: customer(i), Spec: spec}); err != nil {
+					return err
+				}
+				if _, _, err := st.Execute(gctx, id, "", aggregate.ReleaseDue{DeliveryID: token}); err != nil {
+					return err
+				}
+				tasks[i] = released{id, token}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	next.Store(0)
+	g, gctx = errgroup.WithContext(ctx)
+	start := time.Now()
+	for w := range concurrency {
+		g.Go(func() error {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				cmd := aggregate.Claim{DeliveryID: tasks[i].token, ExecutorID: fmt.Sprintf("bench-%d", w)}
+				if _, _, err := st.Execute(gctx, tasks[i].id, "", cmd); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	rate := float64(n) / time.Since(start).Seconds()
+	r.say("  %d claims", n)
+	r.add(Figure{Section: "ceiling", Name: FigClaim, Value: rate, Unit: "claims/s", Ratio: rate / r.sync16Rate, RatioOf: ratioSync16})
 	return nil
 }
 
