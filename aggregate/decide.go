@@ -162,7 +162,7 @@ func validateNew(taskID, customerID string, spec events.TaskSpec) error {
 		{"taskId", taskID}, {"customerId", customerID}, {"rootId", spec.RootID}, {"queue", spec.Queue},
 	} {
 		if err := events.ValidID(id.v); err != nil {
-			return fmt.Errorf("%w: %s: %v", ErrInvalid, id.name, err)
+			return fmt.Errorf("%w: %s: %w", ErrInvalid, id.name, err)
 		}
 	}
 	for _, id := range []struct{ name, v string }{
@@ -172,7 +172,7 @@ func validateNew(taskID, customerID string, spec events.TaskSpec) error {
 			continue
 		}
 		if err := events.ValidID(id.v); err != nil {
-			return fmt.Errorf("%w: %s: %v", ErrInvalid, id.name, err)
+			return fmt.Errorf("%w: %s: %w", ErrInvalid, id.name, err)
 		}
 	}
 	if (spec.ParentID == "") != (spec.RootID == taskID) {
@@ -187,7 +187,7 @@ func validateNew(taskID, customerID string, spec events.TaskSpec) error {
 func validateMessage(m events.Message) error {
 	if m.ID != "" {
 		if err := events.ValidID(m.ID); err != nil {
-			return fmt.Errorf("%w: message id: %v", ErrInvalid, err)
+			return fmt.Errorf("%w: message id: %w", ErrInvalid, err)
 		}
 	}
 	if n := MessageSize(m); n > MaxMessageBytes {
@@ -215,7 +215,7 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 			return nil, err
 		}
 		if err := events.ValidID(c.Message.ID); err != nil {
-			return nil, fmt.Errorf("%w: message id: %v", ErrInvalid, err)
+			return nil, fmt.Errorf("%w: message id: %w", ErrInvalid, err)
 		}
 		if err := validateMessage(c.Message); err != nil {
 			return nil, err
@@ -233,7 +233,7 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 			return nil, ErrTokenMismatch
 		}
 		if err := events.ValidID(c.ExecutorID); err != nil {
-			return nil, fmt.Errorf("%w: executor id: %v", ErrInvalid, err)
+			return nil, fmt.Errorf("%w: executor id: %w", ErrInvalid, err)
 		}
 		deadline := now.Add(time.Duration(s.Spec.TimeoutSeconds) * time.Second)
 		return events.Claimed{DeliveryID: c.DeliveryID, ExecutorID: c.ExecutorID, Deadline: deadline}, nil
@@ -259,7 +259,7 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 			return nil, fmt.Errorf("%w: not due until %s", ErrStale, s.Spec.RunAt.Format(time.RFC3339Nano))
 		}
 		if err := events.ValidID(c.DeliveryID); err != nil {
-			return nil, fmt.Errorf("%w: delivery id: %v", ErrInvalid, err)
+			return nil, fmt.Errorf("%w: delivery id: %w", ErrInvalid, err)
 		}
 		return events.DeliveryPending{DeliveryID: c.DeliveryID, Attempt: 1, NextAt: now}, nil
 	case MarkReadyPublished:

@@ -118,7 +118,7 @@ func requireErrKind(t interface {
 }, err, want error) {
 	t.Helper()
 	for _, s := range sentinels {
-		if got := errors.Is(err, s); got != (s == want) {
+		if got := errors.Is(err, s); got != errors.Is(s, want) {
 			t.Fatalf("error %v: errors.Is(%v) = %v, want only %v", err, s, got, want)
 		}
 	}

@@ -104,19 +104,19 @@ type TaskSpec struct {
 	TimeoutSeconds int       `json:"timeoutSeconds"`
 }
 
-// TaskScheduled: a task was accepted. It waits for RunAt to be released.
+// TaskScheduled records that a task was accepted. It waits for RunAt to be released.
 type TaskScheduled struct {
 	Spec TaskSpec `json:"spec"`
 }
 
-// AdmissionRejected: admission refused a new task. The candidate is kept
+// AdmissionRejected records that admission refused a new task. The candidate is kept
 // so a retry with the same request id sees the same outcome.
 type AdmissionRejected struct {
 	Spec   TaskSpec `json:"spec"`
 	Reason string   `json:"reason"`
 }
 
-// DeliveryPending: the task was released; a ready notification carrying
+// DeliveryPending records that the task was released; a ready notification carrying
 // DeliveryID is due at NextAt.
 type DeliveryPending struct {
 	DeliveryID string    `json:"deliveryId"`
@@ -124,7 +124,7 @@ type DeliveryPending struct {
 	NextAt     time.Time `json:"nextAt"`
 }
 
-// DeliveryRetryScheduled: publishing the notification failed; attempt
+// DeliveryRetryScheduled records that publishing the notification failed; attempt
 // Attempt of the same DeliveryID is due at NextAt.
 type DeliveryRetryScheduled struct {
 	DeliveryID string    `json:"deliveryId"`
@@ -133,7 +133,7 @@ type DeliveryRetryScheduled struct {
 	Error      string    `json:"error,omitempty"`
 }
 
-// DeliveryExhausted: the notification could not be published within the
+// DeliveryExhausted records that the notification could not be published within the
 // bounded attempts. The task has failed.
 type DeliveryExhausted struct {
 	DeliveryID string `json:"deliveryId"`
@@ -141,12 +141,12 @@ type DeliveryExhausted struct {
 	Reason     string `json:"reason"`
 }
 
-// ReadyPublished: the ready notification for DeliveryID was published.
+// ReadyPublished records that the ready notification for DeliveryID was published.
 type ReadyPublished struct {
 	DeliveryID string `json:"deliveryId"`
 }
 
-// Claimed: an executor consumed the delivery token and owns the run
+// Claimed records that an executor consumed the delivery token and owns the run
 // until Deadline.
 type Claimed struct {
 	DeliveryID string    `json:"deliveryId"`
@@ -154,29 +154,29 @@ type Claimed struct {
 	Deadline   time.Time `json:"deadline"`
 }
 
-// TimedOut: the running deadline passed without a result.
+// TimedOut records that the running deadline passed without a result.
 type TimedOut struct {
 	Deadline time.Time `json:"deadline"`
 }
 
-// ResultRecorded: the task finished with Result.
+// ResultRecorded records that the task finished with Result.
 type ResultRecorded struct {
 	DeliveryID string `json:"deliveryId,omitempty"`
 	Result     Result `json:"result"`
 }
 
-// Canceled: someone canceled the task.
+// Canceled records that someone canceled the task.
 type Canceled struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// MailboxAppended: a follow-up message was added at 1-based Index.
+// MailboxAppended records that a follow-up message was added at 1-based Index.
 type MailboxAppended struct {
 	Index   int     `json:"index"`
 	Message Message `json:"message"`
 }
 
-// MailboxRead: the scheduler handed out messages up to Cursor.
+// MailboxRead records that the scheduler handed out messages up to Cursor.
 type MailboxRead struct {
 	Cursor int `json:"cursor"`
 }

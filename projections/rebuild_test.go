@@ -124,14 +124,12 @@ func (tr *traffic) run() {
 	}
 
 	// Claims: some succeed, some fail, the rest keep running.
-	var claimed []aggregate.State
 	for k := range 50 {
 		q := queues[k%2]
 		st, ok, err := tr.svc.ClaimNext(ctx, p, q, fmt.Sprintf("w-%s-%d", q, k), 5*time.Second)
 		if err != nil || !ok {
 			t.Fatalf("claim next on %s: ok=%v err=%v", q, ok, err)
 		}
-		claimed = append(claimed, st)
 		switch k % 3 {
 		case 0:
 			_, err = tr.svc.RecordResult(ctx, p, st.TaskID, st.Claim.DeliveryID, events.Result{Success: true, Summary: "done",

@@ -93,7 +93,7 @@ func (r wkRedeliver) Check(ctx context.Context, id string) (api.Check, error) {
 	if err != nil {
 		return c, err
 	}
-	m, err := r.Client.Mailbox(ctx, id, 0)
+	m, err := r.Mailbox(ctx, id, 0)
 	if err != nil {
 		return c, err
 	}

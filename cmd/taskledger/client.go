@@ -80,7 +80,7 @@ func scheduleCommand(ctx context.Context, args []string, stdout io.Writer) error
 	if *runAt != "" {
 		t, err := time.Parse(time.RFC3339, *runAt)
 		if err != nil {
-			return fmt.Errorf("%w: --run-at: %v", errUsage, err)
+			return fmt.Errorf("%w: --run-at: %w", errUsage, err)
 		}
 		req.RunAt = &t
 	}

@@ -91,7 +91,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 		key := "TASKLEDGER_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v, ok := os.LookupEnv(key); ok {
 			if err := f.Value.Set(v); err != nil && envErr == nil {
-				envErr = fmt.Errorf("%w: %s=%q: %v", errUsage, key, v, err)
+				envErr = fmt.Errorf("%w: %s=%q: %w", errUsage, key, v, err)
 			}
 		}
 	})

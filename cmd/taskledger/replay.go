@@ -23,8 +23,7 @@ import (
 // offline says whether a command reads the log directly (--data given
 // explicitly, or --nats-url) instead of asking a server.
 type offline struct {
-	nf      natsFlags
-	dataSet bool
+	nf natsFlags
 }
 
 func (o *offline) register(fs flagSet) {

@@ -112,7 +112,7 @@ func requireLoopback(hostport string) error {
 func newLogger(level, format string) (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(level)
 	if err != nil {
-		return zerolog.Logger{}, fmt.Errorf("%w: --log-level: %v", errUsage, err)
+		return zerolog.Logger{}, fmt.Errorf("%w: --log-level: %w", errUsage, err)
 	}
 	var w io.Writer = os.Stderr
 	if format == "text" || format == "auto" && isatty.IsTerminal(os.Stderr.Fd()) {

@@ -1,3 +1,5 @@
+// Package crashpoint marks the interruption points of the delivery
+// pipeline; see Hit.
 package crashpoint
 
 // The interruption points of the delivery pipeline (issue: crash at each).

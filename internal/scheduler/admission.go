@@ -14,7 +14,7 @@ import (
 	"github.com/taskledger/taskledger/projections"
 )
 
-// ErrAdmissionRejected: admission refused a new root task. The candidate
+// ErrAdmissionRejected is returned when admission refused a new root task. The candidate
 // is persisted as canceled; the error is an *AdmissionError holding it.
 var ErrAdmissionRejected = errors.New("scheduler: admission rejected")
 
