@@ -68,7 +68,7 @@ func (g *directGetter) close() error { return g.sub.Unsubscribe() }
 type directGetRequest struct {
 	Seq     uint64 `json:"seq,omitempty"`
 	NextFor string `json:"next_by_subj"`
-	Batch   int    `json:"batch"`
+	Batch   int    `json:"batch,omitempty"`
 }
 
 // fetch calls fn for every message on subject (wildcards allowed) from
@@ -157,9 +157,9 @@ func (g *directGetter) receive(ctx context.Context, ch chan *nats.Msg, fn func(u
 // another) could miss it. fetchCurrent asks the stream leader for the
 // subject's last sequence and reads from the leader whatever the replica
 // lacked, so it returns every message acknowledged before it was called.
-func (g *directGetter) fetchCurrent(ctx context.Context, subject string, fn func(seq uint64, data []byte) error) error {
-	var last uint64
-	err := g.fetch(ctx, subject, 0, func(seq uint64, data []byte) error {
+func (g *directGetter) fetchCurrent(ctx context.Context, subject string, from uint64, fn func(seq uint64, data []byte) error) error {
+	last := max(from, 1) - 1
+	err := g.fetch(ctx, subject, from, func(seq uint64, data []byte) error {
 		last = seq
 		return fn(seq, data)
 	})
@@ -186,6 +186,29 @@ type leaderGetRequest struct {
 	Seq     uint64 `json:"seq,omitempty"`
 	LastFor string `json:"last_by_subj,omitempty"`
 	NextFor string `json:"next_by_subj,omitempty"`
+}
+
+// nextMsg reads the first message on subject at or after sequence from with
+// one direct get (no batch: the server skips counting what is pending,
+// which costs more than the read on a large stream); ok is false when
+// there is none.
+func (g *directGetter) nextMsg(ctx context.Context, subject string, from uint64) (seq uint64, data []byte, ok bool, err error) {
+	body, _ := json.Marshal(directGetRequest{Seq: from, NextFor: subject})
+	msg, err := g.nc.RequestWithContext(ctx, g.api, body)
+	if err != nil {
+		return 0, nil, false, fmt.Errorf("store: direct get %s: %w", subject, err)
+	}
+	switch msg.Header.Get("Status") {
+	case "":
+	case "404":
+		return 0, nil, false, nil
+	default:
+		return 0, nil, false, fmt.Errorf("store: direct get: status %s %s", msg.Header.Get("Status"), msg.Header.Get("Description"))
+	}
+	if seq, err = strconv.ParseUint(msg.Header.Get(jetstream.SequenceHeader), 10, 64); err != nil {
+		return 0, nil, false, fmt.Errorf("store: direct get: bad sequence header: %w", err)
+	}
+	return seq, msg.Data, true, nil
 }
 
 // leaderGet reads one message with the stream leader's message get; ok is

@@ -14,11 +14,12 @@ import (
 	"github.com/taskledger/taskledger/internal/broker"
 )
 
-// TestRetryOfLandedAppend: an append whose ack was lost is retried with
-// the same event id; the server answers "wrong last sequence" (it checks
-// that before its dedupe window), and the store must recognise its own
-// event instead of reporting a conflict.
-func TestRetryOfLandedAppend(t *testing.T) {
+// TestCatchUpFindsOwnEvent: an append whose ack was lost is retried with
+// the same event id; nats-server answers "wrong last sequence" (it checks
+// that before its dedupe window). After such a conflict the store reads
+// what was appended since its state and must recognise its own event —
+// and otherwise bring its state up to date without a full reload.
+func TestCatchUpFindsOwnEvent(t *testing.T) {
 	t.Parallel()
 	srv, err := broker.StartEmbedded(broker.EmbeddedConfig{Dir: t.TempDir()})
 	if err != nil {
@@ -36,26 +37,35 @@ func TestRetryOfLandedAppend(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	ev := events.Event{ID: "evt-1", TaskID: "t1", CustomerID: "c1", Number: 1, At: time.Now(),
-		Data: events.TaskScheduled{Spec: events.TaskSpec{RootID: "t1", Queue: "q", TimeoutSeconds: 1}}}
-	data, err := events.Encode(ev)
+	spec := events.TaskSpec{RootID: "t1", Queue: "q", TimeoutSeconds: 1}
+	s1, _, err := st.Execute(ctx, "t1", "", aggregate.Schedule{TaskID: "t1", CustomerID: "c1", Spec: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The first attempt lands; its ack is lost.
-	first, err := st.js.PublishMsg(ctx, &nats.Msg{Subject: st.cfg.Subjects.Event("c1", "t1"), Data: data},
-		jetstream.WithMsgID(ev.ID), jetstream.WithExpectLastSequencePerSubject(0))
+	mine := events.Event{ID: "evt-mine", TaskID: "t1", CustomerID: "c1", Number: 2, At: time.Now(),
+		Data: events.MailboxAppended{Index: 1, Message: events.Message{ID: "m1"}}}
+	data, err := events.Encode(mine)
 	if err != nil {
 		t.Fatal(err)
 	}
-	seq, err := st.publish(ctx, ev, 0)
-	if err != nil || seq != first.Sequence {
-		t.Fatalf("retry = %d, %v; want the first attempt's seq %d", seq, err, first.Sequence)
+	// The first attempt lands; its ack is lost; the retry conflicts.
+	ack, err := st.js.PublishMsg(ctx, &nats.Msg{Subject: st.cfg.Subjects.Event("c1", "t1"), Data: data},
+		jetstream.WithMsgID(mine.ID), jetstream.WithExpectLastSequencePerSubject(s1.LastSeq))
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Another writer's event at that place is still a conflict.
-	other := ev
-	other.ID = "evt-2"
-	if _, err := st.publish(ctx, other, 0); !errors.Is(err, aggregate.ErrConflict) {
-		t.Fatalf("another event at the same place: %v, want a conflict", err)
+	if _, err := st.publish(ctx, mine, s1.LastSeq); !errors.Is(err, aggregate.ErrConflict) {
+		t.Fatalf("retry: %v, want a conflict", err)
+	}
+	caught, seq, err := st.catchUp(ctx, s1, mine)
+	if err != nil || seq != ack.Sequence || caught.Version != 2 || caught.MailIndex("m1") != 1 {
+		t.Fatalf("catchUp = v%d, seq %d, %v; want v2 with m1, seq %d", caught.Version, seq, err, ack.Sequence)
+	}
+	// Someone else's event at that place: caught up, not ours.
+	other := mine
+	other.ID = "evt-other"
+	caught, seq, err = st.catchUp(ctx, s1, other)
+	if err != nil || seq != 0 || caught.Version != 2 {
+		t.Fatalf("catchUp of another's event = v%d, seq %d, %v; want v2, seq 0", caught.Version, seq, err)
 	}
 }

@@ -169,13 +169,11 @@ func (s *Store) replay(ctx context.Context, taskID string, fn func(events.Event)
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.ReadTimeout)
 		defer cancel()
 	}
-	fetch := func(ctx context.Context, subject string, fn func(uint64, []byte) error) error {
-		return s.get.fetch(ctx, subject, 0, fn)
-	}
+	fetch := s.get.fetch
 	if s.cfg.Replicas > 1 {
 		fetch = s.get.fetchCurrent
 	}
-	return fetch(ctx, subject, func(seq uint64, data []byte) error {
+	return fetch(ctx, subject, 0, func(seq uint64, data []byte) error {
 		ev, err := events.Decode(data)
 		if err != nil {
 			return fmt.Errorf("store: task %s seq %d: %w", taskID, seq, err)
@@ -215,9 +213,14 @@ func (s *Store) Execute(ctx context.Context, taskID, actor string, cmd aggregate
 		actor = s.cfg.Actor
 	}
 	fresh := false
+	var pinned *aggregate.State // a state caught up after a conflict
 	for attempt := 0; ; attempt++ {
-		st, cached, err := s.state(ctx, taskID, fresh)
-		if err != nil {
+		var st aggregate.State
+		var cached bool
+		var err error
+		if pinned != nil {
+			st, pinned = *pinned, nil
+		} else if st, cached, err = s.state(ctx, taskID, fresh, creates(cmd)); err != nil {
 			return st, nil, fmt.Errorf("%w: load task %s: %w", ErrUnavailable, taskID, err)
 		}
 		evs, err := aggregate.Decide(st, cmd, s.cfg.Now())
@@ -228,19 +231,71 @@ func (s *Store) Execute(ctx context.Context, taskID, actor string, cmd aggregate
 			}
 			return st, nil, err
 		}
-		st, err = s.append(ctx, st, evs, actor)
+		next, err := s.append(ctx, st, evs, actor)
 		if errors.Is(err, aggregate.ErrConflict) && attempt < s.cfg.MaxRetries {
-			fresh = true
+			// Another writer got there first. Read only what it appended
+			// and decide again; if the event there is our own (a retried
+			// publish whose first attempt landed: nats-server checks the
+			// expected sequence before its dedupe window), we are done.
+			caught, seq, cerr := s.catchUp(ctx, st, evs[0])
+			switch {
+			case cerr != nil:
+				fresh = true
+			case seq > 0 && len(evs) == 1:
+				evs[0].Seq = seq
+				s.remember(caught)
+				return caught, evs, nil
+			default:
+				pinned = &caught
+			}
 			continue
 		}
 		if err != nil {
-			return st, nil, fmt.Errorf("store: %T on task %s: %w", cmd, taskID, err)
+			return next, nil, fmt.Errorf("store: %T on task %s: %w", cmd, taskID, err)
 		}
-		return st, evs, nil
+		return next, evs, nil
 	}
 }
 
-func (s *Store) state(ctx context.Context, taskID string, fresh bool) (st aggregate.State, cached bool, err error) {
+// catchUp applies to st the events stored after it on ev's subject and
+// reports the sequence at which ev itself was stored, or 0. It reads them
+// one by one: after a conflict there are only a few.
+func (s *Store) catchUp(ctx context.Context, st aggregate.State, ev events.Event) (aggregate.State, uint64, error) {
+	subject := s.cfg.Subjects.Event(ev.CustomerID, ev.TaskID)
+	get := s.get.nextMsg
+	if s.cfg.Replicas > 1 { // ask the leader: a follower may lag
+		get = func(ctx context.Context, subject string, from uint64) (uint64, []byte, bool, error) {
+			return s.get.leaderGet(ctx, leaderGetRequest{Seq: from, NextFor: subject})
+		}
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.ReadTimeout)
+		defer cancel()
+	}
+	var landed uint64
+	for from := st.LastSeq + 1; ; {
+		seq, data, ok, err := get(ctx, subject, from)
+		if err != nil || !ok {
+			return st, landed, err
+		}
+		e, err := events.Decode(data)
+		if err != nil {
+			return st, landed, fmt.Errorf("store: task %s seq %d: %w", ev.TaskID, seq, err)
+		}
+		e.Seq = seq
+		if e.ID == ev.ID {
+			landed = seq
+		}
+		st, from = aggregate.Apply(st, e), seq+1
+	}
+}
+
+// state returns the task's state from the cache (cached is true) or the
+// log. A command that creates a task is first decided on the empty state
+// without a read: its append expects no earlier event, so if the task
+// exists after all the append conflicts and the command is decided again.
+func (s *Store) state(ctx context.Context, taskID string, fresh, creation bool) (st aggregate.State, cached bool, err error) {
 	if !fresh && s.cfg.CacheSize > 0 {
 		s.mu.Lock()
 		st, ok := s.cache[taskID]
@@ -248,6 +303,9 @@ func (s *Store) state(ctx context.Context, taskID string, fresh bool) (st aggreg
 		if ok {
 			return st, true, nil
 		}
+	}
+	if !fresh && creation {
+		return aggregate.State{}, true, nil
 	}
 	st, err = s.Load(ctx, taskID)
 	if err != nil {
@@ -315,12 +373,6 @@ func (s *Store) publish(ctx context.Context, ev events.Event, expected uint64) (
 			return ack.Sequence, nil
 		}
 		if IsConflict(err) {
-			// nats-server checks the expected sequence before its dedupe
-			// window, so a retry of an attempt that did land answers
-			// "wrong sequence", not "duplicate": look for our own event.
-			if seq, ok := s.landed(ctx, msg.Subject, expected, ev.ID); ok {
-				return seq, nil
-			}
 			return 0, fmt.Errorf("%w: %v", aggregate.ErrConflict, err)
 		}
 		// A transport failure, or a replicated stream still storing an
@@ -345,16 +397,13 @@ func (s *Store) publish(ctx context.Context, ev events.Event, expected uint64) (
 // id whose first copy is still being stored (JSStreamDuplicateMessageConflict).
 const errCodeDuplicateInProcess jetstream.ErrorCode = 10158
 
-// landed reports whether the event with id was stored on subject as the
-// next event after sequence after, and at which sequence. It asks the
-// stream leader, which a lagging replica cannot mislead.
-func (s *Store) landed(ctx context.Context, subject string, after uint64, id string) (uint64, bool) {
-	seq, data, ok, err := s.get.leaderGet(ctx, leaderGetRequest{Seq: after + 1, NextFor: subject})
-	if err != nil || !ok {
-		return 0, false
+// creates reports whether cmd makes a new task.
+func creates(cmd aggregate.Command) bool {
+	switch cmd.(type) {
+	case aggregate.Schedule, aggregate.Reject:
+		return true
 	}
-	ev, err := events.Decode(data)
-	return seq, err == nil && ev.ID == id
+	return false
 }
 
 // IsConflict reports whether err is JetStream's answer to a wrong expected
