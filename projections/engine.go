@@ -312,8 +312,8 @@ func (e *Engine) CaughtUp() bool { return e.caughtUp.Load() }
 // Undecodable counts events skipped because they did not decode.
 func (e *Engine) Undecodable() uint64 { return e.bad.Load() }
 
-// TimersChanged receives a value after an applied event changed a timer
-// queue; one value may stand for several changes.
+// TimersChanged receives a value after an applied event put a task into a
+// timer queue or moved its due time; one value may stand for several.
 func (e *Engine) TimersChanged() <-chan struct{} { return e.kick }
 
 type waiter struct {

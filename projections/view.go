@@ -87,8 +87,9 @@ func newViews() *views {
 	return v
 }
 
-// apply folds one event into every view and reports whether a timer queue
-// changed.
+// apply folds one event into every view and reports whether it put a task
+// into a timer queue or moved its due time: what the alarm must wake for.
+// Removals do not wake it; an item leaving a queue needs no action.
 func (v *views) apply(ev events.Event) (timersChanged bool) {
 	t := v.tasks[ev.TaskID]
 	if t == nil {
@@ -126,15 +127,11 @@ func (v *views) relink(t *task, before *aggregate.State) bool {
 		if child, ok := strings.CutPrefix(s.MailIDs[len(s.MailIDs)-1], "child-"); ok && q.has(child) &&
 			v.tasks[child].state.Spec.ParentID == s.TaskID {
 			q.remove(child)
-			changed = true
 		}
 	}
 	if s.Status.Terminal() && !before.Status.Terminal() {
 		for _, c := range t.children {
-			if q.has(c) {
-				q.remove(c)
-				changed = true
-			}
+			q.remove(c)
 		}
 	}
 	return changed
@@ -173,8 +170,7 @@ func (v *views) reindex(before, after *aggregate.State) bool {
 	bt, bdue, bok := timerOf(before)
 	at, adue, aok := timerOf(after)
 	if bok && (!aok || bt != at) {
-		v.timers[bt].remove(id)
-		changed = true
+		v.timers[bt].remove(id) // not a change the alarm must wake for
 	}
 	if aok && (!bok || bt != at || !bdue.Equal(adue)) {
 		v.timers[at].set(id, after.CustomerID, adue)
