@@ -66,19 +66,20 @@ func replayStopServer(t *testing.T, p *process) {
 	}
 }
 
-// replayLogBuffer is a bytes.Buffer safe for a child process and the test.
-type replayLogBuffer struct {
+// syncBuffer is a bytes.Buffer safe for a child process's output and the
+// test reading it at once.
+type syncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *replayLogBuffer) Write(p []byte) (int, error) {
+func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *replayLogBuffer) String() string {
+func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
@@ -93,9 +94,9 @@ type replayReadyz struct {
 
 // replayStartServer runs `taskledger serve` with an info-level JSON log
 // kept in memory and waits until its projections have caught up.
-func replayStartServer(t *testing.T, dataDir, addr string) (*process, *replayLogBuffer, replayReadyz) {
+func replayStartServer(t *testing.T, dataDir, addr string) (*process, *syncBuffer, replayReadyz) {
 	t.Helper()
-	logs := &replayLogBuffer{}
+	logs := &syncBuffer{}
 	cmd := exec.Command(taskledgerBinary(t), "serve", "--data", dataDir, "--http", addr, "--log-format", "json", "--log-level", "info")
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,24 +16,6 @@ import (
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 )
-
-// workBuffer is a bytes.Buffer safe for concurrent use.
-type workBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *workBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *workBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // workEventually polls cond every 20ms until it holds, failing the test after
 // 20s.
@@ -129,7 +110,7 @@ func TestWorkExecEndToEnd(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 
-	var stdout, stderr workBuffer
+	var stdout, stderr syncBuffer
 	worker := exec.Command(taskledgerBinary(t), "work", "--server", c.BaseURL, "--queue", "w",
 		"--exec", workScript(dir), "--check-interval", "200ms", "--executor-id", "w-test",
 		"--log-format", "json", "--log-level", "info")
