@@ -169,12 +169,18 @@ func (r *Run) Step(ctx context.Context, name string, fn func(ctx context.Context
 		return err
 	}
 	if err := fn(r.ctx); err != nil {
-		if r.stopped() { // the stop cut the step short
-			return fmt.Errorf("step %s: %w (%w)", name, ErrStopped, err)
-		}
-		return err
+		return r.interrupted("step "+name, err)
 	}
 	return r.Update(ctx, func(cp *Checkpoint) { cp.Steps = append(cp.Steps, name) })
+}
+
+// interrupted returns err, marked ErrStopped when a stop cut the work
+// short, so a handler can tell a stop from a failure with errors.Is.
+func (r *Run) interrupted(what string, err error) error {
+	if r.stopped() {
+		return fmt.Errorf("%s: %w (%w)", what, ErrStopped, err)
+	}
+	return err
 }
 
 // Effect performs an external write (a pull request, a comment, a push)
@@ -198,7 +204,7 @@ func (r *Run) Effect(ctx context.Context, key string, do func(ctx context.Contex
 		}
 		e, found, err := lookup(r.ctx)
 		if err != nil {
-			return events.Effect{}, fmt.Errorf("effect %s lookup: %w", key, err)
+			return events.Effect{}, r.interrupted("effect "+key+" lookup", err)
 		}
 		if found {
 			return e, r.Update(ctx, func(cp *Checkpoint) { cp.Effects[key] = &EffectRecord{Outcome: &e} })
@@ -217,7 +223,7 @@ func (r *Run) Effect(ctx context.Context, key string, do func(ctx context.Contex
 	}
 	e, err := do(r.ctx)
 	if err != nil {
-		return events.Effect{}, err
+		return events.Effect{}, r.interrupted("effect "+key, err)
 	}
 	return e, r.Update(ctx, func(cp *Checkpoint) { cp.Effects[key] = &EffectRecord{Outcome: &e} })
 }

@@ -195,7 +195,7 @@ func (w *Worker) pollHTTP(ctx context.Context) (api.Task, bool, error) {
 // claim is normal (another executor won, or the notification is stale)
 // and silent.
 func (w *Worker) pollNATS(ctx context.Context, cons jetstream.Consumer) (api.Task, bool, error) {
-	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(min(w.cfg.PollWait, time.Second)))
 	if err != nil {
 		return api.Task{}, false, err
 	}

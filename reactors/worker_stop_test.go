@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/reactors"
 )
 
@@ -172,5 +173,30 @@ func testCancelRootStopsChild(t *testing.T, pause func(ctx context.Context) erro
 	}
 	if got := e.waitStatus(t, root.ID, "canceled"); got.Reason != "operator says stop" {
 		t.Fatalf("root reason %q", got.Reason)
+	}
+}
+
+// TestWorkerCancelInterruptsEffect: a stop that lands while an effect's do
+// runs comes back as ErrStopped, so a handler can tell it from a failure.
+func TestWorkerCancelInterruptsEffect(t *testing.T) {
+	t.Parallel()
+	e := wkSetup(t)
+	task := e.schedule(t, api.ScheduleRequest{Queue: "effects", Message: wkText("effect")})
+	inDo := make(chan struct{})
+	got := make(chan error, 1)
+	e.start(t, e.httpCfg("effects", "exec-e"), func(ctx context.Context, run *reactors.Run) (string, error) {
+		_, err := run.Effect(ctx, "pr", func(ctx context.Context) (events.Effect, error) {
+			close(inDo)
+			return events.Effect{}, wkBlock(ctx)
+		}, nil)
+		got <- err
+		return "", err
+	})
+	wkRecv(t, "effect started", inDo)
+	if _, err := e.client.Cancel(context.Background(), task.ID, "stop the effect"); err != nil {
+		t.Fatal(err)
+	}
+	if err := wkRecv(t, "effect result", got); !errors.Is(err, reactors.ErrStopped) {
+		t.Fatalf("Effect returned %v, want ErrStopped", err)
 	}
 }
