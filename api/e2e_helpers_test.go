@@ -3,7 +3,6 @@ package api_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -109,27 +108,7 @@ type rawAnswer struct {
 // rawDo sends body (as is, "" for none) and returns the answer unparsed.
 func rawDo(t *testing.T, b *bundle, method, path, body string) rawAnswer {
 	t.Helper()
-	var r io.Reader
-	if body != "" {
-		r = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(context.Background(), method, b.url+path, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := b.client.HTTP.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: reading answer: %v", method, path, err)
-	}
-	return rawAnswer{status: resp.StatusCode, header: resp.Header, body: data}
+	return authDo(t, b, "", method, path, body)
 }
 
 // requireErrorBody asserts a non-2xx answer with status and the JSON error
