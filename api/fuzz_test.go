@@ -190,13 +190,7 @@ func FuzzScheduleBody(f *testing.F) {
 		`{"queue":"fz","parentId":"`+parent.TaskID+`"}`, `{"parentId":"no-such-task"}`,
 		`{"queue":"fz","runAt":"2030-01-01T00:00:00Z","delaySeconds":5}`,
 	)
-	f.Fuzz(func(t *testing.T, body []byte) {
-		rec, ok := n.serve(http.MethodPost, "/v1/tasks", body)
-		if !ok {
-			t.Fatal("a well-formed request line was refused")
-		}
-		checkAnswer(t, rec, http.MethodPost, "/v1/tasks")
-	})
+	f.Fuzz(n.postBody("/v1/tasks"))
 }
 
 func FuzzClaimBody(f *testing.F) {
@@ -208,13 +202,7 @@ func FuzzClaimBody(f *testing.F) {
 		`{"deliveryId":"d-nope","executorId":"w1"}`, `{"deliveryId":"`+q.Delivery.ID+`"}`, `{"executorId":"w1"}`,
 		`{"deliveryId":"`+q.Delivery.ID+`","executorId":"w.1"}`, `{"deliveryId":1,"executorId":true}`,
 	)
-	f.Fuzz(func(t *testing.T, body []byte) {
-		rec, ok := n.serve(http.MethodPost, target, body)
-		if !ok {
-			t.Fatal("a well-formed request line was refused")
-		}
-		checkAnswer(t, rec, http.MethodPost, target)
-	})
+	f.Fuzz(n.postBody(target))
 }
 
 func FuzzResultBody(f *testing.F) {
@@ -228,13 +216,7 @@ func FuzzResultBody(f *testing.F) {
 		`{"success":true,"summary":"`+strings.Repeat("s", 16<<10+1)+`"}`,
 		`{"success":true,"effects":[{"ref":"1"}]}`, `{"success":true,"effects":null}`,
 	)
-	f.Fuzz(func(t *testing.T, body []byte) {
-		rec, ok := n.serve(http.MethodPost, target, body)
-		if !ok {
-			t.Fatal("a well-formed request line was refused")
-		}
-		checkAnswer(t, rec, http.MethodPost, target)
-	})
+	f.Fuzz(n.postBody(target))
 }
 
 func FuzzMailboxBody(f *testing.F) {
@@ -247,13 +229,7 @@ func FuzzMailboxBody(f *testing.F) {
 		`{"message":{"id":"m2","createdAt":"2020-01-01T00:00:00Z","content":[{"type":"image"}]}}`,
 		`{"message":{"id":"big","content":[{"type":"text","text":"`+strings.Repeat("x", 64<<10)+`"}]}}`,
 	)
-	f.Fuzz(func(t *testing.T, body []byte) {
-		rec, ok := n.serve(http.MethodPost, target, body)
-		if !ok {
-			t.Fatal("a well-formed request line was refused")
-		}
-		checkAnswer(t, rec, http.MethodPost, target)
-	})
+	f.Fuzz(n.postBody(target))
 }
 
 func FuzzListQuery(f *testing.F) {
@@ -327,11 +303,17 @@ func FuzzCancelBody(f *testing.F) {
 	q := n.queued(f, "fz-cancel")
 	target := "/v1/tasks/" + q.TaskID + "/cancel"
 	addBodySeeds(f, `{}`, `{"reason":"no longer needed"}`, `{"reason":1}`, `{"reason":"`+strings.Repeat("r", 70000)+`"}`)
-	f.Fuzz(func(t *testing.T, body []byte) {
+	f.Fuzz(n.postBody(target))
+}
+
+// postBody is a fuzz function that POSTs the fuzzed body to target and
+// checks the answer.
+func (n *fuzzNode) postBody(target string) func(*testing.T, []byte) {
+	return func(t *testing.T, body []byte) {
 		rec, ok := n.serve(http.MethodPost, target, body)
 		if !ok {
 			t.Fatal("a well-formed request line was refused")
 		}
 		checkAnswer(t, rec, http.MethodPost, target)
-	})
+	}
 }
