@@ -114,11 +114,17 @@ func (w *Worker) Run(ctx context.Context) error {
 		}()
 	}
 	if err := w.resume(ctx, slots, start); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while resuming
+		}
 		return err
 	}
 	next := w.pollHTTP
 	if w.cfg.JS != nil {
 		cons, err := w.cfg.JS.CreateOrUpdateConsumer(ctx, w.cfg.ReadyStream, scheduler.ReadyConsumerConfig(w.cfg.Subjects, w.cfg.Queue, 0))
+		if ctx.Err() != nil {
+			return nil // stopped before the first claim
+		}
 		if err != nil {
 			return fmt.Errorf("ready consumer: %w", err)
 		}
