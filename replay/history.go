@@ -174,35 +174,63 @@ func TaskHistory(ctx context.Context, js jetstream.JetStream, stream string, sub
 }
 
 // LineageHistory reads the events of a task's whole lineage (its root and
-// every descendant) from the log, in log order. It scans the whole log.
+// every descendant) from the log, in log order.
 func LineageHistory(ctx context.Context, js jetstream.JetStream, stream string, subjects events.Subjects, taskID string) ([]events.Event, error) {
-	var all []events.Event
-	if err := Read(ctx, js, stream, ReadOptions{Filter: subjects.Events()}, collect(&all)); err != nil {
+	evs, err := TaskHistory(ctx, js, stream, subjects, taskID)
+	if err != nil || len(evs) == 0 {
 		return nil, err
 	}
-	root := map[string]string{}
-	for _, ev := range all {
-		if _, seen := root[ev.TaskID]; seen {
-			continue // only a task's first creation event counts, as in Apply
+	root := aggregate.Replay(evs)
+	if rootID := root.Spec.RootID; rootID != "" && rootID != taskID {
+		rootEvs, err := TaskHistory(ctx, js, stream, subjects, rootID)
+		if err != nil {
+			return nil, err
 		}
-		switch p := ev.Data.(type) {
-		case events.TaskScheduled:
-			root[ev.TaskID] = p.Spec.RootID
-		case events.AdmissionRejected: // a rejected root is its own lineage
-			root[ev.TaskID] = p.Spec.RootID
+		if len(rootEvs) > 0 {
+			root = aggregate.Replay(rootEvs)
 		}
 	}
-	want, ok := root[taskID]
-	if !ok {
+	return Lineage(ctx, js, stream, subjects, root)
+}
+
+// Lineage reads the events of the lineage root belongs to from the log,
+// in log order. Every descendant is created after its root, by the same
+// customer, so it scans that customer's events from the root's first.
+func Lineage(ctx context.Context, js jetstream.JetStream, stream string, subjects events.Subjects, root aggregate.State) ([]events.Event, error) {
+	if root.Spec.RootID == "" {
 		return nil, nil
 	}
 	var out []events.Event
-	for _, ev := range all {
-		if root[ev.TaskID] == want {
+	member := map[string]bool{}
+	err := Read(ctx, js, stream, ReadOptions{Filter: subjects.Customer(root.CustomerID), From: root.FirstSeq}, func(m Message) error {
+		ev, err := events.Decode(m.Data)
+		if err != nil {
+			return fmt.Errorf("seq %d: %w", m.Seq, err)
+		}
+		ev.Seq = m.Seq
+		in, seen := member[ev.TaskID]
+		if !seen {
+			// A task's first event decides: only a creation naming the
+			// root (as Apply folds it) joins the lineage.
+			in = creationRoot(ev) == root.Spec.RootID
+			member[ev.TaskID] = in
+		}
+		if in {
 			out = append(out, ev)
 		}
+		return nil
+	})
+	return out, err
+}
+
+func creationRoot(ev events.Event) string {
+	switch p := ev.Data.(type) {
+	case events.TaskScheduled:
+		return p.Spec.RootID
+	case events.AdmissionRejected:
+		return p.Spec.RootID
 	}
-	return out, nil
+	return ""
 }
 
 // CustomerEvents calls fn for every event of a customer's tasks stored at

@@ -20,6 +20,7 @@ type Message struct {
 type ReadOptions struct {
 	Filter string    // subject filter; default every subject of the stream
 	Since  time.Time // start at the first message stored at or after Since
+	From   uint64    // start at this sequence (if Since is zero)
 	// Progress, if set, is called about every 50,000 messages and at the
 	// end with the sequence reached and the stream's last sequence.
 	Progress func(seq, last uint64)
@@ -43,6 +44,8 @@ func Read(ctx context.Context, js jetstream.JetStream, stream string, o ReadOpti
 	}
 	if !o.Since.IsZero() {
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &o.Since
+	} else if o.From > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, o.From
 	}
 	cons, err := js.OrderedConsumer(ctx, stream, cfg)
 	if err != nil {
