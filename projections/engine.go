@@ -35,6 +35,10 @@ type Config struct {
 	Snapshots        SnapshotStore
 	SnapshotEvery    uint64
 	SnapshotInterval time.Duration
+	// Retain is how many tasks of finished lineages the projections keep
+	// for listing (default DefaultRetain; negative keeps all). Older
+	// ones are evicted, oldest finished first; the log keeps them.
+	Retain int
 }
 
 // Engine consumes the log in order from its applied sequence and feeds
@@ -77,7 +81,10 @@ func New(js jetstream.JetStream, cfg Config) *Engine {
 	if cfg.SnapshotInterval <= 0 {
 		cfg.SnapshotInterval = 5 * time.Minute
 	}
-	return &Engine{cfg: cfg, js: js, v: newViews(), kick: make(chan struct{}, 1)}
+	if cfg.Retain == 0 {
+		cfg.Retain = DefaultRetain
+	}
+	return &Engine{cfg: cfg, js: js, v: newViews(cfg.Retain), kick: make(chan struct{}, 1)}
 }
 
 // Run consumes the log until ctx ends, then returns ctx's error. It
@@ -171,18 +178,18 @@ func (e *Engine) restoreSnapshot(ctx context.Context, lastSeq uint64) {
 		e.cfg.Logger.Info().Err(err).Msg("no projection snapshot; rebuilding from the log")
 		return
 	}
-	applied, records, err := decodeSnapshot(data, lastSeq)
+	applied, b, err := decodeSnapshot(data, lastSeq)
 	if err != nil {
 		e.cfg.Logger.Warn().Err(err).Msg("projection snapshot ignored; rebuilding from the log")
 		return
 	}
-	v := restore(records)
+	v := restore(b, e.cfg.Retain)
 	e.mu.Lock()
 	e.v = v
 	e.applied.Store(applied)
 	e.mu.Unlock()
 	e.wake(applied)
-	e.cfg.Logger.Info().Uint64("applied", applied).Int("tasks", len(records)).Msg("projection snapshot loaded")
+	e.cfg.Logger.Info().Uint64("applied", applied).Int("tasks", len(b.Tasks)).Msg("projection snapshot loaded")
 }
 
 // SaveSnapshot writes a snapshot of the projections at the applied
@@ -192,16 +199,16 @@ func (e *Engine) SaveSnapshot(ctx context.Context) error {
 		return errors.New("projections: no snapshot store configured")
 	}
 	e.mu.RLock()
-	records, applied := e.v.records(), e.applied.Load()
+	b, applied := e.v.body(), e.applied.Load()
 	e.mu.RUnlock()
-	data, err := encodeSnapshot(applied, records)
+	data, err := encodeSnapshot(applied, b)
 	if err != nil {
 		return err
 	}
 	if err := e.cfg.Snapshots.Save(ctx, data); err != nil {
 		return err
 	}
-	e.cfg.Logger.Info().Uint64("applied", applied).Int("tasks", len(records)).Int("bytes", len(data)).Msg("projection snapshot written")
+	e.cfg.Logger.Info().Uint64("applied", applied).Int("tasks", len(b.Tasks)).Int("bytes", len(data)).Msg("projection snapshot written")
 	return nil
 }
 
@@ -220,7 +227,7 @@ func (e *Engine) RebuildTo(ctx context.Context, last uint64, progress func(seq, 
 // live ones, which keep serving, and swaps them in atomically once they
 // have caught up. progress, if set, is called with the sequence reached.
 func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) error {
-	fresh := newViews()
+	fresh := newViews(e.cfg.Retain)
 	cons, err := e.js.OrderedConsumer(ctx, e.cfg.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{e.cfg.Subjects.Events()}})
 	if err != nil {
 		return fmt.Errorf("projections: rebuild consumer: %w", err)
@@ -308,6 +315,14 @@ func (e *Engine) Applied() uint64 { return e.applied.Load() }
 // CaughtUp reports whether the engine has applied everything the stream
 // held when Run started.
 func (e *Engine) CaughtUp() bool { return e.caughtUp.Load() }
+
+// Evicted counts the tasks of finished lineages retention dropped from
+// the projections since the engine started.
+func (e *Engine) Evicted() uint64 {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.v.evicted
+}
 
 // Undecodable counts events skipped because they did not decode.
 func (e *Engine) Undecodable() uint64 { return e.bad.Load() }
@@ -580,8 +595,9 @@ func (e *Engine) Digest() string {
 		t := e.v.tasks[id]
 		st := t.state
 		st.Result = nil
-		fmt.Fprintf(h, "%+v|%+v|%v\n", st, t.state.Result, t.children)
+		fmt.Fprintf(h, "%+v|%+v|%v|%d %d %d\n", st, t.state.Result, t.children, t.members, t.open, t.closedSeq)
 	}
+	fmt.Fprintf(h, "retention kept %d\n", e.v.kept)
 	for i, q := range e.v.timers {
 		for _, id := range sortedKeys(q.owner) {
 			fmt.Fprintf(h, "timer %d %s %s %d\n", i, id, q.owner[id], q.dueOf(id))

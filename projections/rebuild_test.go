@@ -19,6 +19,7 @@ import (
 	"github.com/taskledger/taskledger/internal/testnats"
 	"github.com/taskledger/taskledger/internal/testnode"
 	"github.com/taskledger/taskledger/projections"
+	"github.com/taskledger/taskledger/replay"
 )
 
 // liveNode is a running scheduler node; stop ends it (once).
@@ -28,12 +29,13 @@ type liveNode struct {
 	stop func()
 }
 
-func startNode(t *testing.T) *liveNode {
+func startNode(t *testing.T, retain int) *liveNode {
 	t.Helper()
 	n := testnode.Start(t, func(c *node.Config) {
 		c.Logger = testLogger(t)
 		// One customer is capped so the traffic includes a rejection.
 		c.Admission = scheduler.Admission{PerCustomer: map[string]scheduler.Quota{capped: {MaxActiveRoots: 1}}}
+		c.Retain = retain
 	})
 	return &liveNode{ns: n.NS, node: n.Node, stop: n.Stop}
 }
@@ -75,8 +77,13 @@ func (tr *traffic) schedule(customer, queue, parent string, delay float64, timeo
 	return st
 }
 
+// status reads a task from the log: retention may have evicted it from
+// the projections.
 func (tr *traffic) status(id string) aggregate.Status {
-	s, _ := tr.eng.Task(id)
+	s, err := tr.svc.Get(context.Background(), scheduler.Operator, id)
+	if err != nil {
+		tr.t.Fatal(err)
+	}
 	return s.Status
 }
 
@@ -232,13 +239,13 @@ func quiescent(t *testing.T, e *projections.Engine, s jetstream.Stream) bool {
 
 // rebuild builds a fresh engine on the stream and runs it until it holds
 // the whole log.
-func rebuild(t *testing.T, ns testnats.Namespace, last uint64) *projections.Engine {
+func rebuild(t *testing.T, ns testnats.Namespace, last uint64, retain int) *projections.Engine {
 	t.Helper()
 	js, err := jetstream.New(testnats.Conn(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh := newEngine(t, js, ns)
+	fresh := projections.New(js, projections.Config{Stream: ns.Stream, Subjects: ns.Subjects, Logger: testLogger(t), Retain: retain})
 	run(t, fresh)
 	eventually(t, "rebuild caught up", func() bool { return fresh.CaughtUp() && fresh.Applied() == last })
 	return fresh
@@ -295,7 +302,7 @@ func sameProjection(t *testing.T, live, fresh *projections.Engine) {
 
 func TestRebuildEqualsLive(t *testing.T) {
 	t.Parallel()
-	ln := startNode(t)
+	ln := startNode(t, -1)
 	live, st := ln.node.Engine, ln.node.Store
 	(&traffic{t: t, svc: ln.node.Service, eng: live}).run()
 	eventually(t, "quiescence", func() bool { return quiescent(t, live, st.Stream()) })
@@ -341,7 +348,53 @@ func TestRebuildEqualsLive(t *testing.T) {
 	if live.Applied() != last {
 		t.Fatalf("log moved after quiescence: applied %d, last %d", live.Applied(), last)
 	}
-	sameProjection(t, live, rebuild(t, ln.ns, last))
+	sameProjection(t, live, rebuild(t, ln.ns, last, -1))
+}
+
+// With a small retention the same traffic evicts most finished lineages;
+// every task of a lineage still open stays, and a rebuild from the log
+// evicts exactly the same tasks.
+func TestRetentionRebuildEqualsLive(t *testing.T) {
+	t.Parallel()
+	const retain = 25
+	ln := startNode(t, retain)
+	live, st := ln.node.Engine, ln.node.Store
+	(&traffic{t: t, svc: ln.node.Service, eng: live}).run()
+	eventually(t, "quiescence", func() bool { return quiescent(t, live, st.Stream()) })
+	ln.stop()
+
+	states := map[string]aggregate.State{}
+	if err := replay.Read(context.Background(), st.JetStream(), ln.ns.Stream, replay.ReadOptions{}, func(m replay.Message) error {
+		ev, err := events.Decode(m.Data)
+		ev.Seq = m.Seq
+		states[ev.TaskID] = aggregate.Apply(states[ev.TaskID], ev)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	openRoots := map[string]bool{}
+	for _, s := range states {
+		if !s.Status.Terminal() {
+			openRoots[s.Spec.RootID] = true
+		}
+	}
+	kept := 0
+	for id, s := range states {
+		_, ok := live.Task(id)
+		switch {
+		case openRoots[s.Spec.RootID] && !ok:
+			t.Errorf("task %s of an open lineage was evicted", id)
+		case !openRoots[s.Spec.RootID] && ok:
+			kept++
+		}
+	}
+	// Whole lineages (of at most four tasks here) are evicted, so the
+	// finished ones kept are the newest that fit in retain.
+	all := live.List(projections.Filter{}, "", 1<<30)
+	if kept > retain || kept <= retain-4 || len(all) == len(states) {
+		t.Errorf("%d tasks of %d kept, %d of them of finished lineages (retain %d)", len(all), len(states), kept, retain)
+	}
+	sameProjection(t, live, rebuild(t, ln.ns, lastSeq(t, st.Stream()), retain))
 }
 
 func TestUndecodableEventSkipped(t *testing.T) {
@@ -376,5 +429,5 @@ func TestUndecodableEventSkipped(t *testing.T) {
 		t.Fatalf("ActiveRoots = %d, want 2", got)
 	}
 	// A rebuild skips the same event and ends in the same place.
-	sameProjection(t, b.engine, rebuild(t, b.ns, c.LastSeq))
+	sameProjection(t, b.engine, rebuild(t, b.ns, c.LastSeq, 0))
 }

@@ -19,7 +19,7 @@ import (
 
 // SnapshotFormat is the version of the snapshot encoding. A snapshot of
 // another format is ignored (and the projections rebuilt from the log).
-const SnapshotFormat = 1
+const SnapshotFormat = 2
 
 // Snapshot errors; a snapshot that fails any check is ignored.
 var (
@@ -37,8 +37,8 @@ type SnapshotStore interface {
 }
 
 // snapshot is the stored form: the applied sequence, the format, and a
-// checksum of the body, which holds every task record. The derived views
-// (timers, status sets, usage, reports) are recomputed on load.
+// checksum of the body. The derived views (timers, status sets, active
+// roots, reports, retention) are recomputed from the body on load.
 type snapshot struct {
 	Format  int    `msgpack:"format"`
 	Applied uint64 `msgpack:"applied"`
@@ -46,72 +46,103 @@ type snapshot struct {
 	Body    []byte `msgpack:"body"`
 }
 
+// body holds every task record and the usage view's recent admissions,
+// which count tasks that retention may have evicted since.
+type body struct {
+	Tasks      []record               `msgpack:"tasks"`
+	Admissions map[string][]time.Time `msgpack:"admissions"`
+}
+
 type record struct {
-	State    aggregate.State `msgpack:"state"`
-	Children []string        `msgpack:"children"`
+	State     aggregate.State `msgpack:"state"`
+	Children  []string        `msgpack:"children"`
+	ClosedSeq uint64          `msgpack:"closed,omitempty"`
 }
 
 // encodeSnapshot captures the views at applied.
-func encodeSnapshot(applied uint64, records []record) ([]byte, error) {
-	body, err := msgpack.Marshal(records)
+func encodeSnapshot(applied uint64, b body) ([]byte, error) {
+	data, err := msgpack.Marshal(b)
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256(body)
-	return msgpack.Marshal(snapshot{Format: SnapshotFormat, Applied: applied, Sum: sum[:], Body: body})
+	sum := sha256.Sum256(data)
+	return msgpack.Marshal(snapshot{Format: SnapshotFormat, Applied: applied, Sum: sum[:], Body: data})
 }
 
 // decodeSnapshot checks and decodes a snapshot; lastSeq is the stream's
 // last sequence, which a valid snapshot cannot be ahead of.
-func decodeSnapshot(data []byte, lastSeq uint64) (applied uint64, records []record, err error) {
+func decodeSnapshot(data []byte, lastSeq uint64) (applied uint64, b body, err error) {
 	var s snapshot
 	if err := msgpack.Unmarshal(data, &s); err != nil {
-		return 0, nil, fmt.Errorf("%w: %v", ErrSnapshotChecksum, err)
+		return 0, b, fmt.Errorf("%w: %v", ErrSnapshotChecksum, err)
 	}
 	if s.Format != SnapshotFormat {
-		return 0, nil, fmt.Errorf("%w: %d", ErrSnapshotFormat, s.Format)
+		return 0, b, fmt.Errorf("%w: %d", ErrSnapshotFormat, s.Format)
 	}
 	if sum := sha256.Sum256(s.Body); !bytes.Equal(sum[:], s.Sum) {
-		return 0, nil, ErrSnapshotChecksum
+		return 0, b, ErrSnapshotChecksum
 	}
 	if s.Applied > lastSeq {
-		return 0, nil, fmt.Errorf("%w: snapshot at %d, stream ends at %d", ErrSnapshotAhead, s.Applied, lastSeq)
+		return 0, b, fmt.Errorf("%w: snapshot at %d, stream ends at %d", ErrSnapshotAhead, s.Applied, lastSeq)
 	}
-	if err := msgpack.Unmarshal(s.Body, &records); err != nil {
-		return 0, nil, fmt.Errorf("%w: body: %v", ErrSnapshotChecksum, err)
+	if err := msgpack.Unmarshal(s.Body, &b); err != nil {
+		return 0, b, fmt.Errorf("%w: body: %v", ErrSnapshotChecksum, err)
 	}
-	return s.Applied, records, nil
+	return s.Applied, b, nil
 }
 
-// records returns every task of the views, in creation order.
-func (v *views) records() []record {
-	out := make([]record, 0, len(v.tasks))
+// body copies every task of the views, in creation order, and the
+// recent admissions.
+func (v *views) body() body {
+	b := body{Tasks: make([]record, 0, len(v.tasks)), Admissions: make(map[string][]time.Time, len(v.admissions))}
 	for _, t := range v.tasks {
-		out = append(out, record{State: t.state, Children: slices.Clone(t.children)})
+		b.Tasks = append(b.Tasks, record{State: t.state, Children: slices.Clone(t.children), ClosedSeq: t.closedSeq})
 	}
-	slices.SortFunc(out, func(a, b record) int { return cmp.Compare(a.State.FirstSeq, b.State.FirstSeq) })
-	return out
+	slices.SortFunc(b.Tasks, func(a, b record) int { return cmp.Compare(a.State.FirstSeq, b.State.FirstSeq) })
+	for c, at := range v.admissions {
+		b.Admissions[c] = slices.Clone(at)
+	}
+	return b
 }
 
 // restore builds views from task records, recomputing every derived view
 // exactly as applying the log would have.
-func restore(records []record) *views {
-	v := newViews()
+func restore(b body, retain int) *views {
+	v := newViews(retain)
+	records := b.Tasks
 	for _, r := range records {
-		t := &task{state: r.State, children: r.Children}
+		t := &task{state: r.State, children: r.Children, closedSeq: r.ClosedSeq}
 		v.tasks[r.State.TaskID] = t
 	}
 	var zero aggregate.State
 	for _, r := range records {
 		t := v.tasks[r.State.TaskID]
-		v.admit(&t.state, t.state.CreatedAt)
 		v.reindex(&zero, &t.state)
-		if s := &t.state; s.Status.Terminal() && s.Spec.ParentID != "" {
+		s := &t.state
+		if s.Status.Terminal() && s.Spec.ParentID != "" {
 			if p := v.tasks[s.Spec.ParentID]; p != nil && !p.state.Status.Terminal() && p.state.MailIndex(ChildResultID(s.TaskID)) == 0 {
 				v.timers[Report].set(s.TaskID, s.CustomerID, s.CompletedAt)
 			}
 		}
+		h := v.head(t)
+		h.members++
+		if !s.Status.Terminal() || v.timers[Report].has(s.TaskID) {
+			h.open++
+		}
 	}
+	for _, r := range records {
+		if t := v.tasks[r.State.TaskID]; t.closedSeq != 0 {
+			v.closed = append(v.closed, closedLineage{head: r.State.TaskID, seq: t.closedSeq})
+			v.kept += int(t.members)
+		}
+	}
+	slices.SortFunc(v.closed, func(a, b closedLineage) int { return cmp.Compare(a.seq, b.seq) })
+	for c, at := range b.Admissions {
+		if len(at) > 0 {
+			v.admissions[c] = at
+		}
+	}
+	v.evict() // in case retain is smaller than when the snapshot was taken
 	return v
 }
 

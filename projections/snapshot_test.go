@@ -1,7 +1,9 @@
 package projections
 
 import (
+	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -42,25 +44,47 @@ func snapshotLog(t *testing.T) [][]byte {
 	add("r4", "b", events.ReadyPublished{DeliveryID: "d4"})
 	add("r4", "b", events.Claimed{DeliveryID: "d4", ExecutorID: "w", Deadline: at.Add(time.Minute)})
 	add("r4", "b", events.ResultRecorded{DeliveryID: "d4", Result: events.Result{Success: true, Effects: []events.Effect{{Kind: "pr"}}}})
+	// A lineage that closes last: its child reports, then the root ends.
+	add("r5", "a", events.TaskScheduled{Spec: spec("r5", "")})
+	add("c5", "a", events.TaskScheduled{Spec: spec("r5", "r5")})
+	add("c5", "a", events.Canceled{Reason: "no"})
+	add("r5", "a", events.MailboxAppended{Index: 1, Message: events.Message{ID: "child-c5", CreatedAt: at}})
+	add("r5", "a", events.Canceled{Reason: "done"})
+	// Mail on a finished task, which may have been evicted by then.
+	add("r4", "b", events.MailboxAppended{Index: 1, Message: events.Message{ID: "late", CreatedAt: at}})
 	return out
 }
 
 func TestSnapshotRestoresEveryView(t *testing.T) {
 	t.Parallel()
-	live := New(nil, Config{})
+	// Keeping every task, and keeping two of the closed lineages' tasks:
+	// r3 and r4 (one task each) are evicted when r5 and c5 close.
+	for _, retain := range []int{-1, 2} {
+		t.Run(fmt.Sprint("retain=", retain), func(t *testing.T) { testSnapshotRestores(t, retain) })
+	}
+}
+
+func testSnapshotRestores(t *testing.T, retain int) {
+	live := New(nil, Config{Retain: retain})
 	for i, b := range snapshotLog(t) {
 		live.Apply(uint64(i+1), b)
 	}
-	data, err := encodeSnapshot(live.Applied(), live.v.records())
+	for _, id := range []string{"r1", "c1", "r2", "r3", "r4", "r5", "c5"} {
+		_, ok := live.Task(id)
+		if evicted := retain == 2 && (id == "r3" || id == "r4"); ok == evicted {
+			t.Errorf("task %s kept %v, want %v", id, ok, !evicted)
+		}
+	}
+	data, err := encodeSnapshot(live.Applied(), live.v.body())
 	if err != nil {
 		t.Fatal(err)
 	}
-	applied, records, err := decodeSnapshot(data, live.Applied())
+	applied, b, err := decodeSnapshot(data, live.Applied())
 	if err != nil {
 		t.Fatal(err)
 	}
-	restored := New(nil, Config{})
-	restored.v, _ = restore(records), restored.applied.Swap(applied)
+	restored := New(nil, Config{Retain: retain})
+	restored.v, _ = restore(b, retain), restored.applied.Swap(applied)
 	for id, lt := range live.v.tasks {
 		if rt := restored.v.tasks[id]; !reflect.DeepEqual(lt, rt) {
 			t.Fatalf("task %s:\nlive     %+v\nrestored %+v", id, *lt, *rt)
@@ -76,7 +100,22 @@ func TestSnapshotRestoresEveryView(t *testing.T) {
 			t.Fatalf("timer %d differs", i)
 		}
 	}
+	if live.v.kept != restored.v.kept || !slices.Equal(closedNow(live.v), closedNow(restored.v)) {
+		t.Fatalf("retention differs: live %d %v, restored %d %v", live.v.kept, closedNow(live.v), restored.v.kept, closedNow(restored.v))
+	}
 	if live.Digest() != restored.Digest() {
 		t.Fatalf("digest differs")
 	}
+}
+
+// closedNow returns the closed lineages that eviction would still act on,
+// in order: the live list may also hold entries a reopen made stale.
+func closedNow(v *views) []closedLineage {
+	var out []closedLineage
+	for _, c := range v.closed {
+		if h := v.tasks[c.head]; h != nil && h.closedSeq == c.seq {
+			out = append(out, c)
+		}
+	}
+	return out
 }

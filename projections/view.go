@@ -53,9 +53,17 @@ const AdmissionWindow = time.Minute
 // by the same aggregate.Apply the store uses (so a projection never
 // disagrees with the aggregate about a transition), without the message
 // content, plus its children's ids.
+//
+// A root task also keeps its lineage's retention account (see retention):
+// how many of the lineage's tasks the views hold, how many of them are
+// open (not terminal, or waiting to report to their parent), and the
+// sequence at which the last of them closed.
 type task struct {
-	state    aggregate.State
-	children []string
+	state     aggregate.State
+	children  []string
+	members   int32
+	open      int32
+	closedSeq uint64 // 0 while the lineage is open
 }
 
 // views holds every projection. It is not safe for concurrent use; the
@@ -71,10 +79,12 @@ type views struct {
 	admissions map[string][]time.Time
 	// queueCounts counts tasks per queue and status, for metrics.
 	queueCounts map[string]map[aggregate.Status]int
+	retention
 }
 
-func newViews() *views {
+func newViews(retain int) *views {
 	v := &views{
+		retention:   retention{limit: retain},
 		tasks:       make(map[string]*task),
 		byStatus:    make(map[aggregate.Status]map[string]struct{}),
 		activeRoots: make(map[string]int),
@@ -93,9 +103,15 @@ func newViews() *views {
 func (v *views) apply(ev events.Event) (timersChanged bool) {
 	t := v.tasks[ev.TaskID]
 	if t == nil {
+		if !creates(ev) {
+			// A task evicted by retention (or, in a damaged log, one
+			// never created): the log keeps its events, the views don't.
+			return false
+		}
 		t = &task{}
 		v.tasks[ev.TaskID] = t
 	}
+	v.seq = ev.Seq
 	before := t.state
 	t.state = aggregate.Apply(t.state, ev)
 	t.state.Spec.Message.Content = nil
@@ -103,7 +119,17 @@ func (v *views) apply(ev events.Event) (timersChanged bool) {
 		v.created(t, ev.At)
 	}
 	changed := v.reindex(&before, &t.state)
-	return v.relink(t, &before) || changed
+	changed = v.relink(t, &before) || changed
+	v.evict()
+	return changed
+}
+
+func creates(ev events.Event) bool {
+	switch ev.Data.(type) {
+	case events.TaskScheduled, events.AdmissionRejected:
+		return true
+	}
+	return false
 }
 
 // ChildResultID is the mailbox message id under which a child's result is
@@ -115,10 +141,13 @@ func ChildResultID(childID string) string { return "child-" + childID }
 func (v *views) relink(t *task, before *aggregate.State) bool {
 	s, q := &t.state, v.timers[Report]
 	changed := false
-	if s.Status.Terminal() && !before.Status.Terminal() && s.Spec.ParentID != "" {
-		if p := v.tasks[s.Spec.ParentID]; p != nil && !p.state.Status.Terminal() && p.state.MailIndex(ChildResultID(s.TaskID)) == 0 {
+	finished := s.Status.Terminal() && before.Exists() && !before.Status.Terminal()
+	if finished {
+		if p := v.tasks[s.Spec.ParentID]; s.Spec.ParentID != "" && p != nil && !p.state.Status.Terminal() && p.state.MailIndex(ChildResultID(s.TaskID)) == 0 {
 			q.set(s.TaskID, s.CustomerID, s.CompletedAt)
 			changed = true
+		} else {
+			v.closeOne(t)
 		}
 	}
 	if len(s.MailIDs) > len(before.MailIDs) {
@@ -126,15 +155,24 @@ func (v *views) relink(t *task, before *aggregate.State) bool {
 		// with a look-alike id on another task must not drop the report.
 		if child, ok := strings.CutPrefix(s.MailIDs[len(s.MailIDs)-1], "child-"); ok && q.has(child) &&
 			v.tasks[child].state.Spec.ParentID == s.TaskID {
-			q.remove(child)
+			v.reported(child)
 		}
 	}
-	if s.Status.Terminal() && !before.Status.Terminal() {
+	if finished {
 		for _, c := range t.children {
-			q.remove(c)
+			v.reported(c)
 		}
 	}
 	return changed
+}
+
+// reported takes a child off the Report queue (its result reached the
+// parent's mailbox, or the parent finished), which closes it.
+func (v *views) reported(childID string) {
+	if q := v.timers[Report]; q.has(childID) {
+		q.remove(childID)
+		v.closeOne(v.tasks[childID])
+	}
 }
 
 func (v *views) created(t *task, at time.Time) {
@@ -144,6 +182,7 @@ func (v *views) created(t *task, at time.Time) {
 			p.children = append(p.children, s.TaskID)
 		}
 	}
+	v.join(t)
 	v.admit(s, at)
 }
 

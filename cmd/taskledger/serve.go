@@ -23,6 +23,7 @@ import (
 	"github.com/taskledger/taskledger/internal/broker"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
+	"github.com/taskledger/taskledger/projections"
 )
 
 // natsFlags are the flags that say where the log lives; serve and the
@@ -132,11 +133,15 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	maxPerMinute := fs.Int("max-roots-per-minute", 0, "default quota: new root tasks per customer per minute (0 = unlimited)")
 	checkerURL := fs.String("usage-checker-url", "", "external usage checker asked about each new root task (fails open)")
 	maxInFlight := fs.Int("max-inflight", 1024, "API requests served at once (long polls aside); more answer 503 with Retry-After (-1: no limit)")
+	retain := fs.Int("retain", projections.DefaultRetain, "tasks of finished lineages kept in memory for listing, oldest finished evicted first (-1: all); the log keeps every task")
 	name := fs.String("name", "", "this scheduler's name in the events it writes (default: hostname)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "auto", "text, json, or auto (text on a terminal)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *retain == 0 || *retain < -1 {
+		return fmt.Errorf("%w: --retain %d: want a positive number, or -1 to keep every task", errUsage, *retain)
 	}
 	log, err := newLogger(*logLevel, *logFormat)
 	if err != nil {
@@ -174,7 +179,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	defer closeNATS()
 	n, err := node.New(ctx, node.Config{
 		NC: nc, Stream: nf.stream, Replicas: nf.replicas, Name: *name, Tokens: tokens, Admission: admission, MaxInFlight: *maxInFlight,
-		Subjects: events.DefaultSubjects, Logger: log,
+		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain,
 	})
 	if err != nil {
 		return err

@@ -25,6 +25,10 @@ func newRegistry(eng *projections.Engine) *prometheus.Registry {
 			Name: "taskledger_projection_undecodable_events_total",
 			Help: "Events the projections skipped because they did not decode.",
 		}, func() float64 { return float64(eng.Undecodable()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "taskledger_projection_evicted_tasks_total",
+			Help: "Tasks of finished lineages this process evicted from the projections (--retain); the log keeps them.",
+		}, func() float64 { return float64(eng.Evicted()) }),
 		taskGauges{eng},
 	)
 	for t := range projections.NumTimers {
@@ -37,7 +41,7 @@ func newRegistry(eng *projections.Engine) *prometheus.Registry {
 	return reg
 }
 
-var tasksDesc = prometheus.NewDesc("taskledger_tasks", "Tasks by queue and status, from the projections.", []string{"queue", "status"}, nil)
+var tasksDesc = prometheus.NewDesc("taskledger_tasks", "Tasks by queue and status, from the projections (finished ones as far as --retain keeps them).", []string{"queue", "status"}, nil)
 
 // taskGauges reports the projections' task counts per queue and status.
 type taskGauges struct{ eng *projections.Engine }

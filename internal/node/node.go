@@ -44,6 +44,9 @@ type Config struct {
 	NoSnapshots      bool
 	SnapshotEvery    uint64        // default 100,000 events
 	SnapshotInterval time.Duration // default 5m
+	// Retain is how many tasks of finished lineages the projections keep
+	// for listing; default projections.DefaultRetain, negative all.
+	Retain int
 }
 
 // SnapshotBucket is the object store bucket of a stream's projection
@@ -91,7 +94,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	pcfg := projections.Config{
 		Stream: cfg.Stream, Subjects: cfg.Subjects, Logger: cfg.Logger,
-		SnapshotEvery: cfg.SnapshotEvery, SnapshotInterval: cfg.SnapshotInterval,
+		SnapshotEvery: cfg.SnapshotEvery, SnapshotInterval: cfg.SnapshotInterval, Retain: cfg.Retain,
 	}
 	if !cfg.NoSnapshots {
 		snaps, err := projections.OpenObjectSnapshots(ctx, st.JetStream(), SnapshotBucket(cfg.Stream), "projections", cfg.Replicas)

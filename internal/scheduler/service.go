@@ -415,20 +415,48 @@ func (s *Service) LineageHistory(ctx context.Context, p Principal, id string) ([
 	if err != nil {
 		return nil, err
 	}
-	var all []events.Event
-	queue := []string{st.Spec.RootID}
-	for len(queue) > 0 && len(all) < maxTreeNodes*64 {
-		tid := queue[0]
-		queue = queue[1:]
-		evs, err := s.cfg.Store.History(ctx, tid)
-		if err != nil {
+	if s.retained(st.Spec.RootID) {
+		var all []events.Event
+		queue := []string{st.Spec.RootID}
+		for len(queue) > 0 && len(all) < maxTreeNodes*64 {
+			tid := queue[0]
+			queue = queue[1:]
+			evs, err := s.cfg.Store.History(ctx, tid)
+			if err != nil {
+				return nil, s.unavailable(err)
+			}
+			all = append(all, evs...)
+			queue = append(queue, s.cfg.Views.Children(tid)...)
+		}
+		if s.retained(st.Spec.RootID) { // not evicted during the walk
+			slices.SortFunc(all, func(a, b events.Event) int { return cmp.Compare(a.Seq, b.Seq) })
+			return all, nil
+		}
+	}
+	return s.lineageFromLog(ctx, st)
+}
+
+// retained reports whether the projections hold the task: a lineage
+// evicted by retention is known only to the log.
+func (s *Service) retained(id string) bool {
+	_, ok := s.cfg.Views.Task(id)
+	return ok
+}
+
+// lineageFromLog reads the lineage of task st from the log.
+func (s *Service) lineageFromLog(ctx context.Context, st aggregate.State) ([]events.Event, error) {
+	root := st
+	if st.Spec.RootID != st.TaskID {
+		var err error
+		if root, err = s.cfg.Store.Load(ctx, st.Spec.RootID); err != nil {
 			return nil, s.unavailable(err)
 		}
-		all = append(all, evs...)
-		queue = append(queue, s.cfg.Views.Children(tid)...)
 	}
-	slices.SortFunc(all, func(a, b events.Event) int { return cmp.Compare(a.Seq, b.Seq) })
-	return all, nil
+	evs, err := replay.Lineage(ctx, s.cfg.JS, s.cfg.Stream, s.cfg.Subjects, root)
+	if err != nil {
+		return nil, s.unavailable(err)
+	}
+	return evs, nil
 }
 
 // CustomerEvents calls fn for every event of customerID's tasks stored at
@@ -497,8 +525,43 @@ func (s *Service) Tree(ctx context.Context, p Principal, id string) (Node, error
 	if err != nil {
 		return Node{}, err
 	}
+	if !s.retained(st.Spec.RootID) {
+		evs, err := s.lineageFromLog(ctx, st)
+		if err != nil {
+			return Node{}, err
+		}
+		return treeOf(evs, st.Spec.RootID), nil
+	}
 	budget := maxTreeNodes
 	return s.subtree(ctx, st.Spec.RootID, &budget)
+}
+
+// treeOf folds a lineage's events into its tree, children in creation
+// order, at most maxTreeNodes tasks.
+func treeOf(evs []events.Event, rootID string) Node {
+	states := map[string]aggregate.State{}
+	children := map[string][]string{}
+	for _, ev := range evs {
+		before := states[ev.TaskID]
+		st := aggregate.Apply(before, ev)
+		if !before.Exists() && st.Spec.ParentID != "" {
+			children[st.Spec.ParentID] = append(children[st.Spec.ParentID], ev.TaskID)
+		}
+		states[ev.TaskID] = st
+	}
+	budget := maxTreeNodes
+	var build func(id string) Node
+	build = func(id string) Node {
+		n := Node{Task: states[id]}
+		for _, c := range children[id] {
+			if budget--; budget <= 0 {
+				break
+			}
+			n.Children = append(n.Children, build(c))
+		}
+		return n
+	}
+	return build(rootID)
 }
 
 func (s *Service) subtree(ctx context.Context, id string, budget *int) (Node, error) {
