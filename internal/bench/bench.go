@@ -3,8 +3,8 @@
 // server and measures, in order, the ceiling (raw sync and async appends,
 // raw ordered reads), lifecycle throughput (Go SDK in process and HTTP),
 // latency at half the maximum rate, timer lateness, replay and aggregate
-// loads over a large log, projection memory and the sync_always cost, and
-// prints one table. `make bench` and `taskledger bench` run it;
+// loads over a large log, projection memory, memory under overload and
+// the sync_always cost, and prints one table. `make bench` and `taskledger bench` run it;
 // BENCH_SCALE (Config.Scale) scales the work.
 //
 // The hot functions (codec, aggregate, projection apply) have ordinary Go
@@ -117,6 +117,8 @@ const (
 	FigStartCold      = "start-up without a snapshot"
 	FigStartSnapshot  = "start-up from a snapshot"
 	FigMemory         = "projection memory per active task"
+	FigOverloadGrowth = "overload: heap growth per task written"
+	FigOverloadHeap   = "overload: live heap at the end"
 	FigClaim          = "claim decide+append, 16 goroutines"
 	FigSyncAlways1    = "sync_always OCC append, 1 publisher"
 	FigSyncAlways16   = "sync_always OCC append, 16 publishers"
@@ -141,7 +143,7 @@ var FigureNames = []string{
 	FigSchedClaimP50, FigSchedClaimP99, FigSchedClaimP999, FigClaimP50, FigClaimP99, FigClaimP999,
 	FigReleaseP50, FigReleaseP99, FigReleaseMax, FigTimeoutP50, FigTimeoutP99, FigTimeoutMax,
 	FigRebuild, FigReplayRead, FigStartCold, FigStartSnapshot, FigLoadP50, FigLoadP99,
-	FigMemory,
+	FigMemory, FigOverloadGrowth, FigOverloadHeap,
 	FigSyncAlways1, FigSyncAlways16, FigSyncAlwaysCost,
 }
 
@@ -223,7 +225,7 @@ func (r *run) all(ctx context.Context) error {
 	if err := r.section(ctx, "ceiling", func(ctx context.Context) error { return r.ceiling(ctx, nc) }); err != nil {
 		return err
 	}
-	if err := r.withNode(ctx, nc, func(nd *node.Node) error {
+	if err := r.withNode(ctx, nc, node.Config{}, func(nd *node.Node) error {
 		for _, s := range []struct {
 			name string
 			fn   func(context.Context, *node.Node) error
@@ -240,6 +242,9 @@ func (r *run) all(ctx context.Context) error {
 		return err
 	}
 	if err := r.section(ctx, "memory", r.memory); err != nil {
+		return err
+	}
+	if err := r.section(ctx, "overload", func(ctx context.Context) error { return r.overload(ctx, nc) }); err != nil {
 		return err
 	}
 	return r.section(ctx, "sync-always", r.syncAlways)

@@ -58,11 +58,10 @@ func openStore(ctx context.Context, nc *nats.Conn, name string, locate func(stri
 // projections have caught up, and stops the node when fn returns.
 // Projection snapshots are off, so a snapshot write does not land in the
 // middle of a measurement.
-func (r *run) withNode(ctx context.Context, nc *nats.Conn, fn func(*node.Node) error) (err error) {
-	nd, err := node.New(ctx, node.Config{
-		NC: nc, NoSnapshots: true,
-		Logger: zerolog.New(r.log).Level(zerolog.WarnLevel).With().Timestamp().Logger(),
-	})
+func (r *run) withNode(ctx context.Context, nc *nats.Conn, cfg node.Config, fn func(*node.Node) error) (err error) {
+	cfg.NC, cfg.NoSnapshots = nc, true
+	cfg.Logger = zerolog.New(r.log).Level(zerolog.WarnLevel).With().Timestamp().Logger()
+	nd, err := node.New(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -23,7 +23,7 @@ func TestLocal(t *testing.T) {
 	t.Cleanup(srv.Shutdown)
 	t.Cleanup(nc.Close)
 	r := &run{log: io.Discard}
-	err = r.withNode(t.Context(), nc, func(nd *node.Node) error {
+	err = r.withNode(t.Context(), nc, node.Config{}, func(nd *node.Node) error {
 		l := api.NewLocal(nd.Service)
 		status := func(name string, err error, want int, code string) {
 			t.Helper()
