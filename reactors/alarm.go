@@ -136,12 +136,16 @@ func (a *Alarm) Run(ctx context.Context) error {
 		a.settle(now)
 		dispatched := 0
 		for t := range projections.NumTimers {
-			for _, s := range a.proj.Due(t, now, a.cfg.Batch, func(id string) bool { return a.skip(key{t, id}, now) }) {
-				select {
-				case sem <- struct{}{}:
-				default:
-					continue // pool full: leave the rest for the next round
-				}
+			// Ask only for as many items as there are free slots: the
+			// rest wait for the next round, which a finished action
+			// starts. Only this goroutine fills sem, so a free slot
+			// stays free until it is taken here.
+			free := min(cap(sem)-len(sem), a.cfg.Batch)
+			if free == 0 {
+				break
+			}
+			for _, s := range a.proj.Due(t, now, free, func(id string) bool { return a.skip(key{t, id}, now) }) {
+				sem <- struct{}{}
 				k := key{t, s.TaskID}
 				a.inflight[k] = flight{running: true}
 				dispatched++

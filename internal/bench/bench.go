@@ -275,6 +275,15 @@ func (r *run) say(format string, args ...any) {
 	fmt.Fprintf(r.log, "bench: "+format+"\n", args...)
 }
 
+// sayCPU reports the CPU time (of the whole process, server included) a
+// phase of n operations used, per operation and as busy cores.
+func (r *run) sayCPU(name string, cpu, elapsed time.Duration, n int, op string) {
+	if cpu > 0 && n > 0 {
+		r.say("  %s: %.0f µs of CPU per %s, %.2f of %d cores busy", name,
+			float64(cpu.Microseconds())/float64(n), op, cpu.Seconds()/elapsed.Seconds(), runtime.NumCPU())
+	}
+}
+
 // scaled returns n times the scale, but at least lo.
 func (r *run) scaled(n, lo int) int { return max(int(float64(n)*r.cfg.Scale), lo) }
 

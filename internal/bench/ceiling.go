@@ -169,13 +169,16 @@ func (r *run) ceiling(ctx context.Context, nc *nats.Conn) error {
 		if err != nil {
 			return err
 		}
+		cpu, start := processCPU(), time.Now()
 		rate, sent, err := rawSync(ctx, st, c.n, c.publishers, syncWithin)
+		cpu, elapsed := processCPU()-cpu, time.Since(start)
 		st.Close()
 		if err != nil {
 			return err
 		}
 		*c.rate = rate
 		r.say("  %d sync appends", sent)
+		r.sayCPU(c.name, cpu, elapsed, sent, "append")
 		r.add(Figure{Section: "ceiling", Name: c.fig, Value: rate, Unit: "msgs/s"})
 	}
 

@@ -161,10 +161,12 @@ func (r *run) measureLifecycle(ctx context.Context, nd *node.Node, name string, 
 	if err != nil {
 		return lifecycleResult{}, err
 	}
+	cpu := processCPU()
 	lr, err := r.runLifecycle(ctx, n, apiOf)
 	if err != nil {
 		return lifecycleResult{}, fmt.Errorf("%s: %w", name, err)
 	}
+	cpu = processCPU() - cpu
 	after, err := lastSeq(ctx, nd)
 	if err != nil {
 		return lifecycleResult{}, err
@@ -190,6 +192,7 @@ func (r *run) measureLifecycle(ctx context.Context, nd *node.Node, name string, 
 	r.say("  %s: %d tasks in %.2fs (all scheduled after %.2fs), %d schedulers, %d workers × %d slots; %.2f events/task in the log; sample: %s + 1 ready publish",
 		name, n, lr.elapsed.Seconds(), lr.scheduling.Seconds(), schedulers, workers, workerSlots,
 		float64(after-before)/float64(n), strings.Join(types, ", "))
+	r.sayCPU(name, cpu, lr.elapsed, n, "task")
 	return res, nil
 }
 
