@@ -257,7 +257,11 @@ func rebuildCommand(ctx context.Context, args []string, stdout io.Writer) error 
 	fs := newFlagSet("replay rebuild")
 	var off offline
 	off.register(fs)
+	retain := retainFlag(fs)
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := checkRetain(*retain); err != nil {
 		return err
 	}
 	js, closeLog, err := off.open(ctx)
@@ -277,7 +281,7 @@ func rebuildCommand(ctx context.Context, args []string, stdout io.Writer) error 
 		return err
 	}
 	last := stream.CachedInfo().State.LastSeq
-	eng := projections.New(js, projections.Config{Stream: off.nf.stream, Snapshots: snaps})
+	eng := projections.New(js, projections.Config{Stream: off.nf.stream, Snapshots: snaps, Retain: *retain})
 	start := time.Now()
 	bar := newProgress("rebuild")
 	if err := eng.RebuildTo(ctx, last, bar.update); err != nil {

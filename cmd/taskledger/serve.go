@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -122,6 +123,19 @@ func newLogger(level, format string) (zerolog.Logger, error) {
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
 }
 
+// retainFlag registers --retain, which serve and replay rebuild share: a
+// snapshot keeps what the retention of the engine that wrote it kept.
+func retainFlag(fs *flag.FlagSet) *int {
+	return fs.Int("retain", projections.DefaultRetain, "tasks of finished lineages kept in memory for listing, oldest finished evicted first (-1: all); the log keeps every task")
+}
+
+func checkRetain(n int) error {
+	if n == 0 || n < -1 {
+		return fmt.Errorf("%w: --retain %d: want a positive number, or -1 to keep every task", errUsage, n)
+	}
+	return nil
+}
+
 func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	fs := newFlagSet("serve")
 	var nf natsFlags
@@ -133,15 +147,15 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	maxPerMinute := fs.Int("max-roots-per-minute", 0, "default quota: new root tasks per customer per minute (0 = unlimited)")
 	checkerURL := fs.String("usage-checker-url", "", "external usage checker asked about each new root task (fails open)")
 	maxInFlight := fs.Int("max-inflight", 1024, "API requests served at once (long polls aside); more answer 503 with Retry-After (-1: no limit)")
-	retain := fs.Int("retain", projections.DefaultRetain, "tasks of finished lineages kept in memory for listing, oldest finished evicted first (-1: all); the log keeps every task")
+	retain := retainFlag(fs)
 	name := fs.String("name", "", "this scheduler's name in the events it writes (default: hostname)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "auto", "text, json, or auto (text on a terminal)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *retain == 0 || *retain < -1 {
-		return fmt.Errorf("%w: --retain %d: want a positive number, or -1 to keep every task", errUsage, *retain)
+	if err := checkRetain(*retain); err != nil {
+		return err
 	}
 	log, err := newLogger(*logLevel, *logFormat)
 	if err != nil {

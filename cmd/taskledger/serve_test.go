@@ -220,3 +220,13 @@ func TestServeWithAuthFileOnPublicAddress(t *testing.T) {
 		t.Fatal("serve did not stop after SIGTERM")
 	}
 }
+
+func TestServeRefusesBadRetain(t *testing.T) {
+	t.Parallel()
+	for _, v := range []string{"0", "-2", "x"} {
+		code, stderr := serveOutput(t, nil, "--retain", v)
+		if code != 2 || !strings.Contains(stderr, "retain") {
+			t.Errorf("--retain %s: exit %d, stderr:\n%s\nwant exit 2 naming --retain", v, code, stderr)
+		}
+	}
+}

@@ -125,7 +125,9 @@ func (r *run) replay(ctx context.Context, nc *nats.Conn) error {
 		return fmt.Errorf("raw read: %d events, want %d", read, last)
 	}
 
-	eng := projections.New(st.JetStream(), projections.Config{Stream: stream, Subjects: st.Subjects(), Logger: discardLogger})
+	// Every task is finished here; the projections keep them all, so
+	// each event's fold is measured and loads find every customer.
+	eng := projections.New(st.JetStream(), projections.Config{Stream: stream, Subjects: st.Subjects(), Logger: discardLogger, Retain: keepAll})
 	start := time.Now()
 	if err := eng.RebuildTo(ctx, last, nil); err != nil {
 		return err
@@ -175,12 +177,15 @@ func (r *run) replay(ctx context.Context, nc *nats.Conn) error {
 	return nil
 }
 
+// keepAll is projections.Config.Retain that evicts nothing.
+const keepAll = -1
+
 // startup measures how long a scheduler's projections take to catch up
 // with the filled stream on start: without a snapshot (replaying every
 // event) and from a snapshot written by eng.
 func (r *run) startup(ctx context.Context, eng *projections.Engine, st *store.Store, stream string) error {
 	snaps := &memorySnapshots{}
-	writer := projections.New(st.JetStream(), projections.Config{Stream: stream, Subjects: st.Subjects(), Logger: discardLogger, Snapshots: snaps})
+	writer := projections.New(st.JetStream(), projections.Config{Stream: stream, Subjects: st.Subjects(), Logger: discardLogger, Snapshots: snaps, Retain: keepAll})
 	if err := writer.RebuildTo(ctx, eng.Applied(), nil); err != nil {
 		return err
 	}
@@ -192,7 +197,7 @@ func (r *run) startup(ctx context.Context, eng *projections.Engine, st *store.St
 		name  string
 		snaps projections.SnapshotStore
 	}{{FigStartCold, nil}, {FigStartSnapshot, snaps}} {
-		e := projections.New(st.JetStream(), projections.Config{Stream: stream, Subjects: st.Subjects(), Logger: discardLogger, Snapshots: c.snaps})
+		e := projections.New(st.JetStream(), projections.Config{Stream: stream, Subjects: st.Subjects(), Logger: discardLogger, Snapshots: c.snaps, Retain: keepAll})
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		start := time.Now()
