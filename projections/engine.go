@@ -382,8 +382,9 @@ func (e *Engine) WaitFor(ctx context.Context, seq uint64) error {
 	}
 }
 
-// Task returns the projected state of a task. Its Spec.Message has no
-// content: read that from the log.
+// Task returns the projected state of a task. Of its spec it has the
+// root, parent, queue and runAt, and the signal until the ready
+// notification is published: read the rest from the task's first event.
 func (e *Engine) Task(id string) (aggregate.State, bool) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
@@ -391,7 +392,7 @@ func (e *Engine) Task(id string) (aggregate.State, bool) {
 	if t == nil {
 		return aggregate.State{}, false
 	}
-	return t.state, true
+	return t.state(), true
 }
 
 // Children returns the ids of a task's children in creation order.
@@ -419,14 +420,14 @@ func (e *Engine) Ancestors(id string) ([]aggregate.State, error) {
 	defer e.mu.RUnlock()
 	var out []aggregate.State
 	seen := map[string]bool{id: true}
-	for t := e.v.tasks[id]; t != nil && t.state.Spec.ParentID != ""; {
-		pid := t.state.Spec.ParentID
+	for t := e.v.tasks[id]; t != nil && t.parent != ""; {
+		pid := t.parent
 		if seen[pid] {
 			break
 		}
 		seen[pid] = true
 		if t = e.v.tasks[pid]; t != nil {
-			out = append(out, t.state)
+			out = append(out, t.state())
 		}
 	}
 	return out, nil
@@ -470,7 +471,7 @@ func (e *Engine) Due(t Timer, now time.Time, limit int, skip func(taskID string)
 	keys := e.v.timers[t].due(now, limit, skip)
 	out := make([]aggregate.State, len(keys))
 	for i, k := range keys {
-		out[i] = e.v.tasks[k].state
+		out[i] = e.v.tasks[k].state()
 	}
 	return out
 }
@@ -494,7 +495,7 @@ func (e *Engine) Repair(s aggregate.State) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	t := e.v.tasks[s.TaskID]
-	if t == nil || t.state.Version > s.Version || e.v.timers[tm].has(s.TaskID) {
+	if t == nil || int(t.version) > s.Version || e.v.timers[tm].has(s.TaskID) {
 		return false
 	}
 	e.v.timers[tm].set(s.TaskID, s.CustomerID, due)
@@ -550,11 +551,11 @@ type Filter struct {
 	RootID     string
 }
 
-func (f Filter) match(s *aggregate.State) bool {
-	return (f.Status == "" || s.Status == f.Status) &&
-		(f.Queue == "" || s.Spec.Queue == f.Queue) &&
-		(f.CustomerID == "" || s.CustomerID == f.CustomerID) &&
-		(f.RootID == "" || s.Spec.RootID == f.RootID)
+func (f Filter) match(t *task) bool {
+	return (f.Status == "" || statuses[t.status] == f.Status) &&
+		(f.Queue == "" || t.queue == f.Queue) &&
+		(f.CustomerID == "" || t.customer == f.CustomerID) &&
+		(f.RootID == "" || t.root == f.RootID)
 }
 
 // List returns up to limit tasks matching f with ids greater than after,
@@ -565,8 +566,8 @@ func (e *Engine) List(f Filter, after string, limit int) []aggregate.State {
 	defer e.mu.RUnlock()
 	var out []aggregate.State
 	add := func(t *task) {
-		if t.state.TaskID > after && f.match(&t.state) {
-			out = append(out, t.state)
+		if t.id > after && f.match(t) {
+			out = append(out, t.state())
 		}
 	}
 	if f.Status != "" {
@@ -593,9 +594,9 @@ func (e *Engine) Digest() string {
 	h := sha256.New()
 	for _, id := range sortedKeys(e.v.tasks) {
 		t := e.v.tasks[id]
-		st := t.state
+		st := t.state()
 		st.Result = nil
-		fmt.Fprintf(h, "%+v|%+v|%v|%d %d %d\n", st, t.state.Result, t.children, t.members, t.open, t.closedSeq)
+		fmt.Fprintf(h, "%+v|%+v|%v|%d %d %d\n", st, t.result, t.children, t.members, t.open, t.closedSeq)
 	}
 	fmt.Fprintf(h, "retention kept %d\n", e.v.kept)
 	for i, q := range e.v.timers {

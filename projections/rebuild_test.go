@@ -222,6 +222,18 @@ func (tr *traffic) run() {
 	}
 }
 
+// projected is s as Engine.Task has it: of the spec only the root,
+// parent, queue, runAt and, until the ready notification is published,
+// the signal.
+func projected(s aggregate.State) aggregate.State {
+	spec := events.TaskSpec{RootID: s.Spec.RootID, ParentID: s.Spec.ParentID, Queue: s.Spec.Queue, RunAt: s.Spec.RunAt}
+	if s.Status == aggregate.StatusScheduled {
+		spec.Signal = s.Spec.Signal
+	}
+	s.Spec = spec
+	return s
+}
+
 // quiescent: the engine applied the whole log and the alarm has nothing
 // due (running deadlines and far releases are not due).
 func quiescent(t *testing.T, e *projections.Engine, s jetstream.Stream) bool {
@@ -324,8 +336,7 @@ func TestRebuildEqualsLive(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want.Spec.Message.Content = nil
-		if !reflect.DeepEqual(s, want) {
+		if want = projected(want); !reflect.DeepEqual(s, want) {
 			t.Errorf("task %s:\nprojected %+v\nreplayed  %+v", s.TaskID, s, want)
 		}
 	}

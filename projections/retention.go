@@ -32,8 +32,8 @@ type closedLineage struct {
 // loop it.
 func (v *views) head(t *task) *task {
 	for range 1 << 16 {
-		p := v.tasks[t.state.Spec.ParentID]
-		if t.state.Spec.ParentID == "" || p == nil || p == t {
+		p := v.tasks[t.parent]
+		if t.parent == "" || p == nil || p == t {
 			break
 		}
 		t = p
@@ -50,7 +50,7 @@ func (v *views) join(t *task) {
 		h.closedSeq = 0
 	}
 	h.members++
-	if !t.state.Status.Terminal() {
+	if !t.terminal() {
 		h.open++
 	} else if h.open == 0 {
 		v.closeLineage(h)
@@ -69,7 +69,7 @@ func (v *views) closeOne(t *task) {
 
 func (v *views) closeLineage(h *task) {
 	h.closedSeq = v.seq
-	v.closed = append(v.closed, closedLineage{head: h.state.TaskID, seq: v.seq})
+	v.closed = append(v.closed, closedLineage{head: h.id, seq: v.seq})
 	v.kept += int(h.members)
 }
 
@@ -93,16 +93,16 @@ func (v *views) drop(h *task) {
 	for len(stack) > 0 {
 		t := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		s := &t.state
-		delete(v.tasks, s.TaskID)
-		if set := v.byStatus[s.Status]; set != nil {
-			if delete(set, s.TaskID); len(set) == 0 {
-				delete(v.byStatus, s.Status)
+		status := statuses[t.status]
+		delete(v.tasks, t.id)
+		if set := v.byStatus[status]; set != nil {
+			if delete(set, t.id); len(set) == 0 {
+				delete(v.byStatus, status)
 			}
 		}
-		if qc := v.queueCounts[s.Spec.Queue]; qc != nil {
-			if qc[s.Status]--; qc[s.Status] <= 0 {
-				delete(qc, s.Status)
+		if qc := v.queueCounts[t.queue]; qc != nil {
+			if qc[status]--; qc[status] <= 0 {
+				delete(qc, status)
 			}
 		}
 		v.evicted++

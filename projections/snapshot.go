@@ -96,7 +96,7 @@ func decodeSnapshot(data []byte, lastSeq uint64) (applied uint64, b body, err er
 func (v *views) body() body {
 	b := body{Tasks: make([]record, 0, len(v.tasks)), Admissions: make(map[string][]time.Time, len(v.admissions))}
 	for _, t := range v.tasks {
-		b.Tasks = append(b.Tasks, record{State: t.state, Children: slices.Clone(t.children), ClosedSeq: t.closedSeq})
+		b.Tasks = append(b.Tasks, record{State: t.state(), Children: slices.Clone(t.children), ClosedSeq: t.closedSeq})
 	}
 	slices.SortFunc(b.Tasks, func(a, b record) int { return cmp.Compare(a.State.FirstSeq, b.State.FirstSeq) })
 	for c, at := range v.admissions {
@@ -111,16 +111,16 @@ func restore(b body, retain int) *views {
 	v := newViews(retain)
 	records := b.Tasks
 	for _, r := range records {
-		t := &task{state: r.State, children: r.Children, closedSeq: r.ClosedSeq}
+		t := &task{children: r.Children, closedSeq: r.ClosedSeq}
+		t.set(&r.State)
 		v.tasks[r.State.TaskID] = t
 	}
 	var zero aggregate.State
 	for _, r := range records {
-		t := v.tasks[r.State.TaskID]
-		v.reindex(&zero, &t.state)
-		s := &t.state
+		t, s := v.tasks[r.State.TaskID], &r.State
+		v.reindex(&zero, s)
 		if s.Status.Terminal() && s.Spec.ParentID != "" {
-			if p := v.tasks[s.Spec.ParentID]; p != nil && !p.state.Status.Terminal() && p.state.MailIndex(ChildResultID(s.TaskID)) == 0 {
+			if p := v.tasks[s.Spec.ParentID]; p != nil && awaitsReport(p, s.TaskID) {
 				v.timers[Report].set(s.TaskID, s.CustomerID, s.CompletedAt)
 			}
 		}

@@ -49,23 +49,6 @@ func timerOf(s *aggregate.State) (Timer, time.Time, bool) {
 // AdmissionWindow is how far back the usage view remembers admissions.
 const AdmissionWindow = time.Minute
 
-// task is the projection's record of one task: its aggregate state folded
-// by the same aggregate.Apply the store uses (so a projection never
-// disagrees with the aggregate about a transition), without the message
-// content, plus its children's ids.
-//
-// A root task also keeps its lineage's retention account (see retention):
-// how many of the lineage's tasks the views hold, how many of them are
-// open (not terminal, or waiting to report to their parent), and the
-// sequence at which the last of them closed.
-type task struct {
-	state     aggregate.State
-	children  []string
-	members   int32
-	open      int32
-	closedSeq uint64 // 0 while the lineage is open
-}
-
 // views holds every projection. It is not safe for concurrent use; the
 // Engine guards it.
 type views struct {
@@ -112,14 +95,14 @@ func (v *views) apply(ev events.Event) (timersChanged bool) {
 		v.tasks[ev.TaskID] = t
 	}
 	v.seq = ev.Seq
-	before := t.state
-	t.state = aggregate.Apply(t.state, ev)
-	t.state.Spec.Message.Content = nil
-	if !before.Exists() && t.state.Exists() {
-		v.created(t, ev.At)
+	before := t.state()
+	after := aggregate.Apply(before, ev)
+	t.set(&after)
+	if !before.Exists() && after.Exists() {
+		v.created(t, &after, ev.At)
 	}
-	changed := v.reindex(&before, &t.state)
-	changed = v.relink(t, &before) || changed
+	changed := v.reindex(&before, &after)
+	changed = v.relink(t, &before, &after) || changed
 	v.evict()
 	return changed
 }
@@ -138,12 +121,12 @@ func ChildResultID(childID string) string { return "child-" + childID }
 
 // relink keeps the Report queue: a child that became terminal waits there
 // until its result is in the parent's mailbox or the parent is terminal.
-func (v *views) relink(t *task, before *aggregate.State) bool {
-	s, q := &t.state, v.timers[Report]
+func (v *views) relink(t *task, before, s *aggregate.State) bool {
+	q := v.timers[Report]
 	changed := false
 	finished := s.Status.Terminal() && before.Exists() && !before.Status.Terminal()
 	if finished {
-		if p := v.tasks[s.Spec.ParentID]; s.Spec.ParentID != "" && p != nil && !p.state.Status.Terminal() && p.state.MailIndex(ChildResultID(s.TaskID)) == 0 {
+		if p := v.tasks[s.Spec.ParentID]; s.Spec.ParentID != "" && p != nil && awaitsReport(p, s.TaskID) {
 			q.set(s.TaskID, s.CustomerID, s.CompletedAt)
 			changed = true
 		} else {
@@ -154,7 +137,7 @@ func (v *views) relink(t *task, before *aggregate.State) bool {
 		// Only the report on the child's own parent settles it: a message
 		// with a look-alike id on another task must not drop the report.
 		if child, ok := strings.CutPrefix(s.MailIDs[len(s.MailIDs)-1], "child-"); ok && q.has(child) &&
-			v.tasks[child].state.Spec.ParentID == s.TaskID {
+			v.tasks[child].parent == s.TaskID {
 			v.reported(child)
 		}
 	}
@@ -175,8 +158,13 @@ func (v *views) reported(childID string) {
 	}
 }
 
-func (v *views) created(t *task, at time.Time) {
-	s := &t.state
+// awaitsReport reports whether parent p still waits for child's result in
+// its mailbox: it is live and has not got it.
+func awaitsReport(p *task, childID string) bool {
+	return !p.terminal() && !slices.Contains(p.mail, ChildResultID(childID))
+}
+
+func (v *views) created(t *task, s *aggregate.State, at time.Time) {
 	if s.Spec.ParentID != "" {
 		if p := v.tasks[s.Spec.ParentID]; p != nil {
 			p.children = append(p.children, s.TaskID)

@@ -487,25 +487,26 @@ func (s *Service) List(ctx context.Context, p Principal, f projections.Filter, a
 		next = page[limit-1].TaskID
 	}
 	for i := range page {
-		if err := s.withMessage(ctx, &page[i]); err != nil {
+		if err := s.withSpec(ctx, &page[i]); err != nil {
 			return nil, "", err
 		}
 	}
 	return page, next, nil
 }
 
-// withMessage fills in the message content the projections leave out,
-// from the task's first event (one read by sequence).
-func (s *Service) withMessage(ctx context.Context, st *aggregate.State) error {
+// withSpec fills in the spec (message included) that the projections
+// keep only in part, from the task's first event (one read by sequence):
+// a task's spec never changes after it.
+func (s *Service) withSpec(ctx context.Context, st *aggregate.State) error {
 	ev, err := s.cfg.Store.Event(ctx, st.FirstSeq)
 	if err != nil {
 		return s.unavailable(err)
 	}
 	switch p := ev.Data.(type) {
 	case events.TaskScheduled:
-		st.Spec.Message = p.Spec.Message
+		st.Spec = p.Spec
 	case events.AdmissionRejected:
-		st.Spec.Message = p.Spec.Message
+		st.Spec = p.Spec
 	}
 	return nil
 }
@@ -569,7 +570,7 @@ func (s *Service) subtree(ctx context.Context, id string, budget *int) (Node, er
 	if !ok {
 		return Node{}, s.unavailable(fmt.Errorf("task %s not in the projections yet", id))
 	}
-	if err := s.withMessage(ctx, &st); err != nil {
+	if err := s.withSpec(ctx, &st); err != nil {
 		return Node{}, err
 	}
 	n := Node{Task: st}

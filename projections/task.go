@@ -1,0 +1,125 @@
+package projections
+
+import (
+	"slices"
+	"time"
+	"unique"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+)
+
+// task is the projections' record of one task: the aggregate state folded
+// by the same aggregate.Apply the store uses (so a projection never
+// disagrees with the aggregate about a transition), packed small because
+// the projections hold every active task. It keeps what the views and
+// their readers use: ids, customer, queue, status, times, delivery, claim,
+// result, mailbox ids and sequences. Of the spec it keeps the root,
+// parent, queue and runAt, and the signal only until the ready
+// notification that carries it is published; the rest of the spec (and
+// the message) is read from the task's first event when asked for.
+//
+// A root task also keeps its lineage's retention account (see retention):
+// how many of the lineage's tasks the views hold, how many of them are
+// open (not terminal, or waiting to report to their parent), and the
+// sequence at which the last of them closed.
+type task struct {
+	id, customer, queue, root, parent string
+	signal                            *events.Signal
+	delivery, claimDelivery, executor string
+	reason                            string
+	result                            *events.Result
+	mail                              []string
+	children                          []string
+
+	// Unix nanoseconds, 0 for the zero time.
+	runAt, created, started, completed, deadline, nextAt int64
+
+	firstSeq, lastSeq uint64
+	closedSeq         uint64 // 0 while the lineage is open
+	version, cursor   int32
+	attempt           int32
+	members, open     int32
+	status            uint8 // index in statuses
+	published         bool
+	rejected          bool
+}
+
+var statuses = [...]aggregate.Status{"", aggregate.StatusScheduled, aggregate.StatusQueued, aggregate.StatusRunning,
+	aggregate.StatusSucceeded, aggregate.StatusFailed, aggregate.StatusCanceled, aggregate.StatusTimedOut}
+
+// set packs s into t.
+func (t *task) set(s *aggregate.State) {
+	t.id = s.TaskID
+	t.customer, t.queue = reuse(t.customer, s.CustomerID), reuse(t.queue, s.Spec.Queue)
+	t.root, t.parent = s.Spec.RootID, s.Spec.ParentID
+	if t.root == t.id {
+		t.root = t.id // one copy of the bytes
+	}
+	switch {
+	case s.Status != aggregate.StatusScheduled || s.Spec.Signal == (events.Signal{}):
+		t.signal = nil
+	case t.signal == nil || *t.signal != s.Spec.Signal:
+		sig := s.Spec.Signal
+		t.signal = &sig
+	}
+	t.status = uint8(slices.Index(statuses[:], s.Status))
+	t.runAt, t.created, t.started = nanos(s.Spec.RunAt), nanos(s.CreatedAt), nanos(s.StartedAt)
+	t.completed, t.deadline = nanos(s.CompletedAt), nanos(s.Deadline)
+	t.delivery, t.attempt, t.nextAt, t.published = s.Delivery.ID, int32(s.Delivery.Attempt), nanos(s.Delivery.NextAt), s.Delivery.Published
+	t.claimDelivery, t.executor = s.Claim.DeliveryID, reuse(t.executor, s.Claim.ExecutorID)
+	if t.claimDelivery == t.delivery {
+		t.claimDelivery = t.delivery
+	}
+	t.result, t.reason, t.rejected = s.Result, s.Reason, s.Rejected
+	t.mail, t.cursor = s.MailIDs, int32(s.Cursor)
+	t.version, t.firstSeq, t.lastSeq = int32(s.Version), s.FirstSeq, s.LastSeq
+}
+
+// state unpacks t.
+func (t *task) state() aggregate.State {
+	s := aggregate.State{
+		TaskID: t.id, CustomerID: t.customer,
+		Spec:   events.TaskSpec{RootID: t.root, ParentID: t.parent, Queue: t.queue, RunAt: unnanos(t.runAt)},
+		Status: statuses[t.status], CreatedAt: unnanos(t.created), StartedAt: unnanos(t.started),
+		CompletedAt: unnanos(t.completed), Deadline: unnanos(t.deadline),
+		Delivery: aggregate.Delivery{ID: t.delivery, Attempt: int(t.attempt), NextAt: unnanos(t.nextAt), Published: t.published},
+		Claim:    aggregate.Owner{DeliveryID: t.claimDelivery, ExecutorID: t.executor},
+		Result:   t.result, Reason: t.reason, Rejected: t.rejected,
+		MailIDs: t.mail, Cursor: int(t.cursor),
+		Version: int(t.version), FirstSeq: t.firstSeq, LastSeq: t.lastSeq,
+	}
+	if t.signal != nil {
+		s.Spec.Signal = *t.signal
+	}
+	return s
+}
+
+func (t *task) terminal() bool { return statuses[t.status].Terminal() }
+
+// reuse returns s, as one copy shared by every task that repeats it
+// (customers, queues, executors) unless it equals old, whose copy is
+// already shared; a copy no task uses any more is garbage collected.
+func reuse(old, s string) string {
+	switch s {
+	case old:
+		return old
+	case "":
+		return ""
+	}
+	return unique.Make(s).Value()
+}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func unnanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n) // local, as the event decoder gives times
+}
