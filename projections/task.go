@@ -26,8 +26,8 @@ import (
 type task struct {
 	id, customer, queue, root, parent string
 	signal                            *events.Signal
-	delivery, claimDelivery, executor string
-	reason                            string
+	delivery, reason                  string
+	claim                             *aggregate.Owner // nil until claimed
 	result                            *events.Result
 	mail                              []string
 	children                          []string
@@ -67,9 +67,16 @@ func (t *task) set(s *aggregate.State) {
 	t.runAt, t.created, t.started = nanos(s.Spec.RunAt), nanos(s.CreatedAt), nanos(s.StartedAt)
 	t.completed, t.deadline = nanos(s.CompletedAt), nanos(s.Deadline)
 	t.delivery, t.attempt, t.nextAt, t.published = s.Delivery.ID, int32(s.Delivery.Attempt), nanos(s.Delivery.NextAt), s.Delivery.Published
-	t.claimDelivery, t.executor = s.Claim.DeliveryID, reuse(t.executor, s.Claim.ExecutorID)
-	if t.claimDelivery == t.delivery {
-		t.claimDelivery = t.delivery
+	switch {
+	case s.Claim == (aggregate.Owner{}):
+		t.claim = nil
+	case t.claim == nil || *t.claim != s.Claim:
+		c := s.Claim
+		if c.DeliveryID == t.delivery {
+			c.DeliveryID = t.delivery // one copy of the bytes
+		}
+		c.ExecutorID = reuse("", c.ExecutorID)
+		t.claim = &c
 	}
 	t.result, t.reason, t.rejected = s.Result, s.Reason, s.Rejected
 	t.mail, t.cursor = s.MailIDs, int32(s.Cursor)
@@ -84,13 +91,15 @@ func (t *task) state() aggregate.State {
 		Status: statuses[t.status], CreatedAt: unnanos(t.created), StartedAt: unnanos(t.started),
 		CompletedAt: unnanos(t.completed), Deadline: unnanos(t.deadline),
 		Delivery: aggregate.Delivery{ID: t.delivery, Attempt: int(t.attempt), NextAt: unnanos(t.nextAt), Published: t.published},
-		Claim:    aggregate.Owner{DeliveryID: t.claimDelivery, ExecutorID: t.executor},
 		Result:   t.result, Reason: t.reason, Rejected: t.rejected,
 		MailIDs: t.mail, Cursor: int(t.cursor),
 		Version: int(t.version), FirstSeq: t.firstSeq, LastSeq: t.lastSeq,
 	}
 	if t.signal != nil {
 		s.Spec.Signal = *t.signal
+	}
+	if t.claim != nil {
+		s.Claim = *t.claim
 	}
 	return s
 }
