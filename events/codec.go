@@ -31,15 +31,48 @@ const currentVersion = 1
 // wire is the stored shape of an event. Field names are short and fixed:
 // they are part of the log format.
 type wire struct {
-	ID         string             `msgpack:"id"`
-	Type       Type               `msgpack:"t"`
-	Version    wireVersion        `msgpack:"v"`
-	TaskID     string             `msgpack:"task"`
-	CustomerID string             `msgpack:"cust"`
-	Number     int64              `msgpack:"n"`
-	At         time.Time          `msgpack:"at"`
-	Actor      string             `msgpack:"actor,omitempty"`
-	Data       msgpack.RawMessage `msgpack:"data"`
+	ID         string      `msgpack:"id"`
+	Type       Type        `msgpack:"t"`
+	Version    wireVersion `msgpack:"v"`
+	TaskID     string      `msgpack:"task"`
+	CustomerID string      `msgpack:"cust"`
+	Number     int64       `msgpack:"n"`
+	At         time.Time   `msgpack:"at"`
+	Actor      string      `msgpack:"actor,omitempty"`
+	Data       payload     `msgpack:"data"`
+}
+
+// payload is the data of an event, written in place. Encode writes the
+// type and version before it, so Decode usually decodes it in one pass
+// into its struct; when it cannot yet (another key order, an older
+// version, an unknown type), it keeps the bytes for upcast.
+type payload struct {
+	w   *wire // the envelope being decoded
+	p   Payload
+	raw msgpack.RawMessage
+}
+
+func (d payload) EncodeMsgpack(enc *msgpack.Encoder) error {
+	if d.p == nil {
+		return enc.Encode(d.raw) // written verbatim; nil when empty
+	}
+	return enc.Encode(d.p)
+}
+
+func (d *payload) DecodeMsgpack(dec *msgpack.Decoder) error {
+	if d.w != nil && d.w.Version == currentVersion {
+		if decode := decoders[d.w.Type]; decode != nil {
+			p, err := decode(dec)
+			if err != nil {
+				return fmt.Errorf("%s payload: %w", d.w.Type, err)
+			}
+			d.p = p
+			return nil
+		}
+	}
+	raw, err := dec.DecodeRaw()
+	d.raw = raw
+	return err
 }
 
 // wireVersion is the stored schema version. It encodes as a plain uint8
@@ -91,11 +124,7 @@ func Encode(ev Event) ([]byte, error) {
 	}
 	e := encoders.Get().(*encoder)
 	defer encoders.Put(e)
-	data, err := e.marshal(ev.Data)
-	if err != nil {
-		return nil, fmt.Errorf("events: encode %s payload: %w", ev.Type(), err)
-	}
-	return e.marshal(wire{
+	b, err := e.marshal(wire{
 		ID:         ev.ID,
 		Type:       ev.Type(),
 		Version:    currentVersion,
@@ -104,8 +133,12 @@ func Encode(ev Event) ([]byte, error) {
 		Number:     int64(ev.Number),
 		At:         ev.At.UTC(),
 		Actor:      ev.Actor,
-		Data:       data,
+		Data:       payload{p: ev.Data},
 	})
+	if err != nil {
+		return nil, fmt.Errorf("events: encode %s: %w", ev.Type(), err)
+	}
+	return b, nil
 }
 
 // Decode parses an encoded event. It returns an error wrapping
@@ -113,7 +146,8 @@ func Encode(ev Event) ([]byte, error) {
 // Older schema versions are upcast to the current payload structs.
 func Decode(b []byte) (Event, error) {
 	var w wire
-	if err := unmarshal(b, &w); err != nil {
+	w.Data.w = &w
+	if err := unmarshal(b, func(dec *msgpack.Decoder) error { return dec.Decode(&w) }); err != nil {
 		return Event{}, fmt.Errorf("%w: envelope: %v", ErrMalformed, err)
 	}
 	if err := ValidID(w.TaskID); err != nil {
@@ -122,9 +156,12 @@ func Decode(b []byte) (Event, error) {
 	if err := ValidID(w.CustomerID); err != nil {
 		return Event{}, fmt.Errorf("%w: customer id: %v", ErrMalformed, err)
 	}
-	data, err := upcast(w.Type, uint8(w.Version), w.Data)
-	if err != nil {
-		return Event{}, fmt.Errorf("event %s of task %s: %w", w.ID, w.TaskID, err)
+	data := w.Data.p
+	if data == nil {
+		var err error
+		if data, err = upcast(w.Type, uint8(w.Version), w.Data.raw); err != nil {
+			return Event{}, fmt.Errorf("event %s of task %s: %w", w.ID, w.TaskID, err)
+		}
 	}
 	if w.Number < 1 || w.Number > 1<<31 {
 		return Event{}, fmt.Errorf("%w: event number %d", ErrMalformed, w.Number)
@@ -148,57 +185,55 @@ func upcast(t Type, v uint8, data []byte) (Payload, error) {
 	if v == 0 || v > currentVersion {
 		return nil, fmt.Errorf("%w: %s v%d", ErrUnknownVersion, t, v)
 	}
-	switch t {
-	case TypeTaskScheduled:
-		return decodeAs[TaskScheduled](t, data)
-	case TypeAdmissionRejected:
-		return decodeAs[AdmissionRejected](t, data)
-	case TypeDeliveryPending:
-		return decodeAs[DeliveryPending](t, data)
-	case TypeDeliveryRetryScheduled:
-		return decodeAs[DeliveryRetryScheduled](t, data)
-	case TypeDeliveryExhausted:
-		return decodeAs[DeliveryExhausted](t, data)
-	case TypeReadyPublished:
-		return decodeAs[ReadyPublished](t, data)
-	case TypeClaimed:
-		return decodeAs[Claimed](t, data)
-	case TypeTimedOut:
-		return decodeAs[TimedOut](t, data)
-	case TypeResultRecorded:
-		return decodeAs[ResultRecorded](t, data)
-	case TypeCanceled:
-		return decodeAs[Canceled](t, data)
-	case TypeMailboxAppended:
-		return decodeAs[MailboxAppended](t, data)
-	case TypeMailboxRead:
-		return decodeAs[MailboxRead](t, data)
+	decode := decoders[t]
+	if decode == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownType, t)
 	}
-	return nil, fmt.Errorf("%w: %q", ErrUnknownType, t)
-}
-
-func decodeAs[P Payload](t Type, data []byte) (Payload, error) {
-	var p P
-	if err := unmarshal(data, &p); err != nil {
+	var p Payload
+	if err := unmarshal(data, func(dec *msgpack.Decoder) (err error) { p, err = decode(dec); return err }); err != nil {
 		return nil, fmt.Errorf("%w: %s payload: %v", ErrMalformed, t, err)
 	}
 	return p, nil
+}
+
+// decoders decode the current version of each payload type.
+var decoders = map[Type]func(*msgpack.Decoder) (Payload, error){
+	TypeTaskScheduled:          decodeAs[TaskScheduled],
+	TypeAdmissionRejected:      decodeAs[AdmissionRejected],
+	TypeDeliveryPending:        decodeAs[DeliveryPending],
+	TypeDeliveryRetryScheduled: decodeAs[DeliveryRetryScheduled],
+	TypeDeliveryExhausted:      decodeAs[DeliveryExhausted],
+	TypeReadyPublished:         decodeAs[ReadyPublished],
+	TypeClaimed:                decodeAs[Claimed],
+	TypeTimedOut:               decodeAs[TimedOut],
+	TypeResultRecorded:         decodeAs[ResultRecorded],
+	TypeCanceled:               decodeAs[Canceled],
+	TypeMailboxAppended:        decodeAs[MailboxAppended],
+	TypeMailboxRead:            decodeAs[MailboxRead],
+}
+
+func decodeAs[P Payload](dec *msgpack.Decoder) (Payload, error) {
+	var p P
+	err := dec.Decode(&p)
+	return p, err
 }
 
 // unmarshal decodes one msgpack value that must fill b exactly. msgpack
 // v5.4.1 panics on some inputs (a nil where a time.Time is expected calls
 // reflect.Value.IsNil on a struct), so a panic is turned into an error:
 // Decode must never panic on bytes read from the log.
-func unmarshal(b []byte, v any) (err error) {
+func unmarshal(b []byte, decode func(*msgpack.Decoder) error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("msgpack panic: %v", r)
 		}
 	}()
 	r := bytes.NewReader(b)
-	dec := msgpack.NewDecoder(r)
+	dec := msgpack.GetDecoder()
+	defer msgpack.PutDecoder(dec)
+	dec.Reset(r)
 	dec.SetCustomStructTag("json")
-	if err := dec.Decode(v); err != nil {
+	if err := decode(dec); err != nil {
 		return err
 	}
 	if r.Len() != 0 {

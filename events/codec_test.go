@@ -161,7 +161,7 @@ func validWire(t testing.TB) wire {
 		CustomerID: "cust-1", Number: 1,
 		At:    base,
 		Actor: "node-a",
-		Data:  rawPayload(t, map[string]any{"deliveryId": "dlv-1"}),
+		Data:  payload{raw: rawPayload(t, map[string]any{"deliveryId": "dlv-1"})},
 	}
 }
 
@@ -356,11 +356,11 @@ func TestDecodeErrors(t *testing.T) {
 		{"TailCustomerID", withWire(func(w *wire) { w.CustomerID = ">" }), ErrMalformed},
 		{"EmptyCustomerID", withWire(func(w *wire) { w.CustomerID = "" }), ErrMalformed},
 		{"SpaceCustomerID", withWire(func(w *wire) { w.CustomerID = "a b" }), ErrMalformed},
-		{"MissingData", withWire(func(w *wire) { w.Data = nil }), ErrMalformed},
-		{"PayloadNotAMap", withWire(func(w *wire) { w.Data = rawPayload(t, "x") }), ErrMalformed},
+		{"MissingData", withWire(func(w *wire) { w.Data = payload{} }), ErrMalformed},
+		{"PayloadNotAMap", withWire(func(w *wire) { w.Data = payload{raw: rawPayload(t, "x")} }), ErrMalformed},
 		{"PayloadWrongFieldType", withWire(func(w *wire) {
 			w.Type = TypeDeliveryPending
-			w.Data = rawPayload(t, map[string]any{"deliveryId": "d", "attempt": "one"})
+			w.Data = payload{raw: rawPayload(t, map[string]any{"deliveryId": "d", "attempt": "one"})}
 		}), ErrMalformed},
 		{"EnvelopeWrongFieldType", mapEnvelope(map[string]any{"task": 42}), ErrMalformed},
 		{"EnvelopeBadTime", mapEnvelope(map[string]any{"at": "yesterday"}), ErrMalformed},
@@ -369,7 +369,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"EnvelopeNilTime", mapEnvelope(map[string]any{"at": nil}), ErrMalformed},
 		{"PayloadNilTime", withWire(func(w *wire) {
 			w.Type = TypeClaimed
-			w.Data = rawPayload(t, map[string]any{"deliveryId": "d", "executorId": "e", "deadline": nil})
+			w.Data = payload{raw: rawPayload(t, map[string]any{"deliveryId": "d", "executorId": "e", "deadline": nil})}
 		}), ErrMalformed},
 	}
 	for _, tt := range tests {
