@@ -139,7 +139,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			continue
 		}
 		progressAt = time.Now()
-		e.Apply(m.seq, m.data)
+		e.apply(m.ev, m.bad)
 		if !e.caughtUp.Load() && m.seq >= target {
 			e.caughtUp.Store(true)
 			e.cfg.Logger.Info().Uint64("applied", m.seq).Msg("projections caught up")
@@ -228,31 +228,24 @@ func (e *Engine) RebuildTo(ctx context.Context, last uint64, progress func(seq, 
 // have caught up. progress, if set, is called with the sequence reached.
 func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) error {
 	fresh := newViews(e.cfg.Retain)
-	cons, err := e.js.OrderedConsumer(ctx, e.cfg.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{e.cfg.Subjects.Events()}})
-	if err != nil {
-		return fmt.Errorf("projections: rebuild consumer: %w", err)
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return err
-	}
-	defer it.Stop()
-	defer context.AfterFunc(ctx, it.Stop)()
+	var tails sync.WaitGroup
+	defer tails.Wait()
+	t := e.follow(1)
+	defer t.stop(&tails)
 	var seq uint64
-	// next applies the following message to fresh.
+	// next applies the following event to fresh.
 	next := func() error {
-		msg, err := it.Next()
-		if err != nil {
-			return fmt.Errorf("projections: rebuild read: %w", err)
+		var m tailMsg
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case m = <-t.next:
 		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			return err
+		if m.err != nil {
+			return fmt.Errorf("projections: rebuild read: %w", m.err)
 		}
-		seq = meta.Sequence.Stream
-		if ev, err := events.Decode(msg.Data()); err == nil {
-			ev.Seq = seq
-			fresh.apply(ev)
+		if seq = m.seq; m.bad == nil {
+			fresh.apply(m.ev)
 		}
 		if progress != nil && seq%50000 == 0 {
 			progress(seq, e.applied.Load())
@@ -286,21 +279,27 @@ func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) e
 
 // Apply folds the event stored at seq into the projections. Events that
 // do not decode are counted and skipped (the verifier reports them); the
-// applied sequence still advances. Run calls Apply; offline tools may too.
+// applied sequence still advances. Offline tools may call Apply; Run
+// folds the events its tail decoded.
 func (e *Engine) Apply(seq uint64, data []byte) {
 	ev, err := events.Decode(data)
+	ev.Seq = seq
+	e.apply(ev, err)
+}
+
+// apply folds ev, which is at ev.Seq; bad says why it did not decode.
+func (e *Engine) apply(ev events.Event, bad error) {
 	e.mu.Lock()
 	kick := false
-	if err != nil {
+	if bad != nil {
 		e.bad.Add(1)
-		e.cfg.Logger.Error().Err(err).Uint64("seq", seq).Msg("projections: undecodable event skipped")
+		e.cfg.Logger.Error().Err(bad).Uint64("seq", ev.Seq).Msg("projections: undecodable event skipped")
 	} else {
-		ev.Seq = seq
 		kick = e.v.apply(ev)
 	}
-	e.applied.Store(seq) // under mu: a snapshot pairs views and sequence
+	e.applied.Store(ev.Seq) // under mu: a snapshot pairs views and sequence
 	e.mu.Unlock()
-	e.wake(seq)
+	e.wake(ev.Seq)
 	if kick {
 		select {
 		case e.kick <- struct{}{}:

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/taskledger/taskledger/events"
 )
 
 // The engine reads the log through an ordered consumer, an R1 consumer
@@ -44,11 +46,14 @@ type tail struct {
 	it jetstream.MessagesContext
 }
 
-// tailMsg is one message, or a read error; ended means the tail stopped
-// on its own (its consumer could not be created, or was closed).
+// tailMsg is one event, decoded on the tail's goroutine so that decoding
+// and applying run side by side (bad is why it did not decode), or a read
+// error; ended means the tail stopped on its own (its consumer could not
+// be created, or was closed).
 type tailMsg struct {
 	seq   uint64
-	data  []byte
+	ev    events.Event
+	bad   error
 	err   error
 	ended bool
 }
@@ -112,7 +117,9 @@ func (t *tail) run(js jetstream.JetStream, stream string, cfg jetstream.OrderedC
 		default:
 			var meta *jetstream.MsgMetadata
 			if meta, err = msg.Metadata(); err == nil {
-				if !send(tailMsg{seq: meta.Sequence.Stream, data: msg.Data()}) {
+				ev, bad := events.Decode(msg.Data())
+				ev.Seq = meta.Sequence.Stream
+				if !send(tailMsg{seq: ev.Seq, ev: ev, bad: bad}) {
 					return
 				}
 				continue
