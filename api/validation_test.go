@@ -118,6 +118,8 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 	add("DelayNegative", http.MethodPost, tasks, `{"delaySeconds":-1}`, bad, invalid)
 	add("RunAtAndDelay", http.MethodPost, tasks, `{"runAt":"2030-01-01T00:00:00Z","delaySeconds":5}`, bad, invalid)
 	add("RunAtMalformed", http.MethodPost, tasks, `{"runAt":"tomorrow"}`, bad, invalid)
+	add("RunAtFarFuture", http.MethodPost, tasks, `{"runAt":"3000-01-01T00:00:00Z"}`, bad, invalid)
+	add("RunAtBefore1970", http.MethodPost, tasks, `{"runAt":"0001-01-01T00:00:00Z"}`, bad, invalid)
 	add("NextNegativeWait", http.MethodPost, next, `{"queue":"valid","executorId":"w1","waitSeconds":-1}`, bad, invalid)
 
 	// Sizes.

@@ -250,11 +250,14 @@ func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, s
 	runAt := now
 	if req.RunAt != nil {
 		runAt = *req.RunAt
+		if runAt.Before(time.Unix(0, 0)) || runAt.After(now.Add(maxDelaySeconds*time.Second)) {
+			return events.TaskSpec{}, "", invalid("runAt must be after 1970 and at most %d seconds ahead", maxDelaySeconds)
+		}
 	}
 	if req.DelaySeconds != nil {
 		d := *req.DelaySeconds
-		if d < 0 || d > aggregate.MaxTimeoutSeconds*52 {
-			return events.TaskSpec{}, "", invalid("delaySeconds must be between 0 and %d", aggregate.MaxTimeoutSeconds*52)
+		if d < 0 || d > maxDelaySeconds {
+			return events.TaskSpec{}, "", invalid("delaySeconds must be between 0 and %d", maxDelaySeconds)
 		}
 		runAt = now.Add(time.Duration(d * float64(time.Second)))
 	}
@@ -278,6 +281,10 @@ func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, s
 		RunAt: runAt.UTC(), TimeoutSeconds: timeout,
 	}, customerID, nil
 }
+
+// maxDelaySeconds bounds how far ahead a task may be scheduled: 52 of the
+// longest timeouts (a year).
+const maxDelaySeconds = aggregate.MaxTimeoutSeconds * 52
 
 // settle waits until the projections have applied st, so the caller's
 // next read (a list, a tree) sees its write.
