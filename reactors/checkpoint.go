@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
 )
 
@@ -60,13 +62,20 @@ type KVCheckpoints struct {
 
 var _ CheckpointStore = (*KVCheckpoints)(nil)
 
+// CheckpointTTL is how long a checkpoint is kept after its last save: a
+// day past the longest run, whose task has timed out by then, so finished
+// runs' checkpoints do not pile up.
+const CheckpointTTL = (aggregate.MaxTimeoutSeconds + 24*3600) * time.Second
+
 // OpenKVCheckpoints creates or opens the bucket (default "TASKLEDGER_RUNS").
+// Its entries expire CheckpointTTL after their last save.
 func OpenKVCheckpoints(ctx context.Context, js jetstream.JetStream, bucket string) (*KVCheckpoints, error) {
 	if bucket == "" {
 		bucket = "TASKLEDGER_RUNS"
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: bucket, Description: "taskledger executor run checkpoints", Storage: jetstream.FileStorage, History: 1,
+		TTL: CheckpointTTL,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reactors: checkpoint bucket %s: %w", bucket, err)
@@ -120,7 +129,8 @@ func (s *KVCheckpoints) List(ctx context.Context) ([]Checkpoint, error) {
 }
 
 // MemoryCheckpoints keeps checkpoints in memory: runs survive a handler
-// error, not a process restart. The zero value is ready to use.
+// error, not a process restart. A Done checkpoint is dropped, since
+// nothing resumes it. The zero value is ready to use.
 type MemoryCheckpoints struct {
 	mu sync.Mutex
 	m  map[string][]byte
@@ -153,7 +163,11 @@ func (s *MemoryCheckpoints) Save(_ context.Context, cp Checkpoint) error {
 	if s.m == nil {
 		s.m = make(map[string][]byte)
 	}
-	s.m[cp.TaskID] = b
+	if cp.Done {
+		delete(s.m, cp.TaskID)
+	} else {
+		s.m[cp.TaskID] = b
+	}
 	return nil
 }
 

@@ -155,3 +155,34 @@ func TestWorkerResumeWhileSchedulerUnreachable(t *testing.T) {
 		t.Fatalf("result %+v", done.Result)
 	}
 }
+
+// Finished runs' checkpoints do not pile up: the memory store drops a
+// Done checkpoint, and KV entries expire CheckpointTTL after their last
+// save.
+func TestCheckpointsOfFinishedRunsGo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var mem reactors.MemoryCheckpoints
+	for _, done := range []bool{false, true} {
+		if err := mem.Save(ctx, reactors.Checkpoint{TaskID: "t1", Done: done}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok, err := mem.Load(ctx, "t1"); ok || err != nil {
+		t.Errorf("a Done checkpoint is still in memory (err %v)", err)
+	}
+
+	e := wkSetup(t)
+	e.kv(t, "ttl")
+	kv, err := e.js.KeyValue(ctx, e.ns.Stream+"_RUNS_ttl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.TTL() != reactors.CheckpointTTL || st.TTL() <= 7*24*time.Hour {
+		t.Errorf("checkpoint bucket TTL %v, want %v (longer than the longest run)", st.TTL(), reactors.CheckpointTTL)
+	}
+}
