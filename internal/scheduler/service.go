@@ -163,10 +163,8 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 			// A repeated requestId answers the child it created before the
 			// parent ended (API.md: 200 existing task), not a conflict.
 			if req.RequestID != "" {
-				if st, err = s.cfg.Store.Load(ctx, taskID); err != nil {
-					return st, false, s.unavailable(err)
-				} else if st.Exists() {
-					return s.existing(ctx, st)
+				if st, found, err := s.repeated(ctx, taskID); found || err != nil {
+					return st, false, err
 				}
 			}
 			return st, false, fmt.Errorf("%w: parent %s is %s", ErrParentTerminal, spec.ParentID, parent.Status)
@@ -179,10 +177,8 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 	if spec.ParentID == "" && s.cfg.Usage != nil {
 		// A replay is not charged again: look before admitting.
 		if req.RequestID != "" {
-			if st, err = s.cfg.Store.Load(ctx, taskID); err != nil {
-				return st, false, s.unavailable(err)
-			} else if st.Exists() {
-				return s.existing(ctx, st)
+			if st, found, err := s.repeated(ctx, taskID); found || err != nil {
+				return st, false, err
 			}
 		}
 		if reason := s.admit(ctx, customerID, spec); reason != "" {
@@ -196,10 +192,8 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 		crashpoint.Hit(crashpoint.Scheduled)
 	}
 	if errors.Is(err, aggregate.ErrExists) {
-		if st, err = s.cfg.Store.Load(ctx, taskID); err != nil {
-			return st, false, s.unavailable(err)
-		}
-		return s.existing(ctx, st)
+		st, _, err = s.repeated(ctx, taskID)
+		return st, false, err
 	}
 	if err != nil {
 		return st, false, err
@@ -213,16 +207,22 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 	return st, true, nil
 }
 
-// existing answers a repeated request id with the task it named, and a
-// task admission rejected with the same rejection.
-func (s *Service) existing(ctx context.Context, st aggregate.State) (aggregate.State, bool, error) {
+// repeated answers a repeated request id with the task it named (found),
+// and a task admission rejected with the same rejection.
+func (s *Service) repeated(ctx context.Context, taskID string) (st aggregate.State, found bool, err error) {
+	if st, err = s.cfg.Store.Load(ctx, taskID); err != nil {
+		return st, false, s.unavailable(err)
+	}
+	if !st.Exists() {
+		return st, false, nil
+	}
 	if err := s.settle(ctx, st); err != nil {
-		return st, false, err
+		return st, true, err
 	}
 	if st.Rejected {
-		return st, false, &AdmissionError{Task: st}
+		return st, true, &AdmissionError{Task: st}
 	}
-	return st, false, nil
+	return st, true, nil
 }
 
 func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, string, error) {
