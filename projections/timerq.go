@@ -74,7 +74,7 @@ type ascending struct {
 }
 
 func (h *dueHeap) ascending(now int64) *ascending {
-	it := &ascending{h: h, now: now, frontier: frontier{h: h}}
+	it := &ascending{h: h, now: now, frontier: frontier{h: h, idx: make([]int, 0, 8)}}
 	it.push(0)
 	return it
 }
@@ -177,7 +177,12 @@ func (q *TimerQueue) earliestExcept(skip func(taskID string) bool) (int64, bool)
 	found := false
 	custs := q.customers.ascending(math.MaxInt64)
 	for c, ok := custs.next(); ok && (!found || c.due < best); c, ok = custs.next() {
-		items := q.byCustomer[c.key].ascending(math.MaxInt64)
+		h := q.byCustomer[c.key]
+		if root := h.items[0]; !skip(root.key) {
+			best, found = root.due, true // the customer's earliest; no later one can beat it
+			continue
+		}
+		items := h.ascending(math.MaxInt64)
 		for it, ok := items.next(); ok && (!found || it.due < best); it, ok = items.next() {
 			if !skip(it.key) {
 				best, found = it.due, true
@@ -193,23 +198,34 @@ func (q *TimerQueue) earliestExcept(skip func(taskID string) bool) (int64, bool)
 // item gets its earliest one before any customer gets a second.
 func (q *TimerQueue) due(now time.Time, limit int, skip func(taskID string) bool) []string {
 	n := now.UnixNano()
-	var iters []*ascending
-	custs := q.customers.ascending(n)
-	for c, ok := custs.next(); ok; c, ok = custs.next() {
-		iters = append(iters, q.byCustomer[c.key].ascending(n))
+	next := func(it *ascending) (string, bool) {
+		item, ok := it.next()
+		for ok && skip != nil && skip(item.key) {
+			item, ok = it.next()
+		}
+		return item.key, ok
 	}
+	// The first turn visits customers by their earliest item only until
+	// limit is reached: with many customers and a small limit (the
+	// alarm asks for its free slots), most are never iterated.
 	var out []string
+	var iters []*ascending // customers with an item in this turn
+	custs := q.customers.ascending(n)
+	for c, ok := custs.next(); ok && len(out) < limit; c, ok = custs.next() {
+		it := q.byCustomer[c.key].ascending(n)
+		if key, ok := next(it); ok {
+			out = append(out, key)
+			iters = append(iters, it)
+		}
+	}
 	for len(out) < limit && len(iters) > 0 {
 		for i := 0; i < len(iters) && len(out) < limit; {
-			it, ok := iters[i].next()
-			for ok && skip != nil && skip(it.key) {
-				it, ok = iters[i].next()
-			}
+			key, ok := next(iters[i])
 			if !ok {
 				iters = append(iters[:i], iters[i+1:]...)
 				continue
 			}
-			out = append(out, it.key)
+			out = append(out, key)
 			i++
 		}
 	}

@@ -182,7 +182,10 @@ func (a *Alarm) Run(ctx context.Context) error {
 // Items in flight leave the queue through the projection, which wakes the
 // alarm, so there is no polling interval.
 func (a *Alarm) wait(now time.Time, dispatched int, full bool) time.Duration {
-	if dispatched > 0 && !full {
+	switch {
+	case full:
+		return time.Hour // nothing can start before an action ends, which wakes the alarm
+	case dispatched > 0:
 		return 0
 	}
 	d := time.Hour
