@@ -117,10 +117,12 @@ func (r *run) replay(ctx context.Context, nc *nats.Conn) error {
 	}
 	last := info.State.LastSeq
 
+	cpu, start := processCPU(), time.Now()
 	readRate, read, err := rawRead(ctx, st.JetStream(), stream, st.Subjects())
 	if err != nil {
 		return err
 	}
+	r.sayCPU("raw read", processCPU()-cpu, time.Since(start), read, "event")
 	if uint64(read) != last {
 		return fmt.Errorf("raw read: %d events, want %d", read, last)
 	}
@@ -128,11 +130,12 @@ func (r *run) replay(ctx context.Context, nc *nats.Conn) error {
 	// Every task is finished here; the projections keep them all, so
 	// each event's fold is measured and loads find every customer.
 	eng := projections.New(st.JetStream(), projections.Config{Stream: stream, Subjects: st.Subjects(), Logger: discardLogger, Retain: keepAll})
-	start := time.Now()
+	cpu, start = processCPU(), time.Now()
 	if err := eng.RebuildTo(ctx, last, nil); err != nil {
 		return err
 	}
 	rebuildRate := float64(last) / time.Since(start).Seconds()
+	r.sayCPU("rebuild", processCPU()-cpu, time.Since(start), int(last), "event")
 	if got := eng.QueueCounts()["default"][aggregate.StatusSucceeded]; got != len(taskIDs) {
 		return fmt.Errorf("rebuilt projections hold %d succeeded tasks, want %d", got, len(taskIDs))
 	}
