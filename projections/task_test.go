@@ -1,0 +1,49 @@
+package projections
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+)
+
+// Every field the record keeps comes back from it unchanged; of the spec
+// it keeps root, parent, queue, runAt, and the signal while scheduled.
+func TestTaskRecordKeepsState(t *testing.T) {
+	t.Parallel()
+	at := time.Unix(1_800_000_000, 123).Local()
+	sig := events.Signal{ID: "s", URI: "u", RequestID: "r", EventType: "e", EventAction: "a"}
+	full := aggregate.State{
+		TaskID: "t", CustomerID: "c",
+		Spec: events.TaskSpec{RootID: "r", ParentID: "p", RequestID: "req", RelatedTaskID: "rel", Queue: "q", Signal: sig,
+			Repo: "repo", Message: events.Message{ID: "m"}, RunAt: at, TimeoutSeconds: 60},
+		CreatedAt: at.Add(1), StartedAt: at.Add(2), CompletedAt: at.Add(3), Deadline: at.Add(4),
+		Delivery: aggregate.Delivery{ID: "d", Attempt: 3, NextAt: at.Add(5), Published: true},
+		Claim:    aggregate.Owner{DeliveryID: "d", ExecutorID: "x"},
+		Result:   &events.Result{Summary: "ok"}, Reason: "why", Rejected: true,
+		MailIDs: []string{"m1"}, Cursor: 1, Version: 7, FirstSeq: 10, LastSeq: 20,
+	}
+	kept := func(s aggregate.State, withSignal bool) aggregate.State {
+		s.Spec = events.TaskSpec{RootID: s.Spec.RootID, ParentID: s.Spec.ParentID, Queue: s.Spec.Queue, RunAt: s.Spec.RunAt}
+		if withSignal {
+			s.Spec.Signal = sig
+		}
+		return s
+	}
+	for _, status := range statuses[1:] {
+		s := full
+		s.Status = status
+		var tk task
+		tk.set(&s)
+		if got, want := tk.state(), kept(s, status == aggregate.StatusScheduled); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\ngot  %+v\nwant %+v", status, got, want)
+		}
+	}
+	var tk task
+	tk.set(&aggregate.State{})
+	if got := tk.state(); !reflect.DeepEqual(got, aggregate.State{}) {
+		t.Errorf("zero state came back as %+v", got)
+	}
+}
