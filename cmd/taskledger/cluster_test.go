@@ -236,6 +236,7 @@ type clusterLoad struct {
 	lastOK                               time.Time
 	progress                             chan struct{} // a value after writes
 	gapTotal, gapMax                     time.Duration
+	gapMaxPhase                          int
 	failureKinds                         map[string]int
 	firstFailure                         map[string]string // an example of each kind
 }
@@ -254,7 +255,9 @@ func (l *clusterLoad) ok() {
 	now := time.Now()
 	if gap := now.Sub(l.lastOK); !l.lastOK.IsZero() && gap > 500*time.Millisecond {
 		l.gapTotal += gap
-		l.gapMax = max(l.gapMax, gap)
+		if gap > l.gapMax {
+			l.gapMax, l.gapMaxPhase = gap, l.phase
+		}
 	}
 	l.lastOK = now
 }
@@ -619,7 +622,8 @@ func TestClusterFailover(t *testing.T) {
 	for kind, example := range l.firstFailure {
 		fmt.Printf("    e.g. %s: %.160s\n", kind, example)
 	}
-	fmt.Printf("  unavailability (pauses > 500ms without any successful request): %.2fs total, longest %.2fs\n", l.gapTotal.Seconds(), l.gapMax.Seconds())
+	fmt.Printf("  unavailability (pauses > 500ms without any successful request): %.2fs total, longest %.2fs (ending in phase %s)\n",
+		l.gapTotal.Seconds(), l.gapMax.Seconds(), clusterPhaseNames[l.gapMaxPhase])
 	writes := l.writes
 	l.mu.Unlock()
 	if done < len(steps) {
