@@ -71,7 +71,7 @@ func (d *payload) DecodeMsgpack(dec *msgpack.Decoder) error {
 		}
 	}
 	raw, err := dec.DecodeRaw()
-	d.raw = raw
+	d.p, d.raw = nil, raw
 	return err
 }
 
