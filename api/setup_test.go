@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/internal/node"
@@ -33,17 +32,8 @@ func setup(t *testing.T, cfgs ...func(*node.Config)) *bundle {
 	return &bundle{node: n.Node, client: n.Client, url: n.URL}
 }
 
-// eventually polls cond until it holds, failing the test after 10s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+// eventually polls cond until it holds, failing the test after 30s.
+var eventually = testnode.Eventually
 
 // waitStatus polls a task until it has status and returns it.
 func (b *bundle) waitStatus(t *testing.T, id, status string) api.Task {

@@ -14,6 +14,7 @@ import (
 	"github.com/taskledger/taskledger/internal/ids"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
+	"github.com/taskledger/taskledger/internal/testnode"
 	"github.com/taskledger/taskledger/projections"
 )
 
@@ -60,17 +61,8 @@ func run(t *testing.T, e *projections.Engine) {
 	})
 }
 
-// eventually polls cond until it holds, failing the test after 20s.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+// eventually polls cond until it holds, failing the test after 30s.
+var eventually = testnode.Eventually
 
 // schedule appends a new task through the store and returns its state.
 // An empty parent makes a root.

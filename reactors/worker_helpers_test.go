@@ -107,17 +107,8 @@ func (w *wkWorker) stop(t *testing.T) {
 	}
 }
 
-// wkEventually polls cond until it holds, failing the test after 20s.
-func wkEventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// wkEventually polls cond until it holds, failing the test after 30s.
+var wkEventually = testnode.Eventually
 
 // wkRecv waits for a value from ch, failing the test after 20s.
 func wkRecv[T any](t *testing.T, what string, ch <-chan T) T {

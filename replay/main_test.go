@@ -6,7 +6,6 @@ import (
 	"errors"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -15,6 +14,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/testnats"
+	"github.com/taskledger/taskledger/internal/testnode"
 	"github.com/taskledger/taskledger/replay"
 )
 
@@ -88,16 +88,7 @@ func startNode(t *testing.T, nc *nats.Conn, ns testnats.Namespace, cfgs ...func(
 }
 
 // eventually polls cond until it holds, failing the test after 30s.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+var eventually = testnode.Eventually
 
 // streamState returns the stream's message count and last sequence now.
 func streamState(t testing.TB, js jetstream.JetStream, stream string) (msgs, last uint64) {
