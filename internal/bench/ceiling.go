@@ -92,15 +92,7 @@ func rawAsync(ctx context.Context, nc *nats.Conn, subj events.Subjects, n int) (
 	if err != nil {
 		return 0, err
 	}
-	var failed atomic.Int64
-	var firstErr atomic.Value
-	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncMaxPending(asyncInFlight),
-		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
-			if failed.Add(1) == 1 {
-				firstErr.Store(err)
-			}
-		}))
+	js, err := newAsyncPublisher(nc)
 	if err != nil {
 		return 0, err
 	}
@@ -118,25 +110,47 @@ func rawAsync(ctx context.Context, nc *nats.Conn, subj events.Subjects, n int) (
 			return 0, fmt.Errorf("async publish: %w", err)
 		}
 	}
-	if err := asyncComplete(ctx, js); err != nil {
+	if err := js.wait(ctx); err != nil {
 		return 0, err
-	}
-	if k := failed.Load(); k > 0 {
-		return 0, fmt.Errorf("%d async publishes failed, first: %v", k, firstErr.Load())
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
 }
 
-// asyncComplete waits until every async publish of js has its ack.
-func asyncComplete(ctx context.Context, js jetstream.JetStream) error {
+// asyncPublisher publishes asynchronously, up to asyncInFlight at once,
+// and remembers failed publishes.
+type asyncPublisher struct {
+	jetstream.JetStream
+	failed   atomic.Int64
+	firstErr atomic.Value
+}
+
+func newAsyncPublisher(nc *nats.Conn) (*asyncPublisher, error) {
+	p := &asyncPublisher{}
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(asyncInFlight),
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
+			if p.failed.Add(1) == 1 {
+				p.firstErr.Store(err)
+			}
+		}))
+	p.JetStream = js
+	return p, err
+}
+
+// wait waits until every async publish has its ack and fails if any
+// publish failed.
+func (p *asyncPublisher) wait(ctx context.Context) error {
 	select {
-	case <-js.PublishAsyncComplete():
-		return nil
+	case <-p.PublishAsyncComplete():
 	case <-time.After(time.Minute):
-		return fmt.Errorf("%d async publishes still pending after a minute", js.PublishAsyncPending())
+		return fmt.Errorf("%d async publishes still pending after a minute", p.PublishAsyncPending())
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	if k := p.failed.Load(); k > 0 {
+		return fmt.Errorf("%d async publishes failed, first: %v", k, p.firstErr.Load())
+	}
+	return nil
 }
 
 // rawRead reads every event of stream with an ordered consumer, as

@@ -30,24 +30,15 @@ func microSamples() []events.Event {
 }
 
 func BenchmarkEncode(b *testing.B) {
-	for _, ev := range microSamples() {
-		b.Run(string(ev.Type()), func(b *testing.B) {
-			data, err := events.Encode(ev)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.SetBytes(int64(len(data)))
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := events.Encode(ev); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
+	benchmarkCodec(b, func(ev events.Event, _ []byte) error { _, err := events.Encode(ev); return err })
 }
 
 func BenchmarkDecode(b *testing.B) {
+	benchmarkCodec(b, func(_ events.Event, data []byte) error { _, err := events.Decode(data); return err })
+}
+
+// benchmarkCodec runs op on each sample event and its encoding.
+func benchmarkCodec(b *testing.B, op func(ev events.Event, data []byte) error) {
 	for _, ev := range microSamples() {
 		b.Run(string(ev.Type()), func(b *testing.B) {
 			data, err := events.Encode(ev)
@@ -57,7 +48,7 @@ func BenchmarkDecode(b *testing.B) {
 			b.SetBytes(int64(len(data)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := events.Decode(data); err != nil {
+				if err := op(ev, data); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,15 +27,7 @@ const fillGroup = 1000
 // fill appends about n encoded events, historyLen per task (history),
 // with async publishes, and returns the task ids.
 func (r *run) fill(ctx context.Context, nc *nats.Conn, subj events.Subjects, n int) ([]string, error) {
-	var failed atomic.Int64
-	var firstErr atomic.Value
-	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncMaxPending(asyncInFlight),
-		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
-			if failed.Add(1) == 1 {
-				firstErr.Store(err)
-			}
-		}))
+	js, err := newAsyncPublisher(nc)
 	if err != nil {
 		return nil, err
 	}
@@ -83,11 +74,8 @@ func (r *run) fill(ctx context.Context, nc *nats.Conn, subj events.Subjects, n i
 			}
 		}
 	}
-	if err := asyncComplete(ctx, js); err != nil {
-		return nil, err
-	}
-	if k := failed.Load(); k > 0 {
-		return nil, fmt.Errorf("fill: %d async publishes failed, first: %v", k, firstErr.Load())
+	if err := js.wait(ctx); err != nil {
+		return nil, fmt.Errorf("fill: %w", err)
 	}
 	r.say("  fill (encode included): %d events in %d tasks, %.0f events/s", total, tasks, float64(total)/time.Since(start).Seconds())
 	return taskIDs, nil
