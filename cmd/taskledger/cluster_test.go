@@ -744,13 +744,7 @@ func clusterClaimedOnce(t *testing.T, l *clusterLoad) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		claims := 0
-		for _, ev := range h.Events {
-			if ev.Type == "Claimed" {
-				claims++
-			}
-		}
-		if claims > 1 {
+		if claims := countClaims(h); claims > 1 {
 			t.Errorf("task %s claimed %d times", task.ID, claims)
 		}
 		if task.Status != "succeeded" {

@@ -241,13 +241,7 @@ func TestKillNineMidTraffic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		claims := 0
-		for _, ev := range h.Events {
-			if ev.Type == "Claimed" {
-				claims++
-			}
-		}
-		if claims > 1 {
+		if claims := countClaims(h); claims > 1 {
 			t.Fatalf("task %s claimed %d times", id, claims)
 		}
 	}
@@ -300,4 +294,15 @@ func ignoreCrash(err error) error {
 		return err
 	}
 	return nil
+}
+
+// countClaims counts the Claimed events of a task's history.
+func countClaims(h api.History) int {
+	n := 0
+	for _, ev := range h.Events {
+		if ev.Type == "Claimed" {
+			n++
+		}
+	}
+	return n
 }
