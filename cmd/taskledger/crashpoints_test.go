@@ -316,10 +316,14 @@ func cpResolve(t *testing.T, c *api.Client, led *cpLedger, p cpPending) {
 			t.Fatal(err)
 		}
 		switch {
-		case task.Status == "running" && task.Claim != nil && task.Claim.DeliveryID == p.token:
-			if task.Claim.ExecutorID != p.executor {
-				t.Fatalf("task %s: cut-off claim of %s by %s, log says %s", p.taskID, p.token, p.executor, task.Claim.ExecutorID)
+		case task.Status == "running" && task.Claim != nil && task.Claim.DeliveryID == p.token && task.Claim.ExecutorID != p.executor:
+			// Another executor's claim of the same token won (the workers
+			// race for tasks): the retry must be refused.
+			t.Logf("cut-off claim of %s lost to %s", p.taskID, task.Claim.ExecutorID)
+			if _, err := c.Claim(bg, p.taskID, p.token, p.executor); !isConflict(err) {
+				t.Fatalf("retrying the cut-off claim of %s after %s won: %v, want a conflict", p.taskID, task.Claim.ExecutorID, err)
 			}
+		case task.Status == "running" && task.Claim != nil && task.Claim.DeliveryID == p.token:
 			// The claim was stored: the executor learns it and reports.
 			t.Logf("cut-off claim of %s was stored; reporting", p.taskID)
 			cpReport(t, c, p.taskID, p.token)
