@@ -27,13 +27,13 @@ test: ## vet, every test under the race detector, each fuzz target briefly, a BE
 fuzz: ## run every fuzz target for FUZZTIME each
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./events
 	$(GO) test -run '^$$' -fuzz '^FuzzValidID$$' -fuzztime $(FUZZTIME) ./events
-	$(GO) test -run '^$$' -fuzz '^FuzzScheduleBody$$' -fuzztime $(FUZZTIME) ./api
-	$(GO) test -run '^$$' -fuzz '^FuzzClaimBody$$' -fuzztime $(FUZZTIME) ./api
-	$(GO) test -run '^$$' -fuzz '^FuzzResultBody$$' -fuzztime $(FUZZTIME) ./api
-	$(GO) test -run '^$$' -fuzz '^FuzzCancelBody$$' -fuzztime $(FUZZTIME) ./api
-	$(GO) test -run '^$$' -fuzz '^FuzzMailboxBody$$' -fuzztime $(FUZZTIME) ./api
-	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime $(FUZZTIME) ./api
-	$(GO) test -run '^$$' -fuzz '^FuzzTaskPath$$' -fuzztime $(FUZZTIME) ./api
+	$(GO) test -run '^$$' -fuzz '^FuzzScheduleBody$$' -fuzztime $(FUZZTIME) ./internal/httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzClaimBody$$' -fuzztime $(FUZZTIME) ./internal/httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzResultBody$$' -fuzztime $(FUZZTIME) ./internal/httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzCancelBody$$' -fuzztime $(FUZZTIME) ./internal/httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzMailboxBody$$' -fuzztime $(FUZZTIME) ./internal/httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime $(FUZZTIME) ./internal/httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzTaskPath$$' -fuzztime $(FUZZTIME) ./internal/httpapi
 
 bench: ## one table: lifecycle, latency, timers, replay, memory vs the raw JetStream ceiling (BENCH_SCALE scales the work)
 	BENCH_SCALE=$(BENCH_SCALE) $(GO) run ./cmd/taskledger bench

@@ -35,16 +35,6 @@ var (
 	ErrConflict = errors.New("aggregate: concurrent append")
 )
 
-// Limits the aggregate enforces on what it stores.
-const (
-	MinTimeoutSeconds     = 1
-	MaxTimeoutSeconds     = 604800
-	DefaultTimeoutSeconds = 3600
-	MaxEffects            = 32
-	MaxSummaryBytes       = 16 << 10
-	MaxMessageBytes       = 64 << 10
-)
-
 // Command is a request to change one task. The commands are the types in
 // this file; Decide accepts no others.
 type Command interface{ command() }
@@ -178,8 +168,8 @@ func validateNew(taskID, customerID string, spec events.TaskSpec) error {
 	if (spec.ParentID == "") != (spec.RootID == taskID) {
 		return fmt.Errorf("%w: rootId must be the task's own id exactly when it has no parent", ErrInvalid)
 	}
-	if spec.TimeoutSeconds < MinTimeoutSeconds || spec.TimeoutSeconds > MaxTimeoutSeconds {
-		return fmt.Errorf("%w: timeoutSeconds must be %d..%d", ErrInvalid, MinTimeoutSeconds, MaxTimeoutSeconds)
+	if spec.TimeoutSeconds < events.MinTimeoutSeconds || spec.TimeoutSeconds > events.MaxTimeoutSeconds {
+		return fmt.Errorf("%w: timeoutSeconds must be %d..%d", ErrInvalid, events.MinTimeoutSeconds, events.MaxTimeoutSeconds)
 	}
 	return validateMessage(spec.Message)
 }
@@ -190,8 +180,8 @@ func validateMessage(m events.Message) error {
 			return fmt.Errorf("%w: message id: %w", ErrInvalid, err)
 		}
 	}
-	if n := MessageSize(m); n > MaxMessageBytes {
-		return fmt.Errorf("%w: message is %d bytes, more than %d", ErrInvalid, n, MaxMessageBytes)
+	if n := MessageSize(m); n > events.MaxMessageBytes {
+		return fmt.Errorf("%w: message is %d bytes, more than %d", ErrInvalid, n, events.MaxMessageBytes)
 	}
 	return nil
 }
@@ -326,11 +316,11 @@ func pendingDelivery(s State, deliveryID string) error {
 }
 
 func validateResult(r events.Result) error {
-	if len(r.Effects) > MaxEffects {
-		return fmt.Errorf("%w: %d effects, at most %d", ErrInvalid, len(r.Effects), MaxEffects)
+	if len(r.Effects) > events.MaxEffects {
+		return fmt.Errorf("%w: %d effects, at most %d", ErrInvalid, len(r.Effects), events.MaxEffects)
 	}
-	if len(r.Summary) > MaxSummaryBytes {
-		return fmt.Errorf("%w: summary is %d bytes, more than %d", ErrInvalid, len(r.Summary), MaxSummaryBytes)
+	if len(r.Summary) > events.MaxSummaryBytes {
+		return fmt.Errorf("%w: summary is %d bytes, more than %d", ErrInvalid, len(r.Summary), events.MaxSummaryBytes)
 	}
 	for i, e := range r.Effects {
 		if e.Kind == "" {

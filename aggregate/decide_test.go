@@ -349,7 +349,7 @@ func TestDecideRejections(t *testing.T) {
 	effects := func(n int) []events.Effect {
 		return slices.Repeat([]events.Effect{{Kind: "comment"}}, n)
 	}
-	bigMsg := events.Message{ID: "big", Content: []events.ContentPart{{Type: "text", Text: strings.Repeat("x", aggregate.MaxMessageBytes-len("text")+1)}}}
+	bigMsg := events.Message{ID: "big", Content: []events.ContentPart{{Type: "text", Text: strings.Repeat("x", events.MaxMessageBytes-len("text")+1)}}}
 	runDecide(t, []decideCase{
 		// ErrNotClaimable
 		{name: "ClaimUnreleased", given: scheduled, cmd: aggregate.Claim{DeliveryID: d1, ExecutorID: exec1}, now: later, wantErr: aggregate.ErrNotClaimable},
@@ -396,7 +396,7 @@ func TestDecideRejections(t *testing.T) {
 		{name: "ReleaseDueBadDeliveryID", given: scheduled, cmd: aggregate.ReleaseDue{DeliveryID: "a.b"}, now: later, wantErr: aggregate.ErrInvalid},
 		{name: "ClaimEmptyExecutor", given: queued, cmd: aggregate.Claim{DeliveryID: d1}, now: later, wantErr: aggregate.ErrInvalid},
 		{name: "ClaimBadExecutor", given: queued, cmd: aggregate.Claim{DeliveryID: d1, ExecutorID: "exec 1"}, now: later, wantErr: aggregate.ErrInvalid},
-		{name: "ResultTooManyEffects", given: running, cmd: aggregate.RecordResult{Result: events.Result{Effects: effects(aggregate.MaxEffects + 1)}}, now: later, wantErr: aggregate.ErrInvalid},
+		{name: "ResultTooManyEffects", given: running, cmd: aggregate.RecordResult{Result: events.Result{Effects: effects(events.MaxEffects + 1)}}, now: later, wantErr: aggregate.ErrInvalid},
 		{name: "ResultTooManyEffectsWithToken", given: running, cmd: aggregate.RecordResult{DeliveryID: d1, Result: events.Result{Success: true, Effects: effects(33)}}, now: later, wantErr: aggregate.ErrInvalid},
 		{name: "ResultSummaryTooLong", given: running, cmd: aggregate.RecordResult{Result: events.Result{Summary: strings.Repeat("s", 16<<10+1)}}, now: later, wantErr: aggregate.ErrInvalid},
 		{name: "ResultEffectWithoutKind", given: running, cmd: aggregate.RecordResult{Result: events.Result{Effects: []events.Effect{{URL: "u"}}}}, now: later, wantErr: aggregate.ErrInvalid},
@@ -412,8 +412,8 @@ func TestDecideResultLimits(t *testing.T) {
 	t.Parallel()
 	atLimits := events.Result{
 		Success: true,
-		Summary: strings.Repeat("s", aggregate.MaxSummaryBytes),
-		Effects: slices.Repeat([]events.Effect{{Kind: "comment"}}, aggregate.MaxEffects),
+		Summary: strings.Repeat("s", events.MaxSummaryBytes),
+		Effects: slices.Repeat([]events.Effect{{Kind: "comment"}}, events.MaxEffects),
 	}
 	runDecide(t, []decideCase{
 		{name: "AtLimits", given: running, cmd: aggregate.RecordResult{DeliveryID: d1, Result: atLimits}, now: later,
@@ -461,11 +461,11 @@ func TestDecideScheduleValidation(t *testing.T) {
 		{name: "RelatedTaskIDWildcard", change: func(s *events.TaskSpec) { s.RelatedTaskID = "t>" }},
 		{name: "MessageIDBad", change: func(s *events.TaskSpec) { s.Message.ID = "m 1" }},
 		{name: "MessageIDEmpty", change: func(s *events.TaskSpec) { s.Message.ID = "" }, ok: true},
-		{name: "Message64KiB", change: func(s *events.TaskSpec) { s.Message = text(aggregate.MaxMessageBytes) }, ok: true},
-		{name: "MessageOver64KiB", change: func(s *events.TaskSpec) { s.Message = text(aggregate.MaxMessageBytes + 1) }},
+		{name: "Message64KiB", change: func(s *events.TaskSpec) { s.Message = text(events.MaxMessageBytes) }, ok: true},
+		{name: "MessageOver64KiB", change: func(s *events.TaskSpec) { s.Message = text(events.MaxMessageBytes + 1) }},
 		{name: "MessagePartsOver64KiB", change: func(s *events.TaskSpec) {
-			s.Message = text(aggregate.MaxMessageBytes / 2)
-			s.Message.Content = append(s.Message.Content, text(aggregate.MaxMessageBytes/2+1).Content...)
+			s.Message = text(events.MaxMessageBytes / 2)
+			s.Message.Content = append(s.Message.Content, text(events.MaxMessageBytes/2+1).Content...)
 		}},
 	}
 	for _, tt := range tests {

@@ -30,7 +30,8 @@ func NewClient(baseURL, token string) *Client {
 }
 
 // do sends body as JSON and decodes a 2xx answer into out. A non-2xx
-// answer comes back as *Error.
+// answer comes back as *Error, to be matched with errors.Is against the
+// sentinels (ErrNotFound, ErrTerminal, …).
 func (c *Client) do(ctx context.Context, method, path string, body, out any) (int, error) {
 	var r io.Reader
 	if body != nil {
@@ -60,11 +61,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 		return resp.StatusCode, err
 	}
 	if resp.StatusCode >= 300 {
-		e := &Error{Status: resp.StatusCode}
-		if json.Unmarshal(data, e) != nil || e.Code == "" {
-			e.Code, e.Message = "http_"+strconv.Itoa(resp.StatusCode), strings.TrimSpace(string(data))
-		}
-		return resp.StatusCode, e
+		return resp.StatusCode, decodeError(resp.StatusCode, data)
 	}
 	if out != nil && resp.StatusCode != http.StatusNoContent {
 		if err := json.Unmarshal(data, out); err != nil {
@@ -72,6 +69,16 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 		}
 	}
 	return resp.StatusCode, nil
+}
+
+// decodeError turns a non-2xx answer into *Error; a body that is not an
+// API error (a proxy's page, say) keeps its text under code http_<status>.
+func decodeError(status int, body []byte) *Error {
+	e := &Error{Status: status}
+	if json.Unmarshal(body, e) != nil || e.Code == "" {
+		e.Code, e.Message = "http_"+strconv.Itoa(status), strings.TrimSpace(string(body))
+	}
+	return e
 }
 
 func taskPath(id string, rest ...string) string {
@@ -193,12 +200,8 @@ func (c *Client) CustomerEvents(ctx context.Context, customerID string, since ti
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		e := &Error{Status: resp.StatusCode}
-		data, _ := io.ReadAll(resp.Body)
-		if json.Unmarshal(data, e) != nil || e.Code == "" {
-			e.Code, e.Message = "http_"+strconv.Itoa(resp.StatusCode), strings.TrimSpace(string(data))
-		}
-		return e
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return decodeError(resp.StatusCode, data)
 	}
 	dec := json.NewDecoder(resp.Body)
 	for {

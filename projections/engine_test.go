@@ -190,11 +190,11 @@ func TestEngineApply(t *testing.T) {
 		}
 		// A message that merely carries the child's report id, on another
 		// task, does not report the child to its parent.
-		o.apply("other", "cust", events.MailboxAppended{Index: 1, Message: events.Message{ID: projections.ChildResultID("child")}})
+		o.apply("other", "cust", events.MailboxAppended{Index: 1, Message: events.Message{ID: events.ChildResultID("child")}})
 		if n := o.e.TimerLen(projections.Report); n != 1 {
 			t.Fatalf("Report queue holds %d after a look-alike message on another task, want 1", n)
 		}
-		o.apply("parent", "cust", events.MailboxAppended{Index: 1, Message: events.Message{ID: projections.ChildResultID("child")}})
+		o.apply("parent", "cust", events.MailboxAppended{Index: 1, Message: events.Message{ID: events.ChildResultID("child")}})
 		if n := o.e.TimerLen(projections.Report); n != 0 {
 			t.Fatalf("Report queue holds %d after the parent got the report, want 0", n)
 		}

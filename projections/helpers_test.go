@@ -11,7 +11,6 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/ids"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
 	"github.com/taskledger/taskledger/internal/testnode"
@@ -68,7 +67,7 @@ var eventually = testnode.Eventually
 // An empty parent makes a root.
 func (b *logBundle) schedule(t testing.TB, customer string, parent *aggregate.State, runAt time.Time) aggregate.State {
 	t.Helper()
-	id := ids.New()
+	id := events.NewID()
 	spec := events.TaskSpec{RootID: id, Queue: "q", TimeoutSeconds: 60, RunAt: runAt}
 	if parent != nil {
 		spec.ParentID, spec.RootID = parent.TaskID, parent.Spec.RootID

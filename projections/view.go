@@ -115,10 +115,6 @@ func creates(ev events.Event) bool {
 	return false
 }
 
-// ChildResultID is the mailbox message id under which a child's result is
-// reported to its parent, so the report is appended at most once.
-func ChildResultID(childID string) string { return "child-" + childID }
-
 // relink keeps the Report queue: a child that became terminal waits there
 // until its result is in the parent's mailbox or the parent is terminal.
 func (v *views) relink(t *task, before, s *aggregate.State) bool {
@@ -161,7 +157,7 @@ func (v *views) reported(childID string) {
 // awaitsReport reports whether parent p still waits for child's result in
 // its mailbox: it is live and has not got it.
 func awaitsReport(p *task, childID string) bool {
-	return !p.terminal() && !slices.Contains(p.mail, ChildResultID(childID))
+	return !p.terminal() && !slices.Contains(p.mail, events.ChildResultID(childID))
 }
 
 func (v *views) created(t *task, s *aggregate.State, at time.Time) {

@@ -23,7 +23,6 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/crashpoint"
-	"github.com/taskledger/taskledger/internal/ids"
 	"github.com/taskledger/taskledger/projections"
 )
 
@@ -221,7 +220,7 @@ func (a *Alarm) act(ctx context.Context, t projections.Timer, s aggregate.State)
 	var cmd aggregate.Command
 	switch t {
 	case projections.Release:
-		cmd = aggregate.ReleaseDue{DeliveryID: ids.New()}
+		cmd = aggregate.ReleaseDue{DeliveryID: events.NewID()}
 	case projections.Deliver:
 		cmd = a.deliver(ctx, s)
 	case projections.Expire:

@@ -18,7 +18,6 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/ids"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
 	"github.com/taskledger/taskledger/projections"
@@ -107,7 +106,7 @@ type alSpec struct {
 
 func (p *alProc) schedule(s alSpec) aggregate.State {
 	p.t.Helper()
-	id := ids.New()
+	id := events.NewID()
 	if s.customer == "" {
 		s.customer = "cust"
 	}
@@ -429,7 +428,7 @@ func TestAlarmFairness(t *testing.T) {
 	g.SetLimit(16)
 	for range backlog {
 		g.Go(func() error {
-			id := ids.New()
+			id := events.NewID()
 			_, _, err := p.store.Execute(context.Background(), id, "", aggregate.Schedule{TaskID: id, CustomerID: "A",
 				Spec: events.TaskSpec{RootID: id, Queue: "q", TimeoutSeconds: 60}})
 			return err
@@ -546,11 +545,11 @@ func TestAlarmChildReport(t *testing.T) {
 			if len(m.Message.Content) != 1 || m.Message.Content[0].Type != "child_result" {
 				t.Fatalf("report %s content = %+v", m.Message.ID, m.Message.Content)
 			}
-			var r reactors.ChildResult
+			var r events.ChildResult
 			if err := json.Unmarshal([]byte(m.Message.Content[0].Text), &r); err != nil {
 				t.Fatal(err)
 			}
-			if m.Message.ID != projections.ChildResultID(r.TaskID) {
+			if m.Message.ID != events.ChildResultID(r.TaskID) {
 				t.Fatalf("report %s is about %s", m.Message.ID, r.TaskID)
 			}
 			switch r.Status {

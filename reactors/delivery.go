@@ -12,7 +12,6 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/projections"
 )
 
 // EnsureReadyStream creates or updates the work-queue stream that carries
@@ -75,20 +74,11 @@ func (p ReadyPublisher) PublishReady(ctx context.Context, s aggregate.State) err
 // id whose first copy is still being stored (JSStreamDuplicateMessageConflict).
 const errCodeDuplicateInProcess jetstream.ErrorCode = 10158
 
-// ChildResult is the content of the mailbox message that reports a
-// child's outcome to its parent (part type "child_result", JSON text).
-type ChildResult struct {
-	TaskID string         `json:"taskId"`
-	Status string         `json:"status"`
-	Reason string         `json:"reason,omitempty"`
-	Result *events.Result `json:"result,omitempty"`
-}
-
 // ChildResultMessage is the mailbox message reporting a terminal child.
 func ChildResultMessage(child aggregate.State) events.Message {
-	text, _ := json.Marshal(ChildResult{TaskID: child.TaskID, Status: string(child.Status), Reason: child.Reason, Result: child.Result})
+	text, _ := json.Marshal(events.ChildResult{TaskID: child.TaskID, Status: string(child.Status), Reason: child.Reason, Result: child.Result})
 	return events.Message{
-		ID:      projections.ChildResultID(child.TaskID),
-		Content: []events.ContentPart{{Type: "child_result", Text: string(text)}},
+		ID:      events.ChildResultID(child.TaskID),
+		Content: []events.ContentPart{{Type: events.ChildResultType, Text: string(text)}},
 	}
 }

@@ -14,10 +14,8 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/ids"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/testnats"
-	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/replay"
 )
 
@@ -79,7 +77,7 @@ func buildLineage(t *testing.T) *lineageLog {
 	}
 	eventually(t, "child result in the root's mailbox", func() bool {
 		st, err := r.node.Store.Load(ctx, l.root)
-		return err == nil && st.MailIndex(projections.ChildResultID(l.child)) > 0
+		return err == nil && st.MailIndex(events.ChildResultID(l.child)) > 0
 	})
 	if _, err := svc.Cancel(ctx, op, l.root, "done by hand"); err != nil {
 		t.Fatal(err)
@@ -156,7 +154,7 @@ func TestHistory(t *testing.T) {
 			{events.TypeClaimed, aggregate.StatusRunning, []string{"claimed by exec-root with delivery " + l.rootClaim, "deadline"}},
 			{events.TypeMailboxAppended, aggregate.StatusRunning, []string{"mailbox #1 (follow-up-1): also check the retry path"}},
 			{events.TypeMailboxRead, aggregate.StatusRunning, []string{"messages up to #1 handed out"}},
-			{events.TypeMailboxAppended, aggregate.StatusRunning, []string{"mailbox #2 (" + projections.ChildResultID(l.child) + ")", l.child, "found the race"}},
+			{events.TypeMailboxAppended, aggregate.StatusRunning, []string{"mailbox #2 (" + events.ChildResultID(l.child) + ")", l.child, "found the race"}},
 			{events.TypeCanceled, aggregate.StatusCanceled, []string{"canceled: done by hand"}},
 		})
 		if a := rootEntries[3].Actor; a != "exec-root" {
@@ -274,7 +272,7 @@ func TestHistory(t *testing.T) {
 		if !(root[3].Seq < child[0].Seq && child[len(child)-1].Seq < root[len(root)-1].Seq) {
 			t.Fatalf("root %v and child %v are not interleaved", seqs(root), seqs(child))
 		}
-		if evs, err := replay.LineageHistory(ctx, l.js, l.ns.Stream, l.ns.Subjects, ids.New()); err != nil || evs != nil {
+		if evs, err := replay.LineageHistory(ctx, l.js, l.ns.Stream, l.ns.Subjects, events.NewID()); err != nil || evs != nil {
 			t.Fatalf("lineage of an unknown task: %v %v", evs, err)
 		}
 		if evs := l.lineage(t, l.other); len(evs) != 1 || evs[0].TaskID != l.other {
@@ -361,7 +359,7 @@ func TestHistoryOfDeliveryOutcomes(t *testing.T) {
 	ts := func(at time.Time) string { return at.UTC().Format(time.RFC3339Nano) }
 
 	retried := p.scheduled("acme")
-	retried, _ = p.exec(retried.TaskID, aggregate.ReleaseDue{DeliveryID: ids.New()})
+	retried, _ = p.exec(retried.TaskID, aggregate.ReleaseDue{DeliveryID: events.NewID()})
 	d := retried.Delivery.ID
 	next := p.clock().Add(1500 * time.Millisecond)
 	p.exec(retried.TaskID, aggregate.RetryDelivery{DeliveryID: d, NextAt: next, Error: "nats: no responders available"})
@@ -374,7 +372,7 @@ func TestHistoryOfDeliveryOutcomes(t *testing.T) {
 	})
 
 	exhausted := p.scheduled("acme")
-	exhausted, _ = p.exec(exhausted.TaskID, aggregate.ReleaseDue{DeliveryID: ids.New()})
+	exhausted, _ = p.exec(exhausted.TaskID, aggregate.ReleaseDue{DeliveryID: events.NewID()})
 	p.exec(exhausted.TaskID, aggregate.RetryDelivery{DeliveryID: exhausted.Delivery.ID, NextAt: p.clock(), Error: "timeout"})
 	p.exec(exhausted.TaskID, aggregate.ExhaustDelivery{DeliveryID: exhausted.Delivery.ID, Reason: "not published"})
 	entries := timeline(exhausted.TaskID)
@@ -382,7 +380,7 @@ func TestHistoryOfDeliveryOutcomes(t *testing.T) {
 		{events.TypeDeliveryExhausted, aggregate.StatusFailed, []string{"gave up after 2 attempts: not published"}},
 	})
 
-	rejectedID := ids.New()
+	rejectedID := events.NewID()
 	p.exec(rejectedID, aggregate.Reject{TaskID: rejectedID, CustomerID: "acme", Spec: events.TaskSpec{RootID: rejectedID, Queue: "q", TimeoutSeconds: 60}, Reason: "quota: 1 active root tasks, at most 1"})
 	checkTimeline(t, "rejected", timeline(rejectedID), []step{
 		{events.TypeAdmissionRejected, aggregate.StatusCanceled, []string{"rejected by admission: quota: 1 active root tasks"}},

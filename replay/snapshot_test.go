@@ -16,7 +16,6 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/ids"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/store"
@@ -192,7 +191,7 @@ func TestSnapshotRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 5 {
-		id := ids.New()
+		id := events.NewID()
 		if _, _, err := st.Execute(ctx, id, "", aggregate.Schedule{TaskID: id, CustomerID: "late", Spec: events.TaskSpec{
 			RootID: id, Queue: "snap", TimeoutSeconds: 60, RunAt: time.Now().Add(time.Hour),
 		}}); err != nil {
@@ -258,7 +257,7 @@ func TestSnapshotRecovery(t *testing.T) {
 		g.SetLimit(16)
 		for range last + 10 {
 			g.Go(func() error {
-				id := ids.New()
+				id := events.NewID()
 				_, _, err := other.Execute(ctx, id, "", aggregate.Schedule{TaskID: id, CustomerID: "big", Spec: events.TaskSpec{RootID: id, Queue: "q", TimeoutSeconds: 60}})
 				return err
 			})

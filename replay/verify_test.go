@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/ids"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/store"
@@ -183,7 +183,7 @@ func TestVerifyRealTraffic(t *testing.T) {
 					}
 					// A child whose parent finished is told to stop; it
 					// still gets its messages and reports.
-					if c.ShouldStop && c.Reason != scheduler.ReasonAncestorTerminal || len(c.Messages) != 2 {
+					if c.ShouldStop && c.Reason != api.ReasonAncestorTerminal || len(c.Messages) != 2 {
 						return fmt.Errorf("check %s: stop %v (%s), %d messages, want 2", st.TaskID, c.ShouldStop, c.Reason, len(c.Messages))
 					}
 					fallthrough
@@ -302,7 +302,7 @@ func (p *plantLog) exec(id string, cmd aggregate.Command) (aggregate.State, []ev
 
 // scheduled schedules a new root task of customer cust.
 func (p *plantLog) scheduled(cust string) aggregate.State {
-	id := ids.New()
+	id := events.NewID()
 	st, _ := p.exec(id, aggregate.Schedule{TaskID: id, CustomerID: cust, Spec: events.TaskSpec{
 		RootID: id, Queue: "q", TimeoutSeconds: 60, Message: text("planted"),
 	}})
@@ -312,7 +312,7 @@ func (p *plantLog) scheduled(cust string) aggregate.State {
 // queued schedules, releases and publishes a task.
 func (p *plantLog) queued(cust string) aggregate.State {
 	st := p.scheduled(cust)
-	st, _ = p.exec(st.TaskID, aggregate.ReleaseDue{DeliveryID: ids.New()})
+	st, _ = p.exec(st.TaskID, aggregate.ReleaseDue{DeliveryID: events.NewID()})
 	st, _ = p.exec(st.TaskID, aggregate.MarkReadyPublished{DeliveryID: st.Delivery.ID})
 	return st
 }
@@ -328,7 +328,7 @@ func (p *plantLog) running(cust string) aggregate.State {
 func (p *plantLog) encode(st aggregate.State, number int, data events.Payload) []byte {
 	p.t.Helper()
 	b, err := events.Encode(events.Event{
-		ID: ids.New(), TaskID: st.TaskID, CustomerID: st.CustomerID, Number: number, At: p.advance(time.Millisecond), Actor: "planter", Data: data,
+		ID: events.NewID(), TaskID: st.TaskID, CustomerID: st.CustomerID, Number: number, At: p.advance(time.Millisecond), Actor: "planter", Data: data,
 	})
 	if err != nil {
 		p.t.Fatal(err)
@@ -360,7 +360,7 @@ func craft(t *testing.T, typ string, version int, taskID, cust string, number in
 		t.Fatal(err)
 	}
 	b, err := msgpack.Marshal(map[string]any{
-		"id": ids.New(), "t": typ, "v": version, "task": taskID, "cust": cust, "n": number,
+		"id": events.NewID(), "t": typ, "v": version, "task": taskID, "cust": cust, "n": number,
 		"at": time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC), "actor": "future", "data": msgpack.RawMessage(data),
 	})
 	if err != nil {
@@ -382,10 +382,10 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	clean, _ = p.exec(clean.TaskID, aggregate.ReadMail{Cursor: 1})
 	p.exec(clean.TaskID, aggregate.RecordResult{DeliveryID: clean.Claim.DeliveryID, Result: events.Result{Success: true, Summary: "ok"}})
 	retried := p.scheduled("acme")
-	retried, _ = p.exec(retried.TaskID, aggregate.ReleaseDue{DeliveryID: ids.New()})
+	retried, _ = p.exec(retried.TaskID, aggregate.ReleaseDue{DeliveryID: events.NewID()})
 	retried, _ = p.exec(retried.TaskID, aggregate.RetryDelivery{DeliveryID: retried.Delivery.ID, NextAt: p.clock().Add(time.Second), Error: "nats: timeout"})
 	p.exec(retried.TaskID, aggregate.ExhaustDelivery{DeliveryID: retried.Delivery.ID, Reason: "gave up"})
-	rejectedID := ids.New()
+	rejectedID := events.NewID()
 	p.exec(rejectedID, aggregate.Reject{TaskID: rejectedID, CustomerID: "acme", Spec: events.TaskSpec{RootID: rejectedID, Queue: "q", TimeoutSeconds: 60}, Reason: "quota"})
 	readLate := p.scheduled("beta")
 	p.exec(readLate.TaskID, aggregate.AppendMail{Message: events.Message{ID: "m1"}})
@@ -395,7 +395,7 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	p.advance(2 * time.Minute)
 	p.exec(expired.TaskID, aggregate.TimeOut{})
 	child := p.scheduled("beta")
-	childID := ids.New()
+	childID := events.NewID()
 	p.exec(childID, aggregate.Schedule{TaskID: childID, CustomerID: "beta", Spec: events.TaskSpec{RootID: child.TaskID, ParentID: child.TaskID, Queue: "q", TimeoutSeconds: 60}})
 
 	var want []replay.Violation
@@ -435,7 +435,7 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	i := p.running("beta")
 	expect(p.plant(p.subject(i), p.encode(i, i.Version+1, events.TimedOut{Deadline: i.Deadline})), i.TaskID, replay.IllegalEvent)
 	// (j) An event id used before.
-	jID := ids.New()
+	jID := events.NewID()
 	j, jEvs := p.exec(jID, aggregate.Schedule{TaskID: jID, CustomerID: "beta", Spec: events.TaskSpec{RootID: jID, Queue: "q", TimeoutSeconds: 60}})
 	dup, err := events.Encode(events.Event{ID: jEvs[0].ID, TaskID: j.TaskID, CustomerID: j.CustomerID, Number: 2, At: p.advance(time.Millisecond), Data: events.Canceled{Reason: "same id"}})
 	if err != nil {
@@ -443,9 +443,9 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	}
 	expect(p.plant(p.subject(j), dup), j.TaskID, replay.DuplicateEvent)
 	// (k) Events of tasks that were never scheduled.
-	ghost := aggregate.State{TaskID: ids.New(), CustomerID: "beta"}
+	ghost := aggregate.State{TaskID: events.NewID(), CustomerID: "beta"}
 	expect(p.plant(p.subject(ghost), p.encode(ghost, 1, events.Canceled{Reason: "who?"})), ghost.TaskID, replay.NoCreation)
-	reader := aggregate.State{TaskID: ids.New(), CustomerID: "beta"}
+	reader := aggregate.State{TaskID: events.NewID(), CustomerID: "beta"}
 	expect(p.plant(p.subject(reader), p.encode(reader, 1, events.MailboxRead{Cursor: 1})), reader.TaskID, replay.NoCreation)
 
 	msgs, last := streamState(t, p.js, p.ns.Stream)

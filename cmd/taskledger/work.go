@@ -15,8 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/taskledger/taskledger/reactors"
+	"github.com/taskledger/taskledger/executor"
 )
 
 // summaryLines is how many trailing output lines become the result summary.
@@ -46,7 +45,7 @@ func workCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg := reactors.WorkerConfig{
+	cfg := executor.WorkerConfig{
 		API: cf.client(), Queue: *queue, ExecutorID: *executorID, Concurrency: *concurrency,
 		CheckInterval: *checkEvery, ReadyStream: *readyStream, Logger: log,
 	}
@@ -61,12 +60,12 @@ func workCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		if cfg.JS, err = jetstream.New(nc); err != nil {
 			return err
 		}
-		if cfg.Checkpoints, err = reactors.OpenKVCheckpoints(ctx, cfg.JS, ""); err != nil {
+		if cfg.Checkpoints, err = executor.OpenKVCheckpoints(ctx, cfg.JS, ""); err != nil {
 			return err
 		}
 	}
 	var outMu sync.Mutex
-	h := func(ctx context.Context, run *reactors.Run) (string, error) {
+	h := func(ctx context.Context, run *executor.Run) (string, error) {
 		return runCommand(ctx, *command, cf.server, run, func(line string) {
 			outMu.Lock()
 			fmt.Fprintf(stdout, "[%s] %s\n", run.Task.ID, line)
@@ -74,7 +73,7 @@ func workCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		})
 	}
 	log.Info().Str("queue", *queue).Str("exec", *command).Msg("worker started")
-	return reactors.NewWorker(cfg, h).Run(ctx)
+	return executor.NewWorker(cfg, h).Run(ctx)
 }
 
 // runCommand runs command for one task in its own process group, streams
@@ -82,7 +81,7 @@ func workCommand(ctx context.Context, args []string, stdout io.Writer) error {
 // cancelled (a stop check said stop) or when the shell exits (so nothing
 // it started in the background outlives the run). It returns the last
 // lines of output and an error for a non-zero exit.
-func runCommand(ctx context.Context, command, server string, run *reactors.Run, emit func(string)) (string, error) {
+func runCommand(ctx context.Context, command, server string, run *executor.Run, emit func(string)) (string, error) {
 	t := run.Task
 	input, err := json.Marshal(t)
 	if err != nil {

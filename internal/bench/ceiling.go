@@ -13,7 +13,6 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/ids"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/replay"
 )
@@ -60,10 +59,10 @@ func rawSync(ctx context.Context, st *store.Store, n, publishers int, within tim
 			var last uint64
 			for k := 0; budget.Add(-1) >= 0; k++ {
 				if k%historyLen == 0 {
-					subject, last = subj.Event(customer(p), ids.New()), 0
+					subject, last = subj.Event(customer(p), events.NewID()), 0
 				}
 				ack, err := js.PublishMsg(ctx, rawMsg(subject, data),
-					jetstream.WithMsgID(ids.New()), jetstream.WithExpectLastSequencePerSubject(last))
+					jetstream.WithMsgID(events.NewID()), jetstream.WithExpectLastSequencePerSubject(last))
 				if err != nil {
 					return fmt.Errorf("publisher %d message %d: %w", p, k, err)
 				}
@@ -101,12 +100,12 @@ func rawAsync(ctx context.Context, nc *nats.Conn, subj events.Subjects, n int) (
 	var subject string
 	for i := range n {
 		if i%historyLen == 0 {
-			subject = subj.Event(customer(i/historyLen), ids.New())
+			subject = subj.Event(customer(i/historyLen), events.NewID())
 			if err := ctx.Err(); err != nil {
 				return 0, err
 			}
 		}
-		if _, err := js.PublishMsgAsync(rawMsg(subject, data), jetstream.WithMsgID(ids.New()), jetstream.WithStallWait(time.Minute)); err != nil {
+		if _, err := js.PublishMsgAsync(rawMsg(subject, data), jetstream.WithMsgID(events.NewID()), jetstream.WithStallWait(time.Minute)); err != nil {
 			return 0, fmt.Errorf("async publish: %w", err)
 		}
 	}
@@ -236,7 +235,7 @@ func (r *run) claims(ctx context.Context, nc *nats.Conn) error {
 	for range concurrency {
 		g.Go(func() error {
 			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
-				id, token := ids.New(), ids.New()
+				id, token := events.NewID(), events.NewID()
 				spec := events.TaskSpec{RootID: id, Queue: "default", TimeoutSeconds: 60}
 				if _, _, err := st.Execute(gctx, id, "", aggregate.Schedule{TaskID: id, CustomerID: customer(i), Spec: spec}); err != nil {
 					return err

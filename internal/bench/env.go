@@ -16,7 +16,6 @@ import (
 
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/broker"
-	"github.com/taskledger/taskledger/internal/ids"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/store"
 )
@@ -113,7 +112,7 @@ const historyLen = 10
 // scheduled, released, ready published, claimed, four follow-up messages
 // with a mailbox read among them, and a successful result.
 func history(taskID, customerID string, at time.Time) []events.Event {
-	dlv := ids.New()
+	dlv := events.NewID()
 	mail := func(i int) events.Payload {
 		return events.MailboxAppended{Index: i, Message: events.Message{
 			ID: "msg-" + strconv.Itoa(i), CreatedAt: at,
@@ -136,7 +135,7 @@ func history(taskID, customerID string, at time.Time) []events.Event {
 	evs := make([]events.Event, len(payloads))
 	for i, p := range payloads {
 		evs[i] = events.Event{
-			ID: ids.New(), TaskID: taskID, CustomerID: customerID, Number: i + 1,
+			ID: events.NewID(), TaskID: taskID, CustomerID: customerID, Number: i + 1,
 			At: at, Actor: "scheduler", Data: p,
 		}
 	}

@@ -12,8 +12,9 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/executor"
+	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/internal/node"
-	"github.com/taskledger/taskledger/reactors"
 )
 
 // claimWait is the long poll of the latency claimers: short, so an idle
@@ -62,7 +63,7 @@ func (s *stamps) set(id string, t time.Time) {
 // receives. It returns when n tasks have results, with each task's
 // Schedule return time, its claim time and the duration of every
 // successful ClaimNext.
-func pacedRun(ctx context.Context, a reactors.API, n int, rate float64, gate <-chan struct{}) (scheduled, claimed map[string]time.Time, calls []time.Duration, err error) {
+func pacedRun(ctx context.Context, a executor.API, n int, rate float64, gate <-chan struct{}) (scheduled, claimed map[string]time.Time, calls []time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, phaseTimeout)
 	defer cancel()
 	sched, clm := &stamps{m: make(map[string]time.Time, n)}, &stamps{m: make(map[string]time.Time, n)}
@@ -149,7 +150,7 @@ func quantiles(d []time.Duration) (p50, p99, p999 float64) {
 // Schedule returning to a claimer's ClaimNext returning that task, and
 // separately how long ClaimNext takes when a task is already waiting.
 func (r *run) latency(ctx context.Context, nd *node.Node) error {
-	a := api.NewLocal(nd.Service)
+	a := httpapi.NewLocal(nd.Service)
 	rate := r.sdkRate / 2
 	n := r.scaled(4000, 100)
 

@@ -15,15 +15,16 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/executor"
+	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/internal/node"
-	"github.com/taskledger/taskledger/reactors"
 )
 
-// api.Local is what an executor in the scheduler's process uses.
-var _ reactors.API = (*api.Local)(nil)
+// httpapi.Local is what an executor in the scheduler's process uses.
+var _ executor.API = (*httpapi.Local)(nil)
 
 // The lifecycle pipeline: schedulers goroutines schedule tasks as fast
-// as they can while a pool of workers executors (reactors.Worker, each
+// as they can while a pool of workers executors (executor.Worker, each
 // running up to workerSlots tasks with a no-op handler) claims them and
 // reports results. Split roles make an open pipeline: scheduling, the
 // alarm's releases and ready publishes, claims and results all run at
@@ -48,11 +49,11 @@ func scheduleRequest(i int, queue string) api.ScheduleRequest {
 }
 
 // noop is the workers' handler: the task's work takes no time.
-func noop(context.Context, *reactors.Run) (string, error) { return "done", nil }
+func noop(context.Context, *executor.Run) (string, error) { return "done", nil }
 
 // counted is an API that calls done after each recorded result.
 type counted struct {
-	reactors.API
+	executor.API
 	done func()
 }
 
@@ -74,7 +75,7 @@ type lifecycleRun struct {
 // runLifecycle pushes n tasks through schedule → release → ready → claim →
 // result: scheduler i calls apiOf(i), worker i is an executor on
 // apiOf(schedulers+i). It returns when n results are recorded.
-func (r *run) runLifecycle(ctx context.Context, n int, apiOf func(i int) reactors.API) (lifecycleRun, error) {
+func (r *run) runLifecycle(ctx context.Context, n int, apiOf func(i int) executor.API) (lifecycleRun, error) {
 	ctx, cancel := context.WithTimeout(ctx, phaseTimeout)
 	defer cancel()
 	var finished, endNanos atomic.Int64
@@ -91,7 +92,7 @@ func (r *run) runLifecycle(ctx context.Context, n int, apiOf func(i int) reactor
 	defer wg.Wait()
 	defer stopWorkers()
 	for w := range workers {
-		wk := reactors.NewWorker(reactors.WorkerConfig{
+		wk := executor.NewWorker(executor.WorkerConfig{
 			API: counted{apiOf(schedulers + w), done}, Queue: "default", ExecutorID: fmt.Sprintf("bench-%d", w),
 			Concurrency: workerSlots, PollWait: pollWait, Logger: logger,
 		}, noop)
@@ -156,7 +157,7 @@ type lifecycleResult struct {
 // measureLifecycle runs n tasks through apiOf and counts the JetStream
 // writes a task takes: its events (from a sample task's history) and one
 // ready publish.
-func (r *run) measureLifecycle(ctx context.Context, nd *node.Node, name string, n int, apiOf func(int) reactors.API) (lifecycleResult, error) {
+func (r *run) measureLifecycle(ctx context.Context, nd *node.Node, name string, n int, apiOf func(int) executor.API) (lifecycleResult, error) {
 	before, err := lastSeq(ctx, nd)
 	if err != nil {
 		return lifecycleResult{}, err
@@ -224,10 +225,10 @@ func serveHTTP(nd *node.Node) (string, func(), error) {
 
 // lifecycle measures full lifecycle throughput over HTTP (every
 // scheduler and worker with its own keep-alive client) and through the
-// Go SDK in process (api.Local), after a short warm-up.
+// Go SDK in process (httpapi.Local), after a short warm-up.
 func (r *run) lifecycle(ctx context.Context, nd *node.Node) error {
-	local := api.NewLocal(nd.Service)
-	inProcess := func(int) reactors.API { return local }
+	local := httpapi.NewLocal(nd.Service)
+	inProcess := func(int) executor.API { return local }
 	if _, err := r.runLifecycle(ctx, r.scaled(200, 20), inProcess); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
@@ -240,7 +241,7 @@ func (r *run) lifecycle(ctx context.Context, nd *node.Node) error {
 	for i := range clients {
 		clients[i] = api.NewClient(url, "")
 	}
-	httpRes, err := r.measureLifecycle(ctx, nd, "HTTP", r.scaled(5000, 100), func(i int) reactors.API { return clients[i] })
+	httpRes, err := r.measureLifecycle(ctx, nd, "HTTP", r.scaled(5000, 100), func(i int) executor.API { return clients[i] })
 	for _, c := range clients {
 		c.HTTP.CloseIdleConnections()
 	}

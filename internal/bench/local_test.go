@@ -9,10 +9,11 @@ import (
 	"time"
 
 	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/internal/node"
 )
 
-// TestLocal checks that api.Local answers as a server would: the same
+// TestLocal checks that httpapi.Local answers as a server would: the same
 // statuses and error codes the SDK's worker branches on.
 func TestLocal(t *testing.T) {
 	t.Parallel()
@@ -24,7 +25,7 @@ func TestLocal(t *testing.T) {
 	t.Cleanup(nc.Close)
 	r := &run{log: io.Discard}
 	err = r.withNode(t.Context(), nc, node.Config{}, func(nd *node.Node) error {
-		l := api.NewLocal(nd.Service)
+		l := httpapi.NewLocal(nd.Service)
 		status := func(name string, err error, want int, code string) {
 			t.Helper()
 			var e *api.Error

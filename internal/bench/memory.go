@@ -12,7 +12,6 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/ids"
 	"github.com/taskledger/taskledger/projections"
 )
 
@@ -61,14 +60,14 @@ func (r *run) memory(ctx context.Context) error {
 				return err
 			}
 		}
-		taskID, dlv, cust := ids.New(), ids.New(), customer(i)
+		taskID, dlv, cust := events.NewID(), events.NewID(), customer(i)
 		at := base.Add(time.Duration(i) * time.Hour / time.Duration(n))
 		for k, p := range []events.Payload{
 			events.TaskScheduled{Spec: spec(taskID, at)},
 			events.DeliveryPending{DeliveryID: dlv, Attempt: 1, NextAt: at},
 			events.ReadyPublished{DeliveryID: dlv},
 		} {
-			data, err := events.Encode(events.Event{ID: ids.New(), TaskID: taskID, CustomerID: cust, Number: k + 1, At: at, Actor: "scheduler", Data: p})
+			data, err := events.Encode(events.Event{ID: events.NewID(), TaskID: taskID, CustomerID: cust, Number: k + 1, At: at, Actor: "scheduler", Data: p})
 			if err != nil {
 				return err
 			}

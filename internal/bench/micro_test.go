@@ -6,7 +6,6 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/ids"
 	"github.com/taskledger/taskledger/projections"
 )
 
@@ -99,7 +98,7 @@ func BenchmarkApplyProjection(b *testing.B) {
 	const tasks = 1024 // per engine: each task is applied once, into views of bounded size
 	encoded := make([][][]byte, tasks)
 	for i := range encoded {
-		for _, ev := range history(ids.New(), customer(i), microAt) {
+		for _, ev := range history(events.NewID(), customer(i), microAt) {
 			data, err := events.Encode(ev)
 			if err != nil {
 				b.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/projections"
@@ -38,7 +39,7 @@ func (r *run) overload(ctx context.Context, nc *nats.Conn) error {
 		Admission: scheduler.Admission{Default: scheduler.Quota{MaxActiveRoots: quota}},
 	}
 	return r.withNode(ctx, nc, cfg, func(nd *node.Node) error {
-		local := api.NewLocal(nd.Service)
+		local := httpapi.NewLocal(nd.Service)
 		ctx, cancel := context.WithTimeout(ctx, length)
 		defer cancel()
 		var accepted, rejected, done atomic.Int64

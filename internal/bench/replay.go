@@ -12,7 +12,6 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/ids"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
 )
@@ -36,7 +35,7 @@ func (r *run) fill(ctx context.Context, nc *nats.Conn, subj events.Subjects, n i
 	tasks := max(n/historyLen, 1)
 	taskIDs := make([]string, tasks)
 	for i := range taskIDs {
-		taskIDs[i] = ids.New()
+		taskIDs[i] = events.NewID()
 	}
 	total := tasks * historyLen
 	at := time.Now()

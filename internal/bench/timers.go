@@ -9,8 +9,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/projections"
 )
@@ -69,7 +69,7 @@ func lateness(ctx context.Context, nd *node.Node, taskIDs []string, typ events.T
 // time − runAt), and how late it times out runs (TimedOut's time − the
 // deadline).
 func (r *run) timers(ctx context.Context, nd *node.Node) error {
-	a := api.NewLocal(nd.Service)
+	a := httpapi.NewLocal(nd.Service)
 
 	// Releases: every task is scheduled before the first falls due, in
 	// runAt order; the lead allows for the schedule rate this run

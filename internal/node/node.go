@@ -15,8 +15,8 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
@@ -120,7 +120,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{
 		cfg: cfg, Store: st, Engine: eng, Service: svc,
 		alarm: reactors.NewAlarm(alarmCfg, st, eng, reactors.ReadyPublisher{JS: st.JetStream(), Subjects: cfg.Subjects}),
-		Handler: api.NewHandler(api.ServerConfig{
+		Handler: httpapi.NewHandler(httpapi.ServerConfig{
 			Service: svc, Ready: eng, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Logger: cfg.Logger, MaxInFlight: cfg.MaxInFlight,
 		}),
 	}

@@ -12,12 +12,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/executor"
 	"github.com/taskledger/taskledger/internal/crashpoint"
 )
 
 // MaxWait is the longest long poll of ClaimNext.
-const MaxWait = 60 * time.Second
+const MaxWait = api.MaxWaitSeconds * time.Second
 
 // consumers caches one durable pull consumer per queue on the ready
 // stream; every claimer of a queue, in any process, shares it.
@@ -26,30 +28,13 @@ type consumers struct {
 	m  map[string]jetstream.Consumer
 }
 
-// ReadyConsumerConfig is the durable pull consumer of queue's ready
-// notifications that every claimer of the queue shares: the scheduler's
-// claims/next and executors reading NATS directly. ackWait (default 30s)
-// is how long a taken notification stays invisible to other claimers.
-func ReadyConsumerConfig(subjects events.Subjects, queue string, ackWait time.Duration) jetstream.ConsumerConfig {
-	if ackWait <= 0 {
-		ackWait = 30 * time.Second
-	}
-	return jetstream.ConsumerConfig{
-		Durable:       "ready_" + queue,
-		FilterSubject: subjects.Ready(queue),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       ackWait,
-		MaxAckPending: -1,
-	}
-}
-
 func (s *Service) consumer(ctx context.Context, queue string) (jetstream.Consumer, error) {
 	s.consumers.mu.Lock()
 	defer s.consumers.mu.Unlock()
 	if c, ok := s.consumers.m[queue]; ok {
 		return c, nil
 	}
-	c, err := s.cfg.JS.CreateOrUpdateConsumer(ctx, s.cfg.ReadyStream, ReadyConsumerConfig(s.cfg.Subjects, queue, s.cfg.AckWait))
+	c, err := s.cfg.JS.CreateOrUpdateConsumer(ctx, s.cfg.ReadyStream, executor.ReadyConsumerConfig(s.cfg.Subjects, queue, s.cfg.AckWait))
 	if err != nil {
 		return nil, fmt.Errorf("ready consumer for %s: %w", queue, err)
 	}

@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/ids"
 )
 
 // MailItem is one mailbox message with its 1-based index.
@@ -22,7 +22,7 @@ type MailItem struct {
 // delivery is in the timer queues, and repairs it if not.
 func (s *Service) AppendMail(ctx context.Context, p Principal, id string, msg events.Message) (string, int, error) {
 	if msg.ID == "" {
-		msg.ID = ids.New()
+		msg.ID = events.NewID()
 	}
 	msg.CreatedAt = msg.CreatedAt.UTC()
 	st, err := s.execute(ctx, p, id, "", aggregate.AppendMail{Message: msg})
@@ -56,15 +56,6 @@ func mailAfter(evs []events.Event, after int) []MailItem {
 	return out
 }
 
-// Stop reasons of a check (API.md).
-const (
-	ReasonActive           = "active"
-	ReasonTerminal         = "terminal"
-	ReasonAncestorTerminal = "ancestor_terminal"
-	ReasonMissing          = "missing"
-	ReasonCheckFailed      = "check_failed"
-)
-
 // CheckResult answers an executor's stop check.
 type CheckResult struct {
 	ShouldStop bool
@@ -86,7 +77,7 @@ func (s *Service) Check(ctx context.Context, p Principal, id string) (CheckResul
 	if err != nil {
 		s.cfg.Metrics.CheckFailures.Inc()
 		s.cfg.Logger.Error().Err(err).Str("task", id).Msg("stop check failed; answering continue")
-		res.ShouldStop, res.Reason = false, ReasonCheckFailed
+		res.ShouldStop, res.Reason = false, api.ReasonCheckFailed
 	}
 	return res, nil
 }
@@ -98,9 +89,9 @@ func (s *Service) check(ctx context.Context, p Principal, id string) (CheckResul
 	}
 	st := aggregate.Replay(evs)
 	if !p.sees(st) {
-		return CheckResult{ShouldStop: true, Reason: ReasonMissing}, nil
+		return CheckResult{ShouldStop: true, Reason: api.ReasonMissing}, nil
 	}
-	res := CheckResult{Reason: ReasonActive, Messages: mailAfter(evs, st.Cursor), Cursor: st.Cursor}
+	res := CheckResult{Reason: api.ReasonActive, Messages: mailAfter(evs, st.Cursor), Cursor: st.Cursor}
 	if n := len(res.Messages); n > 0 {
 		res.Cursor += n
 		if _, _, err := s.cfg.Store.Execute(ctx, id, "", aggregate.ReadMail{Cursor: res.Cursor}); err != nil {
@@ -108,7 +99,7 @@ func (s *Service) check(ctx context.Context, p Principal, id string) (CheckResul
 		}
 	}
 	if st.Status.Terminal() {
-		res.ShouldStop, res.Reason = true, ReasonTerminal
+		res.ShouldStop, res.Reason = true, api.ReasonTerminal
 		return res, nil
 	}
 	ancestors, err := s.cfg.Views.Ancestors(id)
@@ -117,7 +108,7 @@ func (s *Service) check(ctx context.Context, p Principal, id string) (CheckResul
 	}
 	for _, a := range ancestors {
 		if a.Status.Terminal() {
-			res.ShouldStop, res.Reason = true, ReasonAncestorTerminal
+			res.ShouldStop, res.Reason = true, api.ReasonAncestorTerminal
 			break
 		}
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/crashpoint"
-	"github.com/taskledger/taskledger/internal/ids"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/replay"
@@ -147,9 +146,9 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 	if err != nil {
 		return st, false, err
 	}
-	taskID := ids.New()
+	taskID := events.NewID()
 	if req.RequestID != "" {
-		taskID = ids.Derive("r", customerID, req.RequestID)
+		taskID = events.DeriveID("r", customerID, req.RequestID)
 	}
 	if spec.ParentID != "" {
 		parent, err := s.cfg.Store.Load(ctx, spec.ParentID)
@@ -239,7 +238,7 @@ func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, s
 	if queue == "" {
 		queue = "default"
 	}
-	timeout := aggregate.DefaultTimeoutSeconds
+	timeout := events.DefaultTimeoutSeconds
 	if req.TimeoutSeconds != nil {
 		timeout = *req.TimeoutSeconds
 	}
@@ -284,7 +283,7 @@ func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, s
 
 // maxDelaySeconds bounds how far ahead a task may be scheduled: 52 of the
 // longest timeouts (a year).
-const maxDelaySeconds = aggregate.MaxTimeoutSeconds * 52
+const maxDelaySeconds = events.MaxTimeoutSeconds * 52
 
 // settle waits until the projections have applied st, so the caller's
 // next read (a list, a tree) sees its write.

@@ -15,7 +15,6 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/ids"
 )
 
 // TypeHeader carries the event type so consumers can skip an event
@@ -343,7 +342,7 @@ func (s *Store) forget(taskID string) {
 func (s *Store) append(ctx context.Context, st aggregate.State, evs []events.Event, actor string) (aggregate.State, error) {
 	for i := range evs {
 		ev := &evs[i]
-		ev.ID, ev.Actor = ids.New(), actor
+		ev.ID, ev.Actor = events.NewID(), actor
 		seq, err := s.publish(ctx, *ev, st.LastSeq)
 		if err != nil {
 			s.forget(ev.TaskID)

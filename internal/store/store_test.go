@@ -15,7 +15,6 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/broker"
-	"github.com/taskledger/taskledger/internal/ids"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
 )
@@ -48,7 +47,7 @@ func another(t *testing.T, nc *nats.Conn, st *store.Store) *store.Store {
 
 func schedule(t *testing.T, st *store.Store) string {
 	t.Helper()
-	id := ids.New()
+	id := events.NewID()
 	_, _, err := st.Execute(context.Background(), id, "", aggregate.Schedule{
 		TaskID: id, CustomerID: "acme",
 		Spec: events.TaskSpec{RootID: id, Queue: "default", TimeoutSeconds: 60},
@@ -63,7 +62,7 @@ func schedule(t *testing.T, st *store.Store) string {
 func released(t *testing.T, st *store.Store) (taskID, token string) {
 	t.Helper()
 	id := schedule(t, st)
-	token = ids.New()
+	token = events.NewID()
 	if _, _, err := st.Execute(context.Background(), id, "", aggregate.ReleaseDue{DeliveryID: token}); err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +212,7 @@ func TestStaleCacheIsCorrectedByOCC(t *testing.T) {
 	if _, _, err := b.Execute(context.Background(), id, "", aggregate.AppendMail{Message: events.Message{ID: "m1"}}); err != nil {
 		t.Fatal(err)
 	}
-	token := ids.New()
+	token := events.NewID()
 	if _, _, err := a.Execute(context.Background(), id, "", aggregate.ReleaseDue{DeliveryID: token}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,71 @@
+package api
+
+import "net/http"
+
+// Error is the body of every non-2xx answer, and the error every Client
+// method returns for one. Test it against the sentinels below with
+// errors.Is, which compares the code and the reason, never the status
+// number or the message.
+type Error struct {
+	Code    string `json:"error"`
+	Message string `json:"message"`
+	Reason  string `json:"reason,omitempty"` // with Code "conflict"
+	Task    *Task  `json:"task,omitempty"`   // with Code "admission_rejected": the task as recorded
+	Status  int    `json:"-"`                // the HTTP status it came with
+}
+
+func (e *Error) Error() string {
+	if e.Reason != "" {
+		return e.Code + " (" + e.Reason + "): " + e.Message
+	}
+	return e.Code + ": " + e.Message
+}
+
+// Is reports whether target is an *Error with the same code and reason,
+// so errors.Is(err, api.ErrTerminal) holds for any 409 whose reason is
+// "terminal".
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code && t.Reason == e.Reason
+}
+
+// The errors a server answers with. Each is matched by errors.Is on an
+// *Error with its code and reason, whatever the message.
+var (
+	// ErrInvalid (400): the request is malformed or breaks a limit.
+	ErrInvalid = &Error{Status: http.StatusBadRequest, Code: "invalid_argument", Message: "invalid argument"}
+	// ErrUnauthenticated (401): the server needs a known bearer token.
+	ErrUnauthenticated = &Error{Status: http.StatusUnauthorized, Code: "unauthenticated", Message: "a valid bearer token is required"}
+	// ErrForbidden (403): a cross-origin browser request.
+	ErrForbidden = &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "cross-origin browser requests are refused"}
+	// ErrNotFound (404): no such task for this caller (another customer's
+	// task is not found either), or no such route.
+	ErrNotFound = &Error{Status: http.StatusNotFound, Code: "not_found", Message: "not found"}
+	// ErrTerminal (409): the task has ended; nothing may change it.
+	ErrTerminal = &Error{Status: http.StatusConflict, Code: "conflict", Reason: "terminal", Message: "task is terminal"}
+	// ErrTokenMismatch (409): the delivery token is not the current one;
+	// another executor holds the task, or the notification was stale.
+	ErrTokenMismatch = &Error{Status: http.StatusConflict, Code: "conflict", Reason: "token_mismatch", Message: "delivery token mismatch"}
+	// ErrNotClaimable (409): the task is not queued for a claim.
+	ErrNotClaimable = &Error{Status: http.StatusConflict, Code: "conflict", Reason: "not_claimable", Message: "task is not claimable"}
+	// ErrParentTerminal (409): a child was scheduled under an ended parent.
+	ErrParentTerminal = &Error{Status: http.StatusConflict, Code: "conflict", Reason: "parent_terminal", Message: "parent task is terminal"}
+	// ErrPayloadTooLarge (413): the body is over MaxBodyBytes.
+	ErrPayloadTooLarge = &Error{Status: http.StatusRequestEntityTooLarge, Code: "payload_too_large", Message: "body too large"}
+	// ErrAdmissionRejected (429): a quota refused a new root task; the
+	// Error's Task is the task as recorded (canceled).
+	ErrAdmissionRejected = &Error{Status: http.StatusTooManyRequests, Code: "admission_rejected", Message: "admission rejected"}
+	// ErrUnavailable (503): the server could not answer in time; retry
+	// after a moment.
+	ErrUnavailable = &Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "unavailable"}
+	// ErrInternal (500): a bug on the server's side.
+	ErrInternal = &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}
+)
+
+// WithMessage returns a copy of e carrying msg: how a server makes the
+// error it answers with from a sentinel.
+func (e *Error) WithMessage(msg string) *Error {
+	c := *e
+	c.Message = msg
+	return &c
+}

@@ -1,0 +1,68 @@
+package api
+
+import (
+	"time"
+
+	"github.com/taskledger/taskledger/events"
+)
+
+// MaxBodyBytes is the largest request body a server accepts; larger is
+// 413 (ErrPayloadTooLarge).
+const MaxBodyBytes = 1 << 20
+
+// Page sizes of GET /v1/tasks.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// MaxWaitSeconds is the longest long poll of POST /v1/claims/next; a
+// longer waitSeconds is cut to it.
+const MaxWaitSeconds = 60
+
+// ScheduleRequest is the body of POST /v1/tasks.
+type ScheduleRequest struct {
+	CustomerID     string         `json:"customerId,omitempty"`
+	ParentID       string         `json:"parentId,omitempty"`
+	RequestID      string         `json:"requestId,omitempty"`
+	RelatedTaskID  string         `json:"relatedTaskId,omitempty"`
+	Signal         events.Signal  `json:"signal"`
+	Repo           string         `json:"repo,omitempty"`
+	Queue          string         `json:"queue,omitempty"`
+	Message        events.Message `json:"message"`
+	RunAt          *time.Time     `json:"runAt,omitempty"`
+	DelaySeconds   *float64       `json:"delaySeconds,omitempty"`
+	TimeoutSeconds *int           `json:"timeoutSeconds,omitempty"`
+}
+
+// ClaimRequest is the body of POST /v1/tasks/{id}/claim.
+type ClaimRequest struct {
+	DeliveryID string `json:"deliveryId"`
+	ExecutorID string `json:"executorId"`
+}
+
+// ClaimNextRequest is the body of POST /v1/claims/next.
+type ClaimNextRequest struct {
+	Queue       string  `json:"queue"`
+	ExecutorID  string  `json:"executorId"`
+	WaitSeconds float64 `json:"waitSeconds"`
+}
+
+// ResultRequest is the body of POST /v1/tasks/{id}/result.
+type ResultRequest struct {
+	DeliveryID string          `json:"deliveryId,omitempty"`
+	Success    bool            `json:"success"`
+	Summary    string          `json:"summary,omitempty"`
+	Error      string          `json:"error,omitempty"`
+	Effects    []events.Effect `json:"effects,omitempty"`
+}
+
+// CancelRequest is the body of POST /v1/tasks/{id}/cancel.
+type CancelRequest struct {
+	Reason string `json:"reason"`
+}
+
+// MailRequest is the body of POST /v1/tasks/{id}/mailbox.
+type MailRequest struct {
+	Message events.Message `json:"message"`
+}

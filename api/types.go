@@ -1,0 +1,134 @@
+// Package api is taskledger's wire contract and Go client: the request
+// and response types of the HTTP API (docs/API.md), the typed errors a
+// client gets back, and Client. It links no server code.
+package api
+
+import (
+	"time"
+
+	"github.com/taskledger/taskledger/events"
+)
+
+// Task is the task resource.
+type Task struct {
+	ID             string         `json:"id"`
+	RootID         string         `json:"rootId"`
+	ParentID       string         `json:"parentId,omitempty"`
+	RelatedTaskID  string         `json:"relatedTaskId,omitempty"`
+	CustomerID     string         `json:"customerId"`
+	RequestID      string         `json:"requestId,omitempty"`
+	Queue          string         `json:"queue"`
+	Signal         *events.Signal `json:"signal,omitempty"`
+	Repo           string         `json:"repo,omitempty"`
+	Message        events.Message `json:"message"`
+	Status         string         `json:"status"`
+	CreatedAt      time.Time      `json:"createdAt,omitzero"`
+	RunAt          time.Time      `json:"runAt,omitzero"`
+	StartedAt      time.Time      `json:"startedAt,omitzero"`
+	CompletedAt    time.Time      `json:"completedAt,omitzero"`
+	TimeoutSeconds int            `json:"timeoutSeconds"`
+	Deadline       time.Time      `json:"deadline,omitzero"`
+	Delivery       *Delivery      `json:"delivery,omitempty"`
+	Claim          *Claim         `json:"claim,omitempty"`
+	Mailbox        Mailbox        `json:"mailbox"`
+	Result         *events.Result `json:"result,omitempty"`
+	Reason         string         `json:"reason,omitempty"`
+	Version        int            `json:"version"`
+}
+
+// Delivery is the task's current ready notification.
+type Delivery struct {
+	ID      string `json:"id"`
+	Attempt int    `json:"attempt"`
+}
+
+// Claim says who consumed which delivery token.
+type Claim struct {
+	DeliveryID string `json:"deliveryId"`
+	ExecutorID string `json:"executorId"`
+}
+
+// Mailbox counts a task's messages and the scheduler's read cursor.
+type Mailbox struct {
+	Count  int `json:"count"`
+	Cursor int `json:"cursor"`
+}
+
+// TaskList is the answer of GET /v1/tasks.
+type TaskList struct {
+	Tasks []Task `json:"tasks"`
+	Next  string `json:"next"`
+}
+
+// MailItem is one mailbox message as the API shows it.
+type MailItem struct {
+	ID        string               `json:"id"`
+	Index     int                  `json:"index"`
+	CreatedAt time.Time            `json:"createdAt"`
+	Content   []events.ContentPart `json:"content"`
+}
+
+// Mail is the answer of GET /v1/tasks/{id}/mailbox.
+type Mail struct {
+	Messages []MailItem `json:"messages"`
+	Cursor   int        `json:"cursor"`
+}
+
+// Check is the answer of POST /v1/tasks/{id}/check.
+type Check struct {
+	ShouldStop bool       `json:"shouldStop"`
+	Reason     string     `json:"reason"`
+	Messages   []MailItem `json:"messages"`
+	Cursor     int        `json:"cursor"`
+}
+
+// MailAccepted is the answer of POST /v1/tasks/{id}/mailbox.
+type MailAccepted struct {
+	MessageID string `json:"messageId"`
+	Index     int    `json:"index"`
+}
+
+// Event is one entry of a task's history: the logged event, plus the
+// status it left its task in and a line saying what it meant.
+type Event struct {
+	Seq    uint64    `json:"seq"`
+	ID     string    `json:"id"`
+	TaskID string    `json:"taskId"`
+	Type   string    `json:"type"`
+	At     time.Time `json:"at"`
+	Actor  string    `json:"actor,omitempty"`
+	Status string    `json:"status"`
+	Detail string    `json:"detail"`
+	Data   any       `json:"data"`
+}
+
+// History is the answer of GET /v1/tasks/{id}/history.
+type History struct {
+	Events []Event `json:"events"`
+}
+
+// Tree is one node of GET /v1/tasks/{id}/tree.
+type Tree struct {
+	Task     Task   `json:"task"`
+	Children []Tree `json:"children"`
+}
+
+// Task statuses as the API shows them.
+const (
+	StatusScheduled = "scheduled"
+	StatusQueued    = "queued"
+	StatusRunning   = "running"
+	StatusSucceeded = "succeeded"
+	StatusFailed    = "failed"
+	StatusCanceled  = "canceled"
+	StatusTimedOut  = "timed_out"
+)
+
+// Reasons a stop check gives (Check.Reason).
+const (
+	ReasonActive           = "active"            // keep going
+	ReasonTerminal         = "terminal"          // the task itself ended
+	ReasonAncestorTerminal = "ancestor_terminal" // an ancestor ended: cancel this task too
+	ReasonMissing          = "missing"           // the task is gone
+	ReasonCheckFailed      = "check_failed"      // the check itself failed; fail-open, keep going
+)

@@ -1,0 +1,188 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/taskledger/taskledger/events"
+)
+
+// Checkpoint is an executor's durable progress on one task (a Run in
+// DESIGN.md's vocabulary). The worker saves it after every change, so a
+// restarted executor resumes the run instead of starting over.
+type Checkpoint struct {
+	TaskID       string   `json:"taskId"`
+	DeliveryID   string   `json:"deliveryId"`
+	ExecutorID   string   `json:"executorId"`
+	Phase        string   `json:"phase,omitempty"`
+	Turn         int      `json:"turn"`
+	Transcript   []string `json:"transcript,omitempty"`   // item ids, in order; mailbox items use the message id
+	PendingTools []string `json:"pendingTools,omitempty"` // tool calls dispatched, not yet answered
+	Steps        []string `json:"steps,omitempty"`        // names of the steps that completed
+	// Effects holds external writes by key: the intent is recorded before
+	// the write, the outcome after it.
+	Effects map[string]*EffectRecord `json:"effects,omitempty"`
+	// Children maps a delegation key to the child task it created.
+	Children map[string]string `json:"children,omitempty"`
+	Done     bool              `json:"done,omitempty"` // the result was reported
+}
+
+// EffectRecord is one external effect's intent and, once known, outcome.
+type EffectRecord struct {
+	Outcome   *events.Effect `json:"outcome,omitempty"`
+	Uncertain bool           `json:"uncertain,omitempty"`
+}
+
+func (c *Checkpoint) hasItem(id string) bool { return slices.Contains(c.Transcript, id) }
+
+func (c *Checkpoint) stepDone(name string) bool { return slices.Contains(c.Steps, name) }
+
+// CheckpointStore keeps checkpoints by task id. Implementations are safe
+// for concurrent use.
+type CheckpointStore interface {
+	// Load returns the checkpoint of taskID; ok is false if there is none.
+	Load(ctx context.Context, taskID string) (cp Checkpoint, ok bool, err error)
+	Save(ctx context.Context, cp Checkpoint) error
+	// List returns every stored checkpoint that is not Done.
+	List(ctx context.Context) ([]Checkpoint, error)
+}
+
+// KVCheckpoints stores checkpoints in a JetStream key-value bucket.
+type KVCheckpoints struct {
+	kv jetstream.KeyValue
+}
+
+var _ CheckpointStore = (*KVCheckpoints)(nil)
+
+// CheckpointTTL is how long a checkpoint is kept after its last save: a
+// day past the longest run, whose task has timed out by then, so finished
+// runs' checkpoints do not pile up.
+const CheckpointTTL = (events.MaxTimeoutSeconds + 24*3600) * time.Second
+
+// OpenKVCheckpoints creates or opens the bucket (default "TASKLEDGER_RUNS").
+// Its entries expire CheckpointTTL after their last save.
+func OpenKVCheckpoints(ctx context.Context, js jetstream.JetStream, bucket string) (*KVCheckpoints, error) {
+	if bucket == "" {
+		bucket = "TASKLEDGER_RUNS"
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: bucket, Description: "taskledger executor run checkpoints", Storage: jetstream.FileStorage, History: 1,
+		TTL: CheckpointTTL,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("executor: checkpoint bucket %s: %w", bucket, err)
+	}
+	return &KVCheckpoints{kv: kv}, nil
+}
+
+// Load implements CheckpointStore.
+func (s *KVCheckpoints) Load(ctx context.Context, taskID string) (Checkpoint, bool, error) {
+	e, err := s.kv.Get(ctx, taskID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Checkpoint{}, false, nil
+	}
+	if err != nil {
+		return Checkpoint{}, false, err
+	}
+	var cp Checkpoint
+	if err := json.Unmarshal(e.Value(), &cp); err != nil {
+		return Checkpoint{}, false, fmt.Errorf("checkpoint %s: %w", taskID, err)
+	}
+	return cp, true, nil
+}
+
+// Save implements CheckpointStore.
+func (s *KVCheckpoints) Save(ctx context.Context, cp Checkpoint) error {
+	b, err := json.Marshal(cp)
+	if err != nil {
+		return err
+	}
+	_, err = s.kv.Put(ctx, cp.TaskID, b)
+	return err
+}
+
+// List implements CheckpointStore.
+func (s *KVCheckpoints) List(ctx context.Context) ([]Checkpoint, error) {
+	keys, err := s.kv.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Checkpoint
+	for k := range keys.Keys() {
+		cp, ok, err := s.Load(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		if ok && !cp.Done {
+			out = append(out, cp)
+		}
+	}
+	return out, nil
+}
+
+// MemoryCheckpoints keeps checkpoints in memory: runs survive a handler
+// error, not a process restart. A Done checkpoint is dropped, since
+// nothing resumes it. The zero value is ready to use.
+type MemoryCheckpoints struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+var _ CheckpointStore = (*MemoryCheckpoints)(nil)
+
+// Load implements CheckpointStore.
+func (s *MemoryCheckpoints) Load(_ context.Context, taskID string) (Checkpoint, bool, error) {
+	s.mu.Lock()
+	b, ok := s.m[taskID]
+	s.mu.Unlock()
+	var cp Checkpoint
+	if ok {
+		if err := json.Unmarshal(b, &cp); err != nil {
+			return cp, false, err
+		}
+	}
+	return cp, ok, nil
+}
+
+// Save implements CheckpointStore.
+func (s *MemoryCheckpoints) Save(_ context.Context, cp Checkpoint) error {
+	b, err := json.Marshal(cp)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = make(map[string][]byte)
+	}
+	if cp.Done {
+		delete(s.m, cp.TaskID)
+	} else {
+		s.m[cp.TaskID] = b
+	}
+	return nil
+}
+
+// List implements CheckpointStore.
+func (s *MemoryCheckpoints) List(ctx context.Context) ([]Checkpoint, error) {
+	s.mu.Lock()
+	keys := make([]string, 0, len(s.m))
+	for k := range s.m {
+		keys = append(keys, k)
+	}
+	s.mu.Unlock()
+	var out []Checkpoint
+	for _, k := range keys {
+		if cp, ok, err := s.Load(ctx, k); err == nil && ok && !cp.Done {
+			out = append(out, cp)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,320 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
+)
+
+// API is the scheduler as an executor uses it. The scheduler stays the
+// only writer of the log, so an executor needs no write access to it.
+type API interface {
+	ClaimNext(ctx context.Context, queue, executorID string, wait time.Duration) (api.Task, bool, error)
+	Claim(ctx context.Context, id, deliveryID, executorID string) (api.Task, error)
+	Check(ctx context.Context, id string) (api.Check, error)
+	RecordResult(ctx context.Context, id string, r api.ResultRequest) (api.Task, error)
+	Cancel(ctx context.Context, id, reason string) (api.Task, error)
+	Schedule(ctx context.Context, req api.ScheduleRequest) (api.Task, bool, error)
+	Get(ctx context.Context, id string) (api.Task, error)
+	Mailbox(ctx context.Context, id string, after int) (api.Mail, error)
+}
+
+var _ API = (*api.Client)(nil)
+
+// Handler runs one claimed task. It returns a summary for the result; a
+// nil error reports success, any other error failure. It should return
+// promptly once ctx is cancelled (a stop check said stop, or the worker
+// is shutting down).
+type Handler func(ctx context.Context, run *Run) (summary string, err error)
+
+// WorkerConfig configures a Worker. API is required.
+type WorkerConfig struct {
+	API   API
+	Queue string // default "default"
+	// ExecutorID names this executor in claims. Keep it stable across
+	// restarts: a restarted executor resumes the runs its checkpoints say
+	// it holds. Default: the host name.
+	ExecutorID  string
+	Concurrency int // tasks run at once; default 4
+	// JS, if set, takes ready notifications from the ready stream's
+	// durable pull consumer shared by the pool (and the scheduler's
+	// claims/next); otherwise the worker long-polls POST /v1/claims/next.
+	JS          jetstream.JetStream
+	ReadyStream string          // default "TASKLEDGER_READY"
+	Subjects    events.Subjects // default tl.*
+	Checkpoints CheckpointStore // default in memory
+	// CheckInterval is the period of the background stop check; default 2s.
+	CheckInterval time.Duration
+	PollWait      time.Duration // long poll of claims/next; default 30s
+	Logger        zerolog.Logger
+}
+
+// Worker claims tasks from one queue and runs a Handler on each, with
+// bounded concurrency.
+type Worker struct {
+	cfg     WorkerConfig
+	handler Handler
+}
+
+// NewWorker returns a worker; Run starts it.
+func NewWorker(cfg WorkerConfig, h Handler) *Worker {
+	if cfg.Queue == "" {
+		cfg.Queue = events.DefaultQueue
+	}
+	if cfg.ExecutorID == "" {
+		host, _ := os.Hostname()
+		cfg.ExecutorID = "executor-" + host
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 4
+	}
+	if cfg.ReadyStream == "" {
+		cfg.ReadyStream = events.ReadyStreamName(events.DefaultStream)
+	}
+	if cfg.Subjects.Root == "" {
+		cfg.Subjects = events.DefaultSubjects
+	}
+	if cfg.Checkpoints == nil {
+		cfg.Checkpoints = &MemoryCheckpoints{}
+	}
+	if cfg.CheckInterval <= 0 {
+		cfg.CheckInterval = 2 * time.Second
+	}
+	if cfg.PollWait <= 0 {
+		cfg.PollWait = 30 * time.Second
+	}
+	return &Worker{cfg: cfg, handler: h}
+}
+
+// Run resumes the runs this executor's checkpoints hold, then claims and
+// runs tasks until ctx ends. Runs in progress at shutdown are not
+// reported: their checkpoints let a restarted worker resume them.
+func (w *Worker) Run(ctx context.Context) error {
+	slots := make(chan struct{}, w.cfg.Concurrency)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	start := func(t api.Task, cp Checkpoint) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			w.execute(ctx, t, cp)
+		}()
+	}
+	if err := w.resume(ctx, slots, start); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while resuming
+		}
+		return err
+	}
+	next := w.pollHTTP
+	if w.cfg.JS != nil {
+		cons, err := w.cfg.JS.CreateOrUpdateConsumer(ctx, w.cfg.ReadyStream, ReadyConsumerConfig(w.cfg.Subjects, w.cfg.Queue, 0))
+		if ctx.Err() != nil {
+			return nil // stopped before the first claim
+		}
+		if err != nil {
+			return fmt.Errorf("ready consumer: %w", err)
+		}
+		next = func(ctx context.Context) (api.Task, bool, error) { return w.pollNATS(ctx, cons) }
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		t, ok, err := next(ctx)
+		if err != nil && ctx.Err() == nil {
+			w.cfg.Logger.Warn().Err(err).Str("queue", w.cfg.Queue).Msg("claiming failed; retrying")
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+			}
+			backoff = min(2*backoff, 5*time.Second)
+		} else {
+			backoff = 100 * time.Millisecond
+		}
+		if !ok {
+			<-slots
+			if ctx.Err() != nil {
+				return nil
+			}
+			continue
+		}
+		start(t, Checkpoint{TaskID: t.ID, DeliveryID: t.Claim.DeliveryID, ExecutorID: w.cfg.ExecutorID})
+	}
+}
+
+// resume restarts the runs this executor still holds: checkpoints not
+// done whose task is still running under the same claim.
+func (w *Worker) resume(ctx context.Context, slots chan struct{}, start func(api.Task, Checkpoint)) error {
+	cps, err := w.cfg.Checkpoints.List(ctx)
+	if err != nil {
+		return fmt.Errorf("listing checkpoints: %w", err)
+	}
+	for _, cp := range cps {
+		if cp.ExecutorID != w.cfg.ExecutorID {
+			continue
+		}
+		t, err := w.cfg.API.Get(ctx, cp.TaskID)
+		if err != nil && !errors.Is(err, api.ErrNotFound) {
+			// No answer about the task: keep the checkpoint for a later start.
+			w.cfg.Logger.Warn().Err(err).Str("task", cp.TaskID).Msg("cannot look up a checkpointed run; not resumed now")
+			continue
+		}
+		if err != nil || t.Status != api.StatusRunning || t.Claim == nil || t.Claim.DeliveryID != cp.DeliveryID {
+			cp.Done = true // nothing left to resume
+			w.cfg.Checkpoints.Save(ctx, cp)
+			continue
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		w.cfg.Logger.Info().Str("task", t.ID).Int("steps", len(cp.Steps)).Msg("resuming run from checkpoint")
+		start(t, cp)
+	}
+	return nil
+}
+
+func (w *Worker) pollHTTP(ctx context.Context) (api.Task, bool, error) {
+	return w.cfg.API.ClaimNext(ctx, w.cfg.Queue, w.cfg.ExecutorID, w.cfg.PollWait)
+}
+
+// pollNATS takes one ready notification and claims its task. A rejected
+// claim is normal (another executor won, or the notification is stale)
+// and silent.
+func (w *Worker) pollNATS(ctx context.Context, cons jetstream.Consumer) (api.Task, bool, error) {
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(min(w.cfg.PollWait, time.Second)))
+	if err != nil {
+		return api.Task{}, false, err
+	}
+	for msg := range batch.Messages() {
+		var n events.ReadyNotification
+		if err := json.Unmarshal(msg.Data(), &n); err != nil {
+			msg.Term()
+			continue
+		}
+		t, err := w.cfg.API.Claim(ctx, n.TaskID, n.DeliveryID, w.cfg.ExecutorID)
+		switch {
+		case err == nil:
+			msg.Ack()
+			return t, true, nil
+		case lostClaim(err):
+			msg.Ack()
+		default:
+			msg.Nak()
+			return api.Task{}, false, err
+		}
+	}
+	return api.Task{}, false, nil
+}
+
+// lostClaim reports whether a claim was refused because the task moved
+// on: another executor won, the notification was stale, the task ended or
+// is gone.
+func lostClaim(err error) bool {
+	return errors.Is(err, api.ErrTokenMismatch) || errors.Is(err, api.ErrNotClaimable) ||
+		errors.Is(err, api.ErrTerminal) || errors.Is(err, api.ErrNotFound)
+}
+
+// ReadyConsumerConfig is the durable pull consumer of queue's ready
+// notifications on the ready stream, shared by every NATS-mode worker of
+// the queue and the scheduler's claims/next. ackWait is how long a taken
+// notification stays invisible to other claimers; 0 means 30s.
+func ReadyConsumerConfig(subjects events.Subjects, queue string, ackWait time.Duration) jetstream.ConsumerConfig {
+	if ackWait <= 0 {
+		ackWait = 30 * time.Second
+	}
+	return jetstream.ConsumerConfig{
+		Durable:       "ready_" + queue,
+		FilterSubject: subjects.Ready(queue),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		MaxAckPending: -1,
+	}
+}
+
+// execute runs the handler on one claimed task and reports its result.
+func (w *Worker) execute(ctx context.Context, t api.Task, cp Checkpoint) {
+	log := w.cfg.Logger.With().Str("task", t.ID).Logger()
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r := &Run{Task: t, w: w, ctx: runCtx, cancel: cancel, cp: cp, items: map[string]Item{}}
+	if len(cp.Transcript) > 0 { // resumed: reload the items' content
+		if mail, err := w.cfg.API.Mailbox(ctx, t.ID, 0); err == nil {
+			for _, m := range mail.Messages {
+				r.items[m.ID] = Item{ID: m.ID, Index: m.Index, Content: m.Content}
+			}
+		}
+	}
+	if err := r.save(ctx); err != nil {
+		log.Warn().Err(err).Msg("checkpoint not saved")
+	}
+	checking := make(chan struct{})
+	go func() {
+		defer close(checking)
+		tick := time.NewTicker(w.cfg.CheckInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-tick.C:
+				r.Check(runCtx)
+			}
+		}
+	}()
+	summary, err := w.handle(runCtx, r)
+	cancel()
+	<-checking
+
+	bg := context.WithoutCancel(ctx)
+	switch {
+	case r.stopped():
+		if r.StopReason() == api.ReasonAncestorTerminal {
+			if _, err := w.cfg.API.Cancel(bg, t.ID, "an ancestor task is terminal"); err != nil {
+				log.Warn().Err(err).Msg("cancel after ancestor stop")
+			}
+		}
+		log.Info().Str("reason", r.StopReason()).Msg("run stopped")
+	case ctx.Err() != nil:
+		log.Info().Msg("worker shutting down; run left to resume")
+		return
+	default:
+		res := api.ResultRequest{DeliveryID: t.Claim.DeliveryID, Success: err == nil, Summary: summary, Effects: r.effects()}
+		if err != nil {
+			res.Error = err.Error()
+		}
+		if len(res.Effects) > events.MaxEffects {
+			res.Effects = res.Effects[:events.MaxEffects]
+		}
+		if _, rerr := w.cfg.API.RecordResult(bg, t.ID, res); rerr != nil {
+			log.Warn().Err(rerr).Msg("result not recorded")
+		}
+	}
+	r.Update(bg, func(cp *Checkpoint) { cp.Done = true })
+}
+
+// handle runs the handler, turning a panic into a failure.
+func (w *Worker) handle(ctx context.Context, r *Run) (summary string, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("handler panicked: %v", v)
+		}
+	}()
+	return w.handler(ctx, r)
+}

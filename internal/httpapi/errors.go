@@ -1,0 +1,60 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/internal/scheduler"
+)
+
+// wireErrors is the one table from the service's errors to the wire's,
+// used by the HTTP handler and by Local alike. The first match wins.
+var wireErrors = []struct {
+	err  error
+	wire *api.Error
+}{
+	{aggregate.ErrInvalid, api.ErrInvalid},
+	{aggregate.ErrNotFound, api.ErrNotFound},
+	{aggregate.ErrTerminal, api.ErrTerminal},
+	{aggregate.ErrTokenMismatch, api.ErrTokenMismatch},
+	{aggregate.ErrNotClaimable, api.ErrNotClaimable},
+	{scheduler.ErrParentTerminal, api.ErrParentTerminal},
+	{scheduler.ErrUnavailable, api.ErrUnavailable},
+	{aggregate.ErrConflict, api.ErrUnavailable}, // lost every OCC retry: try again
+	{context.DeadlineExceeded, api.ErrUnavailable},
+}
+
+// wireError returns the *api.Error a client gets for err: err itself when
+// it is one, a 429 with the recorded task for an admission rejection, the
+// table's entry with err's text, or 500 internal.
+func wireError(err error) *api.Error {
+	var wire *api.Error
+	var rejected *scheduler.AdmissionError
+	switch {
+	case errors.As(err, &wire):
+		return wire
+	case errors.As(err, &rejected):
+		t := NewTask(rejected.Task)
+		e := api.ErrAdmissionRejected.WithMessage(rejected.Task.Reason)
+		e.Task = &t
+		return e
+	}
+	for _, m := range wireErrors {
+		if errors.Is(err, m.err) {
+			return m.wire.WithMessage(err.Error())
+		}
+	}
+	return api.ErrInternal.WithMessage(err.Error())
+}
+
+func invalidArg(format string, args ...any) *api.Error {
+	return api.ErrInvalid.WithMessage(fmt.Sprintf(format, args...))
+}
+
+func noRoute(r *http.Request) *api.Error {
+	return api.ErrNotFound.WithMessage("no route " + r.Method + " " + r.URL.Path)
+}

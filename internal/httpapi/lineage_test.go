@@ -1,0 +1,172 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
+)
+
+func TestLineage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+
+	t.Run("CanceledRootStopsDescendants", func(t *testing.T) {
+		t.Parallel()
+		root := mustSchedule(t, b, api.ScheduleRequest{Queue: "tree", Message: text("r", "root objective")})
+		child := mustSchedule(t, b, api.ScheduleRequest{Queue: "tree", ParentID: root.ID, Message: text("c", "child objective")})
+		grand := mustSchedule(t, b, api.ScheduleRequest{Queue: "tree", ParentID: child.ID, Message: text("g", "grandchild objective")})
+		if child.ParentID != root.ID || child.RootID != root.ID || grand.ParentID != child.ID || grand.RootID != root.ID || root.RootID != root.ID {
+			t.Fatalf("lineage: root %+v child %+v grandchild %+v", root, child, grand)
+		}
+		ch, err := b.client.Check(ctx, grand.ID)
+		if err != nil || ch.ShouldStop || ch.Reason != "active" {
+			t.Fatalf("check before cancel: %v %+v", err, ch)
+		}
+
+		if _, err := b.client.Cancel(ctx, root.ID, "objective dropped"); err != nil {
+			t.Fatal(err)
+		}
+		ch, err = b.client.Check(ctx, grand.ID)
+		if err != nil || !ch.ShouldStop || ch.Reason != "ancestor_terminal" {
+			t.Fatalf("grandchild check after the root was canceled: %v %+v", err, ch)
+		}
+		ch, err = b.client.Check(ctx, child.ID)
+		if err != nil || !ch.ShouldStop || ch.Reason != "ancestor_terminal" {
+			t.Fatalf("child check after the root was canceled: %v %+v", err, ch)
+		}
+		ch, err = b.client.Check(ctx, root.ID)
+		if err != nil || !ch.ShouldStop || ch.Reason != "terminal" {
+			t.Fatalf("root check after cancel: %v %+v", err, ch)
+		}
+
+		// The tree is the whole lineage from the root, whichever node asks.
+		for _, id := range []string{grand.ID, child.ID, root.ID} {
+			tree, err := b.client.Tree(ctx, id)
+			if err != nil {
+				t.Fatalf("tree from %s: %v", id, err)
+			}
+			if tree.Task.ID != root.ID || tree.Task.Status != "canceled" || len(tree.Children) != 1 {
+				t.Fatalf("tree from %s: root node %+v with %d children", id, tree.Task, len(tree.Children))
+			}
+			c := tree.Children[0]
+			if c.Task.ID != child.ID || c.Task.Status == "canceled" || len(c.Children) != 1 {
+				t.Fatalf("tree from %s: child node %+v with %d children", id, c.Task, len(c.Children))
+			}
+			g := c.Children[0]
+			if g.Task.ID != grand.ID || g.Children == nil || len(g.Children) != 0 {
+				t.Fatalf("tree from %s: grandchild node %+v children %v", id, g.Task, g.Children)
+			}
+			if len(g.Task.Message.Content) != 1 || g.Task.Message.Content[0].Text != "grandchild objective" {
+				t.Fatalf("tree from %s: grandchild message %+v", id, g.Task.Message)
+			}
+		}
+		a := rawDo(t, b, http.MethodGet, "/v1/tasks/"+grand.ID+"/tree", "")
+		var raw map[string]json.RawMessage
+		if a.status != http.StatusOK || json.Unmarshal(a.body, &raw) != nil || raw["task"] == nil || raw["children"] == nil {
+			t.Fatalf("raw tree answer: %d %s", a.status, a.body)
+		}
+
+		// Nothing new may start under a canceled root.
+		_, _, err = b.client.Schedule(ctx, api.ScheduleRequest{ParentID: root.ID})
+		apiError(t, err, http.StatusConflict, "parent_terminal")
+	})
+
+	t.Run("UnknownParentIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		_, _, err := b.client.Schedule(ctx, api.ScheduleRequest{ParentID: "no-such-parent", RequestID: "orphan", Queue: "orphans"})
+		apiError(t, err, http.StatusNotFound, "")
+		l, err := b.client.List(ctx, api.ListOptions{CustomerID: "default", Queue: "orphans"})
+		if err != nil || len(l.Tasks) != 0 {
+			t.Fatalf("a refused schedule left tasks: %v %+v", err, l.Tasks)
+		}
+	})
+
+	t.Run("ParentOfAnotherCustomerIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		parent := mustSchedule(t, b, api.ScheduleRequest{CustomerID: "acme"})
+		_, _, err := b.client.Schedule(ctx, api.ScheduleRequest{CustomerID: "globex", ParentID: parent.ID})
+		apiError(t, err, http.StatusNotFound, "")
+	})
+
+	t.Run("SucceededParentIsParentTerminal", func(t *testing.T) {
+		t.Parallel()
+		parent := runningTask(t, b, api.ScheduleRequest{Queue: "done"})
+		if _, err := b.client.RecordResult(ctx, parent.ID, api.ResultRequest{Success: true}); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := b.client.Schedule(ctx, api.ScheduleRequest{ParentID: parent.ID, Queue: "done"})
+		apiError(t, err, http.StatusConflict, "parent_terminal")
+	})
+
+	t.Run("ChildResultReachesParentMailbox", func(t *testing.T) {
+		t.Parallel()
+		parent := mustSchedule(t, b, api.ScheduleRequest{Queue: "parents", Message: text("p", "delegate")})
+		child := runningTask(t, b, api.ScheduleRequest{Queue: "kids", ParentID: parent.ID})
+		if _, err := b.client.RecordResult(ctx, child.ID, api.ResultRequest{
+			DeliveryID: child.Claim.DeliveryID, Success: true, Summary: "found the bug",
+			Effects: []events.Effect{{Kind: "comment", Ref: "7"}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+
+		wantID := "child-" + child.ID
+		var mail api.Mail
+		eventually(t, "child result in the parent's mailbox", func() bool {
+			var err error
+			mail, err = b.client.Mailbox(ctx, parent.ID, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(mail.Messages) > 0
+		})
+		if len(mail.Messages) != 1 || mail.Cursor != 0 {
+			t.Fatalf("parent mailbox %+v, want one message and cursor 0", mail)
+		}
+		m := mail.Messages[0]
+		if m.ID != wantID || m.Index != 1 || m.CreatedAt.IsZero() || len(m.Content) != 1 || m.Content[0].Type != "child_result" {
+			t.Fatalf("child report %+v, want id %s with one child_result part", m, wantID)
+		}
+		var report struct {
+			TaskID string         `json:"taskId"`
+			Status string         `json:"status"`
+			Result *events.Result `json:"result"`
+		}
+		if err := json.Unmarshal([]byte(m.Content[0].Text), &report); err != nil {
+			t.Fatalf("child report text %q: %v", m.Content[0].Text, err)
+		}
+		if report.TaskID != child.ID || report.Status != "succeeded" || report.Result == nil ||
+			report.Result.Summary != "found the bug" || len(report.Result.Effects) != 1 {
+			t.Fatalf("child report %+v", report)
+		}
+
+		// The parent's executor receives it through its stop check, once.
+		ch, err := b.client.Check(ctx, parent.ID)
+		if err != nil || ch.ShouldStop || ch.Reason != "active" || ch.Cursor != 1 || len(ch.Messages) != 1 || ch.Messages[0].ID != wantID {
+			t.Fatalf("parent check: %v %+v", err, ch)
+		}
+		if n := countType(t, b, parent.ID, "MailboxAppended"); n != 1 {
+			t.Fatalf("%d MailboxAppended events on the parent, want 1", n)
+		}
+	})
+
+	t.Run("CanceledChildIsReportedToo", func(t *testing.T) {
+		t.Parallel()
+		parent := mustSchedule(t, b, api.ScheduleRequest{Queue: "parents"})
+		child := mustSchedule(t, b, api.ScheduleRequest{Queue: "kids2", ParentID: parent.ID})
+		if _, err := b.client.Cancel(ctx, child.ID, "not needed"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "canceled child reported to the parent", func() bool {
+			mail, err := b.client.Mailbox(ctx, parent.ID, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(mail.Messages) == 1 && mail.Messages[0].ID == "child-"+child.ID
+		})
+	})
+}

@@ -1,0 +1,135 @@
+package httpapi
+
+import (
+	"context"
+	"time"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/scheduler"
+)
+
+// Local calls a scheduler.Service in the same process, as the operator,
+// with the same requests, answers and *Error values a Client gets from a
+// server on that service, minus HTTP and JSON. It is what an executor
+// embedded in a scheduler process (and the benchmarks) use instead of a
+// Client. It is safe for concurrent use.
+type Local struct {
+	svc *scheduler.Service
+	p   scheduler.Principal
+}
+
+// NewLocal returns a Local on svc acting as scheduler.Operator.
+func NewLocal(svc *scheduler.Service) *Local {
+	return &Local{svc: svc, p: scheduler.Operator}
+}
+
+// validTaskID rejects a malformed task id as the server's path check does.
+func validTaskID(id string) error {
+	if err := events.ValidID(id); err != nil {
+		return invalidArg("task id: %v", err)
+	}
+	return nil
+}
+
+// task renders the answer of a call that returns a task.
+func task(st aggregate.State, err error) (api.Task, error) {
+	if err != nil {
+		return api.Task{}, wireError(err)
+	}
+	return NewTask(st), nil
+}
+
+// Schedule creates a task; created is false when its requestId repeated.
+func (l *Local) Schedule(ctx context.Context, req api.ScheduleRequest) (api.Task, bool, error) {
+	st, created, err := l.svc.Schedule(ctx, l.p, scheduler.ScheduleRequest{
+		CustomerID: req.CustomerID, ParentID: req.ParentID, RequestID: req.RequestID, RelatedTaskID: req.RelatedTaskID,
+		Signal: req.Signal, Repo: req.Repo, Queue: req.Queue, Message: req.Message,
+		RunAt: req.RunAt, DelaySeconds: req.DelaySeconds, TimeoutSeconds: req.TimeoutSeconds,
+	})
+	if err != nil {
+		return api.Task{}, false, wireError(err)
+	}
+	return NewTask(st), created, nil
+}
+
+// Get returns a task.
+func (l *Local) Get(ctx context.Context, id string) (api.Task, error) {
+	if err := validTaskID(id); err != nil {
+		return api.Task{}, err
+	}
+	return task(l.svc.Get(ctx, l.p, id))
+}
+
+// Claim consumes deliveryID for executorID.
+func (l *Local) Claim(ctx context.Context, id, deliveryID, executorID string) (api.Task, error) {
+	if err := validTaskID(id); err != nil {
+		return api.Task{}, err
+	}
+	return task(l.svc.Claim(ctx, l.p, id, deliveryID, executorID))
+}
+
+// ClaimNext waits up to wait (at most scheduler.MaxWait) for a task of
+// queue ("" is "default") and claims it; ok is false when nothing was
+// ready in time.
+func (l *Local) ClaimNext(ctx context.Context, queue, executorID string, wait time.Duration) (api.Task, bool, error) {
+	if queue == "" {
+		queue = "default"
+	}
+	if wait < 0 {
+		return api.Task{}, false, invalidArg("waitSeconds must not be negative")
+	}
+	st, ok, err := l.svc.ClaimNext(ctx, l.p, queue, executorID, min(wait, scheduler.MaxWait))
+	if err != nil {
+		return api.Task{}, false, wireError(err)
+	}
+	if !ok {
+		return api.Task{}, false, nil
+	}
+	return NewTask(st), true, nil
+}
+
+// Check asks whether to stop and collects new mailbox messages.
+func (l *Local) Check(ctx context.Context, id string) (api.Check, error) {
+	if err := validTaskID(id); err != nil {
+		return api.Check{}, err
+	}
+	res, err := l.svc.Check(ctx, l.p, id)
+	if err != nil {
+		return api.Check{}, wireError(err)
+	}
+	return api.Check{ShouldStop: res.ShouldStop, Reason: res.Reason, Messages: newMailItems(res.Messages), Cursor: res.Cursor}, nil
+}
+
+// RecordResult reports a task's result.
+func (l *Local) RecordResult(ctx context.Context, id string, r api.ResultRequest) (api.Task, error) {
+	if err := validTaskID(id); err != nil {
+		return api.Task{}, err
+	}
+	return task(l.svc.RecordResult(ctx, l.p, id, r.DeliveryID,
+		events.Result{Success: r.Success, Summary: r.Summary, Error: r.Error, Effects: r.Effects}))
+}
+
+// Cancel cancels a task.
+func (l *Local) Cancel(ctx context.Context, id, reason string) (api.Task, error) {
+	if err := validTaskID(id); err != nil {
+		return api.Task{}, err
+	}
+	return task(l.svc.Cancel(ctx, l.p, id, reason))
+}
+
+// Mailbox reads messages with index > after without moving the cursor.
+func (l *Local) Mailbox(ctx context.Context, id string, after int) (api.Mail, error) {
+	if err := validTaskID(id); err != nil {
+		return api.Mail{}, err
+	}
+	if after < 0 {
+		return api.Mail{}, invalidArg("after must be a whole number ≥ 0")
+	}
+	items, cursor, err := l.svc.Mailbox(ctx, l.p, id, after)
+	if err != nil {
+		return api.Mail{}, wireError(err)
+	}
+	return api.Mail{Messages: newMailItems(items), Cursor: cursor}, nil
+}

@@ -1,0 +1,82 @@
+package httpapi
+
+import (
+	"time"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/scheduler"
+	"github.com/taskledger/taskledger/replay"
+)
+
+// NewTask renders a task's state as the API resource.
+func NewTask(s aggregate.State) api.Task {
+	t := api.Task{
+		ID: s.TaskID, RootID: s.Spec.RootID, ParentID: s.Spec.ParentID, RelatedTaskID: s.Spec.RelatedTaskID,
+		CustomerID: s.CustomerID, RequestID: s.Spec.RequestID, Queue: s.Spec.Queue,
+		Repo: s.Spec.Repo, Message: s.Spec.Message, Status: string(s.Status),
+		CreatedAt: utc(s.CreatedAt), RunAt: utc(s.Spec.RunAt), StartedAt: utc(s.StartedAt),
+		CompletedAt: utc(s.CompletedAt), TimeoutSeconds: s.Spec.TimeoutSeconds, Deadline: utc(s.Deadline),
+		Mailbox: api.Mailbox{Count: len(s.MailIDs), Cursor: s.Cursor},
+		Result:  s.Result, Reason: s.Reason, Version: s.Version,
+	}
+	t.Message.CreatedAt = utc(t.Message.CreatedAt)
+	if t.Message.Content == nil {
+		t.Message.Content = []events.ContentPart{}
+	}
+	if s.Spec.Signal != (events.Signal{}) {
+		sig := s.Spec.Signal
+		t.Signal = &sig
+	}
+	if s.Delivery.ID != "" {
+		t.Delivery = &api.Delivery{ID: s.Delivery.ID, Attempt: s.Delivery.Attempt}
+	}
+	if s.Claim.DeliveryID != "" {
+		t.Claim = &api.Claim{DeliveryID: s.Claim.DeliveryID, ExecutorID: s.Claim.ExecutorID}
+	}
+	if s.Status.Terminal() {
+		t.Deadline = time.Time{}
+	}
+	return t
+}
+
+func utc(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.UTC()
+}
+
+func newMailItems(items []scheduler.MailItem) []api.MailItem {
+	out := make([]api.MailItem, len(items))
+	for i, m := range items {
+		out[i] = api.MailItem{ID: m.Message.ID, Index: m.Index, CreatedAt: utc(m.Message.CreatedAt), Content: m.Message.Content}
+		if out[i].Content == nil {
+			out[i].Content = []events.ContentPart{}
+		}
+	}
+	return out
+}
+
+// NewEvents renders logged events (of one task, or a lineage in log order).
+func NewEvents(evs []events.Event) []api.Event {
+	t := replay.NewStatusTracker()
+	out := make([]api.Event, len(evs))
+	for i, ev := range evs {
+		out[i] = newEvent(ev, t.Entry(ev))
+	}
+	return out
+}
+
+func newEvent(ev events.Event, e replay.Entry) api.Event {
+	return api.Event{Seq: e.Seq, ID: ev.ID, TaskID: e.TaskID, Type: e.Type, At: e.At, Actor: e.Actor, Status: e.Status, Detail: e.Detail, Data: e.Data}
+}
+
+func newTree(n scheduler.Node) api.Tree {
+	t := api.Tree{Task: NewTask(n.Task), Children: make([]api.Tree, len(n.Children))}
+	for i, c := range n.Children {
+		t.Children[i] = newTree(c)
+	}
+	return t
+}
