@@ -215,7 +215,7 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 			m.CreatedAt = now
 		}
 		return events.MailboxAppended{Index: len(s.MailIDs) + 1, Message: m}, nil
-	case Claim: // on a terminal task too: API.md answers not_claimable
+	case Claim: // on a terminal task too: a claim on anything not queued is not_claimable
 		if !s.Claimable() {
 			return nil, fmt.Errorf("%w: task is %s", ErrNotClaimable, describe(s))
 		}

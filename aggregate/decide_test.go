@@ -177,7 +177,7 @@ func runDecide(t *testing.T, cases []decideCase) {
 	}
 }
 
-// TestDecideTransitions covers every row of DESIGN.md's transition table
+// TestDecideTransitions covers every row of the transition table
 // and the commands that change a task without changing its status.
 func TestDecideTransitions(t *testing.T) {
 	t.Parallel()
@@ -336,7 +336,7 @@ func TestDecideTerminal(t *testing.T) {
 		for _, c := range cmds {
 			wantErr := aggregate.ErrTerminal
 			if _, ok := c.cmd.(aggregate.Claim); ok {
-				wantErr = aggregate.ErrNotClaimable // API.md: a task not scheduled or queued is not_claimable
+				wantErr = aggregate.ErrNotClaimable // a task not scheduled or queued is not_claimable
 			}
 			cases = append(cases, decideCase{name: h.name + c.name, given: h.given, cmd: c.cmd, now: later.Add(time.Hour), wantErr: wantErr})
 		}

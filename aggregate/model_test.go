@@ -16,8 +16,8 @@ import (
 	"github.com/taskledger/taskledger/events"
 )
 
-// The reference model below is written from DESIGN.md's transition table
-// and API.md's error reasons. It deliberately uses nothing from package
+// The reference model below is written from the transition table and
+// the API's error reasons (docs/DESIGN.md, docs/API.md). It deliberately uses nothing from package
 // aggregate but its command types and error sentinels.
 
 const (
@@ -34,7 +34,7 @@ func mTerminal(s string) bool {
 	return s == mSucceeded || s == mFailed || s == mCanceled || s == mTimedOut
 }
 
-// legal is DESIGN.md's table of allowed transitions, "" being no task.
+// legal is the table of allowed transitions, "" being no task.
 var legal = map[string][]string{
 	"":         {mScheduled, mCanceled},
 	mScheduled: {mQueued, mRunning, mSucceeded, mFailed, mCanceled},

@@ -11,7 +11,8 @@ import (
 	"github.com/taskledger/taskledger/events"
 )
 
-// Status is where a task is in its lifecycle (DESIGN.md, "Statuses").
+// Status is where a task is in its lifecycle: scheduled → queued →
+// running → one of the four terminal statuses.
 type Status string
 
 // The task statuses. The zero Status means the task does not exist.

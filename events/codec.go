@@ -141,6 +141,14 @@ func Encode(ev Event) ([]byte, error) {
 	return b, nil
 }
 
+// DecodeAt decodes the event stored at stream sequence seq and sets its
+// Seq; errors are Decode's.
+func DecodeAt(b []byte, seq uint64) (Event, error) {
+	ev, err := Decode(b)
+	ev.Seq = seq
+	return ev, err
+}
+
 // Decode parses an encoded event. It returns an error wrapping
 // ErrMalformed, ErrUnknownType or ErrUnknownVersion and never panics.
 // Older schema versions are upcast to the current payload structs.

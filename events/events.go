@@ -9,7 +9,8 @@ import "time"
 // rename one, add a new type instead.
 type Type string
 
-// The v1 event types (see DESIGN.md, "The log").
+// The v1 event types. Names are constants stored in every envelope:
+// never rename one; add a new type instead.
 const (
 	TypeTaskScheduled          Type = "TaskScheduled"
 	TypeAdmissionRejected      Type = "AdmissionRejected"

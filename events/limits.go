@@ -8,7 +8,7 @@ const (
 	DefaultTimeoutSeconds = 3600
 	MaxEffects            = 32       // effects in one result
 	MaxSummaryBytes       = 16 << 10 // a result's summary
-	MaxMessageBytes       = 64 << 10 // one message, encoded as JSON
+	MaxMessageBytes       = 64 << 10 // one message: its parts' types and texts
 )
 
 // Defaults shared by the server, the tools and the SDKs.

@@ -31,11 +31,11 @@ func ValidID(id string) error {
 }
 
 // Subjects names the NATS subjects of one taskledger installation. Root
-// is the first subject token, "tl" by default (API.md); tests and side by
+// is the first subject token, "tl" by default; tests and side by
 // side installations on one NATS use their own.
 type Subjects struct{ Root string }
 
-// DefaultSubjects are the subjects API.md promises: tl.evt.>, tl.ready.>.
+// DefaultSubjects are the documented subjects: tl.evt.>, tl.ready.>.
 var DefaultSubjects = Subjects{Root: "tl"}
 
 // Event is the log subject that holds every event of one task:
@@ -61,7 +61,7 @@ func (s Subjects) Ready(queue string) string { return s.Root + ".ready." + queue
 func (s Subjects) AllReady() string { return s.Root + ".ready.>" }
 
 // ReadyNotification is the JSON body of a ready notification on
-// <root>.ready.<queue> (API.md). It is permission to try a claim with
+// <root>.ready.<queue>. It is permission to try a claim with
 // DeliveryID, not ownership: notifications are at-least-once.
 type ReadyNotification struct {
 	TaskID     string `json:"taskId"`

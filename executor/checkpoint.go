@@ -15,7 +15,7 @@ import (
 )
 
 // Checkpoint is an executor's durable progress on one task (a Run in
-// DESIGN.md's vocabulary). The worker saves it after every change, so a
+// the Run of docs/DESIGN.md). The worker saves it after every change, so a
 // restarted executor resumes the run instead of starting over.
 type Checkpoint struct {
 	TaskID       string   `json:"taskId"`
@@ -45,12 +45,15 @@ func (c *Checkpoint) hasItem(id string) bool { return slices.Contains(c.Transcri
 func (c *Checkpoint) stepDone(name string) bool { return slices.Contains(c.Steps, name) }
 
 // CheckpointStore keeps checkpoints by task id. Implementations are safe
-// for concurrent use.
+// for concurrent use. A Done checkpoint ends its run: saving one removes
+// the task's checkpoint, so Load then reports none and List omits it.
 type CheckpointStore interface {
 	// Load returns the checkpoint of taskID; ok is false if there is none.
 	Load(ctx context.Context, taskID string) (cp Checkpoint, ok bool, err error)
+	// Save stores cp under cp.TaskID, replacing what was there; a Done cp
+	// removes it.
 	Save(ctx context.Context, cp Checkpoint) error
-	// List returns every stored checkpoint that is not Done.
+	// List returns every stored checkpoint.
 	List(ctx context.Context) ([]Checkpoint, error)
 }
 
@@ -100,6 +103,13 @@ func (s *KVCheckpoints) Load(ctx context.Context, taskID string) (Checkpoint, bo
 
 // Save implements CheckpointStore.
 func (s *KVCheckpoints) Save(ctx context.Context, cp Checkpoint) error {
+	if cp.Done {
+		err := s.kv.Delete(ctx, cp.TaskID)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil
+		}
+		return err
+	}
 	b, err := json.Marshal(cp)
 	if err != nil {
 		return err
@@ -120,7 +130,7 @@ func (s *KVCheckpoints) List(ctx context.Context) ([]Checkpoint, error) {
 		if err != nil {
 			return nil, err
 		}
-		if ok && !cp.Done {
+		if ok {
 			out = append(out, cp)
 		}
 	}
@@ -128,8 +138,7 @@ func (s *KVCheckpoints) List(ctx context.Context) ([]Checkpoint, error) {
 }
 
 // MemoryCheckpoints keeps checkpoints in memory: runs survive a handler
-// error, not a process restart. A Done checkpoint is dropped, since
-// nothing resumes it. The zero value is ready to use.
+// error, not a process restart. The zero value is ready to use.
 type MemoryCheckpoints struct {
 	mu sync.Mutex
 	m  map[string][]byte
@@ -180,7 +189,7 @@ func (s *MemoryCheckpoints) List(ctx context.Context) ([]Checkpoint, error) {
 	s.mu.Unlock()
 	var out []Checkpoint
 	for _, k := range keys {
-		if cp, ok, err := s.Load(ctx, k); err == nil && ok && !cp.Done {
+		if cp, ok, err := s.Load(ctx, k); err == nil && ok {
 			out = append(out, cp)
 		}
 	}

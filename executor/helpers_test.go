@@ -85,7 +85,11 @@ func (e *wkEnv) start(t *testing.T, cfg executor.WorkerConfig, h executor.Handle
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &wkWorker{cancel: cancel, done: make(chan error, 1)}
-	go func() { w.done <- executor.NewWorker(cfg, h).Run(ctx) }()
+	wk, err := executor.NewWorker(cfg, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { w.done <- wk.Run(ctx) }()
 	t.Cleanup(func() { w.stop(t) })
 	return w
 }

@@ -66,8 +66,15 @@ type Worker struct {
 	handler Handler
 }
 
-// NewWorker returns a worker; Run starts it.
-func NewWorker(cfg WorkerConfig, h Handler) *Worker {
+// NewWorker returns a worker running h on each task; Run starts it.
+// cfg.API and h are required.
+func NewWorker(cfg WorkerConfig, h Handler) (*Worker, error) {
+	if cfg.API == nil {
+		return nil, errors.New("executor: WorkerConfig.API is required")
+	}
+	if h == nil {
+		return nil, errors.New("executor: a Handler is required")
+	}
 	if cfg.Queue == "" {
 		cfg.Queue = events.DefaultQueue
 	}
@@ -93,7 +100,7 @@ func NewWorker(cfg WorkerConfig, h Handler) *Worker {
 	if cfg.PollWait <= 0 {
 		cfg.PollWait = 30 * time.Second
 	}
-	return &Worker{cfg: cfg, handler: h}
+	return &Worker{cfg: cfg, handler: h}, nil
 }
 
 // Run resumes the runs this executor's checkpoints hold, then claims and

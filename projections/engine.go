@@ -23,9 +23,11 @@ import (
 	"github.com/taskledger/taskledger/events"
 )
 
-// Config configures an Engine.
+// Config configures an Engine. JS is required by Run and Rebuild; an
+// engine without it only folds the events given to Apply (offline tools).
 type Config struct {
-	Stream   string          // event stream; default "TASKLEDGER"
+	JS       jetstream.JetStream
+	Stream   string          // event stream; default events.DefaultStream
 	Subjects events.Subjects // default events.DefaultSubjects
 	Logger   zerolog.Logger
 	// Snapshots, if set, is where the engine loads its state from on
@@ -59,6 +61,7 @@ type Engine struct {
 	applied  atomic.Uint64
 	wanted   atomic.Uint64 // the highest sequence a caller waited for
 	caughtUp atomic.Bool
+	ready    chan struct{} // closed once caughtUp is first set
 	kick     chan struct{}
 	bad      atomic.Uint64
 
@@ -67,10 +70,14 @@ type Engine struct {
 	snapshotBusy atomic.Bool
 }
 
-// New returns an Engine that will read stream through js once Run starts.
-func New(js jetstream.JetStream, cfg Config) *Engine {
+// New returns an Engine that will read the stream through cfg.JS once
+// Run starts.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Snapshots != nil && cfg.JS == nil {
+		return nil, errors.New("projections: Config.Snapshots needs Config.JS")
+	}
 	if cfg.Stream == "" {
-		cfg.Stream = "TASKLEDGER"
+		cfg.Stream = events.DefaultStream
 	}
 	if cfg.Subjects.Root == "" {
 		cfg.Subjects = events.DefaultSubjects
@@ -84,12 +91,15 @@ func New(js jetstream.JetStream, cfg Config) *Engine {
 	if cfg.Retain == 0 {
 		cfg.Retain = DefaultRetain
 	}
-	return &Engine{cfg: cfg, js: js, v: newViews(cfg.Retain), kick: make(chan struct{}, 1)}
+	return &Engine{cfg: cfg, js: cfg.JS, v: newViews(cfg.Retain), kick: make(chan struct{}, 1), ready: make(chan struct{})}, nil
 }
 
-// Run consumes the log until ctx ends, then returns ctx's error. It
-// returns earlier only if the stream cannot be read.
+// Run consumes the log until ctx ends, then returns nil. It returns
+// earlier only if the stream cannot be read.
 func (e *Engine) Run(ctx context.Context) error {
+	if e.js == nil {
+		return errors.New("projections: Config.JS is required to Run")
+	}
 	info, err := e.js.Stream(ctx, e.cfg.Stream)
 	if err != nil {
 		return fmt.Errorf("projections: stream %s: %w", e.cfg.Stream, err)
@@ -101,7 +111,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	defer e.snapshots.Wait()
 	e.policy = snapshotPolicy{every: e.cfg.SnapshotEvery, interval: e.cfg.SnapshotInterval, lastSeq: e.applied.Load(), lastAt: time.Now()}
 	if e.applied.Load() >= target {
-		e.caughtUp.Store(true)
+		e.markCaughtUp()
 	}
 	e.want(target)
 	var tails sync.WaitGroup
@@ -116,7 +126,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		var m tailMsg
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil
 		case <-watch.C:
 			stalled := e.wanted.Load() > e.applied.Load() && time.Since(progressAt) > stallTimeout
 			if ended || stalled {
@@ -129,7 +139,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		if m.err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return nil
 			}
 			ended = m.ended
 			e.cfg.Logger.Warn().Err(m.err).Msg("projections: read")
@@ -141,7 +151,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		progressAt = time.Now()
 		e.apply(m.ev, m.bad)
 		if !e.caughtUp.Load() && m.seq >= target {
-			e.caughtUp.Store(true)
+			e.markCaughtUp()
 			e.cfg.Logger.Info().Uint64("applied", m.seq).Msg("projections caught up")
 		}
 		if e.cfg.Snapshots != nil && e.policy.due(m.seq, time.Now()) && !e.snapshotBusy.Load() {
@@ -158,6 +168,17 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 	}
 }
+
+func (e *Engine) markCaughtUp() {
+	if !e.caughtUp.Swap(true) {
+		close(e.ready)
+	}
+}
+
+// Ready is closed once the engine has applied every event the stream held
+// when Run started: the projections then hold every timer and task the log
+// had, and the alarm may start.
+func (e *Engine) Ready() <-chan struct{} { return e.ready }
 
 // want records that a caller waits for seq to be applied.
 func (e *Engine) want(seq uint64) {
@@ -219,7 +240,7 @@ func (e *Engine) RebuildTo(ctx context.Context, last uint64, progress func(seq, 
 	if err := e.Rebuild(ctx, progress); err != nil {
 		return err
 	}
-	e.caughtUp.Store(true)
+	e.markCaughtUp()
 	return nil
 }
 
@@ -282,9 +303,7 @@ func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) e
 // applied sequence still advances. Offline tools may call Apply; Run
 // folds the events its tail decoded.
 func (e *Engine) Apply(seq uint64, data []byte) {
-	ev, err := events.Decode(data)
-	ev.Seq = seq
-	e.apply(ev, err)
+	e.apply(events.DecodeAt(data, seq))
 }
 
 // apply folds ev, which is at ev.Seq; bad says why it did not decode.

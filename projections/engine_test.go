@@ -151,7 +151,7 @@ type offline struct {
 }
 
 func newOffline(t *testing.T) *offline {
-	return &offline{t: t, e: projections.New(nil, projections.Config{Logger: testLogger(t)}), at: time.Unix(1_700_000_000, 0).UTC(), num: map[string]int{}}
+	return &offline{t: t, e: mustEngine(projections.Config{Logger: testLogger(t)}), at: time.Unix(1_700_000_000, 0).UTC(), num: map[string]int{}}
 }
 
 func (o *offline) apply(taskID, customerID string, p events.Payload) {

@@ -2,7 +2,6 @@ package projections_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -43,7 +42,7 @@ func setupLog(t *testing.T) *logBundle {
 }
 
 func newEngine(t testing.TB, js jetstream.JetStream, ns testnats.Namespace) *projections.Engine {
-	return projections.New(js, projections.Config{Stream: ns.Stream, Subjects: ns.Subjects, Logger: testLogger(t)})
+	return mustEngine(projections.Config{JS: js, Stream: ns.Stream, Subjects: ns.Subjects, Logger: testLogger(t)})
 }
 
 // run runs e until the test ends and checks that it stopped only then.
@@ -54,7 +53,7 @@ func run(t *testing.T, e *projections.Engine) {
 	go func() { done <- e.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
+		if err := <-done; err != nil {
 			t.Errorf("engine stopped with %v", err)
 		}
 	})
@@ -87,4 +86,13 @@ func lastSeq(t testing.TB, s jetstream.Stream) uint64 {
 		t.Fatal(err)
 	}
 	return info.State.LastSeq
+}
+
+// mustEngine is projections.New for configurations that are valid.
+func mustEngine(cfg projections.Config) *projections.Engine {
+	e, err := projections.New(cfg)
+	if err != nil {
+		panic(err)
+	}
+	return e
 }

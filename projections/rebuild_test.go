@@ -16,10 +16,10 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
+	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
 	"github.com/taskledger/taskledger/internal/testnode"
 	"github.com/taskledger/taskledger/projections"
-	"github.com/taskledger/taskledger/replay"
 )
 
 // liveNode is a running scheduler node; stop ends it (once).
@@ -257,7 +257,7 @@ func rebuild(t *testing.T, ns testnats.Namespace, last uint64, retain int) *proj
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh := projections.New(js, projections.Config{Stream: ns.Stream, Subjects: ns.Subjects, Logger: testLogger(t), Retain: retain})
+	fresh := mustEngine(projections.Config{JS: js, Stream: ns.Stream, Subjects: ns.Subjects, Logger: testLogger(t), Retain: retain})
 	run(t, fresh)
 	eventually(t, "rebuild caught up", func() bool { return fresh.CaughtUp() && fresh.Applied() == last })
 	return fresh
@@ -375,11 +375,9 @@ func TestRetentionRebuildEqualsLive(t *testing.T) {
 	ln.stop()
 
 	states := map[string]aggregate.State{}
-	if err := replay.Read(context.Background(), st.JetStream(), ln.ns.Stream, replay.ReadOptions{}, func(m replay.Message) error {
-		ev, err := events.Decode(m.Data)
-		ev.Seq = m.Seq
+	if err := st.Log().Events(context.Background(), store.ReadOptions{}, func(ev events.Event) error {
 		states[ev.TaskID] = aggregate.Apply(states[ev.TaskID], ev)
-		return err
+		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func TestSnapshotRestoresEveryView(t *testing.T) {
 }
 
 func testSnapshotRestores(t *testing.T, retain int) {
-	live := New(nil, Config{Retain: retain})
+	live, _ := New(Config{Retain: retain})
 	for i, b := range snapshotLog(t) {
 		live.Apply(uint64(i+1), b)
 	}
@@ -83,7 +83,7 @@ func testSnapshotRestores(t *testing.T, retain int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	restored := New(nil, Config{Retain: retain})
+	restored, _ := New(Config{Retain: retain})
 	restored.v, _ = restore(b, retain), restored.applied.Swap(applied)
 	for id, lt := range live.v.tasks {
 		if rt := restored.v.tasks[id]; !reflect.DeepEqual(lt, rt) {

@@ -117,8 +117,7 @@ func (t *tail) run(js jetstream.JetStream, stream string, cfg jetstream.OrderedC
 		default:
 			var meta *jetstream.MsgMetadata
 			if meta, err = msg.Metadata(); err == nil {
-				ev, bad := events.Decode(msg.Data())
-				ev.Seq = meta.Sequence.Stream
+				ev, bad := events.DecodeAt(msg.Data(), meta.Sequence.Stream)
 				if !send(tailMsg{seq: ev.Seq, ev: ev, bad: bad}) {
 					return
 				}

@@ -9,10 +9,11 @@ import (
 	"github.com/taskledger/taskledger/events"
 )
 
-// Timer names one of the three managed timer queues.
+// Timer names one of the four timer queues.
 type Timer int
 
-// The timer queues (DESIGN.md, "Projections").
+// The timer queues: releases at runAt, pending deliveries, running
+// deadlines, and terminal children yet to report to their parent.
 const (
 	// Release holds scheduled tasks not yet released, due at runAt.
 	Release Timer = iota

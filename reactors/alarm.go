@@ -44,8 +44,13 @@ type Publisher interface {
 	PublishReady(ctx context.Context, s aggregate.State) error
 }
 
-// AlarmConfig configures an Alarm. Zero values mean the defaults.
+// AlarmConfig configures an Alarm. Store, Projection and Publisher are
+// required; zero values elsewhere mean the defaults.
 type AlarmConfig struct {
+	Store      Store
+	Projection Projection
+	Publisher  Publisher
+
 	Batch               int           // due items taken per queue per round; default 64
 	Concurrency         int           // actions in flight; default 16
 	MaxDeliveryAttempts int           // publish attempts before DeliveryExhausted; default 8
@@ -118,12 +123,21 @@ type result struct {
 }
 
 // NewAlarm returns an Alarm; Run starts it.
-func NewAlarm(cfg AlarmConfig, store Store, proj Projection, pub Publisher) *Alarm {
-	return &Alarm{cfg: cfg.withDefaults(), store: store, proj: proj, pub: pub, inflight: make(map[key]flight), done: make(chan result, 64)}
+func NewAlarm(cfg AlarmConfig) (*Alarm, error) {
+	switch {
+	case cfg.Store == nil:
+		return nil, errors.New("reactors: AlarmConfig.Store is required")
+	case cfg.Projection == nil:
+		return nil, errors.New("reactors: AlarmConfig.Projection is required")
+	case cfg.Publisher == nil:
+		return nil, errors.New("reactors: AlarmConfig.Publisher is required")
+	}
+	cfg = cfg.withDefaults()
+	return &Alarm{cfg: cfg, store: cfg.Store, proj: cfg.Projection, pub: cfg.Publisher, inflight: make(map[key]flight), done: make(chan result, 64)}, nil
 }
 
 // Run fires due items until ctx ends, then waits for actions in flight and
-// returns ctx's error.
+// returns nil.
 func (a *Alarm) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -166,7 +180,7 @@ func (a *Alarm) Run(ctx context.Context) error {
 			}()
 			wg.Wait()
 			close(a.done)
-			return ctx.Err()
+			return nil
 		case r := <-a.done:
 			a.inflight[r.key] = r.flight
 		case <-a.proj.TimersChanged():

@@ -50,7 +50,7 @@ func alStart(t *testing.T, ns testnats.Namespace) *alProc {
 	if _, err := reactors.EnsureReadyStream(ctx, st.JetStream(), ns.ReadyStream, ns.Subjects, 1); err != nil {
 		t.Fatal(err)
 	}
-	eng := projections.New(st.JetStream(), projections.Config{Stream: ns.Stream, Subjects: ns.Subjects, Logger: alLogger(t)})
+	eng := mustEngine(projections.Config{JS: st.JetStream(), Stream: ns.Stream, Subjects: ns.Subjects, Logger: alLogger(t)})
 	alGo(t, "engine", eng.Run)
 	alEventually(t, "engine caught up", eng.CaughtUp)
 	return &alProc{t: t, ns: ns, store: st, engine: eng, ready: reactors.ReadyPublisher{JS: st.JetStream(), Subjects: ns.Subjects}}
@@ -64,7 +64,12 @@ func (p *alProc) startAlarm(cfg reactors.AlarmConfig, pub reactors.Publisher) {
 		pub = p.ready
 	}
 	cfg.Logger = alLogger(p.t)
-	alGo(p.t, "alarm", reactors.NewAlarm(cfg, p.store, p.engine, pub).Run)
+	cfg.Store, cfg.Projection, cfg.Publisher = p.store, p.engine, pub
+	alarm, err := reactors.NewAlarm(cfg)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	alGo(p.t, "alarm", alarm.Run)
 }
 
 // alGo runs fn until the test ends and checks it stopped only then.
@@ -74,7 +79,7 @@ func alGo(t *testing.T, what string, fn func(context.Context) error) {
 	go func() { done <- fn(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
+		if err := <-done; err != nil {
 			t.Errorf("%s stopped with %v", what, err)
 		}
 	})

@@ -1,15 +1,12 @@
 package replay
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
@@ -164,106 +161,4 @@ func WriteNDJSON(w io.Writer, entries []Entry) error {
 		}
 	}
 	return nil
-}
-
-// TaskHistory reads one task's events straight from the log.
-func TaskHistory(ctx context.Context, js jetstream.JetStream, stream string, subjects events.Subjects, taskID string) ([]events.Event, error) {
-	var evs []events.Event
-	err := Read(ctx, js, stream, ReadOptions{Filter: subjects.Task(taskID)}, collect(&evs))
-	return evs, err
-}
-
-// LineageHistory reads the events of a task's whole lineage (its root and
-// every descendant) from the log, in log order.
-func LineageHistory(ctx context.Context, js jetstream.JetStream, stream string, subjects events.Subjects, taskID string) ([]events.Event, error) {
-	evs, err := TaskHistory(ctx, js, stream, subjects, taskID)
-	if err != nil || len(evs) == 0 {
-		return nil, err
-	}
-	root := aggregate.Replay(evs)
-	if rootID := root.Spec.RootID; rootID != "" && rootID != taskID {
-		rootEvs, err := TaskHistory(ctx, js, stream, subjects, rootID)
-		if err != nil {
-			return nil, err
-		}
-		if len(rootEvs) > 0 {
-			root = aggregate.Replay(rootEvs)
-		}
-	}
-	return Lineage(ctx, js, stream, subjects, root)
-}
-
-// Lineage reads the events of the lineage root belongs to from the log,
-// in log order. Every descendant is created after its root, by the same
-// customer, so it scans that customer's events from the root's first.
-func Lineage(ctx context.Context, js jetstream.JetStream, stream string, subjects events.Subjects, root aggregate.State) ([]events.Event, error) {
-	if root.Spec.RootID == "" {
-		return nil, nil
-	}
-	var out []events.Event
-	member := map[string]bool{}
-	err := Read(ctx, js, stream, ReadOptions{Filter: subjects.Customer(root.CustomerID), From: root.FirstSeq}, func(m Message) error {
-		ev, err := events.Decode(m.Data)
-		if err != nil {
-			return fmt.Errorf("seq %d: %w", m.Seq, err)
-		}
-		ev.Seq = m.Seq
-		in, seen := member[ev.TaskID]
-		if !seen {
-			// A task's first event decides: only a creation naming the
-			// root (as Apply folds it) joins the lineage.
-			in = creationRoot(ev) == root.Spec.RootID
-			member[ev.TaskID] = in
-		}
-		if in {
-			out = append(out, ev)
-		}
-		return nil
-	})
-	return out, err
-}
-
-func creationRoot(ev events.Event) string {
-	switch p := ev.Data.(type) {
-	case events.TaskScheduled:
-		return p.Spec.RootID
-	case events.AdmissionRejected:
-		return p.Spec.RootID
-	}
-	return ""
-}
-
-// CustomerEvents calls fn for every event of a customer's tasks stored at
-// or after since, in log order.
-func CustomerEvents(ctx context.Context, js jetstream.JetStream, stream string, subjects events.Subjects, customerID string, since time.Time, fn func(events.Event) error) error {
-	return Read(ctx, js, stream, ReadOptions{Filter: subjects.Customer(customerID), Since: since}, func(m Message) error {
-		ev, err := events.Decode(m.Data)
-		if err != nil {
-			return fmt.Errorf("seq %d: %w", m.Seq, err)
-		}
-		ev.Seq = m.Seq
-		return fn(ev)
-	})
-}
-
-func collect(evs *[]events.Event) func(Message) error {
-	return func(m Message) error {
-		ev, err := events.Decode(m.Data)
-		if err != nil {
-			return fmt.Errorf("seq %d: %w", m.Seq, err)
-		}
-		ev.Seq = m.Seq
-		*evs = append(*evs, ev)
-		return nil
-	}
-}
-
-// Verify reads the whole log of stream and checks every invariant.
-func Verify(ctx context.Context, js jetstream.JetStream, stream string, subjects events.Subjects, progress func(seq, last uint64)) (Report, error) {
-	v := NewVerifier(subjects)
-	err := Read(ctx, js, stream, ReadOptions{Progress: progress}, func(m Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
-		return nil
-	})
-	return v.Report(), err
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/testnats"
+	"github.com/taskledger/taskledger/internal/testnode"
 	"github.com/taskledger/taskledger/replay"
 )
 
@@ -37,7 +38,7 @@ func buildLineage(t *testing.T) *lineageLog {
 	svc, op, ctx := r.node.Service, scheduler.Operator, context.Background()
 	const queue = "hist"
 	queued := func(id string) {
-		eventually(t, id+" queued", func() bool {
+		testnode.Eventually(t, id+" queued", func() bool {
 			st, err := svc.Get(ctx, op, id)
 			return err == nil && st.Status == aggregate.StatusQueued
 		})
@@ -75,7 +76,7 @@ func buildLineage(t *testing.T) *lineageLog {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "child result in the root's mailbox", func() bool {
+	testnode.Eventually(t, "child result in the root's mailbox", func() bool {
 		st, err := r.node.Store.Load(ctx, l.root)
 		return err == nil && st.MailIndex(events.ChildResultID(l.child)) > 0
 	})
@@ -94,7 +95,7 @@ func buildLineage(t *testing.T) *lineageLog {
 
 func (l *lineageLog) history(t *testing.T, id string) []events.Event {
 	t.Helper()
-	evs, err := replay.TaskHistory(context.Background(), l.js, l.ns.Stream, l.ns.Subjects, id)
+	evs, err := logOf(l.js, l.ns).Task(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +273,7 @@ func TestHistory(t *testing.T) {
 		if !(root[3].Seq < child[0].Seq && child[len(child)-1].Seq < root[len(root)-1].Seq) {
 			t.Fatalf("root %v and child %v are not interleaved", seqs(root), seqs(child))
 		}
-		if evs, err := replay.LineageHistory(ctx, l.js, l.ns.Stream, l.ns.Subjects, events.NewID()); err != nil || evs != nil {
+		if evs, err := logOf(l.js, l.ns).LineageOf(ctx, events.NewID()); err != nil || evs != nil {
 			t.Fatalf("lineage of an unknown task: %v %v", evs, err)
 		}
 		if evs := l.lineage(t, l.other); len(evs) != 1 || evs[0].TaskID != l.other {
@@ -283,7 +284,7 @@ func TestHistory(t *testing.T) {
 	t.Run("CustomerEventsSince", func(t *testing.T) {
 		customer := func(id string, since time.Time) []events.Event {
 			var evs []events.Event
-			if err := replay.CustomerEvents(ctx, l.js, l.ns.Stream, l.ns.Subjects, id, since, func(ev events.Event) error {
+			if err := logOf(l.js, l.ns).Customer(ctx, id, since, func(ev events.Event) error {
 				evs = append(evs, ev)
 				return nil
 			}); err != nil {
@@ -335,7 +336,7 @@ func TestHistory(t *testing.T) {
 
 func (l *lineageLog) lineage(t *testing.T, id string) []events.Event {
 	t.Helper()
-	evs, err := replay.LineageHistory(context.Background(), l.js, l.ns.Stream, l.ns.Subjects, id)
+	evs, err := logOf(l.js, l.ns).LineageOf(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +351,7 @@ func TestHistoryOfDeliveryOutcomes(t *testing.T) {
 	p := newPlantLog(t)
 	ctx := context.Background()
 	timeline := func(id string) []replay.Entry {
-		evs, err := replay.TaskHistory(ctx, p.js, p.ns.Stream, p.ns.Subjects, id)
+		evs, err := logOf(p.js, p.ns).Task(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -386,7 +387,7 @@ func TestHistoryOfDeliveryOutcomes(t *testing.T) {
 		{events.TypeAdmissionRejected, aggregate.StatusCanceled, []string{"rejected by admission: quota: 1 active root tasks"}},
 	})
 	// A rejected root is its own lineage (history --tree of it).
-	lineage, err := replay.LineageHistory(ctx, p.js, p.ns.Stream, p.ns.Subjects, rejectedID)
+	lineage, err := logOf(p.js, p.ns).LineageOf(ctx, rejectedID)
 	if err != nil || len(lineage) != 1 || lineage[0].TaskID != rejectedID {
 		t.Fatalf("lineage of a rejected root: %v %v", seqs(lineage), err)
 	}

@@ -3,7 +3,6 @@ package replay_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"sync"
 	"testing"
 
@@ -13,8 +12,10 @@ import (
 
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/node"
+	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
 	"github.com/taskledger/taskledger/internal/testnode"
+	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/replay"
 )
 
@@ -48,47 +49,27 @@ type running struct {
 	stop func()     // stops the node and waits; idempotent
 }
 
-// startNode runs a node on ns (a fresh namespace when ns is zero) with
-// snapshots on, and waits until its projections have caught up.
+// startNode runs a node on ns (a fresh namespace when ns is zero) and nc
+// (a new connection when nil) with snapshots on, and waits until its
+// projections have caught up.
 func startNode(t *testing.T, nc *nats.Conn, ns testnats.Namespace, cfgs ...func(*node.Config)) *running {
 	t.Helper()
-	if ns.Stream == "" {
-		ns = testnats.NewNamespace(t)
-	}
-	if nc == nil {
-		nc = testnats.Conn(t)
-	}
 	logs := &logBuffer{}
-	cfg := node.Config{
-		NC: nc, Stream: ns.Stream, ReadyStream: ns.ReadyStream, Subjects: ns.Subjects,
-		Logger: zerolog.New(logs).Level(zerolog.InfoLevel),
-	}
+	opts := []testnode.Option{func(c *node.Config) {
+		if ns.Stream != "" {
+			c.Stream, c.ReadyStream, c.Subjects = ns.Stream, ns.ReadyStream, ns.Subjects
+		}
+		if nc != nil {
+			c.NC = nc
+		}
+		c.Logger = zerolog.New(logs).Level(zerolog.InfoLevel)
+	}}
 	for _, f := range cfgs {
-		f(&cfg)
+		opts = append(opts, f)
 	}
-	n, err := node.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("node stopped with %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	eventually(t, "node caught up", func() bool { return n.Engine.CaughtUp() })
-	return &running{node: n, ns: ns, nc: nc, log: logs, stop: stop}
+	n := testnode.Start(t, opts...)
+	return &running{node: n.Node, ns: n.NS, nc: n.NC, log: logs, stop: n.Stop}
 }
-
-// eventually polls cond until it holds, failing the test after 30s.
-var eventually = testnode.Eventually
 
 // streamState returns the stream's message count and last sequence now.
 func streamState(t testing.TB, js jetstream.JetStream, stream string) (msgs, last uint64) {
@@ -106,15 +87,15 @@ func streamState(t testing.TB, js jetstream.JetStream, stream string) (msgs, las
 
 // readAll returns every message of the stream with its event decoded (nil
 // Data for an undecodable one).
-func readAll(t testing.TB, js jetstream.JetStream, stream string) ([]replay.Message, []events.Event) {
+func readAll(t testing.TB, js jetstream.JetStream, stream string) ([]store.Message, []events.Event) {
 	t.Helper()
-	var msgs []replay.Message
+	var msgs []store.Message
 	var evs []events.Event
-	err := replay.Read(context.Background(), js, stream, replay.ReadOptions{}, func(m replay.Message) error {
+	err := store.Log{JS: js, Stream: stream}.Read(context.Background(), store.ReadOptions{}, func(m store.Message) error {
 		msgs = append(msgs, m)
-		ev, err := events.Decode(m.Data)
-		if err == nil {
-			ev.Seq = m.Seq
+		ev, err := events.DecodeAt(m.Data, m.Seq)
+		if err != nil {
+			ev = events.Event{}
 		}
 		evs = append(evs, ev)
 		return nil
@@ -123,4 +104,28 @@ func readAll(t testing.TB, js jetstream.JetStream, stream string) ([]replay.Mess
 		t.Fatal(err)
 	}
 	return msgs, evs
+}
+
+// mustEngine is projections.New for configurations that are valid.
+func mustEngine(cfg projections.Config) *projections.Engine {
+	e, err := projections.New(cfg)
+	if err != nil {
+		panic(err)
+	}
+	return e
+}
+
+// logOf reads the namespace's stream.
+func logOf(js jetstream.JetStream, ns testnats.Namespace) store.Log {
+	return store.Log{JS: js, Stream: ns.Stream, Subjects: ns.Subjects}
+}
+
+// verifyLog runs the verifier over the whole log, as `replay verify` does.
+func verifyLog(ctx context.Context, log store.Log, progress func(seq, last uint64)) (replay.Report, error) {
+	v := replay.NewVerifier(log.Subjects)
+	err := log.Read(ctx, store.ReadOptions{Progress: progress}, func(m store.Message) error {
+		v.Add(m.Seq, m.Subject, m.Data)
+		return nil
+	})
+	return v.Report(), err
 }

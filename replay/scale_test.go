@@ -15,7 +15,6 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/testnats"
-	"github.com/taskledger/taskledger/replay"
 )
 
 // TestVerifyCleanAtScale drives VERIFY_TASKS tasks (default 1000; the
@@ -89,7 +88,7 @@ func TestVerifyCleanAtScale(t *testing.T) {
 	}
 	msgs, _ := streamState(t, r.node.Store.JetStream(), r.ns.Stream)
 	start := time.Now()
-	report, err := replay.Verify(ctx, r.node.Store.JetStream(), r.ns.Stream, r.ns.Subjects, nil)
+	report, err := verifyLog(ctx, logOf(r.node.Store.JetStream(), r.ns), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

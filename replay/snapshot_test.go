@@ -20,6 +20,7 @@ import (
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
+	"github.com/taskledger/taskledger/internal/testnode"
 	"github.com/taskledger/taskledger/projections"
 )
 
@@ -120,7 +121,7 @@ func settledTraffic(t *testing.T, r *running, n int) {
 		t.Fatal(err)
 	}
 	js := r.node.Store.JetStream()
-	eventually(t, "traffic settled", func() bool {
+	testnode.Eventually(t, "traffic settled", func() bool {
 		_, last := streamState(t, js, r.ns.Stream)
 		e := r.node.Engine
 		return e.Applied() == last && e.TimerLen(projections.Release) == 0 && e.TimerLen(projections.Deliver) == 0 &&
@@ -133,7 +134,7 @@ func settledTraffic(t *testing.T, r *running, n int) {
 // log up to last.
 func rebuiltDigest(t *testing.T, js jetstream.JetStream, ns testnats.Namespace, last uint64) string {
 	t.Helper()
-	e := projections.New(js, projections.Config{Stream: ns.Stream, Subjects: ns.Subjects})
+	e := mustEngine(projections.Config{JS: js, Stream: ns.Stream, Subjects: ns.Subjects})
 	if err := e.RebuildTo(context.Background(), last, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +271,7 @@ func TestSnapshotRecovery(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e := projections.New(js, projections.Config{Stream: longer.Stream, Subjects: longer.Subjects, Snapshots: scratch})
+		e := mustEngine(projections.Config{JS: js, Stream: longer.Stream, Subjects: longer.Subjects, Snapshots: scratch})
 		if err := e.RebuildTo(ctx, otherLast, nil); err != nil {
 			t.Fatal(err)
 		}

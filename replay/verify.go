@@ -1,6 +1,7 @@
-// Package replay reads the log directly for auditors and operators: a
-// task's full history as a timeline, a verifier that proves the log keeps
-// every invariant of DESIGN.md, and the stream reader both use.
+// Package replay is for auditors: a task's history as a timeline with the
+// status after each event, and a verifier that proves the log keeps every
+// invariant of the design. It reads no log itself; callers feed it events
+// (internal/store reads them).
 package replay
 
 import (
@@ -47,7 +48,7 @@ func (r Report) Clean() bool { return len(r.Violations) == 0 }
 // Verifier checks a log fed to it in stream order. Each event must be
 // exactly the event the aggregate's Decide would produce for the command
 // it records, on the state the task's earlier events give; on top of that
-// it checks what DESIGN.md promises explicitly (tokens, numbering,
+// it checks what the design promises explicitly (tokens, numbering,
 // terminal states) so a violation is named precisely. Not safe for
 // concurrent use.
 type Verifier struct {
@@ -79,12 +80,11 @@ func (v *Verifier) fail(seq uint64, taskID, kind, format string, args ...any) {
 func (v *Verifier) Add(seq uint64, subject string, data []byte) {
 	v.report.Events++
 	v.report.LastSeq = seq
-	ev, err := events.Decode(data)
+	ev, err := events.DecodeAt(data, seq)
 	if err != nil {
 		v.fail(seq, taskFromSubject(subject), Undecodable, "%v", err)
 		return
 	}
-	ev.Seq = seq
 	if want := v.subjects.Event(ev.CustomerID, ev.TaskID); subject != want {
 		v.fail(seq, ev.TaskID, WrongSubject, "stored on %s, belongs on %s", subject, want)
 	}

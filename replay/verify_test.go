@@ -22,6 +22,7 @@ import (
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
+	"github.com/taskledger/taskledger/internal/testnode"
 	"github.com/taskledger/taskledger/replay"
 )
 
@@ -205,7 +206,7 @@ func TestVerifyRealTraffic(t *testing.T) {
 	if id == "" {
 		t.Fatal("the timeout task was never claimed")
 	}
-	eventually(t, "task with timeoutSeconds 1 timed out", func() bool {
+	testnode.Eventually(t, "task with timeoutSeconds 1 timed out", func() bool {
 		st, err := r.node.Store.Load(ctx, id)
 		return err == nil && st.Status == aggregate.StatusTimedOut
 	})
@@ -217,7 +218,7 @@ func TestVerifyRealTraffic(t *testing.T) {
 	}
 	msgs, last := streamState(t, js, r.ns.Stream)
 	var progressed atomic.Uint64
-	report, err := replay.Verify(ctx, js, r.ns.Stream, r.ns.Subjects, func(seq, last uint64) { progressed.Store(seq) })
+	report, err := verifyLog(ctx, logOf(js, r.ns), func(seq, last uint64) { progressed.Store(seq) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +450,7 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	expect(p.plant(p.subject(reader), p.encode(reader, 1, events.MailboxRead{Cursor: 1})), reader.TaskID, replay.NoCreation)
 
 	msgs, last := streamState(t, p.js, p.ns.Stream)
-	report, err := replay.Verify(context.Background(), p.js, p.ns.Stream, p.ns.Subjects, nil)
+	report, err := verifyLog(context.Background(), logOf(p.js, p.ns), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/node"
+	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/replay"
 )
@@ -89,11 +90,12 @@ func historyCommand(ctx context.Context, args []string, stdout io.Writer) error 
 			return err
 		}
 		defer closeLog()
-		read := replay.TaskHistory
+		log := store.Log{JS: js, Stream: off.nf.stream}
+		read := log.Task
 		if *tree {
-			read = replay.LineageHistory
+			read = log.LineageOf
 		}
-		evs, err := read(ctx, js, off.nf.stream, events.DefaultSubjects, id)
+		evs, err := read(ctx, id)
 		if err != nil {
 			return err
 		}
@@ -157,7 +159,7 @@ func customerHistory(ctx context.Context, stdout io.Writer, cf clientFlags, off 
 	}
 	defer closeLog()
 	states := replay.NewStatusTracker()
-	return replay.CustomerEvents(ctx, js, off.nf.stream, events.DefaultSubjects, customer, since, func(ev events.Event) error {
+	return store.Log{JS: js, Stream: off.nf.stream}.Customer(ctx, customer, since, func(ev events.Event) error {
 		return emit(states.Entry(ev))
 	})
 }
@@ -189,7 +191,12 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer closeLog()
 	bar := newProgress("verify")
-	report, err := replay.Verify(ctx, js, off.nf.stream, events.DefaultSubjects, bar.update)
+	v := replay.NewVerifier(events.DefaultSubjects)
+	err = store.Log{JS: js, Stream: off.nf.stream}.Read(ctx, store.ReadOptions{Progress: bar.update}, func(m store.Message) error {
+		v.Add(m.Seq, m.Subject, m.Data)
+		return nil
+	})
+	report := v.Report()
 	bar.done()
 	if err != nil {
 		return err
@@ -281,7 +288,10 @@ func rebuildCommand(ctx context.Context, args []string, stdout io.Writer) error 
 		return err
 	}
 	last := stream.CachedInfo().State.LastSeq
-	eng := projections.New(js, projections.Config{Stream: off.nf.stream, Snapshots: snaps, Retain: *retain})
+	eng, err := projections.New(projections.Config{JS: js, Stream: off.nf.stream, Snapshots: snaps, Retain: *retain})
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	bar := newProgress("rebuild")
 	if err := eng.RebuildTo(ctx, last, bar.update); err != nil {

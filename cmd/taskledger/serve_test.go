@@ -20,7 +20,7 @@ import (
 )
 
 // `taskledger serve` refuses to listen beyond loopback without an auth
-// file (API.md, Auth), and refuses a malformed auth file naming the line.
+// file, and refuses a malformed auth file naming the line.
 
 // serveOutput runs `taskledger serve args...` with env added, expecting it
 // to exit on its own within 30s, and returns its exit code and stderr.

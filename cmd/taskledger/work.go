@@ -73,7 +73,11 @@ func workCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		})
 	}
 	log.Info().Str("queue", *queue).Str("exec", *command).Msg("worker started")
-	return executor.NewWorker(cfg, h).Run(ctx)
+	w, err := executor.NewWorker(cfg, h)
+	if err != nil {
+		return err
+	}
+	return w.Run(ctx)
 }
 
 // runCommand runs command for one task in its own process group, streams

@@ -14,7 +14,6 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/store"
-	"github.com/taskledger/taskledger/replay"
 )
 
 // asyncInFlight bounds the async appends awaiting their acks.
@@ -153,12 +152,12 @@ func (p *asyncPublisher) wait(ctx context.Context) error {
 }
 
 // rawRead reads every event of stream with an ordered consumer, as
-// replay.Read does, doing nothing with them, and returns messages/s and
+// store.Log.Read does, doing nothing with them, and returns messages/s and
 // the count.
 func rawRead(ctx context.Context, js jetstream.JetStream, stream string, subj events.Subjects) (float64, int, error) {
 	n := 0
 	start := time.Now()
-	err := replay.Read(ctx, js, stream, replay.ReadOptions{Filter: subj.Events()}, func(replay.Message) error {
+	err := store.Log{JS: js, Stream: stream, Subjects: subj}.Read(ctx, store.ReadOptions{Filter: subj.Events()}, func(store.Message) error {
 		n++
 		return nil
 	})

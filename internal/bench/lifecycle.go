@@ -92,10 +92,13 @@ func (r *run) runLifecycle(ctx context.Context, n int, apiOf func(i int) executo
 	defer wg.Wait()
 	defer stopWorkers()
 	for w := range workers {
-		wk := executor.NewWorker(executor.WorkerConfig{
+		wk, err := executor.NewWorker(executor.WorkerConfig{
 			API: counted{apiOf(schedulers + w), done}, Queue: "default", ExecutorID: fmt.Sprintf("bench-%d", w),
 			Concurrency: workerSlots, PollWait: pollWait, Logger: logger,
 		}, noop)
+		if err != nil {
+			return lifecycleRun{}, err
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -51,7 +51,10 @@ func (r *run) memory(ctx context.Context) error {
 	// figure is read after a full collection either way.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	before := heapAlloc()
-	eng := projections.New(nil, projections.Config{Logger: discardLogger})
+	eng, err := projections.New(projections.Config{Logger: discardLogger})
+	if err != nil {
+		return err
+	}
 	seq := uint64(0)
 	start := time.Now()
 	for i := range n {

@@ -113,7 +113,10 @@ func BenchmarkApplyProjection(b *testing.B) {
 	for b.Loop() {
 		if i%tasks == 0 {
 			b.StopTimer()
-			eng = projections.New(nil, projections.Config{Logger: discardLogger})
+			var err error
+			if eng, err = projections.New(projections.Config{Logger: discardLogger}); err != nil {
+				b.Fatal(err)
+			}
 			b.StartTimer()
 		}
 		for _, data := range encoded[i%tasks] {

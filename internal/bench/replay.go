@@ -116,7 +116,10 @@ func (r *run) replay(ctx context.Context, nc *nats.Conn) error {
 
 	// Every task is finished here; the projections keep them all, so
 	// each event's fold is measured and loads find every customer.
-	eng := projections.New(st.JetStream(), projections.Config{Stream: stream, Subjects: st.Subjects(), Logger: discardLogger, Retain: keepAll})
+	eng, err := projections.New(projections.Config{JS: st.JetStream(), Stream: stream, Subjects: st.Subjects(), Logger: discardLogger, Retain: keepAll})
+	if err != nil {
+		return err
+	}
 	cpu, start = processCPU(), time.Now()
 	if err := eng.RebuildTo(ctx, last, nil); err != nil {
 		return err
@@ -175,7 +178,10 @@ const keepAll = -1
 // event) and from a snapshot written by eng.
 func (r *run) startup(ctx context.Context, eng *projections.Engine, st *store.Store, stream string) error {
 	snaps := &memorySnapshots{}
-	writer := projections.New(st.JetStream(), projections.Config{Stream: stream, Subjects: st.Subjects(), Logger: discardLogger, Snapshots: snaps, Retain: keepAll})
+	writer, err := projections.New(projections.Config{JS: st.JetStream(), Stream: stream, Subjects: st.Subjects(), Logger: discardLogger, Snapshots: snaps, Retain: keepAll})
+	if err != nil {
+		return err
+	}
 	if err := writer.RebuildTo(ctx, eng.Applied(), nil); err != nil {
 		return err
 	}
@@ -187,18 +193,19 @@ func (r *run) startup(ctx context.Context, eng *projections.Engine, st *store.St
 		name  string
 		snaps projections.SnapshotStore
 	}{{FigStartCold, nil}, {FigStartSnapshot, snaps}} {
-		e := projections.New(st.JetStream(), projections.Config{Stream: stream, Subjects: st.Subjects(), Logger: discardLogger, Snapshots: c.snaps, Retain: keepAll})
+		e, err := projections.New(projections.Config{JS: st.JetStream(), Stream: stream, Subjects: st.Subjects(), Logger: discardLogger, Snapshots: c.snaps, Retain: keepAll})
+		if err != nil {
+			return err
+		}
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		start := time.Now()
 		go func() { done <- e.Run(runCtx) }()
-		for !e.CaughtUp() {
-			select {
-			case err := <-done:
-				cancel()
-				return fmt.Errorf("%s: engine stopped: %w", c.name, err)
-			case <-time.After(time.Millisecond):
-			}
+		select {
+		case err := <-done:
+			cancel()
+			return fmt.Errorf("%s: engine stopped: %v", c.name, err)
+		case <-e.Ready():
 		}
 		took := time.Since(start)
 		cancel()

@@ -73,7 +73,7 @@ func abuseDo(t *testing.T, b *bundle, method, path string, body []byte, header m
 }
 
 // requireClientError asserts a 4xx answer whose status is one of statuses
-// (any 4xx if none) with the JSON error body of API.md.
+// (any 4xx if none) with the JSON error body.
 func requireClientError(t *testing.T, a rawAnswer, statuses ...int) {
 	t.Helper()
 	ok := a.status >= 400 && a.status < 500 && len(statuses) == 0

@@ -15,7 +15,7 @@ import (
 	"github.com/taskledger/taskledger/internal/node"
 )
 
-// Tenant isolation and bearer-token auth (API.md, Auth): a customer token
+// Tenant isolation and bearer-token auth a customer token
 // sees and touches only that customer's tasks, everything else answers
 // 404 as if the task did not exist; no valid token is a 401 on every /v1
 // route.

@@ -46,11 +46,18 @@ func TestCheckFailsOpen(t *testing.T) {
 	ctx := context.Background()
 
 	metrics := scheduler.NewMetrics(nil)
-	svc := scheduler.New(scheduler.Config{
+	svc, err := scheduler.New(scheduler.Config{
 		Store: b.node.Store, Views: brokenLineage{b.node.Engine}, JS: b.node.Store.JetStream(),
 		Logger: zerolog.Nop(), Metrics: metrics,
 	})
-	srv := httptest.NewServer(httpapi.NewHandler(httpapi.ServerConfig{Service: svc, Ready: b.node.Engine}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := httpapi.NewHandler(httpapi.ServerConfig{Service: svc, Ready: b.node.Engine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	faulty := api.NewClient(srv.URL, "")
 	t.Cleanup(faulty.HTTP.CloseIdleConnections)

@@ -12,7 +12,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 )
 
-// Helpers shared by the end-to-end tests of the HTTP contract (API.md).
+// Helpers shared by the end-to-end tests of the HTTP contract.
 
 // text is a one-part text message with id.
 func text(id, s string) events.Message {
@@ -112,7 +112,7 @@ func rawDo(t *testing.T, b *bundle, method, path, body string) rawAnswer {
 }
 
 // requireErrorBody asserts a non-2xx answer with status and the JSON error
-// body of API.md: {"error": code, "message": "..."}.
+// body: {"error": code, "message": "..."}.
 func requireErrorBody(t *testing.T, a rawAnswer, status int, code string) {
 	t.Helper()
 	if a.status != status {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -19,13 +18,13 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
-	"github.com/taskledger/taskledger/internal/testnats"
+	"github.com/taskledger/taskledger/internal/testnode"
 )
 
 // Fuzz targets for the decoding of HTTP requests: each sends the fuzzed
 // bytes through the API handler of a real node (one per target, started
 // once) with an httptest.ResponseRecorder, and asserts the contract of
-// API.md: no panic, and either a 2xx with a JSON body or a 4xx with the
+// The contract: no panic, and either a 2xx with a JSON body or a 4xx with the
 // JSON error body. A 503 "unavailable" is allowed too (a write that met a
 // concurrent one of the alarm's); a 500 never is.
 
@@ -37,36 +36,10 @@ type fuzzNode struct {
 // startFuzzNode starts a node on a fresh namespace, stopped when tb ends.
 func startFuzzNode(tb testing.TB) *fuzzNode {
 	tb.Helper()
-	ns := testnats.NewNamespace(tb)
-	n, err := node.New(context.Background(), node.Config{
-		NC: testnats.Conn(tb), Stream: ns.Stream, ReadyStream: ns.ReadyStream, Subjects: ns.Subjects,
-		Logger: zerolog.New(zerolog.NewTestWriter(tb)).Level(zerolog.ErrorLevel),
+	n := testnode.Start(tb, func(c *node.Config) {
+		c.Logger = zerolog.New(zerolog.NewTestWriter(tb)).Level(zerolog.ErrorLevel)
 	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	tb.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			tb.Errorf("node stopped with %v", err)
-		}
-	})
-	fuzzEventually(tb, "node caught up", n.Engine.CaughtUp)
-	return &fuzzNode{Node: n}
-}
-
-func fuzzEventually(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	return &fuzzNode{Node: n.Node}
 }
 
 // queued schedules a task on queue as the operator and waits until its
@@ -78,7 +51,7 @@ func (n *fuzzNode) queued(tb testing.TB, queue string) aggregate.State {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	fuzzEventually(tb, "task "+st.TaskID+" queued", func() bool {
+	testnode.Eventually(tb, "task "+st.TaskID+" queued", func() bool {
 		if st, err = n.Service.Get(ctx, scheduler.Operator, st.TaskID); err != nil {
 			tb.Fatal(err)
 		}

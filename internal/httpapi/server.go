@@ -52,8 +52,15 @@ type ServerConfig struct {
 	MaxInFlight int
 }
 
-// NewHandler returns the API's http.Handler. It is safe for concurrent use.
-func NewHandler(cfg ServerConfig) http.Handler {
+// NewHandler returns the API's http.Handler. It is safe for concurrent
+// use. cfg.Service and cfg.Ready are required.
+func NewHandler(cfg ServerConfig) (http.Handler, error) {
+	if cfg.Service == nil {
+		return nil, errors.New("httpapi: ServerConfig.Service is required")
+	}
+	if cfg.Ready == nil {
+		return nil, errors.New("httpapi: ServerConfig.Ready is required")
+	}
 	h := &handler{ServerConfig: cfg}
 	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = 1024
@@ -94,7 +101,7 @@ func NewHandler(cfg ServerConfig) http.Handler {
 	csrf.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.ErrForbidden)
 	}))
-	return recoverer(cfg.Logger, csrf.Handler(mux))
+	return recoverer(cfg.Logger, csrf.Handler(mux)), nil
 }
 
 type handler struct {

@@ -13,7 +13,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 )
 
-// badIDs are ids API.md refuses with a 400: characters a NATS subject
+// badIDs are ids the API refuses with a 400: characters a NATS subject
 // would give meaning to, a space, and one character too many.
 var badIDs = []struct{ name, id string }{
 	{"Dot", "a.b"},
@@ -195,7 +195,7 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 	}
 }
 
-// TestLimitsAreInclusive checks that the largest accepted values of API.md
+// TestLimitsAreInclusive checks that the largest documented values
 // are accepted.
 func TestLimitsAreInclusive(t *testing.T) {
 	t.Parallel()

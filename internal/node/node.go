@@ -65,11 +65,14 @@ type Node struct {
 
 // New opens the streams and builds the parts. Run starts them.
 func New(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.NC == nil {
+		return nil, errors.New("node: Config.NC is required")
+	}
 	if cfg.Stream == "" {
-		cfg.Stream = "TASKLEDGER"
+		cfg.Stream = events.DefaultStream
 	}
 	if cfg.ReadyStream == "" {
-		cfg.ReadyStream = cfg.Stream + "_READY"
+		cfg.ReadyStream = events.ReadyStreamName(cfg.Stream)
 	}
 	if cfg.Subjects.Root == "" {
 		cfg.Subjects = events.DefaultSubjects
@@ -93,7 +96,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	pcfg := projections.Config{
-		Stream: cfg.Stream, Subjects: cfg.Subjects, Logger: cfg.Logger,
+		JS: st.JetStream(), Stream: cfg.Stream, Subjects: cfg.Subjects, Logger: cfg.Logger,
 		SnapshotEvery: cfg.SnapshotEvery, SnapshotInterval: cfg.SnapshotInterval, Retain: cfg.Retain,
 	}
 	if !cfg.NoSnapshots {
@@ -104,27 +107,49 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		pcfg.Snapshots = snaps
 	}
-	eng = projections.New(st.JetStream(), pcfg)
+	n, err := build(cfg, st, pcfg)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	eng = n.Engine
+	return n, nil
+}
+
+// build makes the parts on an open store.
+func build(cfg Config, st *store.Store, pcfg projections.Config) (*Node, error) {
+	eng, err := projections.New(pcfg)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Registry == nil {
 		cfg.Registry = newRegistry(eng)
 	}
-	svc := scheduler.New(scheduler.Config{
-		Store: st, Views: eng, JS: st.JetStream(), Stream: cfg.Stream, ReadyStream: cfg.ReadyStream, Subjects: cfg.Subjects,
+	svc, err := scheduler.New(scheduler.Config{
+		Store: st, Views: eng, JS: st.JetStream(), ReadyStream: cfg.ReadyStream, Subjects: cfg.Subjects,
 		Usage: eng, Admission: cfg.Admission, Logger: cfg.Logger, Metrics: scheduler.NewMetrics(cfg.Registry),
 	})
+	if err != nil {
+		return nil, err
+	}
 	alarmCfg := cfg.Alarm
+	alarmCfg.Store, alarmCfg.Projection = st, eng
+	alarmCfg.Publisher = reactors.ReadyPublisher{JS: st.JetStream(), Subjects: cfg.Subjects}
 	alarmCfg.Logger, alarmCfg.Now = cfg.Logger, cfg.Now
 	if alarmCfg.Observe == nil {
 		alarmCfg.Observe = observeAlarm(cfg.Registry)
 	}
-	n := &Node{
-		cfg: cfg, Store: st, Engine: eng, Service: svc,
-		alarm: reactors.NewAlarm(alarmCfg, st, eng, reactors.ReadyPublisher{JS: st.JetStream(), Subjects: cfg.Subjects}),
-		Handler: httpapi.NewHandler(httpapi.ServerConfig{
-			Service: svc, Ready: eng, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Logger: cfg.Logger, MaxInFlight: cfg.MaxInFlight,
-		}),
+	alarm, err := reactors.NewAlarm(alarmCfg)
+	if err != nil {
+		return nil, err
 	}
-	return n, nil
+	handler, err := httpapi.NewHandler(httpapi.ServerConfig{
+		Service: svc, Ready: eng, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Logger: cfg.Logger, MaxInFlight: cfg.MaxInFlight,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, alarm: alarm, Handler: handler}, nil
 }
 
 // Run runs the projection engine and, once it has caught up with the log,
@@ -146,20 +171,13 @@ func (n *Node) Run(ctx context.Context) error {
 		defer stopEngine()
 		// Recovery: the alarm starts once the projections hold every
 		// release, pending delivery and deadline the log had at start.
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for !n.Engine.CaughtUp() {
-			select {
-			case <-gctx.Done():
-				return nil
-			case <-tick.C:
-			}
+		select {
+		case <-gctx.Done():
+			return nil
+		case <-n.Engine.Ready():
 		}
 		n.cfg.Logger.Info().Uint64("applied", n.Engine.Applied()).Msg("projections ready; alarm armed")
-		if err := n.alarm.Run(gctx); !errors.Is(err, context.Canceled) {
-			return err
-		}
-		return nil
+		return n.alarm.Run(gctx)
 	})
 	return g.Wait()
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/taskledger/taskledger/internal/crashpoint"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
-	"github.com/taskledger/taskledger/replay"
 )
 
 // Errors the service adds to the aggregate's.
@@ -37,6 +36,11 @@ type Store interface {
 	Load(ctx context.Context, taskID string) (aggregate.State, error)
 	History(ctx context.Context, taskID string) ([]events.Event, error)
 	Event(ctx context.Context, seq uint64) (events.Event, error)
+	// Lineage returns the events of the lineage root heads, in log order.
+	Lineage(ctx context.Context, root aggregate.State) ([]events.Event, error)
+	// CustomerEvents calls fn for every event of a customer's tasks
+	// stored at or after since, in log order.
+	CustomerEvents(ctx context.Context, customerID string, since time.Time, fn func(events.Event) error) error
 	Now() time.Time
 }
 
@@ -54,9 +58,8 @@ type Views interface {
 type Config struct {
 	Store       Store
 	Views       Views
-	JS          jetstream.JetStream // for claims/next and log reads
-	Stream      string              // the event stream
-	ReadyStream string              // the ready notification stream
+	JS          jetstream.JetStream // for claims/next
+	ReadyStream string              // the ready notification stream; default events.DefaultStream's
 	Subjects    events.Subjects
 	Usage       Usage // for admission quotas; nil disables them
 	Admission   Admission
@@ -79,8 +82,19 @@ type Service struct {
 	close   context.CancelFunc
 }
 
-// New returns a Service.
-func New(cfg Config) *Service {
+// New returns a Service. Store, Views and JS are required.
+func New(cfg Config) (*Service, error) {
+	switch {
+	case cfg.Store == nil:
+		return nil, errors.New("scheduler: Config.Store is required")
+	case cfg.Views == nil:
+		return nil, errors.New("scheduler: Config.Views is required")
+	case cfg.JS == nil:
+		return nil, errors.New("scheduler: Config.JS is required")
+	}
+	if cfg.ReadyStream == "" {
+		cfg.ReadyStream = events.ReadyStreamName(events.DefaultStream)
+	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
 	}
@@ -94,7 +108,7 @@ func New(cfg Config) *Service {
 		cfg.Metrics = NewMetrics(nil)
 	}
 	closing, close := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, consumers: consumers{m: make(map[string]jetstream.Consumer)}, closing: closing, close: close}
+	return &Service{cfg: cfg, consumers: consumers{m: make(map[string]jetstream.Consumer)}, closing: closing, close: close}, nil
 }
 
 // Close ends every long poll in progress (they answer "nothing ready") so
@@ -122,7 +136,7 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", aggregate.ErrInvalid, fmt.Sprintf(format, args...))
 }
 
-// ScheduleRequest is a request for a new task (API.md, POST /v1/tasks).
+// ScheduleRequest is a request for a new task (POST /v1/tasks).
 type ScheduleRequest struct {
 	CustomerID     string
 	ParentID       string
@@ -160,7 +174,7 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 		}
 		if parent.Status.Terminal() {
 			// A repeated requestId answers the child it created before the
-			// parent ended (API.md: 200 existing task), not a conflict.
+			// parent ended (answered 200 with the existing task), not a conflict.
 			if req.RequestID != "" {
 				if st, found, err := s.repeated(ctx, taskID); found || err != nil {
 					return st, false, err
@@ -458,7 +472,7 @@ func (s *Service) lineageFromLog(ctx context.Context, st aggregate.State) ([]eve
 			return nil, s.unavailable(err)
 		}
 	}
-	evs, err := replay.Lineage(ctx, s.cfg.JS, s.cfg.Stream, s.cfg.Subjects, root)
+	evs, err := s.cfg.Store.Lineage(ctx, root)
 	if err != nil {
 		return nil, s.unavailable(err)
 	}
@@ -471,7 +485,7 @@ func (s *Service) CustomerEvents(ctx context.Context, p Principal, customerID st
 	if !p.IsOperator() && p.CustomerID != customerID {
 		return fmt.Errorf("%w: customer %s", aggregate.ErrNotFound, customerID)
 	}
-	if err := replay.CustomerEvents(ctx, s.cfg.JS, s.cfg.Stream, s.cfg.Subjects, customerID, since, fn); err != nil {
+	if err := s.cfg.Store.CustomerEvents(ctx, customerID, since, fn); err != nil {
 		return s.unavailable(err)
 	}
 	return nil

@@ -50,7 +50,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.Stream == "" {
-		c.Stream = "TASKLEDGER"
+		c.Stream = events.DefaultStream
 	}
 	if c.Subjects.Root == "" {
 		c.Subjects = events.DefaultSubjects
@@ -134,6 +134,21 @@ func (s *Store) Stream() jetstream.Stream { return s.stream }
 // Subjects returns the subjects the store writes.
 func (s *Store) Subjects() events.Subjects { return s.cfg.Subjects }
 
+// Log returns a reader of the store's whole stream.
+func (s *Store) Log() Log { return Log{JS: s.js, Stream: s.cfg.Stream, Subjects: s.cfg.Subjects} }
+
+// Lineage returns the events of the lineage root heads, in log order
+// (Log.Lineage).
+func (s *Store) Lineage(ctx context.Context, root aggregate.State) ([]events.Event, error) {
+	return s.Log().Lineage(ctx, root)
+}
+
+// CustomerEvents calls fn for every event of a customer's tasks stored at
+// or after since, in log order (Log.Customer).
+func (s *Store) CustomerEvents(ctx context.Context, customerID string, since time.Time, fn func(events.Event) error) error {
+	return s.Log().Customer(ctx, customerID, since, fn)
+}
+
 // Now returns the store's clock reading.
 func (s *Store) Now() time.Time { return s.cfg.Now() }
 
@@ -173,11 +188,10 @@ func (s *Store) replay(ctx context.Context, taskID string, fn func(events.Event)
 		fetch = s.get.fetchCurrent
 	}
 	return fetch(ctx, subject, 0, func(seq uint64, data []byte) error {
-		ev, err := events.Decode(data)
+		ev, err := events.DecodeAt(data, seq)
 		if err != nil {
 			return fmt.Errorf("store: task %s seq %d: %w", taskID, seq, err)
 		}
-		ev.Seq = seq
 		fn(ev)
 		return nil
 	})
@@ -189,11 +203,10 @@ func (s *Store) Event(ctx context.Context, seq uint64) (events.Event, error) {
 	if err != nil {
 		return events.Event{}, fmt.Errorf("store: get seq %d: %w", seq, err)
 	}
-	ev, err := events.Decode(msg.Data)
+	ev, err := events.DecodeAt(msg.Data, seq)
 	if err != nil {
 		return events.Event{}, fmt.Errorf("store: seq %d: %w", seq, err)
 	}
-	ev.Seq = seq
 	return ev, nil
 }
 
@@ -278,11 +291,10 @@ func (s *Store) catchUp(ctx context.Context, st aggregate.State, ev events.Event
 		if err != nil || !ok {
 			return st, landed, err
 		}
-		e, err := events.Decode(data)
+		e, err := events.DecodeAt(data, seq)
 		if err != nil {
 			return st, landed, fmt.Errorf("store: task %s seq %d: %w", ev.TaskID, seq, err)
 		}
-		e.Seq = seq
 		if e.ID == ev.ID {
 			landed = seq
 		}

@@ -74,7 +74,11 @@ func Start(t testing.TB, opts ...Option) *Node {
 		})
 	}
 	t.Cleanup(stop)
-	Eventually(t, "node caught up", n.Engine.CaughtUp)
+	select {
+	case <-n.Engine.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("timed out waiting for the node's projections to catch up")
+	}
 	return &Node{Node: n, NS: ns, NC: cfg.NC, Client: client, URL: srv.URL, Stop: stop}
 }
 

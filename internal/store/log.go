@@ -1,0 +1,208 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+)
+
+// Message is one stored message of the log.
+type Message struct {
+	Seq     uint64
+	Subject string
+	Data    []byte
+	Time    time.Time
+}
+
+// ReadOptions select what Read delivers.
+type ReadOptions struct {
+	Filter string    // subject filter; default every subject of the stream
+	Since  time.Time // start at the first message stored at or after Since
+	From   uint64    // start at this sequence (if Since is zero)
+	// Progress, if set, is called about every 50,000 messages and at the
+	// end with the sequence reached and the stream's last sequence.
+	Progress func(seq, last uint64)
+}
+
+// Log reads the event stream in log order: whole, by task, by lineage or
+// by customer. It needs no Store, so offline tools read a log they have
+// not opened for writing. It is safe for concurrent use.
+type Log struct {
+	JS       jetstream.JetStream
+	Stream   string          // default events.DefaultStream
+	Subjects events.Subjects // default events.DefaultSubjects
+}
+
+func (l Log) withDefaults() Log {
+	if l.Stream == "" {
+		l.Stream = events.DefaultStream
+	}
+	if l.Subjects.Root == "" {
+		l.Subjects = events.DefaultSubjects
+	}
+	return l
+}
+
+// Read calls fn for every stored message o selects, in order, up to the
+// last sequence the stream held when Read started. It stops at the first
+// error fn returns, or when ctx ends (returning ctx.Err()).
+func (l Log) Read(ctx context.Context, o ReadOptions, fn func(Message) error) error {
+	l = l.withDefaults()
+	js, stream := l.JS, l.Stream
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("store: stream %s: %w", stream, err)
+	}
+	last := s.CachedInfo().State.LastSeq
+	if last == 0 || s.CachedInfo().State.Msgs == 0 {
+		return nil
+	}
+	cfg := jetstream.OrderedConsumerConfig{}
+	if o.Filter != "" {
+		cfg.FilterSubjects = []string{o.Filter}
+	}
+	if !o.Since.IsZero() {
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &o.Since
+	} else if o.From > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, o.From
+	}
+	cons, err := js.OrderedConsumer(ctx, stream, cfg)
+	if err != nil {
+		return fmt.Errorf("store: consumer: %w", err)
+	}
+	// Read stops where the stream ended when it started, or earlier when
+	// the consumer reports no more matching messages pending.
+	if info, err := cons.Info(ctx); err != nil {
+		return fmt.Errorf("store: consumer info: %w", err)
+	} else if info.NumPending == 0 {
+		return nil
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("store: read: %w", err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return err
+		}
+		seq := meta.Sequence.Stream
+		if seq > last {
+			break
+		}
+		if err := fn(Message{Seq: seq, Subject: msg.Subject(), Data: msg.Data(), Time: meta.Timestamp}); err != nil {
+			return err
+		}
+		if o.Progress != nil && seq%50000 == 0 {
+			o.Progress(seq, last)
+		}
+		if seq == last || meta.NumPending == 0 {
+			break
+		}
+	}
+	if o.Progress != nil {
+		o.Progress(last, last)
+	}
+	return nil
+}
+
+// Events calls fn for every decoded event o selects, in order; an event
+// that does not decode ends the read with its sequence in the error.
+func (l Log) Events(ctx context.Context, o ReadOptions, fn func(events.Event) error) error {
+	return l.Read(ctx, o, func(m Message) error {
+		ev, err := events.DecodeAt(m.Data, m.Seq)
+		if err != nil {
+			return fmt.Errorf("store: seq %d: %w", m.Seq, err)
+		}
+		return fn(ev)
+	})
+}
+
+// Task returns one task's events in log order (none for an unknown id).
+func (l Log) Task(ctx context.Context, taskID string) ([]events.Event, error) {
+	l = l.withDefaults()
+	var evs []events.Event
+	err := l.Events(ctx, ReadOptions{Filter: l.Subjects.Task(taskID)}, func(ev events.Event) error {
+		evs = append(evs, ev)
+		return nil
+	})
+	return evs, err
+}
+
+// LineageOf returns the events of the whole lineage taskID belongs to
+// (its root and every descendant), in log order; nil for an unknown id.
+func (l Log) LineageOf(ctx context.Context, taskID string) ([]events.Event, error) {
+	evs, err := l.Task(ctx, taskID)
+	if err != nil || len(evs) == 0 {
+		return nil, err
+	}
+	root := aggregate.Replay(evs)
+	if rootID := root.Spec.RootID; rootID != "" && rootID != taskID {
+		rootEvs, err := l.Task(ctx, rootID)
+		if err != nil {
+			return nil, err
+		}
+		if len(rootEvs) > 0 {
+			root = aggregate.Replay(rootEvs)
+		}
+	}
+	return l.Lineage(ctx, root)
+}
+
+// Lineage returns the events of the lineage root heads, in log order.
+// Every descendant is created after its root, by the same customer, so it
+// scans that customer's events from the root's first.
+func (l Log) Lineage(ctx context.Context, root aggregate.State) ([]events.Event, error) {
+	l = l.withDefaults()
+	if root.Spec.RootID == "" {
+		return nil, nil
+	}
+	var out []events.Event
+	member := map[string]bool{}
+	err := l.Events(ctx, ReadOptions{Filter: l.Subjects.Customer(root.CustomerID), From: root.FirstSeq}, func(ev events.Event) error {
+		in, seen := member[ev.TaskID]
+		if !seen {
+			// A task's first event decides: only a creation naming the
+			// root (as Apply folds it) joins the lineage.
+			in = creationRoot(ev) == root.Spec.RootID
+			member[ev.TaskID] = in
+		}
+		if in {
+			out = append(out, ev)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func creationRoot(ev events.Event) string {
+	switch p := ev.Data.(type) {
+	case events.TaskScheduled:
+		return p.Spec.RootID
+	case events.AdmissionRejected:
+		return p.Spec.RootID
+	}
+	return ""
+}
+
+// Customer calls fn for every event of a customer's tasks stored at or
+// after since (zero: all), in log order.
+func (l Log) Customer(ctx context.Context, customerID string, since time.Time, fn func(events.Event) error) error {
+	l = l.withDefaults()
+	return l.Events(ctx, ReadOptions{Filter: l.Subjects.Customer(customerID), Since: since}, fn)
+}
