@@ -2,7 +2,9 @@ package scheduler_test
 
 import (
 	"context"
+	"errors"
 	"math"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/projections"
@@ -69,6 +72,7 @@ func TestScheduleValidation(t *testing.T) {
 		{"DelayNegative", operator, scheduler.ScheduleRequest{DelaySeconds: new(-0.5)}, aggregate.ErrInvalid},
 		{"DelayOverAYear", operator, scheduler.ScheduleRequest{DelaySeconds: new(float64(yearSeconds) + 1)}, aggregate.ErrInvalid},
 		{"DelayInfinite", operator, scheduler.ScheduleRequest{DelaySeconds: new(math.Inf(1))}, aggregate.ErrInvalid},
+		{"DelayNaN", operator, scheduler.ScheduleRequest{DelaySeconds: new(math.NaN())}, aggregate.ErrInvalid},
 		{"RunAtAndDelay", operator, scheduler.ScheduleRequest{RunAt: new(now), DelaySeconds: new(0.0)}, aggregate.ErrInvalid},
 		{"ParentNotFound", operator, scheduler.ScheduleRequest{ParentID: "no-such-task"}, aggregate.ErrNotFound},
 		{"CustomerParentNotFound", acme, scheduler.ScheduleRequest{ParentID: "no-such-task"}, aggregate.ErrNotFound},
@@ -316,4 +320,39 @@ func TestScheduleChild(t *testing.T) {
 			t.Fatalf("retry of the earlier child: task %s created %v err %v, want %s", again.TaskID, created, err, before.TaskID)
 		}
 	})
+}
+
+// TestListLimit refuses page sizes outside 1..MaxListLimit (they would
+// cut the page at a negative index) and pages through every task.
+func TestListLimit(t *testing.T) {
+	t.Parallel()
+	n := setup(t)
+	ctx := context.Background()
+	for _, limit := range []int{0, -1, api.MaxListLimit + 1} {
+		if _, _, err := n.Service.List(ctx, operator, projections.Filter{}, "", limit); !errors.Is(err, aggregate.ErrInvalid) {
+			t.Fatalf("List with limit %d = %v, want ErrInvalid", limit, err)
+		}
+	}
+	for range 3 {
+		if _, _, err := n.Service.Schedule(ctx, operator, scheduler.ScheduleRequest{DelaySeconds: new(3600.0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seen []string
+	for after := ""; ; {
+		page, next, err := n.Service.List(ctx, operator, projections.Filter{}, after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range page {
+			seen = append(seen, st.TaskID)
+		}
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	if len(seen) != 3 || !slices.IsSorted(seen) {
+		t.Fatalf("paged through %v, want 3 tasks in id order", seen)
+	}
 }

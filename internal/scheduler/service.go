@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/crashpoint"
 	"github.com/taskledger/taskledger/internal/store"
@@ -269,7 +270,7 @@ func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, s
 	}
 	if req.DelaySeconds != nil {
 		d := *req.DelaySeconds
-		if d < 0 || d > maxDelaySeconds {
+		if !(d >= 0 && d <= maxDelaySeconds) { // NaN too
 			return events.TaskSpec{}, "", invalid("delaySeconds must be between 0 and %d", maxDelaySeconds)
 		}
 		runAt = now.Add(time.Duration(d * float64(time.Second)))
@@ -494,6 +495,9 @@ func (s *Service) CustomerEvents(ctx context.Context, p Principal, customerID st
 // List returns up to limit tasks matching f after the cursor, with the
 // cursor of the next page ("" at the end). A customer sees only its own.
 func (s *Service) List(ctx context.Context, p Principal, f projections.Filter, after string, limit int) ([]aggregate.State, string, error) {
+	if limit < 1 || limit > api.MaxListLimit {
+		return nil, "", invalid("limit must be a whole number from 1 to %d", api.MaxListLimit)
+	}
 	if !p.IsOperator() {
 		if f.CustomerID != "" && f.CustomerID != p.CustomerID {
 			return nil, "", nil
