@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -196,6 +197,39 @@ func (s *ObjectSnapshots) Delete(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// MemorySnapshots keeps the snapshot in memory: a restarted process has
+// none. For tests, benchmarks and offline tools. The zero value is ready.
+type MemorySnapshots struct {
+	mu   sync.Mutex
+	data []byte
+	ok   bool
+}
+
+var _ SnapshotStore = (*MemorySnapshots)(nil)
+
+// Load implements SnapshotStore.
+func (s *MemorySnapshots) Load(context.Context) ([]byte, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.data), s.ok, nil
+}
+
+// Save implements SnapshotStore.
+func (s *MemorySnapshots) Save(_ context.Context, data []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.data, s.ok = bytes.Clone(data), true
+	return nil
+}
+
+// Delete implements SnapshotStore.
+func (s *MemorySnapshots) Delete(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.data, s.ok = nil, false
+	return nil
 }
 
 // snapshotPolicy says when the engine writes a snapshot.

@@ -34,8 +34,8 @@ type lineageLog struct {
 
 func buildLineage(t *testing.T) *lineageLog {
 	t.Helper()
-	r := startNode(t, nil, testnats.Namespace{})
-	svc, op, ctx := r.node.Service, scheduler.Operator, context.Background()
+	r := testnode.Start(t)
+	svc, op, ctx := r.Service, scheduler.Operator, context.Background()
 	const queue = "hist"
 	queued := func(id string) {
 		testnode.Eventually(t, id+" queued", func() bool {
@@ -58,7 +58,7 @@ func buildLineage(t *testing.T) *lineageLog {
 		}
 		return st.TaskID
 	}
-	l := &lineageLog{ns: r.ns}
+	l := &lineageLog{ns: r.NS}
 	l.root = schedule("", "acme", "investigate the flaky test", 0)
 	l.rootClaim = claim(l.root, "exec-root")
 	if _, _, err := svc.AppendMail(ctx, op, l.root, events.Message{ID: "follow-up-1", Content: text("also check the retry path").Content}); err != nil {
@@ -77,15 +77,15 @@ func buildLineage(t *testing.T) *lineageLog {
 		t.Fatal(err)
 	}
 	testnode.Eventually(t, "child result in the root's mailbox", func() bool {
-		st, err := r.node.Store.Load(ctx, l.root)
+		st, err := r.Store.Load(ctx, l.root)
 		return err == nil && st.MailIndex(events.ChildResultID(l.child)) > 0
 	})
 	if _, err := svc.Cancel(ctx, op, l.root, "done by hand"); err != nil {
 		t.Fatal(err)
 	}
 	l.other = schedule("", "other", "unrelated", 3600)
-	r.stop()
-	js, err := jetstream.New(r.nc)
+	r.Stop()
+	js, err := jetstream.New(r.NC)
 	if err != nil {
 		t.Fatal(err)
 	}

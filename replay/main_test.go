@@ -1,75 +1,19 @@
 package replay_test
 
 import (
-	"bytes"
 	"context"
-	"sync"
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
-	"github.com/taskledger/taskledger/internal/testnode"
 	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/replay"
 )
 
 func TestMain(m *testing.M) { testnats.Main(m) }
-
-// logBuffer collects a node's JSON log lines; safe for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// running is a scheduler node running on a namespace of the package's
-// NATS server.
-type running struct {
-	node *node.Node
-	ns   testnats.Namespace
-	nc   *nats.Conn
-	log  *logBuffer // info-level JSON log of the node
-	stop func()     // stops the node and waits; idempotent
-}
-
-// startNode runs a node on ns (a fresh namespace when ns is zero) and nc
-// (a new connection when nil) with snapshots on, and waits until its
-// projections have caught up.
-func startNode(t *testing.T, nc *nats.Conn, ns testnats.Namespace, cfgs ...func(*node.Config)) *running {
-	t.Helper()
-	logs := &logBuffer{}
-	opts := []testnode.Option{func(c *node.Config) {
-		if ns.Stream != "" {
-			c.Stream, c.ReadyStream, c.Subjects = ns.Stream, ns.ReadyStream, ns.Subjects
-		}
-		if nc != nil {
-			c.NC = nc
-		}
-		c.Logger = zerolog.New(logs).Level(zerolog.InfoLevel)
-	}}
-	for _, f := range cfgs {
-		opts = append(opts, f)
-	}
-	n := testnode.Start(t, opts...)
-	return &running{node: n.Node, ns: n.NS, nc: n.NC, log: logs, stop: n.Stop}
-}
 
 // streamState returns the stream's message count and last sequence now.
 func streamState(t testing.TB, js jetstream.JetStream, stream string) (msgs, last uint64) {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/scheduler"
-	"github.com/taskledger/taskledger/internal/testnats"
+	"github.com/taskledger/taskledger/internal/testnode"
 )
 
 // TestVerifyCleanAtScale drives VERIFY_TASKS tasks (default 1000; the
@@ -30,8 +30,8 @@ func TestVerifyCleanAtScale(t *testing.T) {
 			t.Fatalf("VERIFY_TASKS=%q", s)
 		}
 	}
-	r := startNode(t, nil, testnats.Namespace{})
-	svc, ctx, p := r.node.Service, context.Background(), scheduler.Operator
+	r := testnode.Start(t)
+	svc, ctx, p := r.Service, context.Background(), scheduler.Operator
 	var next, done atomic.Int64
 	var g errgroup.Group
 	for w := range 8 { // schedulers: every fifth task is a child of the previous root
@@ -86,9 +86,9 @@ func TestVerifyCleanAtScale(t *testing.T) {
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	msgs, _ := streamState(t, r.node.Store.JetStream(), r.ns.Stream)
+	msgs, _ := streamState(t, r.Store.JetStream(), r.NS.Stream)
 	start := time.Now()
-	report, err := verifyLog(ctx, logOf(r.node.Store.JetStream(), r.ns), nil)
+	report, err := verifyLog(ctx, logOf(r.Store.JetStream(), r.NS), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

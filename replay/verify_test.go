@@ -68,10 +68,10 @@ func text(s string) events.Message {
 // the verifier finds the log it wrote clean.
 func TestVerifyRealTraffic(t *testing.T) {
 	t.Parallel()
-	r := startNode(t, nil, testnats.Namespace{}, func(c *node.Config) {
+	r := testnode.Start(t, func(c *node.Config) {
 		c.Admission = scheduler.Admission{PerCustomer: map[string]scheduler.Quota{"limited": {MaxActiveRoots: 1}}}
 	})
-	svc, op, ctx := r.node.Service, scheduler.Operator, context.Background()
+	svc, op, ctx := r.Service, scheduler.Operator, context.Background()
 	const total, roots, queue = 300, 240, "verify"
 
 	taskIDs := make([]string, total)
@@ -207,18 +207,18 @@ func TestVerifyRealTraffic(t *testing.T) {
 		t.Fatal("the timeout task was never claimed")
 	}
 	testnode.Eventually(t, "task with timeoutSeconds 1 timed out", func() bool {
-		st, err := r.node.Store.Load(ctx, id)
+		st, err := r.Store.Load(ctx, id)
 		return err == nil && st.Status == aggregate.StatusTimedOut
 	})
-	r.stop()
+	r.Stop()
 
-	js, err := jetstream.New(r.nc)
+	js, err := jetstream.New(r.NC)
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs, last := streamState(t, js, r.ns.Stream)
+	msgs, last := streamState(t, js, r.NS.Stream)
 	var progressed atomic.Uint64
-	report, err := verifyLog(ctx, logOf(js, r.ns), func(seq, last uint64) { progressed.Store(seq) })
+	report, err := verifyLog(ctx, logOf(js, r.NS), func(seq, last uint64) { progressed.Store(seq) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ func TestVerifyRealTraffic(t *testing.T) {
 	}
 	// The traffic really produced every kind of event the node writes
 	// (delivery retries and exhaustion are too hard to provoke here).
-	_, evs := readAll(t, js, r.ns.Stream)
+	_, evs := readAll(t, js, r.NS.Stream)
 	seen := map[events.Type]int{}
 	for _, ev := range evs {
 		seen[ev.Type()]++

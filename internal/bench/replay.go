@@ -177,7 +177,7 @@ const keepAll = -1
 // with the filled stream on start: without a snapshot (replaying every
 // event) and from a snapshot written by eng.
 func (r *run) startup(ctx context.Context, eng *projections.Engine, st *store.Store, stream string) error {
-	snaps := &memorySnapshots{}
+	snaps := &projections.MemorySnapshots{}
 	writer, err := projections.New(projections.Config{JS: st.JetStream(), Stream: stream, Subjects: st.Subjects(), Logger: discardLogger, Snapshots: snaps, Retain: keepAll})
 	if err != nil {
 		return err
@@ -188,7 +188,8 @@ func (r *run) startup(ctx context.Context, eng *projections.Engine, st *store.St
 	if err := writer.SaveSnapshot(ctx); err != nil {
 		return err
 	}
-	r.say("  snapshot of %d events: %d bytes", eng.Applied(), len(snaps.data))
+	data, _, _ := snaps.Load(ctx)
+	r.say("  snapshot of %d events: %d bytes", eng.Applied(), len(data))
 	for _, c := range []struct {
 		name  string
 		snaps projections.SnapshotStore
@@ -217,12 +218,3 @@ func (r *run) startup(ctx context.Context, eng *projections.Engine, st *store.St
 	}
 	return nil
 }
-
-// memorySnapshots keeps a snapshot in memory.
-type memorySnapshots struct{ data []byte }
-
-func (m *memorySnapshots) Load(context.Context) ([]byte, bool, error) {
-	return m.data, m.data != nil, nil
-}
-func (m *memorySnapshots) Save(_ context.Context, b []byte) error { m.data = b; return nil }
-func (m *memorySnapshots) Delete(context.Context) error           { m.data = nil; return nil }

@@ -34,6 +34,20 @@ type Node struct {
 // Option changes the node's configuration before it starts.
 type Option func(*node.Config)
 
+// On runs the node on nc and ns instead of a new connection and namespace,
+// to restart a node on a log an earlier one wrote. A nil nc or a zero ns
+// keeps the fresh one.
+func On(nc *nats.Conn, ns testnats.Namespace) Option {
+	return func(c *node.Config) {
+		if nc != nil {
+			c.NC = nc
+		}
+		if ns.Stream != "" {
+			c.Stream, c.ReadyStream, c.Subjects = ns.Stream, ns.ReadyStream, ns.Subjects
+		}
+	}
+}
+
 // Start runs a node on a fresh namespace (or the one an Option sets on
 // cfg.Stream etc.), serves its API and waits until its projections have
 // caught up. Its log goes to the test's log at warn level unless an

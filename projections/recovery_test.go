@@ -1,16 +1,20 @@
-package replay_test
+package projections_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 	"github.com/vmihailenco/msgpack/v5"
 	"golang.org/x/sync/errgroup"
 
@@ -23,6 +27,43 @@ import (
 	"github.com/taskledger/taskledger/internal/testnode"
 	"github.com/taskledger/taskledger/projections"
 )
+
+// logBuffer collects a node's JSON log lines; safe for concurrent use.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// running is a node with its info-level JSON log.
+type running struct {
+	*testnode.Node
+	log *logBuffer
+}
+
+// startLoggedNode runs a node on nc and ns (fresh ones when nil and zero) with
+// snapshots on and its log captured, and waits until its projections have
+// caught up.
+func startLoggedNode(t *testing.T, nc *nats.Conn, ns testnats.Namespace, cfgs ...func(*node.Config)) *running {
+	t.Helper()
+	logs := &logBuffer{}
+	opts := []testnode.Option{testnode.On(nc, ns), func(c *node.Config) { c.Logger = zerolog.New(logs).Level(zerolog.InfoLevel) }}
+	for _, f := range cfgs {
+		opts = append(opts, f)
+	}
+	return &running{Node: testnode.Start(t, opts...), log: logs}
+}
 
 // logLines returns the node's log lines with message msg, decoded.
 func (r *running) logLines(t *testing.T, msg string) []map[string]any {
@@ -61,24 +102,24 @@ func (r *running) logUint(t *testing.T, msg, field string) uint64 {
 // has applied everything and has no release, delivery or report left.
 func settledTraffic(t *testing.T, r *running, n int) {
 	t.Helper()
-	svc, op, ctx := r.node.Service, scheduler.Operator, context.Background()
+	svc, op, ctx := r.Service, scheduler.Operator, context.Background()
 	queue := "snap"
 	var tasks []string
 	for i := range n {
-		st, _, err := svc.Schedule(ctx, op, scheduler.ScheduleRequest{CustomerID: fmt.Sprintf("c%d", i%4), Queue: queue, Message: text("work")})
+		st, _, err := svc.Schedule(ctx, op, scheduler.ScheduleRequest{CustomerID: fmt.Sprintf("c%d", i%4), Queue: queue, Message: events.Message{Content: []events.ContentPart{{Type: "text", Text: "work"}}}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		tasks = append(tasks, st.TaskID)
 		if i%5 == 0 {
-			child, _, err := svc.Schedule(ctx, op, scheduler.ScheduleRequest{CustomerID: st.CustomerID, ParentID: st.TaskID, Queue: queue, Message: text("help")})
+			child, _, err := svc.Schedule(ctx, op, scheduler.ScheduleRequest{CustomerID: st.CustomerID, ParentID: st.TaskID, Queue: queue, Message: events.Message{Content: []events.ContentPart{{Type: "text", Text: "help"}}}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			tasks = append(tasks, child.TaskID)
 		}
 		if i%3 == 0 {
-			if _, _, err := svc.AppendMail(ctx, op, st.TaskID, text("note")); err != nil {
+			if _, _, err := svc.AppendMail(ctx, op, st.TaskID, events.Message{Content: []events.ContentPart{{Type: "text", Text: "note"}}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -120,10 +161,10 @@ func settledTraffic(t *testing.T, r *running, n int) {
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	js := r.node.Store.JetStream()
+	js := r.Store.JetStream()
 	testnode.Eventually(t, "traffic settled", func() bool {
-		_, last := streamState(t, js, r.ns.Stream)
-		e := r.node.Engine
+		last := streamLast(t, js, r.NS.Stream)
+		e := r.Engine
 		return e.Applied() == last && e.TimerLen(projections.Release) == 0 && e.TimerLen(projections.Deliver) == 0 &&
 			e.TimerLen(projections.Report) == 0 && e.TimerLen(projections.Expire) == 0 &&
 			len(e.List(projections.Filter{Status: aggregate.StatusQueued}, "", 1)) == 0
@@ -163,12 +204,12 @@ func TestSnapshotRecovery(t *testing.T) {
 	ctx := context.Background()
 	nc, ns := testnats.Conn(t), testnats.NewNamespace(t)
 	every := func(c *node.Config) { c.SnapshotEvery = 50 }
-	first := startNode(t, nc, ns, every)
+	first := startLoggedNode(t, nc, ns, every)
 	settledTraffic(t, first, 100)
-	if err := first.node.Engine.SaveSnapshot(ctx); err != nil {
+	if err := first.Engine.SaveSnapshot(ctx); err != nil {
 		t.Fatal(err)
 	}
-	first.stop()
+	first.Stop()
 	if n := len(first.logLines(t, "projection snapshot written")); n < 3 {
 		t.Fatalf("%d snapshots written, want the periodic ones and ours", n)
 	}
@@ -200,7 +241,7 @@ func TestSnapshotRecovery(t *testing.T) {
 		}
 	}
 	st.Close()
-	_, last := streamState(t, js, ns.Stream)
+	last := streamLast(t, js, ns.Stream)
 	if goodApplied == 0 || goodApplied >= last {
 		t.Fatalf("snapshot at %d, stream ends at %d", goodApplied, last)
 	}
@@ -214,12 +255,12 @@ func TestSnapshotRecovery(t *testing.T) {
 		if err := snaps.Save(ctx, data); err != nil {
 			t.Fatal(err)
 		}
-		r := startNode(t, nc, ns, every)
-		if a := r.node.Engine.Applied(); a != last {
+		r := startLoggedNode(t, nc, ns, every)
+		if a := r.Engine.Applied(); a != last {
 			t.Fatalf("caught up at %d, stream ends at %d", a, last)
 		}
-		r.stop()
-		if got := r.node.Engine.Digest(); got != want {
+		r.Stop()
+		if got := r.Engine.Digest(); got != want {
 			t.Fatalf("digest %s after restart, fresh rebuild %s", got, want)
 		}
 		return r
@@ -266,7 +307,7 @@ func TestSnapshotRecovery(t *testing.T) {
 		if err := g.Wait(); err != nil {
 			t.Fatal(err)
 		}
-		_, otherLast := streamState(t, js, longer.Stream)
+		otherLast := streamLast(t, js, longer.Stream)
 		scratch, err := projections.OpenObjectSnapshots(ctx, js, node.SnapshotBucket(longer.Stream), "projections", 1)
 		if err != nil {
 			t.Fatal(err)
@@ -304,13 +345,23 @@ func TestSnapshotRecovery(t *testing.T) {
 		if err := snaps.Delete(ctx); err != nil {
 			t.Fatal(err)
 		}
-		r := startNode(t, nc, ns, func(c *node.Config) { c.SnapshotEvery = 1 << 40 })
-		r.stop()
-		if got := r.node.Engine.Digest(); got != want {
+		r := startLoggedNode(t, nc, ns, func(c *node.Config) { c.SnapshotEvery = 1 << 40 })
+		r.Stop()
+		if got := r.Engine.Digest(); got != want {
 			t.Fatalf("digest %s, fresh rebuild %s", got, want)
 		}
 		if from := r.logUint(t, "projections catching up", "from"); from != 1 {
 			t.Fatalf("caught up from %d without a snapshot", from)
 		}
 	})
+}
+
+// streamLast returns the last sequence of the named stream now.
+func streamLast(t testing.TB, js jetstream.JetStream, name string) uint64 {
+	t.Helper()
+	s, err := js.Stream(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lastSeq(t, s)
 }

@@ -1,0 +1,259 @@
+package projections
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/taskledger/taskledger/aggregate"
+)
+
+// The engine's reads: every method here is safe for concurrent use with
+// Run and answers from the projections as applied so far.
+
+// Task returns the projected state of a task. Of its spec it has the
+// root, parent, queue and runAt, and the signal until the ready
+// notification is published: read the rest from the task's first event.
+func (e *Engine) Task(id string) (aggregate.State, bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	t := e.v.tasks[id]
+	if t == nil {
+		return aggregate.State{}, false
+	}
+	return t.state(), true
+}
+
+// Children returns the ids of a task's children in creation order.
+func (e *Engine) Children(id string) []string {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if t := e.v.tasks[id]; t != nil {
+		return slices.Clone(t.children)
+	}
+	return nil
+}
+
+// ErrNotReady is returned by reads that need a caught-up projection
+// before the engine has caught up with the log.
+var ErrNotReady = errors.New("projections: not caught up with the log")
+
+// Ancestors returns the projected states of a task's parent, its parent,
+// and so on up to the root. A missing ancestor ends the chain. It fails
+// with ErrNotReady until the engine has caught up.
+func (e *Engine) Ancestors(id string) ([]aggregate.State, error) {
+	if !e.caughtUp.Load() {
+		return nil, ErrNotReady
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	var out []aggregate.State
+	seen := map[string]bool{id: true}
+	for t := e.v.tasks[id]; t != nil && t.parent != ""; {
+		pid := t.parent
+		if seen[pid] {
+			break
+		}
+		seen[pid] = true
+		if t = e.v.tasks[pid]; t != nil {
+			out = append(out, t.state())
+		}
+	}
+	return out, nil
+}
+
+// Earliest returns the earliest due time across the timer queues.
+func (e *Engine) Earliest() (time.Time, bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	var best time.Time
+	found := false
+	for _, q := range e.v.timers {
+		if t, ok := q.earliest(); ok && (!found || t.Before(best)) {
+			best, found = t, true
+		}
+	}
+	return best, found
+}
+
+// EarliestExcept returns the earliest due time across the timer queues of
+// the items skip does not report: an alarm arms its timer with it while
+// the earliest items are already being acted on.
+func (e *Engine) EarliestExcept(skip func(t Timer, taskID string) bool) (time.Time, bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	var best int64
+	found := false
+	for t, q := range e.v.timers {
+		if d, ok := q.earliestExcept(func(id string) bool { return skip(Timer(t), id) }); ok && (!found || d < best) {
+			best, found = d, true
+		}
+	}
+	return time.Unix(0, best), found
+}
+
+// Due returns up to limit tasks of timer queue t due at or before now,
+// skipping ids skip reports, taking turns across customers.
+func (e *Engine) Due(t Timer, now time.Time, limit int, skip func(taskID string) bool) []aggregate.State {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	keys := e.v.timers[t].due(now, limit, skip)
+	out := make([]aggregate.State, len(keys))
+	for i, k := range keys {
+		out[i] = e.v.tasks[k].state()
+	}
+	return out
+}
+
+// TimerLen returns how many tasks wait in timer queue t.
+func (e *Engine) TimerLen(t Timer) int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.v.timers[t].Len()
+}
+
+// Repair makes sure a task that s (freshly loaded from the log) says is
+// waiting on a timer is in that timer queue, and reports whether it had to
+// put it back. It is the self-healing step: a projection that lost a
+// release or a pending delivery gets it from the aggregate.
+func (e *Engine) Repair(s aggregate.State) bool {
+	tm, due, ok := timerOf(&s)
+	if !ok {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t := e.v.tasks[s.TaskID]
+	if t == nil || int(t.version) > s.Version || e.v.timers[tm].has(s.TaskID) {
+		return false
+	}
+	e.v.timers[tm].set(s.TaskID, s.CustomerID, due)
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// ActiveRoots returns how many non-terminal root tasks customerID has.
+func (e *Engine) ActiveRoots(customerID string) int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.v.activeRoots[customerID]
+}
+
+// RecentAdmissions returns how many root tasks customerID had admitted
+// after since (at most AdmissionWindow ago).
+func (e *Engine) RecentAdmissions(customerID string, since time.Time) int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	n := 0
+	for _, at := range e.v.admissions[customerID] {
+		if at.After(since) {
+			n++
+		}
+	}
+	return n
+}
+
+// QueueCounts returns the number of tasks per queue and status.
+func (e *Engine) QueueCounts() map[string]map[aggregate.Status]int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	out := make(map[string]map[aggregate.Status]int, len(e.v.queueCounts))
+	for q, m := range e.v.queueCounts {
+		out[q] = make(map[aggregate.Status]int, len(m))
+		for s, n := range m {
+			if n != 0 {
+				out[q][s] = n
+			}
+		}
+	}
+	return out
+}
+
+// Filter selects tasks for List. Empty fields match everything.
+type Filter struct {
+	Status     aggregate.Status
+	Queue      string
+	CustomerID string
+	RootID     string
+}
+
+func (f Filter) match(t *task) bool {
+	return (f.Status == "" || statuses[t.status] == f.Status) &&
+		(f.Queue == "" || t.queue == f.Queue) &&
+		(f.CustomerID == "" || t.customer == f.CustomerID) &&
+		(f.RootID == "" || t.root == f.RootID)
+}
+
+// List returns up to limit tasks matching f with ids greater than after,
+// ordered by id (task ids are time-ordered, so this is creation order for
+// generated ids).
+func (e *Engine) List(f Filter, after string, limit int) []aggregate.State {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	var out []aggregate.State
+	add := func(t *task) {
+		if t.id > after && f.match(t) {
+			out = append(out, t.state())
+		}
+	}
+	if f.Status != "" {
+		for id := range e.v.byStatus[f.Status] {
+			add(e.v.tasks[id])
+		}
+	} else {
+		for _, t := range e.v.tasks {
+			add(t)
+		}
+	}
+	slices.SortFunc(out, func(a, b aggregate.State) int { return strings.Compare(a.TaskID, b.TaskID) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
+// Digest returns a deterministic hash of every projected fact, so a
+// projection built live and one rebuilt from the log can be compared.
+func (e *Engine) Digest() string {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	h := sha256.New()
+	for _, id := range sortedKeys(e.v.tasks) {
+		t := e.v.tasks[id]
+		st := t.state()
+		st.Result = nil
+		fmt.Fprintf(h, "%+v|%+v|%v|%d %d %d\n", st, t.result, t.children, t.members, t.open, t.closedSeq)
+	}
+	fmt.Fprintf(h, "retention kept %d\n", e.v.kept)
+	for i, q := range e.v.timers {
+		for _, id := range sortedKeys(q.owner) {
+			fmt.Fprintf(h, "timer %d %s %s %d\n", i, id, q.owner[id], q.dueOf(id))
+		}
+	}
+	for _, c := range sortedKeys(e.v.activeRoots) {
+		fmt.Fprintf(h, "roots %s %d\n", c, e.v.activeRoots[c])
+	}
+	for _, c := range sortedKeys(e.v.admissions) {
+		fmt.Fprintf(h, "admissions %s %v\n", c, e.v.admissions[c])
+	}
+	for _, st := range sortedKeys(e.v.byStatus) {
+		fmt.Fprintf(h, "status %s %v\n", st, sortedKeys(e.v.byStatus[st]))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func sortedKeys[K ~string, V any](m map[K]V) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
