@@ -48,4 +48,6 @@ func openPR(ctx context.Context) (events.Effect, error) {
 	return events.Effect{Kind: "pull_request", Ref: "42", URL: "https://example.com/pr/42"}, nil
 }
 
-func findPRByBranch(ctx context.Context) (events.Effect, bool, error) { return events.Effect{}, false, nil }
+func findPRByBranch(ctx context.Context) (events.Effect, bool, error) {
+	return events.Effect{}, false, nil
+}

@@ -1,3 +1,10 @@
+// Package executor is taskledger's executor SDK: a Worker claims tasks of
+// one queue and runs a Handler on each, and the handler's Run keeps its
+// durable progress (steps, effects, delegated children, the mailbox
+// transcript) in a CheckpointStore so a restarted executor resumes
+// instead of starting over. It needs only the scheduler's HTTP API (and,
+// optionally, NATS for ready notifications and checkpoints); it links no
+// server code.
 package executor
 
 import (

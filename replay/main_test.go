@@ -9,7 +9,6 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
-	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/replay"
 )
 
@@ -48,15 +47,6 @@ func readAll(t testing.TB, js jetstream.JetStream, stream string) ([]store.Messa
 		t.Fatal(err)
 	}
 	return msgs, evs
-}
-
-// mustEngine is projections.New for configurations that are valid.
-func mustEngine(cfg projections.Config) *projections.Engine {
-	e, err := projections.New(cfg)
-	if err != nil {
-		panic(err)
-	}
-	return e
 }
 
 // logOf reads the namespace's stream.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -48,11 +47,10 @@ func (r *run) overload(ctx context.Context, nc *nats.Conn) error {
 			g.Go(func() error {
 				for i := p; gctx.Err() == nil; i += concurrency {
 					_, _, err := local.Schedule(gctx, scheduleRequest(i, "overload"))
-					var ae *api.Error
 					switch {
 					case err == nil:
 						accepted.Add(1)
-					case errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests:
+					case errors.Is(err, api.ErrAdmissionRejected):
 						rejected.Add(1)
 					case gctx.Err() == nil:
 						return fmt.Errorf("schedule: %w", err)

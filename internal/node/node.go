@@ -179,5 +179,7 @@ func (n *Node) Run(ctx context.Context) error {
 		n.cfg.Logger.Info().Uint64("applied", n.Engine.Applied()).Msg("projections ready; alarm armed")
 		return n.alarm.Run(gctx)
 	})
-	return g.Wait()
+	err := g.Wait()
+	n.Service.Close() // waits for the claim dispatchers' pulls
+	return err
 }

@@ -2,8 +2,10 @@ package scheduler_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -216,4 +218,49 @@ func TestClaimNext(t *testing.T) {
 			t.Fatalf("acme's claim next: task %s ok %v err %v, want %s", st.TaskID, ok, err, theirs.TaskID)
 		}
 	})
+}
+
+// TestClaimNextManyWaiters holds a thousand long polls on one queue while
+// tasks arrive: no poll errs, every task is claimed exactly once, and the
+// polls left over answer "nothing ready".
+func TestClaimNextManyWaiters(t *testing.T) {
+	t.Parallel()
+	n := setup(t)
+	ctx := context.Background()
+	const polls, tasks = 1000, 300
+	type answer struct {
+		id  string
+		ok  bool
+		err error
+	}
+	answers := make(chan answer, polls)
+	var wg sync.WaitGroup
+	for i := range polls {
+		wg.Go(func() {
+			st, ok, err := n.Service.ClaimNext(ctx, operator, "crowd", fmt.Sprintf("w%d", i), 5*time.Second)
+			answers <- answer{st.TaskID, ok, err}
+		})
+	}
+	for range tasks {
+		mustSchedule(t, n, acme, scheduler.ScheduleRequest{Queue: "crowd"})
+	}
+	wg.Wait()
+	close(answers)
+	claimed := map[string]int{}
+	for a := range answers {
+		if a.err != nil {
+			t.Fatalf("a long poll failed: %v", a.err)
+		}
+		if a.ok {
+			claimed[a.id]++
+		}
+	}
+	if len(claimed) != tasks {
+		t.Fatalf("%d tasks claimed, want %d", len(claimed), tasks)
+	}
+	for id, c := range claimed {
+		if c != 1 {
+			t.Fatalf("task %s claimed by %d polls", id, c)
+		}
+	}
 }

@@ -2,13 +2,11 @@ package scheduler
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/taskledger/taskledger/aggregate"
@@ -21,97 +19,75 @@ import (
 // MaxWait is the longest long poll of ClaimNext.
 const MaxWait = api.MaxWaitSeconds * time.Second
 
-// consumers caches one durable pull consumer per queue on the ready
-// stream; every claimer of a queue, in any process, shares it.
-type consumers struct {
+// dispatchers holds one dispatcher per queue, each on the queue's durable
+// pull consumer of the ready stream, which every claimer of the queue in
+// any process shares.
+type dispatchers struct {
 	mu sync.Mutex
-	m  map[string]jetstream.Consumer
+	m  map[string]*dispatcher
 }
 
-func (s *Service) consumer(ctx context.Context, queue string) (jetstream.Consumer, error) {
-	s.consumers.mu.Lock()
-	defer s.consumers.mu.Unlock()
-	if c, ok := s.consumers.m[queue]; ok {
-		return c, nil
+func (s *Service) dispatcher(ctx context.Context, queue string) (*dispatcher, error) {
+	s.dispatchers.mu.Lock()
+	defer s.dispatchers.mu.Unlock()
+	if d, ok := s.dispatchers.m[queue]; ok {
+		return d, nil
 	}
 	c, err := s.cfg.JS.CreateOrUpdateConsumer(ctx, s.cfg.ReadyStream, executor.ReadyConsumerConfig(s.cfg.Subjects, queue, s.cfg.AckWait))
 	if err != nil {
 		return nil, fmt.Errorf("ready consumer for %s: %w", queue, err)
 	}
-	s.consumers.m[queue] = c
-	return c, nil
+	d := newDispatcher(c, s.cfg.Logger)
+	s.dispatchers.m[queue] = d
+	return d, nil
 }
 
-// ClaimNext waits up to wait for a ready notification on queue and claims
-// its task for executorID. ok is false when nothing could be claimed in
-// time. Notifications are at-least-once: one whose token is stale (the
-// task was claimed, canceled or re-released) is dropped and the wait goes
-// on. A customer principal claims only its own tasks; others' stay queued.
+// minWait is the shortest long poll: enough for one pull to find a
+// notification that is already there.
+const minWait = 20 * time.Millisecond
+
+// ClaimNext waits up to wait (at least minWait, at most MaxWait) for a
+// ready notification on queue and claims its task for executorID. ok is
+// false when nothing could be claimed in time. Notifications are
+// at-least-once: one whose token is stale (the task was claimed, canceled
+// or re-released) is dropped and the wait goes on. A customer principal
+// claims only its own tasks; others' stay queued. Service.Close ends the
+// wait at once.
 func (s *Service) ClaimNext(ctx context.Context, p Principal, queue, executorID string, wait time.Duration) (st aggregate.State, ok bool, err error) {
 	if err := validIDs("queue", queue, "executorId", executorID); err != nil {
 		return st, false, err
 	}
-	wait = min(max(wait, 0), MaxWait)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(s.closing, cancel)()
-	cons, err := s.consumer(ctx, queue)
+	d, err := s.dispatcher(ctx, queue)
 	if err != nil {
 		return st, false, s.unavailable(err)
 	}
-	deadline := time.Now().Add(wait)
+	// The deadline and shutdown end the wait, never a claim under way:
+	// that runs on the caller's ctx until its answer.
+	waitCtx, cancel := context.WithTimeout(ctx, min(max(wait, minWait), MaxWait))
+	defer cancel()
+	defer context.AfterFunc(s.closing, cancel)()
+	customer := ""
+	if !p.IsOperator() {
+		customer = p.CustomerID
+	}
 	for {
-		// Fetch is not context-aware, so wait in slices of at most
-		// fetchSlice and look at ctx in between: a gone client or a
-		// shutdown ends the poll within a slice, and no pulled
-		// notification is ever abandoned unacknowledged.
-		remaining := time.Until(deadline)
-		var batch jetstream.MessageBatch
-		if remaining < 10*time.Millisecond {
-			batch, err = cons.FetchNoWait(1)
-		} else {
-			batch, err = cons.Fetch(1, jetstream.FetchMaxWait(min(remaining, fetchSlice)))
-		}
-		if err != nil {
+		msg, n, err := d.next(waitCtx, customer)
+		switch {
+		case err != nil && waitCtx.Err() != nil:
+			return st, false, nil // waited in vain
+		case err != nil:
 			return st, false, s.unavailable(err)
 		}
-		for msg := range batch.Messages() {
-			st, ok, err = s.claimNotified(ctx, p, msg, executorID)
-			if ok || err != nil {
-				return st, ok, err
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
-			return st, false, s.unavailable(err)
-		}
-		if ctx.Err() != nil || time.Until(deadline) <= 0 {
-			return st, false, nil
+		if st, ok, err = s.claimNotified(ctx, msg, n, executorID); ok || err != nil {
+			return st, ok, err
 		}
 	}
 }
 
-// fetchSlice is the longest single pull of a long poll.
-const fetchSlice = time.Second
-
-// foreignNakDelay is how long a ready notification that a customer's
-// claims/next passed over (another customer's task on a shared queue)
-// stays out of sight before it is offered again.
-const foreignNakDelay = 100 * time.Millisecond
-
-func (s *Service) claimNotified(ctx context.Context, p Principal, msg jetstream.Msg, executorID string) (aggregate.State, bool, error) {
-	var n events.ReadyNotification
-	if err := json.Unmarshal(msg.Data(), &n); err != nil || events.ValidID(n.TaskID) != nil {
-		s.cfg.Logger.Error().Err(err).Msg("claims/next: malformed ready notification dropped")
-		msg.Term()
-		return aggregate.State{}, false, nil
-	}
-	if !p.IsOperator() && n.CustomerID != p.CustomerID {
-		// Not this principal's: leave it for a claimer who may take it.
-		// A plain Nak would hand it straight back to this same poll,
-		// which would spin on it until its deadline.
-		msg.NakWithDelay(foreignNakDelay)
-		return aggregate.State{}, false, nil
-	}
+// claimNotified claims the task of notification n for executorID and
+// settles msg: acknowledged once claimed or stale, handed back when the
+// log could not answer.
+func (s *Service) claimNotified(ctx context.Context, msg jetstream.Msg, n events.ReadyNotification, executorID string) (aggregate.State, bool, error) {
 	crashpoint.Hit(crashpoint.ClaimReceived)
 	st, _, err := s.cfg.Store.Execute(ctx, n.TaskID, executorID, aggregate.Claim{DeliveryID: n.DeliveryID, ExecutorID: executorID})
 	switch {

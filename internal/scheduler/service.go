@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -76,8 +77,8 @@ type Config struct {
 
 // Service is safe for concurrent use.
 type Service struct {
-	cfg       Config
-	consumers consumers
+	cfg         Config
+	dispatchers dispatchers
 	// closing ends long polls when the process shuts down.
 	closing context.Context
 	close   context.CancelFunc
@@ -109,12 +110,23 @@ func New(cfg Config) (*Service, error) {
 		cfg.Metrics = NewMetrics(nil)
 	}
 	closing, close := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, consumers: consumers{m: make(map[string]jetstream.Consumer)}, closing: closing, close: close}, nil
+	return &Service{cfg: cfg, dispatchers: dispatchers{m: make(map[string]*dispatcher)}, closing: closing, close: close}, nil
 }
 
 // Close ends every long poll in progress (they answer "nothing ready") so
-// an HTTP server can shut down gracefully. Other calls are unaffected.
-func (s *Service) Close() { s.close() }
+// an HTTP server can shut down gracefully, and returns once the pulls of
+// ready notifications in flight have ended (at most a second); what they
+// bring is handed back to the consumer at once. Other calls are
+// unaffected. Close is idempotent.
+func (s *Service) Close() {
+	s.close()
+	s.dispatchers.mu.Lock()
+	ds := slices.Collect(maps.Values(s.dispatchers.m))
+	s.dispatchers.mu.Unlock()
+	for _, d := range ds {
+		d.stop()
+	}
+}
 
 // Principal is who makes a request: a customer, or an operator who sees
 // every customer.

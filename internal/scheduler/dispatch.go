@@ -1,0 +1,241 @@
+package scheduler
+
+import (
+	"container/list"
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/taskledger/taskledger/events"
+)
+
+// Limits of one queue's dispatcher.
+const (
+	// fetchSlice is the longest single pull: a pull that found nothing
+	// ends after it and, while claimers still wait, another starts.
+	fetchSlice = time.Second
+	// maxFetchBatch is the most notifications one pull asks for.
+	maxFetchBatch = 1000
+	// maxFetches bounds the pulls in flight per queue and process, far
+	// below the server's MaxWaiting (512) per consumer.
+	maxFetches = 16
+)
+
+// foreignNakDelay is how long a ready notification that only another
+// customer's claimers could take stays out of sight before the consumer
+// offers it again.
+const foreignNakDelay = 100 * time.Millisecond
+
+// dispatcher hands one queue's ready notifications to the claimers waiting
+// in this process. It pulls from the queue's shared durable consumer only
+// while claimers wait, asking for as many notifications as there are
+// waiters, and gives each notification to exactly one waiter: the first in
+// line that may claim it (an operator any, a customer only its own). A
+// waiting claimer costs a list element and a channel, never a pull
+// request of its own. It is safe for concurrent use.
+type dispatcher struct {
+	cons jetstream.Consumer
+	log  zerolog.Logger
+
+	mu        sync.Mutex
+	waiters   list.List // of *waiter, in arrival order
+	wanted    int       // notifications the waiters still want, summed
+	requested int       // notifications asked for by pulls in flight, not yet received
+	fetches   int       // pulls in flight
+	stopped   bool      // no new pulls start
+	pulls     sync.WaitGroup
+}
+
+// waiter is one claimer waiting for up to cap(got) notifications.
+type waiter struct {
+	customer string        // "" for an operator: takes any customer's
+	got      chan offer    // never blocks: it has room for every offer a registration gets
+	want     int           // offers still wanted while it waits
+	elem     *list.Element // in dispatcher.waiters while it waits
+}
+
+// offer is a notification handed to a waiter, or the error that ended the
+// pull it waited on.
+type offer struct {
+	msg  jetstream.Msg
+	note events.ReadyNotification
+	err  error
+}
+
+func newDispatcher(cons jetstream.Consumer, log zerolog.Logger) *dispatcher {
+	return &dispatcher{cons: cons, log: log}
+}
+
+// next waits until a notification that customer ("" for any) may claim
+// arrives, or ctx ends (then it returns ctx's error). The caller owns the
+// returned message: it must Ack, Nak or Term it.
+func (d *dispatcher) next(ctx context.Context, customer string) (jetstream.Msg, events.ReadyNotification, error) {
+	offers, err := d.take(ctx, customer, 1, 0)
+	if err != nil {
+		return nil, events.ReadyNotification{}, err
+	}
+	return offers[0].msg, offers[0].note, nil
+}
+
+// take waits until a notification that customer ("" for any) may claim
+// arrives, or ctx ends (then it returns ctx's error), and then collects
+// more, up to max in all, for at most linger. The caller owns the
+// returned messages: it must Ack, Nak or Term each.
+func (d *dispatcher) take(ctx context.Context, customer string, max int, linger time.Duration) ([]offer, error) {
+	w := &waiter{customer: customer, got: make(chan offer, max), want: max}
+	d.mu.Lock()
+	w.elem = d.waiters.PushBack(w)
+	d.wanted += max
+	d.pullLocked()
+	d.mu.Unlock()
+	var out []offer
+	var err error
+	select {
+	case o := <-w.got:
+		out, err = append(out, o), o.err
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err == nil && len(out) < max && linger > 0 {
+		timer := time.NewTimer(linger)
+	collect:
+		for len(out) < max {
+			select {
+			case o := <-w.got:
+				out = append(out, o)
+			case <-timer.C:
+				break collect
+			}
+		}
+		timer.Stop()
+	}
+	d.mu.Lock()
+	d.leaveLocked(w)
+	d.mu.Unlock()
+	close(w.got) // out of line: every offer it got is in the buffer
+	for o := range w.got {
+		out = append(out, o)
+	}
+	msgs := out[:0]
+	for _, o := range out {
+		if o.msg != nil {
+			msgs = append(msgs, o)
+		} else if err == nil {
+			err = o.err
+		}
+	}
+	if len(msgs) == 0 {
+		return nil, err
+	}
+	return msgs, nil
+}
+
+// leaveLocked takes w out of line; d.mu is held.
+func (d *dispatcher) leaveLocked(w *waiter) {
+	if w.elem != nil {
+		d.waiters.Remove(w.elem)
+		w.elem = nil
+		d.wanted -= w.want
+		w.want = 0
+	}
+}
+
+// pullLocked starts pulls until the notifications asked for cover the
+// waiters, within maxFetches. d.mu is held.
+func (d *dispatcher) pullLocked() {
+	if d.stopped {
+		return
+	}
+	for need := d.wanted - d.requested; need > 0 && d.fetches < maxFetches; need = d.wanted - d.requested {
+		n := min(need, maxFetchBatch)
+		d.requested += n
+		d.fetches++
+		d.pulls.Add(1)
+		go d.fetch(n)
+	}
+}
+
+// fetch pulls up to n notifications and offers each as it arrives.
+func (d *dispatcher) fetch(n int) {
+	defer d.pulls.Done()
+	received := 0
+	batch, err := d.cons.Fetch(n, jetstream.FetchMaxWait(fetchSlice))
+	if err == nil {
+		for msg := range batch.Messages() {
+			received++
+			d.mu.Lock()
+			d.requested--
+			d.mu.Unlock()
+			d.receive(msg)
+		}
+		err = batch.Error()
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.requested -= n - received
+	d.fetches--
+	if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
+		// The log cannot be read: every waiter hears it now rather than
+		// at its deadline, and a new claimer starts a new pull.
+		for e := d.waiters.Front(); e != nil; e = d.waiters.Front() {
+			w := e.Value.(*waiter)
+			d.leaveLocked(w)
+			w.got <- offer{err: err}
+		}
+		return
+	}
+	d.pullLocked()
+}
+
+// receive decodes a pulled notification and gives it to a waiter.
+func (d *dispatcher) receive(msg jetstream.Msg) {
+	var n events.ReadyNotification
+	if err := json.Unmarshal(msg.Data(), &n); err != nil || events.ValidID(n.TaskID) != nil {
+		d.log.Error().Err(err).Msg("claims/next: malformed ready notification dropped")
+		msg.Term()
+		return
+	}
+	d.give(msg, n)
+}
+
+// give hands msg to the first waiter that may claim it. With none, the
+// notification goes back to the consumer: at once when nobody here waits
+// (another process's claimer may), after foreignNakDelay when only other
+// customers' claimers wait (so it does not come straight back to them).
+func (d *dispatcher) give(msg jetstream.Msg, n events.ReadyNotification) {
+	d.mu.Lock()
+	for e := d.waiters.Front(); e != nil; e = e.Next() {
+		if w := e.Value.(*waiter); w.customer == "" || w.customer == n.CustomerID {
+			w.got <- offer{msg: msg, note: n}
+			w.want--
+			d.wanted--
+			if w.want == 0 {
+				d.leaveLocked(w)
+			}
+			d.mu.Unlock()
+			return
+		}
+	}
+	others := d.waiters.Len() > 0
+	d.mu.Unlock()
+	if others {
+		msg.NakWithDelay(foreignNakDelay)
+	} else {
+		msg.Nak()
+	}
+}
+
+// stop starts no more pulls and waits until those in flight have ended
+// (at most fetchSlice).
+func (d *dispatcher) stop() {
+	d.mu.Lock()
+	d.stopped = true
+	d.mu.Unlock()
+	d.pulls.Wait()
+}

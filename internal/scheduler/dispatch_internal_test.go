@@ -1,0 +1,191 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/executor"
+	"github.com/taskledger/taskledger/internal/testnats"
+)
+
+// dispatchEnv is a ready stream with one queue's consumer and a
+// dispatcher on it, on the package's real NATS server.
+type dispatchEnv struct {
+	js jetstream.JetStream
+	ns testnats.Namespace
+	d  *dispatcher
+}
+
+func newDispatchEnv(t *testing.T) *dispatchEnv {
+	t.Helper()
+	ctx := context.Background()
+	ns := testnats.NewNamespace(t)
+	js, err := jetstream.New(testnats.Conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: ns.ReadyStream, Subjects: []string{ns.Subjects.AllReady()}, Retention: jetstream.WorkQueuePolicy,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, ns.ReadyStream, executor.ReadyConsumerConfig(ns.Subjects, "q", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDispatcher(cons, zerolog.Nop())
+	t.Cleanup(d.stop)
+	return &dispatchEnv{js: js, ns: ns, d: d}
+}
+
+// publish puts one notification per task id on the queue.
+func (e *dispatchEnv) publish(t *testing.T, customer string, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		b, _ := json.Marshal(events.ReadyNotification{TaskID: id, CustomerID: customer, Queue: "q", DeliveryID: "d-" + id})
+		if _, err := e.js.Publish(context.Background(), e.ns.Subjects.Ready("q"), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestDispatcherHandsEachNotificationOnce has many claimers wait on one
+// queue while notifications arrive: every notification reaches exactly
+// one claimer, and none is lost.
+func TestDispatcherHandsEachNotificationOnce(t *testing.T) {
+	t.Parallel()
+	e := newDispatchEnv(t)
+	const waiters, notes = 500, 300
+	var mu sync.Mutex
+	got := map[string]int{}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var g errgroup.Group
+	for range waiters {
+		g.Go(func() error {
+			for {
+				msg, n, err := e.d.next(ctx, "")
+				if err != nil {
+					return nil // the test's end
+				}
+				msg.Ack()
+				mu.Lock()
+				got[n.TaskID]++
+				all := len(got) == notes
+				mu.Unlock()
+				if all {
+					cancel()
+				}
+			}
+		})
+	}
+	ids := make([]string, notes)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("t%03d", i)
+	}
+	e.publish(t, "acme", ids...)
+	g.Wait()
+	for _, id := range ids {
+		if got[id] != 1 {
+			t.Fatalf("notification %s reached %d claimers, want 1 (of %d seen)", id, got[id], len(got))
+		}
+	}
+	if err := context.Cause(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("not every notification arrived: %d of %d (%v)", len(got), notes, err)
+	}
+}
+
+// TestDispatcherRoutesByCustomer gives a customer's claimer only its own
+// customer's notifications, an operator any, and loses none of them.
+func TestDispatcherRoutesByCustomer(t *testing.T) {
+	t.Parallel()
+	e := newDispatchEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e.publish(t, "globex", "g1", "g2")
+	e.publish(t, "acme", "a1")
+	msg, n, err := e.d.next(ctx, "acme")
+	if err != nil || n.TaskID != "a1" {
+		t.Fatalf("acme's claimer got %+v, %v; want a1", n, err)
+	}
+	msg.Ack()
+	seen := map[string]bool{}
+	for range 2 {
+		msg, n, err := e.d.next(ctx, "")
+		if err != nil || n.CustomerID != "globex" {
+			t.Fatalf("operator got %+v, %v; want a globex task passed over by acme", n, err)
+		}
+		msg.Ack()
+		seen[n.TaskID] = true
+	}
+	if !seen["g1"] || !seen["g2"] {
+		t.Fatalf("operator got %v, want g1 and g2 (none lost)", seen)
+	}
+}
+
+// TestDispatcherHandsBackWhenNobodyWaits: a notification that arrives
+// after its claimer gave up goes back to the consumer at once, not after
+// the ack wait (a minute here), so the next claimer gets it.
+func TestDispatcherHandsBackWhenNobodyWaits(t *testing.T) {
+	t.Parallel()
+	e := newDispatchEnv(t)
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, _, err := e.d.next(short, ""); err == nil {
+		t.Fatal("a claimer got a notification from an empty queue")
+	}
+	e.publish(t, "acme", "late") // the pull started for the gone claimer may take it
+	ctx, cancel2 := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel2()
+	msg, n, err := e.d.next(ctx, "")
+	if err != nil || n.TaskID != "late" {
+		t.Fatalf("next claimer got %+v, %v; want the notification back", n, err)
+	}
+	msg.Ack()
+}
+
+// TestDispatcherPullsStayBounded: ten thousand waiting claimers share a
+// bounded number of pull requests, far below the server's MaxWaiting.
+func TestDispatcherPullsStayBounded(t *testing.T) {
+	t.Parallel()
+	e := newDispatchEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const waiters = 10_000
+	var g errgroup.Group
+	for range waiters {
+		g.Go(func() error {
+			msg, _, err := e.d.next(ctx, "")
+			if err == nil {
+				msg.Ack()
+				cancel()
+			}
+			return nil
+		})
+	}
+	e.d.mu.Lock()
+	fetches := e.d.fetches
+	e.d.mu.Unlock()
+	if fetches > maxFetches {
+		t.Fatalf("%d pulls in flight, want at most %d", fetches, maxFetches)
+	}
+	e.publish(t, "acme", "one")
+	g.Wait()
+	info, err := e.d.cons.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumWaiting > maxFetches {
+		t.Fatalf("consumer has %d waiting pulls, want at most %d", info.NumWaiting, maxFetches)
+	}
+}
