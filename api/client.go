@@ -131,6 +131,32 @@ func (c *Client) ClaimNext(ctx context.Context, queue, executorID string, wait t
 	return t, code == http.StatusOK, err
 }
 
+// ClaimBatch long-polls queue for up to wait and claims up to max (1 to
+// MaxBatchItems) of the tasks ready then; none when nothing was ready in
+// time.
+func (c *Client) ClaimBatch(ctx context.Context, queue, executorID string, max int, wait time.Duration) ([]Task, error) {
+	var out ClaimedTasks
+	_, err := c.do(ctx, http.MethodPost, "/v1/claims", ClaimBatchRequest{Queue: queue, ExecutorID: executorID, Max: max, WaitSeconds: wait.Seconds()}, &out)
+	return out.Tasks, err
+}
+
+// ScheduleBatch schedules each request as its own task (1 to
+// MaxBatchItems). Items answer in request order; test each with
+// BatchItem.Err. A repeated requestId answers 200 with the existing task.
+func (c *Client) ScheduleBatch(ctx context.Context, reqs []ScheduleRequest) ([]BatchItem, error) {
+	var out BatchAnswer
+	_, err := c.do(ctx, http.MethodPost, "/v1/tasks/batch", BatchScheduleRequest{Tasks: reqs}, &out)
+	return out.Results, err
+}
+
+// RecordResults reports several results (1 to MaxBatchItems). Items
+// answer in request order; test each with BatchItem.Err.
+func (c *Client) RecordResults(ctx context.Context, items []ResultItem) ([]BatchItem, error) {
+	var out BatchAnswer
+	_, err := c.do(ctx, http.MethodPost, "/v1/results", ResultsRequest{Results: items}, &out)
+	return out.Results, err
+}
+
 // Check asks whether to stop and collects new mailbox messages.
 func (c *Client) Check(ctx context.Context, id string) (ch Check, err error) {
 	_, err = c.do(ctx, http.MethodPost, taskPath(id, "/check"), nil, &ch)

@@ -10,6 +10,14 @@ import (
 // 413 (ErrPayloadTooLarge).
 const MaxBodyBytes = 1 << 20
 
+// Batch limits: POST /v1/tasks/batch, POST /v1/claims (max) and
+// POST /v1/results take 1 to MaxBatchItems items in a body of at most
+// MaxBatchBodyBytes.
+const (
+	MaxBatchItems     = 1000
+	MaxBatchBodyBytes = 8 << 20
+)
+
 // Page sizes of GET /v1/tasks.
 const (
 	DefaultListLimit = 100
@@ -60,6 +68,30 @@ type ResultRequest struct {
 // CancelRequest is the body of POST /v1/tasks/{id}/cancel.
 type CancelRequest struct {
 	Reason string `json:"reason"`
+}
+
+// BatchScheduleRequest is the body of POST /v1/tasks/batch.
+type BatchScheduleRequest struct {
+	Tasks []ScheduleRequest `json:"tasks"`
+}
+
+// ClaimBatchRequest is the body of POST /v1/claims. Max defaults to 1.
+type ClaimBatchRequest struct {
+	Queue       string  `json:"queue"`
+	ExecutorID  string  `json:"executorId"`
+	Max         int     `json:"max,omitempty"`
+	WaitSeconds float64 `json:"waitSeconds"`
+}
+
+// ResultItem is one result of POST /v1/results.
+type ResultItem struct {
+	TaskID string `json:"taskId"`
+	ResultRequest
+}
+
+// ResultsRequest is the body of POST /v1/results.
+type ResultsRequest struct {
+	Results []ResultItem `json:"results"`
 }
 
 // MailRequest is the body of POST /v1/tasks/{id}/mailbox.

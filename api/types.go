@@ -113,6 +113,37 @@ type Tree struct {
 	Children []Tree `json:"children"`
 }
 
+// BatchItem is one item's outcome in the answer of a batch route, in
+// request order: Status is what the single route would have answered
+// (201 created, 200 existing or done, 4xx refused) with Task, or the
+// error fields.
+type BatchItem struct {
+	Status  int    `json:"status"`
+	Task    *Task  `json:"task,omitempty"`
+	Code    string `json:"error,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// Err returns the item's error as the single route's *Error (match it
+// with errors.Is), or nil when the item succeeded.
+func (b BatchItem) Err() error {
+	if b.Code == "" {
+		return nil
+	}
+	return &Error{Status: b.Status, Code: b.Code, Reason: b.Reason, Message: b.Message, Task: b.Task}
+}
+
+// BatchAnswer is the answer of POST /v1/tasks/batch and POST /v1/results.
+type BatchAnswer struct {
+	Results []BatchItem `json:"results"`
+}
+
+// ClaimedTasks is the answer of POST /v1/claims.
+type ClaimedTasks struct {
+	Tasks []Task `json:"tasks"`
+}
+
 // Task statuses as the API shows them.
 const (
 	StatusScheduled = "scheduled"

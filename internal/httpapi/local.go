@@ -43,11 +43,7 @@ func task(st aggregate.State, err error) (api.Task, error) {
 
 // Schedule creates a task; created is false when its requestId repeated.
 func (l *Local) Schedule(ctx context.Context, req api.ScheduleRequest) (api.Task, bool, error) {
-	st, created, err := l.svc.Schedule(ctx, l.p, scheduler.ScheduleRequest{
-		CustomerID: req.CustomerID, ParentID: req.ParentID, RequestID: req.RequestID, RelatedTaskID: req.RelatedTaskID,
-		Signal: req.Signal, Repo: req.Repo, Queue: req.Queue, Message: req.Message,
-		RunAt: req.RunAt, DelaySeconds: req.DelaySeconds, TimeoutSeconds: req.TimeoutSeconds,
-	})
+	st, created, err := l.svc.Schedule(ctx, l.p, scheduleRequest(req))
 	if err != nil {
 		return api.Task{}, false, wireError(err)
 	}
@@ -74,13 +70,11 @@ func (l *Local) Claim(ctx context.Context, id, deliveryID, executorID string) (a
 // queue ("" is "default") and claims it; ok is false when nothing was
 // ready in time.
 func (l *Local) ClaimNext(ctx context.Context, queue, executorID string, wait time.Duration) (api.Task, bool, error) {
-	if queue == "" {
-		queue = "default"
+	queue, wait, err := pollArgs(queue, wait.Seconds())
+	if err != nil {
+		return api.Task{}, false, err
 	}
-	if wait < 0 {
-		return api.Task{}, false, invalidArg("waitSeconds must not be negative")
-	}
-	st, ok, err := l.svc.ClaimNext(ctx, l.p, queue, executorID, min(wait, scheduler.MaxWait))
+	st, ok, err := l.svc.ClaimNext(ctx, l.p, queue, executorID, wait)
 	if err != nil {
 		return api.Task{}, false, wireError(err)
 	}
@@ -107,8 +101,7 @@ func (l *Local) RecordResult(ctx context.Context, id string, r api.ResultRequest
 	if err := validTaskID(id); err != nil {
 		return api.Task{}, err
 	}
-	return task(l.svc.RecordResult(ctx, l.p, id, r.DeliveryID,
-		events.Result{Success: r.Success, Summary: r.Summary, Error: r.Error, Effects: r.Effects}))
+	return task(l.svc.RecordResult(ctx, l.p, id, r.DeliveryID, result(r)))
 }
 
 // Cancel cancels a task.
@@ -132,4 +125,54 @@ func (l *Local) Mailbox(ctx context.Context, id string, after int) (api.Mail, er
 		return api.Mail{}, wireError(err)
 	}
 	return api.Mail{Messages: newMailItems(items), Cursor: cursor}, nil
+}
+
+// ScheduleBatch schedules each request as its own task; items answer in
+// request order as POST /v1/tasks/batch does.
+func (l *Local) ScheduleBatch(ctx context.Context, reqs []api.ScheduleRequest) ([]api.BatchItem, error) {
+	sreqs := make([]scheduler.ScheduleRequest, len(reqs))
+	for i, r := range reqs {
+		sreqs[i] = scheduleRequest(r)
+	}
+	outs, err := l.svc.ScheduleBatch(ctx, l.p, sreqs)
+	if err != nil {
+		return nil, wireError(err)
+	}
+	return batchItems(outs, createdStatus).Results, nil
+}
+
+// ClaimBatch waits up to wait for ready tasks of queue and claims up to
+// limit of them (1 to api.MaxBatchItems); none when nothing was ready in
+// time.
+func (l *Local) ClaimBatch(ctx context.Context, queue, executorID string, limit int, wait time.Duration) ([]api.Task, error) {
+	queue, wait, err := pollArgs(queue, wait.Seconds())
+	if err != nil {
+		return nil, err
+	}
+	states, err := l.svc.ClaimBatch(ctx, l.p, queue, executorID, limit, wait)
+	if err != nil {
+		return nil, wireError(err)
+	}
+	out := make([]api.Task, len(states))
+	for i, st := range states {
+		out[i] = NewTask(st)
+	}
+	return out, nil
+}
+
+// RecordResults reports several results; items answer in request order
+// as POST /v1/results does.
+func (l *Local) RecordResults(ctx context.Context, items []api.ResultItem) ([]api.BatchItem, error) {
+	sitems := make([]scheduler.ResultItem, len(items))
+	for i, it := range items {
+		if err := validTaskID(it.TaskID); err != nil {
+			return nil, err
+		}
+		sitems[i] = scheduler.ResultItem{TaskID: it.TaskID, DeliveryID: it.DeliveryID, Result: result(it.ResultRequest)}
+	}
+	outs, err := l.svc.RecordResults(ctx, l.p, sitems)
+	if err != nil {
+		return nil, wireError(err)
+	}
+	return batchItems(outs, okStatus).Results, nil
 }

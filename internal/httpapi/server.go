@@ -74,6 +74,9 @@ func NewHandler(cfg ServerConfig) (http.Handler, error) {
 	mux.HandleFunc("GET /v1/tasks/{id}", h.auth(h.get))
 	mux.HandleFunc("POST /v1/tasks/{id}/claim", h.auth(h.claim))
 	mux.HandleFunc("POST /v1/claims/next", h.authUnlimited(h.claimNext))
+	mux.HandleFunc("POST /v1/tasks/batch", h.auth(h.scheduleBatch))
+	mux.HandleFunc("POST /v1/claims", h.authUnlimited(h.claimBatch))
+	mux.HandleFunc("POST /v1/results", h.auth(h.recordResults))
 	mux.HandleFunc("POST /v1/tasks/{id}/check", h.auth(h.check))
 	mux.HandleFunc("POST /v1/tasks/{id}/result", h.auth(h.result))
 	mux.HandleFunc("POST /v1/tasks/{id}/cancel", h.auth(h.cancel))
@@ -173,14 +176,19 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, body)
 }
 
-// decode reads a JSON body of at most api.MaxBodyBytes into v. An empty body
-// leaves v as it is.
+// decode reads a JSON body of at most api.MaxBodyBytes into v. An empty
+// body leaves v as it is.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes))
+	return decodeLimited(w, r, v, api.MaxBodyBytes)
+}
+
+// decodeLimited is decode for a body of at most limit bytes.
+func decodeLimited(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return api.ErrPayloadTooLarge.WithMessage(fmt.Sprintf("body is larger than %d bytes", api.MaxBodyBytes))
+			return api.ErrPayloadTooLarge.WithMessage(fmt.Sprintf("body is larger than %d bytes", limit))
 		}
 		return invalidArg("reading body: %v", err)
 	}
@@ -242,11 +250,7 @@ func (h *handler) schedule(w http.ResponseWriter, r *http.Request, p scheduler.P
 		h.fail(w, r, err)
 		return
 	}
-	st, created, err := h.Service.Schedule(r.Context(), p, scheduler.ScheduleRequest{
-		CustomerID: b.CustomerID, ParentID: b.ParentID, RequestID: b.RequestID, RelatedTaskID: b.RelatedTaskID,
-		Signal: b.Signal, Repo: b.Repo, Queue: b.Queue, Message: b.Message,
-		RunAt: b.RunAt, DelaySeconds: b.DelaySeconds, TimeoutSeconds: b.TimeoutSeconds,
-	})
+	st, created, err := h.Service.Schedule(r.Context(), p, scheduleRequest(b))
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -341,7 +345,7 @@ func (h *handler) claim(w http.ResponseWriter, r *http.Request, p scheduler.Prin
 func (h *handler) result(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
 	var b api.ResultRequest
 	h.taskAction(w, r, &b, func(id string) (aggregate.State, error) {
-		return h.Service.RecordResult(r.Context(), p, id, b.DeliveryID, events.Result{Success: b.Success, Summary: b.Summary, Error: b.Error, Effects: b.Effects})
+		return h.Service.RecordResult(r.Context(), p, id, b.DeliveryID, result(b))
 	})
 }
 
@@ -358,15 +362,12 @@ func (h *handler) claimNext(w http.ResponseWriter, r *http.Request, p scheduler.
 		h.fail(w, r, err)
 		return
 	}
-	if b.Queue == "" {
-		b.Queue = "default"
-	}
-	if b.WaitSeconds < 0 {
-		h.fail(w, r, invalidArg("waitSeconds must not be negative"))
+	queue, wait, err := pollArgs(b.Queue, b.WaitSeconds)
+	if err != nil {
+		h.fail(w, r, err)
 		return
 	}
-	wait := time.Duration(min(b.WaitSeconds, scheduler.MaxWait.Seconds()) * float64(time.Second))
-	st, ok, err := h.Service.ClaimNext(r.Context(), p, b.Queue, b.ExecutorID, wait)
+	st, ok, err := h.Service.ClaimNext(r.Context(), p, queue, b.ExecutorID, wait)
 	if err != nil {
 		h.fail(w, r, err)
 		return

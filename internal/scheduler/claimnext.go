@@ -66,12 +66,8 @@ func (s *Service) ClaimNext(ctx context.Context, p Principal, queue, executorID 
 	waitCtx, cancel := context.WithTimeout(ctx, min(max(wait, minWait), MaxWait))
 	defer cancel()
 	defer context.AfterFunc(s.closing, cancel)()
-	customer := ""
-	if !p.IsOperator() {
-		customer = p.CustomerID
-	}
 	for {
-		msg, n, err := d.next(waitCtx, customer)
+		msg, n, err := d.next(waitCtx, p.customerFilter())
 		switch {
 		case err != nil && waitCtx.Err() != nil:
 			return st, false, nil // waited in vain

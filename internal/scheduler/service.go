@@ -140,6 +140,14 @@ var Operator = Principal{CustomerID: "*"}
 // IsOperator reports whether p sees every customer.
 func (p Principal) IsOperator() bool { return p.CustomerID == "*" }
 
+// customerFilter is the customer whose tasks p may claim, "" for any.
+func (p Principal) customerFilter() string {
+	if p.IsOperator() {
+		return ""
+	}
+	return p.CustomerID
+}
+
 func (p Principal) sees(s aggregate.State) bool {
 	return s.Exists() && (p.IsOperator() || p.CustomerID == s.CustomerID)
 }
