@@ -96,7 +96,7 @@ func TestWorkerCheckpointSavesInOrder(t *testing.T) {
 }
 
 // wkFlakyAPI fails its first Get calls as an unreachable scheduler would,
-// and reports the first claims/next poll (the worker polls only after it
+// and reports the first poll for work (the worker polls only after it
 // has resumed what its checkpoints hold).
 type wkFlakyAPI struct {
 	*api.Client
@@ -115,6 +115,11 @@ func (f *wkFlakyAPI) Get(ctx context.Context, id string) (api.Task, error) {
 func (f *wkFlakyAPI) ClaimNext(ctx context.Context, queue, executorID string, wait time.Duration) (api.Task, bool, error) {
 	f.once.Do(func() { close(f.polling) })
 	return f.Client.ClaimNext(ctx, queue, executorID, wait)
+}
+
+func (f *wkFlakyAPI) ClaimBatch(ctx context.Context, queue, executorID string, max int, wait time.Duration) ([]api.Task, error) {
+	f.once.Do(func() { close(f.polling) })
+	return f.Client.ClaimBatch(ctx, queue, executorID, max, wait)
 }
 
 // TestWorkerResumeWhileSchedulerUnreachable restarts an executor while

@@ -27,6 +27,7 @@ import (
 // only writer of the log, so an executor needs no write access to it.
 type API interface {
 	ClaimNext(ctx context.Context, queue, executorID string, wait time.Duration) (api.Task, bool, error)
+	ClaimBatch(ctx context.Context, queue, executorID string, max int, wait time.Duration) ([]api.Task, error)
 	Claim(ctx context.Context, id, deliveryID, executorID string) (api.Task, error)
 	Check(ctx context.Context, id string) (api.Check, error)
 	RecordResult(ctx context.Context, id string, r api.ResultRequest) (api.Task, error)
@@ -131,6 +132,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	// next claims up to free tasks (at least one slot is free).
 	next := w.pollHTTP
 	if w.cfg.JS != nil {
 		cons, err := w.cfg.JS.CreateOrUpdateConsumer(ctx, w.cfg.ReadyStream, ReadyConsumerConfig(w.cfg.Subjects, w.cfg.Queue, 0))
@@ -140,7 +142,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("ready consumer: %w", err)
 		}
-		next = func(ctx context.Context) (api.Task, bool, error) { return w.pollNATS(ctx, cons) }
+		next = func(ctx context.Context, _ int) ([]api.Task, error) { return w.pollNATS(ctx, cons) }
 	}
 	backoff := 100 * time.Millisecond
 	for {
@@ -149,7 +151,17 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		}
-		t, ok, err := next(ctx)
+		free := 1
+	more:
+		for free < cap(slots) { // take every other free slot too
+			select {
+			case slots <- struct{}{}:
+				free++
+			default:
+				break more
+			}
+		}
+		tasks, err := next(ctx, free)
 		if err != nil && ctx.Err() == nil {
 			w.cfg.Logger.Warn().Err(err).Str("queue", w.cfg.Queue).Msg("claiming failed; retrying")
 			select {
@@ -160,14 +172,15 @@ func (w *Worker) Run(ctx context.Context) error {
 		} else {
 			backoff = 100 * time.Millisecond
 		}
-		if !ok {
-			<-slots
-			if ctx.Err() != nil {
-				return nil
-			}
-			continue
+		for _, t := range tasks {
+			start(t, Checkpoint{TaskID: t.ID, DeliveryID: t.Claim.DeliveryID, ExecutorID: w.cfg.ExecutorID})
 		}
-		start(t, Checkpoint{TaskID: t.ID, DeliveryID: t.Claim.DeliveryID, ExecutorID: w.cfg.ExecutorID})
+		for range free - len(tasks) {
+			<-slots
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
 	}
 }
 
@@ -204,17 +217,26 @@ func (w *Worker) resume(ctx context.Context, slots chan struct{}, start func(api
 	return nil
 }
 
-func (w *Worker) pollHTTP(ctx context.Context) (api.Task, bool, error) {
-	return w.cfg.API.ClaimNext(ctx, w.cfg.Queue, w.cfg.ExecutorID, w.cfg.PollWait)
+// pollHTTP long-polls for up to free tasks: claims/next for one, a batch
+// claim for more.
+func (w *Worker) pollHTTP(ctx context.Context, free int) ([]api.Task, error) {
+	if free > 1 {
+		return w.cfg.API.ClaimBatch(ctx, w.cfg.Queue, w.cfg.ExecutorID, min(free, api.MaxBatchItems), w.cfg.PollWait)
+	}
+	t, ok, err := w.cfg.API.ClaimNext(ctx, w.cfg.Queue, w.cfg.ExecutorID, w.cfg.PollWait)
+	if !ok {
+		return nil, err
+	}
+	return []api.Task{t}, err
 }
 
 // pollNATS takes one ready notification and claims its task. A rejected
 // claim is normal (another executor won, or the notification is stale)
 // and silent.
-func (w *Worker) pollNATS(ctx context.Context, cons jetstream.Consumer) (api.Task, bool, error) {
+func (w *Worker) pollNATS(ctx context.Context, cons jetstream.Consumer) ([]api.Task, error) {
 	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(min(w.cfg.PollWait, time.Second)))
 	if err != nil {
-		return api.Task{}, false, err
+		return nil, err
 	}
 	for msg := range batch.Messages() {
 		var n events.ReadyNotification
@@ -226,15 +248,15 @@ func (w *Worker) pollNATS(ctx context.Context, cons jetstream.Consumer) (api.Tas
 		switch {
 		case err == nil:
 			msg.Ack()
-			return t, true, nil
+			return []api.Task{t}, nil
 		case lostClaim(err):
 			msg.Ack()
 		default:
 			msg.Nak()
-			return api.Task{}, false, err
+			return nil, err
 		}
 	}
-	return api.Task{}, false, nil
+	return nil, nil
 }
 
 // lostClaim reports whether a claim was refused because the task moved

@@ -67,8 +67,12 @@ func scheduleCommand(ctx context.Context, args []string, stdout io.Writer) error
 	delay := fs.Duration("delay", 0, "run after this delay (e.g. 30s)")
 	runAt := fs.String("run-at", "", "run at this RFC 3339 time")
 	timeout := fs.Duration("timeout", 0, "running timeout (default 1h)")
+	file := fs.String("file", "", "schedule every task of this NDJSON file (one schedule body per line; - for stdin) in batches")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *file != "" {
+		return scheduleFile(ctx, cf, *file, stdout)
 	}
 	if *text != "" {
 		req.Message.Content = []events.ContentPart{{Type: "text", Text: *text}}
