@@ -103,29 +103,27 @@ func markOf(task api.Task) taskMark {
 	return taskMark{task.Status, task.Version, task.Mailbox.Count, task.Mailbox.Cursor}
 }
 
+// TestAuthTenantIsolation checks the HTTP side of tenancy on a few
+// representative routes: another customer's task answers the 404 JSON
+// body without leaking it, lists and the event stream hold only the
+// caller's own, and the rebuild route does not exist for a customer.
+// (That every service call treats another customer's task as missing is
+// internal/scheduler's TestTenancy.)
 func TestAuthTenantIsolation(t *testing.T) {
 	t.Parallel()
 	b := authSetup(t)
 	ctx := context.Background()
 	ca, cb, op := tokenClient(t, b, "tok-a"), tokenClient(t, b, "tok-b"), tokenClient(t, b, "tok-op")
 
-	// Customer A's fixtures: a root with a child on queue qa, a running
-	// task, and a queued task with two unread mailbox messages.
-	root := tenantQueued(t, ca, api.ScheduleRequest{Queue: "qa", RequestID: "a-root", Message: text("objective", "secret of A")})
-	child := tenantQueued(t, ca, api.ScheduleRequest{Queue: "qa", ParentID: root.ID, Message: text("c", "child of A")})
-	queuedRun := tenantQueued(t, ca, api.ScheduleRequest{Queue: "qa-run"})
-	running, err := ca.Claim(ctx, queuedRun.ID, queuedRun.Delivery.ID, "wa")
-	if err != nil || running.Status != "running" {
-		t.Fatalf("A claims its own task: %v %+v", err, running)
-	}
-	mail := tenantQueued(t, ca, api.ScheduleRequest{Queue: "qa-mail"})
+	// Customer A's queued task with two unread mailbox messages.
+	task := tenantQueued(t, ca, api.ScheduleRequest{Queue: "qa", RequestID: "a-root", Message: text("objective", "secret of A")})
 	for _, m := range []string{"m1", "m2"} {
-		if _, err := ca.AppendMail(ctx, mail.ID, text(m, "private note "+m)); err != nil {
+		if _, err := ca.AppendMail(ctx, task.ID, text(m, "private note "+m)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if root.CustomerID != "A" || child.CustomerID != "A" || child.RootID != root.ID {
-		t.Fatalf("A's fixtures: root %+v child %+v", root, child)
+	if task.CustomerID != "A" {
+		t.Fatalf("A's task has customer %q", task.CustomerID)
 	}
 	// B's own task, so that B's lists are not trivially empty.
 	own := tenantQueued(t, cb, api.ScheduleRequest{Queue: "qb"})
@@ -133,77 +131,35 @@ func TestAuthTenantIsolation(t *testing.T) {
 		t.Fatalf("B's task has customer %q", own.CustomerID)
 	}
 	settled(t, b)
-
-	// deliveries are the tokens B will try: the real ones.
-	fixtures := []struct {
-		name     string
-		id       string
-		delivery string
-	}{
-		{"Root", root.ID, root.Delivery.ID},
-		{"Child", child.ID, child.Delivery.ID},
-		{"Running", running.ID, running.Claim.DeliveryID},
-		{"Mailbox", mail.ID, mail.Delivery.ID},
+	stored, err := op.Get(ctx, task.ID)
+	if err != nil {
+		t.Fatal(err)
 	}
-	marks := map[string]taskMark{}
-	for _, f := range fixtures {
-		task, err := op.Get(ctx, f.id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		marks[f.id] = markOf(task)
-	}
-	if m := marks[mail.ID]; m.count != 2 || m.cursor != 0 {
-		t.Fatalf("mailbox fixture: %+v, want 2 unread messages", m)
+	mark := markOf(stored)
+	if mark.count != 2 || mark.cursor != 0 {
+		t.Fatalf("A's task: %+v, want 2 unread messages", mark)
 	}
 	before := lastSeq(t, b)
 	bearerB := "Bearer tok-b"
 
 	// Sequential on purpose: the log must not grow while B pokes.
-	for _, f := range fixtures {
-		task := "/v1/tasks/" + f.id
-		routes := []struct{ name, method, path, body string }{
-			{"Get", http.MethodGet, task, ""},
-			{"Claim", http.MethodPost, task + "/claim", `{"deliveryId":"` + f.delivery + `","executorId":"wb"}`},
-			{"Result", http.MethodPost, task + "/result", `{"deliveryId":"` + f.delivery + `","success":true,"summary":"B was here"}`},
-			{"ResultWithoutToken", http.MethodPost, task + "/result", `{"success":false,"error":"B was here"}`},
-			{"Cancel", http.MethodPost, task + "/cancel", `{"reason":"B was here"}`},
-			{"MailboxPost", http.MethodPost, task + "/mailbox", `{"message":{"id":"b1","content":[{"type":"text","text":"from B"}]}}`},
-			{"MailboxPostRepeatedID", http.MethodPost, task + "/mailbox", `{"message":{"id":"m1","content":[{"type":"text","text":"from B"}]}}`},
-			{"MailboxGet", http.MethodGet, task + "/mailbox", ""},
-			{"MailboxGetAfter", http.MethodGet, task + "/mailbox?after=0", ""},
-			{"History", http.MethodGet, task + "/history", ""},
-			{"HistoryTree", http.MethodGet, task + "/history?tree=1", ""},
-			{"HistoryTreeTrue", http.MethodGet, task + "/history?tree=true", ""},
-			{"Tree", http.MethodGet, task + "/tree", ""},
-			{"ScheduleChild", http.MethodPost, "/v1/tasks", `{"parentId":"` + f.id + `","queue":"qb"}`},
-			{"ScheduleChildWithRequestID", http.MethodPost, "/v1/tasks", `{"parentId":"` + f.id + `","requestId":"a-root","queue":"qa"}`},
-		}
-		for _, r := range routes {
-			t.Run(f.name+r.name, func(t *testing.T) {
-				a := authDo(t, b, bearerB, r.method, r.path, r.body)
-				requireErrorBody(t, a, http.StatusNotFound, "not_found")
-				requireNoLeak(t, a, f.id, f.delivery, "secret of A", "private note")
-			})
-		}
-		t.Run(f.name+"Check", func(t *testing.T) {
-			a := authDo(t, b, bearerB, http.MethodPost, task+"/check", "")
-			var ch api.Check
-			if a.status != http.StatusOK || json.Unmarshal(a.body, &ch) != nil {
-				t.Fatalf("B checks A's task: %d %s, want 200", a.status, a.body)
-			}
-			if !ch.ShouldStop || ch.Reason != "missing" || len(ch.Messages) != 0 || ch.Cursor != 0 {
-				t.Fatalf("B checks A's task: %+v, want the answer for a missing task", ch)
-			}
-			requireNoLeak(t, a, f.id, f.delivery, "secret of A", "private note")
+	path := "/v1/tasks/" + task.ID
+	for _, r := range []struct{ name, method, path, body string }{
+		{"Get", http.MethodGet, path, ""},
+		{"Claim", http.MethodPost, path + "/claim", `{"deliveryId":"` + task.Delivery.ID + `","executorId":"wb"}`},
+		{"Cancel", http.MethodPost, path + "/cancel", `{"reason":"B was here"}`},
+		{"MailboxGet", http.MethodGet, path + "/mailbox", ""},
+		{"ScheduleChild", http.MethodPost, "/v1/tasks", `{"parentId":"` + task.ID + `","queue":"qb"}`},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			a := authDo(t, b, bearerB, r.method, r.path, r.body)
+			requireErrorBody(t, a, http.StatusNotFound, "not_found")
+			requireNoLeak(t, a, task.ID, task.Delivery.ID, "secret of A", "private note")
 		})
 	}
 
 	t.Run("List", func(t *testing.T) {
-		for _, query := range []string{
-			"customerId=A", "customerId=A&status=queued", "customerId=A&queue=qa", "rootId=" + root.ID,
-			"rootId=" + root.ID + "&customerId=A", "queue=qa", "queue=qa-run", "status=running", "status=queued&queue=qa-mail",
-		} {
+		for _, query := range []string{"customerId=A", "rootId=" + task.ID, "queue=qa"} {
 			a := authDo(t, b, bearerB, http.MethodGet, "/v1/tasks?"+query, "")
 			var l api.TaskList
 			if a.status != http.StatusOK || json.Unmarshal(a.body, &l) != nil {
@@ -213,7 +169,7 @@ func TestAuthTenantIsolation(t *testing.T) {
 				t.Fatalf("B lists %s: %d tasks (next %q), want none", query, len(l.Tasks), l.Next)
 			}
 		}
-		for _, query := range []string{"", "status=queued", "customerId=B", "after=0"} {
+		for _, query := range []string{"", "customerId=B"} {
 			l, err := cb.List(ctx, parseListQuery(t, query))
 			if err != nil {
 				t.Fatal(err)
@@ -240,7 +196,7 @@ func TestAuthTenantIsolation(t *testing.T) {
 			t.Fatalf("B's own events: %v, %d events", err, n)
 		}
 		a = authDo(t, b, bearerB, http.MethodGet, "/v1/events", "")
-		if a.status != http.StatusOK || bytes.Contains(a.body, []byte(root.ID)) {
+		if a.status != http.StatusOK || bytes.Contains(a.body, []byte(task.ID)) {
 			t.Fatalf("B's default event stream: %d %s", a.status, a.body)
 		}
 	})
@@ -252,49 +208,15 @@ func TestAuthTenantIsolation(t *testing.T) {
 		}
 	})
 
-	t.Run("ClaimNextOnOthersQueue", func(t *testing.T) {
-		for _, queue := range []string{"qa", "qa-run", "qa-mail"} {
-			for _, wait := range []string{"0", "0.3"} {
-				a := authDo(t, b, bearerB, http.MethodPost, "/v1/claims/next", `{"queue":"`+queue+`","executorId":"wb","waitSeconds":`+wait+`}`)
-				if a.status != http.StatusNoContent || len(a.body) != 0 {
-					t.Fatalf("B claims/next on A's queue %s (wait %s): %d %s, want 204", queue, wait, a.status, a.body)
-				}
-			}
-		}
-	})
-
 	if after := lastSeq(t, b); after != before {
 		t.Fatalf("B's requests appended to the log: last sequence %d, want %d", after, before)
 	}
-	for _, f := range fixtures {
-		task, err := op.Get(ctx, f.id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := markOf(task); got != marks[f.id] {
-			t.Fatalf("A's %s task after B's requests: %+v, want %+v", f.name, got, marks[f.id])
-		}
+	got, err := op.Get(ctx, task.ID)
+	if err != nil {
+		t.Fatal(err)
 	}
-
-	// A still owns everything: its queued tasks are claimable through
-	// claims/next, and its unread messages are still unread.
-	claimed := map[string]bool{}
-	for range 2 {
-		task, ok, err := ca.ClaimNext(ctx, "qa", "wa", 5*time.Second)
-		if err != nil || !ok || task.CustomerID != "A" {
-			t.Fatalf("A claims/next after B's attempts: ok=%v %v %+v", ok, err, task)
-		}
-		claimed[task.ID] = true
-	}
-	if !claimed[root.ID] || !claimed[child.ID] {
-		t.Fatalf("A claimed %v, want its root %s and child %s", claimed, root.ID, child.ID)
-	}
-	ch, err := ca.Check(ctx, mail.ID)
-	if err != nil || ch.ShouldStop || ch.Cursor != 2 || strings.Join(mailIDs(ch.Messages), ",") != "m1,m2" {
-		t.Fatalf("A checks its mailbox task: %v %+v, want m1,m2 and cursor 2", err, ch)
-	}
-	if _, err := ca.RecordResult(ctx, running.ID, api.ResultRequest{DeliveryID: running.Claim.DeliveryID, Success: true}); err != nil {
-		t.Fatalf("A reports its running task: %v", err)
+	if markOf(got) != mark {
+		t.Fatalf("A's task after B's requests: %+v, want %+v", markOf(got), mark)
 	}
 }
 
@@ -401,7 +323,8 @@ func readyDeliveries(t *testing.T, b *bundle, queue string) uint64 {
 }
 
 // TestAuthRequired checks that every /v1 route answers 401 with a JSON
-// body without a known bearer token, and that health checks need none.
+// body without a known bearer token, that every malformed Authorization
+// header is refused alike, and that health checks need none.
 func TestAuthRequired(t *testing.T) {
 	t.Parallel()
 	b := authSetup(t)
@@ -432,9 +355,17 @@ func TestAuthRequired(t *testing.T) {
 		{http.MethodGet, "/v1/tasks/bad.id", ""},
 		{http.MethodPost, "/v1/tasks", `{"queue":`},
 	}
+	for _, h := range []struct{ name, value string }{{"None", ""}, {"UnknownToken", "Bearer tok-x"}} {
+		for _, r := range routes {
+			t.Run(h.name+r.method+strings.NewReplacer(task.ID, "ID", "/", "_", "?", "_").Replace(r.path), func(t *testing.T) {
+				a := authDo(t, b, h.value, r.method, r.path, r.body)
+				requireErrorBody(t, a, http.StatusUnauthorized, "unauthenticated")
+			})
+		}
+	}
+	// Every route resolves the header alike: the malformed ones on a
+	// read and on a write.
 	headers := []struct{ name, value string }{
-		{"None", ""},
-		{"UnknownToken", "Bearer tok-x"},
 		{"EmptyBearer", "Bearer"},
 		{"EmptyBearerSpace", "Bearer  "},
 		{"TokenWithoutScheme", "tok-a"},
@@ -448,7 +379,7 @@ func TestAuthRequired(t *testing.T) {
 		{"TwoTokens", "Bearer tok-a, Bearer tok-op"},
 	}
 	for _, h := range headers {
-		for _, r := range routes {
+		for _, r := range []struct{ method, path, body string }{routes[0], routes[3]} {
 			t.Run(h.name+r.method+strings.NewReplacer(task.ID, "ID", "/", "_", "?", "_").Replace(r.path), func(t *testing.T) {
 				a := authDo(t, b, h.value, r.method, r.path, r.body)
 				requireErrorBody(t, a, http.StatusUnauthorized, "unauthenticated")
@@ -474,8 +405,9 @@ func TestAuthRequired(t *testing.T) {
 	})
 }
 
-// TestAuthOperator checks what an operator token may do that a customer
-// token may not.
+// TestAuthOperator checks that a "*" token acts as the operator: it sees
+// every customer's tasks and may rebuild. (What the operator may do in the
+// service is internal/scheduler's TestTenancy/OperatorSeesAll.)
 func TestAuthOperator(t *testing.T) {
 	t.Parallel()
 	b := authSetup(t)
@@ -488,58 +420,6 @@ func TestAuthOperator(t *testing.T) {
 		l, err := op.List(ctx, api.ListOptions{})
 		if err != nil || strings.Join(taskIDs(l.Tasks), ",") != strings.Join(sorted(ta.ID, tb.ID), ",") {
 			t.Fatalf("operator list: %v %v", err, taskIDs(l.Tasks))
-		}
-		l, err = op.List(ctx, api.ListOptions{CustomerID: "A"})
-		if err != nil || len(l.Tasks) != 1 || l.Tasks[0].ID != ta.ID {
-			t.Fatalf("operator list of A: %v %v", err, taskIDs(l.Tasks))
-		}
-		for _, id := range []string{ta.ID, tb.ID} {
-			if _, err := op.Get(ctx, id); err != nil {
-				t.Fatalf("operator get %s: %v", id, err)
-			}
-			if _, err := op.History(ctx, id); err != nil {
-				t.Fatalf("operator history %s: %v", id, err)
-			}
-		}
-		n := 0
-		if err := op.CustomerEvents(ctx, "A", time.Time{}, func(api.Event) error { n++; return nil }); err != nil || n == 0 {
-			t.Fatalf("operator events of A: %v, %d events", err, n)
-		}
-	})
-
-	t.Run("SchedulesForACustomer", func(t *testing.T) {
-		task, _, err := op.Schedule(ctx, api.ScheduleRequest{CustomerID: "B", Queue: "op2"})
-		if err != nil || task.CustomerID != "B" {
-			t.Fatalf("operator schedules for B: %v %+v", err, task)
-		}
-		tenantWait(t, op, task.ID, "queued")
-		if _, err := cb.Get(ctx, task.ID); err != nil {
-			t.Fatalf("B reads the task the operator scheduled for it: %v", err)
-		}
-		if _, err := ca.Get(ctx, task.ID); err == nil {
-			t.Fatal("A reads B's task")
-		} else {
-			apiError(t, err, http.StatusNotFound, "")
-		}
-		task, _, err = op.Schedule(ctx, api.ScheduleRequest{Queue: "op2"})
-		if err != nil || task.CustomerID != "default" {
-			t.Fatalf("operator schedules without a customer: %v %+v, want customer default", err, task)
-		}
-		tenantWait(t, op, task.ID, "queued") // released: the log is quiet again
-	})
-
-	t.Run("CustomerCannotScheduleForAnother", func(t *testing.T) {
-		before := lastSeq(t, b)
-		for _, customer := range []string{"B", "*", "a"} {
-			_, _, err := ca.Schedule(ctx, api.ScheduleRequest{CustomerID: customer, Queue: "op3"})
-			apiError(t, err, http.StatusBadRequest, "")
-		}
-		if after := lastSeq(t, b); after != before {
-			t.Fatalf("refused schedules appended to the log: %d, want %d", after, before)
-		}
-		task, _, err := ca.Schedule(ctx, api.ScheduleRequest{CustomerID: "A", Queue: "op3"})
-		if err != nil || task.CustomerID != "A" {
-			t.Fatalf("A schedules naming itself: %v %+v", err, task)
 		}
 	})
 

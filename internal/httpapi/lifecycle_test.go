@@ -32,8 +32,15 @@ func TestLifecycle(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("claims/next: ok=%v err=%v", ok, err)
 	}
-	if claimed.ID != task.ID || claimed.Status != "running" || claimed.Claim == nil || claimed.Claim.ExecutorID != "w1" {
+	if claimed.ID != task.ID || claimed.Status != "running" || claimed.Claim == nil || claimed.Claim.ExecutorID != "w1" ||
+		claimed.Claim.DeliveryID != queued.Delivery.ID || claimed.StartedAt.IsZero() {
 		t.Fatalf("claimed: %+v", claimed)
+	}
+	if claimed.TimeoutSeconds != 3600 || !claimed.Deadline.After(claimed.StartedAt) {
+		t.Fatalf("running task without its deadline: timeout %d, started %v, deadline %v", claimed.TimeoutSeconds, claimed.StartedAt, claimed.Deadline)
+	}
+	if len(claimed.Message.Content) != 1 || claimed.Message.Content[0].Text != "fix the flaky test" {
+		t.Fatalf("claimed task lost its message: %+v", claimed.Message)
 	}
 	done, err := b.client.RecordResult(ctx, task.ID, api.ResultRequest{
 		DeliveryID: claimed.Claim.DeliveryID, Success: true, Summary: "fixed",
@@ -42,7 +49,8 @@ func TestLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if done.Status != "succeeded" || done.Result == nil || done.Result.Summary != "fixed" || len(done.Result.Effects) != 1 {
+	if done.Status != "succeeded" || done.Result == nil || done.Result.Summary != "fixed" || len(done.Result.Effects) != 1 ||
+		done.CompletedAt.IsZero() || !done.Deadline.IsZero() {
 		t.Fatalf("result: %+v", done)
 	}
 	h, err := b.client.History(ctx, task.ID)
