@@ -29,6 +29,9 @@ import (
 // Store executes commands against the log.
 type Store interface {
 	Execute(ctx context.Context, taskID, actor string, cmd aggregate.Command) (aggregate.State, []events.Event, error)
+	// ExecuteSeen is Execute for a command chosen from the task as it
+	// stood at sequence seen.
+	ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggregate.Command, seen uint64) (aggregate.State, []events.Event, error)
 }
 
 // Projection is what the alarm reads.
@@ -242,7 +245,7 @@ func (a *Alarm) act(ctx context.Context, t projections.Timer, s aggregate.State)
 	case projections.Report:
 		return a.report(ctx, s)
 	}
-	st, _, err := a.store.Execute(ctx, s.TaskID, "", cmd)
+	st, _, err := a.store.ExecuteSeen(ctx, s.TaskID, "", cmd, s.LastSeq)
 	if err == nil && t == projections.Release {
 		crashpoint.Hit(crashpoint.Released)
 	}

@@ -1,8 +1,8 @@
 // Package bench measures taskledger's speed side by side with the raw
-// JetStream ceiling of the same run (issue 6): Run starts a fresh embedded
-// server and measures, in order, the ceiling (raw sync and async appends,
-// raw ordered reads), lifecycle throughput (Go SDK in process and HTTP),
-// latency at half the maximum rate, timer lateness, replay and aggregate
+// JetStream ceiling of the same run: Run starts a fresh embedded server
+// and measures, in order, the ceiling (raw sync and async appends, raw
+// ordered reads), lifecycle throughput (Go SDK in process and HTTP), the
+// HTTP protocol (enqueue, drains, a crowd of waiting long polls), latency at half the maximum rate, timer lateness, replay and aggregate
 // loads over a large log, projection memory, memory under overload and
 // the sync_always cost, and prints one table. `make bench` and `taskledger bench` run it;
 // BENCH_SCALE (Config.Scale) scales the work.
@@ -61,7 +61,7 @@ type Figure struct {
 	// the figure has none.
 	Ratio   float64 `json:"ratio,omitempty"`
 	RatioOf string  `json:"ratioOf,omitempty"`
-	// Target is issue 6's target for the figure, if it has one, and Met
+	// Target is the project's target for the figure, if it has one, and Met
 	// whether this run reached it.
 	Target string `json:"target,omitempty"`
 	Met    *bool  `json:"met,omitempty"`
@@ -90,39 +90,41 @@ func (r *Report) Figure(name string) (Figure, bool) {
 
 // Names of the figures every complete report holds.
 const (
-	FigSync1          = "raw sync OCC append, 1 publisher"
-	FigSync16         = "raw sync OCC append, 16 publishers"
-	FigAsync          = "raw async append (≤ 4096 in flight)"
-	FigRead           = "raw ordered-consumer read"
-	FigLifecycleSDK   = "lifecycle, Go SDK in process"
-	FigWritesPerTask  = "JetStream writes per task"
-	FigLifecycleHTTP  = "lifecycle, HTTP keep-alive clients"
-	FigHTTPvsSDK      = "lifecycle HTTP ÷ Go SDK"
-	FigSchedClaimP50  = "schedule→claimable p50"
-	FigSchedClaimP99  = "schedule→claimable p99"
-	FigSchedClaimP999 = "schedule→claimable p999"
-	FigClaimP50       = "claim request p50"
-	FigClaimP99       = "claim request p99"
-	FigClaimP999      = "claim request p999"
-	FigReleaseP50     = "release lateness p50"
-	FigReleaseP99     = "release lateness p99"
-	FigReleaseMax     = "release lateness max"
-	FigTimeoutP50     = "timeout lateness p50"
-	FigTimeoutP99     = "timeout lateness p99"
-	FigTimeoutMax     = "timeout lateness max"
-	FigRebuild        = "projection rebuild"
-	FigReplayRead     = "raw read of the same stream"
-	FigLoadP50        = "aggregate load p50"
-	FigLoadP99        = "aggregate load p99"
-	FigStartCold      = "start-up without a snapshot"
-	FigStartSnapshot  = "start-up from a snapshot"
-	FigMemory         = "projection memory per active task"
-	FigOverloadGrowth = "overload: heap growth per task written"
-	FigOverloadHeap   = "overload: live heap at the end"
-	FigClaim          = "claim decide+append, 16 goroutines"
-	FigSyncAlways1    = "sync_always OCC append, 1 publisher"
-	FigSyncAlways16   = "sync_always OCC append, 16 publishers"
-	FigSyncAlwaysCost = "sync_always cost (default ÷ sync_always, 16 pub.)"
+	FigSync1            = "raw sync OCC append, 1 publisher"
+	FigSync16           = "raw sync OCC append, 16 publishers"
+	FigAsync            = "raw async append (≤ 4096 in flight)"
+	FigRead             = "raw ordered-consumer read"
+	FigLifecycleSDK     = "lifecycle, Go SDK in process"
+	FigWritesPerTask    = "JetStream writes per task"
+	FigLifecycleCPU     = "lifecycle CPU per task, Go SDK"
+	FigLifecycleGarbage = "lifecycle garbage per task, Go SDK"
+	FigLifecycleHTTP    = "lifecycle, HTTP keep-alive clients"
+	FigHTTPvsSDK        = "lifecycle HTTP ÷ Go SDK"
+	FigSchedClaimP50    = "schedule→claimable p50"
+	FigSchedClaimP99    = "schedule→claimable p99"
+	FigSchedClaimP999   = "schedule→claimable p999"
+	FigClaimP50         = "claim request p50"
+	FigClaimP99         = "claim request p99"
+	FigClaimP999        = "claim request p999"
+	FigReleaseP50       = "release lateness p50"
+	FigReleaseP99       = "release lateness p99"
+	FigReleaseMax       = "release lateness max"
+	FigTimeoutP50       = "timeout lateness p50"
+	FigTimeoutP99       = "timeout lateness p99"
+	FigTimeoutMax       = "timeout lateness max"
+	FigRebuild          = "projection rebuild"
+	FigReplayRead       = "raw read of the same stream"
+	FigLoadP50          = "aggregate load p50"
+	FigLoadP99          = "aggregate load p99"
+	FigStartCold        = "start-up without a snapshot"
+	FigStartSnapshot    = "start-up from a snapshot"
+	FigMemory           = "projection memory per active task"
+	FigOverloadGrowth   = "overload: heap growth per task written"
+	FigOverloadHeap     = "overload: live heap at the end"
+	FigClaim            = "claim decide+append, 16 goroutines"
+	FigSyncAlways1      = "sync_always OCC append, 1 publisher"
+	FigSyncAlways16     = "sync_always OCC append, 16 publishers"
+	FigSyncAlwaysCost   = "sync_always cost (default ÷ sync_always, 16 pub.)"
 )
 
 // References of Figure.RatioOf.
@@ -139,7 +141,10 @@ const (
 // holds.
 var FigureNames = []string{
 	FigSync1, FigSync16, FigAsync, FigRead, FigClaim,
-	FigLifecycleSDK, FigWritesPerTask, FigLifecycleHTTP, FigHTTPvsSDK,
+	FigLifecycleSDK, FigWritesPerTask, FigLifecycleCPU, FigLifecycleGarbage, FigLifecycleHTTP, FigHTTPvsSDK,
+	FigEnqueueHTTP, FigEnqueueBatch, FigDrainHTTP, FigDrainErrors, FigDrainCPU, FigDrainGarbage,
+	FigDrainBatch, FigDrainBatchCPU, FigDrainBatchGarb,
+	FigWaitingPolls, FigWaitingMemory, FigWaiterMemory, FigWaitingClaimP99, FigWaitingErrors,
 	FigSchedClaimP50, FigSchedClaimP99, FigSchedClaimP999, FigClaimP50, FigClaimP99, FigClaimP999,
 	FigReleaseP50, FigReleaseP99, FigReleaseMax, FigTimeoutP50, FigTimeoutP99, FigTimeoutMax,
 	FigRebuild, FigReplayRead, FigStartCold, FigStartSnapshot, FigLoadP50, FigLoadP99,
@@ -229,7 +234,7 @@ func (r *run) all(ctx context.Context) error {
 		for _, s := range []struct {
 			name string
 			fn   func(context.Context, *node.Node) error
-		}{{"lifecycle", r.lifecycle}, {"latency", r.latency}, {"timers", r.timers}} {
+		}{{"lifecycle", r.lifecycle}, {"http", r.httpSection}, {"latency", r.latency}, {"timers", r.timers}} {
 			if err := r.section(ctx, s.name, func(ctx context.Context) error { return s.fn(ctx, nd) }); err != nil {
 				return err
 			}

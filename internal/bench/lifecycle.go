@@ -151,10 +151,12 @@ func lastSeq(ctx context.Context, nd *node.Node) (uint64, error) {
 
 // lifecycleResult is one measured lifecycle.
 type lifecycleResult struct {
+	n          int     // tasks
 	rate       float64 // tasks/s
 	schedRate  float64 // schedule calls/s while it ran
 	writes     float64 // JetStream writes per task
 	writesRate float64 // rate × writes
+	use        usage   // CPU and allocations of the whole phase
 }
 
 // measureLifecycle runs n tasks through apiOf and counts the JetStream
@@ -165,12 +167,14 @@ func (r *run) measureLifecycle(ctx context.Context, nd *node.Node, name string, 
 	if err != nil {
 		return lifecycleResult{}, err
 	}
-	cpu := processCPU()
-	lr, err := r.runLifecycle(ctx, n, apiOf)
+	var lr lifecycleRun
+	use, err := measure(func() (err error) {
+		lr, err = r.runLifecycle(ctx, n, apiOf)
+		return err
+	})
 	if err != nil {
 		return lifecycleResult{}, fmt.Errorf("%s: %w", name, err)
 	}
-	cpu = processCPU() - cpu
 	after, err := lastSeq(ctx, nd)
 	if err != nil {
 		return lifecycleResult{}, err
@@ -188,15 +192,17 @@ func (r *run) measureLifecycle(ctx context.Context, nd *node.Node, name string, 
 		types[i] = string(ev.Type())
 	}
 	res := lifecycleResult{
+		n:         n,
 		rate:      float64(n) / lr.elapsed.Seconds(),
 		schedRate: float64(n) / lr.scheduling.Seconds(),
 		writes:    float64(len(hist) + 1),
+		use:       use,
 	}
 	res.writesRate = res.rate * res.writes
 	r.say("  %s: %d tasks in %.2fs (all scheduled after %.2fs), %d schedulers, %d workers × %d slots; %.2f events/task in the log; sample: %s + 1 ready publish",
 		name, n, lr.elapsed.Seconds(), lr.scheduling.Seconds(), schedulers, workers, workerSlots,
 		float64(after-before)/float64(n), strings.Join(types, ", "))
-	r.sayCPU(name, cpu, lr.elapsed, n, "task")
+	r.sayCPU(name, use.cpu, lr.elapsed, n, "task")
 	return res, nil
 }
 
@@ -262,6 +268,8 @@ func (r *run) lifecycle(ctx context.Context, nd *node.Node) error {
 	r.add(atLeast(Figure{Section: "lifecycle", Name: FigLifecycleSDK, Value: sdk.rate, Unit: "tasks/s",
 		Ratio: sdk.writesRate / r.asyncRate, RatioOf: ratioAsync}, sdk.writesRate/r.asyncRate, 0.5, "≥ 0.50× raw async"))
 	r.add(Figure{Section: "lifecycle", Name: FigWritesPerTask, Value: sdk.writes, Unit: "writes"})
+	r.add(Figure{Section: "lifecycle", Name: FigLifecycleCPU, Value: float64(sdk.use.cpu.Microseconds()) / float64(sdk.n), Unit: "µs/task"})
+	r.add(Figure{Section: "lifecycle", Name: FigLifecycleGarbage, Value: float64(sdk.use.alloc) / float64(sdk.n), Unit: "bytes/task"})
 	r.add(Figure{Section: "lifecycle", Name: FigLifecycleHTTP, Value: httpRes.rate, Unit: "tasks/s",
 		Ratio: httpRes.writesRate / r.asyncRate, RatioOf: ratioAsync})
 	rel := httpRes.rate / sdk.rate

@@ -42,6 +42,19 @@ func (s *Service) dispatcher(ctx context.Context, queue string) (*dispatcher, er
 	return d, nil
 }
 
+// Waiting returns how many claimers wait on queue in this process.
+func (s *Service) Waiting(queue string) int {
+	s.dispatchers.mu.Lock()
+	d := s.dispatchers.m[queue]
+	s.dispatchers.mu.Unlock()
+	if d == nil {
+		return 0
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.waiters.Len()
+}
+
 // minWait is the shortest long poll: enough for one pull to find a
 // notification that is already there.
 const minWait = 20 * time.Millisecond

@@ -27,10 +27,15 @@ const (
 	maxFetches = 16
 )
 
-// foreignNakDelay is how long a ready notification that only another
-// customer's claimers could take stays out of sight before the consumer
-// offers it again.
-const foreignNakDelay = 100 * time.Millisecond
+// A notification that arrives when no waiter here may claim it is parked
+// for the next one for up to parkFor, at most maxParked of them; then it
+// goes back to the consumer for other processes. Parking, not handing
+// back at once, keeps a pull that outlives its waiters from cycling the
+// same notifications through the consumer.
+const (
+	parkFor   = 100 * time.Millisecond
+	maxParked = maxFetchBatch
+)
 
 // dispatcher hands one queue's ready notifications to the claimers waiting
 // in this process. It pulls from the queue's shared durable consumer only
@@ -50,6 +55,13 @@ type dispatcher struct {
 	fetches   int       // pulls in flight
 	stopped   bool      // no new pulls start
 	pulls     sync.WaitGroup
+	parked    list.List   // of parkedOffer, oldest first
+	expiry    *time.Timer // hands back expired parked offers; nil when none are parked
+}
+
+type parkedOffer struct {
+	offer
+	at time.Time
 }
 
 // waiter is one claimer waiting for up to cap(got) notifications.
@@ -90,6 +102,10 @@ func (d *dispatcher) next(ctx context.Context, customer string) (jetstream.Msg, 
 func (d *dispatcher) take(ctx context.Context, customer string, max int, linger time.Duration) ([]offer, error) {
 	w := &waiter{customer: customer, got: make(chan offer, max), want: max}
 	d.mu.Lock()
+	if parked := d.unparkLocked(customer, max); len(parked) > 0 {
+		d.mu.Unlock()
+		return parked, nil
+	}
 	w.elem = d.waiters.PushBack(w)
 	d.wanted += max
 	d.pullLocked()
@@ -149,8 +165,8 @@ func (d *dispatcher) leaveLocked(w *waiter) {
 // pullLocked starts pulls until the notifications asked for cover the
 // waiters, within maxFetches. d.mu is held.
 func (d *dispatcher) pullLocked() {
-	if d.stopped {
-		return
+	if d.stopped || d.parked.Len() >= maxParked {
+		return // with maxParked parked, the waiters want only others' notifications
 	}
 	for need := d.wanted - d.requested; need > 0 && d.fetches < maxFetches; need = d.wanted - d.requested {
 		n := min(need, maxFetchBatch)
@@ -204,10 +220,7 @@ func (d *dispatcher) receive(msg jetstream.Msg) {
 	d.give(msg, n)
 }
 
-// give hands msg to the first waiter that may claim it. With none, the
-// notification goes back to the consumer: at once when nobody here waits
-// (another process's claimer may), after foreignNakDelay when only other
-// customers' claimers wait (so it does not come straight back to them).
+// give hands msg to the first waiter that may claim it, or parks it.
 func (d *dispatcher) give(msg jetstream.Msg, n events.ReadyNotification) {
 	d.mu.Lock()
 	for e := d.waiters.Front(); e != nil; e = e.Next() {
@@ -222,20 +235,70 @@ func (d *dispatcher) give(msg jetstream.Msg, n events.ReadyNotification) {
 			return
 		}
 	}
-	others := d.waiters.Len() > 0
+	if d.parked.Len() < maxParked && !d.stopped {
+		d.parked.PushBack(parkedOffer{offer{msg: msg, note: n}, time.Now()})
+		if d.expiry == nil {
+			d.expiry = time.AfterFunc(parkFor, d.expire)
+		}
+		d.mu.Unlock()
+		return
+	}
 	d.mu.Unlock()
-	if others {
-		msg.NakWithDelay(foreignNakDelay)
-	} else {
+	msg.Nak()
+}
+
+// unparkLocked takes up to max parked offers customer may claim, oldest
+// first; d.mu is held.
+func (d *dispatcher) unparkLocked(customer string, max int) []offer {
+	var out []offer
+	for e := d.parked.Front(); e != nil && len(out) < max; {
+		next := e.Next()
+		if p := e.Value.(parkedOffer); customer == "" || customer == p.note.CustomerID {
+			out = append(out, p.offer)
+			d.parked.Remove(e)
+		}
+		e = next
+	}
+	return out
+}
+
+// expire hands the offers parked for parkFor back to the consumer.
+func (d *dispatcher) expire() {
+	d.mu.Lock()
+	var old []jetstream.Msg
+	now := time.Now()
+	for e := d.parked.Front(); e != nil && now.Sub(e.Value.(parkedOffer).at) >= parkFor; e = d.parked.Front() {
+		old = append(old, d.parked.Remove(e).(parkedOffer).msg)
+	}
+	d.expiry = nil
+	if e := d.parked.Front(); e != nil {
+		d.expiry = time.AfterFunc(parkFor-now.Sub(e.Value.(parkedOffer).at), d.expire)
+	}
+	d.pullLocked() // room again for the waiters' pulls
+	d.mu.Unlock()
+	for _, msg := range old {
 		msg.Nak()
 	}
 }
 
-// stop starts no more pulls and waits until those in flight have ended
-// (at most fetchSlice).
+// stop starts no more pulls, waits until those in flight have ended (at
+// most fetchSlice) and hands every parked notification back.
 func (d *dispatcher) stop() {
 	d.mu.Lock()
 	d.stopped = true
 	d.mu.Unlock()
 	d.pulls.Wait()
+	d.mu.Lock()
+	if d.expiry != nil {
+		d.expiry.Stop()
+		d.expiry = nil
+	}
+	var parked []jetstream.Msg
+	for e := d.parked.Front(); e != nil; e = d.parked.Front() {
+		parked = append(parked, d.parked.Remove(e).(parkedOffer).msg)
+	}
+	d.mu.Unlock()
+	for _, msg := range parked {
+		msg.Nak()
+	}
 }

@@ -134,8 +134,9 @@ func TestDispatcherRoutesByCustomer(t *testing.T) {
 }
 
 // TestDispatcherHandsBackWhenNobodyWaits: a notification that arrives
-// after its claimer gave up goes back to the consumer at once, not after
-// the ack wait (a minute here), so the next claimer gets it.
+// after its claimer gave up is not left unacknowledged for the ack wait (a
+// minute here): the next claimer gets it, from the dispatcher's parking
+// or, once that expired, from the consumer.
 func TestDispatcherHandsBackWhenNobodyWaits(t *testing.T) {
 	t.Parallel()
 	e := newDispatchEnv(t)
@@ -188,4 +189,27 @@ func TestDispatcherPullsStayBounded(t *testing.T) {
 	if info.NumWaiting > maxFetches {
 		t.Fatalf("consumer has %d waiting pulls, want at most %d", info.NumWaiting, maxFetches)
 	}
+}
+
+// TestDispatcherParkingExpires: a parked notification nobody here takes
+// goes back to the consumer, where another process's claimer (a second
+// dispatcher on the same consumer) gets it.
+func TestDispatcherParkingExpires(t *testing.T) {
+	t.Parallel()
+	e := newDispatchEnv(t)
+	other := newDispatcher(e.d.cons, zerolog.Nop())
+	t.Cleanup(other.stop)
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, _, err := e.d.next(short, "globex"); err == nil {
+		t.Fatal("globex's claimer got a notification from an empty queue")
+	}
+	e.publish(t, "acme", "a1") // the gone claimer's pull may park it here
+	ctx, cancel2 := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel2()
+	msg, n, err := other.next(ctx, "")
+	if err != nil || n.TaskID != "a1" {
+		t.Fatalf("the other process's claimer got %+v, %v; want a1 back from the consumer", n, err)
+	}
+	msg.Ack()
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -90,6 +91,26 @@ type Store struct {
 
 	mu    sync.Mutex
 	cache map[string]aggregate.State
+
+	// turns serialize this process's commands on one task (striped by
+	// task id), so two of them do not race each other's append and pay a
+	// conflict and a catch-up read. Other processes still race; the OCC
+	// check alone decides between them.
+	turns [taskStripes]sync.Mutex
+}
+
+// taskStripes is how many locks the store's per-task turns share.
+const taskStripes = 1024
+
+// turn locks the stripe of taskID and returns its unlock.
+func (s *Store) turn(taskID string) func() {
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(taskID); i++ {
+		h = (h ^ uint32(taskID[i])) * 16777619
+	}
+	m := &s.turns[h%taskStripes]
+	m.Lock()
+	return m.Unlock
 }
 
 // Open creates the event stream, or updates it to this configuration, and
@@ -221,9 +242,19 @@ func (s *Store) Event(ctx context.Context, seq uint64) (events.Event, error) {
 // check proves it current. A rejection decided on cached state is decided
 // again on a fresh load before it is returned.
 func (s *Store) Execute(ctx context.Context, taskID, actor string, cmd aggregate.Command) (aggregate.State, []events.Event, error) {
+	return s.ExecuteSeen(ctx, taskID, actor, cmd, math.MaxUint64)
+}
+
+// ExecuteSeen is Execute for a caller that chose cmd from the task as it
+// stood at sequence seen (a reactor acting on a projected state): a
+// rejection decided on a cached state at least that new is returned as it
+// is, without a fresh load, since a fresher view would only show the task
+// further along. The caller acts again when its own view moves on.
+func (s *Store) ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggregate.Command, seen uint64) (aggregate.State, []events.Event, error) {
 	if actor == "" {
 		actor = s.cfg.Actor
 	}
+	defer s.turn(taskID)()
 	fresh := false
 	var pinned *aggregate.State // a state caught up after a conflict
 	for attempt := 0; ; attempt++ {
@@ -237,7 +268,7 @@ func (s *Store) Execute(ctx context.Context, taskID, actor string, cmd aggregate
 		}
 		evs, err := aggregate.Decide(st, cmd, s.cfg.Now())
 		if err != nil || len(evs) == 0 {
-			if cached {
+			if cached && st.LastSeq < seen {
 				fresh = true
 				continue
 			}

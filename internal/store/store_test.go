@@ -320,3 +320,41 @@ func TestRestartReloadsSameState(t *testing.T) {
 		}
 	}
 }
+
+// TestExecuteSeen: a reactor command refused on a cached state at least as
+// new as the caller's view is final; on an older cached state (another
+// process moved the task on) it is decided again on a fresh load, so the
+// reactor is not told "stale" forever by its own cache.
+func TestExecuteSeen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nc := testnats.Conn(t)
+	a := setup(t, nc)
+	b := another(t, nc, a)
+	id, first := released(t, a)
+	if _, _, err := b.Execute(ctx, id, "", aggregate.AppendMail{Message: events.Message{ID: "m1"}}); err != nil {
+		t.Fatal(err) // b caches the task with its first token pending
+	}
+	cached, err := b.Load(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a claims the first token and releases nothing new: b's cache is
+	// behind. A publish record for the first token is stale either way.
+	if _, _, err := a.Execute(ctx, id, "", aggregate.Claim{DeliveryID: first, ExecutorID: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	st, _, err := b.ExecuteSeen(ctx, id, "", aggregate.MarkReadyPublished{DeliveryID: "other"}, cached.LastSeq)
+	if !errors.Is(err, aggregate.ErrStale) || st.Status == aggregate.StatusRunning {
+		t.Fatalf("a command stale on a cache as new as the view: %v on %s; want ErrStale on the cached state, no load", err, st.Status)
+	}
+	// A view that has seen the claim is newer than b's cache: b must load
+	// afresh and decide on the running task.
+	st, _, err = b.ExecuteSeen(ctx, id, "", aggregate.MarkReadyPublished{DeliveryID: first}, cached.LastSeq+1)
+	if !errors.Is(err, aggregate.ErrStale) {
+		t.Fatalf("publish record after the claim: %v", err)
+	}
+	if st.Status != aggregate.StatusRunning {
+		t.Fatalf("decided on %s, want the fresh state (running)", st.Status)
+	}
+}

@@ -1,0 +1,416 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/node"
+	"github.com/taskledger/taskledger/internal/scheduler"
+)
+
+// The HTTP section measures the peers' protocol: enqueue, one call per
+// task and in batches; a drain of a pre-filled queue by many claim loops
+// and by a few batch loops; and a crowd of long polls waiting on one
+// queue. The clients run in the bench's own process, on the same two
+// cores as the server, as the peers' worker processes did.
+const (
+	enqueueClients = 50
+	enqueueBatch   = 1000
+	drainLoops     = 1000
+	batchLoops     = 50
+	batchMax       = 100
+)
+
+// Figures of the HTTP section.
+const (
+	FigEnqueueHTTP     = "HTTP enqueue, 50 clients, 1 task a call"
+	FigEnqueueBatch    = "HTTP enqueue, 1 client, 1,000 tasks a call"
+	FigDrainHTTP       = "HTTP drain, 1,000 claims/next loops"
+	FigDrainErrors     = "HTTP drain errors, 1,000 loops"
+	FigDrainCPU        = "HTTP drain CPU per task, 1,000 loops"
+	FigDrainGarbage    = "HTTP drain garbage per task, 1,000 loops"
+	FigDrainBatch      = "HTTP drain, 50 batch loops (max 100)"
+	FigDrainBatchCPU   = "HTTP batch drain CPU per task"
+	FigDrainBatchGarb  = "HTTP batch drain garbage per task"
+	FigWaitingPolls    = "long polls waiting on one queue"
+	FigWaitingErrors   = "errors of the waiting long polls"
+	FigWaitingClaimP99 = "ready→claimed p99, polls waiting"
+	FigWaitingMemory   = "memory per waiting HTTP poll, client and server"
+	FigWaiterMemory    = "service memory per waiting claimer (no HTTP)"
+)
+
+// httpClient is one keep-alive client with room for conns connections.
+func httpClient(url string, conns int) *api.Client {
+	return &api.Client{BaseURL: url, HTTP: &http.Client{Transport: &http.Transport{
+		MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: 90 * time.Second,
+	}}}
+}
+
+// usage is the CPU and allocation of a phase of n tasks.
+type usage struct {
+	cpu     time.Duration
+	alloc   uint64
+	elapsed time.Duration
+}
+
+func measure(fn func() error) (usage, error) {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	cpu, start := processCPU(), time.Now()
+	err := fn()
+	u := usage{cpu: processCPU() - cpu, elapsed: time.Since(start)}
+	runtime.ReadMemStats(&after)
+	u.alloc = after.TotalAlloc - before.TotalAlloc
+	return u, err
+}
+
+// httpSection runs the HTTP figures on nd, served on a loopback port.
+func (r *run) httpSection(ctx context.Context, nd *node.Node) error {
+	url, stop, err := serveHTTP(nd)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	n := r.scaled(20000, 200)
+
+	// Enqueue: the tasks are due at once, so the alarm releases and
+	// publishes them meanwhile, as it would under real load.
+	single := httpClient(url, enqueueClients)
+	u, err := measure(func() error { return enqueueEach(ctx, single, "drain-single", n) })
+	single.HTTP.CloseIdleConnections()
+	if err != nil {
+		return fmt.Errorf("enqueue: %w", err)
+	}
+	r.sayCPU("enqueue, 1 task a call", u.cpu, u.elapsed, n, "task")
+	r.add(atLeast(Figure{Section: "http", Name: FigEnqueueHTTP, Value: float64(n) / u.elapsed.Seconds(), Unit: "tasks/s"},
+		float64(n)/u.elapsed.Seconds(), 15000, "≥ 15,000 tasks/s"))
+	batch := httpClient(url, 1)
+	u, err = measure(func() error { return enqueueBatches(ctx, batch, "drain-batch", n) })
+	batch.HTTP.CloseIdleConnections()
+	if err != nil {
+		return fmt.Errorf("batch enqueue: %w", err)
+	}
+	r.sayCPU("enqueue, 1,000 tasks a call", u.cpu, u.elapsed, n, "task")
+	r.add(atLeast(Figure{Section: "http", Name: FigEnqueueBatch, Value: float64(n) / u.elapsed.Seconds(), Unit: "tasks/s"},
+		float64(n)/u.elapsed.Seconds(), 50000, "≥ 50,000 tasks/s"))
+	for _, q := range []string{"drain-single", "drain-batch"} {
+		if err := waitQueued(ctx, nd, q, n); err != nil {
+			return err
+		}
+	}
+
+	loops := httpClient(url, drainLoops)
+	var errs atomic.Int64
+	u, err = measure(func() error { return drainEach(ctx, loops, "drain-single", n, &errs) })
+	loops.HTTP.CloseIdleConnections()
+	if err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	r.sayCPU("drain, claims/next loops", u.cpu, u.elapsed, n, "task")
+	r.add(atLeast(Figure{Section: "http", Name: FigDrainHTTP, Value: float64(n) / u.elapsed.Seconds(), Unit: "tasks/s"},
+		float64(n)/u.elapsed.Seconds(), 12000, "≥ 12,000 tasks/s"))
+	r.add(atMost(Figure{Section: "http", Name: FigDrainErrors, Value: float64(errs.Load()), Unit: "errors"}, float64(errs.Load()), 0, "0"))
+	r.add(Figure{Section: "http", Name: FigDrainCPU, Value: float64(u.cpu.Microseconds()) / float64(n), Unit: "µs/task"})
+	r.add(Figure{Section: "http", Name: FigDrainGarbage, Value: float64(u.alloc) / float64(n), Unit: "bytes/task"})
+
+	batches := httpClient(url, batchLoops)
+	errs.Store(0)
+	u, err = measure(func() error { return drainBatches(ctx, batches, "drain-batch", n, &errs) })
+	batches.HTTP.CloseIdleConnections()
+	if err != nil {
+		return fmt.Errorf("batch drain: %w", err)
+	}
+	if errs.Load() > 0 {
+		return fmt.Errorf("batch drain: %d errors", errs.Load())
+	}
+	r.sayCPU("drain, batch loops", u.cpu, u.elapsed, n, "task")
+	r.add(atLeast(Figure{Section: "http", Name: FigDrainBatch, Value: float64(n) / u.elapsed.Seconds(), Unit: "tasks/s"},
+		float64(n)/u.elapsed.Seconds(), 25000, "≥ 25,000 tasks/s"))
+	r.add(Figure{Section: "http", Name: FigDrainBatchCPU, Value: float64(u.cpu.Microseconds()) / float64(n), Unit: "µs/task"})
+	r.add(Figure{Section: "http", Name: FigDrainBatchGarb, Value: float64(u.alloc) / float64(n), Unit: "bytes/task"})
+
+	return r.waitingPolls(ctx, nd, url)
+}
+
+// enqueueEach schedules n tasks on queue from enqueueClients goroutines,
+// one POST /v1/tasks each.
+func enqueueEach(ctx context.Context, c *api.Client, queue string, n int) error {
+	var next atomic.Int64
+	g, ctx := errgroup.WithContext(ctx)
+	for range enqueueClients {
+		g.Go(func() error {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				if _, _, err := c.Schedule(ctx, scheduleRequest(i, queue)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// enqueueBatches schedules n tasks on queue from one goroutine, in
+// batches of enqueueBatch.
+func enqueueBatches(ctx context.Context, c *api.Client, queue string, n int) error {
+	for start := 0; start < n; start += enqueueBatch {
+		reqs := make([]api.ScheduleRequest, min(enqueueBatch, n-start))
+		for i := range reqs {
+			reqs[i] = scheduleRequest(start+i, queue)
+		}
+		items, err := c.ScheduleBatch(ctx, reqs)
+		if err != nil {
+			return err
+		}
+		for _, it := range items {
+			if err := it.Err(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// waitQueued waits until n tasks of queue are queued (released, their
+// ready notification published).
+func waitQueued(ctx context.Context, nd *node.Node, queue string, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, phaseTimeout)
+	defer cancel()
+	for nd.Engine.QueueCounts()[queue][aggregate.StatusQueued] < n {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("queue %s: %d of %d tasks queued: %w", queue, nd.Engine.QueueCounts()[queue][aggregate.StatusQueued], n, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// drainEach runs drainLoops loops of claims/next + result until n tasks
+// of queue are done, counting every failed call in errs.
+func drainEach(ctx context.Context, c *api.Client, queue string, n int, errs *atomic.Int64) error {
+	ctx, cancel := context.WithTimeout(ctx, phaseTimeout)
+	defer cancel()
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	for w := range drainLoops {
+		wg.Go(func() {
+			executorID := fmt.Sprintf("drain-%d", w)
+			for done.Load() < int64(n) && ctx.Err() == nil {
+				t, ok, err := c.ClaimNext(ctx, queue, executorID, time.Second)
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				if !ok {
+					continue
+				}
+				if _, err := c.RecordResult(ctx, t.ID, api.ResultRequest{DeliveryID: t.Claim.DeliveryID, Success: true}); err != nil {
+					errs.Add(1)
+					continue
+				}
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if got := done.Load(); got < int64(n) {
+		return fmt.Errorf("%d of %d tasks done: %w", got, n, ctx.Err())
+	}
+	return nil
+}
+
+// drainBatches runs batchLoops loops of POST /v1/claims (max batchMax) +
+// POST /v1/results until n tasks of queue are done.
+func drainBatches(ctx context.Context, c *api.Client, queue string, n int, errs *atomic.Int64) error {
+	ctx, cancel := context.WithTimeout(ctx, phaseTimeout)
+	defer cancel()
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	for w := range batchLoops {
+		wg.Go(func() {
+			executorID := fmt.Sprintf("batch-%d", w)
+			for done.Load() < int64(n) && ctx.Err() == nil {
+				tasks, err := c.ClaimBatch(ctx, queue, executorID, batchMax, time.Second)
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				if len(tasks) == 0 {
+					continue
+				}
+				items := make([]api.ResultItem, len(tasks))
+				for i, t := range tasks {
+					items[i] = api.ResultItem{TaskID: t.ID, ResultRequest: api.ResultRequest{DeliveryID: t.Claim.DeliveryID, Success: true}}
+				}
+				res, err := c.RecordResults(ctx, items)
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				for _, it := range res {
+					if it.Err() != nil {
+						errs.Add(1)
+					} else {
+						done.Add(1)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := done.Load(); got < int64(n) {
+		return fmt.Errorf("%d of %d tasks done: %w", got, n, ctx.Err())
+	}
+	return nil
+}
+
+// waitingPolls holds a crowd of long polls on one queue (10,000 at scale
+// 1, fewer if the process may not open two sockets for each), measures
+// the server's memory per waiting poll, then schedules tasks one at a
+// time and measures, from each task's own events, how long after its
+// ready notification was published it was claimed.
+func (r *run) waitingPolls(ctx context.Context, nd *node.Node, url string) error {
+	const queue = "crowd"
+	polls := r.scaled(10000, 200)
+	if fit := fdBudget() / 2; polls > fit {
+		r.say("  only %d file descriptors to spare: %d polls instead of %d", fit*2, fit, polls)
+		polls = fit
+	}
+	c := httpClient(url, polls)
+	defer c.HTTP.CloseIdleConnections()
+	before := heapAndStacks()
+	pollCtx, stopPolls := context.WithCancel(ctx)
+	defer stopPolls()
+	var errs atomic.Int64
+	claimed := make(chan string, polls)
+	var wg sync.WaitGroup
+	for w := range polls {
+		wg.Go(func() {
+			for pollCtx.Err() == nil {
+				t, ok, err := c.ClaimNext(pollCtx, queue, fmt.Sprintf("crowd-%d", w), scheduledWait)
+				switch {
+				case err != nil && pollCtx.Err() == nil:
+					errs.Add(1)
+				case ok:
+					claimed <- t.ID
+					if _, err := c.RecordResult(ctx, t.ID, api.ResultRequest{DeliveryID: t.Claim.DeliveryID, Success: true}); err != nil {
+						errs.Add(1)
+					}
+				}
+			}
+		})
+	}
+	defer wg.Wait()
+	deadline := time.Now().Add(phaseTimeout)
+	for nd.Service.Waiting(queue) < polls {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d polls waiting", nd.Service.Waiting(queue), polls)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	perPoll := float64(int64(heapAndStacks())-int64(before)) / float64(polls)
+	r.add(Figure{Section: "http", Name: FigWaitingPolls, Value: float64(polls), Unit: "polls"})
+	r.add(Figure{Section: "http", Name: FigWaitingMemory, Value: perPoll, Unit: "bytes/poll"})
+
+	if err := r.waitingClaimers(ctx, nd, polls); err != nil {
+		return err
+	}
+
+	tasks := r.scaled(500, 20)
+	ids := make([]string, 0, tasks)
+	sched := httpClient(url, 1)
+	defer sched.HTTP.CloseIdleConnections()
+	for i := range tasks {
+		t, _, err := sched.Schedule(ctx, scheduleRequest(i, queue))
+		if err != nil {
+			return err
+		}
+		ids = append(ids, t.ID)
+		select { // one at a time: each is claimed before the next is due
+		case <-claimed:
+		case <-time.After(phaseTimeout):
+			return fmt.Errorf("task %s not claimed", t.ID)
+		}
+	}
+	stopPolls()
+	wg.Wait()
+	var lat []time.Duration
+	for _, id := range ids {
+		hist, err := nd.Store.History(ctx, id)
+		if err != nil {
+			return err
+		}
+		var ready, claim time.Time
+		for _, ev := range hist {
+			switch ev.Type() {
+			case events.TypeReadyPublished:
+				ready = ev.At
+			case events.TypeClaimed:
+				claim = ev.At
+			}
+		}
+		if claim.IsZero() {
+			return fmt.Errorf("task %s was not claimed", id)
+		}
+		// A claim may beat the record of its own publish: then the
+		// publish was acknowledged, and the claim followed, at once.
+		if ready.IsZero() {
+			ready = claim
+		}
+		lat = append(lat, max(claim.Sub(ready), 0))
+	}
+	slices.Sort(lat)
+	p99 := lat[len(lat)*99/100].Seconds() * 1000
+	r.add(atMost(Figure{Section: "http", Name: FigWaitingClaimP99, Value: p99, Unit: "ms"}, p99, 5, "≤ 5 ms"))
+	r.add(atMost(Figure{Section: "http", Name: FigWaitingErrors, Value: float64(errs.Load()), Unit: "errors"}, float64(errs.Load()), 0, "0"))
+	return nil
+}
+
+// waitingClaimers measures what a waiting claimer costs the service
+// itself: n in-process ClaimNext calls on an empty queue, no HTTP.
+func (r *run) waitingClaimers(ctx context.Context, nd *node.Node, n int) error {
+	const queue = "idle"
+	before := heapAndStacks()
+	waitCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for w := range n {
+		wg.Go(func() {
+			nd.Service.ClaimNext(waitCtx, scheduler.Operator, queue, fmt.Sprintf("idle-%d", w), scheduledWait)
+		})
+	}
+	defer wg.Wait()
+	defer stop()
+	deadline := time.Now().Add(phaseTimeout)
+	for nd.Service.Waiting(queue) < n {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d claimers waiting", nd.Service.Waiting(queue), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	perWaiter := float64(int64(heapAndStacks())-int64(before)) / float64(n)
+	r.add(Figure{Section: "http", Name: FigWaiterMemory, Value: perWaiter, Unit: "bytes/claimer"})
+	return nil
+}
+
+// scheduledWait is the waiting polls' long poll.
+const scheduledWait = 30 * time.Second
+
+// heapAndStacks is the live heap plus goroutine stacks after a collection.
+func heapAndStacks() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc + ms.StackInuse
+}
