@@ -87,6 +87,16 @@ func (e *Embedded) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	return nc, nil
 }
 
+// Disconnect drops the server's side of nc's connection, as a network
+// failure would; nc reconnects if its options let it.
+func (e *Embedded) Disconnect(nc *nats.Conn) error {
+	id, err := nc.GetClientID()
+	if err != nil {
+		return err
+	}
+	return e.srv.DisconnectClientByID(id)
+}
+
 // ClientURL is where external clients reach the server, or "" when it
 // has no listener.
 func (e *Embedded) ClientURL() string {

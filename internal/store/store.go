@@ -117,7 +117,11 @@ func (s *Store) turn(taskID string) func() {
 // returns a Store on it.
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
-	js, err := jetstream.New(nc)
+	// Appends are pipelined: every caller's message goes out at once on
+	// the one connection, each with its own expected subject sequence,
+	// and each caller waits for its own ack. The server checks every
+	// message's sequence on its own, so OCC is per message as before.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxPipelined), jetstream.WithPublishAsyncTimeout(pipelineAckTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("store: jetstream: %w", err)
 	}
@@ -402,6 +406,31 @@ func (s *Store) append(ctx context.Context, st aggregate.State, evs []events.Eve
 // failure (the same message id each time, so at most one lands).
 const publishAttempts = 4
 
+// The append pipeline: at most maxPipelined appends await their acks at
+// once (a further one waits for room), and an ack not back within
+// pipelineAckTimeout fails its append as unavailable (it may have landed).
+const (
+	maxPipelined       = 4096
+	pipelineAckTimeout = 30 * time.Second
+)
+
+// publishOnce sends msg through the pipeline and waits for its ack, the
+// pipeline's error for it, or the end of ctx.
+func (s *Store) publishOnce(ctx context.Context, msg *nats.Msg, id string, expected uint64) (uint64, error) {
+	fut, err := s.js.PublishMsgAsync(msg, jetstream.WithMsgID(id), jetstream.WithExpectLastSequencePerSubject(expected))
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case ack := <-fut.Ok():
+		return ack.Sequence, nil
+	case err := <-fut.Err():
+		return 0, err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
 func (s *Store) publish(ctx context.Context, ev events.Event, expected uint64) (uint64, error) {
 	data, err := events.Encode(ev)
 	if err != nil {
@@ -410,9 +439,9 @@ func (s *Store) publish(ctx context.Context, ev events.Event, expected uint64) (
 	msg := &nats.Msg{Subject: s.cfg.Subjects.Event(ev.CustomerID, ev.TaskID), Data: data, Header: nats.Header{}}
 	msg.Header.Set(TypeHeader, string(ev.Type()))
 	for attempt := 1; ; attempt++ {
-		ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID), jetstream.WithExpectLastSequencePerSubject(expected))
+		seq, err := s.publishOnce(ctx, msg, ev.ID, expected)
 		if err == nil {
-			return ack.Sequence, nil
+			return seq, nil
 		}
 		if IsConflict(err) {
 			return 0, fmt.Errorf("%w: %v", aggregate.ErrConflict, err)

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -356,5 +358,65 @@ func TestExecuteSeen(t *testing.T) {
 	}
 	if st.Status != aggregate.StatusRunning {
 		t.Fatalf("decided on %s, want the fresh state (running)", st.Status)
+	}
+}
+
+// TestPipelineLosesConnection drops the store's connection while many
+// appends are in its pipeline: every append answered as done is in the
+// log exactly once at the sequence it was answered with, and the store
+// appends again once the connection is back.
+func TestPipelineLosesConnection(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nc := testnats.Conn(t, nats.ReconnectWait(10*time.Millisecond), nats.MaxReconnects(-1))
+	st := setup(t, nc)
+	reader := another(t, testnats.Conn(t), st)
+	const writers, each = 32, 40
+	type acked struct {
+		id  string
+		seq uint64
+	}
+	var mu sync.Mutex
+	var done []acked
+	started := make(chan struct{})
+	var once sync.Once
+	var g errgroup.Group
+	for range writers {
+		g.Go(func() error {
+			for range each {
+				id := events.NewID()
+				s, _, err := st.Execute(ctx, id, "", aggregate.Schedule{TaskID: id, CustomerID: "acme",
+					Spec: events.TaskSpec{RootID: id, Queue: "default", TimeoutSeconds: 60}})
+				if err != nil {
+					continue // unanswered: it may or may not have landed
+				}
+				mu.Lock()
+				done = append(done, acked{id, s.LastSeq})
+				if len(done) == writers {
+					once.Do(func() { close(started) })
+				}
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	<-started
+	testnats.Disconnect(t, nc)
+	g.Wait()
+	if nc.Stats().Reconnects == 0 {
+		t.Fatal("the connection was never dropped")
+	}
+	t.Logf("%d of %d appends answered across the drop", len(done), writers*each)
+	for _, a := range done {
+		evs, err := reader.History(ctx, a.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) != 1 || evs[0].Seq != a.seq || evs[0].Type() != events.TypeTaskScheduled {
+			t.Fatalf("task %s answered at seq %d, log has %+v", a.id, a.seq, evs)
+		}
+	}
+	if id := schedule(t, st); countTypes(t, reader, id, events.TypeTaskScheduled) != 1 {
+		t.Fatalf("no append after the reconnect")
 	}
 }

@@ -46,11 +46,20 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
+// Disconnect drops the server's side of nc's connection, as a network
+// failure would.
+func Disconnect(t testing.TB, nc *nats.Conn) {
+	t.Helper()
+	if err := server.Disconnect(nc); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Conn returns a new in-process connection to the package's server,
 // closed when the test ends.
-func Conn(t testing.TB) *nats.Conn {
+func Conn(t testing.TB, opts ...nats.Option) *nats.Conn {
 	t.Helper()
-	nc, err := server.Connect()
+	nc, err := server.Connect(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
