@@ -15,6 +15,9 @@ const (
 const (
 	DefaultStream = "TASKLEDGER" // the event stream; the ready stream is DefaultStream + "_READY"
 	DefaultQueue  = "default"
+	// DefaultCustomer owns the tasks an operator schedules without
+	// naming a customer (every task, on a server without an auth file).
+	DefaultCustomer = "default"
 )
 
 // ReadyStreamName is the ready notification stream that goes with the

@@ -48,7 +48,7 @@ type Handler func(ctx context.Context, run *Run) (summary string, err error)
 // WorkerConfig configures a Worker. API is required.
 type WorkerConfig struct {
 	API   API
-	Queue string // default "default"
+	Queue string // default events.DefaultQueue
 	// ExecutorID names this executor in claims. Keep it stable across
 	// restarts: a restarted executor resumes the runs its checkpoints say
 	// it holds. Default: the host name.
@@ -58,7 +58,7 @@ type WorkerConfig struct {
 	// durable pull consumer shared by the pool (and the scheduler's
 	// claims/next); otherwise the worker long-polls POST /v1/claims/next.
 	JS          jetstream.JetStream
-	ReadyStream string          // default "TASKLEDGER_READY"
+	ReadyStream string          // default events.ReadyStreamName(events.DefaultStream)
 	Subjects    events.Subjects // default tl.*
 	Checkpoints CheckpointStore // default in memory
 	// CheckInterval is the period of the background stop check; default 2s.

@@ -20,6 +20,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
+	"github.com/taskledger/taskledger/internal/testnode"
 	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/reactors"
 )
@@ -89,17 +90,8 @@ func alLogger(t *testing.T) zerolog.Logger {
 	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)
 }
 
-// alEventually polls cond until it holds, failing the test after 30s.
-func alEventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+// alEventually polls cond until it holds (testnode.Eventually).
+var alEventually = testnode.Eventually
 
 // alSpec describes a task to schedule through the store.
 type alSpec struct {

@@ -46,9 +46,9 @@ type flagSet interface {
 func (f *natsFlags) register(fs flagSet) {
 	fs.StringVar(&f.data, "data", "./data", "data directory of the embedded NATS server")
 	fs.StringVar(&f.listen, "nats-listen", "", "also expose the embedded NATS server on this loopback host:port (e.g. 127.0.0.1:4222)")
-	fs.StringVar(&f.stream, "stream", "TASKLEDGER", "event stream name")
+	fs.StringVar(&f.stream, "stream", events.DefaultStream, "event stream name")
 	fs.IntVar(&f.replicas, "replicas", 1, "stream replicas (3 on a cluster)")
-	fs.BoolVar(&f.syncAlways, "sync-always", false, "embedded server: fsync every append before acknowledging it (about 7x slower; survives power loss)")
+	fs.BoolVar(&f.syncAlways, "sync-always", false, "embedded server: fsync every append before acknowledging it (about 9x slower; survives power loss)")
 	f.registerRemote(fs)
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/executor"
 )
 
@@ -27,12 +28,12 @@ func workCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	cf.register(fs)
 	var nf natsFlags
 	nf.registerRemote(fs)
-	queue := fs.String("queue", "default", "queue to take tasks from")
+	queue := fs.String("queue", events.DefaultQueue, "queue to take tasks from")
 	command := fs.String("exec", "", "shell command run per task (task JSON on stdin, TASKLEDGER_* in the environment)")
 	executorID := fs.String("executor-id", "", "stable executor id (default: host name)")
 	concurrency := fs.Int("concurrency", 1, "tasks run at once")
 	checkEvery := fs.Duration("check-interval", 3*time.Second, "how often to ask whether to stop")
-	readyStream := fs.String("ready-stream", "TASKLEDGER_READY", "ready notification stream (with --nats-url)")
+	readyStream := fs.String("ready-stream", events.ReadyStreamName(events.DefaultStream), "ready notification stream (with --nats-url)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "auto", "text, json, or auto")
 	if err := parse(fs, args); err != nil {

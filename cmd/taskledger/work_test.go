@@ -15,20 +15,11 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/testnode"
 )
 
-// workEventually polls cond every 20ms until it holds, failing the test after
-// 20s.
-func workEventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// workEventually polls cond until it holds (testnode.Eventually).
+var workEventually = testnode.Eventually
 
 // workWaitTask polls a task until cond holds and returns it.
 func workWaitTask(t *testing.T, c *api.Client, id, what string, cond func(api.Task) bool) api.Task {

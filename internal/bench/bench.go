@@ -43,7 +43,8 @@ type Config struct {
 	// temporary directory.
 	Dir string
 	// ProfileDir, if set, receives one CPU profile per section
-	// (ceiling.pprof, lifecycle.pprof, ...) for `go tool pprof`.
+	// (ceiling.pprof, lifecycle.pprof, ...) and one block profile
+	// (ceiling.block.pprof, ...) for `go tool pprof`.
 	ProfileDir string
 	// Progress receives a line per step while Run works; default
 	// os.Stderr.
@@ -268,6 +269,15 @@ func (r *run) section(ctx context.Context, name string, fn func(context.Context)
 			return fmt.Errorf("bench: cpu profile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
+		// Where goroutines wait, for a stage that leaves cores idle.
+		runtime.SetBlockProfileRate(int(time.Millisecond))
+		defer func() {
+			runtime.SetBlockProfileRate(0)
+			if bf, err := os.Create(filepath.Join(r.cfg.ProfileDir, name+".block.pprof")); err == nil {
+				pprof.Lookup("block").WriteTo(bf, 0)
+				bf.Close()
+			}
+		}()
 	}
 	if err := fn(ctx); err != nil {
 		return fmt.Errorf("bench: %s: %w", name, err)

@@ -67,7 +67,7 @@ func (l *Local) Claim(ctx context.Context, id, deliveryID, executorID string) (a
 }
 
 // ClaimNext waits up to wait (at most scheduler.MaxWait) for a task of
-// queue ("" is "default") and claims it; ok is false when nothing was
+// queue ("" is events.DefaultQueue) and claims it; ok is false when nothing was
 // ready in time.
 func (l *Local) ClaimNext(ctx context.Context, queue, executorID string, wait time.Duration) (api.Task, bool, error) {
 	queue, wait, err := pollArgs(queue, wait.Seconds())

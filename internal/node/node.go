@@ -27,7 +27,7 @@ import (
 // the defaults.
 type Config struct {
 	NC          *nats.Conn
-	Stream      string          // default "TASKLEDGER"
+	Stream      string          // default events.DefaultStream
 	ReadyStream string          // default Stream + "_READY"
 	Subjects    events.Subjects // default tl.evt.>, tl.ready.>
 	Replicas    int             // default 1

@@ -267,11 +267,11 @@ func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, s
 	case !p.IsOperator():
 		customerID = p.CustomerID
 	case customerID == "":
-		customerID = "default"
+		customerID = events.DefaultCustomer
 	}
 	queue := req.Queue
 	if queue == "" {
-		queue = "default"
+		queue = events.DefaultQueue
 	}
 	timeout := events.DefaultTimeoutSeconds
 	if req.TimeoutSeconds != nil {

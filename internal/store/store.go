@@ -32,7 +32,7 @@ var ErrUnavailable = errors.New("store: log unavailable")
 // Config configures a Store. The zero value of every field means its
 // default.
 type Config struct {
-	Stream          string          // event stream name; default "TASKLEDGER"
+	Stream          string          // event stream name; default events.DefaultStream
 	Subjects        events.Subjects // default events.DefaultSubjects
 	Replicas        int             // stream replicas; default 1
 	DuplicateWindow time.Duration   // server-side dedupe of retried appends; default 2m
@@ -92,25 +92,39 @@ type Store struct {
 	mu    sync.Mutex
 	cache map[string]aggregate.State
 
-	// turns serialize this process's commands on one task (striped by
-	// task id), so two of them do not race each other's append and pay a
-	// conflict and a catch-up read. Other processes still race; the OCC
-	// check alone decides between them.
-	turns [taskStripes]sync.Mutex
+	// turns serialize this process's commands on one task, so two of
+	// them do not race each other's append and pay a conflict and a
+	// catch-up read. Other processes still race; the OCC check alone
+	// decides between them.
+	turnsMu sync.Mutex
+	turns   map[string]*turn
 }
 
-// taskStripes is how many locks the store's per-task turns share.
-const taskStripes = 1024
+// turn is one task's lock and how many commands hold or wait for it.
+type turn struct {
+	sync.Mutex
+	users int
+}
 
-// turn locks the stripe of taskID and returns its unlock.
-func (s *Store) turn(taskID string) func() {
-	h := uint32(2166136261) // FNV-1a
-	for i := 0; i < len(taskID); i++ {
-		h = (h ^ uint32(taskID[i])) * 16777619
+// take waits for taskID's turn and returns its release.
+func (s *Store) take(taskID string) func() {
+	s.turnsMu.Lock()
+	t := s.turns[taskID]
+	if t == nil {
+		t = &turn{}
+		s.turns[taskID] = t
 	}
-	m := &s.turns[h%taskStripes]
-	m.Lock()
-	return m.Unlock
+	t.users++
+	s.turnsMu.Unlock()
+	t.Lock()
+	return func() {
+		t.Unlock()
+		s.turnsMu.Lock()
+		if t.users--; t.users == 0 {
+			delete(s.turns, taskID)
+		}
+		s.turnsMu.Unlock()
+	}
 }
 
 // Open creates the event stream, or updates it to this configuration, and
@@ -143,7 +157,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{cfg: cfg, js: js, stream: stream, get: get, cache: make(map[string]aggregate.State)}, nil
+	return &Store{cfg: cfg, js: js, stream: stream, get: get, cache: make(map[string]aggregate.State), turns: make(map[string]*turn)}, nil
 }
 
 // Close releases the Store's subscription. It does not close the
@@ -258,7 +272,7 @@ func (s *Store) ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggre
 	if actor == "" {
 		actor = s.cfg.Actor
 	}
-	defer s.turn(taskID)()
+	defer s.take(taskID)()
 	fresh := false
 	var pinned *aggregate.State // a state caught up after a conflict
 	for attempt := 0; ; attempt++ {
