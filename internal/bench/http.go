@@ -197,30 +197,21 @@ func waitQueued(ctx context.Context, nd *node.Node, queue string, n int) error {
 	return nil
 }
 
-// drainEach runs drainLoops loops of claims/next + result until n tasks
-// of queue are done, counting every failed call in errs.
-func drainEach(ctx context.Context, c *api.Client, queue string, n int, errs *atomic.Int64) error {
+// drain runs loops goroutines, each calling round until n tasks are
+// done, counting every failed call in errs. round returns how many tasks
+// it finished and how many calls failed.
+func drain(ctx context.Context, loops, n int, errs *atomic.Int64, round func(ctx context.Context, executorID string) (done, failed int)) error {
 	ctx, cancel := context.WithTimeout(ctx, phaseTimeout)
 	defer cancel()
 	var done atomic.Int64
 	var wg sync.WaitGroup
-	for w := range drainLoops {
+	for w := range loops {
 		wg.Go(func() {
 			executorID := fmt.Sprintf("drain-%d", w)
 			for done.Load() < int64(n) && ctx.Err() == nil {
-				t, ok, err := c.ClaimNext(ctx, queue, executorID, time.Second)
-				if err != nil {
-					errs.Add(1)
-					continue
-				}
-				if !ok {
-					continue
-				}
-				if _, err := c.RecordResult(ctx, t.ID, api.ResultRequest{DeliveryID: t.Claim.DeliveryID, Success: true}); err != nil {
-					errs.Add(1)
-					continue
-				}
-				done.Add(1)
+				d, f := round(ctx, executorID)
+				done.Add(int64(d))
+				errs.Add(int64(f))
 			}
 		})
 	}
@@ -231,49 +222,52 @@ func drainEach(ctx context.Context, c *api.Client, queue string, n int, errs *at
 	return nil
 }
 
-// drainBatches runs batchLoops loops of POST /v1/claims (max batchMax) +
-// POST /v1/results until n tasks of queue are done.
+// drainEach drains n tasks of queue with drainLoops loops of claims/next
+// + result.
+func drainEach(ctx context.Context, c *api.Client, queue string, n int, errs *atomic.Int64) error {
+	return drain(ctx, drainLoops, n, errs, func(ctx context.Context, executorID string) (int, int) {
+		t, ok, err := c.ClaimNext(ctx, queue, executorID, time.Second)
+		switch {
+		case err != nil:
+			return 0, 1
+		case !ok:
+			return 0, 0
+		}
+		if _, err := c.RecordResult(ctx, t.ID, api.ResultRequest{DeliveryID: t.Claim.DeliveryID, Success: true}); err != nil {
+			return 0, 1
+		}
+		return 1, 0
+	})
+}
+
+// drainBatches drains n tasks of queue with batchLoops loops of POST
+// /v1/claims (max batchMax) + POST /v1/results.
 func drainBatches(ctx context.Context, c *api.Client, queue string, n int, errs *atomic.Int64) error {
-	ctx, cancel := context.WithTimeout(ctx, phaseTimeout)
-	defer cancel()
-	var done atomic.Int64
-	var wg sync.WaitGroup
-	for w := range batchLoops {
-		wg.Go(func() {
-			executorID := fmt.Sprintf("batch-%d", w)
-			for done.Load() < int64(n) && ctx.Err() == nil {
-				tasks, err := c.ClaimBatch(ctx, queue, executorID, batchMax, time.Second)
-				if err != nil {
-					errs.Add(1)
-					continue
-				}
-				if len(tasks) == 0 {
-					continue
-				}
-				items := make([]api.ResultItem, len(tasks))
-				for i, t := range tasks {
-					items[i] = api.ResultItem{TaskID: t.ID, ResultRequest: api.ResultRequest{DeliveryID: t.Claim.DeliveryID, Success: true}}
-				}
-				res, err := c.RecordResults(ctx, items)
-				if err != nil {
-					errs.Add(1)
-					continue
-				}
-				for _, it := range res {
-					if it.Err() != nil {
-						errs.Add(1)
-					} else {
-						done.Add(1)
-					}
-				}
+	return drain(ctx, batchLoops, n, errs, func(ctx context.Context, executorID string) (done, failed int) {
+		tasks, err := c.ClaimBatch(ctx, queue, executorID, batchMax, time.Second)
+		switch {
+		case err != nil:
+			return 0, 1
+		case len(tasks) == 0:
+			return 0, 0
+		}
+		items := make([]api.ResultItem, len(tasks))
+		for i, t := range tasks {
+			items[i] = api.ResultItem{TaskID: t.ID, ResultRequest: api.ResultRequest{DeliveryID: t.Claim.DeliveryID, Success: true}}
+		}
+		res, err := c.RecordResults(ctx, items)
+		if err != nil {
+			return 0, 1
+		}
+		for _, it := range res {
+			if it.Err() != nil {
+				failed++
+			} else {
+				done++
 			}
-		})
-	}
-	wg.Wait()
-	if got := done.Load(); got < int64(n) {
-		return fmt.Errorf("%d of %d tasks done: %w", got, n, ctx.Err())
-	}
-	return nil
+		}
+		return done, failed
+	})
 }
 
 // waitingPolls holds a crowd of long polls on one queue (10,000 at scale
