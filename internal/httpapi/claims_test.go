@@ -2,8 +2,12 @@ package httpapi_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"testing"
+	"time"
+
+	"github.com/taskledger/taskledger/api"
 )
 
 // TestClaimNext checks the HTTP answer of claims/next when nothing is
@@ -25,4 +29,30 @@ func TestClaimNext(t *testing.T) {
 			t.Fatalf("client claims/next on an empty queue: ok=%v err=%v", ok, err)
 		}
 	})
+}
+
+// TestClaimNextGoneClient: a long poll whose client hangs up leaves no
+// notification taken. A task scheduled after the hang-up is claimed by
+// the next poll within its 5 s, although a notification taken and never
+// acknowledged would stay hidden for the consumer's 30 s ack wait.
+func TestClaimNextGoneClient(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, hangUp := context.WithCancel(context.Background())
+	gone := make(chan error, 1)
+	go func() {
+		_, _, err := b.client.ClaimNext(ctx, "hangup", "w-gone", 30*time.Second)
+		gone <- err
+	}()
+	eventually(t, "the poll waiting", func() bool { return b.node.Service.Waiting("hangup") == 1 })
+	hangUp()
+	if err := <-gone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the hung-up poll returned %v", err)
+	}
+	eventually(t, "the server noticing the hang-up", func() bool { return b.node.Service.Waiting("hangup") == 0 })
+	task := mustSchedule(t, b, api.ScheduleRequest{Queue: "hangup"})
+	got, ok, err := b.client.ClaimNext(context.Background(), "hangup", "w-next", 5*time.Second)
+	if err != nil || !ok || got.ID != task.ID {
+		t.Fatalf("the next poll got %v, %v, %v; want task %s", got.ID, ok, err, task.ID)
+	}
 }

@@ -39,11 +39,11 @@ const (
 
 // dispatcher hands one queue's ready notifications to the claimers waiting
 // in this process. It pulls from the queue's shared durable consumer only
-// while claimers wait, asking for as many notifications as there are
-// waiters, and gives each notification to exactly one waiter: the first in
-// line that may claim it (an operator any, a customer only its own). A
-// waiting claimer costs a list element and a channel, never a pull
-// request of its own. It is safe for concurrent use.
+// while claimers wait, asking for as many notifications as they want, and
+// gives each notification to exactly one waiter: the first in line that
+// may claim it (an operator any, a customer only its own), or parks it
+// for the next one. A waiting claimer costs a list element and a channel,
+// never a pull request of its own. It is safe for concurrent use.
 type dispatcher struct {
 	cons jetstream.Consumer
 	log  zerolog.Logger
@@ -100,12 +100,12 @@ func (d *dispatcher) next(ctx context.Context, customer string) (jetstream.Msg, 
 // more, up to max in all, for at most linger. The caller owns the
 // returned messages: it must Ack, Nak or Term each.
 func (d *dispatcher) take(ctx context.Context, customer string, max int, linger time.Duration) ([]offer, error) {
-	w := &waiter{customer: customer, got: make(chan offer, max), want: max}
 	d.mu.Lock()
 	if parked := d.unparkLocked(customer, max); len(parked) > 0 {
 		d.mu.Unlock()
 		return parked, nil
 	}
+	w := &waiter{customer: customer, got: make(chan offer, max), want: max}
 	w.elem = d.waiters.PushBack(w)
 	d.wanted += max
 	d.pullLocked()
