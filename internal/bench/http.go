@@ -185,16 +185,15 @@ func enqueueBatches(ctx context.Context, c *api.Client, queue string, n int) err
 // waitQueued waits until n tasks of queue are queued (released, their
 // ready notification published).
 func waitQueued(ctx context.Context, nd *node.Node, queue string, n int) error {
-	ctx, cancel := context.WithTimeout(ctx, phaseTimeout)
-	defer cancel()
-	for nd.Engine.QueueCounts()[queue][aggregate.StatusQueued] < n {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("queue %s: %d of %d tasks queued: %w", queue, nd.Engine.QueueCounts()[queue][aggregate.StatusQueued], n, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	return nil
+	queued := func() int { return nd.Engine.QueueCounts()[queue][aggregate.StatusQueued] }
+	return waitFor(ctx, phaseTimeout, func() string { return fmt.Sprintf("queue %s: %d of %d tasks queued", queue, queued(), n) },
+		func() bool { return queued() >= n })
+}
+
+// waitWaiting waits until n claimers wait on queue.
+func waitWaiting(ctx context.Context, nd *node.Node, queue string, n int) error {
+	return waitFor(ctx, phaseTimeout, func() string { return fmt.Sprintf("queue %s: %d of %d claimers waiting", queue, nd.Service.Waiting(queue), n) },
+		func() bool { return nd.Service.Waiting(queue) >= n })
 }
 
 // drain runs loops goroutines, each calling round until n tasks are
@@ -284,6 +283,7 @@ func (r *run) waitingPolls(ctx context.Context, nd *node.Node, url string) error
 	}
 	c := httpClient(url, polls)
 	defer c.HTTP.CloseIdleConnections()
+	settle()
 	before := heapAndStacks()
 	pollCtx, stopPolls := context.WithCancel(ctx)
 	defer stopPolls()
@@ -307,12 +307,8 @@ func (r *run) waitingPolls(ctx context.Context, nd *node.Node, url string) error
 		})
 	}
 	defer wg.Wait()
-	deadline := time.Now().Add(phaseTimeout)
-	for nd.Service.Waiting(queue) < polls {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d polls waiting", nd.Service.Waiting(queue), polls)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := waitWaiting(ctx, nd, queue, polls); err != nil {
+		return err
 	}
 	perPoll := float64(int64(heapAndStacks())-int64(before)) / float64(polls)
 	r.add(Figure{Section: "http", Name: FigWaitingPolls, Value: float64(polls), Unit: "polls"})
@@ -386,12 +382,8 @@ func (r *run) waitingClaimers(ctx context.Context, nd *node.Node, n int) error {
 	}
 	defer wg.Wait()
 	defer stop()
-	deadline := time.Now().Add(phaseTimeout)
-	for nd.Service.Waiting(queue) < n {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d claimers waiting", nd.Service.Waiting(queue), n)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := waitWaiting(ctx, nd, queue, n); err != nil {
+		return err
 	}
 	perWaiter := float64(int64(heapAndStacks())-int64(before)) / float64(n)
 	r.add(Figure{Section: "http", Name: FigWaiterMemory, Value: perWaiter, Unit: "bytes/claimer"})
@@ -401,8 +393,24 @@ func (r *run) waitingClaimers(ctx context.Context, nd *node.Node, n int) error {
 // scheduledWait is the waiting polls' long poll.
 const scheduledWait = 30 * time.Second
 
+// settle waits (at most 5 s) until the goroutines of earlier phases, such
+// as the server's side of closed connections, have ended, so a memory
+// baseline taken next does not shrink under the measurement.
+func settle() {
+	deadline := time.Now().Add(5 * time.Second)
+	for n := runtime.NumGoroutine(); time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		m := runtime.NumGoroutine()
+		if m >= n {
+			return
+		}
+		n = m
+	}
+}
+
 // heapAndStacks is the live heap plus goroutine stacks after a collection.
 func heapAndStacks() uint64 {
+	runtime.GC() // twice: the first moves sync.Pool contents to the victim cache
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
