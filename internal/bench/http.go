@@ -192,7 +192,9 @@ func waitQueued(ctx context.Context, nd *node.Node, queue string, n int) error {
 
 // waitWaiting waits until n claimers wait on queue.
 func waitWaiting(ctx context.Context, nd *node.Node, queue string, n int) error {
-	return waitFor(ctx, phaseTimeout, func() string { return fmt.Sprintf("queue %s: %d of %d claimers waiting", queue, nd.Service.Waiting(queue), n) },
+	return waitFor(ctx, phaseTimeout, func() string {
+		return fmt.Sprintf("queue %s: %d of %d claimers waiting", queue, nd.Service.Waiting(queue), n)
+	},
 		func() bool { return nd.Service.Waiting(queue) >= n })
 }
 
