@@ -86,61 +86,67 @@ func (r *run) httpSection(ctx context.Context, nd *node.Node) error {
 
 	// Enqueue: the tasks are due at once, so the alarm releases and
 	// publishes them meanwhile, as it would under real load.
-	single := httpClient(url, enqueueClients)
-	u, err := measure(func() error { return enqueueEach(ctx, single, "drain-single", n) })
-	single.HTTP.CloseIdleConnections()
-	if err != nil {
-		return fmt.Errorf("enqueue: %w", err)
+	if _, err := r.httpPhase(url, enqueueClients, n, FigEnqueueHTTP, 15000, func(c *api.Client) error {
+		return enqueueEach(ctx, c, "drain-single", n)
+	}); err != nil {
+		return err
 	}
-	r.sayCPU("enqueue, 1 task a call", u.cpu, u.elapsed, n, "task")
-	r.add(atLeast(Figure{Section: "http", Name: FigEnqueueHTTP, Value: float64(n) / u.elapsed.Seconds(), Unit: "tasks/s"},
-		float64(n)/u.elapsed.Seconds(), 15000, "≥ 15,000 tasks/s"))
-	batch := httpClient(url, 1)
-	u, err = measure(func() error { return enqueueBatches(ctx, batch, "drain-batch", n) })
-	batch.HTTP.CloseIdleConnections()
-	if err != nil {
-		return fmt.Errorf("batch enqueue: %w", err)
+	if _, err := r.httpPhase(url, 1, n, FigEnqueueBatch, 50000, func(c *api.Client) error {
+		return enqueueBatches(ctx, c, "drain-batch", n)
+	}); err != nil {
+		return err
 	}
-	r.sayCPU("enqueue, 1,000 tasks a call", u.cpu, u.elapsed, n, "task")
-	r.add(atLeast(Figure{Section: "http", Name: FigEnqueueBatch, Value: float64(n) / u.elapsed.Seconds(), Unit: "tasks/s"},
-		float64(n)/u.elapsed.Seconds(), 50000, "≥ 50,000 tasks/s"))
 	for _, q := range []string{"drain-single", "drain-batch"} {
 		if err := waitQueued(ctx, nd, q, n); err != nil {
 			return err
 		}
 	}
 
-	loops := httpClient(url, drainLoops)
 	var errs atomic.Int64
-	u, err = measure(func() error { return drainEach(ctx, loops, "drain-single", n, &errs) })
-	loops.HTTP.CloseIdleConnections()
+	u, err := r.httpPhase(url, drainLoops, n, FigDrainHTTP, 12000, func(c *api.Client) error {
+		return drainEach(ctx, c, "drain-single", n, &errs)
+	})
 	if err != nil {
-		return fmt.Errorf("drain: %w", err)
+		return err
 	}
-	r.sayCPU("drain, claims/next loops", u.cpu, u.elapsed, n, "task")
-	r.add(atLeast(Figure{Section: "http", Name: FigDrainHTTP, Value: float64(n) / u.elapsed.Seconds(), Unit: "tasks/s"},
-		float64(n)/u.elapsed.Seconds(), 12000, "≥ 12,000 tasks/s"))
 	r.add(atMost(Figure{Section: "http", Name: FigDrainErrors, Value: float64(errs.Load()), Unit: "errors"}, float64(errs.Load()), 0, "0"))
-	r.add(Figure{Section: "http", Name: FigDrainCPU, Value: float64(u.cpu.Microseconds()) / float64(n), Unit: "µs/task"})
-	r.add(Figure{Section: "http", Name: FigDrainGarbage, Value: float64(u.alloc) / float64(n), Unit: "bytes/task"})
+	r.addPerTask(FigDrainCPU, FigDrainGarbage, u, n)
 
-	batches := httpClient(url, batchLoops)
 	errs.Store(0)
-	u, err = measure(func() error { return drainBatches(ctx, batches, "drain-batch", n, &errs) })
-	batches.HTTP.CloseIdleConnections()
+	u, err = r.httpPhase(url, batchLoops, n, FigDrainBatch, 25000, func(c *api.Client) error {
+		return drainBatches(ctx, c, "drain-batch", n, &errs)
+	})
 	if err != nil {
-		return fmt.Errorf("batch drain: %w", err)
+		return err
 	}
 	if errs.Load() > 0 {
-		return fmt.Errorf("batch drain: %d errors", errs.Load())
+		return fmt.Errorf("%s: %d errors", FigDrainBatch, errs.Load())
 	}
-	r.sayCPU("drain, batch loops", u.cpu, u.elapsed, n, "task")
-	r.add(atLeast(Figure{Section: "http", Name: FigDrainBatch, Value: float64(n) / u.elapsed.Seconds(), Unit: "tasks/s"},
-		float64(n)/u.elapsed.Seconds(), 25000, "≥ 25,000 tasks/s"))
-	r.add(Figure{Section: "http", Name: FigDrainBatchCPU, Value: float64(u.cpu.Microseconds()) / float64(n), Unit: "µs/task"})
-	r.add(Figure{Section: "http", Name: FigDrainBatchGarb, Value: float64(u.alloc) / float64(n), Unit: "bytes/task"})
+	r.addPerTask(FigDrainBatchCPU, FigDrainBatchGarb, u, n)
 
 	return r.waitingPolls(ctx, nd, url)
+}
+
+// httpPhase runs fn on a client with room for conns connections, prints
+// its CPU per task and records its rate over n tasks as figure name, held
+// to target tasks/s (a multiple of 1,000 or more).
+func (r *run) httpPhase(url string, conns, n int, name string, target float64, fn func(*api.Client) error) (usage, error) {
+	c := httpClient(url, conns)
+	u, err := measure(func() error { return fn(c) })
+	c.HTTP.CloseIdleConnections()
+	if err != nil {
+		return u, fmt.Errorf("%s: %w", name, err)
+	}
+	r.sayCPU(name, u.cpu, u.elapsed, n, "task")
+	rate := float64(n) / u.elapsed.Seconds()
+	r.add(atLeast(Figure{Section: "http", Name: name, Value: rate, Unit: "tasks/s"}, rate, target, fmt.Sprintf("≥ %d,%03d tasks/s", int(target)/1000, int(target)%1000)))
+	return u, nil
+}
+
+// addPerTask records a phase's CPU and garbage per task.
+func (r *run) addPerTask(cpuName, garbageName string, u usage, n int) {
+	r.add(Figure{Section: "http", Name: cpuName, Value: float64(u.cpu.Microseconds()) / float64(n), Unit: "µs/task"})
+	r.add(Figure{Section: "http", Name: garbageName, Value: float64(u.alloc) / float64(n), Unit: "bytes/task"})
 }
 
 // enqueueEach schedules n tasks on queue from enqueueClients goroutines,
