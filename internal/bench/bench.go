@@ -28,6 +28,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/taskledger/taskledger/internal/node"
 )
 
@@ -196,7 +198,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 			return Report{}, fmt.Errorf("bench: profile directory: %w", err)
 		}
 	}
-	r := &run{cfg: cfg, log: cfg.Progress, dir: dir, report: &Report{
+	// The nodes' loggers and the bench's own lines write from many
+	// goroutines: one lock keeps them whole and the writer race-free.
+	r := &run{cfg: cfg, log: zerolog.SyncWriter(cfg.Progress), dir: dir, report: &Report{
 		Scale: cfg.Scale, Started: time.Now().UTC(), GoVersion: runtime.Version(),
 		NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
 	}}
