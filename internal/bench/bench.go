@@ -145,6 +145,7 @@ const (
 var FigureNames = []string{
 	FigSync1, FigSync16, FigAsync, FigRead, FigClaim,
 	FigLifecycleSDK, FigWritesPerTask, FigLifecycleCPU, FigLifecycleGarbage, FigLifecycleHTTP, FigHTTPvsSDK,
+	FigHTTPCeilingEnqueue, FigHTTPCeilingDrain, FigHTTPCeilingCPU,
 	FigEnqueueHTTP, FigEnqueueBatch, FigDrainHTTP, FigDrainErrors, FigDrainCPU, FigDrainGarbage,
 	FigDrainBatch, FigDrainBatchCPU, FigDrainBatchGarb,
 	FigWaitingPolls, FigWaitingMemory, FigWaiterMemory, FigWaitingClaimP99, FigWaitingErrors,
@@ -165,6 +166,7 @@ type run struct {
 
 	// Measured earlier in the run, for the sections after.
 	sync1Rate, sync16Rate, asyncRate float64
+	httpEnqueueRate, httpDrainRate   float64 // the raw HTTP ceilings, tasks/s
 	sdkRate                          float64 // lifecycle tasks/s through the Go SDK
 	schedRate                        float64 // schedule calls/s during that lifecycle
 }

@@ -83,6 +83,9 @@ func (r *run) httpSection(ctx context.Context, nd *node.Node) error {
 	}
 	defer stop()
 	n := r.scaled(20000, 200)
+	if err := r.httpCeiling(ctx, n); err != nil {
+		return err
+	}
 
 	// Enqueue: the tasks are due at once, so the alarm releases and
 	// publishes them meanwhile, as it would under real load.
@@ -131,6 +134,10 @@ func (r *run) httpSection(ctx context.Context, nd *node.Node) error {
 // its CPU per task and records its rate over n tasks as figure name, held
 // to target tasks/s (a multiple of 1,000 or more).
 func (r *run) httpPhase(url string, conns, n int, name string, target float64, fn func(*api.Client) error) (usage, error) {
+	ceilings := map[string]struct {
+		rate float64
+		of   string
+	}{FigEnqueueHTTP: {r.httpEnqueueRate, ratioHTTPEnqueue}, FigDrainHTTP: {r.httpDrainRate, ratioHTTPDrain}}
 	c := httpClient(url, conns)
 	u, err := measure(func() error { return fn(c) })
 	c.HTTP.CloseIdleConnections()
@@ -139,7 +146,11 @@ func (r *run) httpPhase(url string, conns, n int, name string, target float64, f
 	}
 	r.sayCPU(name, u.cpu, u.elapsed, n, "task")
 	rate := float64(n) / u.elapsed.Seconds()
-	r.add(atLeast(Figure{Section: "http", Name: name, Value: rate, Unit: "tasks/s"}, rate, target, fmt.Sprintf("≥ %d,%03d tasks/s", int(target)/1000, int(target)%1000)))
+	f := Figure{Section: "http", Name: name, Value: rate, Unit: "tasks/s"}
+	if c := ceilings[name]; c.rate > 0 {
+		f.Ratio, f.RatioOf = rate/c.rate, c.of
+	}
+	r.add(atLeast(f, rate, target, fmt.Sprintf("≥ %d,%03d tasks/s", int(target)/1000, int(target)%1000)))
 	return u, nil
 }
 
