@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/taskledger/taskledger/events"
@@ -56,10 +57,12 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 		return 0, err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
+	buf := answers.Get().(*bytes.Buffer)
+	defer putAnswer(buf)
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
 		return resp.StatusCode, err
 	}
+	data := buf.Bytes()
 	if resp.StatusCode >= 300 {
 		return resp.StatusCode, decodeError(resp.StatusCode, data)
 	}
@@ -69,6 +72,19 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 		}
 	}
 	return resp.StatusCode, nil
+}
+
+// answers holds the buffers answers are read into before decoding (which
+// copies what it keeps), so a busy client does not grow a new one each
+// call.
+var answers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// putAnswer returns buf to the pool, unless a rare large answer grew it.
+func putAnswer(buf *bytes.Buffer) {
+	if buf.Cap() <= 1<<20 {
+		buf.Reset()
+		answers.Put(buf)
+	}
 }
 
 // decodeError turns a non-2xx answer into *Error; a body that is not an

@@ -45,8 +45,9 @@ type Config struct {
 	// temporary directory.
 	Dir string
 	// ProfileDir, if set, receives one CPU profile per section
-	// (ceiling.pprof, lifecycle.pprof, ...) and one block profile
-	// (ceiling.block.pprof, ...) for `go tool pprof`.
+	// (ceiling.pprof, lifecycle.pprof, ...), one block profile
+	// (ceiling.block.pprof, ...) and the allocations so far
+	// (ceiling.allocs.pprof, ...) for `go tool pprof`.
 	ProfileDir string
 	// Progress receives a line per step while Run works; default
 	// os.Stderr.
@@ -279,16 +280,31 @@ func (r *run) section(ctx context.Context, name string, fn func(context.Context)
 		runtime.SetBlockProfileRate(int(time.Millisecond))
 		defer func() {
 			runtime.SetBlockProfileRate(0)
-			if bf, err := os.Create(filepath.Join(r.cfg.ProfileDir, name+".block.pprof")); err == nil {
-				pprof.Lookup("block").WriteTo(bf, 0)
-				bf.Close()
-			}
+			r.writeProfile(name+".block.pprof", "block")
+			// Allocations since the start of the run: subtract the
+			// previous section's with go tool pprof -diff_base.
+			r.writeProfile(name+".allocs.pprof", "allocs")
 		}()
 	}
 	if err := fn(ctx); err != nil {
 		return fmt.Errorf("bench: %s: %w", name, err)
 	}
 	return nil
+}
+
+// writeProfile writes the named runtime profile into the profile
+// directory; a profile that cannot be written is reported and skipped.
+func (r *run) writeProfile(file, profile string) {
+	f, err := os.Create(filepath.Join(r.cfg.ProfileDir, file))
+	if err == nil {
+		err = pprof.Lookup(profile).WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		r.say("  profile %s not written: %v", file, err)
+	}
 }
 
 // say writes a progress line.
