@@ -135,17 +135,18 @@ func TestRelatedTaskMustBeVisible(t *testing.T) {
 	b := authSetup(t)
 	ctx := context.Background()
 	a, bc, op := tokenClient(t, b, "tok-a"), tokenClient(t, b, "tok-b"), tokenClient(t, b, "tok-op")
-	mine, _, err := a.Schedule(ctx, api.ScheduleRequest{})
+	later := 3600.0 // kept scheduled, so only the requests below append
+	mine, _, err := a.Schedule(ctx, api.ScheduleRequest{DelaySeconds: &later})
 	if err != nil {
 		t.Fatal(err)
 	}
-	theirs, _, err := bc.Schedule(ctx, api.ScheduleRequest{})
+	theirs, _, err := bc.Schedule(ctx, api.ScheduleRequest{DelaySeconds: &later})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, related := range []string{theirs.ID, "no-such-task"} {
 		before := lastSeq(t, b)
-		if _, _, err := a.Schedule(ctx, api.ScheduleRequest{RelatedTaskID: related}); !errors.Is(err, api.ErrNotFound) {
+		if _, _, err := a.Schedule(ctx, api.ScheduleRequest{RelatedTaskID: related, DelaySeconds: &later}); !errors.Is(err, api.ErrNotFound) {
 			t.Fatalf("related %s: %v, want not_found", related, err)
 		}
 		if after := lastSeq(t, b); after != before {

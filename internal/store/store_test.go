@@ -212,7 +212,7 @@ func TestStaleCacheIsCorrectedByOCC(t *testing.T) {
 		t.Fatal(err)
 	}
 	// b caches "scheduled, not released" once it executes something.
-	if _, _, err := b.Execute(context.Background(), id, "", aggregate.AppendMail{Message: events.Message{ID: "m1"}}); err != nil {
+	if _, _, err := b.Execute(context.Background(), id, "", aggregate.AppendMail{Message: events.Message{ID: "m1", Content: []events.ContentPart{{Type: "text", Text: "more"}}}}); err != nil {
 		t.Fatal(err)
 	}
 	token := events.NewID()
@@ -335,7 +335,7 @@ func TestExecuteSeen(t *testing.T) {
 	a := setup(t, nc)
 	b := another(t, nc, a)
 	id, first := released(t, a)
-	if _, _, err := b.Execute(ctx, id, "", aggregate.AppendMail{Message: events.Message{ID: "m1"}}); err != nil {
+	if _, _, err := b.Execute(ctx, id, "", aggregate.AppendMail{Message: events.Message{ID: "m1", Content: []events.ContentPart{{Type: "text", Text: "more"}}}}); err != nil {
 		t.Fatal(err) // b caches the task with its first token pending
 	}
 	cached, err := b.Load(ctx, id)
