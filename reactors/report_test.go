@@ -10,6 +10,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
 	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/reactors"
@@ -157,5 +158,34 @@ func TestAlarmPermanentFailure(t *testing.T) {
 	}
 	if got := p.engine.TimerLen(projections.Report); got != 1 {
 		t.Fatalf("report queue holds %d, want the parked report only", got)
+	}
+}
+
+// TestAlarmBareReport: when the log refuses even the cut report (its
+// events are capped below a mailbox message), the status alone is
+// reported, so the parent still hears.
+func TestAlarmBareReport(t *testing.T) {
+	t.Parallel()
+	ns := testnats.NewNamespace(t)
+	writer := alStart(t, ns)
+	parent := writer.schedule(alSpec{})
+	child := writer.schedule(alSpec{parent: &parent})
+	writer.exec(child.TaskID, aggregate.RecordResult{Result: largest("s")})
+	// From here on the stream takes events of at most 8 KiB.
+	capped := alStart(t, ns, func(c *store.Config) { c.MaxEventBytes = 8 << 10 })
+	capped.startAlarm(reactors.AlarmConfig{ErrorBackoff: time.Millisecond}, nil)
+	alEventually(t, "the parent heard", func() bool {
+		s, _ := capped.engine.Task(parent.TaskID)
+		return s.MailIndex(events.ChildResultID(child.TaskID)) == 1
+	})
+	h := capped.history(parent.TaskID)
+	m := h[len(h)-1].Data.(events.MailboxAppended)
+	var r events.ChildResult
+	if err := json.Unmarshal([]byte(m.Message.Content[0].Text), &r); err != nil {
+		t.Fatal(err)
+	}
+	if want := (events.ChildResult{TaskID: child.TaskID, Status: string(aggregate.StatusFailed), Truncated: true}); r.TaskID != want.TaskID ||
+		r.Status != want.Status || !r.Truncated || r.Result != nil {
+		t.Fatalf("report %+v, want %+v", r, want)
 	}
 }
