@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -98,7 +99,13 @@ func childResultMessage(report events.ChildResult) events.Message {
 		r := *full
 		r.Summary, r.Error = events.Truncate(r.Summary, keep), events.Truncate(r.Error, keep)
 		report.Result = &r
-		for n := len(full.Effects); n >= 0 && !fits; n-- {
+		// The fewest effects that do not fit, less one: the most that do.
+		n := sort.Search(len(full.Effects)+1, func(n int) bool {
+			r.Effects = full.Effects[:n]
+			_, ok := childReportText(report)
+			return !ok
+		}) - 1
+		if n >= 0 {
 			r.Effects = full.Effects[:n]
 			text, fits = childReportText(report)
 		}

@@ -80,6 +80,22 @@ func TestChildResultMessageFits(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
+// reportIn returns the report of childID in a parent's history.
+func reportIn(t *testing.T, h []events.Event, childID string) events.ChildResult {
+	t.Helper()
+	for _, ev := range h {
+		if m, ok := ev.Data.(events.MailboxAppended); ok && m.Message.ID == events.ChildResultID(childID) {
+			var r events.ChildResult
+			if err := json.Unmarshal([]byte(m.Message.Content[0].Text), &r); err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+	}
+	t.Fatalf("no report of %s in the parent's history", childID)
+	return events.ChildResult{}
+}
+
 // TestAlarmReportsLargestResult: a child whose result is at every limit
 // reaches its parent's mailbox, cut to fit, and the report queue empties
 // (issue 13, row 4: the alarm retried such a report forever).
@@ -94,12 +110,7 @@ func TestAlarmReportsLargestResult(t *testing.T) {
 		s, _ := p.engine.Task(parent.TaskID)
 		return s.MailIndex(events.ChildResultID(child.TaskID)) == 1 && p.engine.TimerLen(projections.Report) == 0
 	})
-	h := p.history(parent.TaskID)
-	m := h[len(h)-1].Data.(events.MailboxAppended)
-	var r events.ChildResult
-	if err := json.Unmarshal([]byte(m.Message.Content[0].Text), &r); err != nil {
-		t.Fatal(err)
-	}
+	r := reportIn(t, p.history(parent.TaskID), child.TaskID)
 	if !r.Truncated || r.TaskID != child.TaskID {
 		t.Fatalf("report %+v, want a truncated report naming %s", r, child.TaskID)
 	}
@@ -178,12 +189,7 @@ func TestAlarmBareReport(t *testing.T) {
 		s, _ := capped.engine.Task(parent.TaskID)
 		return s.MailIndex(events.ChildResultID(child.TaskID)) == 1
 	})
-	h := capped.history(parent.TaskID)
-	m := h[len(h)-1].Data.(events.MailboxAppended)
-	var r events.ChildResult
-	if err := json.Unmarshal([]byte(m.Message.Content[0].Text), &r); err != nil {
-		t.Fatal(err)
-	}
+	r := reportIn(t, capped.history(parent.TaskID), child.TaskID)
 	if want := (events.ChildResult{TaskID: child.TaskID, Status: string(aggregate.StatusFailed), Truncated: true}); r.TaskID != want.TaskID ||
 		r.Status != want.Status || !r.Truncated || r.Result != nil {
 		t.Fatalf("report %+v, want %+v", r, want)
