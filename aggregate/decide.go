@@ -33,6 +33,10 @@ var (
 	// ErrConflict: another writer appended to the task between load and
 	// append. Returned by stores, never by Decide.
 	ErrConflict = errors.New("aggregate: concurrent append")
+	// ErrTooLarge: the encoded event is larger than the log accepts (the
+	// NATS server's max payload, or the stream's maximum message size).
+	// Retrying cannot help. Returned by stores, never by Decide.
+	ErrTooLarge = errors.New("aggregate: event too large for the log")
 )
 
 // Command is a request to change one task. The commands are the types in
@@ -120,6 +124,9 @@ func Decide(s State, cmd Command, now time.Time) ([]events.Event, error) {
 		})
 	}
 	if c, ok := cmd.(Reject); ok {
+		if err := maxBytes(field{"reason", c.Reason, events.MaxReasonBytes}); err != nil && !s.Exists() {
+			return nil, err
+		}
 		return decideNew(s, c.TaskID, c.CustomerID, c.Spec, now, func(spec events.TaskSpec) events.Payload {
 			return events.AdmissionRejected{Spec: spec, Reason: c.Reason}
 		})
@@ -171,13 +178,52 @@ func validateNew(taskID, customerID string, spec events.TaskSpec) error {
 	if spec.TimeoutSeconds < events.MinTimeoutSeconds || spec.TimeoutSeconds > events.MaxTimeoutSeconds {
 		return fmt.Errorf("%w: timeoutSeconds must be %d..%d", ErrInvalid, events.MinTimeoutSeconds, events.MaxTimeoutSeconds)
 	}
+	sig := spec.Signal
+	if err := maxBytes(field{"repo", spec.Repo, events.MaxURLBytes},
+		field{"signal.uri", sig.URI, events.MaxURLBytes},
+		field{"signal.id", sig.ID, events.MaxNameBytes},
+		field{"signal.requestId", sig.RequestID, events.MaxNameBytes},
+		field{"signal.eventType", sig.EventType, events.MaxNameBytes},
+		field{"signal.eventAction", sig.EventAction, events.MaxNameBytes}); err != nil {
+		return err
+	}
 	return validateMessage(spec.Message)
 }
 
+// field is a client-given text and its limit in bytes.
+type field struct {
+	name, v string
+	limit   int
+}
+
+// maxBytes fails with ErrInvalid on the first field longer than its limit.
+func maxBytes(fs ...field) error {
+	for _, f := range fs {
+		if len(f.v) > f.limit {
+			return fmt.Errorf("%w: %s is %d bytes, more than %d", ErrInvalid, f.name, len(f.v), f.limit)
+		}
+	}
+	return nil
+}
+
+// validateMessage checks a message's id and content: at most
+// MaxContentParts parts, each with a type and a text, MaxMessageBytes in
+// all. A task's objective may have no parts; a mailbox message may not.
 func validateMessage(m events.Message) error {
 	if m.ID != "" {
 		if err := events.ValidID(m.ID); err != nil {
 			return fmt.Errorf("%w: message id: %w", ErrInvalid, err)
+		}
+	}
+	if len(m.Content) > events.MaxContentParts {
+		return fmt.Errorf("%w: message has %d content parts, at most %d", ErrInvalid, len(m.Content), events.MaxContentParts)
+	}
+	for i, c := range m.Content {
+		switch {
+		case c.Type == "" || c.Text == "":
+			return fmt.Errorf("%w: content part %d needs a type and a text", ErrInvalid, i)
+		case len(c.Type) > events.MaxNameBytes:
+			return fmt.Errorf("%w: content part %d: type is %d bytes, more than %d", ErrInvalid, i, len(c.Type), events.MaxNameBytes)
 		}
 	}
 	if n := MessageSize(m); n > events.MaxMessageBytes {
@@ -206,6 +252,9 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 		}
 		if err := events.ValidID(c.Message.ID); err != nil {
 			return nil, fmt.Errorf("%w: message id: %w", ErrInvalid, err)
+		}
+		if len(c.Message.Content) == 0 {
+			return nil, fmt.Errorf("%w: a mailbox message needs content", ErrInvalid)
 		}
 		if err := validateMessage(c.Message); err != nil {
 			return nil, err
@@ -278,6 +327,9 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 		}
 		return events.ResultRecorded{DeliveryID: c.DeliveryID, Result: c.Result}, nil
 	case Cancel:
+		if err := maxBytes(field{"reason", c.Reason, events.MaxReasonBytes}); err != nil {
+			return nil, err
+		}
 		return events.Canceled{Reason: c.Reason}, nil
 	case TimeOut:
 		if s.Status != StatusRunning {
@@ -319,12 +371,15 @@ func validateResult(r events.Result) error {
 	if len(r.Effects) > events.MaxEffects {
 		return fmt.Errorf("%w: %d effects, at most %d", ErrInvalid, len(r.Effects), events.MaxEffects)
 	}
-	if len(r.Summary) > events.MaxSummaryBytes {
-		return fmt.Errorf("%w: summary is %d bytes, more than %d", ErrInvalid, len(r.Summary), events.MaxSummaryBytes)
+	if err := maxBytes(field{"summary", r.Summary, events.MaxSummaryBytes}, field{"error", r.Error, events.MaxErrorBytes}); err != nil {
+		return err
 	}
 	for i, e := range r.Effects {
-		if e.Kind == "" {
+		switch {
+		case e.Kind == "":
 			return fmt.Errorf("%w: effect %d has no kind", ErrInvalid, i)
+		case len(e.Kind) > events.MaxNameBytes || len(e.Ref) > events.MaxNameBytes || len(e.URL) > events.MaxURLBytes:
+			return fmt.Errorf("%w: effect %d: kind and ref may have at most %d bytes each, url %d", ErrInvalid, i, events.MaxNameBytes, events.MaxURLBytes)
 		}
 	}
 	return nil

@@ -407,17 +407,56 @@ func TestDecideRejections(t *testing.T) {
 	})
 }
 
-// TestDecideResultLimits: the limits themselves are accepted.
+// TestDecideResultLimits: the limits themselves are accepted, one byte
+// more on any field is not (issue 13, row 6: a 1 MB error, 32 × 32 KB
+// effect URLs).
 func TestDecideResultLimits(t *testing.T) {
 	t.Parallel()
 	atLimits := events.Result{
 		Success: true,
 		Summary: strings.Repeat("s", events.MaxSummaryBytes),
-		Effects: slices.Repeat([]events.Effect{{Kind: "comment"}}, events.MaxEffects),
+		Error:   strings.Repeat("e", events.MaxErrorBytes),
+		Effects: slices.Repeat([]events.Effect{{
+			Kind: strings.Repeat("k", events.MaxNameBytes), Ref: strings.Repeat("r", events.MaxNameBytes),
+			URL: strings.Repeat("u", events.MaxURLBytes),
+		}}, events.MaxEffects),
+	}
+	over := func(change func(r *events.Result)) aggregate.Command {
+		r := atLimits
+		r.Effects = slices.Clone(r.Effects)
+		change(&r)
+		return aggregate.RecordResult{DeliveryID: d1, Result: r}
 	}
 	runDecide(t, []decideCase{
 		{name: "AtLimits", given: running, cmd: aggregate.RecordResult{DeliveryID: d1, Result: atLimits}, now: later,
 			want: []events.Payload{events.ResultRecorded{DeliveryID: d1, Result: atLimits}}, wantStatus: aggregate.StatusSucceeded},
+		{name: "SummaryOver", given: running, cmd: over(func(r *events.Result) { r.Summary += "s" }), now: later, wantErr: aggregate.ErrInvalid},
+		{name: "ErrorOver", given: running, cmd: over(func(r *events.Result) { r.Error += "e" }), now: later, wantErr: aggregate.ErrInvalid},
+		{name: "Error1MB", given: running, cmd: over(func(r *events.Result) { r.Error = strings.Repeat("e", 1<<20) }), now: later, wantErr: aggregate.ErrInvalid},
+		{name: "EffectKindOver", given: running, cmd: over(func(r *events.Result) { r.Effects[5].Kind += "k" }), now: later, wantErr: aggregate.ErrInvalid},
+		{name: "EffectRefOver", given: running, cmd: over(func(r *events.Result) { r.Effects[0].Ref += "r" }), now: later, wantErr: aggregate.ErrInvalid},
+		{name: "EffectURLOver", given: running, cmd: over(func(r *events.Result) { r.Effects[31].URL += "u" }), now: later, wantErr: aggregate.ErrInvalid},
+		{name: "EffectURLs32KB", given: running, cmd: over(func(r *events.Result) {
+			for i := range r.Effects {
+				r.Effects[i].URL = strings.Repeat("u", 32<<10)
+			}
+		}), now: later, wantErr: aggregate.ErrInvalid},
+	})
+}
+
+// TestDecideReasonLimits: a cancel's and a rejection's reason are bounded.
+func TestDecideReasonLimits(t *testing.T) {
+	t.Parallel()
+	atLimit := strings.Repeat("r", events.MaxReasonBytes)
+	runDecide(t, []decideCase{
+		{name: "CancelAtLimit", given: running, cmd: aggregate.Cancel{Reason: atLimit}, now: later,
+			want: []events.Payload{events.Canceled{Reason: atLimit}}, wantStatus: aggregate.StatusCanceled},
+		{name: "CancelOver", given: running, cmd: aggregate.Cancel{Reason: atLimit + "r"}, now: later, wantErr: aggregate.ErrInvalid},
+		{name: "Cancel1MB", given: queued, cmd: aggregate.Cancel{Reason: strings.Repeat("r", 1<<20)}, now: later, wantErr: aggregate.ErrInvalid},
+		{name: "RejectAtLimit", cmd: aggregate.Reject{TaskID: taskID, CustomerID: custID, Spec: spec(), Reason: atLimit}, now: t0,
+			want: []events.Payload{events.AdmissionRejected{Spec: spec(), Reason: atLimit}}, wantStatus: aggregate.StatusCanceled},
+		{name: "RejectOver", cmd: aggregate.Reject{TaskID: taskID, CustomerID: custID, Spec: spec(), Reason: atLimit + "r"}, now: t0, wantErr: aggregate.ErrInvalid},
+		{name: "RejectOverExisting", given: scheduled, cmd: aggregate.Reject{TaskID: taskID, CustomerID: custID, Spec: spec(), Reason: atLimit + "r"}, now: t0, wantErr: aggregate.ErrExists},
 	})
 }
 
@@ -467,6 +506,36 @@ func TestDecideScheduleValidation(t *testing.T) {
 			s.Message = text(events.MaxMessageBytes / 2)
 			s.Message.Content = append(s.Message.Content, text(events.MaxMessageBytes/2+1).Content...)
 		}},
+		{name: "MessageNoParts", change: func(s *events.TaskSpec) { s.Message.Content = nil }, ok: true},
+		{name: "MessageMaxParts", change: func(s *events.TaskSpec) {
+			s.Message.Content = slices.Repeat(s.Message.Content[:1], events.MaxContentParts)
+		}, ok: true},
+		{name: "MessageTooManyParts", change: func(s *events.TaskSpec) {
+			s.Message.Content = slices.Repeat(s.Message.Content[:1], events.MaxContentParts+1)
+		}},
+		{name: "MessageEmptyParts60000", change: func(s *events.TaskSpec) {
+			s.Message.Content = make([]events.ContentPart, 60000)
+		}},
+		{name: "MessagePartWithoutText", change: func(s *events.TaskSpec) { s.Message.Content[0].Text = "" }},
+		{name: "MessagePartWithoutType", change: func(s *events.TaskSpec) { s.Message.Content[0].Type = "" }},
+		{name: "MessagePartTypeAtLimit", change: func(s *events.TaskSpec) {
+			s.Message.Content[0].Type = strings.Repeat("t", events.MaxNameBytes)
+		}, ok: true},
+		{name: "MessagePartTypeOver", change: func(s *events.TaskSpec) {
+			s.Message.Content[0].Type = strings.Repeat("t", events.MaxNameBytes+1)
+		}},
+		{name: "RepoAtLimit", change: func(s *events.TaskSpec) { s.Repo = strings.Repeat("r", events.MaxURLBytes) }, ok: true},
+		{name: "RepoOver", change: func(s *events.TaskSpec) { s.Repo = strings.Repeat("r", events.MaxURLBytes+1) }},
+		{name: "SignalAtLimits", change: func(s *events.TaskSpec) {
+			name := strings.Repeat("n", events.MaxNameBytes)
+			s.Signal = events.Signal{ID: name, URI: strings.Repeat("u", events.MaxURLBytes), RequestID: name, EventType: name, EventAction: name}
+		}, ok: true},
+		{name: "SignalURI1MB", change: func(s *events.TaskSpec) { s.Signal.URI = strings.Repeat("u", 1<<20) }},
+		{name: "SignalURIOver", change: func(s *events.TaskSpec) { s.Signal.URI = strings.Repeat("u", events.MaxURLBytes+1) }},
+		{name: "SignalIDOver", change: func(s *events.TaskSpec) { s.Signal.ID = strings.Repeat("n", events.MaxNameBytes+1) }},
+		{name: "SignalRequestIDOver", change: func(s *events.TaskSpec) { s.Signal.RequestID = strings.Repeat("n", events.MaxNameBytes+1) }},
+		{name: "SignalEventTypeOver", change: func(s *events.TaskSpec) { s.Signal.EventType = strings.Repeat("n", events.MaxNameBytes+1) }},
+		{name: "SignalEventActionOver", change: func(s *events.TaskSpec) { s.Signal.EventAction = strings.Repeat("n", events.MaxNameBytes+1) }},
 	}
 	for _, tt := range tests {
 		for _, reject := range []bool{false, true} {
@@ -523,6 +592,10 @@ func TestDecideMailbox(t *testing.T) {
 		{name: "RepeatedIDIsNoop", given: withMail, cmd: aggregate.AppendMail{Message: msg("m2")}, now: later},
 		{name: "RepeatedIDChangedBodyIsNoop", given: withMail, cmd: aggregate.AppendMail{Message: changed}, now: later},
 		{name: "RepeatedIDOnTerminalIsNoop", given: terminalWithMail, cmd: aggregate.AppendMail{Message: msg("m3")}, now: later},
+		{name: "EmptyBody", given: withMail, cmd: aggregate.AppendMail{Message: events.Message{ID: "m4"}}, now: later, wantErr: aggregate.ErrInvalid},
+		{name: "EmptyPart", given: withMail, cmd: aggregate.AppendMail{Message: events.Message{ID: "m4", Content: []events.ContentPart{{Type: "text"}}}}, now: later, wantErr: aggregate.ErrInvalid},
+		{name: "TooManyParts", given: withMail, cmd: aggregate.AppendMail{Message: events.Message{ID: "m4",
+			Content: slices.Repeat([]events.ContentPart{{Type: "text", Text: "x"}}, events.MaxContentParts+1)}}, now: later, wantErr: aggregate.ErrInvalid},
 		{name: "NewIDOnTerminal", given: terminalWithMail, cmd: aggregate.AppendMail{Message: msg("m4")}, now: later, wantErr: aggregate.ErrTerminal},
 		{name: "ReadAdvances", given: withMail, cmd: aggregate.ReadMail{Cursor: 2}, now: later,
 			want: []events.Payload{events.MailboxRead{Cursor: 2}}},

@@ -74,6 +74,9 @@ func (m model) decide(cmd aggregate.Command, now time.Time) (events.Payload, err
 		if err != nil {
 			return nil, err
 		}
+		if len(c.Reason) > 1<<10 {
+			return nil, aggregate.ErrInvalid
+		}
 		return events.AdmissionRejected{Spec: spec, Reason: c.Reason}, nil
 	}
 	if m.status == "" {
@@ -86,7 +89,7 @@ func (m model) decide(cmd aggregate.Command, now time.Time) (events.Payload, err
 			return nil, nil
 		case mTerminal(m.status):
 			return nil, aggregate.ErrTerminal
-		case !modelID.MatchString(c.Message.ID) || contentBytes(c.Message) > 64<<10:
+		case !modelID.MatchString(c.Message.ID) || len(c.Message.Content) == 0 || !validContent(c.Message):
 			return nil, aggregate.ErrInvalid
 		}
 		msg := c.Message
@@ -147,12 +150,17 @@ func (m model) decide(cmd aggregate.Command, now time.Time) (events.Payload, err
 		if c.DeliveryID != "" && (m.status != mRunning || c.DeliveryID != m.token) {
 			return nil, aggregate.ErrTokenMismatch
 		}
-		if len(c.Result.Effects) > 32 || len(c.Result.Summary) > 16<<10 ||
-			slices.ContainsFunc(c.Result.Effects, func(e events.Effect) bool { return e.Kind == "" }) {
+		if len(c.Result.Effects) > 32 || len(c.Result.Summary) > 16<<10 || len(c.Result.Error) > 16<<10 ||
+			slices.ContainsFunc(c.Result.Effects, func(e events.Effect) bool {
+				return e.Kind == "" || len(e.Kind) > 256 || len(e.Ref) > 256 || len(e.URL) > 4<<10
+			}) {
 			return nil, aggregate.ErrInvalid
 		}
 		return events.ResultRecorded{DeliveryID: c.DeliveryID, Result: c.Result}, nil
 	case aggregate.Cancel:
+		if len(c.Reason) > 1<<10 {
+			return nil, aggregate.ErrInvalid
+		}
 		return events.Canceled{Reason: c.Reason}, nil
 	case aggregate.TimeOut:
 		if m.status != mRunning || now.Before(m.deadline) {
@@ -175,7 +183,9 @@ func (m model) admit(taskID, custID string, spec events.TaskSpec, now time.Time)
 	if (spec.ParentID == "") != (spec.RootID == taskID) ||
 		spec.ParentID != "" && !modelID.MatchString(spec.ParentID) ||
 		spec.TimeoutSeconds < 1 || spec.TimeoutSeconds > 604800 ||
-		contentBytes(spec.Message) > 64<<10 {
+		!validContent(spec.Message) || len(spec.Repo) > 4<<10 || len(spec.Signal.URI) > 4<<10 ||
+		slices.ContainsFunc([]string{spec.Signal.ID, spec.Signal.RequestID, spec.Signal.EventType, spec.Signal.EventAction},
+			func(v string) bool { return len(v) > 256 }) {
 		return spec, aggregate.ErrInvalid
 	}
 	if spec.RunAt.IsZero() {
@@ -184,12 +194,17 @@ func (m model) admit(taskID, custID string, spec events.TaskSpec, now time.Time)
 	return spec, nil
 }
 
-func contentBytes(m events.Message) int {
+// validContent: at most 64 parts, each with a type of at most 256 bytes
+// and a text, 64 KiB of types and texts in all.
+func validContent(m events.Message) bool {
 	n := 0
 	for _, c := range m.Content {
+		if c.Type == "" || c.Text == "" || len(c.Type) > 256 {
+			return false
+		}
 		n += len(c.Type) + len(c.Text)
 	}
-	return n
+	return len(m.Content) <= 64 && n <= 64<<10
 }
 
 // apply is the model's own transition for a payload it decided.
@@ -338,7 +353,7 @@ func drawSpec(t *rapid.T, taskID string, now time.Time) events.TaskSpec {
 	if off := rapid.SampledFrom([]int{0, 10, 30, -5, 60, 120, 1}).Draw(t, "runAtOffset"); off != 1 {
 		spec.RunAt = now.Add(time.Duration(off) * time.Second)
 	} // else zero, which means now
-	switch rapid.IntRange(0, 12).Draw(t, "specVariant") {
+	switch rapid.IntRange(0, 16).Draw(t, "specVariant") {
 	case 1:
 		spec.ParentID, spec.RootID = "parent-1", "root-9" // a valid child
 	case 2:
@@ -357,6 +372,16 @@ func drawSpec(t *rapid.T, taskID string, now time.Time) events.TaskSpec {
 		spec.ParentID, spec.RootID = "bad parent", "root-9"
 	case 9:
 		spec.Message.Content[0].Text = strings.Repeat("x", 64<<10)
+	case 10:
+		spec.Signal.URI = strings.Repeat("u", rapid.SampledFrom([]int{4 << 10, 4<<10 + 1}).Draw(t, "uriLen"))
+	case 11:
+		spec.Repo = strings.Repeat("r", rapid.SampledFrom([]int{4 << 10, 4<<10 + 1}).Draw(t, "repoLen"))
+	case 12:
+		spec.Signal.EventAction = strings.Repeat("a", rapid.SampledFrom([]int{256, 257}).Draw(t, "actionLen"))
+	case 13:
+		spec.Message.Content = slices.Repeat(spec.Message.Content, rapid.SampledFrom([]int{0, 64, 65}).Draw(t, "parts"))
+	case 14:
+		spec.Message.Content[0].Text = ""
 	}
 	return spec
 }
@@ -370,12 +395,20 @@ var (
 func drawResult(t *rapid.T) events.Result {
 	r := events.Result{Success: rapid.Bool().Draw(t, "success")}
 	r.Summary = strings.Repeat("s", rapid.SampledFrom([]int{0, 10, 16 << 10, 16<<10 + 1}).Draw(t, "summaryLen"))
+	r.Error = strings.Repeat("e", rapid.SampledFrom([]int{0, 10, 16 << 10, 16<<10 + 1}).Draw(t, "errorLen"))
 	n := rapid.SampledFrom([]int{0, 1, 2, 32, 33}).Draw(t, "effects")
 	for i := range n {
 		r.Effects = append(r.Effects, events.Effect{Kind: "comment", Ref: fmt.Sprint(i)})
 	}
-	if n > 0 && rapid.IntRange(0, 9).Draw(t, "kindless") == 0 {
-		r.Effects[0].Kind = ""
+	if n > 0 {
+		switch rapid.IntRange(0, 12).Draw(t, "effectFault") {
+		case 0:
+			r.Effects[0].Kind = ""
+		case 1:
+			r.Effects[n-1].URL = strings.Repeat("u", rapid.SampledFrom([]int{4 << 10, 4<<10 + 1}).Draw(t, "urlLen"))
+		case 2:
+			r.Effects[0].Ref = strings.Repeat("r", rapid.SampledFrom([]int{256, 257}).Draw(t, "refLen"))
+		}
 	}
 	return r
 }
@@ -419,7 +452,8 @@ func modelProperty(total map[string]int) func(*rapid.T) {
 			cust := rapid.SampledFrom([]string{"cust-1", "cust-1", "cust-1", "*"}).Draw(t, "customerID")
 			spec := drawSpec(t, id, h.now)
 			if rapid.IntRange(0, 4).Draw(t, "reject") == 4 {
-				h.exec(t, aggregate.Reject{TaskID: id, CustomerID: cust, Spec: spec, Reason: "quota"})
+				reason := strings.Repeat("q", rapid.SampledFrom([]int{5, 1<<10 + 1}).Draw(t, "reasonLen"))
+				h.exec(t, aggregate.Reject{TaskID: id, CustomerID: cust, Spec: spec, Reason: reason})
 				return
 			}
 			h.exec(t, aggregate.Schedule{TaskID: id, CustomerID: cust, Spec: spec})
@@ -443,15 +477,22 @@ func modelProperty(total map[string]int) func(*rapid.T) {
 				id := rapid.SampledFrom([]string{"", "d1", "d2", "d3"}).Draw(t, "deliveryID")
 				h.exec(t, aggregate.RecordResult{DeliveryID: id, Result: drawResult(t)})
 			},
-			"Cancel":  func(t *rapid.T) { h.exec(t, aggregate.Cancel{Reason: "asked"}) },
+			"Cancel": func(t *rapid.T) {
+				h.exec(t, aggregate.Cancel{Reason: strings.Repeat("c", rapid.SampledFrom([]int{5, 0, 1 << 10, 1<<10 + 1}).Draw(t, "reasonLen"))})
+			},
 			"TimeOut": func(t *rapid.T) { h.exec(t, aggregate.TimeOut{}) },
 			"AppendMail": func(t *rapid.T) {
 				m := events.Message{ID: rapid.SampledFrom(mailPool).Draw(t, "messageID"), Content: []events.ContentPart{{Type: "text", Text: "more"}}}
 				if rapid.Bool().Draw(t, "createdAt") {
 					m.CreatedAt = t0
 				}
-				if rapid.IntRange(0, 9).Draw(t, "hugeMail") == 0 {
+				switch rapid.IntRange(0, 12).Draw(t, "mailFault") {
+				case 0:
 					m.Content[0].Text = strings.Repeat("x", 64<<10)
+				case 1:
+					m.Content = nil
+				case 2:
+					m.Content[0].Text = ""
 				}
 				h.exec(t, aggregate.AppendMail{Message: m})
 			},

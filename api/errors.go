@@ -50,7 +50,13 @@ var (
 	ErrNotClaimable = &Error{Status: http.StatusConflict, Code: "conflict", Reason: "not_claimable", Message: "task is not claimable"}
 	// ErrParentTerminal (409): a child was scheduled under an ended parent.
 	ErrParentTerminal = &Error{Status: http.StatusConflict, Code: "conflict", Reason: "parent_terminal", Message: "parent task is terminal"}
-	// ErrPayloadTooLarge (413): the body is over MaxBodyBytes.
+	// ErrLineageLimit (409): a child would make its lineage deeper or
+	// larger than the server allows (--max-lineage-depth,
+	// --max-lineage-tasks).
+	ErrLineageLimit = &Error{Status: http.StatusConflict, Code: "conflict", Reason: "lineage_limit", Message: "lineage limit reached"}
+	// ErrPayloadTooLarge (413): the body is over MaxBodyBytes, or the
+	// event it makes is larger than the log takes (the message names the
+	// limit). Retrying the same request cannot succeed.
 	ErrPayloadTooLarge = &Error{Status: http.StatusRequestEntityTooLarge, Code: "payload_too_large", Message: "body too large"}
 	// ErrAdmissionRejected (429): a quota refused a new root task; the
 	// Error's Task is the task as recorded (canceled).

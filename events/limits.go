@@ -1,15 +1,42 @@
 package events
 
-// Limits on what a task carries. The aggregate enforces them on every
-// command; clients read them to stay within bounds.
+import "unicode/utf8"
+
+// Limits on every field a client controls. The aggregate enforces them on
+// every command, before anything is written, so the verifier sees the
+// same rules; clients read them to stay within bounds. docs/API.md lists
+// them in its "Limits" table.
 const (
 	MinTimeoutSeconds     = 1
 	MaxTimeoutSeconds     = 604800 // a week
 	DefaultTimeoutSeconds = 3600
 	MaxEffects            = 32       // effects in one result
 	MaxSummaryBytes       = 16 << 10 // a result's summary
+	MaxErrorBytes         = 16 << 10 // a result's error
 	MaxMessageBytes       = 64 << 10 // one message: its parts' types and texts
+	MaxContentParts       = 64       // parts of one message
+	MaxReasonBytes        = 1 << 10  // a cancel's or an admission rejection's reason
+	// MaxNameBytes bounds the short free-text fields: an effect's kind
+	// and ref, a content part's type, and the signal's id, requestId,
+	// eventType and eventAction.
+	MaxNameBytes = 256
+	// MaxURLBytes bounds an effect's url, the signal's uri and a task's
+	// repo.
+	MaxURLBytes = 4 << 10
 )
+
+// Truncate returns the longest prefix of s of at most n bytes that does
+// not split a UTF-8 sequence.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	n = max(n, 0)
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
 
 // Defaults shared by the server, the tools and the SDKs.
 const (
@@ -33,9 +60,13 @@ const ChildResultType = "child_result"
 
 // ChildResult is the JSON text of the content part that reports a child's
 // outcome to its parent.
+// When the whole report would not fit in one message (MaxMessageBytes),
+// its result's summary, error and effects are cut and Truncated is set:
+// the child's full result is read from the child task itself (TaskID).
 type ChildResult struct {
-	TaskID string  `json:"taskId"`
-	Status string  `json:"status"`
-	Reason string  `json:"reason,omitempty"`
-	Result *Result `json:"result,omitempty"`
+	TaskID    string  `json:"taskId"`
+	Status    string  `json:"status"`
+	Reason    string  `json:"reason,omitempty"`
+	Result    *Result `json:"result,omitempty"`
+	Truncated bool    `json:"truncated,omitempty"`
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/executor"
 )
 
@@ -21,6 +22,8 @@ func TestWorkerHandlerFailure(t *testing.T) {
 			return "half done", errors.New("tests are red")
 		case "panic":
 			panic("nil map")
+		case "huge":
+			return strings.Repeat("s", 1<<20), errors.New(strings.Repeat("e", 1<<20))
 		}
 		return "fine", nil
 	})
@@ -28,6 +31,8 @@ func TestWorkerHandlerFailure(t *testing.T) {
 		{"error", "failed", "tests are red"},
 		{"panic", "failed", "handler panicked: nil map"},
 		{"ok", "succeeded", ""},
+		// Over the server's limits: cut to them, so the result is recorded.
+		{"huge", "failed", strings.Repeat("e", events.MaxErrorBytes)},
 	} {
 		task := e.schedule(t, api.ScheduleRequest{Queue: "failing", Message: wkText(tc.msg)})
 		done := e.waitStatus(t, task.ID, tc.status)

@@ -331,9 +331,11 @@ func (w *Worker) execute(ctx context.Context, t api.Task, cp Checkpoint) {
 		log.Info().Msg("worker shutting down; run left to resume")
 		return
 	default:
-		res := api.ResultRequest{DeliveryID: t.Claim.DeliveryID, Success: err == nil, Summary: summary, Effects: r.effects()}
+		// Cut to the server's limits: a result over them would be refused.
+		res := api.ResultRequest{DeliveryID: t.Claim.DeliveryID, Success: err == nil,
+			Summary: events.Truncate(summary, events.MaxSummaryBytes), Effects: r.effects()}
 		if err != nil {
-			res.Error = err.Error()
+			res.Error = events.Truncate(err.Error(), events.MaxErrorBytes)
 		}
 		if len(res.Effects) > events.MaxEffects {
 			res.Effects = res.Effects[:events.MaxEffects]

@@ -38,6 +38,22 @@ func (e *Engine) Children(id string) []string {
 	return nil
 }
 
+// Lineage returns how many levels below its root task id sits (0 for a
+// root) and how many tasks its lineage has, as far as the views hold them;
+// ok is false when they do not hold the task. An open lineage is never
+// evicted, so for a live task the views hold all of it that this process
+// has applied.
+func (e *Engine) Lineage(id string) (depth, size int, ok bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	t := e.v.tasks[id]
+	if t == nil {
+		return 0, 0, false
+	}
+	h, depth := e.v.ancestry(t)
+	return depth, int(h.members), true
+}
+
 // ErrNotReady is returned by reads that need a caught-up projection
 // before the engine has caught up with the log.
 var ErrNotReady = errors.New("projections: not caught up with the log")

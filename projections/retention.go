@@ -31,14 +31,20 @@ type closedLineage struct {
 // hold. The walk is bounded so a damaged log with a parent cycle cannot
 // loop it.
 func (v *views) head(t *task) *task {
+	h, _ := v.ancestry(t)
+	return h
+}
+
+// ancestry returns t's head and how many levels below it t sits.
+func (v *views) ancestry(t *task) (head *task, depth int) {
 	for range 1 << 16 {
 		p := v.tasks[t.parent]
 		if t.parent == "" || p == nil || p == t {
 			break
 		}
-		t = p
+		t, depth = p, depth+1
 	}
-	return t
+	return t, depth
 }
 
 // join counts a new task in its lineage, reopening a closed one (a child

@@ -113,9 +113,11 @@ type key struct {
 }
 
 // flight says until when a dispatched item is skipped: while running, then
-// until the projection applied untilSeq, or until retryAt after a failure.
+// until the projection applied untilSeq, or until retryAt after a failure,
+// or for as long as the process runs once parked (a permanent failure).
 type flight struct {
 	running  bool
+	parked   bool
 	untilSeq uint64
 	retryAt  time.Time
 }
@@ -219,14 +221,14 @@ func (a *Alarm) wait(now time.Time, dispatched int, full bool) time.Duration {
 
 func (a *Alarm) skip(k key, now time.Time) bool {
 	f, ok := a.inflight[k]
-	return ok && (f.running || f.untilSeq > a.proj.Applied() || now.Before(f.retryAt))
+	return ok && (f.running || f.parked || f.untilSeq > a.proj.Applied() || now.Before(f.retryAt))
 }
 
 // settle forgets flights whose effect the projection has applied.
 func (a *Alarm) settle(now time.Time) {
 	applied := a.proj.Applied()
 	for k, f := range a.inflight {
-		if !f.running && f.untilSeq <= applied && !now.Before(f.retryAt) {
+		if !f.running && !f.parked && f.untilSeq <= applied && !now.Before(f.retryAt) {
 			delete(a.inflight, k)
 		}
 	}
@@ -276,6 +278,11 @@ func (a *Alarm) outcome(t projections.Timer, s, st aggregate.State, err error) f
 		// The projection lagged the log; it will drop the item once it has
 		// seen what the decision saw. The pause is a safety net only.
 		return flight{untilSeq: st.LastSeq, retryAt: a.cfg.Now().Add(a.cfg.ErrorBackoff)}
+	case IsPermanent(err):
+		// Retrying cannot help: the item stays parked (in its timer queue,
+		// not acted on) until this process restarts. Observe counts it.
+		a.cfg.Logger.Error().Err(err).Str("task", s.TaskID).Stringer("timer", t).Msg("alarm action failed for good; not retried")
+		return flight{parked: true}
 	default:
 		a.cfg.Logger.Warn().Err(err).Str("task", s.TaskID).Stringer("timer", t).Msg("alarm action failed; will retry")
 		return flight{retryAt: a.cfg.Now().Add(a.cfg.ErrorBackoff)}
@@ -287,6 +294,13 @@ func (a *Alarm) outcome(t projections.Timer, s, st aggregate.State, err error) f
 func IsSettled(err error) bool {
 	return errors.Is(err, aggregate.ErrStale) || errors.Is(err, aggregate.ErrTerminal) ||
 		errors.Is(err, aggregate.ErrNotFound)
+}
+
+// IsPermanent reports whether err says an action can never succeed as it
+// is: the aggregate refused its arguments, or the log cannot take the
+// event it makes. Retrying it would loop forever.
+func IsPermanent(err error) bool {
+	return errors.Is(err, aggregate.ErrInvalid) || errors.Is(err, aggregate.ErrTooLarge)
 }
 
 // deliver publishes the ready notification and returns the command that
@@ -315,9 +329,17 @@ func (a *Alarm) backoff(attempt int) time.Duration {
 }
 
 // report appends a terminal child's result to its parent's mailbox under a
-// message id fixed by the child, so a repeated report is a no-op.
+// message id fixed by the child, so a repeated report is a no-op. A report
+// the log refuses for good (a store whose events are capped below a
+// mailbox message) is sent once more bare, status only, so the parent
+// still hears.
 func (a *Alarm) report(ctx context.Context, child aggregate.State) flight {
 	msg := ChildResultMessage(child)
 	st, _, err := a.store.Execute(ctx, child.Spec.ParentID, "", aggregate.AppendMail{Message: msg})
+	if IsPermanent(err) {
+		a.cfg.Logger.Warn().Err(err).Str("task", child.TaskID).Msg("child report refused; reporting the status alone")
+		msg = childResultMessage(events.ChildResult{TaskID: child.TaskID, Status: string(child.Status), Truncated: true})
+		st, _, err = a.store.Execute(ctx, child.Spec.ParentID, "", aggregate.AppendMail{Message: msg})
+	}
 	return a.outcome(projections.Report, child, st, err)
 }

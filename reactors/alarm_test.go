@@ -38,12 +38,17 @@ type alProc struct {
 	ready  reactors.ReadyPublisher
 }
 
-// alStart opens a store on ns and runs a projection engine on it until
-// the test ends. The alarm is started separately (startAlarm).
-func alStart(t *testing.T, ns testnats.Namespace) *alProc {
+// alStart opens a store on ns (with the changes opts make to its
+// configuration) and runs a projection engine on it until the test ends.
+// The alarm is started separately (startAlarm).
+func alStart(t *testing.T, ns testnats.Namespace, opts ...func(*store.Config)) *alProc {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, testnats.Conn(t), store.Config{Stream: ns.Stream, Subjects: ns.Subjects})
+	cfg := store.Config{Stream: ns.Stream, Subjects: ns.Subjects}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	st, err := store.Open(ctx, testnats.Conn(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

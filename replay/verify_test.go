@@ -389,7 +389,7 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	rejectedID := events.NewID()
 	p.exec(rejectedID, aggregate.Reject{TaskID: rejectedID, CustomerID: "acme", Spec: events.TaskSpec{RootID: rejectedID, Queue: "q", TimeoutSeconds: 60}, Reason: "quota"})
 	readLate := p.scheduled("beta")
-	p.exec(readLate.TaskID, aggregate.AppendMail{Message: events.Message{ID: "m1"}})
+	p.exec(readLate.TaskID, aggregate.AppendMail{Message: events.Message{ID: "m1", Content: text("late").Content}})
 	p.exec(readLate.TaskID, aggregate.Cancel{Reason: "stop"})
 	p.exec(readLate.TaskID, aggregate.ReadMail{Cursor: 1}) // a check after the cancel still reads
 	expired := p.running("beta")
@@ -424,8 +424,8 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	// (f) A skipped event number, reported once: the next event follows
 	// the one that skipped.
 	f := p.scheduled("acme")
-	expect(p.plant(p.subject(f), p.encode(f, f.Version+2, events.MailboxAppended{Index: 1, Message: events.Message{ID: "g1", CreatedAt: p.clock()}})), f.TaskID, replay.Gap)
-	p.plant(p.subject(f), p.encode(f, f.Version+3, events.MailboxAppended{Index: 2, Message: events.Message{ID: "g2", CreatedAt: p.clock()}}))
+	expect(p.plant(p.subject(f), p.encode(f, f.Version+2, events.MailboxAppended{Index: 1, Message: events.Message{ID: "g1", CreatedAt: p.clock(), Content: text("gap").Content}})), f.TaskID, replay.Gap)
+	p.plant(p.subject(f), p.encode(f, f.Version+3, events.MailboxAppended{Index: 2, Message: events.Message{ID: "g2", CreatedAt: p.clock(), Content: text("gap").Content}}))
 	// (g) ReadyPublished for a task that is already running.
 	g := p.running("beta")
 	expect(p.plant(p.subject(g), p.encode(g, g.Version+1, events.ReadyPublished{DeliveryID: g.Claim.DeliveryID})), g.TaskID, replay.IllegalEvent)

@@ -230,3 +230,17 @@ func TestServeRefusesBadRetain(t *testing.T) {
 		}
 	}
 }
+
+func TestServeRefusesBadLimits(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"--max-lineage-tasks", "0"}, {"--max-lineage-tasks", "-2"},
+		{"--max-lineage-depth", "0"}, {"--max-lineage-depth", "-2"},
+		{"--max-event-bytes", "-1"}, {"--max-event-bytes", "4294967296"},
+	} {
+		code, stderr := serveOutput(t, nil, args...)
+		if code != 2 || !strings.Contains(stderr, args[0]) {
+			t.Errorf("%v: exit %d, stderr:\n%s\nwant exit 2 naming %s", args, code, stderr, args[0])
+		}
+	}
+}

@@ -141,9 +141,13 @@ func runCommand(ctx context.Context, command, server string, run *executor.Run, 
 		<-done
 	}
 	summary := strings.Join(tail, "\n")
-	if len(summary) > 16<<10 {
-		summary = summary[len(summary)-16<<10:]
+	if len(summary) > events.MaxSummaryBytes {
+		summary = summary[len(summary)-events.MaxSummaryBytes:]
 	}
+	// Without invalid UTF-8 (a rune the cut split, binary output): JSON
+	// would turn each such byte into a longer replacement character and
+	// push the summary over its limit.
+	summary = strings.ToValidUTF8(summary, "")
 	var exitErr *exec.ExitError
 	if errors.As(err, &exitErr) && ctx.Err() == nil {
 		return summary, fmt.Errorf("command exited with status %d", exitErr.ExitCode())

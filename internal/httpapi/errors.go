@@ -23,6 +23,8 @@ var wireErrors = []struct {
 	{aggregate.ErrTokenMismatch, api.ErrTokenMismatch},
 	{aggregate.ErrNotClaimable, api.ErrNotClaimable},
 	{scheduler.ErrParentTerminal, api.ErrParentTerminal},
+	{scheduler.ErrLineageLimit, api.ErrLineageLimit},
+	{aggregate.ErrTooLarge, api.ErrPayloadTooLarge}, // permanent: never retried as unavailable
 	{scheduler.ErrUnavailable, api.ErrUnavailable},
 	{aggregate.ErrConflict, api.ErrUnavailable}, // lost every OCC retry: try again
 	{context.DeadlineExceeded, api.ErrUnavailable},

@@ -66,7 +66,7 @@ func observeAlarm(reg prometheus.Registerer) func(projections.Timer, time.Durati
 	}, []string{"timer"})
 	actions := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "taskledger_alarm_actions_total",
-		Help: "Alarm actions by timer and outcome (ok, settled: no longer needed, error: retried).",
+		Help: "Alarm actions by timer and outcome (ok, settled: no longer needed, error: retried, failed: cannot succeed, not retried).",
 	}, []string{"timer", "outcome"})
 	reg.MustRegister(lateness, actions)
 	return func(t projections.Timer, late time.Duration, err error) {
@@ -76,6 +76,8 @@ func observeAlarm(reg prometheus.Registerer) func(projections.Timer, time.Durati
 		case err == nil:
 		case reactors.IsSettled(err):
 			outcome = "settled"
+		case reactors.IsPermanent(err):
+			outcome = "failed"
 		default:
 			outcome = "error"
 		}

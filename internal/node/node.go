@@ -47,6 +47,12 @@ type Config struct {
 	// Retain is how many tasks of finished lineages the projections keep
 	// for listing; default projections.DefaultRetain, negative all.
 	Retain int
+	// MaxEventBytes, if above 0, caps the event stream's message size
+	// below the NATS server's max payload (store.Config.MaxEventBytes).
+	MaxEventBytes int32
+	// MaxLineageTasks and MaxLineageDepth bound a lineage
+	// (scheduler.Config); 0 means the defaults, -1 no limit.
+	MaxLineageTasks, MaxLineageDepth int
 }
 
 // SnapshotBucket is the object store bucket of a stream's projection
@@ -87,6 +93,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	st, err := store.Open(ctx, cfg.NC, store.Config{
 		Stream: cfg.Stream, Subjects: cfg.Subjects, Replicas: cfg.Replicas, Actor: cfg.Name, Now: cfg.Now, Locate: locate,
+		MaxEventBytes: cfg.MaxEventBytes,
 	})
 	if err != nil {
 		return nil, err
@@ -128,6 +135,7 @@ func build(cfg Config, st *store.Store, pcfg projections.Config) (*Node, error) 
 	svc, err := scheduler.New(scheduler.Config{
 		Store: st, Views: eng, JS: st.JetStream(), ReadyStream: cfg.ReadyStream, Subjects: cfg.Subjects,
 		Usage: eng, Admission: cfg.Admission, Logger: cfg.Logger, Metrics: scheduler.NewMetrics(cfg.Registry),
+		MaxLineageTasks: cfg.MaxLineageTasks, MaxLineageDepth: cfg.MaxLineageDepth,
 	})
 	if err != nil {
 		return nil, err

@@ -104,7 +104,7 @@ func (s *Service) admit(ctx context.Context, customerID string, spec events.Task
 		if v.Reason == "" {
 			v.Reason = "refused by the usage checker"
 		}
-		return "usage: " + v.Reason
+		return events.Truncate("usage: "+v.Reason, events.MaxReasonBytes) // the checker's text, bounded as every reason is
 	}
 	return ""
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -255,6 +256,17 @@ func TestAdmissionUsageChecker(t *testing.T) {
 			w.Write([]byte(`{"allow": false}`))
 		})
 		rejected(t, n, acme, scheduler.ScheduleRequest{}, "usage: refused by the usage checker")
+	})
+
+	t.Run("LongReasonIsCut", func(t *testing.T) {
+		t.Parallel()
+		n, _, _ := startChecker(t, func(w http.ResponseWriter, r *http.Request) {
+			json.NewEncoder(w).Encode(scheduler.UsageVerdict{Allow: false, Reason: strings.Repeat("é", events.MaxReasonBytes)})
+		})
+		task := rejected(t, n, acme, scheduler.ScheduleRequest{}, "usage: é")
+		if len(task.Reason) > events.MaxReasonBytes || !utf8.ValidString(task.Reason) {
+			t.Fatalf("reason of %d bytes (valid UTF-8: %v), want at most %d", len(task.Reason), utf8.ValidString(task.Reason), events.MaxReasonBytes)
+		}
 	})
 
 	t.Run("AllowAdmitsWithCounts", func(t *testing.T) {

@@ -76,6 +76,11 @@ func TestScheduleValidation(t *testing.T) {
 		{"RunAtAndDelay", operator, scheduler.ScheduleRequest{RunAt: new(now), DelaySeconds: new(0.0)}, aggregate.ErrInvalid},
 		{"ParentNotFound", operator, scheduler.ScheduleRequest{ParentID: "no-such-task"}, aggregate.ErrNotFound},
 		{"CustomerParentNotFound", acme, scheduler.ScheduleRequest{ParentID: "no-such-task"}, aggregate.ErrNotFound},
+		{"RelatedTaskNotFound", operator, scheduler.ScheduleRequest{RelatedTaskID: strings.Repeat("t", events.MaxIDLen)}, aggregate.ErrNotFound},
+		{"CustomerRelatedTaskNotFound", acme, scheduler.ScheduleRequest{RelatedTaskID: "no-such-task"}, aggregate.ErrNotFound},
+		{"SignalURITooLong", operator, scheduler.ScheduleRequest{Signal: events.Signal{URI: strings.Repeat("u", events.MaxURLBytes+1)}}, aggregate.ErrInvalid},
+		{"RepoTooLong", operator, scheduler.ScheduleRequest{Repo: strings.Repeat("r", events.MaxURLBytes+1)}, aggregate.ErrInvalid},
+		{"EmptyContentPart", operator, scheduler.ScheduleRequest{Message: text("", "")}, aggregate.ErrInvalid},
 	}
 	t.Run("Rejected", func(t *testing.T) {
 		for _, c := range cases {
@@ -113,7 +118,7 @@ func TestScheduleValidation(t *testing.T) {
 		}{
 			{"LongestIDs", operator, scheduler.ScheduleRequest{
 				CustomerID: strings.Repeat("c", events.MaxIDLen), RequestID: strings.Repeat("r", events.MaxIDLen),
-				Queue: strings.Repeat("q", events.MaxIDLen), RelatedTaskID: strings.Repeat("t", events.MaxIDLen),
+				Queue: strings.Repeat("q", events.MaxIDLen),
 			}, func(t *testing.T, st aggregate.State) {
 				if st.CustomerID != strings.Repeat("c", events.MaxIDLen) || st.Spec.Queue != strings.Repeat("q", events.MaxIDLen) {
 					t.Fatalf("task %+v", st)

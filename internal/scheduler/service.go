@@ -30,6 +30,15 @@ var (
 	ErrParentTerminal = errors.New("scheduler: parent task is terminal")
 	// ErrUnavailable: the log or the projections could not answer in time.
 	ErrUnavailable = errors.New("scheduler: unavailable")
+	// ErrLineageLimit: a child would make its lineage deeper than
+	// Config.MaxLineageDepth or larger than Config.MaxLineageTasks.
+	ErrLineageLimit = errors.New("scheduler: lineage limit reached")
+)
+
+// Defaults of the lineage bounds.
+const (
+	DefaultMaxLineageTasks = 1000 // tasks in one lineage, its root included
+	DefaultMaxLineageDepth = 16   // levels below the root
 )
 
 // Store is the log as the service uses it.
@@ -50,6 +59,10 @@ type Store interface {
 type Views interface {
 	WaitFor(ctx context.Context, seq uint64) error
 	Task(id string) (aggregate.State, bool)
+	// Lineage returns how many levels below its root a task sits and
+	// how many tasks its lineage has; ok is false for a task the views
+	// do not hold.
+	Lineage(id string) (depth, size int, ok bool)
 	Children(id string) []string
 	Ancestors(id string) ([]aggregate.State, error)
 	List(f projections.Filter, after string, limit int) []aggregate.State
@@ -73,6 +86,12 @@ type Config struct {
 	// AckWait is how long a claims/next notification stays invisible to
 	// other claimers while one claims it; default 30s.
 	AckWait time.Duration
+	// MaxLineageTasks bounds the tasks of one lineage (a root and all its
+	// descendants); default DefaultMaxLineageTasks, -1 no limit.
+	MaxLineageTasks int
+	// MaxLineageDepth bounds how many levels below its root a task may
+	// be; default DefaultMaxLineageDepth, -1 no limit.
+	MaxLineageDepth int
 }
 
 // Service is safe for concurrent use.
@@ -102,6 +121,12 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.AckWait <= 0 {
 		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.MaxLineageTasks == 0 {
+		cfg.MaxLineageTasks = DefaultMaxLineageTasks
+	}
+	if cfg.MaxLineageDepth == 0 {
+		cfg.MaxLineageDepth = DefaultMaxLineageDepth
 	}
 	if cfg.Subjects.Root == "" {
 		cfg.Subjects = events.DefaultSubjects
@@ -185,6 +210,11 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 	if req.RequestID != "" {
 		taskID = events.DeriveID("r", customerID, req.RequestID)
 	}
+	if spec.RelatedTaskID != "" {
+		if _, err := s.Get(ctx, p, spec.RelatedTaskID); err != nil {
+			return st, false, fmt.Errorf("relatedTaskId: %w", err)
+		}
+	}
 	if spec.ParentID != "" {
 		parent, err := s.cfg.Store.Load(ctx, spec.ParentID)
 		if err != nil {
@@ -202,6 +232,15 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 				}
 			}
 			return st, false, fmt.Errorf("%w: parent %s is %s", ErrParentTerminal, spec.ParentID, parent.Status)
+		}
+		if err := s.lineageRoom(spec.ParentID); err != nil {
+			// As for a terminal parent: a repeat answers the child it made.
+			if req.RequestID != "" {
+				if st, found, rerr := s.repeated(ctx, taskID); found || rerr != nil {
+					return st, false, rerr
+				}
+			}
+			return st, false, err
 		}
 		spec.RootID = parent.Spec.RootID
 	} else {
@@ -239,6 +278,23 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 		return st, false, &AdmissionError{Task: st}
 	}
 	return st, true, nil
+}
+
+// lineageRoom fails with ErrLineageLimit when a new child of parentID
+// would be deeper than MaxLineageDepth or make its lineage larger than
+// MaxLineageTasks. The counts come from the projections, so concurrent
+// requests can overshoot by the number in flight; a parent the views do
+// not hold yet (another process wrote it) is not checked.
+func (s *Service) lineageRoom(parentID string) error {
+	depth, size, ok := s.cfg.Views.Lineage(parentID)
+	switch {
+	case !ok:
+	case s.cfg.MaxLineageDepth >= 0 && depth+1 > s.cfg.MaxLineageDepth:
+		return fmt.Errorf("%w: a child of %s would be %d levels below its root, at most %d", ErrLineageLimit, parentID, depth+1, s.cfg.MaxLineageDepth)
+	case s.cfg.MaxLineageTasks >= 0 && size+1 > s.cfg.MaxLineageTasks:
+		return fmt.Errorf("%w: the lineage of %s has %d tasks, at most %d", ErrLineageLimit, parentID, size, s.cfg.MaxLineageTasks)
+	}
+	return nil
 }
 
 // repeated answers a repeated request id with the task it named (found),

@@ -47,6 +47,11 @@ type Config struct {
 	// ReadTimeout bounds one read when the caller's context has no
 	// deadline; default 10s.
 	ReadTimeout time.Duration
+	// MaxEventBytes, if above 0, is the event stream's maximum message
+	// size: an encoded event (with its headers) larger than this, or than
+	// the NATS server's max payload, fails with aggregate.ErrTooLarge.
+	// 0 leaves only the server's max payload (1 MiB by default).
+	MaxEventBytes int32
 }
 
 func (c Config) withDefaults() Config {
@@ -149,6 +154,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		DenyDelete:  true,
 		DenyPurge:   true,
 		AllowDirect: true,
+		MaxMsgSize:  cfg.MaxEventBytes,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: stream %s: %w", cfg.Stream, err)
@@ -445,6 +451,17 @@ func (s *Store) publishOnce(ctx context.Context, msg *nats.Msg, id string, expec
 	}
 }
 
+// MaxEventBytes is the largest message the log takes now: the NATS
+// server's max payload, or the stream's maximum message size when that is
+// smaller. An event's headers count against it.
+func (s *Store) MaxEventBytes() int64 {
+	n := s.js.Conn().MaxPayload()
+	if m := int64(s.cfg.MaxEventBytes); m > 0 && (n <= 0 || m < n) {
+		n = m
+	}
+	return n
+}
+
 func (s *Store) publish(ctx context.Context, ev events.Event, expected uint64) (uint64, error) {
 	data, err := events.Encode(ev)
 	if err != nil {
@@ -452,6 +469,13 @@ func (s *Store) publish(ctx context.Context, ev events.Event, expected uint64) (
 	}
 	msg := &nats.Msg{Subject: s.cfg.Subjects.Event(ev.CustomerID, ev.TaskID), Data: data, Header: nats.Header{}}
 	msg.Header.Set(TypeHeader, string(ev.Type()))
+	tooLarge := func() error {
+		return fmt.Errorf("%w: the %s event is %d bytes, and the log takes at most %d bytes a message (headers included)",
+			aggregate.ErrTooLarge, ev.Type(), len(data), s.MaxEventBytes())
+	}
+	if int64(len(data)) > s.MaxEventBytes() {
+		return 0, tooLarge()
+	}
 	for attempt := 1; ; attempt++ {
 		seq, err := s.publishOnce(ctx, msg, ev.ID, expected)
 		if err == nil {
@@ -460,10 +484,15 @@ func (s *Store) publish(ctx context.Context, ev events.Event, expected uint64) (
 		if IsConflict(err) {
 			return 0, fmt.Errorf("%w: %v", aggregate.ErrConflict, err)
 		}
+		// Within a header's length of the limit: the client (max
+		// payload) or the server (max message size) refuses it.
+		var apiErr *jetstream.APIError
+		if errors.Is(err, nats.ErrMaxPayload) || errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
+			return 0, tooLarge()
+		}
 		// A transport failure, or a replicated stream still storing an
 		// earlier attempt of this message id, is retried with the same id:
 		// the server drops the copy of an attempt that landed.
-		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.ErrorCode != errCodeDuplicateInProcess && apiErr.Code != 503 {
 			return 0, fmt.Errorf("append %s: %w", ev.Type(), err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -211,7 +212,7 @@ func TestStaleCacheIsCorrectedByOCC(t *testing.T) {
 		t.Fatal(err)
 	}
 	// b caches "scheduled, not released" once it executes something.
-	if _, _, err := b.Execute(context.Background(), id, "", aggregate.AppendMail{Message: events.Message{ID: "m1"}}); err != nil {
+	if _, _, err := b.Execute(context.Background(), id, "", aggregate.AppendMail{Message: events.Message{ID: "m1", Content: []events.ContentPart{{Type: "text", Text: "more"}}}}); err != nil {
 		t.Fatal(err)
 	}
 	token := events.NewID()
@@ -334,7 +335,7 @@ func TestExecuteSeen(t *testing.T) {
 	a := setup(t, nc)
 	b := another(t, nc, a)
 	id, first := released(t, a)
-	if _, _, err := b.Execute(ctx, id, "", aggregate.AppendMail{Message: events.Message{ID: "m1"}}); err != nil {
+	if _, _, err := b.Execute(ctx, id, "", aggregate.AppendMail{Message: events.Message{ID: "m1", Content: []events.ContentPart{{Type: "text", Text: "more"}}}}); err != nil {
 		t.Fatal(err) // b caches the task with its first token pending
 	}
 	cached, err := b.Load(ctx, id)
@@ -418,5 +419,69 @@ func TestPipelineLosesConnection(t *testing.T) {
 	}
 	if id := schedule(t, st); countTypes(t, reader, id, events.TypeTaskScheduled) != 1 {
 		t.Fatalf("no append after the reconnect")
+	}
+}
+
+// TestTooLargeEvent: an event the log cannot take fails at once with
+// aggregate.ErrTooLarge, naming the limit, never as unavailable (which
+// callers retry) and without writing anything (issue 13, row 5). One is
+// refused before it is sent, one only by the server because its headers
+// push it over.
+func TestTooLargeEvent(t *testing.T) {
+	t.Parallel()
+	const limit = 4096
+	ns := testnats.NewNamespace(t)
+	st, err := store.Open(context.Background(), testnats.Conn(t), store.Config{Stream: ns.Stream, Subjects: ns.Subjects, MaxEventBytes: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if got := st.MaxEventBytes(); got != limit {
+		t.Fatalf("MaxEventBytes = %d, want %d", got, limit)
+	}
+	now := time.Now().UTC()
+	spec := func(id string, text int) events.TaskSpec {
+		return events.TaskSpec{RootID: id, Queue: "default", TimeoutSeconds: 60, RunAt: now,
+			Message: events.Message{Content: []events.ContentPart{{Type: "text", Text: string(make([]byte, text))}}}}
+	}
+	// encoded is the size of the event the store would append.
+	encoded := func(id string, text int) int {
+		data, err := events.Encode(events.Event{ID: events.NewID(), TaskID: id, CustomerID: "acme", Number: 1, At: now,
+			Actor: "scheduler", Data: events.TaskScheduled{Spec: spec(id, text)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(data)
+	}
+	for _, tt := range []struct {
+		name string
+		size int // of the encoded event
+	}{
+		{"OverTheLimit", limit + 1},
+		{"HeadersPushItOver", limit - 16},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			id := events.NewID()
+			text := 1000
+			text += tt.size - encoded(id, text)
+			if got := encoded(id, text); got != tt.size {
+				t.Fatalf("encoded size %d, want %d", got, tt.size)
+			}
+			_, _, err := st.Execute(context.Background(), id, "", aggregate.Schedule{TaskID: id, CustomerID: "acme", Spec: spec(id, text)})
+			if !errors.Is(err, aggregate.ErrTooLarge) || errors.Is(err, store.ErrUnavailable) {
+				t.Fatalf("Execute = %v, want ErrTooLarge only", err)
+			}
+			if want := fmt.Sprint(limit); !strings.Contains(err.Error(), want) {
+				t.Fatalf("error %q does not name the limit %s", err, want)
+			}
+			if s, err := st.Load(context.Background(), id); err != nil || s.Exists() {
+				t.Fatalf("Load = %+v, %v; want no task", s, err)
+			}
+		})
+	}
+	// A task within the limit is written as usual.
+	id := events.NewID()
+	if _, _, err := st.Execute(context.Background(), id, "", aggregate.Schedule{TaskID: id, CustomerID: "acme", Spec: spec(id, 1000)}); err != nil {
+		t.Fatal(err)
 	}
 }
