@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -228,32 +229,39 @@ func TestClaimNextManyWaiters(t *testing.T) {
 	n := setup(t)
 	ctx := context.Background()
 	const polls, tasks = 1000, 300
-	type answer struct {
-		id  string
-		ok  bool
-		err error
-	}
-	answers := make(chan answer, polls)
+	// Every waiter polls again until all tasks are claimed: on a loaded
+	// machine scheduling them may outlast one poll's wait.
+	deadline := time.Now().Add(time.Minute)
+	var mu sync.Mutex
+	claimed := map[string]int{}
+	var failed error
+	var total atomic.Int64
 	var wg sync.WaitGroup
 	for i := range polls {
 		wg.Go(func() {
-			st, ok, err := n.Service.ClaimNext(ctx, operator, "crowd", fmt.Sprintf("w%d", i), 5*time.Second)
-			answers <- answer{st.TaskID, ok, err}
+			for total.Load() < tasks && time.Now().Before(deadline) {
+				st, ok, err := n.Service.ClaimNext(ctx, operator, "crowd", fmt.Sprintf("w%d", i), 5*time.Second)
+				mu.Lock()
+				switch {
+				case err != nil && failed == nil:
+					failed = err
+				case ok:
+					claimed[st.TaskID]++
+					total.Add(1)
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
 		})
 	}
 	for range tasks {
 		mustSchedule(t, n, acme, scheduler.ScheduleRequest{Queue: "crowd"})
 	}
 	wg.Wait()
-	close(answers)
-	claimed := map[string]int{}
-	for a := range answers {
-		if a.err != nil {
-			t.Fatalf("a long poll failed: %v", a.err)
-		}
-		if a.ok {
-			claimed[a.id]++
-		}
+	if failed != nil {
+		t.Fatalf("a long poll failed: %v", failed)
 	}
 	if len(claimed) != tasks {
 		t.Fatalf("%d tasks claimed, want %d", len(claimed), tasks)
