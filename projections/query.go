@@ -80,20 +80,14 @@ func (e *Engine) Earliest() (time.Time, bool) {
 	return best, found
 }
 
-// EarliestExcept returns the earliest due time across the timer queues of
-// the items skip does not report: an alarm arms its timer with it while
-// the earliest items are already being acted on.
-func (e *Engine) EarliestExcept(skip func(t Timer, taskID string) bool) (time.Time, bool) {
+// EarliestExcept returns the earliest due time in timer queue t of the
+// items skip does not report: an alarm arms its timer with it while the
+// earliest items are already being acted on.
+func (e *Engine) EarliestExcept(t Timer, skip func(taskID string) bool) (time.Time, bool) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	var best int64
-	found := false
-	for t, q := range e.v.timers {
-		if d, ok := q.earliestExcept(func(id string) bool { return skip(Timer(t), id) }); ok && (!found || d < best) {
-			best, found = d, true
-		}
-	}
-	return time.Unix(0, best), found
+	d, ok := e.v.timers[t].earliestExcept(skip)
+	return time.Unix(0, d), ok
 }
 
 // Due returns up to limit tasks of timer queue t due at or before now,

@@ -9,11 +9,12 @@ import (
 	"github.com/taskledger/taskledger/events"
 )
 
-// Timer names one of the four timer queues.
+// Timer names one of the timer queues.
 type Timer int
 
 // The timer queues: releases at runAt, pending deliveries, running
-// deadlines, and terminal children yet to report to their parent.
+// deadlines, terminal children yet to report to their parent, and queued
+// tasks by their last publish.
 const (
 	// Release holds scheduled tasks not yet released, due at runAt.
 	Release Timer = iota
@@ -25,12 +26,17 @@ const (
 	// Report holds terminal child tasks whose result is not yet in their
 	// live parent's mailbox, due when the child finished.
 	Report
+	// Republish holds queued tasks, due when their ready notification was
+	// last published: the alarm checks a notification that has waited
+	// longer than its republish window and publishes it again if it is
+	// gone.
+	Republish
 	// NumTimers is the number of timer queues.
 	NumTimers
 )
 
 func (t Timer) String() string {
-	return [...]string{"release", "deliver", "expire", "report"}[t]
+	return [...]string{"release", "deliver", "expire", "report", "republish"}[t]
 }
 
 // timerOf says which timer queue, if any, a task in state s belongs to
@@ -43,6 +49,8 @@ func timerOf(s *aggregate.State) (Timer, time.Time, bool) {
 		return Deliver, s.Delivery.NextAt, true
 	case s.Status == aggregate.StatusRunning:
 		return Expire, s.Deadline, true
+	case s.Status == aggregate.StatusQueued:
+		return Republish, s.Delivery.NextAt, true
 	}
 	return 0, time.Time{}, false
 }

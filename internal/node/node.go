@@ -134,10 +134,13 @@ func build(cfg Config, st *store.Store, pcfg projections.Config) (*Node, error) 
 	}
 	alarmCfg := cfg.Alarm
 	alarmCfg.Store, alarmCfg.Projection = st, eng
-	alarmCfg.Publisher = reactors.ReadyPublisher{JS: st.JetStream(), Subjects: cfg.Subjects}
+	alarmCfg.Publisher = reactors.ReadyPublisher{JS: st.JetStream(), Subjects: cfg.Subjects, Stream: cfg.ReadyStream}
 	alarmCfg.Logger, alarmCfg.Now = cfg.Logger, cfg.Now
 	if alarmCfg.Observe == nil {
 		alarmCfg.Observe = observeAlarm(cfg.Registry)
+	}
+	if alarmCfg.Exhausted == nil {
+		alarmCfg.Exhausted = countExhausted(cfg.Registry)
 	}
 	alarm, err := reactors.NewAlarm(alarmCfg)
 	if err != nil {
