@@ -170,6 +170,24 @@ func (e *Engine) QueueCounts() map[string]map[aggregate.Status]int {
 	return out
 }
 
+// HasQueue reports whether a task was ever scheduled on queue, as far as
+// the views keep it: only such a queue gets a ready consumer.
+func (e *Engine) HasQueue(queue string) bool {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	_, ok := e.v.queueCounts[queue]
+	return ok
+}
+
+// CustomerQueue reports whether customerID has a non-terminal task on
+// queue, and on how many queues it has non-terminal tasks.
+func (e *Engine) CustomerQueue(customerID, queue string) (live bool, queues int) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	qs := e.v.liveQueues[customerID]
+	return qs[queue] > 0, len(qs)
+}
+
 // Filter selects tasks for List. Empty fields match everything.
 type Filter struct {
 	Status     aggregate.Status

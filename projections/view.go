@@ -69,8 +69,12 @@ type views struct {
 	// admissions holds, per customer, the creation times of recent root
 	// tasks, for per-minute quotas.
 	admissions map[string][]time.Time
-	// queueCounts counts tasks per queue and status, for metrics.
+	// queueCounts counts tasks per queue and status, for metrics. A
+	// queue stays in it once a task was scheduled there.
 	queueCounts map[string]map[aggregate.Status]int
+	// liveQueues counts each customer's non-terminal tasks per queue, for
+	// the bound on a customer's queues.
+	liveQueues map[string]map[string]int
 	retention
 }
 
@@ -82,6 +86,7 @@ func newViews(retain int) *views {
 		activeRoots: make(map[string]int),
 		admissions:  make(map[string][]time.Time),
 		queueCounts: make(map[string]map[aggregate.Status]int),
+		liveQueues:  make(map[string]map[string]int),
 	}
 	for i := range v.timers {
 		v.timers[i] = newTimerQueue()
@@ -232,6 +237,10 @@ func (v *views) reindex(before, after *aggregate.State) bool {
 		}
 		qc[after.Status]++
 	}
+	wasLive, isLive := before.Exists() && !before.Status.Terminal(), !after.Status.Terminal()
+	if wasLive != isLive {
+		v.countLive(after.CustomerID, after.Spec.Queue, isLive)
+	}
 	if after.Spec.ParentID == "" {
 		wasActive := before.Exists() && !before.Status.Terminal()
 		isActive := !after.Status.Terminal()
@@ -244,4 +253,23 @@ func (v *views) reindex(before, after *aggregate.State) bool {
 		}
 	}
 	return changed
+}
+
+// countLive counts a task of customer in queue in or out of liveQueues.
+func (v *views) countLive(customer, queue string, in bool) {
+	qs := v.liveQueues[customer]
+	if qs == nil {
+		qs = make(map[string]int)
+		v.liveQueues[customer] = qs
+	}
+	if in {
+		qs[queue]++
+		return
+	}
+	if qs[queue]--; qs[queue] <= 0 {
+		delete(qs, queue)
+		if len(qs) == 0 {
+			delete(v.liveQueues, customer)
+		}
+	}
 }

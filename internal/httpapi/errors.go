@@ -23,6 +23,7 @@ var wireErrors = []struct {
 	{aggregate.ErrTokenMismatch, api.ErrTokenMismatch},
 	{aggregate.ErrNotClaimable, api.ErrNotClaimable},
 	{scheduler.ErrParentTerminal, api.ErrParentTerminal},
+	{scheduler.ErrTooManyPolls, api.ErrTooManyPolls},
 	{scheduler.ErrUnavailable, api.ErrUnavailable},
 	{aggregate.ErrConflict, api.ErrUnavailable}, // lost every OCC retry: try again
 	{context.DeadlineExceeded, api.ErrUnavailable},

@@ -35,6 +35,7 @@ type Config struct {
 	Tokens      map[string]string
 	MaxInFlight int // API requests served at once; default 1024, -1 no limit
 	Admission   scheduler.Admission
+	Limits      scheduler.Limits // per-customer polls and queues, queue expiry
 	Alarm       reactors.AlarmConfig
 	Logger      zerolog.Logger
 	Registry    *prometheus.Registry // default a new one with runtime and projection metrics
@@ -128,6 +129,7 @@ func build(cfg Config, st *store.Store, pcfg projections.Config) (*Node, error) 
 	svc, err := scheduler.New(scheduler.Config{
 		Store: st, Views: eng, JS: st.JetStream(), ReadyStream: cfg.ReadyStream, Subjects: cfg.Subjects,
 		Usage: eng, Admission: cfg.Admission, Logger: cfg.Logger, Metrics: scheduler.NewMetrics(cfg.Registry),
+		Limits: cfg.Limits,
 	})
 	if err != nil {
 		return nil, err

@@ -98,13 +98,11 @@ func (s *Service) ClaimBatch(ctx context.Context, p Principal, queue, executorID
 	if err := checkBatch(limit); err != nil {
 		return nil, err
 	}
-	d, err := s.dispatcher(ctx, queue)
-	if err != nil {
-		return nil, s.unavailable(err)
+	d, waitCtx, end, err := s.poll(ctx, p, queue, wait)
+	if err != nil || d == nil {
+		return nil, err
 	}
-	waitCtx, cancel := context.WithTimeout(ctx, min(max(wait, minWait), MaxWait))
-	defer cancel()
-	defer context.AfterFunc(s.closing, cancel)()
+	defer end()
 	for {
 		offers, err := d.take(waitCtx, p.customerFilter(), limit, claimLinger)
 		switch {

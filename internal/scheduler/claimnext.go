@@ -27,19 +27,107 @@ type dispatchers struct {
 	m  map[string]*dispatcher
 }
 
+// dispatcher returns queue's dispatcher. It creates the queue's consumer
+// (or creates it again) the first time, and when the dispatcher has not
+// pulled for half of QueueIdle: the server may have deleted the idle
+// consumer, or be about to.
 func (s *Service) dispatcher(ctx context.Context, queue string) (*dispatcher, error) {
 	s.dispatchers.mu.Lock()
 	defer s.dispatchers.mu.Unlock()
-	if d, ok := s.dispatchers.m[queue]; ok {
+	d, ok := s.dispatchers.m[queue]
+	if ok && !d.idleFor(s.cfg.QueueIdle/2) {
 		return d, nil
 	}
-	c, err := s.cfg.JS.CreateOrUpdateConsumer(ctx, s.cfg.ReadyStream, executor.ReadyConsumerConfig(s.cfg.Subjects, queue, s.cfg.AckWait))
+	cc := executor.ReadyConsumerConfig(s.cfg.Subjects, queue, s.cfg.AckWait)
+	cc.InactiveThreshold = s.cfg.QueueIdle
+	c, err := s.cfg.JS.CreateOrUpdateConsumer(ctx, s.cfg.ReadyStream, cc)
 	if err != nil {
 		return nil, fmt.Errorf("ready consumer for %s: %w", queue, err)
 	}
-	d := newDispatcher(c, s.cfg.Logger)
+	if ok {
+		d.setConsumer(c)
+		return d, nil
+	}
+	d = newDispatcher(c, s.cfg.Logger)
 	s.dispatchers.m[queue] = d
 	return d, nil
+}
+
+// unknownQueuePoll is how often a claimer on a queue nobody scheduled a
+// task on looks again whether one was.
+const unknownQueuePoll = 100 * time.Millisecond
+
+// poll begins a long poll of p on queue for up to wait (at least minWait,
+// at most MaxWait): it takes one of p's long-poll slots and, once a task
+// was scheduled on queue (a claimer on a queue that never had one waits
+// without creating anything for it), the queue's dispatcher. The wait's
+// deadline and Service.Close end waitCtx; end releases the slot. d is nil
+// when the wait ended before the queue had a task.
+func (s *Service) poll(ctx context.Context, p Principal, queue string, wait time.Duration) (d *dispatcher, waitCtx context.Context, end func(), err error) {
+	leave, err := s.holdPoll(p)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, min(max(wait, minWait), MaxWait))
+	stop := context.AfterFunc(s.closing, cancel)
+	end = func() { stop(); cancel(); leave() }
+	if !s.awaitQueue(waitCtx, queue) {
+		return nil, waitCtx, end, nil
+	}
+	if d, err = s.dispatcher(ctx, queue); err != nil {
+		end()
+		return nil, nil, nil, s.unavailable(err)
+	}
+	return d, waitCtx, end, nil
+}
+
+// awaitQueue waits until the projections know a task scheduled on queue,
+// and reports false if ctx ended first.
+func (s *Service) awaitQueue(ctx context.Context, queue string) bool {
+	if s.cfg.Views.HasQueue(queue) {
+		return true
+	}
+	tick := time.NewTicker(unknownQueuePoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+			if s.cfg.Views.HasQueue(queue) {
+				return true
+			}
+		}
+	}
+}
+
+// polls counts each customer's long polls in progress.
+type polls struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// holdPoll takes one of p's MaxPollsPerCustomer long-poll slots and
+// returns its release; past the limit it fails with ErrTooManyPolls. An
+// operator's polls are not limited.
+func (s *Service) holdPoll(p Principal) (func(), error) {
+	limit := s.cfg.MaxPollsPerCustomer
+	if p.IsOperator() || limit < 0 {
+		return func() {}, nil
+	}
+	s.polls.mu.Lock()
+	defer s.polls.mu.Unlock()
+	if s.polls.n[p.CustomerID] >= limit {
+		return nil, fmt.Errorf("%w: customer %s holds %d long polls, at most %d", ErrTooManyPolls, p.CustomerID, limit, limit)
+	}
+	s.polls.n[p.CustomerID]++
+	return func() {
+		s.polls.mu.Lock()
+		defer s.polls.mu.Unlock()
+		if s.polls.n[p.CustomerID]--; s.polls.n[p.CustomerID] == 0 {
+			delete(s.polls.n, p.CustomerID)
+		}
+	}, nil
 }
 
 // Waiting returns how many claimers wait on queue in this process.
@@ -65,20 +153,20 @@ const minWait = 20 * time.Millisecond
 // at-least-once: one whose token is stale (the task was claimed, canceled
 // or re-released) is dropped and the wait goes on. A customer principal
 // claims only its own tasks; others' stay queued. Service.Close ends the
-// wait at once.
+// wait at once. A customer holding MaxPollsPerCustomer polls already gets
+// ErrTooManyPolls; a poll on a queue no task was scheduled on waits
+// without creating anything for the queue.
 func (s *Service) ClaimNext(ctx context.Context, p Principal, queue, executorID string, wait time.Duration) (st aggregate.State, ok bool, err error) {
 	if err := validIDs("queue", queue, "executorId", executorID); err != nil {
 		return st, false, err
 	}
-	d, err := s.dispatcher(ctx, queue)
-	if err != nil {
-		return st, false, s.unavailable(err)
-	}
 	// The deadline and shutdown end the wait, never a claim under way:
 	// that runs on the caller's ctx until its answer.
-	waitCtx, cancel := context.WithTimeout(ctx, min(max(wait, minWait), MaxWait))
-	defer cancel()
-	defer context.AfterFunc(s.closing, cancel)()
+	d, waitCtx, end, err := s.poll(ctx, p, queue, wait)
+	if err != nil || d == nil {
+		return st, false, err
+	}
+	defer end()
 	for {
 		msg, n, err := d.next(waitCtx, p.customerFilter())
 		switch {
