@@ -62,7 +62,8 @@ const unknownQueuePoll = 100 * time.Millisecond
 // was scheduled on queue (a claimer on a queue that never had one waits
 // without creating anything for it), the queue's dispatcher. The wait's
 // deadline and Service.Close end waitCtx; end releases the slot. d is nil
-// when the wait ended before the queue had a task.
+// (and there is nothing to end) when the wait ended before the queue had a
+// task.
 func (s *Service) poll(ctx context.Context, p Principal, queue string, wait time.Duration) (d *dispatcher, waitCtx context.Context, end func(), err error) {
 	leave, err := s.holdPoll(p)
 	if err != nil {
@@ -72,7 +73,8 @@ func (s *Service) poll(ctx context.Context, p Principal, queue string, wait time
 	stop := context.AfterFunc(s.closing, cancel)
 	end = func() { stop(); cancel(); leave() }
 	if !s.awaitQueue(waitCtx, queue) {
-		return nil, waitCtx, end, nil
+		end()
+		return nil, nil, nil, nil
 	}
 	if d, err = s.dispatcher(ctx, queue); err != nil {
 		end()
