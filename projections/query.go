@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -125,7 +126,7 @@ func (e *Engine) Repair(s aggregate.State) bool {
 	if t == nil || int(t.version) > s.Version || e.v.timers[tm].has(s.TaskID) {
 		return false
 	}
-	e.v.timers[tm].set(s.TaskID, s.CustomerID, due)
+	e.v.timers[tm].set(s.TaskID, bucketOf(tm, &s), due)
 	select {
 	case e.kick <- struct{}{}:
 	default:
@@ -168,6 +169,50 @@ func (e *Engine) QueueCounts() map[string]map[aggregate.Status]int {
 		}
 	}
 	return out
+}
+
+// Queued returns up to limit of customerID's queued tasks on queue, the
+// one published longest ago first, skipping ids skip reports.
+func (e *Engine) Queued(customerID, queue string, limit int, skip func(taskID string) bool) []aggregate.State {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	h := e.v.timers[Republish].byCustomer[queueBucket(customerID, queue)]
+	if h == nil {
+		return nil
+	}
+	var out []aggregate.State
+	it := h.ascending(math.MaxInt64)
+	for item, ok := it.next(); ok && len(out) < limit; item, ok = it.next() {
+		if !skip(item.key) {
+			out = append(out, e.v.tasks[item.key].state())
+		}
+	}
+	return out
+}
+
+// QueuedSignal returns a channel closed once a task of customerID is
+// queued on queue (its ready notification published) after the call.
+func (e *Engine) QueuedSignal(customerID, queue string) <-chan struct{} {
+	e.sigMu.Lock()
+	defer e.sigMu.Unlock()
+	k := queueBucket(customerID, queue)
+	ch := e.queuedSig[k]
+	if ch == nil {
+		ch = make(chan struct{})
+		e.queuedSig[k] = ch
+	}
+	return ch
+}
+
+// signalQueued closes the QueuedSignal channel of customerID and queue.
+func (e *Engine) signalQueued(customerID, queue string) {
+	e.sigMu.Lock()
+	defer e.sigMu.Unlock()
+	k := queueBucket(customerID, queue)
+	if ch := e.queuedSig[k]; ch != nil {
+		close(ch)
+		delete(e.queuedSig, k)
+	}
 }
 
 // HasQueue reports whether a task was ever scheduled on queue, as far as

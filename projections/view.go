@@ -55,6 +55,19 @@ func timerOf(s *aggregate.State) (Timer, time.Time, bool) {
 	return 0, time.Time{}, false
 }
 
+// bucketOf is the key under which timer queue t keeps s, across which it
+// takes turns: the customer, and for Republish the customer and the queue,
+// so a customer's queued tasks on one queue can be listed in order.
+func bucketOf(t Timer, s *aggregate.State) string {
+	if t == Republish {
+		return queueBucket(s.CustomerID, s.Spec.Queue)
+	}
+	return s.CustomerID
+}
+
+// queueBucket joins a customer and a queue with a byte no id contains.
+func queueBucket(customerID, queue string) string { return customerID + "/" + queue }
+
 // AdmissionWindow is how far back the usage view remembers admissions.
 const AdmissionWindow = time.Minute
 
@@ -210,7 +223,7 @@ func (v *views) reindex(before, after *aggregate.State) bool {
 		v.timers[bt].remove(id) // not a change the alarm must wake for
 	}
 	if aok && (!bok || bt != at || !bdue.Equal(adue)) {
-		v.timers[at].set(id, after.CustomerID, adue)
+		v.timers[at].set(id, bucketOf(at, after), adue)
 		changed = true
 	}
 	if before.Status != after.Status {

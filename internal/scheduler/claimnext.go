@@ -162,25 +162,180 @@ func (s *Service) ClaimNext(ctx context.Context, p Principal, queue, executorID 
 	if err := validIDs("queue", queue, "executorId", executorID); err != nil {
 		return st, false, err
 	}
-	// The deadline and shutdown end the wait, never a claim under way:
-	// that runs on the caller's ctx until its answer.
+	got, err := s.claimWaiting(ctx, p, queue, executorID, 1, 0, wait)
+	if len(got) == 0 {
+		return st, false, err
+	}
+	return got[0], true, nil
+}
+
+// claimWaiting waits up to wait for tasks of queue p may claim and claims
+// up to max of them for executorID: from the first notifications that
+// arrive (collecting more for linger), or, for a customer, straight from
+// the projections (see claimQueued), whichever comes first. The deadline
+// and shutdown end the wait, never a claim under way: that runs on the
+// caller's ctx until its answer. It fails only when nothing was claimed.
+func (s *Service) claimWaiting(ctx context.Context, p Principal, queue, executorID string, max int, linger, wait time.Duration) ([]aggregate.State, error) {
 	d, waitCtx, end, err := s.poll(ctx, p, queue, wait)
 	if err != nil || d == nil {
-		return st, false, err
+		return nil, err
 	}
 	defer end()
 	for {
-		msg, n, err := d.next(waitCtx, p.customerFilter())
+		takeCtx, cancel := waitCtx, context.CancelFunc(func() {})
+		if !p.IsOperator() {
+			// Watch for the customer's next queued task before looking,
+			// so none slips between the look and the wait.
+			sig := s.cfg.Views.QueuedSignal(p.CustomerID, queue)
+			if got, err := s.claimQueued(ctx, p, queue, executorID, max); len(got) > 0 || err != nil {
+				return got, err
+			}
+			takeCtx, cancel = untilClosed(waitCtx, sig)
+		}
+		offers, err := d.take(takeCtx, p.customerFilter(), max, linger)
+		cancel()
 		switch {
 		case err != nil && waitCtx.Err() != nil:
-			return st, false, nil // waited in vain
+			return nil, nil // waited in vain
+		case errors.Is(err, context.Canceled):
+			continue // the customer has a task queued: claim it
 		case err != nil:
-			return st, false, s.unavailable(err)
+			return nil, s.unavailable(err)
 		}
-		if st, ok, err = s.claimNotified(ctx, msg, n, executorID); ok || err != nil {
-			return st, ok, err
+		claimed := make([]aggregate.State, len(offers))
+		errs := make([]error, len(offers))
+		ok := make([]bool, len(offers))
+		inParallel(len(offers), func(i int) {
+			claimed[i], ok[i], errs[i] = s.claimNotified(ctx, offers[i].msg, offers[i].note, executorID)
+		})
+		var out []aggregate.State
+		for i := range offers {
+			if ok[i] {
+				out = append(out, claimed[i])
+			}
+		}
+		if len(out) > 0 {
+			return out, nil
+		}
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
 		}
 	}
+}
+
+// claimQueued claims up to max of customer p's queued tasks on queue
+// straight from the projections, those published longest ago first, with
+// their current tokens: a customer's claim never waits behind other
+// customers' notifications on a shared queue. Tasks another claim of this
+// process is trying are passed over; one that moved on meanwhile is
+// skipped. Each claimed task's notification is deleted from the ready
+// stream (it would only be stale). It fails only when nothing was claimed
+// and the log could not answer.
+func (s *Service) claimQueued(ctx context.Context, p Principal, queue, executorID string, max int) ([]aggregate.State, error) {
+	cands := s.claiming.reserve(s.cfg.Views.Queued(p.CustomerID, queue, max, s.claiming.has))
+	defer s.claiming.release(cands)
+	claimed := make([]aggregate.State, len(cands))
+	errs := make([]error, len(cands))
+	inParallel(len(cands), func(i int) {
+		st, _, err := s.cfg.Store.Execute(ctx, cands[i].TaskID, executorID, aggregate.Claim{DeliveryID: cands[i].Delivery.ID, ExecutorID: executorID})
+		switch {
+		case err == nil:
+			crashpoint.Hit(crashpoint.Claimed)
+			s.dropNotification(ctx, st)
+			claimed[i], errs[i] = st, s.settle(ctx, st)
+		case !errors.Is(err, aggregate.ErrNotClaimable) && !errors.Is(err, aggregate.ErrTokenMismatch) && !errors.Is(err, aggregate.ErrNotFound):
+			errs[i] = s.unavailable(err)
+		}
+	})
+	var out []aggregate.State
+	for _, st := range claimed {
+		if st.Exists() {
+			out = append(out, st)
+		}
+	}
+	if len(out) > 0 {
+		return out, nil
+	}
+	return nil, errors.Join(errs...)
+}
+
+// dropNotification deletes the ready notification of a task claimed
+// without it; a failure only leaves a stale notification, which its
+// claimer acknowledges.
+func (s *Service) dropNotification(ctx context.Context, st aggregate.State) {
+	if st.Delivery.ReadySeq == 0 {
+		return
+	}
+	rs, err := s.readyStream(ctx)
+	if err == nil {
+		err = rs.DeleteMsg(ctx, st.Delivery.ReadySeq)
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		s.cfg.Logger.Debug().Err(err).Str("task", st.TaskID).Msg("stale ready notification not deleted")
+	}
+}
+
+// readyStream returns the ready stream's handle, looked up once.
+func (s *Service) readyStream(ctx context.Context) (jetstream.Stream, error) {
+	s.ready.mu.Lock()
+	defer s.ready.mu.Unlock()
+	if s.ready.stream == nil {
+		rs, err := s.cfg.JS.Stream(ctx, s.cfg.ReadyStream)
+		if err != nil {
+			return nil, err
+		}
+		s.ready.stream = rs
+	}
+	return s.ready.stream, nil
+}
+
+// claiming holds the tasks this process's claimQueued calls are trying.
+type claiming struct {
+	mu  sync.Mutex
+	ids map[string]struct{}
+}
+
+func (c *claiming) has(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.ids[id]
+	return ok
+}
+
+// reserve returns the candidates nobody else reserved, now reserved.
+func (c *claiming) reserve(cands []aggregate.State) []aggregate.State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := cands[:0]
+	for _, st := range cands {
+		if _, ok := c.ids[st.TaskID]; !ok {
+			c.ids[st.TaskID] = struct{}{}
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+func (c *claiming) release(cands []aggregate.State) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, st := range cands {
+		delete(c.ids, st.TaskID)
+	}
+}
+
+// untilClosed returns a context that ctx's end or the closing of sig
+// cancels.
+func untilClosed(ctx context.Context, sig <-chan struct{}) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-sig:
+			cancel()
+		case <-c.Done():
+		}
+	}()
+	return c, cancel
 }
 
 // claimNotified claims the task of notification n for executorID and

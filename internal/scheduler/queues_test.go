@@ -15,6 +15,7 @@ import (
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/testnode"
+	"github.com/taskledger/taskledger/projections"
 )
 
 // withLimits sets the node's per-customer bounds and queue expiry.
@@ -188,4 +189,64 @@ func TestLongPollsBoundedPerCustomer(t *testing.T) {
 	if got := n.Service.Waiting("shared"); got != bound {
 		t.Fatalf("%d polls waiting, want globex's %d", got, bound)
 	}
+}
+
+// Customer A is not stuck behind customer B's backlog on a shared queue:
+// A's claims take A's queued tasks (they would otherwise wait behind
+// B's notifications in the queue's one consumer), also a claim that
+// waits before A's task is queued, and leave no stale notification.
+func TestCustomerNotStuckBehindAnothersBacklog(t *testing.T) {
+	t.Parallel()
+	n := setup(t)
+	ctx := context.Background()
+	backlog := make([]scheduler.ScheduleRequest, 750)
+	for i := range backlog {
+		backlog[i] = scheduler.ScheduleRequest{Queue: "shared"}
+	}
+	for range 2 {
+		out, err := n.Service.ScheduleBatch(ctx, globex, backlog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range out {
+			if o.Err != nil {
+				t.Fatal(o.Err)
+			}
+		}
+	}
+	queued := projections.Filter{Queue: "shared", Status: aggregate.StatusQueued, CustomerID: "globex"}
+	testnode.Eventually(t, "globex's backlog queued", func() bool { return len(n.Engine.List(queued, "", 2000)) == 2*len(backlog) })
+
+	first := claimable(t, n, mustSchedule(t, n, acme, scheduler.ScheduleRequest{Queue: "shared"}).TaskID)
+	if st := claimNext(t, n, acme, "shared", 10*time.Second); st.TaskID != first.TaskID {
+		t.Fatalf("acme claimed %s, want %s", st.TaskID, first.TaskID)
+	}
+	type answer struct {
+		st  aggregate.State
+		ok  bool
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		st, ok, err := n.Service.ClaimNext(ctx, acme, "shared", "w1", 10*time.Second)
+		got <- answer{st, ok, err}
+	}()
+	testnode.Eventually(t, "acme's poll waiting", func() bool { return n.Service.Waiting("shared") == 1 })
+	second := mustSchedule(t, n, acme, scheduler.ScheduleRequest{Queue: "shared"})
+	if a := <-got; a.err != nil || !a.ok || a.st.TaskID != second.TaskID {
+		t.Fatalf("acme's waiting claim: %s ok %v err %v, want %s", a.st.TaskID, a.ok, a.err, second.TaskID)
+	}
+	for _, id := range []string{first.TaskID, second.TaskID} {
+		if st := get(t, n, id); st.Status != aggregate.StatusRunning {
+			t.Fatalf("task %s is %s", id, st.Status)
+		}
+	}
+	testnode.Eventually(t, "acme's notifications gone", func() bool {
+		rs, err := n.Store.JetStream().Stream(ctx, n.NS.ReadyStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := rs.Info(ctx)
+		return err == nil && info.State.Msgs == uint64(2*len(backlog))
+	})
 }

@@ -45,9 +45,10 @@ func claimNext(t *testing.T, n *testnode.Node, p scheduler.Principal, queue stri
 	return st
 }
 
-// A queued task whose ready notification is lost is claimed after all:
-// the alarm finds the notification gone and publishes it again with the
-// same token.
+// A queued task whose ready notification is lost is claimed after all by
+// an operator's poll, which takes notifications (a customer's poll also
+// claims its queued tasks straight from the projections): the alarm
+// finds the notification gone and publishes it again with the same token.
 func TestLostNotificationIsRepublished(t *testing.T) {
 	t.Parallel()
 	n := setup(t, republishAfter(100*time.Millisecond))
@@ -60,7 +61,7 @@ func TestLostNotificationIsRepublished(t *testing.T) {
 		return slices.Contains(types(history(t, n, q.TaskID)), events.TypeReadyRepublished)
 	})
 
-	st := claimNext(t, n, acme, "lost", 20*time.Second)
+	st := claimNext(t, n, operator, "lost", 20*time.Second)
 	if st.TaskID != q.TaskID || st.Claim.DeliveryID != q.Delivery.ID {
 		t.Fatalf("claimed %s with %s, want %s with %s", st.TaskID, st.Claim.DeliveryID, q.TaskID, q.Delivery.ID)
 	}
@@ -79,13 +80,13 @@ func TestLostNotificationHealsAfterRestart(t *testing.T) {
 	first := setup(t, republishAfter(time.Hour))
 	q := claimable(t, first, mustSchedule(t, first, acme, scheduler.ScheduleRequest{Queue: "lost"}).TaskID)
 	loseNotification(t, first, q)
-	if _, ok, err := first.Service.ClaimNext(context.Background(), acme, "lost", "w1", 200*time.Millisecond); ok || err != nil {
+	if _, ok, err := first.Service.ClaimNext(context.Background(), operator, "lost", "w1", 200*time.Millisecond); ok || err != nil {
 		t.Fatalf("claims/next found a lost notification: ok %v, err %v", ok, err)
 	}
 	first.Stop()
 
 	second := setup(t, testnode.On(first.NC, first.NS), republishAfter(100*time.Millisecond))
-	st := claimNext(t, second, acme, "lost", 20*time.Second)
+	st := claimNext(t, second, operator, "lost", 20*time.Second)
 	if st.TaskID != q.TaskID || st.Claim.DeliveryID != q.Delivery.ID {
 		t.Fatalf("claimed %s with %s, want %s with %s", st.TaskID, st.Claim.DeliveryID, q.TaskID, q.Delivery.ID)
 	}

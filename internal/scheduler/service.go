@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -63,6 +64,11 @@ type Views interface {
 	// CustomerQueue reports whether customerID has a live task on queue,
 	// and on how many queues it has live tasks.
 	CustomerQueue(customerID, queue string) (live bool, queues int)
+	// Queued returns up to limit of customerID's queued tasks on queue,
+	// published longest ago first, skipping those skip reports.
+	Queued(customerID, queue string, limit int, skip func(taskID string) bool) []aggregate.State
+	// QueuedSignal is closed once a task of customerID is queued on queue.
+	QueuedSignal(customerID, queue string) <-chan struct{}
 }
 
 // Config configures a Service.
@@ -112,6 +118,11 @@ type Service struct {
 	cfg         Config
 	dispatchers dispatchers
 	polls       polls
+	claiming    claiming
+	ready       struct {
+		mu     sync.Mutex
+		stream jetstream.Stream // nil until first needed
+	}
 	// closing ends long polls when the process shuts down.
 	closing context.Context
 	close   context.CancelFunc
@@ -152,7 +163,8 @@ func New(cfg Config) (*Service, error) {
 		cfg.Metrics = NewMetrics(nil)
 	}
 	closing, close := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, dispatchers: dispatchers{m: make(map[string]*dispatcher)}, polls: polls{n: make(map[string]int)}, closing: closing, close: close}, nil
+	return &Service{cfg: cfg, dispatchers: dispatchers{m: make(map[string]*dispatcher)}, polls: polls{n: make(map[string]int)},
+		claiming: claiming{ids: make(map[string]struct{})}, closing: closing, close: close}, nil
 }
 
 // Close ends every long poll in progress (they answer "nothing ready") so
