@@ -148,6 +148,8 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	checkerURL := fs.String("usage-checker-url", "", "external usage checker asked about each new root task (fails open)")
 	maxInFlight := fs.Int("max-inflight", 1024, "API requests served at once (long polls aside); more answer 503 with Retry-After (-1: no limit)")
 	retain := retainFlag(fs)
+	var df deliveryFlags
+	df.register(fs)
 	name := fs.String("name", "", "this scheduler's name in the events it writes (default: hostname)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "auto", "text, json, or auto (text on a terminal)")
@@ -155,6 +157,10 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		return err
 	}
 	if err := checkRetain(*retain); err != nil {
+		return err
+	}
+	alarm, limits, err := df.check()
+	if err != nil {
 		return err
 	}
 	log, err := newLogger(*logLevel, *logFormat)
@@ -193,7 +199,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	defer closeNATS()
 	n, err := node.New(ctx, node.Config{
 		NC: nc, Stream: nf.stream, Replicas: nf.replicas, Name: *name, Tokens: tokens, Admission: admission, MaxInFlight: *maxInFlight,
-		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain,
+		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain, Alarm: alarm, Limits: limits,
 	})
 	if err != nil {
 		return err
