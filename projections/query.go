@@ -111,6 +111,20 @@ func (e *Engine) TimerLen(t Timer) int {
 	return e.v.timers[t].Len()
 }
 
+// Postpone moves task taskID's due time in timer queue t to due, if it
+// is there. Only Republish items are postponed, when their notification
+// was found live: the next check is then due a window later, with
+// nothing appended to the log. A rebuild or a restart puts the item back
+// at its last publish, which costs one early check.
+func (e *Engine) Postpone(t Timer, taskID string, due time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	q := e.v.timers[t]
+	if customer, ok := q.owner[taskID]; ok {
+		q.set(taskID, customer, due)
+	}
+}
+
 // Repair makes sure a task that s (freshly loaded from the log) says is
 // waiting on a timer is in that timer queue, and reports whether it had to
 // put it back. It is the self-healing step: a projection that lost a

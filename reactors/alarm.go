@@ -43,6 +43,8 @@ type Projection interface {
 	EarliestExcept(t projections.Timer, skip func(taskID string) bool) (time.Time, bool)
 	TimersChanged() <-chan struct{}
 	Applied() uint64
+	// Postpone moves a task's due time in timer queue t, if it is there.
+	Postpone(t projections.Timer, taskID string, due time.Time)
 }
 
 // Publisher publishes ready notifications.
@@ -402,9 +404,14 @@ func (a *Alarm) backoff(attempt int) time.Duration {
 // a claim, and it does not keep the spec's signal, which the notification
 // carries.
 func (a *Alarm) republish(ctx context.Context, s aggregate.State) flight {
-	later := flight{retryAt: a.cfg.Now().Add(a.cfg.RepublishAfter)}
+	// Checked again RepublishAfter from now: the item's due time moves
+	// (no event), so live notifications cost nothing until then.
+	later := func() flight {
+		a.proj.Postpone(projections.Republish, s.TaskID, a.cfg.Now())
+		return flight{}
+	}
 	if live, err := a.live(ctx, s); live || err != nil {
-		return later
+		return later()
 	}
 	fresh, err := a.store.Load(ctx, s.TaskID)
 	if err != nil {
@@ -415,13 +422,13 @@ func (a *Alarm) republish(ctx context.Context, s aggregate.State) flight {
 	}
 	if fresh.Delivery.ReadySeq != s.Delivery.ReadySeq {
 		if live, err := a.live(ctx, fresh); live || err != nil {
-			return later
+			return later()
 		}
 	}
 	seq, err := a.pub.PublishReady(ctx, fresh, fresh.Delivery.ID+"-"+strconv.Itoa(fresh.Version))
 	if err != nil {
 		a.cfg.Logger.Warn().Err(err).Str("task", s.TaskID).Msg("ready republish failed; will retry")
-		return later
+		return later()
 	}
 	st, _, err := a.store.ExecuteSeen(ctx, s.TaskID, "", aggregate.RepublishReady{DeliveryID: fresh.Delivery.ID, ReadySeq: seq}, fresh.LastSeq)
 	if err == nil {

@@ -48,13 +48,14 @@ func alStart(t *testing.T, ns testnats.Namespace) *alProc {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	if _, err := reactors.EnsureReadyStream(ctx, st.JetStream(), ns.ReadyStream, ns.Subjects, 1); err != nil {
+	ready, err := reactors.EnsureReadyStream(ctx, st.JetStream(), ns.ReadyStream, ns.Subjects, 1)
+	if err != nil {
 		t.Fatal(err)
 	}
 	eng := mustEngine(projections.Config{JS: st.JetStream(), Stream: ns.Stream, Subjects: ns.Subjects, Logger: alLogger(t)})
 	alGo(t, "engine", eng.Run)
 	alEventually(t, "engine caught up", eng.CaughtUp)
-	return &alProc{t: t, ns: ns, store: st, engine: eng, ready: reactors.ReadyPublisher{JS: st.JetStream(), Subjects: ns.Subjects, Stream: ns.ReadyStream}}
+	return &alProc{t: t, ns: ns, store: st, engine: eng, ready: reactors.ReadyPublisher{JS: st.JetStream(), Subjects: ns.Subjects, Stream: ready}}
 }
 
 // startAlarm runs an alarm with cfg and pub (the real publisher if nil)

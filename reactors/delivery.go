@@ -38,7 +38,7 @@ func EnsureReadyStream(ctx context.Context, js jetstream.JetStream, name string,
 type ReadyPublisher struct {
 	JS       jetstream.JetStream
 	Subjects events.Subjects
-	Stream   string // the ready stream, for ReadyStored
+	Stream   jetstream.Stream // the ready stream, for ReadyStored
 }
 
 // PublishReady publishes the notification for s's current delivery with
@@ -81,11 +81,7 @@ func (p ReadyPublisher) PublishReady(ctx context.Context, s aggregate.State, msg
 // removes a notification once a claimer acknowledged it, so a stored one
 // is waiting for a claimer or taken by one and not yet settled.
 func (p ReadyPublisher) ReadyStored(ctx context.Context, s aggregate.State) (bool, error) {
-	stream, err := p.JS.Stream(ctx, p.Stream)
-	if err != nil {
-		return false, err
-	}
-	msg, err := stream.GetMsg(ctx, s.Delivery.ReadySeq)
+	msg, err := p.Stream.GetMsg(ctx, s.Delivery.ReadySeq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}

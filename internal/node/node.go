@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
@@ -92,7 +93,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := reactors.EnsureReadyStream(ctx, st.JetStream(), cfg.ReadyStream, cfg.Subjects, cfg.Replicas); err != nil {
+	ready, err := reactors.EnsureReadyStream(ctx, st.JetStream(), cfg.ReadyStream, cfg.Subjects, cfg.Replicas)
+	if err != nil {
 		st.Close()
 		return nil, err
 	}
@@ -108,7 +110,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		pcfg.Snapshots = snaps
 	}
-	n, err := build(cfg, st, pcfg)
+	n, err := build(cfg, st, pcfg, ready)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -117,8 +119,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// build makes the parts on an open store.
-func build(cfg Config, st *store.Store, pcfg projections.Config) (*Node, error) {
+// build makes the parts on an open store and ready stream.
+func build(cfg Config, st *store.Store, pcfg projections.Config, ready jetstream.Stream) (*Node, error) {
 	eng, err := projections.New(pcfg)
 	if err != nil {
 		return nil, err
@@ -136,7 +138,7 @@ func build(cfg Config, st *store.Store, pcfg projections.Config) (*Node, error) 
 	}
 	alarmCfg := cfg.Alarm
 	alarmCfg.Store, alarmCfg.Projection = st, eng
-	alarmCfg.Publisher = reactors.ReadyPublisher{JS: st.JetStream(), Subjects: cfg.Subjects, Stream: cfg.ReadyStream}
+	alarmCfg.Publisher = reactors.ReadyPublisher{JS: st.JetStream(), Subjects: cfg.Subjects, Stream: ready}
 	alarmCfg.Logger, alarmCfg.Now = cfg.Logger, cfg.Now
 	if alarmCfg.Observe == nil {
 		alarmCfg.Observe = observeAlarm(cfg.Registry)
