@@ -226,7 +226,10 @@ func TestClaimNext(t *testing.T) {
 func TestClaimNextManyWaiters(t *testing.T) {
 	t.Parallel()
 	n := setup(t)
-	ctx := context.Background()
+	// The polls wait as long as they may; once every task is claimed the
+	// rest are ended, so a slow machine does not fail the test.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	const polls, tasks = 1000, 300
 	type answer struct {
 		id  string
@@ -237,24 +240,26 @@ func TestClaimNextManyWaiters(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range polls {
 		wg.Go(func() {
-			st, ok, err := n.Service.ClaimNext(ctx, operator, "crowd", fmt.Sprintf("w%d", i), 5*time.Second)
+			st, ok, err := n.Service.ClaimNext(ctx, operator, "crowd", fmt.Sprintf("w%d", i), scheduler.MaxWait)
 			answers <- answer{st.TaskID, ok, err}
 		})
 	}
 	for range tasks {
 		mustSchedule(t, n, acme, scheduler.ScheduleRequest{Queue: "crowd"})
 	}
-	wg.Wait()
-	close(answers)
 	claimed := map[string]int{}
-	for a := range answers {
+	for range polls {
+		a := <-answers
 		if a.err != nil {
 			t.Fatalf("a long poll failed: %v", a.err)
 		}
 		if a.ok {
-			claimed[a.id]++
+			if claimed[a.id]++; len(claimed) == tasks {
+				cancel()
+			}
 		}
 	}
+	wg.Wait()
 	if len(claimed) != tasks {
 		t.Fatalf("%d tasks claimed, want %d", len(claimed), tasks)
 	}
