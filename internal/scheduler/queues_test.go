@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -35,7 +36,7 @@ func readyConsumers(t *testing.T, n *testnode.Node) []string {
 	for name := range names.Name() {
 		out = append(out, name)
 	}
-	if err := names.Err(); err != nil && err != jetstream.ErrEndOfData {
+	if err := names.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
 		t.Fatal(err)
 	}
 	slices.Sort(out)
