@@ -154,10 +154,12 @@ const minWait = 20 * time.Millisecond
 // false when nothing could be claimed in time. Notifications are
 // at-least-once: one whose token is stale (the task was claimed, canceled
 // or re-released) is dropped and the wait goes on. A customer principal
-// claims only its own tasks; others' stay queued. Service.Close ends the
-// wait at once. A customer holding MaxPollsPerCustomer polls already gets
-// ErrTooManyPolls; a poll on a queue no task was scheduled on waits
-// without creating anything for the queue.
+// claims only its own tasks, its queued ones straight from the
+// projections first (claimQueued), so it never waits behind others'
+// notifications. Service.Close ends the wait at once. A customer holding
+// MaxPollsPerCustomer polls already gets ErrTooManyPolls; a poll on a
+// queue no task was scheduled on waits without creating anything for the
+// queue.
 func (s *Service) ClaimNext(ctx context.Context, p Principal, queue, executorID string, wait time.Duration) (st aggregate.State, ok bool, err error) {
 	if err := validIDs("queue", queue, "executorId", executorID); err != nil {
 		return st, false, err

@@ -1,8 +1,11 @@
 package scheduler_test
 
 import (
+	"bufio"
 	"context"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/testnode"
+	"github.com/taskledger/taskledger/reactors"
 )
 
 // republishAfter sets how soon the node's alarm checks a queued task's
@@ -90,4 +94,44 @@ func TestLostNotificationHealsAfterRestart(t *testing.T) {
 	if st.TaskID != q.TaskID || st.Claim.DeliveryID != q.Delivery.ID {
 		t.Fatalf("claimed %s with %s, want %s with %s", st.TaskID, st.Claim.DeliveryID, q.TaskID, q.Delivery.ID)
 	}
+}
+
+// A delivery that cannot be published within its budget fails the task
+// and is counted on /metrics.
+func TestExhaustedDeliveryCounted(t *testing.T) {
+	t.Parallel()
+	n := setup(t, func(c *node.Config) {
+		c.Alarm = reactors.AlarmConfig{DeliveryBudget: 100 * time.Millisecond, RetryBase: 5 * time.Millisecond}
+	})
+	if err := n.Store.JetStream().DeleteStream(context.Background(), n.NS.ReadyStream); err != nil {
+		t.Fatal(err)
+	}
+	task := mustSchedule(t, n, acme, scheduler.ScheduleRequest{Queue: "nowhere"})
+	testnode.Eventually(t, "task failed", func() bool { return get(t, n, task.TaskID).Status == aggregate.StatusFailed })
+	if got := types(history(t, n, task.TaskID)); got[len(got)-1] != events.TypeDeliveryExhausted {
+		t.Fatalf("history %v, want it to end with DeliveryExhausted", got)
+	}
+	testnode.Eventually(t, "exhaustion counted", func() bool { return metric(t, n, "taskledger_deliveries_exhausted_total") == 1 })
+}
+
+// metric reads an unlabelled counter or gauge from the node's /metrics.
+func metric(t *testing.T, n *testnode.Node, name string) float64 {
+	t.Helper()
+	resp, err := n.Client.HTTP.Get(n.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == name {
+			v, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				t.Fatalf("metric line %q: %v", sc.Text(), err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("metric %s not in /metrics (%v)", name, sc.Err())
+	return 0
 }
