@@ -234,7 +234,9 @@ func (s *Service) claimWaiting(ctx context.Context, p Principal, queue, executor
 // stream (it would only be stale). It fails only when nothing was claimed
 // and the log could not answer.
 func (s *Service) claimQueued(ctx context.Context, p Principal, queue, executorID string, max int) ([]aggregate.State, error) {
-	cands := s.claiming.reserve(s.cfg.Views.Queued(p.CustomerID, queue, max, s.claiming.has))
+	cands := s.claiming.reserve(func(skip func(string) bool) []aggregate.State {
+		return s.cfg.Views.Queued(p.CustomerID, queue, max, skip)
+	})
 	defer s.claiming.release(cands)
 	claimed := make([]aggregate.State, len(cands))
 	errs := make([]error, len(cands))
@@ -297,25 +299,17 @@ type claiming struct {
 	ids map[string]struct{}
 }
 
-func (c *claiming) has(id string) bool {
+// reserve returns the candidates list gives when it passes over those
+// already reserved, now reserved; one lock covers both, so two claims
+// never pick the same task.
+func (c *claiming) reserve(list func(skip func(taskID string) bool) []aggregate.State) []aggregate.State {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, ok := c.ids[id]
-	return ok
-}
-
-// reserve returns the candidates nobody else reserved, now reserved.
-func (c *claiming) reserve(cands []aggregate.State) []aggregate.State {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := cands[:0]
+	cands := list(func(id string) bool { _, ok := c.ids[id]; return ok })
 	for _, st := range cands {
-		if _, ok := c.ids[st.TaskID]; !ok {
-			c.ids[st.TaskID] = struct{}{}
-			out = append(out, st)
-		}
+		c.ids[st.TaskID] = struct{}{}
 	}
-	return out
+	return cands
 }
 
 func (c *claiming) release(cands []aggregate.State) {
