@@ -64,10 +64,13 @@ type MarkReadyPublished struct {
 }
 
 // RepublishReady records that the notification for DeliveryID of a queued
-// task was found missing from the ready stream and published again, at
-// ReadySeq, with the same token.
+// task, last recorded at LostSeq of the ready stream, was found missing
+// and published again, at ReadySeq, with the same token. LostSeq must be
+// the task's current ready sequence, so a second process that found the
+// same loss appends nothing.
 type RepublishReady struct {
 	DeliveryID string
+	LostSeq    uint64
 	ReadySeq   uint64
 }
 
@@ -271,10 +274,10 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 		}
 		return events.ReadyPublished{DeliveryID: c.DeliveryID, ReadySeq: c.ReadySeq}, nil
 	case RepublishReady:
-		if s.Status != StatusQueued || s.Delivery.ID != c.DeliveryID {
-			return nil, fmt.Errorf("%w: delivery %s is not queued", ErrStale, c.DeliveryID)
+		if s.Status != StatusQueued || s.Delivery.ID != c.DeliveryID || s.Delivery.ReadySeq != c.LostSeq {
+			return nil, fmt.Errorf("%w: delivery %s is not queued at ready sequence %d", ErrStale, c.DeliveryID, c.LostSeq)
 		}
-		return events.ReadyRepublished{DeliveryID: c.DeliveryID, ReadySeq: c.ReadySeq}, nil
+		return events.ReadyRepublished{DeliveryID: c.DeliveryID, LostSeq: c.LostSeq, ReadySeq: c.ReadySeq}, nil
 	case RetryDelivery:
 		if err := pendingDelivery(s, c.DeliveryID); err != nil {
 			return nil, err

@@ -135,10 +135,10 @@ func (m model) decide(cmd aggregate.Command, now time.Time) (events.Payload, err
 		}
 		return events.ReadyPublished{DeliveryID: c.DeliveryID, ReadySeq: c.ReadySeq}, nil
 	case aggregate.RepublishReady:
-		if m.status != mQueued || c.DeliveryID != m.token {
+		if m.status != mQueued || c.DeliveryID != m.token || c.LostSeq != m.readySeq {
 			return nil, aggregate.ErrStale
 		}
-		return events.ReadyRepublished{DeliveryID: c.DeliveryID, ReadySeq: c.ReadySeq}, nil
+		return events.ReadyRepublished{DeliveryID: c.DeliveryID, LostSeq: c.LostSeq, ReadySeq: c.ReadySeq}, nil
 	case aggregate.RetryDelivery:
 		if !pending(c.DeliveryID) {
 			return nil, aggregate.ErrStale
@@ -445,7 +445,11 @@ func modelProperty(total map[string]int) func(*rapid.T) {
 				h.exec(t, aggregate.MarkReadyPublished{DeliveryID: token(), ReadySeq: rapid.Uint64Range(0, 9).Draw(t, "readySeq")})
 			},
 			"RepublishReady": func(t *rapid.T) {
-				h.exec(t, aggregate.RepublishReady{DeliveryID: token(), ReadySeq: rapid.Uint64Range(1, 9).Draw(t, "readySeq")})
+				lost := h.m.readySeq // mostly the current one, sometimes not
+				if rapid.IntRange(0, 3).Draw(t, "staleLost") == 0 {
+					lost = rapid.Uint64Range(0, 9).Draw(t, "lostSeq")
+				}
+				h.exec(t, aggregate.RepublishReady{DeliveryID: token(), LostSeq: lost, ReadySeq: rapid.Uint64Range(1, 9).Draw(t, "readySeq")})
 			},
 			"RetryDelivery": func(t *rapid.T) {
 				next := h.now.Add(time.Duration(rapid.IntRange(0, 60).Draw(t, "retryIn")) * time.Second)

@@ -48,7 +48,7 @@ func samplePayloads() []Payload {
 		DeliveryRetryScheduled{DeliveryID: "dlv-1", Attempt: 3, NextAt: base.Add(8 * time.Second), Error: "nats: timeout"},
 		DeliveryExhausted{DeliveryID: "dlv-1", Attempts: 5, Reason: "publish failed"},
 		ReadyPublished{DeliveryID: "dlv-1", ReadySeq: 7},
-		ReadyRepublished{DeliveryID: "dlv-1", ReadySeq: 42},
+		ReadyRepublished{DeliveryID: "dlv-1", LostSeq: 7, ReadySeq: 42},
 		Claimed{DeliveryID: "dlv-1", ExecutorID: "exec-7", Deadline: base.Add(15 * time.Minute)},
 		TimedOut{Deadline: base.Add(15 * time.Minute)},
 		ResultRecorded{DeliveryID: "dlv-1", Result: Result{

@@ -152,12 +152,13 @@ type ReadyPublished struct {
 	ReadySeq   uint64 `json:"readySeq,omitempty"`
 }
 
-// ReadyRepublished records that the notification for DeliveryID, published
-// before, was no longer in the ready stream (or could not be found) while
-// the task stayed queued, and was published again, at ReadySeq, with the
-// same token.
+// ReadyRepublished records that the notification for DeliveryID, last
+// recorded at LostSeq of the ready stream (0: unknown), was no longer
+// there while the task stayed queued, and was published again, at
+// ReadySeq, with the same token.
 type ReadyRepublished struct {
 	DeliveryID string `json:"deliveryId"`
+	LostSeq    uint64 `json:"lostSeq,omitempty"`
 	ReadySeq   uint64 `json:"readySeq"`
 }
 

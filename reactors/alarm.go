@@ -430,7 +430,8 @@ func (a *Alarm) republish(ctx context.Context, s aggregate.State) flight {
 		a.cfg.Logger.Warn().Err(err).Str("task", s.TaskID).Msg("ready republish failed; will retry")
 		return later()
 	}
-	st, _, err := a.store.ExecuteSeen(ctx, s.TaskID, "", aggregate.RepublishReady{DeliveryID: fresh.Delivery.ID, ReadySeq: seq}, fresh.LastSeq)
+	cmd := aggregate.RepublishReady{DeliveryID: fresh.Delivery.ID, LostSeq: fresh.Delivery.ReadySeq, ReadySeq: seq}
+	st, _, err := a.store.ExecuteSeen(ctx, s.TaskID, "", cmd, fresh.LastSeq)
 	if err == nil {
 		a.cfg.Logger.Info().Str("task", s.TaskID).Str("delivery", fresh.Delivery.ID).Uint64("readySeq", seq).
 			Msg("ready notification was lost; published again")

@@ -96,7 +96,7 @@ func TestAlarmRepublishesLostNotifications(t *testing.T) {
 	})
 	h := p.history(lost.TaskID)
 	re := h[len(h)-1].Data.(events.ReadyRepublished)
-	if re.DeliveryID != lostSt.Delivery.ID || re.ReadySeq == 0 || re.ReadySeq == lostSt.Delivery.ReadySeq {
+	if re.DeliveryID != lostSt.Delivery.ID || re.LostSeq != lostSt.Delivery.ReadySeq || re.ReadySeq == 0 || re.ReadySeq == re.LostSeq {
 		t.Fatalf("ReadyRepublished = %+v, want delivery %s at a new sequence", re, lostSt.Delivery.ID)
 	}
 	if got := p.status(lost.TaskID); got != aggregate.StatusQueued {
@@ -202,5 +202,34 @@ func TestAlarmDeliveryBudgetSpent(t *testing.T) {
 	defer mu.Unlock()
 	if exhausted[0] != task.TaskID {
 		t.Fatalf("Exhausted got %v, want [%s]", exhausted, task.TaskID)
+	}
+}
+
+// Two processes that both find a notification lost publish one copy and
+// record the loss once.
+func TestAlarmRepublishTwoProcesses(t *testing.T) {
+	t.Parallel()
+	ns := testnats.NewNamespace(t)
+	a, b := alStart(t, ns), alStart(t, ns)
+	ca, cb := &checks{Publisher: a.ready}, &checks{Publisher: b.ready}
+	a.startAlarm(reactors.AlarmConfig{RepublishAfter: 50 * time.Millisecond}, ca)
+	b.startAlarm(reactors.AlarmConfig{RepublishAfter: 50 * time.Millisecond}, cb)
+	task := a.schedule(alSpec{})
+	a.waitStatus(task.TaskID, aggregate.StatusQueued)
+	b.waitStatus(task.TaskID, aggregate.StatusQueued)
+	st, _ := a.engine.Task(task.TaskID)
+	if err := a.readyStream().DeleteMsg(context.Background(), st.Delivery.ReadySeq); err != nil {
+		t.Fatal(err)
+	}
+	alEventually(t, "loss recorded", func() bool { return alCount(a.history(task.TaskID), events.TypeReadyRepublished) > 0 })
+	before := ca.of(task.TaskID) + cb.of(task.TaskID)
+	alEventually(t, "both processes checked again", func() bool {
+		return ca.of(task.TaskID)+cb.of(task.TaskID) >= before+4
+	})
+	if n := alCount(a.history(task.TaskID), events.TypeReadyRepublished); n != 1 {
+		t.Fatalf("loss recorded %d times, want 1", n)
+	}
+	if got := a.readyNotes()[task.TaskID]; len(got) != 1 {
+		t.Fatalf("ready stream holds %d notifications of the task, want 1", len(got))
 	}
 }

@@ -81,7 +81,7 @@ func Describe(ev events.Event) string {
 	case events.ReadyPublished:
 		return "ready notification published for delivery " + p.DeliveryID
 	case events.ReadyRepublished:
-		return "ready notification for delivery " + p.DeliveryID + " was lost; published again"
+		return fmt.Sprintf("ready notification for delivery %s was lost (at %d); published again at %d", p.DeliveryID, p.LostSeq, p.ReadySeq)
 	case events.Claimed:
 		return fmt.Sprintf("claimed by %s with delivery %s; deadline %s", p.ExecutorID, p.DeliveryID, ts(p.Deadline))
 	case events.TimedOut:

@@ -177,7 +177,7 @@ func commandFor(ev events.Event) aggregate.Command {
 	case events.ReadyPublished:
 		return aggregate.MarkReadyPublished{DeliveryID: p.DeliveryID, ReadySeq: p.ReadySeq}
 	case events.ReadyRepublished:
-		return aggregate.RepublishReady{DeliveryID: p.DeliveryID, ReadySeq: p.ReadySeq}
+		return aggregate.RepublishReady{DeliveryID: p.DeliveryID, LostSeq: p.LostSeq, ReadySeq: p.ReadySeq}
 	case events.Claimed:
 		return aggregate.Claim{DeliveryID: p.DeliveryID, ExecutorID: p.ExecutorID}
 	case events.TimedOut:

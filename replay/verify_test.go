@@ -387,7 +387,7 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	retried, _ = p.exec(retried.TaskID, aggregate.RetryDelivery{DeliveryID: retried.Delivery.ID, NextAt: p.clock().Add(time.Second), Error: "nats: timeout"})
 	p.exec(retried.TaskID, aggregate.ExhaustDelivery{DeliveryID: retried.Delivery.ID, Reason: "gave up"})
 	republished := p.queued("acme")
-	p.exec(republished.TaskID, aggregate.RepublishReady{DeliveryID: republished.Delivery.ID, ReadySeq: 12})
+	p.exec(republished.TaskID, aggregate.RepublishReady{DeliveryID: republished.Delivery.ID, LostSeq: 1, ReadySeq: 12})
 	rejectedID := events.NewID()
 	p.exec(rejectedID, aggregate.Reject{TaskID: rejectedID, CustomerID: "acme", Spec: events.TaskSpec{RootID: rejectedID, Queue: "q", TimeoutSeconds: 60}, Reason: "quota"})
 	readLate := p.scheduled("beta")
