@@ -130,8 +130,9 @@ const (
 )
 
 // Alarm keeps one timer armed for the earliest due item across the timer
-// queues and, when it fires, runs the due releases, deliveries, timeouts
-// and child reports in bounded batches that take turns across customers.
+// queues and, when it fires, runs the due releases, deliveries, timeouts,
+// child reports and checks of queued notifications in bounded batches
+// that take turns across customers.
 type Alarm struct {
 	cfg   AlarmConfig
 	store Store
