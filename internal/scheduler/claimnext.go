@@ -241,6 +241,7 @@ func (s *Service) claimQueued(ctx context.Context, p Principal, queue, executorI
 	claimed := make([]aggregate.State, len(cands))
 	errs := make([]error, len(cands))
 	inParallel(len(cands), func(i int) {
+		crashpoint.Hit(crashpoint.ClaimReceived)
 		st, _, err := s.cfg.Store.Execute(ctx, cands[i].TaskID, executorID, aggregate.Claim{DeliveryID: cands[i].Delivery.ID, ExecutorID: executorID})
 		switch {
 		case err == nil:
