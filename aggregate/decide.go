@@ -60,8 +60,23 @@ type Reject struct {
 // delivery token DeliveryID (fresh, chosen by the caller).
 type ReleaseDue struct{ DeliveryID string }
 
-// MarkReadyPublished records that the notification for DeliveryID went out.
-type MarkReadyPublished struct{ DeliveryID string }
+// MarkReadyPublished records that the notification for DeliveryID went
+// out, stored at ReadySeq in the ready stream.
+type MarkReadyPublished struct {
+	DeliveryID string
+	ReadySeq   uint64
+}
+
+// RepublishReady records that the notification for DeliveryID of a queued
+// task, last recorded at LostSeq of the ready stream, was found missing
+// and published again, at ReadySeq, with the same token. LostSeq must be
+// the task's current ready sequence, so a second process that found the
+// same loss appends nothing.
+type RepublishReady struct {
+	DeliveryID string
+	LostSeq    uint64
+	ReadySeq   uint64
+}
 
 // RetryDelivery schedules another publish attempt of DeliveryID at NextAt.
 type RetryDelivery struct {
@@ -103,6 +118,7 @@ func (Schedule) command()           {}
 func (Reject) command()             {}
 func (ReleaseDue) command()         {}
 func (MarkReadyPublished) command() {}
+func (RepublishReady) command()     {}
 func (RetryDelivery) command()      {}
 func (ExhaustDelivery) command()    {}
 func (Claim) command()              {}
@@ -305,7 +321,12 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 		if err := pendingDelivery(s, c.DeliveryID); err != nil {
 			return nil, err
 		}
-		return events.ReadyPublished{DeliveryID: c.DeliveryID}, nil
+		return events.ReadyPublished{DeliveryID: c.DeliveryID, ReadySeq: c.ReadySeq}, nil
+	case RepublishReady:
+		if s.Status != StatusQueued || s.Delivery.ID != c.DeliveryID || s.Delivery.ReadySeq != c.LostSeq {
+			return nil, fmt.Errorf("%w: delivery %s is not queued at ready sequence %d", ErrStale, c.DeliveryID, c.LostSeq)
+		}
+		return events.ReadyRepublished{DeliveryID: c.DeliveryID, LostSeq: c.LostSeq, ReadySeq: c.ReadySeq}, nil
 	case RetryDelivery:
 		if err := pendingDelivery(s, c.DeliveryID); err != nil {
 			return nil, err

@@ -53,7 +53,8 @@ type model struct {
 	token          string // current delivery token, "" until released
 	attempt        int
 	published      bool
-	consumed       bool // a claim consumed token
+	readySeq       uint64 // ready stream sequence of the last (re)publish
+	consumed       bool   // a claim consumed token
 	deadline       time.Time
 	mail           []string
 	cursor         int
@@ -135,7 +136,12 @@ func (m model) decide(cmd aggregate.Command, now time.Time) (events.Payload, err
 		if !pending(c.DeliveryID) {
 			return nil, aggregate.ErrStale
 		}
-		return events.ReadyPublished{DeliveryID: c.DeliveryID}, nil
+		return events.ReadyPublished{DeliveryID: c.DeliveryID, ReadySeq: c.ReadySeq}, nil
+	case aggregate.RepublishReady:
+		if m.status != mQueued || c.DeliveryID != m.token || c.LostSeq != m.readySeq {
+			return nil, aggregate.ErrStale
+		}
+		return events.ReadyRepublished{DeliveryID: c.DeliveryID, LostSeq: c.LostSeq, ReadySeq: c.ReadySeq}, nil
 	case aggregate.RetryDelivery:
 		if !pending(c.DeliveryID) {
 			return nil, aggregate.ErrStale
@@ -222,7 +228,9 @@ func (m model) apply(ev events.Event) model {
 	case events.DeliveryExhausted:
 		m.status = mFailed
 	case events.ReadyPublished:
-		m.status, m.published = mQueued, true
+		m.status, m.published, m.readySeq = mQueued, true, p.ReadySeq
+	case events.ReadyRepublished:
+		m.readySeq = p.ReadySeq
 	case events.Claimed:
 		m.status, m.consumed, m.deadline = mRunning, true, p.Deadline
 	case events.ResultRecorded:
@@ -315,6 +323,9 @@ func (h *harness) check(t *rapid.T) {
 	}
 	if s.Version != len(h.log) || s.LastSeq != uint64(len(h.log)) {
 		t.Fatalf("Version %d LastSeq %d after %d events", s.Version, s.LastSeq, len(h.log))
+	}
+	if s.Delivery.ReadySeq != h.m.readySeq {
+		t.Fatalf("ready seq %d, model %d", s.Delivery.ReadySeq, h.m.readySeq)
 	}
 	if s.Status == aggregate.StatusRunning && s.Claim.DeliveryID != h.m.token {
 		t.Fatalf("running with claim %q, model token %q", s.Claim.DeliveryID, h.m.token)
@@ -427,7 +438,7 @@ func TestModel(t *testing.T) {
 	// generators have drifted out of reach of a branch.
 	for _, cmd := range []aggregate.Command{
 		aggregate.Schedule{}, aggregate.Reject{}, aggregate.ReleaseDue{}, aggregate.MarkReadyPublished{},
-		aggregate.RetryDelivery{}, aggregate.ExhaustDelivery{}, aggregate.Claim{}, aggregate.RecordResult{},
+		aggregate.RepublishReady{}, aggregate.RetryDelivery{}, aggregate.ExhaustDelivery{}, aggregate.Claim{}, aggregate.RecordResult{},
 		aggregate.Cancel{}, aggregate.TimeOut{}, aggregate.AppendMail{}, aggregate.ReadMail{},
 	} {
 		name := fmt.Sprintf("%T", cmd)
@@ -464,7 +475,16 @@ func modelProperty(total map[string]int) func(*rapid.T) {
 				id := rapid.SampledFrom([]string{"d1", "d2", "d3", "", "d.4"}).Draw(t, "deliveryID")
 				h.exec(t, aggregate.ReleaseDue{DeliveryID: id})
 			},
-			"MarkReadyPublished": func(t *rapid.T) { h.exec(t, aggregate.MarkReadyPublished{DeliveryID: token()}) },
+			"MarkReadyPublished": func(t *rapid.T) {
+				h.exec(t, aggregate.MarkReadyPublished{DeliveryID: token(), ReadySeq: rapid.Uint64Range(0, 9).Draw(t, "readySeq")})
+			},
+			"RepublishReady": func(t *rapid.T) {
+				lost := h.m.readySeq // mostly the current one, sometimes not
+				if rapid.IntRange(0, 3).Draw(t, "staleLost") == 0 {
+					lost = rapid.Uint64Range(0, 9).Draw(t, "lostSeq")
+				}
+				h.exec(t, aggregate.RepublishReady{DeliveryID: token(), LostSeq: lost, ReadySeq: rapid.Uint64Range(1, 9).Draw(t, "readySeq")})
+			},
 			"RetryDelivery": func(t *rapid.T) {
 				next := h.now.Add(time.Duration(rapid.IntRange(0, 60).Draw(t, "retryIn")) * time.Second)
 				h.exec(t, aggregate.RetryDelivery{DeliveryID: token(), NextAt: next, Error: "publish failed"})
@@ -505,7 +525,7 @@ func modelProperty(total map[string]int) func(*rapid.T) {
 		// draws its own order of actions.
 		var weighted []string
 		for name, weight := range map[string]int{
-			"Schedule": 1, "ReleaseDue": 4, "MarkReadyPublished": 3, "RetryDelivery": 2, "ExhaustDelivery": 1,
+			"Schedule": 1, "ReleaseDue": 4, "MarkReadyPublished": 3, "RepublishReady": 2, "RetryDelivery": 2, "ExhaustDelivery": 1,
 			"Claim": 4, "RecordResult": 1, "Cancel": 1, "TimeOut": 3, "AppendMail": 3, "ReadMail": 3,
 		} {
 			weighted = append(weighted, slices.Repeat([]string{name}, weight)...)

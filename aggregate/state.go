@@ -39,10 +39,15 @@ func (s Status) Terminal() bool {
 // Delivery is the task's current ready notification. Its ID is the
 // delivery token a claim must present.
 type Delivery struct {
-	ID        string
-	Attempt   int
-	NextAt    time.Time // when the next publish attempt is due
+	ID      string
+	Attempt int
+	// NextAt is when the next publish attempt is due; once published,
+	// when the notification was last published (ReadyPublished or
+	// ReadyRepublished), from which its liveness is checked.
+	NextAt    time.Time
+	FirstAt   time.Time // when the first attempt was due: the delivery budget counts from it
 	Published bool      // ReadyPublished was recorded for ID
+	ReadySeq  uint64    // the notification's ready stream sequence; 0 if unknown
 }
 
 // Owner records who consumed the delivery token.
@@ -137,7 +142,7 @@ func Apply(s State, ev events.Event) State {
 		}
 	case events.DeliveryPending:
 		if s.Status == StatusScheduled && s.Delivery.ID == "" {
-			s.Delivery = Delivery{ID: p.DeliveryID, Attempt: p.Attempt, NextAt: p.NextAt}
+			s.Delivery = Delivery{ID: p.DeliveryID, Attempt: p.Attempt, NextAt: p.NextAt, FirstAt: p.NextAt}
 		}
 	case events.DeliveryRetryScheduled:
 		if s.currentDelivery(p.DeliveryID) {
@@ -149,10 +154,14 @@ func Apply(s State, ev events.Event) State {
 		}
 	case events.ReadyPublished:
 		if s.currentDelivery(p.DeliveryID) {
-			s.Delivery.Published = true
+			s.Delivery.Published, s.Delivery.ReadySeq, s.Delivery.NextAt = true, p.ReadySeq, ev.At
 			if s.Status == StatusScheduled {
 				s.Status = StatusQueued
 			}
+		}
+	case events.ReadyRepublished:
+		if s.Status == StatusQueued && s.currentDelivery(p.DeliveryID) {
+			s.Delivery.ReadySeq, s.Delivery.NextAt = p.ReadySeq, ev.At
 		}
 	case events.Claimed:
 		if s.Status == StatusScheduled || s.Status == StatusQueued {

@@ -9,7 +9,7 @@ import "net/http"
 type Error struct {
 	Code    string `json:"error"`
 	Message string `json:"message"`
-	Reason  string `json:"reason,omitempty"` // with Code "conflict"
+	Reason  string `json:"reason,omitempty"` // with Code "conflict" or "too_many_requests"
 	Task    *Task  `json:"task,omitempty"`   // with Code "admission_rejected": the task as recorded
 	Status  int    `json:"-"`                // the HTTP status it came with
 }
@@ -61,6 +61,9 @@ var (
 	// ErrAdmissionRejected (429): a quota refused a new root task; the
 	// Error's Task is the task as recorded (canceled).
 	ErrAdmissionRejected = &Error{Status: http.StatusTooManyRequests, Code: "admission_rejected", Message: "admission rejected"}
+	// ErrTooManyPolls (429): the customer already holds as many long polls
+	// (claims/next, batch claims) as the server allows at once.
+	ErrTooManyPolls = &Error{Status: http.StatusTooManyRequests, Code: "too_many_requests", Reason: "too_many_polls", Message: "too many long polls"}
 	// ErrUnavailable (503): the server could not answer in time; retry
 	// after a moment.
 	ErrUnavailable = &Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "unavailable"}

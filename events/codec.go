@@ -212,6 +212,7 @@ var decoders = map[Type]func(*msgpack.Decoder) (Payload, error){
 	TypeDeliveryRetryScheduled: decodeAs[DeliveryRetryScheduled],
 	TypeDeliveryExhausted:      decodeAs[DeliveryExhausted],
 	TypeReadyPublished:         decodeAs[ReadyPublished],
+	TypeReadyRepublished:       decodeAs[ReadyRepublished],
 	TypeClaimed:                decodeAs[Claimed],
 	TypeTimedOut:               decodeAs[TimedOut],
 	TypeResultRecorded:         decodeAs[ResultRecorded],

@@ -47,7 +47,8 @@ func samplePayloads() []Payload {
 		DeliveryPending{DeliveryID: "dlv-1", Attempt: 1, NextAt: base.Add(2 * time.Second)},
 		DeliveryRetryScheduled{DeliveryID: "dlv-1", Attempt: 3, NextAt: base.Add(8 * time.Second), Error: "nats: timeout"},
 		DeliveryExhausted{DeliveryID: "dlv-1", Attempts: 5, Reason: "publish failed"},
-		ReadyPublished{DeliveryID: "dlv-1"},
+		ReadyPublished{DeliveryID: "dlv-1", ReadySeq: 7},
+		ReadyRepublished{DeliveryID: "dlv-1", LostSeq: 7, ReadySeq: 42},
 		Claimed{DeliveryID: "dlv-1", ExecutorID: "exec-7", Deadline: base.Add(15 * time.Minute)},
 		TimedOut{Deadline: base.Add(15 * time.Minute)},
 		ResultRecorded{DeliveryID: "dlv-1", Result: Result{
@@ -72,7 +73,7 @@ func samplePayloads() []Payload {
 // allTypes lists every v1 type; samplePayloads must cover each.
 var allTypes = []Type{
 	TypeTaskScheduled, TypeAdmissionRejected, TypeDeliveryPending, TypeDeliveryRetryScheduled,
-	TypeDeliveryExhausted, TypeReadyPublished, TypeClaimed, TypeTimedOut,
+	TypeDeliveryExhausted, TypeReadyPublished, TypeReadyRepublished, TypeClaimed, TypeTimedOut,
 	TypeResultRecorded, TypeCanceled, TypeMailboxAppended, TypeMailboxRead,
 }
 

@@ -18,6 +18,7 @@ const (
 	TypeDeliveryRetryScheduled Type = "DeliveryRetryScheduled"
 	TypeDeliveryExhausted      Type = "DeliveryExhausted"
 	TypeReadyPublished         Type = "ReadyPublished"
+	TypeReadyRepublished       Type = "ReadyRepublished"
 	TypeClaimed                Type = "Claimed"
 	TypeTimedOut               Type = "TimedOut"
 	TypeResultRecorded         Type = "ResultRecorded"
@@ -143,8 +144,22 @@ type DeliveryExhausted struct {
 }
 
 // ReadyPublished records that the ready notification for DeliveryID was published.
+// ReadySeq is its sequence in the ready stream (0 in events written before
+// it was recorded: unknown), so a later check can tell whether it is still
+// there.
 type ReadyPublished struct {
 	DeliveryID string `json:"deliveryId"`
+	ReadySeq   uint64 `json:"readySeq,omitempty"`
+}
+
+// ReadyRepublished records that the notification for DeliveryID, last
+// recorded at LostSeq of the ready stream (0: unknown), was no longer
+// there while the task stayed queued, and was published again, at
+// ReadySeq, with the same token.
+type ReadyRepublished struct {
+	DeliveryID string `json:"deliveryId"`
+	LostSeq    uint64 `json:"lostSeq,omitempty"`
+	ReadySeq   uint64 `json:"readySeq"`
 }
 
 // Claimed records that an executor consumed the delivery token and owns the run
@@ -188,6 +203,7 @@ func (DeliveryPending) EventType() Type        { return TypeDeliveryPending }
 func (DeliveryRetryScheduled) EventType() Type { return TypeDeliveryRetryScheduled }
 func (DeliveryExhausted) EventType() Type      { return TypeDeliveryExhausted }
 func (ReadyPublished) EventType() Type         { return TypeReadyPublished }
+func (ReadyRepublished) EventType() Type       { return TypeReadyRepublished }
 func (Claimed) EventType() Type                { return TypeClaimed }
 func (TimedOut) EventType() Type               { return TypeTimedOut }
 func (ResultRecorded) EventType() Type         { return TypeResultRecorded }

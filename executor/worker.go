@@ -267,20 +267,27 @@ func lostClaim(err error) bool {
 		errors.Is(err, api.ErrTerminal) || errors.Is(err, api.ErrNotFound)
 }
 
+// ReadyConsumerIdle is how long the server keeps a queue's ready consumer
+// that nobody pulls from; the next claimer creates it again (the ready
+// stream keeps the notifications meanwhile).
+const ReadyConsumerIdle = time.Hour
+
 // ReadyConsumerConfig is the durable pull consumer of queue's ready
 // notifications on the ready stream, shared by every NATS-mode worker of
 // the queue and the scheduler's claims/next. ackWait is how long a taken
-// notification stays invisible to other claimers; 0 means 30s.
+// notification stays invisible to other claimers; 0 means 30s. The server
+// deletes it after ReadyConsumerIdle without a pull.
 func ReadyConsumerConfig(subjects events.Subjects, queue string, ackWait time.Duration) jetstream.ConsumerConfig {
 	if ackWait <= 0 {
 		ackWait = 30 * time.Second
 	}
 	return jetstream.ConsumerConfig{
-		Durable:       "ready_" + queue,
-		FilterSubject: subjects.Ready(queue),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       ackWait,
-		MaxAckPending: -1,
+		Durable:           "ready_" + queue,
+		FilterSubject:     subjects.Ready(queue),
+		AckPolicy:         jetstream.AckExplicitPolicy,
+		AckWait:           ackWait,
+		MaxAckPending:     -1,
+		InactiveThreshold: ReadyConsumerIdle,
 	}
 }
 

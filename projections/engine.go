@@ -1,5 +1,5 @@
 // Package projections folds the event log into the read models the
-// scheduler serves from: tasks, the four timer queues, status views,
+// scheduler serves from: tasks, the timer queues, status views,
 // lineage and usage. They may lag the log; every action they
 // trigger is decided again by the aggregate.
 package projections
@@ -53,6 +53,10 @@ type Engine struct {
 	waitMu  sync.Mutex
 	waiters []waiter
 
+	// queuedSig are the QueuedSignal channels by customer and queue.
+	sigMu     sync.Mutex
+	queuedSig map[string]chan struct{}
+
 	applied  atomic.Uint64
 	wanted   atomic.Uint64 // the highest sequence a caller waited for
 	caughtUp atomic.Bool
@@ -86,7 +90,8 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Retain == 0 {
 		cfg.Retain = DefaultRetain
 	}
-	return &Engine{cfg: cfg, js: cfg.JS, v: newViews(cfg.Retain), kick: make(chan struct{}, 1), ready: make(chan struct{})}, nil
+	return &Engine{cfg: cfg, js: cfg.JS, v: newViews(cfg.Retain), kick: make(chan struct{}, 1), ready: make(chan struct{}),
+		queuedSig: make(map[string]chan struct{})}, nil
 }
 
 // Run consumes the log until ctx ends, then returns nil. It returns
@@ -311,9 +316,18 @@ func (e *Engine) apply(ev events.Event, bad error) {
 	} else {
 		kick = e.v.apply(ev)
 	}
+	var customer, queue string // of a task that became queued
+	if _, ok := ev.Data.(events.ReadyPublished); ok {
+		if t := e.v.tasks[ev.TaskID]; t != nil {
+			customer, queue = t.customer, t.queue
+		}
+	}
 	e.applied.Store(ev.Seq) // under mu: a snapshot pairs views and sequence
 	e.mu.Unlock()
 	e.wake(ev.Seq)
+	if customer != "" {
+		e.signalQueued(customer, queue)
+	}
 	if kick {
 		select {
 		case e.kick <- struct{}{}:

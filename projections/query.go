@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -96,20 +97,14 @@ func (e *Engine) Earliest() (time.Time, bool) {
 	return best, found
 }
 
-// EarliestExcept returns the earliest due time across the timer queues of
-// the items skip does not report: an alarm arms its timer with it while
-// the earliest items are already being acted on.
-func (e *Engine) EarliestExcept(skip func(t Timer, taskID string) bool) (time.Time, bool) {
+// EarliestExcept returns the earliest due time in timer queue t of the
+// items skip does not report: an alarm arms its timer with it while the
+// earliest items are already being acted on.
+func (e *Engine) EarliestExcept(t Timer, skip func(taskID string) bool) (time.Time, bool) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	var best int64
-	found := false
-	for t, q := range e.v.timers {
-		if d, ok := q.earliestExcept(func(id string) bool { return skip(Timer(t), id) }); ok && (!found || d < best) {
-			best, found = d, true
-		}
-	}
-	return time.Unix(0, best), found
+	d, ok := e.v.timers[t].earliestExcept(skip)
+	return time.Unix(0, d), ok
 }
 
 // Due returns up to limit tasks of timer queue t due at or before now,
@@ -132,6 +127,20 @@ func (e *Engine) TimerLen(t Timer) int {
 	return e.v.timers[t].Len()
 }
 
+// Postpone moves task taskID's due time in timer queue t to due, if it
+// is there. Only Republish items are postponed, when their notification
+// was found live: the next check is then due a window later, with
+// nothing appended to the log. A rebuild or a restart puts the item back
+// at its last publish, which costs one early check.
+func (e *Engine) Postpone(t Timer, taskID string, due time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	q := e.v.timers[t]
+	if customer, ok := q.owner[taskID]; ok {
+		q.set(taskID, customer, due)
+	}
+}
+
 // Repair makes sure a task that s (freshly loaded from the log) says is
 // waiting on a timer is in that timer queue, and reports whether it had to
 // put it back. It is the self-healing step: a projection that lost a
@@ -147,7 +156,7 @@ func (e *Engine) Repair(s aggregate.State) bool {
 	if t == nil || int(t.version) > s.Version || e.v.timers[tm].has(s.TaskID) {
 		return false
 	}
-	e.v.timers[tm].set(s.TaskID, s.CustomerID, due)
+	e.v.timers[tm].set(s.TaskID, bucketOf(tm, &s), due)
 	select {
 	case e.kick <- struct{}{}:
 	default:
@@ -190,6 +199,68 @@ func (e *Engine) QueueCounts() map[string]map[aggregate.Status]int {
 		}
 	}
 	return out
+}
+
+// Queued returns up to limit of customerID's queued tasks on queue, the
+// one published longest ago first, skipping ids skip reports.
+func (e *Engine) Queued(customerID, queue string, limit int, skip func(taskID string) bool) []aggregate.State {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	h := e.v.timers[Republish].byCustomer[queueBucket(customerID, queue)]
+	if h == nil {
+		return nil
+	}
+	var out []aggregate.State
+	it := h.ascending(math.MaxInt64)
+	for item, ok := it.next(); ok && len(out) < limit; item, ok = it.next() {
+		if !skip(item.key) {
+			out = append(out, e.v.tasks[item.key].state())
+		}
+	}
+	return out
+}
+
+// QueuedSignal returns a channel closed once a task of customerID is
+// queued on queue (its ready notification published) after the call.
+func (e *Engine) QueuedSignal(customerID, queue string) <-chan struct{} {
+	e.sigMu.Lock()
+	defer e.sigMu.Unlock()
+	k := queueBucket(customerID, queue)
+	ch := e.queuedSig[k]
+	if ch == nil {
+		ch = make(chan struct{})
+		e.queuedSig[k] = ch
+	}
+	return ch
+}
+
+// signalQueued closes the QueuedSignal channel of customerID and queue.
+func (e *Engine) signalQueued(customerID, queue string) {
+	e.sigMu.Lock()
+	defer e.sigMu.Unlock()
+	k := queueBucket(customerID, queue)
+	if ch := e.queuedSig[k]; ch != nil {
+		close(ch)
+		delete(e.queuedSig, k)
+	}
+}
+
+// HasQueue reports whether a task was ever scheduled on queue, as far as
+// the views keep it: only such a queue gets a ready consumer.
+func (e *Engine) HasQueue(queue string) bool {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	_, ok := e.v.queueCounts[queue]
+	return ok
+}
+
+// CustomerQueue reports whether customerID has a non-terminal task on
+// queue, and on how many queues it has non-terminal tasks.
+func (e *Engine) CustomerQueue(customerID, queue string) (live bool, queues int) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	qs := e.v.liveQueues[customerID]
+	return qs[queue] > 0, len(qs)
 }
 
 // Filter selects tasks for List. Empty fields match everything.

@@ -33,16 +33,16 @@ type task struct {
 	children                          []string
 
 	// Unix nanoseconds, 0 for the zero time.
-	runAt, created, started, completed, deadline, nextAt int64
+	runAt, created, started, completed, deadline, nextAt, firstAt int64
 
-	firstSeq, lastSeq uint64
-	closedSeq         uint64 // 0 while the lineage is open
-	version, cursor   int32
-	attempt           int32
-	members, open     int32
-	status            uint8 // index in statuses
-	published         bool
-	rejected          bool
+	firstSeq, lastSeq, readySeq uint64
+	closedSeq                   uint64 // 0 while the lineage is open
+	version, cursor             int32
+	attempt                     int32
+	members, open               int32
+	status                      uint8 // index in statuses
+	published                   bool
+	rejected                    bool
 }
 
 var statuses = [...]aggregate.Status{"", aggregate.StatusScheduled, aggregate.StatusQueued, aggregate.StatusRunning,
@@ -67,6 +67,7 @@ func (t *task) set(s *aggregate.State) {
 	t.runAt, t.created, t.started = nanos(s.Spec.RunAt), nanos(s.CreatedAt), nanos(s.StartedAt)
 	t.completed, t.deadline = nanos(s.CompletedAt), nanos(s.Deadline)
 	t.delivery, t.attempt, t.nextAt, t.published = s.Delivery.ID, int32(s.Delivery.Attempt), nanos(s.Delivery.NextAt), s.Delivery.Published
+	t.firstAt, t.readySeq = nanos(s.Delivery.FirstAt), s.Delivery.ReadySeq
 	switch {
 	case s.Claim == (aggregate.Owner{}):
 		t.claim = nil
@@ -90,8 +91,11 @@ func (t *task) state() aggregate.State {
 		Spec:   events.TaskSpec{RootID: t.root, ParentID: t.parent, Queue: t.queue, RunAt: unnanos(t.runAt)},
 		Status: statuses[t.status], CreatedAt: unnanos(t.created), StartedAt: unnanos(t.started),
 		CompletedAt: unnanos(t.completed), Deadline: unnanos(t.deadline),
-		Delivery: aggregate.Delivery{ID: t.delivery, Attempt: int(t.attempt), NextAt: unnanos(t.nextAt), Published: t.published},
-		Result:   t.result, Reason: t.reason, Rejected: t.rejected,
+		Delivery: aggregate.Delivery{
+			ID: t.delivery, Attempt: int(t.attempt), NextAt: unnanos(t.nextAt), FirstAt: unnanos(t.firstAt),
+			Published: t.published, ReadySeq: t.readySeq,
+		},
+		Result: t.result, Reason: t.reason, Rejected: t.rejected,
 		MailIDs: t.mail, Cursor: int(t.cursor),
 		Version: int(t.version), FirstSeq: t.firstSeq, LastSeq: t.lastSeq,
 	}

@@ -9,11 +9,12 @@ import (
 	"github.com/taskledger/taskledger/events"
 )
 
-// Timer names one of the four timer queues.
+// Timer names one of the timer queues.
 type Timer int
 
 // The timer queues: releases at runAt, pending deliveries, running
-// deadlines, and terminal children yet to report to their parent.
+// deadlines, terminal children yet to report to their parent, and queued
+// tasks by their last publish.
 const (
 	// Release holds scheduled tasks not yet released, due at runAt.
 	Release Timer = iota
@@ -25,12 +26,17 @@ const (
 	// Report holds terminal child tasks whose result is not yet in their
 	// live parent's mailbox, due when the child finished.
 	Report
+	// Republish holds queued tasks, due when their ready notification was
+	// last published: the alarm checks a notification that has waited
+	// longer than its republish window and publishes it again if it is
+	// gone.
+	Republish
 	// NumTimers is the number of timer queues.
 	NumTimers
 )
 
 func (t Timer) String() string {
-	return [...]string{"release", "deliver", "expire", "report"}[t]
+	return [...]string{"release", "deliver", "expire", "report", "republish"}[t]
 }
 
 // timerOf says which timer queue, if any, a task in state s belongs to
@@ -43,9 +49,24 @@ func timerOf(s *aggregate.State) (Timer, time.Time, bool) {
 		return Deliver, s.Delivery.NextAt, true
 	case s.Status == aggregate.StatusRunning:
 		return Expire, s.Deadline, true
+	case s.Status == aggregate.StatusQueued:
+		return Republish, s.Delivery.NextAt, true
 	}
 	return 0, time.Time{}, false
 }
+
+// bucketOf is the key under which timer queue t keeps s, across which it
+// takes turns: the customer, and for Republish the customer and the queue,
+// so a customer's queued tasks on one queue can be listed in order.
+func bucketOf(t Timer, s *aggregate.State) string {
+	if t == Republish {
+		return queueBucket(s.CustomerID, s.Spec.Queue)
+	}
+	return s.CustomerID
+}
+
+// queueBucket joins a customer and a queue with a byte no id contains.
+func queueBucket(customerID, queue string) string { return customerID + "/" + queue }
 
 // AdmissionWindow is how far back the usage view remembers admissions.
 const AdmissionWindow = time.Minute
@@ -61,8 +82,12 @@ type views struct {
 	// admissions holds, per customer, the creation times of recent root
 	// tasks, for per-minute quotas.
 	admissions map[string][]time.Time
-	// queueCounts counts tasks per queue and status, for metrics.
+	// queueCounts counts tasks per queue and status, for metrics. A
+	// queue stays in it once a task was scheduled there.
 	queueCounts map[string]map[aggregate.Status]int
+	// liveQueues counts each customer's non-terminal tasks per queue, for
+	// the bound on a customer's queues.
+	liveQueues map[string]map[string]int
 	retention
 }
 
@@ -74,6 +99,7 @@ func newViews(retain int) *views {
 		activeRoots: make(map[string]int),
 		admissions:  make(map[string][]time.Time),
 		queueCounts: make(map[string]map[aggregate.Status]int),
+		liveQueues:  make(map[string]map[string]int),
 	}
 	for i := range v.timers {
 		v.timers[i] = newTimerQueue()
@@ -197,7 +223,7 @@ func (v *views) reindex(before, after *aggregate.State) bool {
 		v.timers[bt].remove(id) // not a change the alarm must wake for
 	}
 	if aok && (!bok || bt != at || !bdue.Equal(adue)) {
-		v.timers[at].set(id, after.CustomerID, adue)
+		v.timers[at].set(id, bucketOf(at, after), adue)
 		changed = true
 	}
 	if before.Status != after.Status {
@@ -224,6 +250,10 @@ func (v *views) reindex(before, after *aggregate.State) bool {
 		}
 		qc[after.Status]++
 	}
+	wasLive, isLive := before.Exists() && !before.Status.Terminal(), !after.Status.Terminal()
+	if wasLive != isLive {
+		v.countLive(after.CustomerID, after.Spec.Queue, isLive)
+	}
 	if after.Spec.ParentID == "" {
 		wasActive := before.Exists() && !before.Status.Terminal()
 		isActive := !after.Status.Terminal()
@@ -236,4 +266,23 @@ func (v *views) reindex(before, after *aggregate.State) bool {
 		}
 	}
 	return changed
+}
+
+// countLive counts a task of customer in queue in or out of liveQueues.
+func (v *views) countLive(customer, queue string, in bool) {
+	qs := v.liveQueues[customer]
+	if qs == nil {
+		qs = make(map[string]int)
+		v.liveQueues[customer] = qs
+	}
+	if in {
+		qs[queue]++
+		return
+	}
+	if qs[queue]--; qs[queue] <= 0 {
+		delete(qs, queue)
+		if len(qs) == 0 {
+			delete(v.liveQueues, customer)
+		}
+	}
 }

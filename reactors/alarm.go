@@ -13,6 +13,7 @@ package reactors
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -32,19 +33,29 @@ type Store interface {
 	// ExecuteSeen is Execute for a command chosen from the task as it
 	// stood at sequence seen.
 	ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggregate.Command, seen uint64) (aggregate.State, []events.Event, error)
+	// Load returns a task as the log has it now.
+	Load(ctx context.Context, taskID string) (aggregate.State, error)
 }
 
 // Projection is what the alarm reads.
 type Projection interface {
 	Due(t projections.Timer, now time.Time, limit int, skip func(taskID string) bool) []aggregate.State
-	EarliestExcept(skip func(t projections.Timer, taskID string) bool) (time.Time, bool)
+	EarliestExcept(t projections.Timer, skip func(taskID string) bool) (time.Time, bool)
 	TimersChanged() <-chan struct{}
 	Applied() uint64
+	// Postpone moves a task's due time in timer queue t, if it is there.
+	Postpone(t projections.Timer, taskID string, due time.Time)
 }
 
 // Publisher publishes ready notifications.
 type Publisher interface {
-	PublishReady(ctx context.Context, s aggregate.State) error
+	// PublishReady publishes the notification of s's current delivery
+	// with message id msgID, waits for the stream's acknowledgement and
+	// returns the ready stream sequence it is stored at.
+	PublishReady(ctx context.Context, s aggregate.State, msgID string) (uint64, error)
+	// ReadyStored reports whether the ready stream still holds the
+	// notification of s's delivery at s.Delivery.ReadySeq.
+	ReadyStored(ctx context.Context, s aggregate.State) (bool, error)
 }
 
 // AlarmConfig configures an Alarm. Store, Projection and Publisher are
@@ -54,17 +65,31 @@ type AlarmConfig struct {
 	Projection Projection
 	Publisher  Publisher
 
-	Batch               int           // due items taken per queue per round; default 64
-	Concurrency         int           // actions in flight; default 16
-	MaxDeliveryAttempts int           // publish attempts before DeliveryExhausted; default 8
+	Batch       int // due items taken per queue per round; default 64
+	Concurrency int // actions in flight; default 16
+	// DeliveryBudget is how long after its first attempt a ready
+	// notification may keep failing to publish before DeliveryExhausted
+	// fails the task; default 24h.
+	DeliveryBudget time.Duration
+	// MaxDeliveryAttempts, if positive, also gives up after that many
+	// attempts; default 0: the budget alone decides.
+	MaxDeliveryAttempts int
 	RetryBase           time.Duration // first delivery retry delay; default 100ms
-	RetryMax            time.Duration // longest delivery retry delay; default 30s
-	ErrorBackoff        time.Duration // wait before retrying an action that failed; default 1s
-	Logger              zerolog.Logger
-	Now                 func() time.Time
+	RetryMax            time.Duration // longest delivery retry delay; default 5m
+	// RepublishAfter is how long a queued task's notification waits after
+	// its last publish before the alarm checks that the ready stream
+	// still holds it, and publishes it again with the same token if not;
+	// then again every RepublishAfter. Default 1m.
+	RepublishAfter time.Duration
+	ErrorBackoff   time.Duration // wait before retrying an action that failed; default 1s
+	Logger         zerolog.Logger
+	Now            func() time.Time
 	// Observe, if set, is called after each action with its timer queue,
 	// the lateness against the due time, and the outcome.
 	Observe func(t projections.Timer, late time.Duration, err error)
+	// Exhausted, if set, is called for each delivery the alarm gave up on
+	// (after its DeliveryExhausted was appended), with the task before it.
+	Exhausted func(s aggregate.State)
 }
 
 func (c AlarmConfig) withDefaults() AlarmConfig {
@@ -74,14 +99,17 @@ func (c AlarmConfig) withDefaults() AlarmConfig {
 	if c.Concurrency <= 0 {
 		c.Concurrency = 16
 	}
-	if c.MaxDeliveryAttempts <= 0 {
-		c.MaxDeliveryAttempts = 8
+	if c.DeliveryBudget <= 0 {
+		c.DeliveryBudget = DefaultDeliveryBudget
 	}
 	if c.RetryBase <= 0 {
-		c.RetryBase = 100 * time.Millisecond
+		c.RetryBase = DefaultRetryBase
 	}
 	if c.RetryMax <= 0 {
-		c.RetryMax = 30 * time.Second
+		c.RetryMax = DefaultRetryMax
+	}
+	if c.RepublishAfter <= 0 {
+		c.RepublishAfter = DefaultRepublishAfter
 	}
 	if c.ErrorBackoff <= 0 {
 		c.ErrorBackoff = time.Second
@@ -92,9 +120,19 @@ func (c AlarmConfig) withDefaults() AlarmConfig {
 	return c
 }
 
+// The alarm's delivery defaults: a ready stream outage of up to a day
+// delays deliveries (by at most RetryMax after it ends) but fails none.
+const (
+	DefaultDeliveryBudget = 24 * time.Hour
+	DefaultRetryBase      = 100 * time.Millisecond
+	DefaultRetryMax       = 5 * time.Minute
+	DefaultRepublishAfter = time.Minute
+)
+
 // Alarm keeps one timer armed for the earliest due item across the timer
-// queues and, when it fires, runs the due releases, deliveries, timeouts
-// and child reports in bounded batches that take turns across customers.
+// queues and, when it fires, runs the due releases, deliveries, timeouts,
+// child reports and checks of queued notifications in bounded batches
+// that take turns across customers.
 type Alarm struct {
 	cfg   AlarmConfig
 	store Store
@@ -162,7 +200,7 @@ func (a *Alarm) Run(ctx context.Context) error {
 			if free == 0 {
 				break
 			}
-			for _, s := range a.proj.Due(t, now, free, func(id string) bool { return a.skip(key{t, id}, now) }) {
+			for _, s := range a.proj.Due(t, now.Add(-a.delay(t)), free, func(id string) bool { return a.skip(key{t, id}, now) }) {
 				sem <- struct{}{}
 				k := key{t, s.TaskID}
 				a.inflight[k] = flight{running: true}
@@ -207,9 +245,11 @@ func (a *Alarm) wait(now time.Time, dispatched int, full bool) time.Duration {
 		return 0
 	}
 	d := time.Hour
-	skip := func(t projections.Timer, id string) bool { return a.skip(key{t, id}, now) }
-	if next, ok := a.proj.EarliestExcept(skip); ok && next.After(now) {
-		d = next.Sub(now)
+	for t := range projections.NumTimers {
+		next, ok := a.proj.EarliestExcept(t, func(id string) bool { return a.skip(key{t, id}, now) })
+		if next = next.Add(a.delay(t)); ok && next.After(now) {
+			d = min(d, next.Sub(now))
+		}
 	}
 	for _, f := range a.inflight {
 		if !f.running && f.retryAt.After(now) {
@@ -217,6 +257,16 @@ func (a *Alarm) wait(now time.Time, dispatched int, full bool) time.Duration {
 		}
 	}
 	return d
+}
+
+// delay is how long after its due time in the projection an item of
+// timer queue t is acted on: a queued notification is checked
+// RepublishAfter after its last publish, everything else at once.
+func (a *Alarm) delay(t projections.Timer) time.Duration {
+	if t == projections.Republish {
+		return a.cfg.RepublishAfter
+	}
+	return 0
 }
 
 func (a *Alarm) skip(k key, now time.Time) bool {
@@ -246,10 +296,15 @@ func (a *Alarm) act(ctx context.Context, t projections.Timer, s aggregate.State)
 		cmd = aggregate.TimeOut{}
 	case projections.Report:
 		return a.report(ctx, s)
+	case projections.Republish:
+		return a.republish(ctx, s)
 	}
 	st, _, err := a.store.ExecuteSeen(ctx, s.TaskID, "", cmd, s.LastSeq)
 	if err == nil && t == projections.Release {
 		crashpoint.Hit(crashpoint.Released)
+	}
+	if ex, ok := cmd.(aggregate.ExhaustDelivery); ok && err == nil {
+		a.exhausted(s, ex.Reason)
 	}
 	return a.outcome(t, s, st, err)
 }
@@ -265,6 +320,8 @@ func (a *Alarm) outcome(t projections.Timer, s, st aggregate.State, err error) f
 		due = s.Deadline
 	case projections.Report:
 		due = s.CompletedAt
+	case projections.Republish:
+		due = s.Delivery.NextAt.Add(a.cfg.RepublishAfter)
 	}
 	if a.cfg.Observe != nil {
 		a.cfg.Observe(t, a.cfg.Now().Sub(due), err)
@@ -304,19 +361,41 @@ func IsPermanent(err error) bool {
 }
 
 // deliver publishes the ready notification and returns the command that
-// records the outcome: published, retry later with backoff, or exhausted.
+// records the outcome: published, retry later with backoff, or exhausted
+// once the delivery budget (or MaxDeliveryAttempts) is spent. A retry is
+// never due after the budget ends.
 func (a *Alarm) deliver(ctx context.Context, s aggregate.State) aggregate.Command {
-	err := a.pub.PublishReady(ctx, s)
+	seq, err := a.pub.PublishReady(ctx, s, s.Delivery.ID)
 	if err == nil {
 		crashpoint.Hit(crashpoint.Published)
-		return aggregate.MarkReadyPublished{DeliveryID: s.Delivery.ID}
+		return aggregate.MarkReadyPublished{DeliveryID: s.Delivery.ID, ReadySeq: seq}
 	}
 	a.cfg.Logger.Warn().Err(err).Str("task", s.TaskID).Int("attempt", s.Delivery.Attempt).Msg("ready publish failed")
-	if s.Delivery.Attempt >= a.cfg.MaxDeliveryAttempts {
-		return aggregate.ExhaustDelivery{DeliveryID: s.Delivery.ID, Reason: "ready notification not published after " +
-			strconv.Itoa(s.Delivery.Attempt) + " attempts: " + err.Error()}
+	now := a.cfg.Now()
+	since := s.Delivery.FirstAt
+	if since.IsZero() { // a delivery from a snapshot older than FirstAt
+		since = s.CreatedAt
 	}
-	return aggregate.RetryDelivery{DeliveryID: s.Delivery.ID, NextAt: a.cfg.Now().Add(a.backoff(s.Delivery.Attempt)), Error: err.Error()}
+	end := since.Add(a.cfg.DeliveryBudget)
+	if !now.Before(end) || a.cfg.MaxDeliveryAttempts > 0 && s.Delivery.Attempt >= a.cfg.MaxDeliveryAttempts {
+		return aggregate.ExhaustDelivery{DeliveryID: s.Delivery.ID, Reason: fmt.Sprintf(
+			"ready notification not published after %d attempts in %s: %v", s.Delivery.Attempt, now.Sub(since).Round(time.Millisecond), err)}
+	}
+	next := now.Add(a.backoff(s.Delivery.Attempt))
+	if next.After(end) {
+		next = end
+	}
+	return aggregate.RetryDelivery{DeliveryID: s.Delivery.ID, NextAt: next, Error: err.Error()}
+}
+
+// exhausted logs and counts a delivery the alarm gave up on.
+func (a *Alarm) exhausted(s aggregate.State, reason string) {
+	a.cfg.Logger.Error().Str("task", s.TaskID).Str("customer", s.CustomerID).Str("queue", s.Spec.Queue).
+		Str("delivery", s.Delivery.ID).Int("attempts", s.Delivery.Attempt).Str("reason", reason).
+		Msg("delivery exhausted; the task failed")
+	if a.cfg.Exhausted != nil {
+		a.cfg.Exhausted(s)
+	}
 }
 
 // backoff is exponential in the attempt with full jitter on its upper half.
@@ -326,6 +405,66 @@ func (a *Alarm) backoff(attempt int) time.Duration {
 		d = a.cfg.RetryMax
 	}
 	return d/2 + rand.N(d/2+1)
+}
+
+// republish checks the notification of a task queued for RepublishAfter
+// since its last publish. One the ready stream still holds is live
+// (waiting for a claimer, or taken by one and redelivered after its ack
+// wait) and is checked again RepublishAfter later. One that is gone, or
+// whose sequence is unknown, is published again with the same token and
+// a message id of its own (the ready stream would drop a copy under the
+// delivery id as a duplicate), and ReadyRepublished records where.
+//
+// Before publishing the task is read from the log: the projection may lag
+// a claim, and it does not keep the spec's signal, which the notification
+// carries.
+func (a *Alarm) republish(ctx context.Context, s aggregate.State) flight {
+	// Checked again RepublishAfter from now: the item's due time moves
+	// (no event), so live notifications cost nothing until then.
+	later := func() flight {
+		a.proj.Postpone(projections.Republish, s.TaskID, a.cfg.Now())
+		return flight{}
+	}
+	if live, err := a.live(ctx, s); live || err != nil {
+		return later()
+	}
+	fresh, err := a.store.Load(ctx, s.TaskID)
+	if err != nil {
+		return a.outcome(projections.Republish, s, s, err)
+	}
+	if fresh.Status != aggregate.StatusQueued || fresh.Delivery.ID != s.Delivery.ID {
+		return a.outcome(projections.Republish, s, fresh, fmt.Errorf("%w: task is %s", aggregate.ErrStale, fresh.Status))
+	}
+	if fresh.Delivery.ReadySeq != s.Delivery.ReadySeq {
+		if live, err := a.live(ctx, fresh); live || err != nil {
+			return later()
+		}
+	}
+	seq, err := a.pub.PublishReady(ctx, fresh, fresh.Delivery.ID+"-"+strconv.Itoa(fresh.Version))
+	if err != nil {
+		a.cfg.Logger.Warn().Err(err).Str("task", s.TaskID).Msg("ready republish failed; will retry")
+		return later()
+	}
+	cmd := aggregate.RepublishReady{DeliveryID: fresh.Delivery.ID, LostSeq: fresh.Delivery.ReadySeq, ReadySeq: seq}
+	st, _, err := a.store.ExecuteSeen(ctx, s.TaskID, "", cmd, fresh.LastSeq)
+	if err == nil {
+		a.cfg.Logger.Info().Str("task", s.TaskID).Str("delivery", fresh.Delivery.ID).Uint64("readySeq", seq).
+			Msg("ready notification was lost; published again")
+	}
+	return a.outcome(projections.Republish, s, st, err)
+}
+
+// live reports whether the ready stream holds s's notification; false
+// when its sequence is unknown. A failed check is logged.
+func (a *Alarm) live(ctx context.Context, s aggregate.State) (bool, error) {
+	if s.Delivery.ReadySeq == 0 {
+		return false, nil
+	}
+	stored, err := a.pub.ReadyStored(ctx, s)
+	if err != nil {
+		a.cfg.Logger.Warn().Err(err).Str("task", s.TaskID).Msg("ready notification check failed; will check again")
+	}
+	return stored, err
 }
 
 // report appends a terminal child's result to its parent's mailbox under a

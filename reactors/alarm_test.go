@@ -53,13 +53,14 @@ func alStart(t *testing.T, ns testnats.Namespace, opts ...func(*store.Config)) *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	if _, err := reactors.EnsureReadyStream(ctx, st.JetStream(), ns.ReadyStream, ns.Subjects, 1); err != nil {
+	ready, err := reactors.EnsureReadyStream(ctx, st.JetStream(), ns.ReadyStream, ns.Subjects, 1)
+	if err != nil {
 		t.Fatal(err)
 	}
 	eng := mustEngine(projections.Config{JS: st.JetStream(), Stream: ns.Stream, Subjects: ns.Subjects, Logger: alLogger(t)})
 	alGo(t, "engine", eng.Run)
 	alEventually(t, "engine caught up", eng.CaughtUp)
-	return &alProc{t: t, ns: ns, store: st, engine: eng, ready: reactors.ReadyPublisher{JS: st.JetStream(), Subjects: ns.Subjects}}
+	return &alProc{t: t, ns: ns, store: st, engine: eng, ready: reactors.ReadyPublisher{JS: st.JetStream(), Subjects: ns.Subjects, Stream: ready}}
 }
 
 // startAlarm runs an alarm with cfg and pub (the real publisher if nil)
@@ -194,7 +195,7 @@ func (p *alProc) settled() bool {
 // rest to next (if next is nil it fails forever).
 type flaky struct {
 	failures int
-	next     reactors.Publisher
+	next     reactors.Publisher // nil: every publish fails
 
 	mu    sync.Mutex
 	calls map[string]int
@@ -202,7 +203,7 @@ type flaky struct {
 
 var errPublish = errors.New("ready stream unavailable")
 
-func (f *flaky) PublishReady(ctx context.Context, s aggregate.State) error {
+func (f *flaky) PublishReady(ctx context.Context, s aggregate.State, msgID string) (uint64, error) {
 	f.mu.Lock()
 	if f.calls == nil {
 		f.calls = map[string]int{}
@@ -211,9 +212,16 @@ func (f *flaky) PublishReady(ctx context.Context, s aggregate.State) error {
 	n := f.calls[s.TaskID]
 	f.mu.Unlock()
 	if n <= f.failures || f.next == nil {
-		return errPublish
+		return 0, errPublish
 	}
-	return f.next.PublishReady(ctx, s)
+	return f.next.PublishReady(ctx, s, msgID)
+}
+
+func (f *flaky) ReadyStored(ctx context.Context, s aggregate.State) (bool, error) {
+	if f.next == nil {
+		return false, errPublish
+	}
+	return f.next.ReadyStored(ctx, s)
 }
 
 func (f *flaky) callsFor(id string) int {
@@ -607,16 +615,20 @@ type gate struct {
 	once    sync.Once
 }
 
-func (g *gate) PublishReady(ctx context.Context, s aggregate.State) error {
+func (g *gate) PublishReady(ctx context.Context, s aggregate.State, msgID string) (uint64, error) {
 	if s.TaskID == g.blocked {
 		g.once.Do(func() { close(g.entered) })
 		select {
 		case <-g.open:
 		case <-ctx.Done():
-			return ctx.Err()
+			return 0, ctx.Err()
 		}
 	}
-	return g.next.PublishReady(ctx, s)
+	return g.next.PublishReady(ctx, s, msgID)
+}
+
+func (g *gate) ReadyStored(ctx context.Context, s aggregate.State) (bool, error) {
+	return g.next.ReadyStored(ctx, s)
 }
 
 // A due item whose action is still running must not blind the alarm to

@@ -39,36 +39,60 @@ func EnsureReadyStream(ctx context.Context, js jetstream.JetStream, name string,
 type ReadyPublisher struct {
 	JS       jetstream.JetStream
 	Subjects events.Subjects
+	Stream   jetstream.Stream // the ready stream, for ReadyStored
 }
 
-// PublishReady publishes the notification for s's current delivery and
-// waits for the stream's acknowledgement. Its Nats-Msg-Id is the delivery
-// id, so a republished notification within the dedupe window is dropped.
-func (p ReadyPublisher) PublishReady(ctx context.Context, s aggregate.State) error {
+// PublishReady publishes the notification for s's current delivery with
+// Nats-Msg-Id msgID, waits for the stream's acknowledgement and returns
+// the sequence the notification is stored at. A copy published again
+// under the same msgID within the dedupe window is dropped, and its
+// acknowledgement names the first copy's sequence.
+func (p ReadyPublisher) PublishReady(ctx context.Context, s aggregate.State, msgID string) (uint64, error) {
 	body, err := json.Marshal(events.ReadyNotification{
 		TaskID: s.TaskID, CustomerID: s.CustomerID, RootID: s.Spec.RootID, ParentID: s.Spec.ParentID,
 		Queue: s.Spec.Queue, DeliveryID: s.Delivery.ID, Signal: s.Spec.Signal,
 	})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	msg := &nats.Msg{Subject: p.Subjects.Ready(s.Spec.Queue), Data: body, Header: nats.Header{}}
 	for attempt := 1; ; attempt++ {
-		_, err = p.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(s.Delivery.ID))
+		ack, err := p.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
+		if err == nil {
+			return ack.Sequence, nil
+		}
 		// On a replicated stream a notification another scheduler is
 		// publishing at this moment answers "duplicate message id is in
 		// process"; once that copy is stored a retry is acknowledged as
 		// its duplicate.
 		var apiErr *jetstream.APIError
-		if err == nil || attempt == 5 || !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeDuplicateInProcess {
-			return err
+		if attempt == 5 || !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeDuplicateInProcess {
+			return 0, err
 		}
 		select {
 		case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
 		case <-ctx.Done():
-			return err
+			return 0, err
 		}
 	}
+}
+
+// ReadyStored reports whether the ready stream still holds the
+// notification of s's delivery at s.Delivery.ReadySeq. A work-queue stream
+// removes a notification once a claimer acknowledged it, so a stored one
+// is waiting for a claimer or taken by one and not yet settled.
+func (p ReadyPublisher) ReadyStored(ctx context.Context, s aggregate.State) (bool, error) {
+	msg, err := p.Stream.GetMsg(ctx, s.Delivery.ReadySeq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var n events.ReadyNotification
+	// A stream deleted and created again reuses sequences: the message
+	// there must be this delivery's.
+	return json.Unmarshal(msg.Data, &n) == nil && n.TaskID == s.TaskID && n.DeliveryID == s.Delivery.ID, nil
 }
 
 // errCodeDuplicateInProcess is a replicated stream's answer to a message

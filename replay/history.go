@@ -80,6 +80,8 @@ func Describe(ev events.Event) string {
 		return fmt.Sprintf("gave up after %d attempts: %s", p.Attempts, p.Reason)
 	case events.ReadyPublished:
 		return "ready notification published for delivery " + p.DeliveryID
+	case events.ReadyRepublished:
+		return fmt.Sprintf("ready notification for delivery %s was lost (at %d); published again at %d", p.DeliveryID, p.LostSeq, p.ReadySeq)
 	case events.Claimed:
 		return fmt.Sprintf("claimed by %s with delivery %s; deadline %s", p.ExecutorID, p.DeliveryID, ts(p.Deadline))
 	case events.TimedOut:

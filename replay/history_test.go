@@ -364,12 +364,14 @@ func TestHistoryOfDeliveryOutcomes(t *testing.T) {
 	d := retried.Delivery.ID
 	next := p.clock().Add(1500 * time.Millisecond)
 	p.exec(retried.TaskID, aggregate.RetryDelivery{DeliveryID: d, NextAt: next, Error: "nats: no responders available"})
-	p.exec(retried.TaskID, aggregate.MarkReadyPublished{DeliveryID: d})
+	p.exec(retried.TaskID, aggregate.MarkReadyPublished{DeliveryID: d, ReadySeq: 3})
+	p.exec(retried.TaskID, aggregate.RepublishReady{DeliveryID: d, LostSeq: 3, ReadySeq: 9})
 	checkTimeline(t, "retried", timeline(retried.TaskID), []step{
 		{events.TypeTaskScheduled, aggregate.StatusScheduled, []string{"queue q", "timeout 60s", "planted"}},
 		{events.TypeDeliveryPending, aggregate.StatusScheduled, []string{"released; delivery " + d + " attempt 1"}},
 		{events.TypeDeliveryRetryScheduled, aggregate.StatusScheduled, []string{"publish failed (nats: no responders available); attempt 2 at " + ts(next)}},
 		{events.TypeReadyPublished, aggregate.StatusQueued, []string{d}},
+		{events.TypeReadyRepublished, aggregate.StatusQueued, []string{"delivery " + d + " was lost (at 3); published again at 9"}},
 	})
 
 	exhausted := p.scheduled("acme")

@@ -175,7 +175,9 @@ func commandFor(ev events.Event) aggregate.Command {
 	case events.DeliveryExhausted:
 		return aggregate.ExhaustDelivery{DeliveryID: p.DeliveryID, Reason: p.Reason}
 	case events.ReadyPublished:
-		return aggregate.MarkReadyPublished{DeliveryID: p.DeliveryID}
+		return aggregate.MarkReadyPublished{DeliveryID: p.DeliveryID, ReadySeq: p.ReadySeq}
+	case events.ReadyRepublished:
+		return aggregate.RepublishReady{DeliveryID: p.DeliveryID, LostSeq: p.LostSeq, ReadySeq: p.ReadySeq}
 	case events.Claimed:
 		return aggregate.Claim{DeliveryID: p.DeliveryID, ExecutorID: p.ExecutorID}
 	case events.TimedOut:

@@ -314,7 +314,7 @@ func (p *plantLog) scheduled(cust string) aggregate.State {
 func (p *plantLog) queued(cust string) aggregate.State {
 	st := p.scheduled(cust)
 	st, _ = p.exec(st.TaskID, aggregate.ReleaseDue{DeliveryID: events.NewID()})
-	st, _ = p.exec(st.TaskID, aggregate.MarkReadyPublished{DeliveryID: st.Delivery.ID})
+	st, _ = p.exec(st.TaskID, aggregate.MarkReadyPublished{DeliveryID: st.Delivery.ID, ReadySeq: 1})
 	return st
 }
 
@@ -386,6 +386,8 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	retried, _ = p.exec(retried.TaskID, aggregate.ReleaseDue{DeliveryID: events.NewID()})
 	retried, _ = p.exec(retried.TaskID, aggregate.RetryDelivery{DeliveryID: retried.Delivery.ID, NextAt: p.clock().Add(time.Second), Error: "nats: timeout"})
 	p.exec(retried.TaskID, aggregate.ExhaustDelivery{DeliveryID: retried.Delivery.ID, Reason: "gave up"})
+	republished := p.queued("acme")
+	p.exec(republished.TaskID, aggregate.RepublishReady{DeliveryID: republished.Delivery.ID, LostSeq: 1, ReadySeq: 12})
 	rejectedID := events.NewID()
 	p.exec(rejectedID, aggregate.Reject{TaskID: rejectedID, CustomerID: "acme", Spec: events.TaskSpec{RootID: rejectedID, Queue: "q", TimeoutSeconds: 60}, Reason: "quota"})
 	readLate := p.scheduled("beta")
@@ -429,6 +431,10 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	// (g) ReadyPublished for a task that is already running.
 	g := p.running("beta")
 	expect(p.plant(p.subject(g), p.encode(g, g.Version+1, events.ReadyPublished{DeliveryID: g.Claim.DeliveryID})), g.TaskID, replay.IllegalEvent)
+	// (g2) ReadyRepublished for a task that is still scheduled.
+	g2 := p.scheduled("beta")
+	g2, _ = p.exec(g2.TaskID, aggregate.ReleaseDue{DeliveryID: events.NewID()})
+	expect(p.plant(p.subject(g2), p.encode(g2, g2.Version+1, events.ReadyRepublished{DeliveryID: g2.Delivery.ID, ReadySeq: 4})), g2.TaskID, replay.IllegalEvent)
 	// (h) A valid event of one task stored on another task's subject.
 	h, other := p.scheduled("beta"), p.scheduled("beta")
 	expect(p.plant(p.subject(other), p.encode(h, h.Version+1, events.Canceled{Reason: "misfiled"})), h.TaskID, replay.WrongSubject)

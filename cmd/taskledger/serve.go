@@ -149,9 +149,9 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	checkerURL := fs.String("usage-checker-url", "", "external usage checker asked about each new root task (fails open)")
 	maxInFlight := fs.Int("max-inflight", 1024, "API requests served at once (long polls aside); more answer 503 with Retry-After (-1: no limit)")
 	retain := retainFlag(fs)
-	maxLineageTasks := fs.Int("max-lineage-tasks", scheduler.DefaultMaxLineageTasks, "tasks in one lineage (a root and its descendants); past it scheduling a child answers 409 lineage_limit (-1: no limit)")
-	maxLineageDepth := fs.Int("max-lineage-depth", scheduler.DefaultMaxLineageDepth, "levels of children below a root; past it scheduling a child answers 409 lineage_limit (-1: no limit)")
 	maxEventBytes := fs.Int("max-event-bytes", 0, "largest event the log takes, as the event stream's max message size (0: the NATS server's max_payload, 1 MiB by default); a larger one answers 413")
+	var lf limitFlags
+	lf.register(fs)
 	name := fs.String("name", "", "this scheduler's name in the events it writes (default: hostname)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "auto", "text, json, or auto (text on a terminal)")
@@ -161,16 +161,12 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	if err := checkRetain(*retain); err != nil {
 		return err
 	}
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"max-lineage-tasks", *maxLineageTasks}, {"max-lineage-depth", *maxLineageDepth}} {
-		if f.v == 0 || f.v < -1 {
-			return fmt.Errorf("%w: --%s %d: want a positive number, or -1 for no limit", errUsage, f.name, f.v)
-		}
-	}
 	if *maxEventBytes < 0 || *maxEventBytes > math.MaxInt32 {
 		return fmt.Errorf("%w: --max-event-bytes %d: want 0 to %d", errUsage, *maxEventBytes, math.MaxInt32)
+	}
+	alarm, limits, err := lf.check()
+	if err != nil {
+		return err
 	}
 	log, err := newLogger(*logLevel, *logFormat)
 	if err != nil {
@@ -208,8 +204,8 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	defer closeNATS()
 	n, err := node.New(ctx, node.Config{
 		NC: nc, Stream: nf.stream, Replicas: nf.replicas, Name: *name, Tokens: tokens, Admission: admission, MaxInFlight: *maxInFlight,
-		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain,
-		MaxLineageTasks: *maxLineageTasks, MaxLineageDepth: *maxLineageDepth, MaxEventBytes: int32(*maxEventBytes),
+		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain, Alarm: alarm, Limits: limits,
+		MaxEventBytes: int32(*maxEventBytes),
 	})
 	if err != nil {
 		return err

@@ -38,6 +38,9 @@ func TestClaimNext(t *testing.T) {
 func TestClaimNextGoneClient(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	// A queue gets its consumer, and polls their place in its line, once
+	// it has a task.
+	mustSchedule(t, b, api.ScheduleRequest{Queue: "hangup", DelaySeconds: new(3600.0)})
 	ctx, hangUp := context.WithCancel(context.Background())
 	gone := make(chan error, 1)
 	go func() {

@@ -25,6 +25,7 @@ var wireErrors = []struct {
 	{scheduler.ErrParentTerminal, api.ErrParentTerminal},
 	{scheduler.ErrLineageLimit, api.ErrLineageLimit},
 	{aggregate.ErrTooLarge, api.ErrPayloadTooLarge}, // permanent: never retried as unavailable
+	{scheduler.ErrTooManyPolls, api.ErrTooManyPolls},
 	{scheduler.ErrUnavailable, api.ErrUnavailable},
 	{aggregate.ErrConflict, api.ErrUnavailable}, // lost every OCC retry: try again
 	{context.DeadlineExceeded, api.ErrUnavailable},

@@ -166,7 +166,7 @@ func TestRelatedTaskMustBeVisible(t *testing.T) {
 // (issue 13, Other).
 func TestLineageLimits(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *node.Config) { c.MaxLineageTasks, c.MaxLineageDepth = 4, 2 })
+	b := setup(t, func(c *node.Config) { c.Limits.MaxLineageTasks, c.Limits.MaxLineageDepth = 4, 2 })
 	ctx := context.Background()
 	root := mustSchedule(t, b, api.ScheduleRequest{})
 	child := mustSchedule(t, b, api.ScheduleRequest{ParentID: root.ID, RequestID: "child"})

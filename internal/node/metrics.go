@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/reactors"
 )
@@ -34,7 +35,7 @@ func newRegistry(eng *projections.Engine) *prometheus.Registry {
 	for t := range projections.NumTimers {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "taskledger_timer_queue_length",
-			Help:        "Tasks waiting in a timer queue (release, deliver, expire, report).",
+			Help:        "Tasks waiting in a timer queue (release, deliver, expire, report, republish).",
 			ConstLabels: prometheus.Labels{"timer": t.String()},
 		}, func() float64 { return float64(eng.TimerLen(t)) }))
 	}
@@ -83,4 +84,15 @@ func observeAlarm(reg prometheus.Registerer) func(projections.Timer, time.Durati
 		}
 		actions.WithLabelValues(t.String(), outcome).Inc()
 	}
+}
+
+// countExhausted returns an AlarmConfig.Exhausted that counts the
+// deliveries the alarm gave up on.
+func countExhausted(reg prometheus.Registerer) func(aggregate.State) {
+	exhausted := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "taskledger_deliveries_exhausted_total",
+		Help: "Ready notifications the alarm gave up publishing (the delivery budget spent); each task failed.",
+	})
+	reg.MustRegister(exhausted)
+	return func(aggregate.State) { exhausted.Inc() }
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
@@ -35,6 +36,7 @@ type Config struct {
 	Tokens      map[string]string
 	MaxInFlight int // API requests served at once; default 1024, -1 no limit
 	Admission   scheduler.Admission
+	Limits      scheduler.Limits // per-customer polls and queues, lineage bounds, queue expiry
 	Alarm       reactors.AlarmConfig
 	Logger      zerolog.Logger
 	Registry    *prometheus.Registry // default a new one with runtime and projection metrics
@@ -50,9 +52,6 @@ type Config struct {
 	// MaxEventBytes, if above 0, caps the event stream's message size
 	// below the NATS server's max payload (store.Config.MaxEventBytes).
 	MaxEventBytes int32
-	// MaxLineageTasks and MaxLineageDepth bound a lineage
-	// (scheduler.Config); 0 means the defaults, -1 no limit.
-	MaxLineageTasks, MaxLineageDepth int
 }
 
 // SnapshotBucket is the object store bucket of a stream's projection
@@ -98,7 +97,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := reactors.EnsureReadyStream(ctx, st.JetStream(), cfg.ReadyStream, cfg.Subjects, cfg.Replicas); err != nil {
+	ready, err := reactors.EnsureReadyStream(ctx, st.JetStream(), cfg.ReadyStream, cfg.Subjects, cfg.Replicas)
+	if err != nil {
 		st.Close()
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		pcfg.Snapshots = snaps
 	}
-	n, err := build(cfg, st, pcfg)
+	n, err := build(cfg, st, pcfg, ready)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -123,8 +123,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// build makes the parts on an open store.
-func build(cfg Config, st *store.Store, pcfg projections.Config) (*Node, error) {
+// build makes the parts on an open store and ready stream.
+func build(cfg Config, st *store.Store, pcfg projections.Config, ready jetstream.Stream) (*Node, error) {
 	eng, err := projections.New(pcfg)
 	if err != nil {
 		return nil, err
@@ -135,17 +135,20 @@ func build(cfg Config, st *store.Store, pcfg projections.Config) (*Node, error) 
 	svc, err := scheduler.New(scheduler.Config{
 		Store: st, Views: eng, JS: st.JetStream(), ReadyStream: cfg.ReadyStream, Subjects: cfg.Subjects,
 		Usage: eng, Admission: cfg.Admission, Logger: cfg.Logger, Metrics: scheduler.NewMetrics(cfg.Registry),
-		MaxLineageTasks: cfg.MaxLineageTasks, MaxLineageDepth: cfg.MaxLineageDepth,
+		Limits: cfg.Limits,
 	})
 	if err != nil {
 		return nil, err
 	}
 	alarmCfg := cfg.Alarm
 	alarmCfg.Store, alarmCfg.Projection = st, eng
-	alarmCfg.Publisher = reactors.ReadyPublisher{JS: st.JetStream(), Subjects: cfg.Subjects}
+	alarmCfg.Publisher = reactors.ReadyPublisher{JS: st.JetStream(), Subjects: cfg.Subjects, Stream: ready}
 	alarmCfg.Logger, alarmCfg.Now = cfg.Logger, cfg.Now
 	if alarmCfg.Observe == nil {
 		alarmCfg.Observe = observeAlarm(cfg.Registry)
+	}
+	if alarmCfg.Exhausted == nil {
+		alarmCfg.Exhausted = countExhausted(cfg.Registry)
 	}
 	alarm, err := reactors.NewAlarm(alarmCfg)
 	if err != nil {

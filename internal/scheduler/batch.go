@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -98,38 +97,5 @@ func (s *Service) ClaimBatch(ctx context.Context, p Principal, queue, executorID
 	if err := checkBatch(limit); err != nil {
 		return nil, err
 	}
-	d, err := s.dispatcher(ctx, queue)
-	if err != nil {
-		return nil, s.unavailable(err)
-	}
-	waitCtx, cancel := context.WithTimeout(ctx, min(max(wait, minWait), MaxWait))
-	defer cancel()
-	defer context.AfterFunc(s.closing, cancel)()
-	for {
-		offers, err := d.take(waitCtx, p.customerFilter(), limit, claimLinger)
-		switch {
-		case err != nil && waitCtx.Err() != nil:
-			return nil, nil // waited in vain
-		case err != nil:
-			return nil, s.unavailable(err)
-		}
-		claimed := make([]aggregate.State, len(offers))
-		errs := make([]error, len(offers))
-		ok := make([]bool, len(offers))
-		inParallel(len(offers), func(i int) {
-			claimed[i], ok[i], errs[i] = s.claimNotified(ctx, offers[i].msg, offers[i].note, executorID)
-		})
-		var out []aggregate.State
-		for i := range offers {
-			if ok[i] {
-				out = append(out, claimed[i])
-			}
-		}
-		if len(out) > 0 {
-			return out, nil
-		}
-		if err := errors.Join(errs...); err != nil {
-			return nil, err
-		}
-	}
+	return s.claimWaiting(ctx, p, queue, executorID, limit, claimLinger, wait)
 }

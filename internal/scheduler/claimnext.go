@@ -27,19 +27,109 @@ type dispatchers struct {
 	m  map[string]*dispatcher
 }
 
+// dispatcher returns queue's dispatcher. It creates the queue's consumer
+// (or creates it again) the first time, and when the dispatcher has not
+// pulled for half of QueueIdle: the server may have deleted the idle
+// consumer, or be about to.
 func (s *Service) dispatcher(ctx context.Context, queue string) (*dispatcher, error) {
 	s.dispatchers.mu.Lock()
 	defer s.dispatchers.mu.Unlock()
-	if d, ok := s.dispatchers.m[queue]; ok {
+	d, ok := s.dispatchers.m[queue]
+	if ok && !d.idleFor(s.cfg.QueueIdle/2) {
 		return d, nil
 	}
-	c, err := s.cfg.JS.CreateOrUpdateConsumer(ctx, s.cfg.ReadyStream, executor.ReadyConsumerConfig(s.cfg.Subjects, queue, s.cfg.AckWait))
+	cc := executor.ReadyConsumerConfig(s.cfg.Subjects, queue, s.cfg.AckWait)
+	cc.InactiveThreshold = s.cfg.QueueIdle
+	c, err := s.cfg.JS.CreateOrUpdateConsumer(ctx, s.cfg.ReadyStream, cc)
 	if err != nil {
 		return nil, fmt.Errorf("ready consumer for %s: %w", queue, err)
 	}
-	d := newDispatcher(c, s.cfg.Logger)
+	if ok {
+		d.setConsumer(c)
+		return d, nil
+	}
+	d = newDispatcher(c, s.cfg.Logger)
 	s.dispatchers.m[queue] = d
 	return d, nil
+}
+
+// unknownQueuePoll is how often a claimer on a queue nobody scheduled a
+// task on looks again whether one was.
+const unknownQueuePoll = 100 * time.Millisecond
+
+// poll begins a long poll of p on queue for up to wait (at least minWait,
+// at most MaxWait): it takes one of p's long-poll slots and, once a task
+// was scheduled on queue (a claimer on a queue that never had one waits
+// without creating anything for it), the queue's dispatcher. The wait's
+// deadline and Service.Close end waitCtx; end releases the slot. d is nil
+// (and there is nothing to end) when the wait ended before the queue had a
+// task.
+func (s *Service) poll(ctx context.Context, p Principal, queue string, wait time.Duration) (d *dispatcher, waitCtx context.Context, end func(), err error) {
+	leave, err := s.holdPoll(p)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, min(max(wait, minWait), MaxWait))
+	stop := context.AfterFunc(s.closing, cancel)
+	end = func() { stop(); cancel(); leave() }
+	if !s.awaitQueue(waitCtx, queue) {
+		end()
+		return nil, nil, nil, nil
+	}
+	if d, err = s.dispatcher(ctx, queue); err != nil {
+		end()
+		return nil, nil, nil, s.unavailable(err)
+	}
+	return d, waitCtx, end, nil
+}
+
+// awaitQueue waits until the projections know a task scheduled on queue,
+// and reports false if ctx ended first.
+func (s *Service) awaitQueue(ctx context.Context, queue string) bool {
+	if s.cfg.Views.HasQueue(queue) {
+		return true
+	}
+	tick := time.NewTicker(unknownQueuePoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+			if s.cfg.Views.HasQueue(queue) {
+				return true
+			}
+		}
+	}
+}
+
+// polls counts each customer's long polls in progress.
+type polls struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// holdPoll takes one of p's MaxPollsPerCustomer long-poll slots and
+// returns its release; past the limit it fails with ErrTooManyPolls. An
+// operator's polls are not limited.
+func (s *Service) holdPoll(p Principal) (func(), error) {
+	limit := s.cfg.MaxPollsPerCustomer
+	if p.IsOperator() || limit < 0 {
+		return func() {}, nil
+	}
+	s.polls.mu.Lock()
+	defer s.polls.mu.Unlock()
+	if s.polls.n[p.CustomerID] >= limit {
+		return nil, fmt.Errorf("%w: customer %s holds %d long polls, at most %d", ErrTooManyPolls, p.CustomerID, limit, limit)
+	}
+	s.polls.n[p.CustomerID]++
+	return func() {
+		s.polls.mu.Lock()
+		defer s.polls.mu.Unlock()
+		if s.polls.n[p.CustomerID]--; s.polls.n[p.CustomerID] == 0 {
+			delete(s.polls.n, p.CustomerID)
+		}
+	}, nil
 }
 
 // Waiting returns how many claimers wait on queue in this process.
@@ -64,33 +154,185 @@ const minWait = 20 * time.Millisecond
 // false when nothing could be claimed in time. Notifications are
 // at-least-once: one whose token is stale (the task was claimed, canceled
 // or re-released) is dropped and the wait goes on. A customer principal
-// claims only its own tasks; others' stay queued. Service.Close ends the
-// wait at once.
+// claims only its own tasks, its queued ones straight from the
+// projections first (claimQueued), so it never waits behind others'
+// notifications. Service.Close ends the wait at once. A customer holding
+// MaxPollsPerCustomer polls already gets ErrTooManyPolls; a poll on a
+// queue no task was scheduled on waits without creating anything for the
+// queue.
 func (s *Service) ClaimNext(ctx context.Context, p Principal, queue, executorID string, wait time.Duration) (st aggregate.State, ok bool, err error) {
 	if err := validIDs("queue", queue, "executorId", executorID); err != nil {
 		return st, false, err
 	}
-	d, err := s.dispatcher(ctx, queue)
-	if err != nil {
-		return st, false, s.unavailable(err)
+	got, err := s.claimWaiting(ctx, p, queue, executorID, 1, 0, wait)
+	if len(got) == 0 {
+		return st, false, err
 	}
-	// The deadline and shutdown end the wait, never a claim under way:
-	// that runs on the caller's ctx until its answer.
-	waitCtx, cancel := context.WithTimeout(ctx, min(max(wait, minWait), MaxWait))
-	defer cancel()
-	defer context.AfterFunc(s.closing, cancel)()
+	return got[0], true, nil
+}
+
+// claimWaiting waits up to wait for tasks of queue p may claim and claims
+// up to max of them for executorID: from the first notifications that
+// arrive (collecting more for linger), or, for a customer, straight from
+// the projections (see claimQueued), whichever comes first. The deadline
+// and shutdown end the wait, never a claim under way: that runs on the
+// caller's ctx until its answer. It fails only when nothing was claimed.
+func (s *Service) claimWaiting(ctx context.Context, p Principal, queue, executorID string, max int, linger, wait time.Duration) ([]aggregate.State, error) {
+	d, waitCtx, end, err := s.poll(ctx, p, queue, wait)
+	if err != nil || d == nil {
+		return nil, err
+	}
+	defer end()
 	for {
-		msg, n, err := d.next(waitCtx, p.customerFilter())
+		takeCtx, cancel := waitCtx, context.CancelFunc(func() {})
+		if !p.IsOperator() {
+			// Watch for the customer's next queued task before looking,
+			// so none slips between the look and the wait.
+			sig := s.cfg.Views.QueuedSignal(p.CustomerID, queue)
+			if got, err := s.claimQueued(ctx, p, queue, executorID, max); len(got) > 0 || err != nil {
+				return got, err
+			}
+			takeCtx, cancel = untilClosed(waitCtx, sig)
+		}
+		offers, err := d.take(takeCtx, p.customerFilter(), max, linger)
+		cancel()
 		switch {
 		case err != nil && waitCtx.Err() != nil:
-			return st, false, nil // waited in vain
+			return nil, nil // waited in vain
+		case errors.Is(err, context.Canceled):
+			continue // the customer has a task queued: claim it
 		case err != nil:
-			return st, false, s.unavailable(err)
+			return nil, s.unavailable(err)
 		}
-		if st, ok, err = s.claimNotified(ctx, msg, n, executorID); ok || err != nil {
-			return st, ok, err
+		claimed := make([]aggregate.State, len(offers))
+		errs := make([]error, len(offers))
+		ok := make([]bool, len(offers))
+		inParallel(len(offers), func(i int) {
+			claimed[i], ok[i], errs[i] = s.claimNotified(ctx, offers[i].msg, offers[i].note, executorID)
+		})
+		var out []aggregate.State
+		for i := range offers {
+			if ok[i] {
+				out = append(out, claimed[i])
+			}
+		}
+		if len(out) > 0 {
+			return out, nil
+		}
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
 		}
 	}
+}
+
+// claimQueued claims up to max of customer p's queued tasks on queue
+// straight from the projections, those published longest ago first, with
+// their current tokens: a customer's claim never waits behind other
+// customers' notifications on a shared queue. Tasks another claim of this
+// process is trying are passed over; one that moved on meanwhile is
+// skipped. Each claimed task's notification is deleted from the ready
+// stream (it would only be stale). It fails only when nothing was claimed
+// and the log could not answer.
+func (s *Service) claimQueued(ctx context.Context, p Principal, queue, executorID string, max int) ([]aggregate.State, error) {
+	cands := s.claiming.reserve(func(skip func(string) bool) []aggregate.State {
+		return s.cfg.Views.Queued(p.CustomerID, queue, max, skip)
+	})
+	defer s.claiming.release(cands)
+	claimed := make([]aggregate.State, len(cands))
+	errs := make([]error, len(cands))
+	inParallel(len(cands), func(i int) {
+		crashpoint.Hit(crashpoint.ClaimReceived)
+		st, _, err := s.cfg.Store.Execute(ctx, cands[i].TaskID, executorID, aggregate.Claim{DeliveryID: cands[i].Delivery.ID, ExecutorID: executorID})
+		switch {
+		case err == nil:
+			crashpoint.Hit(crashpoint.Claimed)
+			s.dropNotification(ctx, st)
+			claimed[i], errs[i] = st, s.settle(ctx, st)
+		case !errors.Is(err, aggregate.ErrNotClaimable) && !errors.Is(err, aggregate.ErrTokenMismatch) && !errors.Is(err, aggregate.ErrNotFound):
+			errs[i] = s.unavailable(err)
+		}
+	})
+	var out []aggregate.State
+	for _, st := range claimed {
+		if st.Exists() {
+			out = append(out, st)
+		}
+	}
+	if len(out) > 0 {
+		return out, nil
+	}
+	return nil, errors.Join(errs...)
+}
+
+// dropNotification deletes the ready notification of a task claimed
+// without it; a failure only leaves a stale notification, which its
+// claimer acknowledges.
+func (s *Service) dropNotification(ctx context.Context, st aggregate.State) {
+	if st.Delivery.ReadySeq == 0 {
+		return
+	}
+	rs, err := s.readyStream(ctx)
+	if err == nil {
+		err = rs.DeleteMsg(ctx, st.Delivery.ReadySeq)
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		s.cfg.Logger.Debug().Err(err).Str("task", st.TaskID).Msg("stale ready notification not deleted")
+	}
+}
+
+// readyStream returns the ready stream's handle, looked up once.
+func (s *Service) readyStream(ctx context.Context) (jetstream.Stream, error) {
+	s.ready.mu.Lock()
+	defer s.ready.mu.Unlock()
+	if s.ready.stream == nil {
+		rs, err := s.cfg.JS.Stream(ctx, s.cfg.ReadyStream)
+		if err != nil {
+			return nil, err
+		}
+		s.ready.stream = rs
+	}
+	return s.ready.stream, nil
+}
+
+// claiming holds the tasks this process's claimQueued calls are trying.
+type claiming struct {
+	mu  sync.Mutex
+	ids map[string]struct{}
+}
+
+// reserve returns the candidates list gives when it passes over those
+// already reserved, now reserved; one lock covers both, so two claims
+// never pick the same task.
+func (c *claiming) reserve(list func(skip func(taskID string) bool) []aggregate.State) []aggregate.State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cands := list(func(id string) bool { _, ok := c.ids[id]; return ok })
+	for _, st := range cands {
+		c.ids[st.TaskID] = struct{}{}
+	}
+	return cands
+}
+
+func (c *claiming) release(cands []aggregate.State) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, st := range cands {
+		delete(c.ids, st.TaskID)
+	}
+}
+
+// untilClosed returns a context that ctx's end or the closing of sig
+// cancels.
+func untilClosed(ctx context.Context, sig <-chan struct{}) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-sig:
+			cancel()
+		case <-c.Done():
+		}
+	}()
+	return c, cancel
 }
 
 // claimNotified claims the task of notification n for executorID and

@@ -45,10 +45,11 @@ const (
 // for the next one. A waiting claimer costs a list element and a channel,
 // never a pull request of its own. It is safe for concurrent use.
 type dispatcher struct {
-	cons jetstream.Consumer
-	log  zerolog.Logger
+	log zerolog.Logger
 
 	mu        sync.Mutex
+	cons      jetstream.Consumer
+	lastPull  time.Time // when the last pull ended; zero after one failed
 	waiters   list.List // of *waiter, in arrival order
 	wanted    int       // notifications the waiters still want, summed
 	requested int       // notifications asked for by pulls in flight, not yet received
@@ -81,7 +82,22 @@ type offer struct {
 }
 
 func newDispatcher(cons jetstream.Consumer, log zerolog.Logger) *dispatcher {
-	return &dispatcher{cons: cons, log: log}
+	return &dispatcher{cons: cons, log: log, lastPull: time.Now()}
+}
+
+// idleFor reports whether no pull is in flight and none ended within d
+// (or the last one failed): the server may have deleted the consumer.
+func (d *dispatcher) idleFor(dur time.Duration) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.fetches == 0 && time.Since(d.lastPull) > dur
+}
+
+// setConsumer makes the dispatcher pull from cons from now on.
+func (d *dispatcher) setConsumer(cons jetstream.Consumer) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.cons, d.lastPull = cons, time.Now()
 }
 
 // next waits until a notification that customer ("" for any) may claim
@@ -173,15 +189,16 @@ func (d *dispatcher) pullLocked() {
 		d.requested += n
 		d.fetches++
 		d.pulls.Add(1)
-		go d.fetch(n)
+		go d.fetch(d.cons, n)
 	}
 }
 
-// fetch pulls up to n notifications and offers each as it arrives.
-func (d *dispatcher) fetch(n int) {
+// fetch pulls up to n notifications from cons and offers each as it
+// arrives.
+func (d *dispatcher) fetch(cons jetstream.Consumer, n int) {
 	defer d.pulls.Done()
 	received := 0
-	batch, err := d.cons.Fetch(n, jetstream.FetchMaxWait(fetchSlice))
+	batch, err := cons.Fetch(n, jetstream.FetchMaxWait(fetchSlice))
 	if err == nil {
 		for msg := range batch.Messages() {
 			received++
@@ -196,7 +213,9 @@ func (d *dispatcher) fetch(n int) {
 	defer d.mu.Unlock()
 	d.requested -= n - received
 	d.fetches--
+	d.lastPull = time.Now()
 	if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
+		d.lastPull = time.Time{} // the next claimer makes sure the consumer exists
 		// The log cannot be read: every waiter hears it now rather than
 		// at its deadline, and a new claimer starts a new pull.
 		for e := d.waiters.Front(); e != nil; e = d.waiters.Front() {

@@ -18,8 +18,9 @@ type MailItem struct {
 // AppendMail adds a message to a task's mailbox and returns its id and
 // index. A message id seen before answers its original index, even on a
 // terminal task; a new message on a terminal task is aggregate.ErrTerminal.
-// Appending to a scheduled task also checks that its release or pending
-// delivery is in the timer queues, and repairs it if not.
+// Appending to a live task also checks that its release, pending
+// delivery, notification check (queued) or deadline is in the timer
+// queues, and repairs it if not.
 func (s *Service) AppendMail(ctx context.Context, p Principal, id string, msg events.Message) (string, int, error) {
 	if msg.ID == "" {
 		msg.ID = events.NewID()
@@ -29,9 +30,9 @@ func (s *Service) AppendMail(ctx context.Context, p Principal, id string, msg ev
 	if err != nil {
 		return "", 0, err
 	}
-	if st.Status == aggregate.StatusScheduled && s.cfg.Views.Repair(st) {
+	if !st.Status.Terminal() && s.cfg.Views.Repair(st) {
 		s.cfg.Metrics.Repairs.Inc()
-		s.cfg.Logger.Warn().Str("task", id).Msg("timer queue lacked the task's release or delivery; repaired from the log")
+		s.cfg.Logger.Warn().Str("task", id).Str("status", string(st.Status)).Msg("timer queue lacked the task; repaired from the log")
 	}
 	return msg.ID, st.MailIndex(msg.ID), nil
 }

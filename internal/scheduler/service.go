@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,6 +20,7 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/executor"
 	"github.com/taskledger/taskledger/internal/crashpoint"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
@@ -31,14 +33,11 @@ var (
 	// ErrUnavailable: the log or the projections could not answer in time.
 	ErrUnavailable = errors.New("scheduler: unavailable")
 	// ErrLineageLimit: a child would make its lineage deeper than
-	// Config.MaxLineageDepth or larger than Config.MaxLineageTasks.
+	// Limits.MaxLineageDepth or larger than Limits.MaxLineageTasks.
 	ErrLineageLimit = errors.New("scheduler: lineage limit reached")
-)
-
-// Defaults of the lineage bounds.
-const (
-	DefaultMaxLineageTasks = 1000 // tasks in one lineage, its root included
-	DefaultMaxLineageDepth = 16   // levels below the root
+	// ErrTooManyPolls: a customer already holds MaxPollsPerCustomer long
+	// polls (claims/next, batch claims).
+	ErrTooManyPolls = errors.New("scheduler: too many long polls")
 )
 
 // Store is the log as the service uses it.
@@ -67,6 +66,16 @@ type Views interface {
 	Ancestors(id string) ([]aggregate.State, error)
 	List(f projections.Filter, after string, limit int) []aggregate.State
 	Repair(s aggregate.State) bool
+	// HasQueue reports whether a task was ever scheduled on queue.
+	HasQueue(queue string) bool
+	// CustomerQueue reports whether customerID has a live task on queue,
+	// and on how many queues it has live tasks.
+	CustomerQueue(customerID, queue string) (live bool, queues int)
+	// Queued returns up to limit of customerID's queued tasks on queue,
+	// published longest ago first, skipping those skip reports.
+	Queued(customerID, queue string, limit int, skip func(taskID string) bool) []aggregate.State
+	// QueuedSignal is closed once a task of customerID is queued on queue.
+	QueuedSignal(customerID, queue string) <-chan struct{}
 }
 
 // Config configures a Service.
@@ -86,18 +95,49 @@ type Config struct {
 	// AckWait is how long a claims/next notification stays invisible to
 	// other claimers while one claims it; default 30s.
 	AckWait time.Duration
+	Limits
+}
+
+// Limits are the service's per-customer and per-lineage bounds and its
+// queues' expiry; zero values mean the defaults.
+type Limits struct {
 	// MaxLineageTasks bounds the tasks of one lineage (a root and all its
 	// descendants); default DefaultMaxLineageTasks, -1 no limit.
 	MaxLineageTasks int
 	// MaxLineageDepth bounds how many levels below its root a task may
 	// be; default DefaultMaxLineageDepth, -1 no limit.
 	MaxLineageDepth int
+	// MaxPollsPerCustomer bounds the long polls one customer holds at
+	// once in this process; default DefaultMaxPollsPerCustomer, negative
+	// no limit. An operator's polls are not counted.
+	MaxPollsPerCustomer int
+	// MaxQueuesPerCustomer bounds the queues a customer has live tasks
+	// on; a task on one more is ErrInvalid. Default
+	// DefaultMaxQueuesPerCustomer, negative no limit.
+	MaxQueuesPerCustomer int
+	// QueueIdle is how long the server keeps a queue's ready consumer
+	// without a pull; default executor.ReadyConsumerIdle.
+	QueueIdle time.Duration
 }
+
+// Defaults of the bounds.
+const (
+	DefaultMaxPollsPerCustomer  = 256
+	DefaultMaxQueuesPerCustomer = 100
+	DefaultMaxLineageTasks      = 1000 // tasks in one lineage, its root included
+	DefaultMaxLineageDepth      = 16   // levels below the root
+)
 
 // Service is safe for concurrent use.
 type Service struct {
 	cfg         Config
 	dispatchers dispatchers
+	polls       polls
+	claiming    claiming
+	ready       struct {
+		mu     sync.Mutex
+		stream jetstream.Stream // nil until first needed
+	}
 	// closing ends long polls when the process shuts down.
 	closing context.Context
 	close   context.CancelFunc
@@ -131,11 +171,21 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Subjects.Root == "" {
 		cfg.Subjects = events.DefaultSubjects
 	}
+	if cfg.MaxPollsPerCustomer == 0 {
+		cfg.MaxPollsPerCustomer = DefaultMaxPollsPerCustomer
+	}
+	if cfg.MaxQueuesPerCustomer == 0 {
+		cfg.MaxQueuesPerCustomer = DefaultMaxQueuesPerCustomer
+	}
+	if cfg.QueueIdle <= 0 {
+		cfg.QueueIdle = executor.ReadyConsumerIdle
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
 	closing, close := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, dispatchers: dispatchers{m: make(map[string]*dispatcher)}, closing: closing, close: close}, nil
+	return &Service{cfg: cfg, dispatchers: dispatchers{m: make(map[string]*dispatcher)}, polls: polls{n: make(map[string]int)},
+		claiming: claiming{ids: make(map[string]struct{})}, closing: closing, close: close}, nil
 }
 
 // Close ends every long poll in progress (they answer "nothing ready") so
@@ -354,6 +404,9 @@ func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, s
 	if err := events.ValidID(customerID); err != nil {
 		return events.TaskSpec{}, "", invalid("customerId: %v", err)
 	}
+	if err := s.checkQueues(customerID, queue); err != nil {
+		return events.TaskSpec{}, "", err
+	}
 	// Checked before the parent is loaded: "*" or ">" would match every
 	// task's subject.
 	if req.ParentID != "" {
@@ -370,6 +423,20 @@ func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, s
 		Queue: queue, Signal: req.Signal, Repo: req.Repo, Message: msg,
 		RunAt: runAt.UTC(), TimeoutSeconds: timeout,
 	}, customerID, nil
+}
+
+// checkQueues refuses a task on one more queue than MaxQueuesPerCustomer
+// queues the customer has live tasks on. Counts come from the projections,
+// so racing requests may overshoot by those in flight.
+func (s *Service) checkQueues(customerID, queue string) error {
+	max := s.cfg.MaxQueuesPerCustomer
+	if max < 0 {
+		return nil
+	}
+	if live, n := s.cfg.Views.CustomerQueue(customerID, queue); !live && n >= max {
+		return invalid("customer %s has live tasks on %d queues, at most %d: use one of those, or wait for their tasks to finish", customerID, n, max)
+	}
+	return nil
 }
 
 // maxDelaySeconds bounds how far ahead a task may be scheduled: 52 of the
