@@ -36,7 +36,8 @@ var (
 	ErrInvalid = &Error{Status: http.StatusBadRequest, Code: "invalid_argument", Message: "invalid argument"}
 	// ErrUnauthenticated (401): the server needs a known bearer token.
 	ErrUnauthenticated = &Error{Status: http.StatusUnauthorized, Code: "unauthenticated", Message: "a valid bearer token is required"}
-	// ErrForbidden (403): a cross-origin browser request.
+	// ErrForbidden (403): a cross-origin browser request, or (without an
+	// auth file) a Host that is not a loopback name or address.
 	ErrForbidden = &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "cross-origin browser requests are refused"}
 	// ErrNotFound (404): no such task for this caller (another customer's
 	// task is not found either), or no such route.
@@ -50,11 +51,17 @@ var (
 	ErrNotClaimable = &Error{Status: http.StatusConflict, Code: "conflict", Reason: "not_claimable", Message: "task is not claimable"}
 	// ErrParentTerminal (409): a child was scheduled under an ended parent.
 	ErrParentTerminal = &Error{Status: http.StatusConflict, Code: "conflict", Reason: "parent_terminal", Message: "parent task is terminal"}
+	// ErrRequestTimeout (408): the body did not arrive within the
+	// server's body timeout.
+	ErrRequestTimeout = &Error{Status: http.StatusRequestTimeout, Code: "request_timeout", Message: "request body timed out"}
 	// ErrPayloadTooLarge (413): the body is over MaxBodyBytes.
 	ErrPayloadTooLarge = &Error{Status: http.StatusRequestEntityTooLarge, Code: "payload_too_large", Message: "body too large"}
 	// ErrAdmissionRejected (429): a quota refused a new root task; the
 	// Error's Task is the task as recorded (canceled).
 	ErrAdmissionRejected = &Error{Status: http.StatusTooManyRequests, Code: "admission_rejected", Message: "admission rejected"}
+	// ErrHeaderTooLarge (431): the request's header block is over the
+	// server's limit.
+	ErrHeaderTooLarge = &Error{Status: http.StatusRequestHeaderFieldsTooLarge, Code: "header_too_large", Message: "request header too large"}
 	// ErrUnavailable (503): the server could not answer in time; retry
 	// after a moment.
 	ErrUnavailable = &Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "unavailable"}

@@ -22,7 +22,9 @@ import (
 
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/broker"
+	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/internal/node"
+	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/projections"
 )
@@ -102,10 +104,7 @@ func requireLoopback(hostport string) error {
 	if err != nil {
 		return err
 	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+	if httpapi.LoopbackHost(host) {
 		return nil
 	}
 	return fmt.Errorf("%s is not a loopback address", hostport)
@@ -147,6 +146,13 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	maxPerMinute := fs.Int("max-roots-per-minute", 0, "default quota: new root tasks per customer per minute (0 = unlimited)")
 	checkerURL := fs.String("usage-checker-url", "", "external usage checker asked about each new root task (fails open)")
 	maxInFlight := fs.Int("max-inflight", 1024, "API requests served at once (long polls aside); more answer 503 with Retry-After (-1: no limit)")
+	var limits httpapi.Limits
+	fs.DurationVar(&limits.ReadHeaderTimeout, "read-header-timeout", httpapi.DefaultReadHeaderTimeout, "time a client has to send a request's headers (-1s: no limit)")
+	bodyTimeout := fs.Duration("body-timeout", httpapi.DefaultBodyTimeout, "time a client has to send a request's whole body; later is 408 (-1s: no limit)")
+	fs.DurationVar(&limits.IdleTimeout, "idle-timeout", httpapi.DefaultIdleTimeout, "keep-alive connections idle this long are closed (-1s: never)")
+	fs.IntVar(&limits.MaxHeaderBytes, "max-header-bytes", httpapi.DefaultMaxHeaderBytes, "largest request header block; larger is 431")
+	fs.IntVar(&limits.MaxConns, "max-conns", httpapi.DefaultMaxConns, "HTTP connections open at once; more are answered 503 and closed (-1: no limit; mind ulimit -n)")
+	logRepeat := fs.Duration("log-repeat-interval", ratelog.DefaultInterval, "a repeated error is logged once, then as one count per interval")
 	retain := retainFlag(fs)
 	name := fs.String("name", "", "this scheduler's name in the events it writes (default: hostname)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -193,6 +199,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	defer closeNATS()
 	n, err := node.New(ctx, node.Config{
 		NC: nc, Stream: nf.stream, Replicas: nf.replicas, Name: *name, Tokens: tokens, Admission: admission, MaxInFlight: *maxInFlight,
+		HTTP: limits, BodyTimeout: *bodyTimeout, LogRepeatInterval: *logRepeat,
 		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain,
 	})
 	if err != nil {
@@ -202,7 +209,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: n.Handler, ReadHeaderTimeout: 10 * time.Second}
+	srv := n.Server
 	log.Info().Str("http", "http://"+ln.Addr().String()).Msg("taskledger serving")
 
 	g, gctx := errgroup.WithContext(ctx)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/httpapi"
+	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
@@ -34,6 +35,13 @@ type Config struct {
 	Name        string          // actor name of this node's events; default "scheduler"
 	Tokens      map[string]string
 	MaxInFlight int // API requests served at once; default 1024, -1 no limit
+	// HTTP bounds the API server's connections; BodyTimeout its request
+	// bodies (httpapi.DefaultBodyTimeout, -1 none).
+	HTTP        httpapi.Limits
+	BodyTimeout time.Duration
+	// LogRepeatInterval is how often a repeated error is summarized in
+	// the log instead of logged again; default ratelog.DefaultInterval.
+	LogRepeatInterval time.Duration
 	Admission   scheduler.Admission
 	Alarm       reactors.AlarmConfig
 	Logger      zerolog.Logger
@@ -60,7 +68,9 @@ type Node struct {
 	Engine  *projections.Engine
 	Service *scheduler.Service
 	Handler http.Handler
-	alarm   *reactors.Alarm
+	// Server serves Handler within Config.HTTP; Serve it on a listener.
+	Server *httpapi.Server
+	alarm  *reactors.Alarm
 }
 
 // New opens the streams and builds the parts. Run starts them.
@@ -143,13 +153,17 @@ func build(cfg Config, st *store.Store, pcfg projections.Config) (*Node, error) 
 	if err != nil {
 		return nil, err
 	}
+	errorLog := ratelog.New(cfg.Logger, cfg.LogRepeatInterval)
 	handler, err := httpapi.NewHandler(httpapi.ServerConfig{
-		Service: svc, Ready: eng, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Logger: cfg.Logger, MaxInFlight: cfg.MaxInFlight,
+		Service: svc, Ready: eng, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Logger: cfg.Logger, ErrorLog: errorLog,
+		MaxInFlight: cfg.MaxInFlight, BodyTimeout: cfg.BodyTimeout,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, alarm: alarm, Handler: handler}, nil
+	server := httpapi.NewServer(handler, cfg.HTTP, errorLog)
+	registerServerMetrics(cfg.Registry, server)
+	return &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, alarm: alarm, Handler: handler, Server: server}, nil
 }
 
 // Run runs the projection engine and, once it has caught up with the log,
