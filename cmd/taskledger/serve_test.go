@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -227,6 +229,57 @@ func TestServeRefusesBadRetain(t *testing.T) {
 		code, stderr := serveOutput(t, nil, "--retain", v)
 		if code != 2 || !strings.Contains(stderr, "retain") {
 			t.Errorf("--retain %s: exit %d, stderr:\n%s\nwant exit 2 naming --retain", v, code, stderr)
+		}
+	}
+}
+
+// TestServeHTTPLimitFlags: the edge's limits are serve's flags, and its
+// refusals answer JSON.
+func TestServeHTTPLimitFlags(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	p := startServer(t, t.TempDir(), addr, "--max-header-bytes", "2048", "--max-conns", "4", "--body-timeout", "300ms", "--idle-timeout", "1m")
+	p.client.HTTP.CloseIdleConnections()
+	exchange := func(raw string) (*http.Response, string, error) {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			return nil, "", err
+		}
+		t.Cleanup(func() { conn.Close() })
+		conn.SetDeadline(time.Now().Add(30 * time.Second))
+		go conn.Write([]byte(raw))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			return nil, "", err
+		}
+		body, err := io.ReadAll(resp.Body)
+		return resp, string(body), err
+	}
+	want := func(raw string, status int, code string) {
+		t.Helper()
+		resp, body, err := exchange(raw)
+		if err != nil {
+			t.Fatalf("%.40q: %v", raw, err)
+		}
+		if resp.StatusCode != status || !strings.Contains(body, `"error":"`+code+`"`) {
+			t.Fatalf("%.40q: %d %s, want %d %s", raw, resp.StatusCode, body, status, code)
+		}
+	}
+	want("GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: "+strings.Repeat("a", 8192)+"\r\n\r\n", http.StatusRequestHeaderFieldsTooLarge, "header_too_large")
+	want("POST /v1/tasks HTTP/1.1\r\nHost: localhost\r\nContent-Length: 10\r\n\r\n{", http.StatusRequestTimeout, "request_timeout")
+	want("GET /healthz HTTP/1.1\r\nHost: evil.example\r\n\r\n", http.StatusForbidden, "forbidden")
+	// Keep-alive connections up to --max-conns; one more is refused (a
+	// 503, or a close if it beat the request).
+	for i := 0; ; i++ {
+		resp, body, err := exchange("GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+		if err != nil || resp.StatusCode == http.StatusServiceUnavailable {
+			if err == nil && !strings.Contains(body, `"error":"unavailable"`) {
+				t.Fatalf("refused connection: %s, want the JSON error", body)
+			}
+			break
+		}
+		if i == 8 {
+			t.Fatal("9 connections held open with --max-conns 4")
 		}
 	}
 }

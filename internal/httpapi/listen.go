@@ -31,8 +31,8 @@ type Limits struct {
 	// IdleTimeout closes a keep-alive connection with no request for
 	// this long; default 120s.
 	IdleTimeout time.Duration
-	// MaxHeaderBytes bounds a request's header block; larger is 431.
-	// Default 64 KiB.
+	// MaxHeaderBytes bounds a request's header block (net/http allows
+	// 4 KiB of slack beyond it); larger is 431. Default 64 KiB.
 	MaxHeaderBytes int
 	// MaxConns bounds the connections open at once; past it a new one
 	// is answered 503 and closed at once. Default 4096.
