@@ -81,6 +81,7 @@ func openSlowBody(t *testing.T, b *bundle, expectContinue bool) *slowConn {
 		if err != nil {
 			t.Fatalf("waiting for 100 Continue: %v", err)
 		}
+		resp.Body.Close()
 		if resp.StatusCode != http.StatusContinue {
 			t.Fatalf("got %d before the body, want 100 Continue", resp.StatusCode)
 		}

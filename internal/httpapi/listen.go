@@ -137,7 +137,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-			if n := l.s.open.Add(1); l.s.maxConns > 0 && n > int64(l.s.maxConns) {
+		if n := l.s.open.Add(1); l.s.maxConns > 0 && n > int64(l.s.maxConns) {
 			l.s.open.Add(-1)
 			l.s.refused.Add(1)
 			c.SetWriteDeadline(time.Now().Add(time.Second))

@@ -35,13 +35,6 @@ type Config struct {
 	Name        string          // actor name of this node's events; default "scheduler"
 	Tokens      map[string]string
 	MaxInFlight int // API requests served at once; default 1024, -1 no limit
-	// HTTP bounds the API server's connections; BodyTimeout its request
-	// bodies (httpapi.DefaultBodyTimeout, -1 none).
-	HTTP        httpapi.Limits
-	BodyTimeout time.Duration
-	// LogRepeatInterval is how often a repeated error is summarized in
-	// the log instead of logged again; default ratelog.DefaultInterval.
-	LogRepeatInterval time.Duration
 	Admission   scheduler.Admission
 	Alarm       reactors.AlarmConfig
 	Logger      zerolog.Logger
@@ -55,6 +48,13 @@ type Config struct {
 	// Retain is how many tasks of finished lineages the projections keep
 	// for listing; default projections.DefaultRetain, negative all.
 	Retain int
+	// HTTP bounds the API server's connections; BodyTimeout its request
+	// bodies (httpapi.DefaultBodyTimeout, -1 none).
+	HTTP        httpapi.Limits
+	BodyTimeout time.Duration
+	// LogRepeatInterval is how often a repeated error is summarized in
+	// the log instead of logged again; default ratelog.DefaultInterval.
+	LogRepeatInterval time.Duration
 }
 
 // SnapshotBucket is the object store bucket of a stream's projection
