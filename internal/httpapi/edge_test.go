@@ -409,3 +409,18 @@ func TestEdgeLimitsNoLeak(t *testing.T) {
 	b.client.HTTP.CloseIdleConnections()
 	eventually(t, fmt.Sprintf("open connections back to 0 (now %d)", b.node.Server.OpenConns()), func() bool { return b.node.Server.OpenConns() == 0 })
 }
+
+// TestEdgeLongPollOutlivesBodyTimeout: neither the body deadline, which
+// ends with the body, nor a write timeout (there is none) cuts a long
+// poll: a task released a second after the poll began, ten body timeouts
+// later, is still handed to it.
+func TestEdgeLongPollOutlivesBodyTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *node.Config) { c.BodyTimeout = 100 * time.Millisecond })
+	delay := 1.0
+	task := mustSchedule(t, b, api.ScheduleRequest{Queue: "late", DelaySeconds: &delay})
+	got, ok, err := b.client.ClaimNext(context.Background(), "late", "w1", 30*time.Second)
+	if err != nil || !ok || got.ID != task.ID {
+		t.Fatalf("long poll past the body timeout: %v ok=%v %+v, want task %s", err, ok, got, task.ID)
+	}
+}

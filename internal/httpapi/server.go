@@ -220,10 +220,11 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request, limit int64) 
 	}
 	rc := http.NewResponseController(w)
 	// The connection's read deadline (ResponseRecorders of the fuzz
-	// tests have none). Once the body is in it is cleared, so a long poll
-	// may wait; after an error it stays, so that net/http's discarding
-	// of the rest fails at once too. net/http sets its own for the next
-	// request.
+	// tests have none). Once the body is in it is cleared (net/http does
+	// so too when it starts watching for the client going away), so a
+	// long poll may wait; after an error it stays, so that net/http's
+	// discarding of the rest fails at once too. net/http sets its own for
+	// the next request.
 	deadline := h.BodyTimeout > 0 && rc.SetReadDeadline(time.Now().Add(h.BodyTimeout)) == nil
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	r.Body = io.NopCloser(bytes.NewReader(body))
