@@ -152,6 +152,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	fs.DurationVar(&limits.IdleTimeout, "idle-timeout", httpapi.DefaultIdleTimeout, "keep-alive connections idle this long are closed (-1s: never)")
 	fs.IntVar(&limits.MaxHeaderBytes, "max-header-bytes", httpapi.DefaultMaxHeaderBytes, "largest request header block; larger is 431")
 	fs.IntVar(&limits.MaxConns, "max-conns", httpapi.DefaultMaxConns, "HTTP connections open at once; more are answered 503 and closed (-1: no limit; mind ulimit -n)")
+	metricsAddr := fs.String("metrics-http", "", "also serve GET /metrics on this address, without a token (for a scraper on a private network)")
 	logRepeat := fs.Duration("log-repeat-interval", ratelog.DefaultInterval, "a repeated error is logged once, then as one count per interval")
 	retain := retainFlag(fs)
 	name := fs.String("name", "", "this scheduler's name in the events it writes (default: hostname)")
@@ -209,22 +210,41 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := n.Server
 	log.Info().Str("http", "http://"+ln.Addr().String()).Msg("taskledger serving")
+	type served struct {
+		srv *httpapi.Server
+		ln  net.Listener
+	}
+	servers := []served{{n.Server, ln}}
+	if *metricsAddr != "" {
+		mln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("--metrics-http: %w", err)
+		}
+		log.Info().Str("metrics", "http://"+mln.Addr().String()+"/metrics").Msg("serving metrics without a token")
+		servers = append(servers, served{httpapi.NewServer(n.Metrics(), limits, ratelog.New(log, *logRepeat)), mln})
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
+	for _, s := range servers {
+		g.Go(func() error {
+			if err := s.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-gctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 65*time.Second)
+			defer cancel()
+			return s.srv.Shutdown(sctx)
+		})
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		log.Info().Msg("shutting down")
-		sctx, cancel := context.WithTimeout(context.Background(), 65*time.Second)
-		defer cancel()
-		return srv.Shutdown(sctx)
+		return nil
 	})
 	g.Go(func() error { return n.Run(gctx) })
 	err = g.Wait()

@@ -150,8 +150,9 @@ func TestServeWithAuthFileOnPublicAddress(t *testing.T) {
 	t.Parallel()
 	port := freePublicPort(t)
 	path := writeAuthFile(t, "tok-a A\ntok-op *\n")
+	metricsAddr := freeAddr(t)
 	cmd := exec.Command(taskledgerBinary(t), "serve", "--data", t.TempDir(), "--http", "0.0.0.0:"+port,
-		"--auth-file", path, "--log-format", "json", "--log-level", "warn")
+		"--auth-file", path, "--metrics-http", metricsAddr, "--log-format", "json", "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -206,6 +207,28 @@ func TestServeWithAuthFileOnPublicAddress(t *testing.T) {
 	defer op.HTTP.CloseIdleConnections()
 	if got, err := op.Get(ctx, task.ID); err != nil || got.CustomerID != "A" {
 		t.Fatalf("operator reads A's task: %v %+v", err, got)
+	}
+
+	// The API's /metrics needs the operator's token; --metrics-http
+	// serves it without one, and nothing else.
+	get := func(url string) (int, string) {
+		t.Helper()
+		resp, err := anon.HTTP.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if status, _ := get(base + "/metrics"); status != http.StatusUnauthorized {
+		t.Fatalf("API /metrics without a token: %d, want 401", status)
+	}
+	if status, body := get("http://" + metricsAddr + "/metrics"); status != http.StatusOK || !strings.Contains(body, `taskledger_tasks{queue="serve"`) {
+		t.Fatalf("--metrics-http /metrics: %d, want 200 with the tasks gauge", status)
+	}
+	if status, _ := get("http://" + metricsAddr + "/v1/tasks"); status != http.StatusNotFound {
+		t.Fatalf("--metrics-http /v1/tasks: %d, want 404", status)
 	}
 
 	// SIGTERM shuts it down cleanly.

@@ -115,7 +115,7 @@ func NewHandler(cfg ServerConfig) (http.Handler, error) {
 	})
 	mux.HandleFunc("GET /readyz", h.readyz)
 	if cfg.Gatherer != nil {
-		metrics := promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
+		metrics := metricsRoute(cfg.Gatherer)
 		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 			if err := h.operatorOnly(r); err != nil {
 				h.fail(w, r, err)
@@ -136,6 +136,20 @@ func NewHandler(cfg ServerConfig) (http.Handler, error) {
 		writeError(w, api.ErrForbidden)
 	}))
 	return h.recoverer(h.guard(csrf.Handler(mux))), nil
+}
+
+func metricsRoute(g prometheus.Gatherer) http.Handler {
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
+}
+
+// MetricsHandler serves only GET /metrics of g, to anyone who reaches it:
+// for a listener of its own on a private address, apart from the API.
+// Every other path is a JSON 404.
+func MetricsHandler(g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metricsRoute(g))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { writeError(w, noRoute(r)) })
+	return mux
 }
 
 type handler struct {

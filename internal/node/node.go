@@ -166,6 +166,10 @@ func build(cfg Config, st *store.Store, pcfg projections.Config) (*Node, error) 
 	return &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, alarm: alarm, Handler: handler, Server: server}, nil
 }
 
+// Metrics serves GET /metrics of the node's registry without a token, for
+// a separate listener (serve --metrics-http).
+func (n *Node) Metrics() http.Handler { return httpapi.MetricsHandler(n.cfg.Registry) }
+
 // Run runs the projection engine and, once it has caught up with the log,
 // the alarm, until ctx ends: then the alarm stops first, the engine after
 // it, and Run returns nil. It returns early with an error if a part fails.
