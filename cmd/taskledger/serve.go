@@ -211,6 +211,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		return err
 	}
 	log.Info().Str("http", "http://"+ln.Addr().String()).Msg("taskledger serving")
+	warnFDLimit(log, limits.WithDefaults().MaxConns)
 	type served struct {
 		srv *httpapi.Server
 		ln  net.Listener

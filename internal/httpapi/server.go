@@ -193,6 +193,9 @@ func (h *handler) route(limit int64, slot bool, next principalHandler) http.Hand
 			case h.slots <- struct{}{}:
 				defer func() { <-h.slots }()
 			default:
+				h.ErrorLog.Log(zerolog.WarnLevel, "max-inflight", "request refused: --max-inflight requests in flight", func(e *zerolog.Event) {
+					e.Int("maxInFlight", cap(h.slots))
+				})
 				writeError(w, api.ErrUnavailable.WithMessage("too many requests in flight; retry later"))
 				return
 			}
@@ -385,13 +388,21 @@ func writeError(w http.ResponseWriter, e *api.Error) {
 	writeJSON(w, e.Status, e)
 }
 
-// fail answers err as its wire error, logging server-side failures: the
-// first of a route and code in full, repeats as a count (ErrorLog).
+// fail answers err as its wire error, logging server-side failures (and
+// slow bodies, at warn): the first of a route and code in full, repeats
+// as a count (ErrorLog).
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	e := wireError(err)
-	if e.Status >= 500 {
+	level := zerolog.Disabled
+	switch {
+	case e.Status >= 500:
+		level = zerolog.ErrorLevel
+	case e.Status == http.StatusRequestTimeout:
+		level = zerolog.WarnLevel
+	}
+	if level != zerolog.Disabled {
 		key := fmt.Sprintf("%d %s %s", e.Status, e.Code, r.Pattern)
-		h.ErrorLog.Log(zerolog.ErrorLevel, key, "request failed", func(ev *zerolog.Event) {
+		h.ErrorLog.Log(level, key, "request failed", func(ev *zerolog.Event) {
 			ev.Err(err).Str("method", r.Method).Str("path", r.URL.Path)
 		})
 	}
