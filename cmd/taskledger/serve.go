@@ -149,6 +149,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	var limits httpapi.Limits
 	fs.DurationVar(&limits.ReadHeaderTimeout, "read-header-timeout", httpapi.DefaultReadHeaderTimeout, "time a client has to send a request's headers (-1s: no limit)")
 	bodyTimeout := fs.Duration("body-timeout", httpapi.DefaultBodyTimeout, "time a client has to send a request's whole body; later is 408 (-1s: no limit)")
+	maxBodyMemory := fs.Int64("max-body-memory", httpapi.DefaultMaxBodyMemory, "bytes of request bodies held in memory at once; past it a request is 503 (at least 8 MiB; -1: no limit)")
 	fs.DurationVar(&limits.IdleTimeout, "idle-timeout", httpapi.DefaultIdleTimeout, "keep-alive connections idle this long are closed (-1s: never)")
 	fs.IntVar(&limits.MaxHeaderBytes, "max-header-bytes", httpapi.DefaultMaxHeaderBytes, "largest request header block; larger is 431")
 	fs.IntVar(&limits.MaxConns, "max-conns", httpapi.DefaultMaxConns, "HTTP connections open at once; more are answered 503 and closed (-1: no limit; mind ulimit -n)")
@@ -200,7 +201,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	defer closeNATS()
 	n, err := node.New(ctx, node.Config{
 		NC: nc, Stream: nf.stream, Replicas: nf.replicas, Name: *name, Tokens: tokens, Admission: admission, MaxInFlight: *maxInFlight,
-		HTTP: limits, BodyTimeout: *bodyTimeout, LogRepeatInterval: *logRepeat,
+		HTTP: limits, BodyTimeout: *bodyTimeout, MaxBodyMemory: *maxBodyMemory, LogRepeatInterval: *logRepeat,
 		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain,
 	})
 	if err != nil {

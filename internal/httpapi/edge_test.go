@@ -424,3 +424,47 @@ func TestEdgeLongPollOutlivesBodyTimeout(t *testing.T) {
 		t.Fatalf("long poll past the body timeout: %v ok=%v %+v, want task %s", err, ok, got, task.ID)
 	}
 }
+
+// TestEdgeBodyMemory: bodies are read before a slot is taken, so what
+// they hold in memory is bounded on its own (--max-body-memory): past
+// it a request is answered 503, and the memory comes back when the body
+// holding it is gone.
+func TestEdgeBodyMemory(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *node.Config) { c.MaxBodyMemory = api.MaxBatchBodyBytes })
+	before := lastSeq(t, b)
+	// An empty batch is a 400 once its body is in; 3 MiB of padding.
+	probe := padded(`{"tasks":[]}`, 3<<20)
+
+	conn, err := net.Dial("tcp", b.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(time.Minute))
+	fmt.Fprintf(conn, "POST /v1/tasks/batch HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", api.MaxBatchBodyBytes)
+	r := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil || resp.StatusCode != http.StatusContinue {
+		t.Fatalf("waiting for 100 Continue: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	// 6 of its 8 MiB, and the rest held back.
+	if _, err := conn.Write(bytes.Repeat([]byte(" "), 6<<20)); err != nil {
+		t.Fatal(err)
+	}
+	var refused rawAnswer
+	eventually(t, "a 503 while the slow body holds 6 MiB", func() bool {
+		refused = abuseDo(t, b, http.MethodPost, "/v1/tasks/batch", probe, nil)
+		return refused.status != http.StatusBadRequest
+	})
+	requireErrorBody(t, refused, http.StatusServiceUnavailable, "unavailable")
+
+	conn.Close()
+	eventually(t, "the memory back once the slow body is gone", func() bool {
+		return abuseDo(t, b, http.MethodPost, "/v1/tasks/batch", probe, nil).status == http.StatusBadRequest
+	})
+	if after := lastSeq(t, b); after != before {
+		t.Fatalf("refused bodies appended to the log: %d, want %d", after, before)
+	}
+}

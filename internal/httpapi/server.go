@@ -12,7 +12,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -65,10 +64,18 @@ type ServerConfig struct {
 	// body; one not in by then is answered 408 and its connection
 	// closed. Default DefaultBodyTimeout; -1: no limit.
 	BodyTimeout time.Duration
+	// MaxBodyMemory bounds the bytes of request bodies held at once,
+	// being received or served; past it a request is answered 503. It
+	// must be at least api.MaxBatchBodyBytes. Default
+	// DefaultMaxBodyMemory; -1: no limit.
+	MaxBodyMemory int64
 }
 
-// DefaultBodyTimeout is the default ServerConfig.BodyTimeout.
-const DefaultBodyTimeout = 30 * time.Second
+// The defaults of ServerConfig.
+const (
+	DefaultBodyTimeout   = 30 * time.Second
+	DefaultMaxBodyMemory = 1 << 30
+)
 
 // NewHandler returns the API's http.Handler. It is safe for concurrent
 // use. cfg.Service and cfg.Ready are required.
@@ -85,10 +92,16 @@ func NewHandler(cfg ServerConfig) (http.Handler, error) {
 	if cfg.BodyTimeout == 0 {
 		cfg.BodyTimeout = DefaultBodyTimeout
 	}
+	if cfg.MaxBodyMemory == 0 {
+		cfg.MaxBodyMemory = DefaultMaxBodyMemory
+	}
+	if cfg.MaxBodyMemory > 0 && cfg.MaxBodyMemory < api.MaxBatchBodyBytes {
+		return nil, fmt.Errorf("httpapi: MaxBodyMemory %d is below the largest body, %d bytes", cfg.MaxBodyMemory, api.MaxBatchBodyBytes)
+	}
 	if cfg.ErrorLog == nil {
 		cfg.ErrorLog = ratelog.New(cfg.Logger, 0)
 	}
-	h := &handler{ServerConfig: cfg}
+	h := &handler{ServerConfig: cfg, bodies: &bodyBudget{limit: cfg.MaxBodyMemory}}
 	if cfg.MaxInFlight > 0 {
 		h.slots = make(chan struct{}, cfg.MaxInFlight)
 	}
@@ -154,7 +167,8 @@ func MetricsHandler(g prometheus.Gatherer) http.Handler {
 
 type handler struct {
 	ServerConfig
-	slots chan struct{} // in-flight requests; nil: no limit
+	slots  chan struct{} // in-flight requests; nil: no limit
+	bodies *bodyBudget
 }
 
 // principalHandler is a route's handler, called for the caller's
@@ -182,7 +196,9 @@ func (h *handler) route(limit int64, slot bool, next principalHandler) http.Hand
 	return func(w http.ResponseWriter, r *http.Request) {
 		p, err := h.principal(r)
 		if err == nil {
-			err = h.readBody(w, r, limit)
+			var held int64
+			held, err = h.readBody(w, r, limit)
+			defer h.bodies.release(held)
 		}
 		if err != nil {
 			h.fail(w, r, err)
@@ -227,38 +243,6 @@ func (h *handler) operatorOnly(r *http.Request) error {
 		err = noRoute(r)
 	}
 	return err
-}
-
-// readBody reads r's whole body, at most limit bytes, within BodyTimeout
-// (a 408 past it), and leaves it in memory as r.Body.
-func (h *handler) readBody(w http.ResponseWriter, r *http.Request, limit int64) error {
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil
-	}
-	rc := http.NewResponseController(w)
-	// The connection's read deadline (ResponseRecorders of the fuzz
-	// tests have none). Once the body is in it is cleared (net/http does
-	// so too when it starts watching for the client going away), so a
-	// long poll may wait; after an error it stays, so that net/http's
-	// discarding of the rest fails at once too. net/http sets its own for
-	// the next request.
-	deadline := h.BodyTimeout > 0 && rc.SetReadDeadline(time.Now().Add(h.BodyTimeout)) == nil
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	var tooBig *http.MaxBytesError
-	switch {
-	case err == nil:
-		if deadline {
-			rc.SetReadDeadline(time.Time{})
-		}
-		return nil
-	case errors.As(err, &tooBig):
-		return api.ErrPayloadTooLarge.WithMessage(fmt.Sprintf("body is larger than %d bytes", limit))
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		w.Header().Set("Connection", "close")
-		return api.ErrRequestTimeout.WithMessage(fmt.Sprintf("body not received within %s (--body-timeout)", h.BodyTimeout))
-	}
-	return invalidArg("reading body: %v", err)
 }
 
 // guard refuses, before any route runs, a request for a Host that is not

@@ -50,8 +50,9 @@ type Config struct {
 	Retain int
 	// HTTP bounds the API server's connections; BodyTimeout its request
 	// bodies (httpapi.DefaultBodyTimeout, -1 none).
-	HTTP        httpapi.Limits
-	BodyTimeout time.Duration
+	HTTP          httpapi.Limits
+	BodyTimeout   time.Duration
+	MaxBodyMemory int64 // bytes of request bodies held at once; httpapi.DefaultMaxBodyMemory, -1 none
 	// LogRepeatInterval is how often a repeated error is summarized in
 	// the log instead of logged again; default ratelog.DefaultInterval.
 	LogRepeatInterval time.Duration
@@ -156,7 +157,7 @@ func build(cfg Config, st *store.Store, pcfg projections.Config) (*Node, error) 
 	errorLog := ratelog.New(cfg.Logger, cfg.LogRepeatInterval)
 	handler, err := httpapi.NewHandler(httpapi.ServerConfig{
 		Service: svc, Ready: eng, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Logger: cfg.Logger, ErrorLog: errorLog,
-		MaxInFlight: cfg.MaxInFlight, BodyTimeout: cfg.BodyTimeout,
+		MaxInFlight: cfg.MaxInFlight, BodyTimeout: cfg.BodyTimeout, MaxBodyMemory: cfg.MaxBodyMemory,
 	})
 	if err != nil {
 		return nil, err
