@@ -22,8 +22,9 @@ import (
 
 // Limits bounds what clients may hold of a Server: time to send a
 // request's headers, idle keep-alive time, header size, and the
-// connections open at once (ServerConfig.BodyTimeout bounds the body). The zero value of each field means its
-// default; a negative timeout or MaxConns turns that limit off.
+// connections open at once (ServerConfig bounds the bodies). The zero
+// value of each field means its default; a negative timeout or MaxConns
+// turns that limit off.
 type Limits struct {
 	// ReadHeaderTimeout is how long a client has to send a request's
 	// headers; default 10s.
@@ -48,7 +49,7 @@ const (
 )
 
 // WithDefaults returns l with every zero field set to its default and
-// every -1 to "no limit" as net/http spells it.
+// every negative timeout set to 0, net/http's "no limit".
 func (l Limits) WithDefaults() Limits {
 	dur := func(d *time.Duration, def time.Duration) {
 		switch {

@@ -151,6 +151,7 @@ func NewHandler(cfg ServerConfig) (http.Handler, error) {
 	return h.recoverer(h.guard(csrf.Handler(mux))), nil
 }
 
+// metricsRoute serves g in Prometheus' text format.
 func metricsRoute(g prometheus.Gatherer) http.Handler {
 	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
 }
