@@ -51,7 +51,10 @@ type ServerConfig struct {
 	// Gatherer is served on GET /metrics (to an operator when Tokens are
 	// set); nil serves no metrics route.
 	Gatherer prometheus.Gatherer
-	Logger   zerolog.Logger
+	// Registerer gets the handler's own metrics (request body bytes
+	// held); nil registers none.
+	Registerer prometheus.Registerer
+	Logger     zerolog.Logger
 	// ErrorLog rate-limits the log lines of failed requests; default one
 	// on Logger with ratelog.DefaultInterval.
 	ErrorLog *ratelog.Limiter
@@ -102,6 +105,14 @@ func NewHandler(cfg ServerConfig) (http.Handler, error) {
 		cfg.ErrorLog = ratelog.New(cfg.Logger, 0)
 	}
 	h := &handler{ServerConfig: cfg, bodies: &bodyBudget{limit: cfg.MaxBodyMemory}}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "taskledger_http_body_bytes",
+			Help: "Bytes of request bodies held in memory now, being received or served (at most --max-body-memory).",
+		}, func() float64 { return float64(h.bodies.used.Load()) })); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.MaxInFlight > 0 {
 		h.slots = make(chan struct{}, cfg.MaxInFlight)
 	}

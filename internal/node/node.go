@@ -70,8 +70,9 @@ type Node struct {
 	Service *scheduler.Service
 	Handler http.Handler
 	// Server serves Handler within Config.HTTP; Serve it on a listener.
-	Server *httpapi.Server
-	alarm  *reactors.Alarm
+	Server   *httpapi.Server
+	alarm    *reactors.Alarm
+	errorLog *ratelog.Limiter
 }
 
 // New opens the streams and builds the parts. Run starts them.
@@ -156,7 +157,7 @@ func build(cfg Config, st *store.Store, pcfg projections.Config) (*Node, error) 
 	}
 	errorLog := ratelog.New(cfg.Logger, cfg.LogRepeatInterval)
 	handler, err := httpapi.NewHandler(httpapi.ServerConfig{
-		Service: svc, Ready: eng, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Logger: cfg.Logger, ErrorLog: errorLog,
+		Service: svc, Ready: eng, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Registerer: cfg.Registry, Logger: cfg.Logger, ErrorLog: errorLog,
 		MaxInFlight: cfg.MaxInFlight, BodyTimeout: cfg.BodyTimeout, MaxBodyMemory: cfg.MaxBodyMemory,
 	})
 	if err != nil {
@@ -164,7 +165,7 @@ func build(cfg Config, st *store.Store, pcfg projections.Config) (*Node, error) 
 	}
 	server := httpapi.NewServer(handler, cfg.HTTP, errorLog)
 	registerServerMetrics(cfg.Registry, server)
-	return &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, alarm: alarm, Handler: handler, Server: server}, nil
+	return &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, alarm: alarm, Handler: handler, Server: server, errorLog: errorLog}, nil
 }
 
 // Metrics serves GET /metrics of the node's registry without a token, for
@@ -176,6 +177,7 @@ func (n *Node) Metrics() http.Handler { return httpapi.MetricsHandler(n.cfg.Regi
 // it, and Run returns nil. It returns early with an error if a part fails.
 func (n *Node) Run(ctx context.Context) error {
 	defer n.Store.Close()
+	defer n.errorLog.Close() // the pending counts of repeated errors
 	engCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngine()
 	g, gctx := errgroup.WithContext(ctx)

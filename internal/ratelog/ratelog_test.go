@@ -117,3 +117,22 @@ func TestKeysApart(t *testing.T) {
 		t.Fatalf("1,000 events of two keys logged %d lines, want one per key: %v", len(got), got)
 	}
 }
+
+func TestCloseFlushes(t *testing.T) {
+	t.Parallel()
+	l, sink := setup(t, time.Hour)
+	for range 10 {
+		l.Log(zerolog.ErrorLevel, "k", "failed", nil)
+	}
+	l.Close()
+	got := sink.entries(t)
+	if len(got) != 2 || got[1]["repeats"] != 9.0 {
+		t.Fatalf("after Close: %v, want the first line and a count of 9", got)
+	}
+	l.Log(zerolog.ErrorLevel, "k", "failed", nil)
+	l.Log(zerolog.ErrorLevel, "k", "failed", nil)
+	l.Close()
+	if got := sink.entries(t); len(got) != 4 {
+		t.Fatalf("after Close every event is logged: %v", got)
+	}
+}
