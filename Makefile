@@ -54,3 +54,7 @@ cluster-test: ## 3-node NATS cluster failover test (CLUSTER_SECONDS, default 60)
 .PHONY: soak
 soak: ## kill -9 soak test (SOAK_SECONDS, default 120)
 	SOAK_SECONDS=$${SOAK_SECONDS:-120} $(GO) test -race -count=1 -run TestSoakKillNine -v -timeout 30m ./cmd/taskledger
+
+.PHONY: attack
+attack: ## 2,000 slow-body connections beside normal requests; fails if their p99 is 100 ms or more (ATTACK_CONNS)
+	ATTACK_CONNS=$${ATTACK_CONNS:-2000} ATTACK_MEASURE=1 $(GO) test -count=1 -run '^TestSlowBodyAttack$$' -v -timeout 10m ./internal/httpapi

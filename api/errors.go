@@ -36,7 +36,8 @@ var (
 	ErrInvalid = &Error{Status: http.StatusBadRequest, Code: "invalid_argument", Message: "invalid argument"}
 	// ErrUnauthenticated (401): the server needs a known bearer token.
 	ErrUnauthenticated = &Error{Status: http.StatusUnauthorized, Code: "unauthenticated", Message: "a valid bearer token is required"}
-	// ErrForbidden (403): a cross-origin browser request.
+	// ErrForbidden (403): a cross-origin browser request, or (without an
+	// auth file) a Host that is not a loopback name or address.
 	ErrForbidden = &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "cross-origin browser requests are refused"}
 	// ErrNotFound (404): no such task for this caller (another customer's
 	// task is not found either), or no such route.
@@ -54,6 +55,9 @@ var (
 	// larger than the server allows (--max-lineage-depth,
 	// --max-lineage-tasks).
 	ErrLineageLimit = &Error{Status: http.StatusConflict, Code: "conflict", Reason: "lineage_limit", Message: "lineage limit reached"}
+	// ErrRequestTimeout (408): the body did not arrive within the
+	// server's body timeout.
+	ErrRequestTimeout = &Error{Status: http.StatusRequestTimeout, Code: "request_timeout", Message: "request body timed out"}
 	// ErrPayloadTooLarge (413): the body is over MaxBodyBytes, or the
 	// event it makes is larger than the log takes (the message names the
 	// limit). Retrying the same request cannot succeed.
@@ -64,6 +68,9 @@ var (
 	// ErrTooManyPolls (429): the customer already holds as many long polls
 	// (claims/next, batch claims) as the server allows at once.
 	ErrTooManyPolls = &Error{Status: http.StatusTooManyRequests, Code: "too_many_requests", Reason: "too_many_polls", Message: "too many long polls"}
+	// ErrHeaderTooLarge (431): the request's header block is over the
+	// server's limit.
+	ErrHeaderTooLarge = &Error{Status: http.StatusRequestHeaderFieldsTooLarge, Code: "header_too_large", Message: "request header too large"}
 	// ErrUnavailable (503): the server could not answer in time; retry
 	// after a moment.
 	ErrUnavailable = &Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "unavailable"}

@@ -105,10 +105,12 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// startServer runs `taskledger serve` on dataDir and waits until /readyz.
-func startServer(t *testing.T, dataDir, addr string) *process {
+// startServer runs `taskledger serve` on dataDir with flags added and
+// waits until it answers.
+func startServer(t *testing.T, dataDir, addr string, flags ...string) *process {
 	t.Helper()
-	cmd := exec.Command(taskledgerBinary(t), "serve", "--data", dataDir, "--http", addr, "--log-format", "json", "--log-level", "warn")
+	args := append([]string{"serve", "--data", dataDir, "--http", addr, "--log-format", "json", "--log-level", "warn"}, flags...)
+	cmd := exec.Command(taskledgerBinary(t), args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -23,7 +23,9 @@ import (
 
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/broker"
+	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/internal/node"
+	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/projections"
 )
@@ -103,10 +105,7 @@ func requireLoopback(hostport string) error {
 	if err != nil {
 		return err
 	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+	if httpapi.LoopbackHost(host) {
 		return nil
 	}
 	return fmt.Errorf("%s is not a loopback address", hostport)
@@ -148,6 +147,15 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	maxPerMinute := fs.Int("max-roots-per-minute", 0, "default quota: new root tasks per customer per minute (0 = unlimited)")
 	checkerURL := fs.String("usage-checker-url", "", "external usage checker asked about each new root task (fails open)")
 	maxInFlight := fs.Int("max-inflight", 1024, "API requests served at once (long polls aside); more answer 503 with Retry-After (-1: no limit)")
+	var limits httpapi.Limits
+	fs.DurationVar(&limits.ReadHeaderTimeout, "read-header-timeout", httpapi.DefaultReadHeaderTimeout, "time a client has to send a request's headers (-1s: no limit)")
+	bodyTimeout := fs.Duration("body-timeout", httpapi.DefaultBodyTimeout, "time a client has to send a request's whole body; later is 408 (-1s: no limit)")
+	maxBodyMemory := fs.Int64("max-body-memory", httpapi.DefaultMaxBodyMemory, "bytes of request bodies held in memory at once; past it a request is 503 (at least 8 MiB; -1: no limit)")
+	fs.DurationVar(&limits.IdleTimeout, "idle-timeout", httpapi.DefaultIdleTimeout, "keep-alive connections idle this long are closed (-1s: never)")
+	fs.IntVar(&limits.MaxHeaderBytes, "max-header-bytes", httpapi.DefaultMaxHeaderBytes, "largest request header block; larger is 431")
+	fs.IntVar(&limits.MaxConns, "max-conns", httpapi.DefaultMaxConns, "HTTP connections open at once; more are answered 503 and closed (-1: no limit; mind ulimit -n)")
+	metricsAddr := fs.String("metrics-http", "", "also serve GET /metrics on this address, without a token (for a scraper on a private network)")
+	logRepeat := fs.Duration("log-repeat-interval", ratelog.DefaultInterval, "a repeated error is logged once, then as one count per interval")
 	retain := retainFlag(fs)
 	maxEventBytes := fs.Int("max-event-bytes", 0, "largest event the log takes, as the event stream's max message size (0: the NATS server's max_payload, 1 MiB by default); a larger one answers 413")
 	var lf limitFlags
@@ -164,7 +172,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	if *maxEventBytes < 0 || *maxEventBytes > math.MaxInt32 {
 		return fmt.Errorf("%w: --max-event-bytes %d: want 0 to %d", errUsage, *maxEventBytes, math.MaxInt32)
 	}
-	alarm, limits, err := lf.check()
+	alarm, bounds, err := lf.check()
 	if err != nil {
 		return err
 	}
@@ -204,7 +212,8 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	defer closeNATS()
 	n, err := node.New(ctx, node.Config{
 		NC: nc, Stream: nf.stream, Replicas: nf.replicas, Name: *name, Tokens: tokens, Admission: admission, MaxInFlight: *maxInFlight,
-		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain, Alarm: alarm, Limits: limits,
+		HTTP: limits, BodyTimeout: *bodyTimeout, MaxBodyMemory: *maxBodyMemory, LogRepeatInterval: *logRepeat,
+		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain, Alarm: alarm, Limits: bounds,
 		MaxEventBytes: int32(*maxEventBytes),
 	})
 	if err != nil {
@@ -214,22 +223,42 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: n.Handler, ReadHeaderTimeout: 10 * time.Second}
 	log.Info().Str("http", "http://"+ln.Addr().String()).Msg("taskledger serving")
+	warnFDLimit(log, limits.WithDefaults().MaxConns)
+	type served struct {
+		srv *httpapi.Server
+		ln  net.Listener
+	}
+	servers := []served{{n.Server, ln}}
+	if *metricsAddr != "" {
+		mln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("--metrics-http: %w", err)
+		}
+		log.Info().Str("metrics", "http://"+mln.Addr().String()+"/metrics").Msg("serving metrics without a token")
+		servers = append(servers, served{httpapi.NewServer(n.Metrics(), limits, ratelog.New(log, *logRepeat)), mln})
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
+	for _, s := range servers {
+		g.Go(func() error {
+			if err := s.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-gctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 65*time.Second)
+			defer cancel()
+			return s.srv.Shutdown(sctx)
+		})
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		log.Info().Msg("shutting down")
-		sctx, cancel := context.WithTimeout(context.Background(), 65*time.Second)
-		defer cancel()
-		return srv.Shutdown(sctx)
+		return nil
 	})
 	g.Go(func() error { return n.Run(gctx) })
 	err = g.Wait()

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -148,8 +150,9 @@ func TestServeWithAuthFileOnPublicAddress(t *testing.T) {
 	t.Parallel()
 	port := freePublicPort(t)
 	path := writeAuthFile(t, "tok-a A\ntok-op *\n")
+	metricsAddr := freeAddr(t)
 	cmd := exec.Command(taskledgerBinary(t), "serve", "--data", t.TempDir(), "--http", "0.0.0.0:"+port,
-		"--auth-file", path, "--log-format", "json", "--log-level", "warn")
+		"--auth-file", path, "--metrics-http", metricsAddr, "--log-format", "json", "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -206,6 +209,28 @@ func TestServeWithAuthFileOnPublicAddress(t *testing.T) {
 		t.Fatalf("operator reads A's task: %v %+v", err, got)
 	}
 
+	// The API's /metrics needs the operator's token; --metrics-http
+	// serves it without one, and nothing else.
+	get := func(url string) (int, string) {
+		t.Helper()
+		resp, err := anon.HTTP.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if status, _ := get(base + "/metrics"); status != http.StatusUnauthorized {
+		t.Fatalf("API /metrics without a token: %d, want 401", status)
+	}
+	if status, body := get("http://" + metricsAddr + "/metrics"); status != http.StatusOK || !strings.Contains(body, `taskledger_tasks{queue="serve"`) {
+		t.Fatalf("--metrics-http /metrics: %d, want 200 with the tasks gauge", status)
+	}
+	if status, _ := get("http://" + metricsAddr + "/v1/tasks"); status != http.StatusNotFound {
+		t.Fatalf("--metrics-http /v1/tasks: %d, want 404", status)
+	}
+
 	// SIGTERM shuts it down cleanly.
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -241,6 +266,60 @@ func TestServeRefusesBadLimits(t *testing.T) {
 		code, stderr := serveOutput(t, nil, args...)
 		if code != 2 || !strings.Contains(stderr, args[0]) {
 			t.Errorf("%v: exit %d, stderr:\n%s\nwant exit 2 naming %s", args, code, stderr, args[0])
+		}
+	}
+}
+
+// TestServeHTTPLimitFlags: the edge's limits are serve's flags, and its
+// refusals answer JSON.
+func TestServeHTTPLimitFlags(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	p := startServer(t, t.TempDir(), addr, "--max-header-bytes", "2048", "--max-conns", "4", "--body-timeout", "300ms", "--idle-timeout", "1m")
+	p.client.HTTP.CloseIdleConnections()
+	// exchange sends raw on a new connection, left open, and reads one
+	// answer.
+	exchange := func(raw string) (int, string, error) {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			return 0, "", err
+		}
+		t.Cleanup(func() { conn.Close() })
+		conn.SetDeadline(time.Now().Add(30 * time.Second))
+		go conn.Write([]byte(raw))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body), err
+	}
+	want := func(raw string, status int, code string) {
+		t.Helper()
+		got, body, err := exchange(raw)
+		if err != nil {
+			t.Fatalf("%.40q: %v", raw, err)
+		}
+		if got != status || !strings.Contains(body, `"error":"`+code+`"`) {
+			t.Fatalf("%.40q: %d %s, want %d %s", raw, got, body, status, code)
+		}
+	}
+	want("GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: "+strings.Repeat("a", 8192)+"\r\n\r\n", http.StatusRequestHeaderFieldsTooLarge, "header_too_large")
+	want("POST /v1/tasks HTTP/1.1\r\nHost: localhost\r\nContent-Length: 10\r\n\r\n{", http.StatusRequestTimeout, "request_timeout")
+	want("GET /healthz HTTP/1.1\r\nHost: evil.example\r\n\r\n", http.StatusForbidden, "forbidden")
+	// Keep-alive connections up to --max-conns; one more is refused (a
+	// 503, or a close if it beat the request).
+	for i := 0; ; i++ {
+		status, body, err := exchange("GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+		if err != nil || status == http.StatusServiceUnavailable {
+			if err == nil && !strings.Contains(body, `"error":"unavailable"`) {
+				t.Fatalf("refused connection: %s, want the JSON error", body)
+			}
+			break
+		}
+		if i == 8 {
+			t.Fatal("9 connections held open with --max-conns 4")
 		}
 	}
 }

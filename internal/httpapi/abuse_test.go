@@ -1,15 +1,14 @@
 package httpapi_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/internal/node"
+	"github.com/taskledger/taskledger/internal/scheduler"
 )
 
 // Malicious and malformed requests over real HTTP, beyond the table of
@@ -36,7 +36,8 @@ import (
 //     Origin that is not the Host) is a 403: a web page must not be able
 //     to drive a server that runs without an auth file.
 //   - A NUL byte sent raw in the request line never reaches the API:
-//     net/http answers its own plain-text 400.
+//     net/http refuses it with a 400, rewritten to the JSON error shape
+//     (listen.go).
 
 // abuseDo sends body (nil for none) with header and returns the answer.
 // Content-Type is application/json unless header sets it ("" removes it).
@@ -313,10 +314,7 @@ func TestAbuseRefusedChangeNothing(t *testing.T) {
 	t.Run("RawNULInRequestLine", func(t *testing.T) {
 		before := lastSeq(t, b)
 		for _, line := range []string{"GET /v1/tasks/a\x00b HTTP/1.1", "POST /v1/tasks\x00 HTTP/1.1", "GET /v1/tasks?queue=a\x00 HTTP/1.1"} {
-			status := rawRequestLine(t, b, line)
-			if status != http.StatusBadRequest {
-				t.Fatalf("%q: status %d, want 400", line, status)
-			}
+			requireErrorBody(t, rawRequestLine(t, b, line), http.StatusBadRequest, "invalid_argument")
 		}
 		if after := lastSeq(t, b); after != before {
 			t.Fatalf("raw NUL requests appended to the log: %d, want %d", after, before)
@@ -348,24 +346,10 @@ func padded(body string, n int) []byte {
 }
 
 // rawRequestLine sends one request with requestLine as is over a new
-// connection and returns the answer's status.
-func rawRequestLine(t *testing.T, b *bundle, requestLine string) int {
+// connection and returns the answer.
+func rawRequestLine(t *testing.T, b *bundle, requestLine string) rawAnswer {
 	t.Helper()
-	conn, err := net.Dial("tcp", strings.TrimPrefix(b.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(conn, requestLine+"\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("%q: %v", requestLine, err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode
+	return rawExchange(t, b, []byte(requestLine+"\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
 }
 
 // TestAbuseAcceptedEdgeCases pins the odd inputs that are accepted, and
@@ -468,80 +452,59 @@ func TestAbuseAcceptedEdgeCases(t *testing.T) {
 	})
 }
 
-// slowBody is a request body that signals when the server starts reading
-// it and then blocks until released.
-type slowBody struct {
-	started  chan struct{}
-	release  chan struct{}
-	rest     *strings.Reader
-	startOne sync.Once
-}
-
-func newSlowBody(body string) *slowBody {
-	return &slowBody{started: make(chan struct{}), release: make(chan struct{}), rest: strings.NewReader(body)}
-}
-
-func (s *slowBody) Read(p []byte) (int, error) {
-	s.startOne.Do(func() { close(s.started) })
-	<-s.release
-	return s.rest.Read(p)
-}
-
-// TestAbuseInFlightLimit fills the in-flight slots with requests whose
-// bodies trickle in, and checks that the rest are refused at once with a
-// 503, Retry-After and a JSON body; that health checks and long polls are
-// not counted; and that afterwards everything works and nothing accepted
-// was lost.
+// TestAbuseInFlightLimit fills the in-flight slots with schedules that
+// wait on a slow usage checker, and checks that the rest are refused at
+// once with a 503, Retry-After and a JSON body; that health checks and
+// long polls are not counted; and that afterwards everything works and
+// nothing accepted was lost. (A slow body holds no slot: route reads the
+// body before it takes one; see edge_test.go.)
 func TestAbuseInFlightLimit(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *node.Config) { c.MaxInFlight = 2 })
-	ctx := context.Background()
-	task := queuedTask(t, b, api.ScheduleRequest{Queue: "slots"})
-
-	// Expect: 100-continue makes the client send the body only once the
-	// handler reads it, which it does holding a slot: the first Read of
-	// a slow body says the slot is taken.
-	holdClient := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: time.Minute}}
-	t.Cleanup(holdClient.CloseIdleConnections)
-	holders := make([]*slowBody, 2)
-	held := make(chan rawAnswer, len(holders))
-	for i := range holders {
-		holders[i] = newSlowBody(fmt.Sprintf(`{"queue":"slots","requestId":"held-%d"}`, i))
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url+"/v1/tasks", holders[i])
-		if err != nil {
-			t.Fatal(err)
+	// The checker holds the schedules of "held-" request ids until
+	// released, and admits every other one at once.
+	started := make(chan struct{}, 2)
+	releaseCh := make(chan struct{})
+	checker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var q scheduler.UsageQuery
+		if err := json.NewDecoder(r.Body).Decode(&q); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
 		}
-		// A known length: else the transport would probe the body with
-		// a read before sending the headers.
-		req.ContentLength = int64(holders[i].rest.Len())
-		req.Header.Set("Expect", "100-continue")
-		req.Header.Set("Content-Type", "application/json")
-		go func() {
-			resp, err := holdClient.Do(req)
-			if err != nil {
-				held <- rawAnswer{status: -1, body: []byte(err.Error())}
-				return
-			}
-			defer resp.Body.Close()
-			data, _ := io.ReadAll(resp.Body)
-			held <- rawAnswer{status: resp.StatusCode, header: resp.Header, body: data}
-		}()
-	}
+		if strings.HasPrefix(q.RequestID, "held-") {
+			started <- struct{}{}
+			<-releaseCh
+		}
+		io.WriteString(w, `{"allow": true}`)
+	}))
+	t.Cleanup(checker.Close)
 	released := false
 	release := func() {
 		if !released {
 			released = true
-			for _, h := range holders {
-				close(h.release)
-			}
+			close(releaseCh)
 		}
 	}
-	t.Cleanup(release)
-	for _, h := range holders {
+	t.Cleanup(release) // before checker.Close, which waits for its handlers
+	b := setup(t, func(c *node.Config) {
+		c.MaxInFlight = 2
+		c.Admission = scheduler.Admission{CheckerURL: checker.URL, CheckerTimeout: time.Minute}
+	})
+	ctx := context.Background()
+	task := queuedTask(t, b, api.ScheduleRequest{Queue: "slots"})
+
+	const holders = 2
+	held := make(chan error, holders)
+	for i := range holders {
+		go func() {
+			_, _, err := b.client.Schedule(ctx, api.ScheduleRequest{Queue: "slots", RequestID: fmt.Sprintf("held-%d", i)})
+			held <- err
+		}()
+	}
+	for range holders {
 		select {
-		case <-h.started:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the slow requests never reached the handler")
+		case <-started:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the held schedules never reached the usage checker")
 		}
 	}
 
@@ -589,12 +552,11 @@ func TestAbuseInFlightLimit(t *testing.T) {
 		}
 	})
 
-	// Let the slow requests finish: both are accepted and kept.
+	// Let the held requests finish: both are accepted and kept.
 	release()
 	for range holders {
-		a := <-held
-		if a.status != http.StatusCreated {
-			t.Fatalf("a slow schedule: %d %s, want 201", a.status, a.body)
+		if err := <-held; err != nil {
+			t.Fatalf("a held schedule: %v", err)
 		}
 	}
 
@@ -657,8 +619,8 @@ func TestAbuseInFlightLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(l.Tasks) != 1+len(holders)+20 {
-		t.Fatalf("%d tasks on the queue, want %d", len(l.Tasks), 1+len(holders)+20)
+	if len(l.Tasks) != 1+holders+20 {
+		t.Fatalf("%d tasks on the queue, want %d", len(l.Tasks), 1+holders+20)
 	}
 	for _, t2 := range l.Tasks {
 		if strings.HasPrefix(t2.RequestID, "burst-") {

@@ -59,7 +59,7 @@ func okStatus(scheduler.Outcome) int { return http.StatusOK }
 // /v1/tasks/batch).
 func (h *handler) scheduleBatch(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
 	var b api.BatchScheduleRequest
-	if err := decodeLimited(w, r, &b, api.MaxBatchBodyBytes); err != nil {
+	if err := decode(r, &b); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -78,7 +78,7 @@ func (h *handler) scheduleBatch(w http.ResponseWriter, r *http.Request, p schedu
 // recordResults records every result of the body (POST /v1/results).
 func (h *handler) recordResults(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
 	var b api.ResultsRequest
-	if err := decodeLimited(w, r, &b, api.MaxBatchBodyBytes); err != nil {
+	if err := decode(r, &b); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -107,7 +107,7 @@ func result(b api.ResultRequest) events.Result {
 // (POST /v1/claims): 200 with the tasks, or 204 when none came in time.
 func (h *handler) claimBatch(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
 	var b api.ClaimBatchRequest
-	if err := decode(w, r, &b); err != nil {
+	if err := decode(r, &b); err != nil {
 		h.fail(w, r, err)
 		return
 	}

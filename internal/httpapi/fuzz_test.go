@@ -75,7 +75,7 @@ func (n *fuzzNode) running(tb testing.TB, queue string) aggregate.State {
 // false when net/http would have refused the request line or headers
 // before any handler ran (a target with a space, a control byte...).
 func (n *fuzzNode) serve(method, target string, body []byte) (rec *httptest.ResponseRecorder, ok bool) {
-	raw := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: fuzz.test\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", method, target, len(body))
+	raw := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", method, target, len(body))
 	req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw + string(body))))
 	if err != nil {
 		return nil, false
@@ -255,7 +255,7 @@ func FuzzTaskPath(f *testing.F) {
 		if rec.Code >= 300 && rec.Code < 400 {
 			// ServeMux redirects a path that is not clean ("..", "//")
 			// to its clean form before any route runs.
-			req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(r.method + " " + target + " HTTP/1.1\r\nHost: fuzz.test\r\n\r\n")))
+			req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(r.method + " " + target + " HTTP/1.1\r\nHost: localhost\r\n\r\n")))
 			if err != nil {
 				t.Fatal(err)
 			}

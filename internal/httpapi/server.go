@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +25,7 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/replay"
@@ -42,15 +45,40 @@ type ServerConfig struct {
 	Service *scheduler.Service
 	Ready   Readiness
 	// Tokens maps bearer tokens to customer ids ("*" for an operator).
-	// Nil means no auth: every request acts as an operator.
-	Tokens   map[string]string
+	// Nil means no auth: every request acts as an operator, and only
+	// requests for a loopback Host are served (DNS rebinding).
+	Tokens map[string]string
+	// Gatherer is served on GET /metrics (to an operator when Tokens are
+	// set); nil serves no metrics route.
 	Gatherer prometheus.Gatherer
-	Logger   zerolog.Logger
+	// Registerer gets the handler's own metrics (request body bytes
+	// held); nil registers none.
+	Registerer prometheus.Registerer
+	Logger     zerolog.Logger
+	// ErrorLog rate-limits the log lines of failed requests; default one
+	// on Logger with ratelog.DefaultInterval.
+	ErrorLog *ratelog.Limiter
 	// MaxInFlight bounds the requests served at once (long polls of
 	// claims/next aside); past it a request is answered 503 with
-	// Retry-After at once instead of queueing. Default 1024; -1: no limit.
+	// Retry-After at once instead of queueing. A request holds its slot
+	// only once its body is in. Default 1024; -1: no limit.
 	MaxInFlight int
+	// BodyTimeout is how long a client has to send a request's whole
+	// body; one not in by then is answered 408 and its connection
+	// closed. Default DefaultBodyTimeout; -1: no limit.
+	BodyTimeout time.Duration
+	// MaxBodyMemory bounds the bytes of request bodies held at once,
+	// being received or served; past it a request is answered 503. It
+	// must be at least api.MaxBatchBodyBytes. Default
+	// DefaultMaxBodyMemory; -1: no limit.
+	MaxBodyMemory int64
 }
+
+// The defaults of ServerConfig.
+const (
+	DefaultBodyTimeout   = 30 * time.Second
+	DefaultMaxBodyMemory = 1 << 30
+)
 
 // NewHandler returns the API's http.Handler. It is safe for concurrent
 // use. cfg.Service and cfg.Ready are required.
@@ -61,9 +89,29 @@ func NewHandler(cfg ServerConfig) (http.Handler, error) {
 	if cfg.Ready == nil {
 		return nil, errors.New("httpapi: ServerConfig.Ready is required")
 	}
-	h := &handler{ServerConfig: cfg}
 	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = 1024
+	}
+	if cfg.BodyTimeout == 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	if cfg.MaxBodyMemory == 0 {
+		cfg.MaxBodyMemory = DefaultMaxBodyMemory
+	}
+	if cfg.MaxBodyMemory > 0 && cfg.MaxBodyMemory < api.MaxBatchBodyBytes {
+		return nil, fmt.Errorf("httpapi: MaxBodyMemory %d is below the largest body, %d bytes", cfg.MaxBodyMemory, api.MaxBatchBodyBytes)
+	}
+	if cfg.ErrorLog == nil {
+		cfg.ErrorLog = ratelog.New(cfg.Logger, 0)
+	}
+	h := &handler{ServerConfig: cfg, bodies: &bodyBudget{limit: cfg.MaxBodyMemory}}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "taskledger_http_body_bytes",
+			Help: "Bytes of request bodies held in memory now, being received or served (at most --max-body-memory).",
+		}, func() float64 { return float64(h.bodies.used.Load()) })); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.MaxInFlight > 0 {
 		h.slots = make(chan struct{}, cfg.MaxInFlight)
@@ -74,9 +122,9 @@ func NewHandler(cfg ServerConfig) (http.Handler, error) {
 	mux.HandleFunc("GET /v1/tasks/{id}", h.auth(h.get))
 	mux.HandleFunc("POST /v1/tasks/{id}/claim", h.auth(h.claim))
 	mux.HandleFunc("POST /v1/claims/next", h.authUnlimited(h.claimNext))
-	mux.HandleFunc("POST /v1/tasks/batch", h.auth(h.scheduleBatch))
+	mux.HandleFunc("POST /v1/tasks/batch", h.route(api.MaxBatchBodyBytes, true, h.scheduleBatch))
 	mux.HandleFunc("POST /v1/claims", h.authUnlimited(h.claimBatch))
-	mux.HandleFunc("POST /v1/results", h.auth(h.recordResults))
+	mux.HandleFunc("POST /v1/results", h.route(api.MaxBatchBodyBytes, true, h.recordResults))
 	mux.HandleFunc("POST /v1/tasks/{id}/check", h.auth(h.check))
 	mux.HandleFunc("POST /v1/tasks/{id}/result", h.auth(h.result))
 	mux.HandleFunc("POST /v1/tasks/{id}/cancel", h.auth(h.cancel))
@@ -91,7 +139,14 @@ func NewHandler(cfg ServerConfig) (http.Handler, error) {
 	})
 	mux.HandleFunc("GET /readyz", h.readyz)
 	if cfg.Gatherer != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+		metrics := metricsRoute(cfg.Gatherer)
+		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+			if err := h.operatorOnly(r); err != nil {
+				h.fail(w, r, err)
+				return
+			}
+			metrics.ServeHTTP(w, r)
+		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, noRoute(r))
@@ -104,59 +159,167 @@ func NewHandler(cfg ServerConfig) (http.Handler, error) {
 	csrf.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.ErrForbidden)
 	}))
-	return recoverer(cfg.Logger, csrf.Handler(mux)), nil
+	return h.recoverer(h.guard(csrf.Handler(mux))), nil
+}
+
+// metricsRoute serves g in Prometheus' text format.
+func metricsRoute(g prometheus.Gatherer) http.Handler {
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
+}
+
+// MetricsHandler serves only GET /metrics of g, to anyone who reaches it:
+// for a listener of its own on a private address, apart from the API.
+// Every other path is a JSON 404.
+func MetricsHandler(g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metricsRoute(g))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { writeError(w, noRoute(r)) })
+	return mux
 }
 
 type handler struct {
 	ServerConfig
-	slots chan struct{} // in-flight requests; nil: no limit
+	slots  chan struct{} // in-flight requests; nil: no limit
+	bodies *bodyBudget
 }
 
-// auth resolves the bearer token to a principal (see authUnlimited) and
-// holds one of the in-flight slots while next runs.
-func (h *handler) auth(next func(http.ResponseWriter, *http.Request, scheduler.Principal)) http.HandlerFunc {
-	limited := h.authUnlimited(next)
-	if h.slots == nil {
-		return limited
-	}
+// principalHandler is a route's handler, called for the caller's
+// principal.
+type principalHandler func(http.ResponseWriter, *http.Request, scheduler.Principal)
+
+// auth is route for a body of at most api.MaxBodyBytes that holds an
+// in-flight slot.
+func (h *handler) auth(next principalHandler) http.HandlerFunc {
+	return h.route(api.MaxBodyBytes, true, next)
+}
+
+// authUnlimited is route for a long poll: a body of at most
+// api.MaxBodyBytes and no in-flight slot.
+func (h *handler) authUnlimited(next principalHandler) http.HandlerFunc {
+	return h.route(api.MaxBodyBytes, false, next)
+}
+
+// route resolves the bearer token to a principal (401 without a known
+// token when tokens are configured, the operator when they are not),
+// reads the whole body (at most limit bytes, within BodyTimeout) and then,
+// if slot, holds one of the in-flight slots while next runs. A slow
+// client thus holds a connection, never a slot.
+func (h *handler) route(limit int64, slot bool, next principalHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case h.slots <- struct{}{}:
-			defer func() { <-h.slots }()
-			limited(w, r)
-		default:
-			writeError(w, api.ErrUnavailable.WithMessage("too many requests in flight; retry later"))
+		p, err := h.principal(r)
+		if err == nil {
+			var held int64
+			held, err = h.readBody(w, r, limit)
+			defer h.bodies.release(held)
 		}
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		if slot && h.slots != nil {
+			select {
+			case h.slots <- struct{}{}:
+				defer func() { <-h.slots }()
+			default:
+				h.ErrorLog.Log(zerolog.WarnLevel, "max-inflight", "request refused: --max-inflight requests in flight", func(e *zerolog.Event) {
+					e.Int("maxInFlight", cap(h.slots))
+				})
+				writeError(w, api.ErrUnavailable.WithMessage("too many requests in flight; retry later"))
+				return
+			}
+		}
+		next(w, r, p)
 	}
 }
 
-// authUnlimited resolves the bearer token to a principal: 401 without a
-// known token when tokens are configured, the operator when they are not.
-func (h *handler) authUnlimited(next func(http.ResponseWriter, *http.Request, scheduler.Principal)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if h.Tokens == nil {
-			next(w, r, scheduler.Operator)
-			return
-		}
-		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		customer, known := h.Tokens[token]
-		if !ok || token == "" || !known {
-			writeError(w, api.ErrUnauthenticated)
-			return
-		}
-		next(w, r, scheduler.Principal{CustomerID: customer})
+// principal is who r acts for: the operator without tokens, else the
+// bearer token's customer (or operator), or 401.
+func (h *handler) principal(r *http.Request) (scheduler.Principal, error) {
+	if h.Tokens == nil {
+		return scheduler.Operator, nil
 	}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	customer, known := h.Tokens[token]
+	if !ok || token == "" || !known {
+		return scheduler.Principal{}, api.ErrUnauthenticated
+	}
+	return scheduler.Principal{CustomerID: customer}, nil
+}
+
+// operatorOnly admits the operator to an internal route (metrics, the
+// projection digest): with tokens, 401 without a known one and 404 for a
+// customer's, as for the admin routes.
+func (h *handler) operatorOnly(r *http.Request) error {
+	p, err := h.principal(r)
+	if err == nil && !p.IsOperator() {
+		err = noRoute(r)
+	}
+	return err
+}
+
+// guard refuses, before any route runs, a request for a Host that is not
+// loopback when there are no tokens (a DNS-rebinding page would otherwise
+// act as the operator), and a path that is not canonical (net/http's
+// mux would redirect it, keeping method and body).
+func (h *handler) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.Tokens == nil && !loopbackHostPort(r.Host) {
+			writeError(w, api.ErrForbidden.WithMessage(fmt.Sprintf(
+				"Host %q is not a loopback name or address: a server without --auth-file serves only localhost, 127.0.0.0/8 and ::1", r.Host)))
+			return
+		}
+		if p := r.URL.Path; p != canonicalPath(p) {
+			writeError(w, invalidArg("path %q is not canonical (no empty, . or .. segments); use %q", p, canonicalPath(p)))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// canonicalPath is p as net/http's mux cleans it: rooted, with no empty,
+// "." or ".." segments, a trailing slash kept.
+func canonicalPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
+}
+
+// LoopbackHost reports whether host (no port) is localhost or a loopback
+// address (127.0.0.0/8, ::1, with or without brackets).
+func LoopbackHost(host string) bool {
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// loopbackHostPort is LoopbackHost for a Host header, with or without
+// a port.
+func loopbackHostPort(hostport string) bool {
+	if host, _, err := net.SplitHostPort(hostport); err == nil {
+		return LoopbackHost(host)
+	}
+	return LoopbackHost(hostport)
 }
 
 // recoverer turns a panic in a handler into a 500 with a JSON body.
-func recoverer(log zerolog.Logger, next http.Handler) http.Handler {
+func (h *handler) recoverer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
 			if v := recover(); v != nil {
 				if err, ok := v.(error); ok && errors.Is(err, http.ErrAbortHandler) {
 					panic(v)
 				}
-				log.Error().Interface("panic", v).Str("path", r.URL.Path).Msg("handler panicked")
+				h.ErrorLog.Log(zerolog.ErrorLevel, "panic "+r.Pattern, "handler panicked", func(e *zerolog.Event) {
+					e.Interface("panic", v).Str("path", r.URL.Path)
+				})
 				writeError(w, api.ErrInternal)
 			}
 		}()
@@ -167,6 +330,10 @@ func recoverer(log zerolog.Logger, next http.Handler) http.Handler {
 func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	body := map[string]any{"applied": h.Ready.Applied(), "caughtUp": h.Ready.CaughtUp()}
 	if r.URL.Query().Get("digest") == "1" {
+		if err := h.operatorOnly(r); err != nil {
+			h.fail(w, r, err)
+			return
+		}
 		body["digest"] = h.Ready.Digest()
 	}
 	if !h.Ready.CaughtUp() {
@@ -176,20 +343,11 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, body)
 }
 
-// decode reads a JSON body of at most api.MaxBodyBytes into v. An empty
-// body leaves v as it is.
-func decode(w http.ResponseWriter, r *http.Request, v any) error {
-	return decodeLimited(w, r, v, api.MaxBodyBytes)
-}
-
-// decodeLimited is decode for a body of at most limit bytes.
-func decodeLimited(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+// decode reads the JSON body (which route has read and bounded) into v.
+// An empty body leaves v as it is.
+func decode(r *http.Request, v any) error {
+	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return api.ErrPayloadTooLarge.WithMessage(fmt.Sprintf("body is larger than %d bytes", limit))
-		}
 		return invalidArg("reading body: %v", err)
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
@@ -226,11 +384,23 @@ func writeError(w http.ResponseWriter, e *api.Error) {
 	writeJSON(w, e.Status, e)
 }
 
-// fail answers err as its wire error, logging server-side failures.
+// fail answers err as its wire error, logging server-side failures (and
+// slow bodies, at warn): the first of a route and code in full, repeats
+// as a count (ErrorLog).
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	e := wireError(err)
-	if e.Status >= 500 {
-		h.Logger.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Msg("request failed")
+	level := zerolog.Disabled
+	switch {
+	case e.Status >= 500:
+		level = zerolog.ErrorLevel
+	case e.Status == http.StatusRequestTimeout:
+		level = zerolog.WarnLevel
+	}
+	if level != zerolog.Disabled {
+		key := fmt.Sprintf("%d %s %s", e.Status, e.Code, r.Pattern)
+		h.ErrorLog.Log(level, key, "request failed", func(ev *zerolog.Event) {
+			ev.Err(err).Str("method", r.Method).Str("path", r.URL.Path)
+		})
 	}
 	writeError(w, e)
 }
@@ -246,7 +416,7 @@ func pathID(r *http.Request) (string, error) {
 
 func (h *handler) schedule(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
 	var b api.ScheduleRequest
-	if err := decode(w, r, &b); err != nil {
+	if err := decode(r, &b); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -321,7 +491,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request, p scheduler.Princ
 func (h *handler) taskAction(w http.ResponseWriter, r *http.Request, v any, do func(id string) (aggregate.State, error)) {
 	id, err := pathID(r)
 	if err == nil {
-		err = decode(w, r, v)
+		err = decode(r, v)
 	}
 	if err != nil {
 		h.fail(w, r, err)
@@ -358,7 +528,7 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request, p scheduler.Pri
 
 func (h *handler) claimNext(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
 	var b api.ClaimNextRequest
-	if err := decode(w, r, &b); err != nil {
+	if err := decode(r, &b); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -397,7 +567,7 @@ func (h *handler) appendMail(w http.ResponseWriter, r *http.Request, p scheduler
 	id, err := pathID(r)
 	var b api.MailRequest
 	if err == nil {
-		err = decode(w, r, &b)
+		err = decode(r, &b)
 	}
 	if err != nil {
 		h.fail(w, r, err)

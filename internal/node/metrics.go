@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/reactors"
 )
@@ -40,6 +41,21 @@ func newRegistry(eng *projections.Engine) *prometheus.Registry {
 		}, func() float64 { return float64(eng.TimerLen(t)) }))
 	}
 	return reg
+}
+
+// registerServerMetrics reports the API server's open and refused
+// connections.
+func registerServerMetrics(reg prometheus.Registerer, s *httpapi.Server) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "taskledger_http_open_connections",
+			Help: "HTTP connections open now (at most --max-conns).",
+		}, func() float64 { return float64(s.OpenConns()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "taskledger_http_refused_connections_total",
+			Help: "HTTP connections answered 503 and closed because --max-conns were open.",
+		}, func() float64 { return float64(s.RefusedConns()) }),
+	)
 }
 
 var tasksDesc = prometheus.NewDesc("taskledger_tasks", "Tasks by queue and status, from the projections (finished ones as far as --retain keeps them).", []string{"queue", "status"}, nil)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/httpapi"
+	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
@@ -52,6 +53,14 @@ type Config struct {
 	// MaxEventBytes, if above 0, caps the event stream's message size
 	// below the NATS server's max payload (store.Config.MaxEventBytes).
 	MaxEventBytes int32
+	// HTTP bounds the API server's connections; BodyTimeout its request
+	// bodies (httpapi.DefaultBodyTimeout, -1 none).
+	HTTP          httpapi.Limits
+	BodyTimeout   time.Duration
+	MaxBodyMemory int64 // bytes of request bodies held at once; httpapi.DefaultMaxBodyMemory, -1 none
+	// LogRepeatInterval is how often a repeated error is summarized in
+	// the log instead of logged again; default ratelog.DefaultInterval.
+	LogRepeatInterval time.Duration
 }
 
 // SnapshotBucket is the object store bucket of a stream's projection
@@ -65,7 +74,10 @@ type Node struct {
 	Engine  *projections.Engine
 	Service *scheduler.Service
 	Handler http.Handler
-	alarm   *reactors.Alarm
+	// Server serves Handler within Config.HTTP; Serve it on a listener.
+	Server   *httpapi.Server
+	alarm    *reactors.Alarm
+	errorLog *ratelog.Limiter
 }
 
 // New opens the streams and builds the parts. Run starts them.
@@ -154,20 +166,29 @@ func build(cfg Config, st *store.Store, pcfg projections.Config, ready jetstream
 	if err != nil {
 		return nil, err
 	}
+	errorLog := ratelog.New(cfg.Logger, cfg.LogRepeatInterval)
 	handler, err := httpapi.NewHandler(httpapi.ServerConfig{
-		Service: svc, Ready: eng, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Logger: cfg.Logger, MaxInFlight: cfg.MaxInFlight,
+		Service: svc, Ready: eng, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Registerer: cfg.Registry, Logger: cfg.Logger, ErrorLog: errorLog,
+		MaxInFlight: cfg.MaxInFlight, BodyTimeout: cfg.BodyTimeout, MaxBodyMemory: cfg.MaxBodyMemory,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, alarm: alarm, Handler: handler}, nil
+	server := httpapi.NewServer(handler, cfg.HTTP, errorLog)
+	registerServerMetrics(cfg.Registry, server)
+	return &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, alarm: alarm, Handler: handler, Server: server, errorLog: errorLog}, nil
 }
+
+// Metrics serves GET /metrics of the node's registry without a token, for
+// a separate listener (serve --metrics-http).
+func (n *Node) Metrics() http.Handler { return httpapi.MetricsHandler(n.cfg.Registry) }
 
 // Run runs the projection engine and, once it has caught up with the log,
 // the alarm, until ctx ends: then the alarm stops first, the engine after
 // it, and Run returns nil. It returns early with an error if a part fails.
 func (n *Node) Run(ctx context.Context) error {
 	defer n.Store.Close()
+	defer n.errorLog.Close() // the pending counts of repeated errors
 	engCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngine()
 	g, gctx := errgroup.WithContext(ctx)

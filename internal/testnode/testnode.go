@@ -6,7 +6,8 @@ package testnode
 import (
 	"context"
 	"errors"
-	"net/http/httptest"
+	"net"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -74,12 +75,22 @@ func Start(t testing.TB, opts ...Option) *Node {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- n.Run(ctx) }()
-	srv := httptest.NewServer(n.Handler)
-	client := api.NewClient(srv.URL, "")
+	// The node's own server, with its limits, on a loopback port.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- n.Server.Serve(ln) }()
+	url := "http://" + ln.Addr().String()
+	client := api.NewClient(url, "")
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
-			srv.Close()
+			n.Server.Close()
+			if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+				t.Errorf("HTTP server stopped with %v", err)
+			}
 			client.HTTP.CloseIdleConnections()
 			cancel()
 			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
@@ -93,7 +104,7 @@ func Start(t testing.TB, opts ...Option) *Node {
 	case <-time.After(30 * time.Second):
 		t.Fatal("timed out waiting for the node's projections to catch up")
 	}
-	return &Node{Node: n, NS: ns, NC: cfg.NC, Client: client, URL: srv.URL, Stop: stop}
+	return &Node{Node: n, NS: ns, NC: cfg.NC, Client: client, URL: url, Stop: stop}
 }
 
 // Eventually polls cond until it holds, failing the test after 30s.
