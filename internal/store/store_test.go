@@ -420,3 +420,46 @@ func TestPipelineLosesConnection(t *testing.T) {
 		t.Fatalf("no append after the reconnect")
 	}
 }
+
+func TestAppendsLinkEachEventToItsPredecessor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nc := testnats.Conn(t)
+	a := setup(t, nc)
+	b := another(t, nc, a) // its own cache: its appends follow a load or a conflict
+	id := schedule(t, a)
+	mail := func(st *store.Store, msg string) {
+		t.Helper()
+		if _, _, err := st.Execute(ctx, id, "", aggregate.AppendMail{Message: events.Message{ID: msg}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mail(a, "m1") // from a's cache
+	mail(b, "m2") // after b's load
+	mail(a, "m3") // a's cache is stale: a conflict, a catch-up, a retry
+	mail(b, "m4")
+	evs, err := a.History(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 5 {
+		t.Fatalf("%d events, want 5", len(evs))
+	}
+	var prev events.Hash
+	for _, ev := range evs {
+		msg, err := a.Stream().GetMsg(ctx, ev.Seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Prev != prev {
+			t.Fatalf("event %d links to %x, want %x (the stored bytes of event %d)", ev.Number, ev.Prev, prev, ev.Number-1)
+		}
+		if ev.Hash != events.HashOf(msg.Data) {
+			t.Fatalf("event %d read with hash %x, its bytes hash to %x", ev.Number, ev.Hash, events.HashOf(msg.Data))
+		}
+		prev = ev.Hash
+	}
+	if st, err := a.Load(ctx, id); err != nil || st.LastHash != prev {
+		t.Fatalf("loaded state's LastHash %x, %v; want the last event's %x", st.LastHash, err, prev)
+	}
+}
