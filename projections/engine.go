@@ -32,6 +32,9 @@ type Config struct {
 	Snapshots        SnapshotStore
 	SnapshotEvery    uint64
 	SnapshotInterval time.Duration
+	// AfterSnapshot, if set, is called after every snapshot written, with
+	// the sequence it covers (the node saves the log's chain head there).
+	AfterSnapshot func(ctx context.Context, applied uint64)
 	// Retain is how many tasks of finished lineages the projections keep
 	// for listing (default DefaultRetain; negative keeps all). Older
 	// ones are evicted, oldest finished first; the log keeps them.
@@ -59,6 +62,7 @@ type Engine struct {
 	ready    chan struct{} // closed once caughtUp is first set
 	kick     chan struct{}
 	bad      atomic.Uint64
+	missing  atomic.Uint64 // sequences the tail skipped: holes in the log
 
 	policy       snapshotPolicy // owned by Run's goroutine
 	snapshots    sync.WaitGroup
@@ -100,6 +104,14 @@ func (e *Engine) Run(ctx context.Context) error {
 		return fmt.Errorf("projections: stream %s: %w", e.cfg.Stream, err)
 	}
 	target := info.CachedInfo().State.LastSeq
+	// The last event itself, not the stream's state: a block file that
+	// lost its tail leaves a state naming a sequence no longer stored,
+	// which the engine would wait for forever.
+	if last, err := info.GetLastMsgForSubject(ctx, e.cfg.Subjects.Events()); err == nil {
+		target = last.Sequence
+	} else if errors.Is(err, jetstream.ErrMsgNotFound) {
+		target = 0
+	}
 	if e.applied.Load() == 0 && e.cfg.Snapshots != nil {
 		e.restoreSnapshot(ctx, target)
 	}
@@ -143,6 +155,12 @@ func (e *Engine) Run(ctx context.Context) error {
 		if m.seq <= e.applied.Load() {
 			continue
 		}
+		if from := e.applied.Load() + 1; m.seq > from {
+			// The event stream denies deletes: a skipped sequence is a
+			// message the server dropped or someone removed.
+			e.missing.Add(m.seq - from)
+			e.cfg.Logger.Warn().Uint64("from", from).Uint64("to", m.seq-1).Msg("projections: sequences missing from the log; run taskledger replay verify")
+		}
 		progressAt = time.Now()
 		e.apply(m.ev, m.bad)
 		if !e.caughtUp.Load() && m.seq >= target {
@@ -169,6 +187,10 @@ func (e *Engine) markCaughtUp() {
 		close(e.ready)
 	}
 }
+
+// Missing returns how many sequences the engine found missing while it
+// followed the log (not counting those before a restored snapshot).
+func (e *Engine) Missing() uint64 { return e.missing.Load() }
 
 // Ready is closed once the engine has applied every event the stream held
 // when Run started: the projections then hold every timer and task the log
@@ -225,6 +247,9 @@ func (e *Engine) SaveSnapshot(ctx context.Context) error {
 		return err
 	}
 	e.cfg.Logger.Info().Uint64("applied", applied).Int("tasks", len(b.Tasks)).Int("bytes", len(data)).Msg("projection snapshot written")
+	if e.cfg.AfterSnapshot != nil {
+		e.cfg.AfterSnapshot(ctx, applied)
+	}
 	return nil
 }
 

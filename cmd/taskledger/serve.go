@@ -62,33 +62,33 @@ func (f *natsFlags) registerRemote(fs flagSet) {
 	fs.StringVar(&f.key, "nats-key", "", "TLS client key file (with --nats-url)")
 }
 
-// connect returns a NATS connection and a function that closes it (and
-// the embedded server, if one was started).
-func (f *natsFlags) connect(log zerolog.Logger) (*nats.Conn, func(), error) {
+// connect returns a NATS connection, the embedded server (nil with
+// --nats-url) and a function that closes both.
+func (f *natsFlags) connect(log zerolog.Logger) (*nats.Conn, *broker.Embedded, func(), error) {
 	if f.url != "" {
 		nc, err := broker.ConnectRemote(broker.RemoteConfig{URL: f.url, CredsFile: f.creds, NKeyFile: f.nkey, CAFile: f.ca, CertFile: f.cert, KeyFile: f.key})
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		log.Info().Str("url", f.url).Msg("connected to NATS")
-		return nc, func() { nc.Drain() }, nil
+		return nc, nil, func() { nc.Drain() }, nil
 	}
 	if f.listen != "" {
 		if err := requireLoopback(f.listen); err != nil {
-			return nil, nil, fmt.Errorf("--nats-listen: %w", err)
+			return nil, nil, nil, fmt.Errorf("--nats-listen: %w", err)
 		}
 	}
 	srv, err := broker.StartEmbedded(broker.EmbeddedConfig{Dir: f.data, Listen: f.listen, SyncAlways: f.syncAlways})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	nc, err := srv.Connect()
 	if err != nil {
 		srv.Shutdown()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	log.Info().Str("data", f.data).Str("nats", srv.ClientURL()).Bool("syncAlways", f.syncAlways).Msg("embedded NATS JetStream started")
-	return nc, func() {
+	return nc, srv, func() {
 		nc.Drain()
 		for !nc.IsClosed() {
 			time.Sleep(5 * time.Millisecond)
@@ -147,6 +147,8 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	maxPerMinute := fs.Int("max-roots-per-minute", 0, "default quota: new root tasks per customer per minute (0 = unlimited)")
 	checkerURL := fs.String("usage-checker-url", "", "external usage checker asked about each new root task (fails open)")
 	maxInFlight := fs.Int("max-inflight", 1024, "API requests served at once (long polls aside); more answer 503 with Retry-After (-1: no limit)")
+	writeTimeout := fs.Duration("write-timeout", 5*time.Second, "an append the log does not acknowledge within this (a full disk) answers 503")
+	storageRetry := fs.Duration("storage-retry", 5*time.Second, "while appends fail, probe the log (and restart the embedded JetStream) this often")
 	retain := retainFlag(fs)
 	name := fs.String("name", "", "this scheduler's name in the events it writes (default: hostname)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -186,15 +188,22 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		h, _ := os.Hostname()
 		*name = "scheduler-" + sanitize(h)
 	}
-	nc, closeNATS, err := nf.connect(log)
+	if *writeTimeout <= 0 || *storageRetry <= 0 {
+		return fmt.Errorf("%w: --write-timeout and --storage-retry must be positive", errUsage)
+	}
+	nc, embedded, closeNATS, err := nf.connect(log)
 	if err != nil {
 		return err
 	}
 	defer closeNATS()
-	n, err := node.New(ctx, node.Config{
+	cfg := node.Config{
 		NC: nc, Stream: nf.stream, Replicas: nf.replicas, Name: *name, Tokens: tokens, Admission: admission, MaxInFlight: *maxInFlight,
-		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain,
-	})
+		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain, WriteTimeout: *writeTimeout, StorageRetry: *storageRetry,
+	}
+	if embedded != nil {
+		cfg.RecoverStorage = embedded.RestartJetStream
+	}
+	n, err := node.New(ctx, cfg)
 	if err != nil {
 		return err
 	}

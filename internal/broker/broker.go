@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -31,11 +32,17 @@ type EmbeddedConfig struct {
 	// ServerName names the server in JetStream metadata; default
 	// "taskledger".
 	ServerName string
+	// MaxStore caps JetStream's file storage in bytes (nats-server's
+	// max_file_store); past it every write is refused. Zero means the
+	// server's default (most of the free disk).
+	MaxStore int64
 }
 
 // Embedded is a running in-process nats-server with JetStream.
 type Embedded struct {
-	srv *server.Server
+	srv      *server.Server
+	mu       sync.Mutex // serializes RestartJetStream
+	maxStore int64
 }
 
 // StartEmbedded starts a server and waits until it accepts connections.
@@ -44,13 +51,14 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		return nil, errors.New("broker: embedded server needs a data directory")
 	}
 	opts := &server.Options{
-		ServerName: cfg.ServerName,
-		JetStream:  true,
-		StoreDir:   cfg.Dir,
-		SyncAlways: cfg.SyncAlways,
-		NoSigs:     true,
-		NoLog:      true,
-		DontListen: cfg.Listen == "",
+		ServerName:        cfg.ServerName,
+		JetStream:         true,
+		StoreDir:          cfg.Dir,
+		SyncAlways:        cfg.SyncAlways,
+		NoSigs:            true,
+		NoLog:             true,
+		DontListen:        cfg.Listen == "",
+		JetStreamMaxStore: cfg.MaxStore,
 	}
 	if opts.ServerName == "" {
 		opts.ServerName = "taskledger"
@@ -74,7 +82,41 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		srv.Shutdown()
 		return nil, errors.New("broker: embedded server did not become ready in 30s")
 	}
-	return &Embedded{srv: srv}, nil
+	return &Embedded{srv: srv, maxStore: cfg.MaxStore}, nil
+}
+
+// RestartJetStream stops JetStream and starts it again on the same
+// directory, as a restart of the process would, without one. nats-server
+// keeps the first write error of a stream's file store (ENOSPC on a full
+// disk) and refuses every later write of that stream until the store is
+// opened again; this reopens every stream from its files. Clients keep
+// their connections; consumers are recreated from disk (durable) or by
+// their clients (ordered). It is safe for concurrent use.
+func (e *Embedded) RestartJetStream() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	cfg := e.srv.JetStreamConfig()
+	if cfg == nil {
+		return errors.New("broker: JetStream is not running")
+	}
+	if e.maxStore != 0 {
+		cfg.MaxStore = e.maxStore
+	}
+	if err := e.srv.DisableJetStream(); err != nil {
+		return fmt.Errorf("broker: stop JetStream: %w", err)
+	}
+	if err := e.srv.EnableJetStream(cfg); err != nil {
+		return fmt.Errorf("broker: start JetStream: %w", err)
+	}
+	return nil
+}
+
+// SetMaxStore changes MaxStore for the next RestartJetStream, as an
+// operator raising the limit and restarting would.
+func (e *Embedded) SetMaxStore(n int64) {
+	e.mu.Lock()
+	e.maxStore = n
+	e.mu.Unlock()
 }
 
 // Connect opens an in-process connection to the server.

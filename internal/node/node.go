@@ -5,12 +5,15 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
@@ -47,11 +50,63 @@ type Config struct {
 	// Retain is how many tasks of finished lineages the projections keep
 	// for listing; default projections.DefaultRetain, negative all.
 	Retain int
+	// WriteTimeout bounds one append (store.Config.WriteTimeout); default
+	// 5s.
+	WriteTimeout time.Duration
+	// StorageRetry is how often, while appends fail, the node probes
+	// the log and calls RecoverStorage; default 5s.
+	StorageRetry time.Duration
+	// RecoverStorage, if set, is called while appends fail and a probe
+	// has failed too: the embedded broker restarts JetStream there
+	// (broker.Embedded.RestartJetStream), which reopens a stream whose
+	// file store keeps a write error (a full disk) once space returns.
+	RecoverStorage func() error
 }
 
 // SnapshotBucket is the object store bucket of a stream's projection
 // snapshots.
 func SnapshotBucket(stream string) string { return stream + "_SNAPSHOTS" }
+
+// headObject is the object of the snapshot bucket that holds the log's
+// chain head (store.Head as JSON).
+const headObject = "chainhead"
+
+// LoadHead returns the chain head saved for stream; ok is false when none
+// was (no snapshot bucket, or nothing saved yet). It creates nothing.
+func LoadHead(ctx context.Context, js jetstream.JetStream, stream string) (h store.Head, ok bool, err error) {
+	os, err := js.ObjectStore(ctx, SnapshotBucket(stream))
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return h, false, nil
+	}
+	if err != nil {
+		return h, false, fmt.Errorf("node: snapshot bucket: %w", err)
+	}
+	data, err := os.GetBytes(ctx, headObject)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return h, false, nil
+	}
+	if err != nil {
+		return h, false, fmt.Errorf("node: chain head: %w", err)
+	}
+	if err := json.Unmarshal(data, &h); err != nil {
+		return h, false, fmt.Errorf("node: chain head: %w", err)
+	}
+	return h, true, nil
+}
+
+// SaveHead saves the chain head of stream at sequence seq (0: its last
+// message) in heads; an empty stream saves nothing.
+func SaveHead(ctx context.Context, log store.Log, heads projections.SnapshotStore, seq uint64) error {
+	h, err := log.HeadAt(ctx, seq)
+	if err != nil || h.Seq == 0 {
+		return err
+	}
+	data, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	return heads.Save(ctx, data)
+}
 
 // Node is one running scheduler process.
 type Node struct {
@@ -61,6 +116,10 @@ type Node struct {
 	Service *scheduler.Service
 	Handler http.Handler
 	alarm   *reactors.Alarm
+	heads   projections.SnapshotStore // nil without snapshots
+	// logWarning says why the log does not hold its saved chain head;
+	// set by New, read-only after.
+	logWarning string
 }
 
 // New opens the streams and builds the parts. Run starts them.
@@ -80,6 +139,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.StorageRetry <= 0 {
+		cfg.StorageRetry = 5 * time.Second
+	}
 	var eng *projections.Engine
 	locate := func(taskID string) (string, bool) {
 		s, ok := eng.Task(taskID)
@@ -87,6 +149,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	st, err := store.Open(ctx, cfg.NC, store.Config{
 		Stream: cfg.Stream, Subjects: cfg.Subjects, Replicas: cfg.Replicas, Actor: cfg.Name, Now: cfg.Now, Locate: locate,
+		WriteTimeout: cfg.WriteTimeout,
 	})
 	if err != nil {
 		return nil, err
@@ -99,21 +162,61 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		JS: st.JetStream(), Stream: cfg.Stream, Subjects: cfg.Subjects, Logger: cfg.Logger,
 		SnapshotEvery: cfg.SnapshotEvery, SnapshotInterval: cfg.SnapshotInterval, Retain: cfg.Retain,
 	}
+	var heads projections.SnapshotStore
 	if !cfg.NoSnapshots {
 		snaps, err := projections.OpenObjectSnapshots(ctx, st.JetStream(), SnapshotBucket(cfg.Stream), "projections", cfg.Replicas)
+		if err == nil {
+			heads, err = projections.OpenObjectSnapshots(ctx, st.JetStream(), SnapshotBucket(cfg.Stream), headObject, cfg.Replicas)
+		}
 		if err != nil {
 			st.Close()
 			return nil, err
 		}
 		pcfg.Snapshots = snaps
+		pcfg.AfterSnapshot = func(ctx context.Context, applied uint64) {
+			if err := SaveHead(ctx, st.Log(), heads, applied); err != nil {
+				cfg.Logger.Warn().Err(err).Msg("chain head not saved")
+			}
+		}
 	}
 	n, err := build(cfg, st, pcfg)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	eng = n.Engine
+	eng, n.heads = n.Engine, heads
+	n.logWarning = n.checkHead(ctx)
 	return n, nil
+}
+
+// checkHead checks the log for holes and compares it with its saved
+// chain head; it returns a warning, also logged, when the log is damaged.
+func (n *Node) checkHead(ctx context.Context) string {
+	h, _, err := LoadHead(ctx, n.Store.JetStream(), n.cfg.Stream)
+	if err == nil {
+		err = n.Store.Log().Check(ctx, h)
+	}
+	switch {
+	case errors.Is(err, store.ErrEventsMissing) || errors.Is(err, store.ErrLogTruncated) || errors.Is(err, store.ErrHeadMismatch):
+		n.cfg.Logger.Warn().Err(err).Msg("the log is damaged: events were lost or changed; run taskledger replay verify")
+		return err.Error() + "; run taskledger replay verify"
+	case err != nil:
+		n.cfg.Logger.Warn().Err(err).Msg("chain head not checked")
+	}
+	return ""
+}
+
+// WriteError implements httpapi.LogHealth: the store's.
+func (n *Node) WriteError() error { return n.Store.WriteError() }
+
+// LogWarning implements httpapi.LogHealth: why the log was found damaged
+// at start (no saved chain head, a hole) or while the projections read
+// it, or "".
+func (n *Node) LogWarning() string {
+	if m := n.Engine.Missing(); m > 0 {
+		return strings.TrimPrefix(n.logWarning+"; ", "; ") + fmt.Sprintf("%d sequences of the log hold no event; run taskledger replay verify", m)
+	}
+	return n.logWarning
 }
 
 // build makes the parts on an open store.
@@ -143,13 +246,14 @@ func build(cfg Config, st *store.Store, pcfg projections.Config) (*Node, error) 
 	if err != nil {
 		return nil, err
 	}
-	handler, err := httpapi.NewHandler(httpapi.ServerConfig{
-		Service: svc, Ready: eng, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Logger: cfg.Logger, MaxInFlight: cfg.MaxInFlight,
+	n := &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, alarm: alarm}
+	n.Handler, err = httpapi.NewHandler(httpapi.ServerConfig{
+		Service: svc, Ready: eng, Health: n, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Logger: cfg.Logger, MaxInFlight: cfg.MaxInFlight,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, alarm: alarm, Handler: handler}, nil
+	return n, nil
 }
 
 // Run runs the projection engine and, once it has caught up with the log,
@@ -179,7 +283,53 @@ func (n *Node) Run(ctx context.Context) error {
 		n.cfg.Logger.Info().Uint64("applied", n.Engine.Applied()).Msg("projections ready; alarm armed")
 		return n.alarm.Run(gctx)
 	})
+	g.Go(func() error { n.watchStorage(gctx); return nil })
 	err := g.Wait()
 	n.Service.Close() // waits for the claim dispatchers' pulls
+	if err == nil && n.heads != nil {
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.Store.Config().WriteTimeout)
+		defer cancel()
+		if herr := SaveHead(hctx, n.Store.Log(), n.heads, 0); herr != nil {
+			n.cfg.Logger.Warn().Err(herr).Msg("chain head not saved at shutdown")
+		}
+	}
 	return err
+}
+
+// watchStorage runs until ctx ends. Every StorageRetry while appends fail
+// it probes the log and, if the probe fails too, calls RecoverStorage and
+// probes again; a probe that succeeds makes the store ready for writes.
+// It logs when writes start failing and when they recover, never per
+// request or per attempt.
+func (n *Node) watchStorage(ctx context.Context) {
+	tick := time.NewTicker(n.cfg.StorageRetry)
+	defer tick.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		err := n.Store.WriteError()
+		if err == nil {
+			if failing {
+				n.cfg.Logger.Info().Msg("the log takes writes again")
+			}
+			failing = false
+			continue
+		}
+		if !failing {
+			n.cfg.Logger.Error().Err(err).Msg("the log does not take writes: appends answer 503 and /readyz 503 until it does")
+			failing = true
+		}
+		if n.Store.Probe(ctx) == nil || n.cfg.RecoverStorage == nil {
+			continue
+		}
+		if rerr := n.cfg.RecoverStorage(); rerr != nil {
+			n.cfg.Logger.Debug().Err(rerr).Msg("storage recovery failed")
+			continue
+		}
+		n.Store.Probe(ctx) // a success shows at the next tick
+	}
 }

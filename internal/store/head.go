@@ -7,12 +7,18 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/taskledger/taskledger/events"
 )
 
-// Chain head errors, returned (wrapped, with the sequences) by
-// Log.CheckHead.
+// Log damage errors, returned (wrapped, with the sequences) by Log.Check.
 var (
+	// ErrEventsMissing: sequences inside the stream hold no message. The
+	// event stream denies deletes, so a hole means the server dropped a
+	// message it could not read back (a damaged block file) or someone
+	// edited the files.
+	ErrEventsMissing = errors.New("store: events are missing from the log")
 	// ErrLogTruncated: the log ends before the sequence of its saved
 	// chain head, so events it once held are gone (a cut block file).
 	ErrLogTruncated = errors.New("store: the log ends before its saved chain head")
@@ -57,8 +63,28 @@ func (h *Head) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// LastSeq returns the sequence of the stream's last stored event, 0 when
+// there is none. It reads the message itself: after a block file lost its
+// tail, the stream's state may still name a last sequence whose message
+// is gone.
+func (l Log) LastSeq(ctx context.Context) (uint64, error) {
+	l = l.withDefaults()
+	s, err := l.JS.Stream(ctx, l.Stream)
+	if err != nil {
+		return 0, fmt.Errorf("store: stream %s: %w", l.Stream, err)
+	}
+	msg, err := s.GetLastMsgForSubject(ctx, l.Subjects.Events())
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("store: last event: %w", err)
+	}
+	return msg.Sequence, nil
+}
+
 // HeadAt returns the chain head at stream sequence seq, or at the
-// stream's last message when seq is 0. An empty stream has the zero Head.
+// stream's last event when seq is 0. An empty stream has the zero Head.
 func (l Log) HeadAt(ctx context.Context, seq uint64) (Head, error) {
 	l = l.withDefaults()
 	s, err := l.JS.Stream(ctx, l.Stream)
@@ -66,8 +92,8 @@ func (l Log) HeadAt(ctx context.Context, seq uint64) (Head, error) {
 		return Head{}, fmt.Errorf("store: stream %s: %w", l.Stream, err)
 	}
 	if seq == 0 {
-		if seq = s.CachedInfo().State.LastSeq; seq == 0 {
-			return Head{}, nil
+		if seq, err = l.LastSeq(ctx); err != nil || seq == 0 {
+			return Head{}, err
 		}
 	}
 	msg, err := s.GetMsg(ctx, seq)
@@ -77,27 +103,35 @@ func (l Log) HeadAt(ctx context.Context, seq uint64) (Head, error) {
 	return Head{Seq: seq, Hash: events.HashOf(msg.Data)}, nil
 }
 
-// CheckHead returns nil when the log still holds h: its stream reaches
-// h.Seq and the message there hashes to h.Hash. Otherwise it returns an
-// error wrapping ErrLogTruncated or ErrHeadMismatch, or the read's error.
-func (l Log) CheckHead(ctx context.Context, h Head) error {
-	if h.Seq == 0 {
-		return nil
-	}
+// Check returns nil when the log has no hole and still holds h (the zero
+// Head: none saved): its stream reaches h.Seq and the message there
+// hashes to h.Hash. Otherwise it returns an error wrapping
+// ErrEventsMissing, ErrLogTruncated or ErrHeadMismatch, or the read's
+// error. It costs two reads, whatever the log's size.
+func (l Log) Check(ctx context.Context, h Head) error {
 	l = l.withDefaults()
 	s, err := l.JS.Stream(ctx, l.Stream)
 	if err != nil {
 		return fmt.Errorf("store: stream %s: %w", l.Stream, err)
 	}
-	if last := s.CachedInfo().State.LastSeq; last < h.Seq {
-		return fmt.Errorf("%w: the stream ends at sequence %d, the head saved at %d", ErrLogTruncated, last, h.Seq)
+	var missing error
+	if st := s.CachedInfo().State; st.NumDeleted > 0 {
+		missing = fmt.Errorf("%w: %d of sequences %d to %d hold no message", ErrEventsMissing, st.NumDeleted, st.FirstSeq, st.LastSeq)
 	}
-	got, err := l.HeadAt(ctx, h.Seq)
+	if h.Seq == 0 {
+		return missing
+	}
+	last, err := l.LastSeq(ctx)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrHeadMismatch, err)
+		return err
 	}
-	if got.Hash != h.Hash {
-		return fmt.Errorf("%w: the message at sequence %d is not the one saved", ErrHeadMismatch, h.Seq)
+	var head error
+	if last < h.Seq {
+		head = fmt.Errorf("%w: the last event is at sequence %d, the head saved at %d", ErrLogTruncated, last, h.Seq)
+	} else if got, err := l.HeadAt(ctx, h.Seq); err != nil {
+		head = fmt.Errorf("%w: %w", ErrHeadMismatch, err)
+	} else if got.Hash != h.Hash {
+		head = fmt.Errorf("%w: the message at sequence %d is not the one saved", ErrHeadMismatch, h.Seq)
 	}
-	return nil
+	return errors.Join(missing, head)
 }

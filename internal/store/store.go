@@ -584,3 +584,6 @@ func IsConflict(err error) bool {
 	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
+
+// Config returns the store's configuration with its defaults filled in.
+func (s *Store) Config() Config { return s.cfg }
