@@ -201,7 +201,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain, WriteTimeout: *writeTimeout, StorageRetry: *storageRetry,
 	}
 	if embedded != nil {
-		cfg.RecoverStorage = embedded.RestartJetStream
+		cfg.StorageError, cfg.RecoverStorage = embedded.StorageError, embedded.RestartJetStream
 	}
 	n, err := node.New(ctx, cfg)
 	if err != nil {

@@ -40,9 +40,9 @@ type EmbeddedConfig struct {
 
 // Embedded is a running in-process nats-server with JetStream.
 type Embedded struct {
-	srv      *server.Server
-	mu       sync.Mutex // serializes RestartJetStream
-	maxStore int64
+	srv *server.Server
+	mu  sync.Mutex // serializes RestartJetStream
+	js  server.JetStreamConfig
 }
 
 // StartEmbedded starts a server and waits until it accepts connections.
@@ -82,30 +82,42 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		srv.Shutdown()
 		return nil, errors.New("broker: embedded server did not become ready in 30s")
 	}
-	return &Embedded{srv: srv, maxStore: cfg.MaxStore}, nil
+	js := *srv.JetStreamConfig()
+	js.StoreDir = cfg.Dir // the effective one has JetStream's subdirectory appended
+	return &Embedded{srv: srv, js: js}, nil
 }
 
-// RestartJetStream stops JetStream and starts it again on the same
-// directory, as a restart of the process would, without one. nats-server
-// keeps the first write error of a stream's file store (ENOSPC on a full
-// disk) and refuses every later write of that stream until the store is
-// opened again; this reopens every stream from its files. Clients keep
-// their connections; consumers are recreated from disk (durable) or by
-// their clients (ordered). It is safe for concurrent use.
+// StorageError returns nil while JetStream runs and no stream reports a
+// problem to nats-server's health check, else what is wrong: a stream
+// whose file store failed a write (ENOSPC on a full disk) keeps that
+// error and refuses every later write until RestartJetStream. It is safe
+// for concurrent use; each call walks the server's streams.
+func (e *Embedded) StorageError() error {
+	if !e.srv.JetStreamEnabled() {
+		return errors.New("broker: JetStream is not running")
+	}
+	for _, he := range e.srv.Healthz(&server.HealthzOptions{Details: true}).Errors {
+		if he.Type == server.HealthzErrorStream || he.Type == server.HealthzErrorJetStream {
+			return fmt.Errorf("broker: %s", he.Error)
+		}
+	}
+	return nil
+}
+
+// RestartJetStream stops JetStream (if it runs) and starts it again on
+// the same directory with the same limits, as a restart of the process
+// would, without one: every stream is reopened from its files, which
+// clears a file store's kept write error. Clients keep their
+// connections; durable consumers come back from disk, ordered ones are
+// recreated by their clients. It is safe for concurrent use.
 func (e *Embedded) RestartJetStream() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	cfg := e.srv.JetStreamConfig()
-	if cfg == nil {
-		return errors.New("broker: JetStream is not running")
-	}
-	if e.maxStore != 0 {
-		cfg.MaxStore = e.maxStore
-	}
-	if err := e.srv.DisableJetStream(); err != nil {
+	if err := e.srv.ShutdownJetStream(); err != nil {
 		return fmt.Errorf("broker: stop JetStream: %w", err)
 	}
-	if err := e.srv.EnableJetStream(cfg); err != nil {
+	cfg := e.js
+	if err := e.srv.EnableJetStream(&cfg); err != nil {
 		return fmt.Errorf("broker: start JetStream: %w", err)
 	}
 	return nil
@@ -115,7 +127,7 @@ func (e *Embedded) RestartJetStream() error {
 // operator raising the limit and restarting would.
 func (e *Embedded) SetMaxStore(n int64) {
 	e.mu.Lock()
-	e.maxStore = n
+	e.js.MaxStore = n
 	e.mu.Unlock()
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -53,13 +54,15 @@ type Config struct {
 	// WriteTimeout bounds one append (store.Config.WriteTimeout); default
 	// 5s.
 	WriteTimeout time.Duration
-	// StorageRetry is how often, while appends fail, the node probes
-	// the log and calls RecoverStorage; default 5s.
+	// StorageRetry is how often the node checks StorageError and, while
+	// appends or the server's storage fail, calls RecoverStorage and
+	// probes the log; default 5s.
 	StorageRetry time.Duration
-	// RecoverStorage, if set, is called while appends fail and a probe
-	// has failed too: the embedded broker restarts JetStream there
-	// (broker.Embedded.RestartJetStream), which reopens a stream whose
-	// file store keeps a write error (a full disk) once space returns.
+	// StorageError and RecoverStorage, if set, are the embedded server's
+	// health check and JetStream restart (broker.Embedded.StorageError,
+	// RestartJetStream): nats-server keeps a stream's first write error
+	// (a full disk) and refuses its writes until the stream is reopened.
+	StorageError   func() error
 	RecoverStorage func() error
 }
 
@@ -120,6 +123,7 @@ type Node struct {
 	// logWarning says why the log does not hold its saved chain head;
 	// set by New, read-only after.
 	logWarning string
+	serverErr  atomic.Pointer[error] // the last StorageError; nil: none
 }
 
 // New opens the streams and builds the parts. Run starts them.
@@ -206,8 +210,17 @@ func (n *Node) checkHead(ctx context.Context) string {
 	return ""
 }
 
-// WriteError implements httpapi.LogHealth: the store's.
-func (n *Node) WriteError() error { return n.Store.WriteError() }
+// WriteError implements httpapi.LogHealth: the store's failed appends,
+// or the server's storage error as watchStorage last saw it.
+func (n *Node) WriteError() error {
+	if err := n.Store.WriteError(); err != nil {
+		return err
+	}
+	if err := n.serverErr.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
 
 // LogWarning implements httpapi.LogHealth: why the log was found damaged
 // at start (no saved chain head, a hole) or while the projections read
@@ -296,11 +309,21 @@ func (n *Node) Run(ctx context.Context) error {
 	return err
 }
 
-// watchStorage runs until ctx ends. Every StorageRetry while appends fail
-// it probes the log and, if the probe fails too, calls RecoverStorage and
-// probes again; a probe that succeeds makes the store ready for writes.
-// It logs when writes start failing and when they recover, never per
-// request or per attempt.
+// storageError is cfg.StorageError's answer, nil without one.
+func (n *Node) storageError() error {
+	if n.cfg.StorageError == nil {
+		return nil
+	}
+	return n.cfg.StorageError()
+}
+
+// watchStorage runs until ctx ends. Every StorageRetry it asks the
+// server for its storage error and, while appends fail, probes the log (a
+// probe that succeeds makes the store take writes again). While the
+// server reports an error or the probe fails, it calls RecoverStorage
+// (a JetStream restart: it reopens a stream that keeps a write error, and
+// applies a raised storage limit) and checks both again. It logs when writes start failing and when they
+// recover, never per request or per attempt.
 func (n *Node) watchStorage(ctx context.Context) {
 	tick := time.NewTicker(n.cfg.StorageRetry)
 	defer tick.Stop()
@@ -311,25 +334,29 @@ func (n *Node) watchStorage(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		err := n.Store.WriteError()
-		if err == nil {
-			if failing {
-				n.cfg.Logger.Info().Msg("the log takes writes again")
+		serverErr := n.storageError()
+		// A probe that succeeds clears the store's error.
+		appendsFail := n.Store.WriteError() != nil && n.Store.Probe(ctx) != nil
+		if (serverErr != nil || appendsFail) && n.cfg.RecoverStorage != nil {
+			if err := n.cfg.RecoverStorage(); err != nil {
+				n.cfg.Logger.Debug().Err(err).Msg("storage recovery failed")
 			}
-			failing = false
-			continue
+			if serverErr = n.storageError(); n.Store.WriteError() != nil {
+				n.Store.Probe(ctx)
+			}
 		}
-		if !failing {
+		if serverErr != nil {
+			n.serverErr.Store(&serverErr)
+		} else {
+			n.serverErr.Store(nil)
+		}
+		err := n.WriteError()
+		switch {
+		case err != nil && !failing:
 			n.cfg.Logger.Error().Err(err).Msg("the log does not take writes: appends answer 503 and /readyz 503 until it does")
-			failing = true
+		case err == nil && failing:
+			n.cfg.Logger.Info().Msg("the log takes writes again")
 		}
-		if n.Store.Probe(ctx) == nil || n.cfg.RecoverStorage == nil {
-			continue
-		}
-		if rerr := n.cfg.RecoverStorage(); rerr != nil {
-			n.cfg.Logger.Debug().Err(rerr).Msg("storage recovery failed")
-			continue
-		}
-		n.Store.Probe(ctx) // a success shows at the next tick
+		failing = err != nil
 	}
 }
