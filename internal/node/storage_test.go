@@ -183,7 +183,7 @@ func fullDiskRecovers(t *testing.T, disk *fullDisk) {
 	}
 	t.Logf("disk full after %d acknowledged writes", len(acked))
 	disk.fill(t, 0) // no room left even for a probe
-	for range 3 { // still failing, still answering
+	for range 3 {   // still failing, still answering
 		if err := schedule(i); !errors.Is(err, api.ErrUnavailable) {
 			t.Fatalf("write on a full disk: %v, want 503 unavailable", err)
 		}
