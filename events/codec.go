@@ -130,7 +130,7 @@ func Encode(ev Event) ([]byte, error) {
 	}
 	var prev []byte
 	if !ev.Prev.IsZero() {
-		prev = ev.Prev[:]
+		prev = append(prev, ev.Prev[:]...) // a copy: ev[:] would move all of ev to the heap
 	}
 	e := encoders.Get().(*encoder)
 	defer encoders.Put(e)
