@@ -103,8 +103,10 @@ func TestTamperedLogIsDetected(t *testing.T) {
 		}
 		kinds := verifyKinds(t, data)
 		t.Logf("flipped byte: %v", kinds)
-		if warning, _ := startWarning(t, data); !strings.Contains(warning, "hold no event") {
-			t.Fatalf("/readyz log %q, want the missing sequences", warning)
+		// JetStream drops what fails its checksum: a hole, or the rest of
+		// the block when the flip hit a record's length.
+		if warning, _ := startWarning(t, data); warning == "" {
+			t.Fatal("/readyz shows no damage after a flipped byte")
 		}
 	})
 	t.Run("CutTail", func(t *testing.T) {
