@@ -32,6 +32,12 @@ type Config struct {
 	Snapshots        SnapshotStore
 	SnapshotEvery    uint64
 	SnapshotInterval time.Duration
+	// LastSeq, if set, gives Run the sequence of the last event stored,
+	// which it catches up to before it is ready; default the stream
+	// state's last sequence. The node passes store.Log.LastSeq: after a
+	// block file lost its tail, the state may name a sequence whose
+	// message is gone, and the engine would wait for it forever.
+	LastSeq func(ctx context.Context) (uint64, error)
 	// AfterSnapshot, if set, is called after every snapshot written, with
 	// the sequence it covers (the node saves the log's chain head there).
 	AfterSnapshot func(ctx context.Context, applied uint64)
@@ -104,13 +110,10 @@ func (e *Engine) Run(ctx context.Context) error {
 		return fmt.Errorf("projections: stream %s: %w", e.cfg.Stream, err)
 	}
 	target := info.CachedInfo().State.LastSeq
-	// The last event itself, not the stream's state: a block file that
-	// lost its tail leaves a state naming a sequence no longer stored,
-	// which the engine would wait for forever.
-	if last, err := info.GetLastMsgForSubject(ctx, e.cfg.Subjects.Events()); err == nil {
-		target = last.Sequence
-	} else if errors.Is(err, jetstream.ErrMsgNotFound) {
-		target = 0
+	if e.cfg.LastSeq != nil {
+		if target, err = e.cfg.LastSeq(ctx); err != nil {
+			return fmt.Errorf("projections: %w", err)
+		}
 	}
 	if e.applied.Load() == 0 && e.cfg.Snapshots != nil {
 		e.restoreSnapshot(ctx, target)

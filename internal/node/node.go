@@ -121,6 +121,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	pcfg := projections.Config{
 		JS: st.JetStream(), Stream: cfg.Stream, Subjects: cfg.Subjects, Logger: cfg.Logger,
 		SnapshotEvery: cfg.SnapshotEvery, SnapshotInterval: cfg.SnapshotInterval, Retain: cfg.Retain,
+		LastSeq: st.Log().LastSeq,
 	}
 	var heads projections.SnapshotStore
 	if !cfg.NoSnapshots {

@@ -66,21 +66,32 @@ func (h *Head) UnmarshalJSON(b []byte) error {
 // LastSeq returns the sequence of the stream's last stored event, 0 when
 // there is none. It reads the message itself: after a block file lost its
 // tail, the stream's state may still name a last sequence whose message
-// is gone.
+// is gone. That costs one read; only when the message is missing does it
+// ask for the last one on the stream's subjects (which walks the server's
+// subject index).
 func (l Log) LastSeq(ctx context.Context) (uint64, error) {
 	l = l.withDefaults()
 	s, err := l.JS.Stream(ctx, l.Stream)
 	if err != nil {
 		return 0, fmt.Errorf("store: stream %s: %w", l.Stream, err)
 	}
-	msg, err := s.GetLastMsgForSubject(ctx, l.Subjects.Events())
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	last := s.CachedInfo().State.LastSeq
+	if last == 0 {
 		return 0, nil
+	}
+	_, err = s.GetMsg(ctx, last)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		var msg *jetstream.RawStreamMsg
+		if msg, err = s.GetLastMsgForSubject(ctx, l.Subjects.Events()); err == nil {
+			last = msg.Sequence
+		} else if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return 0, nil
+		}
 	}
 	if err != nil {
 		return 0, fmt.Errorf("store: last event: %w", err)
 	}
-	return msg.Sequence, nil
+	return last, nil
 }
 
 // HeadAt returns the chain head at stream sequence seq, or at the
