@@ -463,3 +463,43 @@ func TestAppendsLinkEachEventToItsPredecessor(t *testing.T) {
 		t.Fatalf("loaded state's LastHash %x, %v; want the last event's %x", st.LastHash, err, prev)
 	}
 }
+
+func TestWriteErrorUntilAWriteLands(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nc := testnats.Conn(t)
+	st := setup(t, nc)
+	id := schedule(t, st)
+	if err := st.WriteError(); err != nil {
+		t.Fatalf("WriteError %v after a write landed", err)
+	}
+	// The stream refuses to grow (a limit stands in for a full disk):
+	// the append fails as unavailable, and the store remembers it.
+	js, _ := jetstream.New(nc)
+	cfg := st.Stream().CachedInfo().Config
+	cfg.MaxBytes, cfg.Discard = 1, jetstream.DiscardNew
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	mail := aggregate.AppendMail{Message: events.Message{ID: "m1"}}
+	if _, _, err := st.Execute(ctx, id, "", mail); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("append to a full stream: %v, want ErrUnavailable", err)
+	}
+	if err := st.WriteError(); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("WriteError %v after a failed append, want ErrUnavailable", err)
+	}
+	// A probe writes elsewhere and clears it; the next append lands.
+	cfg.MaxBytes = -1
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.WriteError(); err != nil {
+		t.Fatalf("WriteError %v after a probe landed", err)
+	}
+	if _, _, err := st.Execute(ctx, id, "", mail); err != nil {
+		t.Fatal(err)
+	}
+}
