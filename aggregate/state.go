@@ -82,6 +82,9 @@ type State struct {
 	Version  int    // number of events applied
 	FirstSeq uint64 // stream sequence of the first event (the task's spec)
 	LastSeq  uint64 // stream sequence of the last event applied
+	// LastHash is the Hash of the last event applied, the Prev of the
+	// task's next event; zero when that event's Hash was not set.
+	LastHash events.Hash `msgpack:",omitempty"`
 }
 
 // Exists reports whether any event has been applied.
@@ -118,7 +121,7 @@ func Apply(s State, ev events.Event) State {
 	if s.Version == 1 {
 		s.FirstSeq = ev.Seq
 	}
-	s.LastSeq = ev.Seq
+	s.LastSeq, s.LastHash = ev.Seq, ev.Hash
 	if s.Status.Terminal() {
 		switch p := ev.Data.(type) {
 		case events.MailboxAppended:

@@ -26,7 +26,12 @@ var (
 // currentVersion is the schema version Encode writes for every type. When a
 // payload changes shape, bump the version of that type only and teach
 // upcast to turn the older bytes into the new struct.
-const currentVersion = 1
+//
+// Version 2 changed the envelope, not a payload: it adds "prev", the
+// SHA-256 of the task's previous event. Every payload reads the same at
+// versions 1 and 2, so both decode with the current structs; a v1 event
+// has no prev and starts a hash chain.
+const currentVersion = 2
 
 // wire is the stored shape of an event. Field names are short and fixed:
 // they are part of the log format.
@@ -39,6 +44,7 @@ type wire struct {
 	Number     int64       `msgpack:"n"`
 	At         time.Time   `msgpack:"at"`
 	Actor      string      `msgpack:"actor,omitempty"`
+	Prev       []byte      `msgpack:"prev,omitempty"` // since v2; absent on a task's first event
 	Data       payload     `msgpack:"data"`
 }
 
@@ -60,7 +66,7 @@ func (d payload) EncodeMsgpack(enc *msgpack.Encoder) error {
 }
 
 func (d *payload) DecodeMsgpack(dec *msgpack.Decoder) error {
-	if d.w != nil && d.w.Version == currentVersion {
+	if d.w != nil && d.w.Version >= 1 && d.w.Version <= currentVersion {
 		if decode := decoders[d.w.Type]; decode != nil {
 			p, err := decode(dec)
 			if err != nil {
@@ -122,6 +128,10 @@ func Encode(ev Event) ([]byte, error) {
 	if err := ValidID(ev.CustomerID); err != nil {
 		return nil, fmt.Errorf("events: encode customer id: %w", err)
 	}
+	var prev []byte
+	if !ev.Prev.IsZero() {
+		prev = append(prev, ev.Prev[:]...) // a copy: ev[:] would move all of ev to the heap
+	}
 	e := encoders.Get().(*encoder)
 	defer encoders.Put(e)
 	b, err := e.marshal(wire{
@@ -133,6 +143,7 @@ func Encode(ev Event) ([]byte, error) {
 		Number:     int64(ev.Number),
 		At:         ev.At.UTC(),
 		Actor:      ev.Actor,
+		Prev:       prev,
 		Data:       payload{p: ev.Data},
 	})
 	if err != nil {
@@ -146,6 +157,14 @@ func Encode(ev Event) ([]byte, error) {
 func DecodeAt(b []byte, seq uint64) (Event, error) {
 	ev, err := Decode(b)
 	ev.Seq = seq
+	return ev, err
+}
+
+// DecodeHashed is DecodeAt that also sets the event's Hash from b: for a
+// reader that continues the task's chain or checks it.
+func DecodeHashed(b []byte, seq uint64) (Event, error) {
+	ev, err := DecodeAt(b, seq)
+	ev.Hash = HashOf(b)
 	return ev, err
 }
 
@@ -174,6 +193,11 @@ func Decode(b []byte) (Event, error) {
 	if w.Number < 1 || w.Number > 1<<31 {
 		return Event{}, fmt.Errorf("%w: event number %d", ErrMalformed, w.Number)
 	}
+	var prev Hash
+	if len(w.Prev) != 0 && len(w.Prev) != len(prev) {
+		return Event{}, fmt.Errorf("%w: prev hash of %d bytes", ErrMalformed, len(w.Prev))
+	}
+	copy(prev[:], w.Prev)
 	return Event{
 		ID:         w.ID,
 		Version:    uint8(w.Version),
@@ -182,13 +206,15 @@ func Decode(b []byte) (Event, error) {
 		Number:     int(w.Number),
 		At:         w.At,
 		Actor:      w.Actor,
+		Prev:       prev,
 		Data:       data,
 	}, nil
 }
 
 // upcast decodes the payload bytes of an event of type t written with
 // schema version v into the current payload struct. It is the one place
-// that knows about old versions; today every type is at version 1.
+// that knows about old versions; today the payloads of versions 1 and 2
+// are the same.
 func upcast(t Type, v uint8, data []byte) (Payload, error) {
 	if v == 0 || v > currentVersion {
 		return nil, fmt.Errorf("%w: %s v%d", ErrUnknownVersion, t, v)

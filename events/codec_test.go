@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"errors"
 	"reflect"
 	"slices"
@@ -344,12 +345,14 @@ func TestDecodeErrors(t *testing.T) {
 		{"EmptyType", withWire(func(w *wire) { w.Type = "" }), ErrUnknownType},
 		{"TypeCaseMatters", withWire(func(w *wire) { w.Type = "readypublished" }), ErrUnknownType},
 		{"VersionZero", withWire(func(w *wire) { w.Version = 0 }), ErrUnknownVersion},
-		{"VersionTwo", withWire(func(w *wire) { w.Version = 2 }), ErrUnknownVersion},
+		{"VersionThree", withWire(func(w *wire) { w.Version = 3 }), ErrUnknownVersion},
 		{"VersionMax", withWire(func(w *wire) { w.Version = 255 }), ErrUnknownVersion},
 		{"VersionMissing", mapEnvelope(map[string]any{"v": nil}), ErrUnknownVersion},
 		{"Version257", mapEnvelope(map[string]any{"v": 257}), ErrUnknownVersion},
 		{"VersionNegative", mapEnvelope(map[string]any{"v": -255}), ErrUnknownVersion},
-		{"UnknownTypeVersionTwo", withWire(func(w *wire) { w.Type, w.Version = "TaskExploded", 2 }), ErrUnknownVersion},
+		{"UnknownTypeVersionThree", withWire(func(w *wire) { w.Type, w.Version = "TaskExploded", 3 }), ErrUnknownVersion},
+		{"ShortPrev", withWire(func(w *wire) { w.Prev = []byte{1, 2, 3} }), ErrMalformed},
+		{"LongPrev", withWire(func(w *wire) { w.Prev = make([]byte, 33) }), ErrMalformed},
 		{"EmptyTaskID", withWire(func(w *wire) { w.TaskID = "" }), ErrMalformed},
 		{"DotInTaskID", withWire(func(w *wire) { w.TaskID = "a.b" }), ErrMalformed},
 		{"WildcardTaskID", withWire(func(w *wire) { w.TaskID = "*" }), ErrMalformed},
@@ -413,7 +416,7 @@ func TestDecodeCraftedEnvelope(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Decode: %v", err)
 	}
-	want := Event{ID: "evt-1", Version: 1, TaskID: "task-1", CustomerID: "cust-1", Number: 1, At: base, Data: ReadyPublished{DeliveryID: "dlv-1"}}
+	want := Event{ID: "evt-1", Version: currentVersion, TaskID: "task-1", CustomerID: "cust-1", Number: 1, At: base, Data: ReadyPublished{DeliveryID: "dlv-1"}}
 	if got, want := utc(got), utc(want); !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %#v, want %#v", got, want)
 	}
@@ -504,5 +507,37 @@ func TestSubjectsOfValidIDs(t *testing.T) {
 		if strings.ContainsAny(subj, "*> ") {
 			t.Fatalf("Event(%q, %q) = %q has a wildcard or space", id, id, subj)
 		}
+	}
+}
+
+func TestPrevHashRoundTrip(t *testing.T) {
+	t.Parallel()
+	first := sampleEvent(ReadyPublished{DeliveryID: "dlv-1"})
+	b := mustEncode(t, first)
+	second := first
+	second.Number, second.Prev = 2, HashOf(b)
+	got, err := DecodeHashed(mustEncode(t, second), 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Prev != HashOf(b) || got.Seq != 9 || got.Hash != HashOf(mustEncode(t, second)) {
+		t.Fatalf("prev %x seq %d hash %x: the link, the sequence or the event's own hash was lost", got.Prev, got.Seq, got.Hash)
+	}
+	// The first event of a chain stores no prev at all.
+	if bytes.Contains(b, []byte("prev")) {
+		t.Fatal("an event without a previous one encodes a prev key")
+	}
+}
+
+func TestDecodeV1AcceptsNoPrev(t *testing.T) {
+	t.Parallel()
+	w := validWire(t)
+	w.Version, w.Number = 1, 5
+	got, err := Decode(rawEnvelope(t, w))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Version != 1 || !got.Prev.IsZero() {
+		t.Fatalf("v1 event decoded as version %d with prev %x", got.Version, got.Prev)
 	}
 }

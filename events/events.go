@@ -3,7 +3,10 @@
 // validation. It is the leaf of the module and imports nothing else of ours.
 package events
 
-import "time"
+import (
+	"crypto/sha256"
+	"time"
+)
 
 // Type names an event kind. The names are part of the stored log: never
 // rename one, add a new type instead.
@@ -42,12 +45,29 @@ type Event struct {
 	Number     int       // 1-based position in the task's history: gap-free per task
 	At         time.Time // when the scheduler decided the fact
 	Actor      string    // scheduler node or executor id
-	Data       Payload
+	// Prev is the SHA-256 of the stored bytes of the task's previous
+	// event: the link of the task's hash chain. It is zero on a task's
+	// first event and on v1 events, which predate the chain.
+	Prev Hash
+	Data Payload
 
 	// Seq is the stream sequence the event was stored at. It is set when
 	// an event is read from the log and is not part of the encoding.
 	Seq uint64
+	// Hash is the SHA-256 of the event's stored bytes, set by a reader
+	// that continues or checks the chain (DecodeHashed) and by the store
+	// when it appends. It is not part of the encoding.
+	Hash Hash
 }
+
+// Hash is the SHA-256 of an event's stored bytes.
+type Hash [sha256.Size]byte
+
+// HashOf returns the hash of an event's stored bytes.
+func HashOf(b []byte) Hash { return sha256.Sum256(b) }
+
+// IsZero reports whether h is the zero hash: no previous event.
+func (h Hash) IsZero() bool { return h == Hash{} }
 
 // Type returns the type of the event's payload.
 func (e Event) Type() Type { return e.Data.EventType() }

@@ -30,6 +30,10 @@ package events_test
 //     testdata/v2-log.msgpack with its own expectations if v2 bytes need
 //     guarding too.
 //
+// testdata/v2-log.msgpack holds the same events in the v2 envelope, each
+// with prev, the SHA-256 of its task's previous stored event: it guards
+// the hash chain's bytes the same way.
+//
 // Never rename a type, a msgpack key or a JSON field name: they are part
 // of the stored log.
 
@@ -48,9 +52,12 @@ import (
 	"github.com/taskledger/taskledger/events"
 )
 
-var update = flag.Bool("update", false, "write testdata/v1-log.msgpack if it is missing")
+var update = flag.Bool("update", false, "write the testdata fixtures that are missing")
 
-const goldenV1 = "testdata/v1-log.msgpack"
+const (
+	goldenV1 = "testdata/v1-log.msgpack"
+	goldenV2 = "testdata/v2-log.msgpack" // the v2 envelope: each event links to its task's previous one
+)
 
 // goldenEvents is what the v1 fixture holds, in order.
 func goldenEvents() []events.Event {
@@ -111,11 +118,11 @@ var allV1Types = []events.Type{
 	events.TypeResultRecorded, events.TypeCanceled, events.TypeMailboxAppended, events.TypeMailboxRead,
 }
 
-func writeGolden(t *testing.T, evs []events.Event) {
+func writeGolden(t *testing.T, path string, evs []events.Event) {
 	t.Helper()
-	if _, err := os.Stat(goldenV1); err == nil {
-		t.Fatalf("%s exists and is never regenerated: it is the v1 log this test keeps reading. "+
-			"Delete it by hand only if no v1 log exists anywhere.", goldenV1)
+	if _, err := os.Stat(path); err == nil {
+		t.Fatalf("%s exists and is never regenerated: it is the log this test keeps reading. "+
+			"Delete it by hand only if no such log exists anywhere.", path)
 	}
 	var buf bytes.Buffer
 	for _, ev := range evs {
@@ -126,19 +133,19 @@ func writeGolden(t *testing.T, evs []events.Event) {
 		buf.Write(binary.BigEndian.AppendUint32(nil, uint32(len(b))))
 		buf.Write(b)
 	}
-	if err := os.MkdirAll(filepath.Dir(goldenV1), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(goldenV1, buf.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("wrote %s: %d events, %d bytes", goldenV1, len(evs), buf.Len())
+	t.Logf("wrote %s: %d events, %d bytes", path, len(evs), buf.Len())
 }
 
-// readGolden splits the fixture into encoded events.
-func readGolden(t *testing.T) [][]byte {
+// readGolden splits a fixture into encoded events.
+func readGolden(t *testing.T, path string) [][]byte {
 	t.Helper()
-	data, err := os.ReadFile(goldenV1)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("%v (generate it once with: go test ./events -run Golden -update)", err)
 	}
@@ -149,11 +156,11 @@ func readGolden(t *testing.T) [][]byte {
 		if err := binary.Read(r, binary.BigEndian, &n); errors.Is(err, io.EOF) {
 			return out
 		} else if err != nil {
-			t.Fatalf("%s: length prefix of event %d: %v", goldenV1, len(out), err)
+			t.Fatalf("%s: length prefix of event %d: %v", path, len(out), err)
 		}
 		b := make([]byte, n)
 		if _, err := io.ReadFull(r, b); err != nil {
-			t.Fatalf("%s: event %d: %v", goldenV1, len(out), err)
+			t.Fatalf("%s: event %d: %v", path, len(out), err)
 		}
 		out = append(out, b)
 	}
@@ -163,9 +170,11 @@ func TestGoldenV1LogDecodes(t *testing.T) {
 	t.Parallel()
 	want := goldenEvents()
 	if *update {
-		writeGolden(t, want)
+		if _, err := os.Stat(goldenV1); err != nil {
+			writeGolden(t, goldenV1, want)
+		}
 	}
-	stored := readGolden(t)
+	stored := readGolden(t, goldenV1)
 	if len(stored) != len(want) {
 		t.Fatalf("%s holds %d events, want %d", goldenV1, len(stored), len(want))
 	}
@@ -186,6 +195,53 @@ func TestGoldenV1LogDecodes(t *testing.T) {
 	for _, typ := range allV1Types {
 		if !seen[typ] {
 			t.Errorf("%s holds no %s event", goldenV1, typ)
+		}
+	}
+}
+
+// goldenV2Events is the v1 events as the v2 envelope writes them: each
+// linked to the stored bytes of its task's previous event, which encode
+// deterministically from the values.
+func goldenV2Events(t *testing.T) []events.Event {
+	t.Helper()
+	evs := goldenEvents()
+	last := map[string]events.Hash{}
+	for i := range evs {
+		evs[i].Version, evs[i].Prev = 2, last[evs[i].TaskID]
+		b, err := events.Encode(evs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		last[evs[i].TaskID] = events.HashOf(b)
+	}
+	return evs
+}
+
+func TestGoldenV2LogDecodes(t *testing.T) {
+	t.Parallel()
+	want := goldenV2Events(t)
+	if *update {
+		if _, err := os.Stat(goldenV2); err != nil {
+			writeGolden(t, goldenV2, want)
+		}
+	}
+	stored := readGolden(t, goldenV2)
+	if len(stored) != len(want) {
+		t.Fatalf("%s holds %d events, want %d", goldenV2, len(stored), len(want))
+	}
+	last := map[string]events.Hash{}
+	for i, b := range stored {
+		got, err := events.DecodeHashed(b, uint64(i+1))
+		if err != nil {
+			t.Fatalf("event %d of the v2 log no longer decodes: %v", i, err)
+		}
+		if got.Prev != last[got.TaskID] {
+			t.Errorf("event %d: prev %x, want the stored hash of its task's previous event %x", i, got.Prev, last[got.TaskID])
+		}
+		last[got.TaskID] = got.Hash
+		got.Seq, got.Hash = 0, events.Hash{}
+		if g, w := inUTC(got), inUTC(want[i]); !reflect.DeepEqual(g, w) {
+			t.Errorf("event %d (%s) decodes to\n%#v\nwant\n%#v", i, want[i].Type(), g, w)
 		}
 	}
 }

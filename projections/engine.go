@@ -32,6 +32,15 @@ type Config struct {
 	Snapshots        SnapshotStore
 	SnapshotEvery    uint64
 	SnapshotInterval time.Duration
+	// LastSeq, if set, gives Run the sequence of the last event stored,
+	// which it catches up to before it is ready; default the stream
+	// state's last sequence. The node passes store.Log.LastSeq: after a
+	// block file lost its tail, the state may name a sequence whose
+	// message is gone, and the engine would wait for it forever.
+	LastSeq func(ctx context.Context) (uint64, error)
+	// AfterSnapshot, if set, is called after every snapshot written, with
+	// the sequence it covers (the node saves the log's chain head there).
+	AfterSnapshot func(ctx context.Context, applied uint64)
 	// Retain is how many tasks of finished lineages the projections keep
 	// for listing (default DefaultRetain; negative keeps all). Older
 	// ones are evicted, oldest finished first; the log keeps them.
@@ -63,6 +72,7 @@ type Engine struct {
 	ready    chan struct{} // closed once caughtUp is first set
 	kick     chan struct{}
 	bad      atomic.Uint64
+	missing  atomic.Uint64 // sequences the tail skipped: holes in the log
 
 	policy       snapshotPolicy // owned by Run's goroutine
 	snapshots    sync.WaitGroup
@@ -105,6 +115,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		return fmt.Errorf("projections: stream %s: %w", e.cfg.Stream, err)
 	}
 	target := info.CachedInfo().State.LastSeq
+	if e.cfg.LastSeq != nil {
+		if target, err = e.cfg.LastSeq(ctx); err != nil {
+			return fmt.Errorf("projections: %w", err)
+		}
+	}
 	if e.applied.Load() == 0 && e.cfg.Snapshots != nil {
 		e.restoreSnapshot(ctx, target)
 	}
@@ -148,6 +163,12 @@ func (e *Engine) Run(ctx context.Context) error {
 		if m.seq <= e.applied.Load() {
 			continue
 		}
+		if from := e.applied.Load() + 1; m.seq > from {
+			// The event stream denies deletes: a skipped sequence is a
+			// message the server dropped or someone removed.
+			e.missing.Add(m.seq - from)
+			e.cfg.Logger.Warn().Uint64("from", from).Uint64("to", m.seq-1).Msg("projections: sequences missing from the log; run taskledger replay verify")
+		}
 		progressAt = time.Now()
 		e.apply(m.ev, m.bad)
 		if !e.caughtUp.Load() && m.seq >= target {
@@ -174,6 +195,10 @@ func (e *Engine) markCaughtUp() {
 		close(e.ready)
 	}
 }
+
+// Missing returns how many sequences the engine found missing while it
+// followed the log (not counting those before a restored snapshot).
+func (e *Engine) Missing() uint64 { return e.missing.Load() }
 
 // Ready is closed once the engine has applied every event the stream held
 // when Run started: the projections then hold every timer and task the log
@@ -230,6 +255,9 @@ func (e *Engine) SaveSnapshot(ctx context.Context) error {
 		return err
 	}
 	e.cfg.Logger.Info().Uint64("applied", applied).Int("tasks", len(b.Tasks)).Int("bytes", len(data)).Msg("projection snapshot written")
+	if e.cfg.AfterSnapshot != nil {
+		e.cfg.AfterSnapshot(ctx, applied)
+	}
 	return nil
 }
 

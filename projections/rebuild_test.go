@@ -224,13 +224,14 @@ func (tr *traffic) run() {
 
 // projected is s as Engine.Task has it: of the spec only the root,
 // parent, queue, runAt and, until the ready notification is published,
-// the signal.
+// the signal; no LastHash.
 func projected(s aggregate.State) aggregate.State {
 	spec := events.TaskSpec{RootID: s.Spec.RootID, ParentID: s.Spec.ParentID, Queue: s.Spec.Queue, RunAt: s.Spec.RunAt}
 	if s.Status == aggregate.StatusScheduled {
 		spec.Signal = s.Spec.Signal
 	}
 	s.Spec = spec
+	s.LastHash = events.Hash{} // only the store's appends need it
 	return s
 }
 

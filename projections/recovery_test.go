@@ -206,17 +206,39 @@ func TestSnapshotRecovery(t *testing.T) {
 	every := func(c *node.Config) { c.SnapshotEvery = 50 }
 	first := startLoggedNode(t, nc, ns, every)
 	settledTraffic(t, first, 100)
-	if err := first.Engine.SaveSnapshot(ctx); err != nil {
-		t.Fatal(err)
-	}
-	first.Stop()
-	if n := len(first.logLines(t, "projection snapshot written")); n < 3 {
-		t.Fatalf("%d snapshots written, want the periodic ones and ours", n)
-	}
-
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The chain head goes with every snapshot, and at clean shutdown.
+	headAt := func(want uint64) {
+		t.Helper()
+		h, ok, err := node.LoadHead(ctx, js, ns.Stream)
+		if err != nil || !ok || h.Seq != want {
+			t.Fatalf("chain head %+v (saved %v, %v), want one at %d", h, ok, err, want)
+		}
+		if err := first.Store.Log().Check(ctx, h); err != nil {
+			t.Fatalf("the log does not hold its own chain head: %v", err)
+		}
+	}
+	if err := first.Engine.SaveSnapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	headAt(first.Engine.Applied())
+	id := events.NewID() // an event after the snapshot
+	if _, _, err := first.Store.Execute(ctx, id, "", aggregate.Schedule{TaskID: id, CustomerID: "late", Spec: events.TaskSpec{
+		RootID: id, Queue: "snap", TimeoutSeconds: 60, RunAt: time.Now().Add(time.Hour),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	shutdownAt, err := first.Store.Log().LastSeq(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Stop()
+	headAt(shutdownAt)
+	if n := len(first.logLines(t, "projection snapshot written")); n < 3 {
+		t.Fatalf("%d snapshots written, want the periodic ones and ours", n)
 	}
 	snaps, err := projections.OpenObjectSnapshots(ctx, js, node.SnapshotBucket(ns.Stream), "projections", 1)
 	if err != nil {

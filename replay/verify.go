@@ -7,6 +7,7 @@ package replay
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/taskledger/taskledger/aggregate"
@@ -24,6 +25,10 @@ const (
 	StaleClaim     = "stale_claim"    // a Claimed that does not match the then-current token
 	IllegalEvent   = "illegal"        // an event the transition table does not allow here
 	DuplicateEvent = "duplicate_id"   // an event id seen before
+	BrokenLink     = "broken_link"    // prev is not the hash of the task's previous event
+	Missing        = "missing"        // stream sequences absent from an append-only log
+	Truncated      = "truncated"      // the log ends before its saved chain head
+	HeadMismatch   = "head_mismatch"  // the message at the saved chain head is not the one saved
 )
 
 // Violation is one broken invariant, located by stream sequence and task.
@@ -57,7 +62,15 @@ type Verifier struct {
 	claimed  map[string]string // delivery token → task that claimed it
 	numbers  map[string]int    // task → number of its previous event
 	ids      map[string]struct{}
+	head     head // the saved chain head, if any
 	report   Report
+}
+
+// head is the chain head a log must still hold, and whether it was seen.
+type head struct {
+	seq  uint64
+	hash events.Hash
+	seen bool
 }
 
 // NewVerifier returns a verifier for a log using subjects.
@@ -65,10 +78,25 @@ func NewVerifier(subjects events.Subjects) *Verifier {
 	return &Verifier{subjects: subjects, tasks: map[string]*aggregate.State{}, claimed: map[string]string{}, numbers: map[string]int{}, ids: map[string]struct{}{}}
 }
 
-// Report returns what the verifier found so far.
+// ExpectHead tells the verifier the log's saved chain head: the stream
+// must reach seq and hold there a message whose SHA-256 is hash. Call it
+// before the first Add.
+func (v *Verifier) ExpectHead(seq uint64, hash events.Hash) {
+	v.head = head{seq: seq, hash: hash}
+}
+
+// Report returns what the verifier found so far; once every message has
+// been added, that includes a log that ends before its saved chain head.
 func (v *Verifier) Report() Report {
 	r := v.report
 	r.Tasks = len(v.tasks)
+	if h := v.head; h.seq > 0 && !h.seen {
+		kind, detail := Truncated, fmt.Sprintf("the log ends at sequence %d, before its saved chain head at %d: its last events are gone", r.LastSeq, h.seq)
+		if r.LastSeq >= h.seq {
+			kind, detail = HeadMismatch, fmt.Sprintf("the message at the saved chain head's sequence %d is missing", h.seq)
+		}
+		r.Violations = append(slices.Clip(r.Violations), Violation{Seq: h.seq, Kind: kind, Detail: detail})
+	}
 	return r
 }
 
@@ -76,11 +104,22 @@ func (v *Verifier) fail(seq uint64, taskID, kind, format string, args ...any) {
 	v.report.Violations = append(v.report.Violations, Violation{Seq: seq, TaskID: taskID, Kind: kind, Detail: fmt.Sprintf(format, args...)})
 }
 
-// Add checks the message stored at seq on subject.
+// Add checks the message stored at seq on subject. Messages must be added
+// in stream order; a sequence skipped is reported as missing (the event
+// stream denies deletes, so nothing may leave a hole).
 func (v *Verifier) Add(seq uint64, subject string, data []byte) {
+	if seq > v.report.LastSeq+1 {
+		v.fail(seq, "", Missing, "sequences %d to %d are absent", v.report.LastSeq+1, seq-1)
+	}
 	v.report.Events++
 	v.report.LastSeq = seq
-	ev, err := events.DecodeAt(data, seq)
+	if seq == v.head.seq {
+		v.head.seen = true
+		if events.HashOf(data) != v.head.hash {
+			v.fail(seq, taskFromSubject(subject), HeadMismatch, "the message at the saved chain head is not the one saved")
+		}
+	}
+	ev, err := events.DecodeHashed(data, seq)
 	if err != nil {
 		v.fail(seq, taskFromSubject(subject), Undecodable, "%v", err)
 		return
@@ -104,6 +143,11 @@ func (v *Verifier) Add(seq uint64, subject string, data []byte) {
 		v.fail(seq, ev.TaskID, Gap, "event number %d after %d", ev.Number, prev)
 	}
 	v.numbers[ev.TaskID] = ev.Number
+	// A v1 event predates the chain and starts it; from v2 on each event
+	// names the hash of its task's previous one (none for the first).
+	if ev.Version >= 2 && ev.Prev != st.LastHash {
+		v.fail(seq, ev.TaskID, BrokenLink, "event %d names previous hash %s, the task's previous event hashes to %s", ev.Number, short(ev.Prev), short(st.LastHash))
+	}
 	v.checkTransition(*st, ev)
 	*st = aggregate.Apply(*st, ev)
 }
@@ -152,6 +196,14 @@ func (v *Verifier) checkTransition(st aggregate.State, ev events.Event) {
 	case !reflect.DeepEqual(got[0].Data, ev.Data):
 		v.fail(ev.Seq, ev.TaskID, IllegalEvent, "%s is not what the transition decides: logged %+v, expected %+v", ev.Type(), ev.Data, got[0].Data)
 	}
+}
+
+// short abbreviates a hash for a violation's detail.
+func short(h events.Hash) string {
+	if h.IsZero() {
+		return "(none)"
+	}
+	return fmt.Sprintf("%x…", h[:6])
 }
 
 func describe(st aggregate.State) string {

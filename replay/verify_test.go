@@ -325,11 +325,13 @@ func (p *plantLog) running(cust string) aggregate.State {
 	return st
 }
 
-// encode builds the bytes of an event for task st with the given number.
+// encode builds the bytes of an event for task st with the given number,
+// linked to st's last event.
 func (p *plantLog) encode(st aggregate.State, number int, data events.Payload) []byte {
 	p.t.Helper()
 	b, err := events.Encode(events.Event{
-		ID: events.NewID(), TaskID: st.TaskID, CustomerID: st.CustomerID, Number: number, At: p.advance(time.Millisecond), Actor: "planter", Data: data,
+		ID: events.NewID(), TaskID: st.TaskID, CustomerID: st.CustomerID, Number: number, At: p.advance(time.Millisecond), Actor: "planter",
+		Prev: st.LastHash, Data: data,
 	})
 	if err != nil {
 		p.t.Fatal(err)
@@ -411,7 +413,7 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	expect(p.plant(p.subject(a), []byte("\xc1 definitely not an event")), a.TaskID, replay.Undecodable)
 	// (b) Well-formed envelopes of an unknown version and an unknown type.
 	b := p.scheduled("acme")
-	expect(p.plant(p.subject(b), craft(t, "Canceled", 2, b.TaskID, b.CustomerID, b.Version+1)), b.TaskID, replay.Undecodable)
+	expect(p.plant(p.subject(b), craft(t, "Canceled", 3, b.TaskID, b.CustomerID, b.Version+1)), b.TaskID, replay.Undecodable)
 	expect(p.plant(p.subject(b), craft(t, "TaskArchived", 1, b.TaskID, b.CustomerID, b.Version+1)), b.TaskID, replay.Undecodable)
 	// (c) A second Claimed with the token already consumed.
 	c := p.running("acme")
@@ -426,7 +428,9 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	// (f) A skipped event number, reported once: the next event follows
 	// the one that skipped.
 	f := p.scheduled("acme")
-	expect(p.plant(p.subject(f), p.encode(f, f.Version+2, events.MailboxAppended{Index: 1, Message: events.Message{ID: "g1", CreatedAt: p.clock(), Content: text("gap").Content}})), f.TaskID, replay.Gap)
+	skipped := p.encode(f, f.Version+2, events.MailboxAppended{Index: 1, Message: events.Message{ID: "g1", CreatedAt: p.clock(), Content: text("gap").Content}})
+	expect(p.plant(p.subject(f), skipped), f.TaskID, replay.Gap)
+	f.LastHash = events.HashOf(skipped)
 	p.plant(p.subject(f), p.encode(f, f.Version+3, events.MailboxAppended{Index: 2, Message: events.Message{ID: "g2", CreatedAt: p.clock(), Content: text("gap").Content}}))
 	// (g) ReadyPublished for a task that is already running.
 	g := p.running("beta")
@@ -444,7 +448,7 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	// (j) An event id used before.
 	jID := events.NewID()
 	j, jEvs := p.exec(jID, aggregate.Schedule{TaskID: jID, CustomerID: "beta", Spec: events.TaskSpec{RootID: jID, Queue: "q", TimeoutSeconds: 60}})
-	dup, err := events.Encode(events.Event{ID: jEvs[0].ID, TaskID: j.TaskID, CustomerID: j.CustomerID, Number: 2, At: p.advance(time.Millisecond), Data: events.Canceled{Reason: "same id"}})
+	dup, err := events.Encode(events.Event{ID: jEvs[0].ID, TaskID: j.TaskID, CustomerID: j.CustomerID, Number: 2, At: p.advance(time.Millisecond), Prev: j.LastHash, Data: events.Canceled{Reason: "same id"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,6 +458,23 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	expect(p.plant(p.subject(ghost), p.encode(ghost, 1, events.Canceled{Reason: "who?"})), ghost.TaskID, replay.NoCreation)
 	reader := aggregate.State{TaskID: events.NewID(), CustomerID: "beta"}
 	expect(p.plant(p.subject(reader), p.encode(reader, 1, events.MailboxRead{Cursor: 1})), reader.TaskID, replay.NoCreation)
+	// (l) An event whose prev is not its predecessor's hash.
+	l := p.scheduled("beta")
+	l.LastHash = events.HashOf([]byte("some other event"))
+	expect(p.plant(p.subject(l), p.encode(l, l.Version+1, events.Canceled{Reason: "relinked"})), l.TaskID, replay.BrokenLink)
+	// A v1 event (no prev) is accepted as the start of a chain, and a v2
+	// event after it links to its bytes: nothing to report.
+	old := p.scheduled("beta")
+	v1, err := msgpack.Marshal(map[string]any{
+		"id": events.NewID(), "t": "MailboxAppended", "v": 1, "task": old.TaskID, "cust": old.CustomerID, "n": old.Version + 1, "at": p.advance(time.Millisecond),
+		"data": map[string]any{"index": 1, "message": map[string]any{"id": "v1-mail", "createdAt": p.clock(), "content": nil}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.plant(p.subject(old), v1)
+	old.LastHash = events.HashOf(v1)
+	p.plant(p.subject(old), p.encode(old, old.Version+2, events.Canceled{Reason: "after a v1 event"}))
 
 	msgs, last := streamState(t, p.js, p.ns.Stream)
 	report, err := verifyLog(context.Background(), logOf(p.js, p.ns), nil)
@@ -484,5 +505,77 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 		if !strings.Contains(details[want[n].Seq], sub) {
 			t.Errorf("undecodable seq %d: detail %q does not mention %q", want[n].Seq, details[want[n].Seq], sub)
 		}
+	}
+}
+
+// TestVerifyChecksTheLogsEnd feeds a verifier messages directly: a skipped
+// sequence is missing, and a saved chain head beyond the end, or at a
+// message that is not the saved one, is reported.
+func TestVerifyChecksTheLogsEnd(t *testing.T) {
+	t.Parallel()
+	subjects := events.DefaultSubjects
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	var msgs [][]byte
+	var prev events.Hash
+	for n, p := range []events.Payload{
+		events.TaskScheduled{Spec: events.TaskSpec{RootID: "t1", Queue: "q", TimeoutSeconds: 60, RunAt: at, Message: events.Message{CreatedAt: at}}},
+		events.MailboxAppended{Index: 1, Message: events.Message{ID: "m1", CreatedAt: at}},
+		events.MailboxAppended{Index: 2, Message: events.Message{ID: "m2", CreatedAt: at}},
+	} {
+		b, err := events.Encode(events.Event{ID: events.NewID(), TaskID: "t1", CustomerID: "c1", Number: n + 1, At: at, Prev: prev, Data: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs, prev = append(msgs, b), events.HashOf(b)
+	}
+	verify := func(seqs []uint64, head store.Head) []string {
+		v := replay.NewVerifier(subjects)
+		v.ExpectHead(head.Seq, head.Hash)
+		for _, seq := range seqs {
+			v.Add(seq, subjects.Event("c1", "t1"), msgs[seq-1])
+		}
+		var kinds []string
+		for _, viol := range v.Report().Violations {
+			kinds = append(kinds, viol.Kind)
+		}
+		return kinds
+	}
+	tail := store.Head{Seq: 3, Hash: events.HashOf(msgs[2])}
+	for _, tt := range []struct {
+		name string
+		seqs []uint64
+		head store.Head
+		want []string
+	}{
+		{"Clean", []uint64{1, 2, 3}, tail, nil},
+		{"NoHead", []uint64{1, 2, 3}, store.Head{}, nil},
+		{"DeletedEvent", []uint64{1, 3}, tail, []string{replay.Missing, replay.Gap, replay.BrokenLink, replay.IllegalEvent}},
+		{"CutTail", []uint64{1, 2}, tail, []string{replay.Truncated}},
+		{"OtherHead", []uint64{1, 2, 3}, store.Head{Seq: 3, Hash: events.HashOf(msgs[1])}, []string{replay.HeadMismatch}},
+		{"HeadDeleted", []uint64{1, 2, 4}, store.Head{Seq: 3, Hash: events.HashOf(msgs[2])}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if tt.name == "HeadDeleted" {
+				// Sequence 4 carries the third event: 3 is missing, and so
+				// is the message of the head saved there.
+				v := replay.NewVerifier(subjects)
+				v.ExpectHead(tt.head.Seq, tt.head.Hash)
+				for i, seq := range tt.seqs {
+					v.Add(seq, subjects.Event("c1", "t1"), msgs[i])
+				}
+				var kinds []string
+				for _, viol := range v.Report().Violations {
+					kinds = append(kinds, viol.Kind)
+				}
+				if want := []string{replay.Missing, replay.HeadMismatch}; !slices.Equal(kinds, want) {
+					t.Fatalf("violations %v, want %v", kinds, want)
+				}
+				return
+			}
+			if got := verify(tt.seqs, tt.head); !slices.Equal(got, tt.want) {
+				t.Fatalf("violations %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

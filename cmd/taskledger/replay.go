@@ -39,7 +39,7 @@ func (o *offline) open(ctx context.Context) (jetstream.JetStream, func(), error)
 			return nil, nil, fmt.Errorf("data directory: %w", err)
 		}
 	}
-	nc, closeNATS, err := o.nf.connect(zerolog.Nop())
+	nc, _, closeNATS, err := o.nf.connect(zerolog.Nop())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -190,8 +190,15 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer closeLog()
-	bar := newProgress("verify")
 	v := replay.NewVerifier(events.DefaultSubjects)
+	head, saved, err := node.LoadHead(ctx, js, off.nf.stream)
+	if err != nil {
+		return err
+	}
+	if saved {
+		v.ExpectHead(head.Seq, head.Hash)
+	}
+	bar := newProgress("verify")
 	err = store.Log{JS: js, Stream: off.nf.stream}.Read(ctx, store.ReadOptions{Progress: bar.update}, func(m store.Message) error {
 		v.Add(m.Seq, m.Subject, m.Data)
 		return nil
@@ -210,6 +217,9 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 			fmt.Fprintf(stdout, "seq %d task %s: %s: %s\n", v.Seq, v.TaskID, v.Kind, v.Detail)
 		}
 		fmt.Fprintf(stdout, "%d events, %d tasks, %d violations\n", report.Events, report.Tasks, len(report.Violations))
+		if saved {
+			fmt.Fprintf(stdout, "saved chain head: sequence %d, sha256 %x\n", head.Seq, head.Hash)
+		}
 	}
 	if !report.Clean() {
 		return errViolations

@@ -65,33 +65,33 @@ func (f *natsFlags) registerRemote(fs flagSet) {
 	fs.StringVar(&f.key, "nats-key", "", "TLS client key file (with --nats-url)")
 }
 
-// connect returns a NATS connection and a function that closes it (and
-// the embedded server, if one was started).
-func (f *natsFlags) connect(log zerolog.Logger) (*nats.Conn, func(), error) {
+// connect returns a NATS connection, the embedded server (nil with
+// --nats-url) and a function that closes both.
+func (f *natsFlags) connect(log zerolog.Logger) (*nats.Conn, *broker.Embedded, func(), error) {
 	if f.url != "" {
 		nc, err := broker.ConnectRemote(broker.RemoteConfig{URL: f.url, CredsFile: f.creds, NKeyFile: f.nkey, CAFile: f.ca, CertFile: f.cert, KeyFile: f.key})
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		log.Info().Str("url", f.url).Msg("connected to NATS")
-		return nc, func() { nc.Drain() }, nil
+		return nc, nil, func() { nc.Drain() }, nil
 	}
 	if f.listen != "" {
 		if err := requireLoopback(f.listen); err != nil {
-			return nil, nil, fmt.Errorf("--nats-listen: %w", err)
+			return nil, nil, nil, fmt.Errorf("--nats-listen: %w", err)
 		}
 	}
 	srv, err := broker.StartEmbedded(broker.EmbeddedConfig{Dir: f.data, Listen: f.listen, SyncAlways: f.syncAlways})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	nc, err := srv.Connect()
 	if err != nil {
 		srv.Shutdown()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	log.Info().Str("data", f.data).Str("nats", srv.ClientURL()).Bool("syncAlways", f.syncAlways).Msg("embedded NATS JetStream started")
-	return nc, func() {
+	return nc, srv, func() {
 		nc.Drain()
 		for !nc.IsClosed() {
 			time.Sleep(5 * time.Millisecond)
@@ -156,6 +156,8 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	fs.IntVar(&limits.MaxConns, "max-conns", httpapi.DefaultMaxConns, "HTTP connections open at once; more are answered 503 and closed (-1: no limit; mind ulimit -n)")
 	metricsAddr := fs.String("metrics-http", "", "also serve GET /metrics on this address, without a token (for a scraper on a private network)")
 	logRepeat := fs.Duration("log-repeat-interval", ratelog.DefaultInterval, "a repeated error is logged once, then as one count per interval")
+	writeTimeout := fs.Duration("write-timeout", 5*time.Second, "an append the log does not acknowledge within this (a full disk) answers 503")
+	storageRetry := fs.Duration("storage-retry", 5*time.Second, "while appends fail, probe the log (and restart the embedded JetStream) this often")
 	retain := retainFlag(fs)
 	maxEventBytes := fs.Int("max-event-bytes", 0, "largest event the log takes, as the event stream's max message size (0: the NATS server's max_payload, 1 MiB by default); a larger one answers 413")
 	var lf limitFlags
@@ -205,17 +207,24 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		h, _ := os.Hostname()
 		*name = "scheduler-" + sanitize(h)
 	}
-	nc, closeNATS, err := nf.connect(log)
+	if *writeTimeout <= 0 || *storageRetry <= 0 {
+		return fmt.Errorf("%w: --write-timeout and --storage-retry must be positive", errUsage)
+	}
+	nc, embedded, closeNATS, err := nf.connect(log)
 	if err != nil {
 		return err
 	}
 	defer closeNATS()
-	n, err := node.New(ctx, node.Config{
+	cfg := node.Config{
 		NC: nc, Stream: nf.stream, Replicas: nf.replicas, Name: *name, Tokens: tokens, Admission: admission, MaxInFlight: *maxInFlight,
 		HTTP: limits, BodyTimeout: *bodyTimeout, MaxBodyMemory: *maxBodyMemory, LogRepeatInterval: *logRepeat,
 		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain, Alarm: alarm, Limits: bounds,
-		MaxEventBytes: int32(*maxEventBytes),
-	})
+		MaxEventBytes: int32(*maxEventBytes), WriteTimeout: *writeTimeout, StorageRetry: *storageRetry,
+	}
+	if embedded != nil {
+		cfg.StorageError, cfg.RecoverStorage = embedded.StorageError, embedded.RestartJetStream
+	}
+	n, err := node.New(ctx, cfg)
 	if err != nil {
 		return err
 	}

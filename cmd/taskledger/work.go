@@ -53,7 +53,7 @@ func workCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	if nf.url != "" {
 		// NATS mode: notifications from the shared durable consumer and
 		// checkpoints in a KV bucket, so a restarted worker resumes.
-		nc, closeNATS, err := nf.connect(log)
+		nc, _, closeNATS, err := nf.connect(log)
 		if err != nil {
 			return err
 		}

@@ -36,6 +36,25 @@ func BenchmarkDecode(b *testing.B) {
 	benchmarkCodec(b, func(_ events.Event, data []byte) error { _, err := events.Decode(data); return err })
 }
 
+// BenchmarkEncodeChained is the codec's share of an append as the store
+// makes it: the event links to its predecessor's hash (32 bytes more in
+// the envelope) and the SHA-256 of its own bytes is kept for the next.
+func BenchmarkEncodeChained(b *testing.B) {
+	prev := events.HashOf([]byte("the task's previous event"))
+	benchmarkCodec(b, func(ev events.Event, _ []byte) error {
+		ev.Prev = prev
+		data, err := events.Encode(ev)
+		prev = events.HashOf(data)
+		return err
+	})
+}
+
+// BenchmarkDecodeHashed is the codec's share of a load: a decode and the
+// SHA-256 of the bytes, the state's LastHash.
+func BenchmarkDecodeHashed(b *testing.B) {
+	benchmarkCodec(b, func(_ events.Event, data []byte) error { _, err := events.DecodeHashed(data, 1); return err })
+}
+
 // benchmarkCodec runs op on each sample event and its encoding.
 func benchmarkCodec(b *testing.B, op func(ev events.Event, data []byte) error) {
 	for _, ev := range microSamples() {

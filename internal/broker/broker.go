@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -31,11 +32,17 @@ type EmbeddedConfig struct {
 	// ServerName names the server in JetStream metadata; default
 	// "taskledger".
 	ServerName string
+	// MaxStore caps JetStream's file storage in bytes (nats-server's
+	// max_file_store); past it every write is refused. Zero means the
+	// server's default (most of the free disk).
+	MaxStore int64
 }
 
 // Embedded is a running in-process nats-server with JetStream.
 type Embedded struct {
 	srv *server.Server
+	mu  sync.Mutex // serializes RestartJetStream
+	js  server.JetStreamConfig
 }
 
 // StartEmbedded starts a server and waits until it accepts connections.
@@ -44,13 +51,14 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		return nil, errors.New("broker: embedded server needs a data directory")
 	}
 	opts := &server.Options{
-		ServerName: cfg.ServerName,
-		JetStream:  true,
-		StoreDir:   cfg.Dir,
-		SyncAlways: cfg.SyncAlways,
-		NoSigs:     true,
-		NoLog:      true,
-		DontListen: cfg.Listen == "",
+		ServerName:        cfg.ServerName,
+		JetStream:         true,
+		StoreDir:          cfg.Dir,
+		SyncAlways:        cfg.SyncAlways,
+		NoSigs:            true,
+		NoLog:             true,
+		DontListen:        cfg.Listen == "",
+		JetStreamMaxStore: cfg.MaxStore,
 	}
 	if opts.ServerName == "" {
 		opts.ServerName = "taskledger"
@@ -74,7 +82,53 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		srv.Shutdown()
 		return nil, errors.New("broker: embedded server did not become ready in 30s")
 	}
-	return &Embedded{srv: srv}, nil
+	js := *srv.JetStreamConfig()
+	js.StoreDir = cfg.Dir // the effective one has JetStream's subdirectory appended
+	return &Embedded{srv: srv, js: js}, nil
+}
+
+// StorageError returns nil while JetStream runs and no stream reports a
+// problem to nats-server's health check, else what is wrong: a stream
+// whose file store failed a write (ENOSPC on a full disk) keeps that
+// error and refuses every later write until RestartJetStream. It is safe
+// for concurrent use; each call walks the server's streams.
+func (e *Embedded) StorageError() error {
+	if !e.srv.JetStreamEnabled() {
+		return errors.New("broker: JetStream is not running")
+	}
+	for _, he := range e.srv.Healthz(&server.HealthzOptions{Details: true}).Errors {
+		if he.Type == server.HealthzErrorStream || he.Type == server.HealthzErrorJetStream {
+			return fmt.Errorf("broker: %s", he.Error)
+		}
+	}
+	return nil
+}
+
+// RestartJetStream stops JetStream (if it runs) and starts it again on
+// the same directory with the same limits, as a restart of the process
+// would, without one: every stream is reopened from its files, which
+// clears a file store's kept write error. Clients keep their
+// connections; durable consumers come back from disk, ordered ones are
+// recreated by their clients. It is safe for concurrent use.
+func (e *Embedded) RestartJetStream() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.srv.ShutdownJetStream(); err != nil {
+		return fmt.Errorf("broker: stop JetStream: %w", err)
+	}
+	cfg := e.js
+	if err := e.srv.EnableJetStream(&cfg); err != nil {
+		return fmt.Errorf("broker: start JetStream: %w", err)
+	}
+	return nil
+}
+
+// SetMaxStore changes MaxStore for the next RestartJetStream, as an
+// operator raising the limit and restarting would.
+func (e *Embedded) SetMaxStore(n int64) {
+	e.mu.Lock()
+	e.js.MaxStore = n
+	e.mu.Unlock()
 }
 
 // Connect opens an in-process connection to the server.

@@ -40,10 +40,21 @@ type Readiness interface {
 	Rebuild(ctx context.Context, progress func(seq, last uint64)) error
 }
 
+// LogHealth reports the condition of the log for /readyz.
+type LogHealth interface {
+	// WriteError is non-nil while the log does not take writes: /readyz
+	// then answers 503 with the reason.
+	WriteError() error
+	// LogWarning is non-empty when the log ends before (or differs from)
+	// its saved chain head: /readyz shows it, and stays 200.
+	LogWarning() string
+}
+
 // ServerConfig configures the HTTP handler.
 type ServerConfig struct {
 	Service *scheduler.Service
 	Ready   Readiness
+	Health  LogHealth // optional
 	// Tokens maps bearer tokens to customer ids ("*" for an operator).
 	// Nil means no auth: every request acts as an operator, and only
 	// requests for a loopback Host are served (DNS rebinding).
@@ -336,11 +347,19 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 		body["digest"] = h.Ready.Digest()
 	}
+	status := http.StatusOK
 	if !h.Ready.CaughtUp() {
-		writeJSON(w, http.StatusServiceUnavailable, body)
-		return
+		status = http.StatusServiceUnavailable
 	}
-	writeJSON(w, http.StatusOK, body)
+	if h.Health != nil {
+		if warning := h.Health.LogWarning(); warning != "" {
+			body["log"] = warning
+		}
+		if err := h.Health.WriteError(); err != nil {
+			body["storage"], status = err.Error(), http.StatusServiceUnavailable
+		}
+	}
+	writeJSON(w, status, body)
 }
 
 // decode reads the JSON body (which route has read and bounded) into v.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -61,6 +62,19 @@ type Config struct {
 	// LogRepeatInterval is how often a repeated error is summarized in
 	// the log instead of logged again; default ratelog.DefaultInterval.
 	LogRepeatInterval time.Duration
+	// WriteTimeout bounds one append (store.Config.WriteTimeout); default
+	// 5s.
+	WriteTimeout time.Duration
+	// StorageRetry is how often the node checks StorageError and, while
+	// appends or the server's storage fail, calls RecoverStorage and
+	// probes the log; default 5s.
+	StorageRetry time.Duration
+	// StorageError and RecoverStorage, if set, are the embedded server's
+	// health check and JetStream restart (broker.Embedded.StorageError,
+	// RestartJetStream): nats-server keeps a stream's first write error
+	// (a full disk) and refuses its writes until the stream is reopened.
+	StorageError   func() error
+	RecoverStorage func() error
 }
 
 // SnapshotBucket is the object store bucket of a stream's projection
@@ -78,6 +92,11 @@ type Node struct {
 	Server   *httpapi.Server
 	alarm    *reactors.Alarm
 	errorLog *ratelog.Limiter
+	heads    projections.SnapshotStore // nil without snapshots
+	// logWarning says why the log does not hold its saved chain head;
+	// set by New, read-only after.
+	logWarning string
+	serverErr  atomic.Pointer[error] // the last StorageError; nil: none
 }
 
 // New opens the streams and builds the parts. Run starts them.
@@ -97,6 +116,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.StorageRetry <= 0 {
+		cfg.StorageRetry = 5 * time.Second
+	}
 	var eng *projections.Engine
 	locate := func(taskID string) (string, bool) {
 		s, ok := eng.Task(taskID)
@@ -104,7 +126,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	st, err := store.Open(ctx, cfg.NC, store.Config{
 		Stream: cfg.Stream, Subjects: cfg.Subjects, Replicas: cfg.Replicas, Actor: cfg.Name, Now: cfg.Now, Locate: locate,
-		MaxEventBytes: cfg.MaxEventBytes,
+		MaxEventBytes: cfg.MaxEventBytes, WriteTimeout: cfg.WriteTimeout,
 	})
 	if err != nil {
 		return nil, err
@@ -117,21 +139,32 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	pcfg := projections.Config{
 		JS: st.JetStream(), Stream: cfg.Stream, Subjects: cfg.Subjects, Logger: cfg.Logger,
 		SnapshotEvery: cfg.SnapshotEvery, SnapshotInterval: cfg.SnapshotInterval, Retain: cfg.Retain,
+		LastSeq: st.Log().LastSeq,
 	}
+	var heads projections.SnapshotStore
 	if !cfg.NoSnapshots {
 		snaps, err := projections.OpenObjectSnapshots(ctx, st.JetStream(), SnapshotBucket(cfg.Stream), "projections", cfg.Replicas)
+		if err == nil {
+			heads, err = projections.OpenObjectSnapshots(ctx, st.JetStream(), SnapshotBucket(cfg.Stream), headObject, cfg.Replicas)
+		}
 		if err != nil {
 			st.Close()
 			return nil, err
 		}
 		pcfg.Snapshots = snaps
+		pcfg.AfterSnapshot = func(ctx context.Context, applied uint64) {
+			if err := SaveHead(ctx, st.Log(), heads, applied); err != nil {
+				cfg.Logger.Warn().Err(err).Msg("chain head not saved")
+			}
+		}
 	}
 	n, err := build(cfg, st, pcfg, ready)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	eng = n.Engine
+	eng, n.heads = n.Engine, heads
+	n.logWarning = n.checkHead(ctx)
 	return n, nil
 }
 
@@ -167,16 +200,17 @@ func build(cfg Config, st *store.Store, pcfg projections.Config, ready jetstream
 		return nil, err
 	}
 	errorLog := ratelog.New(cfg.Logger, cfg.LogRepeatInterval)
-	handler, err := httpapi.NewHandler(httpapi.ServerConfig{
-		Service: svc, Ready: eng, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Registerer: cfg.Registry, Logger: cfg.Logger, ErrorLog: errorLog,
+	n := &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, alarm: alarm, errorLog: errorLog}
+	n.Handler, err = httpapi.NewHandler(httpapi.ServerConfig{
+		Service: svc, Ready: eng, Health: n, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Registerer: cfg.Registry, Logger: cfg.Logger, ErrorLog: errorLog,
 		MaxInFlight: cfg.MaxInFlight, BodyTimeout: cfg.BodyTimeout, MaxBodyMemory: cfg.MaxBodyMemory,
 	})
 	if err != nil {
 		return nil, err
 	}
-	server := httpapi.NewServer(handler, cfg.HTTP, errorLog)
-	registerServerMetrics(cfg.Registry, server)
-	return &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, alarm: alarm, Handler: handler, Server: server, errorLog: errorLog}, nil
+	n.Server = httpapi.NewServer(n.Handler, cfg.HTTP, errorLog)
+	registerServerMetrics(cfg.Registry, n.Server)
+	return n, nil
 }
 
 // Metrics serves GET /metrics of the node's registry without a token, for
@@ -211,7 +245,15 @@ func (n *Node) Run(ctx context.Context) error {
 		n.cfg.Logger.Info().Uint64("applied", n.Engine.Applied()).Msg("projections ready; alarm armed")
 		return n.alarm.Run(gctx)
 	})
+	g.Go(func() error { n.watchStorage(gctx); return nil })
 	err := g.Wait()
 	n.Service.Close() // waits for the claim dispatchers' pulls
+	if err == nil && n.heads != nil {
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.Store.Config().WriteTimeout)
+		defer cancel()
+		if herr := SaveHead(hctx, n.Store.Log(), n.heads, 0); herr != nil {
+			n.cfg.Logger.Warn().Err(herr).Msg("chain head not saved at shutdown")
+		}
+	}
 	return err
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -52,6 +53,11 @@ type Config struct {
 	// the NATS server's max payload, fails with aggregate.ErrTooLarge.
 	// 0 leaves only the server's max payload (1 MiB by default).
 	MaxEventBytes int32
+	// WriteTimeout bounds one append, retries included: a log that does
+	// not acknowledge within it (a full disk: nats-server then stores
+	// nothing and answers nothing) fails the append as unavailable;
+	// default 5s.
+	WriteTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -82,6 +88,9 @@ func (c Config) withDefaults() Config {
 	if c.ReadTimeout == 0 {
 		c.ReadTimeout = 10 * time.Second
 	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 5 * time.Second
+	}
 	return c
 }
 
@@ -103,6 +112,15 @@ type Store struct {
 	// decides between them.
 	turnsMu sync.Mutex
 	turns   map[string]*turn
+
+	failing atomic.Pointer[writeFailure] // nil while appends succeed
+}
+
+// writeFailure is the first failed append since the last one that
+// succeeded.
+type writeFailure struct {
+	since time.Time
+	err   error
 }
 
 // turn is one task's lock and how many commands hold or wait for it.
@@ -140,7 +158,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	// the one connection, each with its own expected subject sequence,
 	// and each caller waits for its own ack. The server checks every
 	// message's sequence on its own, so OCC is per message as before.
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxPipelined), jetstream.WithPublishAsyncTimeout(pipelineAckTimeout))
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxPipelined), jetstream.WithPublishAsyncTimeout(cfg.WriteTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("store: jetstream: %w", err)
 	}
@@ -233,7 +251,7 @@ func (s *Store) replay(ctx context.Context, taskID string, fn func(events.Event)
 		fetch = s.get.fetchCurrent
 	}
 	return fetch(ctx, subject, 0, func(seq uint64, data []byte) error {
-		ev, err := events.DecodeAt(data, seq)
+		ev, err := events.DecodeHashed(data, seq)
 		if err != nil {
 			return fmt.Errorf("store: task %s seq %d: %w", taskID, seq, err)
 		}
@@ -346,7 +364,7 @@ func (s *Store) catchUp(ctx context.Context, st aggregate.State, ev events.Event
 		if err != nil || !ok {
 			return st, landed, err
 		}
-		e, err := events.DecodeAt(data, seq)
+		e, err := events.DecodeHashed(data, seq)
 		if err != nil {
 			return st, landed, fmt.Errorf("store: task %s seq %d: %w", ev.TaskID, seq, err)
 		}
@@ -405,17 +423,17 @@ func (s *Store) forget(taskID string) {
 
 // append writes evs in order after st.LastSeq and returns the state with
 // them applied. Each event gets a fresh id that a retried publish reuses,
-// so the server drops a duplicate of an append that did land.
+// so the server drops a duplicate of an append that did land, and links
+// to the hash of the task's previous event: the state carries it, so the
+// chain costs no read.
 func (s *Store) append(ctx context.Context, st aggregate.State, evs []events.Event, actor string) (aggregate.State, error) {
 	for i := range evs {
 		ev := &evs[i]
-		ev.ID, ev.Actor = events.NewID(), actor
-		seq, err := s.publish(ctx, *ev, st.LastSeq)
-		if err != nil {
+		ev.ID, ev.Actor, ev.Prev = events.NewID(), actor, st.LastHash
+		if err := s.publish(ctx, ev, st.LastSeq); err != nil {
 			s.forget(ev.TaskID)
 			return st, err
 		}
-		ev.Seq = seq
 		st = aggregate.Apply(st, *ev)
 	}
 	s.remember(st)
@@ -426,13 +444,10 @@ func (s *Store) append(ctx context.Context, st aggregate.State, evs []events.Eve
 // failure (the same message id each time, so at most one lands).
 const publishAttempts = 4
 
-// The append pipeline: at most maxPipelined appends await their acks at
-// once (a further one waits for room), and an ack not back within
-// pipelineAckTimeout fails its append as unavailable (it may have landed).
-const (
-	maxPipelined       = 4096
-	pipelineAckTimeout = 30 * time.Second
-)
+// maxPipelined is how many appends await their acks at once in the append
+// pipeline (a further one waits for room). An ack not back within the
+// write timeout fails its append as unavailable (it may have landed).
+const maxPipelined = 4096
 
 // publishOnce sends msg through the pipeline and waits for its ack, the
 // pipeline's error for it, or the end of ctx.
@@ -462,10 +477,14 @@ func (s *Store) MaxEventBytes() int64 {
 	return n
 }
 
-func (s *Store) publish(ctx context.Context, ev events.Event, expected uint64) (uint64, error) {
-	data, err := events.Encode(ev)
+// publish appends ev after expected and sets its Seq and Hash. Within the
+// write timeout it retries what may be transient; past it, or when the
+// retries are spent, it fails as ErrUnavailable and marks writes failing
+// (WriteError) until an append or a Probe succeeds.
+func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) error {
+	data, err := events.Encode(*ev)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	msg := &nats.Msg{Subject: s.cfg.Subjects.Event(ev.CustomerID, ev.TaskID), Data: data, Header: nats.Header{}}
 	msg.Header.Set(TypeHeader, string(ev.Type()))
@@ -474,37 +493,101 @@ func (s *Store) publish(ctx context.Context, ev events.Event, expected uint64) (
 			aggregate.ErrTooLarge, ev.Type(), len(data), s.MaxEventBytes())
 	}
 	if int64(len(data)) > s.MaxEventBytes() {
-		return 0, tooLarge()
+		return tooLarge()
 	}
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
 	for attempt := 1; ; attempt++ {
-		seq, err := s.publishOnce(ctx, msg, ev.ID, expected)
+		seq, err := s.publishOnce(wctx, msg, ev.ID, expected)
 		if err == nil {
-			return seq, nil
+			ev.Seq, ev.Hash = seq, events.HashOf(data)
+			s.wrote()
+			return nil
 		}
 		if IsConflict(err) {
-			return 0, fmt.Errorf("%w: %v", aggregate.ErrConflict, err)
+			s.wrote() // the log answered: it takes writes
+			return fmt.Errorf("%w: %v", aggregate.ErrConflict, err)
 		}
 		// Within a header's length of the limit: the client (max
 		// payload) or the server (max message size) refuses it.
 		var apiErr *jetstream.APIError
 		if errors.Is(err, nats.ErrMaxPayload) || errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
-			return 0, tooLarge()
+			return tooLarge()
 		}
 		// A transport failure, or a replicated stream still storing an
 		// earlier attempt of this message id, is retried with the same id:
 		// the server drops the copy of an attempt that landed.
 		if errors.As(err, &apiErr) && apiErr.ErrorCode != errCodeDuplicateInProcess && apiErr.Code != 503 {
-			return 0, fmt.Errorf("append %s: %w", ev.Type(), err)
+			return fmt.Errorf("append %s: %w", ev.Type(), err)
 		}
-		if ctx.Err() != nil || attempt == publishAttempts {
-			return 0, fmt.Errorf("%w: append %s: %w", ErrUnavailable, ev.Type(), err)
+		if attempt < publishAttempts && wctx.Err() == nil {
+			select {
+			case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
+				continue
+			case <-wctx.Done():
+			}
 		}
-		select {
-		case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
-		case <-ctx.Done():
-			return 0, fmt.Errorf("append %s: %w", ev.Type(), ctx.Err())
+		if ctx.Err() == nil { // the log failed, not the caller
+			if wctx.Err() != nil {
+				err = fmt.Errorf("not acknowledged within the write timeout (%s): %w", s.cfg.WriteTimeout, err)
+			}
+			s.writeFailed(err)
 		}
+		return fmt.Errorf("%w: append %s: %w", ErrUnavailable, ev.Type(), err)
 	}
+}
+
+// wrote records that the log took a write.
+func (s *Store) wrote() {
+	if s.failing.Load() != nil {
+		s.failing.Store(nil)
+	}
+}
+
+// writeFailed records a failed append; the first since the last success
+// is kept, so the reason and its time stay stable while writes fail.
+func (s *Store) writeFailed(err error) {
+	s.failing.CompareAndSwap(nil, &writeFailure{since: s.cfg.Now(), err: err})
+}
+
+// WriteError returns nil while the log takes writes, and otherwise an
+// error wrapping ErrUnavailable that says since when appends fail and
+// why: the last append failed as unavailable (not acknowledged within the
+// write timeout, or refused by the server) and none has succeeded since.
+// It is safe for concurrent use.
+func (s *Store) WriteError() error {
+	f := s.failing.Load()
+	if f == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: writes failing since %s: %v", ErrUnavailable, f.since.UTC().Format(time.RFC3339), f.err)
+}
+
+// ProbeStream is the stream Probe writes to: one message, replaced by each
+// probe, so its size stays constant.
+func ProbeStream(stream string) string { return stream + "_PROBE" }
+
+// Probe checks that the log takes writes without writing an event: it
+// appends to the probe stream within the write timeout. A success clears
+// WriteError; a failure is returned (wrapping ErrUnavailable) and leaves
+// it set. Meant to be called while WriteError is set, so readiness
+// recovers without waiting for a client's write.
+func (s *Store) Probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	subject := s.cfg.Subjects.Root + ".probe"
+	_, err := s.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: ProbeStream(s.cfg.Stream), Description: "taskledger write probe", Subjects: []string{subject},
+		Storage: jetstream.FileStorage, Replicas: s.cfg.Replicas, MaxMsgs: 1, Discard: jetstream.DiscardOld,
+	})
+	if err == nil {
+		_, err = s.js.Publish(ctx, subject, []byte(s.cfg.Actor))
+	}
+	if err != nil {
+		return fmt.Errorf("%w: write probe: %w", ErrUnavailable, err)
+	}
+	s.wrote()
+	return nil
 }
 
 // errCodeDuplicateInProcess is a replicated stream's answer to a message
@@ -530,3 +613,6 @@ func IsConflict(err error) bool {
 	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
+
+// Config returns the store's configuration with its defaults filled in.
+func (s *Store) Config() Config { return s.cfg }

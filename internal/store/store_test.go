@@ -485,3 +485,86 @@ func TestTooLargeEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestAppendsLinkEachEventToItsPredecessor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nc := testnats.Conn(t)
+	a := setup(t, nc)
+	b := another(t, nc, a) // its own cache: its appends follow a load or a conflict
+	id := schedule(t, a)
+	mail := func(st *store.Store, msg string) {
+		t.Helper()
+		if _, _, err := st.Execute(ctx, id, "", aggregate.AppendMail{Message: events.Message{ID: msg, Content: []events.ContentPart{{Type: "text", Text: "more"}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mail(a, "m1") // from a's cache
+	mail(b, "m2") // after b's load
+	mail(a, "m3") // a's cache is stale: a conflict, a catch-up, a retry
+	mail(b, "m4")
+	evs, err := a.History(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 5 {
+		t.Fatalf("%d events, want 5", len(evs))
+	}
+	var prev events.Hash
+	for _, ev := range evs {
+		msg, err := a.Stream().GetMsg(ctx, ev.Seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Prev != prev {
+			t.Fatalf("event %d links to %x, want %x (the stored bytes of event %d)", ev.Number, ev.Prev, prev, ev.Number-1)
+		}
+		if ev.Hash != events.HashOf(msg.Data) {
+			t.Fatalf("event %d read with hash %x, its bytes hash to %x", ev.Number, ev.Hash, events.HashOf(msg.Data))
+		}
+		prev = ev.Hash
+	}
+	if st, err := a.Load(ctx, id); err != nil || st.LastHash != prev {
+		t.Fatalf("loaded state's LastHash %x, %v; want the last event's %x", st.LastHash, err, prev)
+	}
+}
+
+func TestWriteErrorUntilAWriteLands(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nc := testnats.Conn(t)
+	st := setup(t, nc)
+	id := schedule(t, st)
+	if err := st.WriteError(); err != nil {
+		t.Fatalf("WriteError %v after a write landed", err)
+	}
+	// The stream refuses to grow (a limit stands in for a full disk):
+	// the append fails as unavailable, and the store remembers it.
+	js, _ := jetstream.New(nc)
+	cfg := st.Stream().CachedInfo().Config
+	cfg.MaxBytes, cfg.Discard = 1, jetstream.DiscardNew
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	mail := aggregate.AppendMail{Message: events.Message{ID: "m1", Content: []events.ContentPart{{Type: "text", Text: "more"}}}}
+	if _, _, err := st.Execute(ctx, id, "", mail); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("append to a full stream: %v, want ErrUnavailable", err)
+	}
+	if err := st.WriteError(); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("WriteError %v after a failed append, want ErrUnavailable", err)
+	}
+	// A probe writes elsewhere and clears it; the next append lands.
+	cfg.MaxBytes = -1
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.WriteError(); err != nil {
+		t.Fatalf("WriteError %v after a probe landed", err)
+	}
+	if _, _, err := st.Execute(ctx, id, "", mail); err != nil {
+		t.Fatal(err)
+	}
+}

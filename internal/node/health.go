@@ -1,0 +1,150 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/projections"
+)
+
+// The log's health: its chain head, the damage found at start, and the
+// watch that recovers from storage errors.
+
+// headObject is the object of the snapshot bucket that holds the log's
+// chain head (store.Head as JSON).
+const headObject = "chainhead"
+
+// LoadHead returns the chain head saved for stream; ok is false when none
+// was (no snapshot bucket, or nothing saved yet). It creates nothing.
+func LoadHead(ctx context.Context, js jetstream.JetStream, stream string) (h store.Head, ok bool, err error) {
+	bucket, err := js.ObjectStore(ctx, SnapshotBucket(stream))
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return h, false, nil
+	}
+	if err != nil {
+		return h, false, fmt.Errorf("node: snapshot bucket: %w", err)
+	}
+	data, err := bucket.GetBytes(ctx, headObject)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return h, false, nil
+	}
+	if err != nil {
+		return h, false, fmt.Errorf("node: chain head: %w", err)
+	}
+	if err := json.Unmarshal(data, &h); err != nil {
+		return h, false, fmt.Errorf("node: chain head: %w", err)
+	}
+	return h, true, nil
+}
+
+// SaveHead saves the chain head of stream at sequence seq (0: its last
+// message) in heads; an empty stream saves nothing.
+func SaveHead(ctx context.Context, log store.Log, heads projections.SnapshotStore, seq uint64) error {
+	h, err := log.HeadAt(ctx, seq)
+	if err != nil || h.Seq == 0 {
+		return err
+	}
+	data, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	return heads.Save(ctx, data)
+}
+
+// checkHead checks the log for holes and compares it with its saved
+// chain head; it returns a warning, also logged, when the log is damaged.
+func (n *Node) checkHead(ctx context.Context) string {
+	h, _, err := LoadHead(ctx, n.Store.JetStream(), n.cfg.Stream)
+	if err == nil {
+		err = n.Store.Log().Check(ctx, h)
+	}
+	switch {
+	case errors.Is(err, store.ErrEventsMissing) || errors.Is(err, store.ErrLogTruncated) || errors.Is(err, store.ErrHeadMismatch):
+		n.cfg.Logger.Warn().Err(err).Msg("the log is damaged: events were lost or changed; run taskledger replay verify")
+		return err.Error() + "; run taskledger replay verify"
+	case err != nil:
+		n.cfg.Logger.Warn().Err(err).Msg("chain head not checked")
+	}
+	return ""
+}
+
+// WriteError implements httpapi.LogHealth: the store's failed appends,
+// or the server's storage error as watchStorage last saw it.
+func (n *Node) WriteError() error {
+	if err := n.Store.WriteError(); err != nil {
+		return err
+	}
+	if err := n.serverErr.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+// LogWarning implements httpapi.LogHealth: why the log was found damaged
+// at start (no saved chain head, a hole) or while the projections read
+// it, or "".
+func (n *Node) LogWarning() string {
+	if m := n.Engine.Missing(); m > 0 {
+		return strings.TrimPrefix(n.logWarning+"; ", "; ") + fmt.Sprintf("%d sequences of the log hold no event; run taskledger replay verify", m)
+	}
+	return n.logWarning
+}
+
+// storageError is cfg.StorageError's answer, nil without one.
+func (n *Node) storageError() error {
+	if n.cfg.StorageError == nil {
+		return nil
+	}
+	return n.cfg.StorageError()
+}
+
+// watchStorage runs until ctx ends. Every StorageRetry it asks the
+// server for its storage error and, while appends fail, probes the log (a
+// probe that succeeds makes the store take writes again). While the
+// server reports an error or the probe fails, it calls RecoverStorage
+// (a JetStream restart: it reopens a stream that keeps a write error, and
+// applies a raised storage limit) and checks both again. It logs when writes start failing and when they
+// recover, never per request or per attempt.
+func (n *Node) watchStorage(ctx context.Context) {
+	tick := time.NewTicker(n.cfg.StorageRetry)
+	defer tick.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		serverErr := n.storageError()
+		// A probe that succeeds clears the store's error.
+		appendsFail := n.Store.WriteError() != nil && n.Store.Probe(ctx) != nil
+		if (serverErr != nil || appendsFail) && n.cfg.RecoverStorage != nil {
+			if err := n.cfg.RecoverStorage(); err != nil {
+				n.cfg.Logger.Debug().Err(err).Msg("storage recovery failed")
+			}
+			if serverErr = n.storageError(); n.Store.WriteError() != nil {
+				n.Store.Probe(ctx)
+			}
+		}
+		if serverErr != nil {
+			n.serverErr.Store(&serverErr)
+		} else {
+			n.serverErr.Store(nil)
+		}
+		err := n.WriteError()
+		switch {
+		case err != nil && !failing:
+			n.cfg.Logger.Error().Err(err).Msg("the log does not take writes: appends answer 503 and /readyz 503 until it does")
+		case err == nil && failing:
+			n.cfg.Logger.Info().Msg("the log takes writes again")
+		}
+		failing = err != nil
+	}
+}

@@ -1,0 +1,148 @@
+package store
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/taskledger/taskledger/events"
+)
+
+// Log damage errors, returned (wrapped, with the sequences) by Log.Check.
+var (
+	// ErrEventsMissing: sequences inside the stream hold no message. The
+	// event stream denies deletes, so a hole means the server dropped a
+	// message it could not read back (a damaged block file) or someone
+	// edited the files.
+	ErrEventsMissing = errors.New("store: events are missing from the log")
+	// ErrLogTruncated: the log ends before the sequence of its saved
+	// chain head, so events it once held are gone (a cut block file).
+	ErrLogTruncated = errors.New("store: the log ends before its saved chain head")
+	// ErrHeadMismatch: the message at the saved head's sequence is not
+	// the one that was there when the head was saved.
+	ErrHeadMismatch = errors.New("store: the log differs from its saved chain head")
+)
+
+// Head is a chain head: a stream sequence of the log and the SHA-256 of
+// the message stored there. Saved from time to time (with every
+// projection snapshot and at clean shutdown), it lets a later reader tell
+// a log that lost its tail from one that simply ended: every task's
+// events are chained by their hashes, but the last events of the stream
+// have no successor to vouch for them.
+type Head struct {
+	Seq  uint64
+	Hash events.Hash
+}
+
+type wireHead struct {
+	Seq    uint64 `json:"seq"`
+	SHA256 string `json:"sha256"`
+}
+
+// MarshalJSON implements json.Marshaler: {"seq": N, "sha256": "hex"}.
+func (h Head) MarshalJSON() ([]byte, error) {
+	return json.Marshal(wireHead{Seq: h.Seq, SHA256: hex.EncodeToString(h.Hash[:])})
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (h *Head) UnmarshalJSON(b []byte) error {
+	var w wireHead
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	sum, err := hex.DecodeString(w.SHA256)
+	if err != nil || len(sum) != len(h.Hash) {
+		return fmt.Errorf("store: chain head: bad sha256 %q", w.SHA256)
+	}
+	h.Seq = w.Seq
+	copy(h.Hash[:], sum)
+	return nil
+}
+
+// LastSeq returns the sequence of the stream's last stored event, 0 when
+// there is none. It reads the message itself: after a block file lost its
+// tail, the stream's state may still name a last sequence whose message
+// is gone. That costs one read; only when the message is missing does it
+// ask for the last one on the stream's subjects (which walks the server's
+// subject index).
+func (l Log) LastSeq(ctx context.Context) (uint64, error) {
+	l = l.withDefaults()
+	s, err := l.JS.Stream(ctx, l.Stream)
+	if err != nil {
+		return 0, fmt.Errorf("store: stream %s: %w", l.Stream, err)
+	}
+	last := s.CachedInfo().State.LastSeq
+	if last == 0 {
+		return 0, nil
+	}
+	_, err = s.GetMsg(ctx, last)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		var msg *jetstream.RawStreamMsg
+		if msg, err = s.GetLastMsgForSubject(ctx, l.Subjects.Events()); err == nil {
+			last = msg.Sequence
+		} else if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return 0, nil
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("store: last event: %w", err)
+	}
+	return last, nil
+}
+
+// HeadAt returns the chain head at stream sequence seq, or at the
+// stream's last event when seq is 0. An empty stream has the zero Head.
+func (l Log) HeadAt(ctx context.Context, seq uint64) (Head, error) {
+	l = l.withDefaults()
+	s, err := l.JS.Stream(ctx, l.Stream)
+	if err != nil {
+		return Head{}, fmt.Errorf("store: stream %s: %w", l.Stream, err)
+	}
+	if seq == 0 {
+		if seq, err = l.LastSeq(ctx); err != nil || seq == 0 {
+			return Head{}, err
+		}
+	}
+	msg, err := s.GetMsg(ctx, seq)
+	if err != nil {
+		return Head{}, fmt.Errorf("store: chain head at %d: %w", seq, err)
+	}
+	return Head{Seq: seq, Hash: events.HashOf(msg.Data)}, nil
+}
+
+// Check returns nil when the log has no hole and still holds h (the zero
+// Head: none saved): its stream reaches h.Seq and the message there
+// hashes to h.Hash. Otherwise it returns an error wrapping
+// ErrEventsMissing, ErrLogTruncated or ErrHeadMismatch, or the read's
+// error. It costs two reads, whatever the log's size.
+func (l Log) Check(ctx context.Context, h Head) error {
+	l = l.withDefaults()
+	s, err := l.JS.Stream(ctx, l.Stream)
+	if err != nil {
+		return fmt.Errorf("store: stream %s: %w", l.Stream, err)
+	}
+	var missing error
+	if st := s.CachedInfo().State; st.NumDeleted > 0 {
+		missing = fmt.Errorf("%w: %d of sequences %d to %d hold no message", ErrEventsMissing, st.NumDeleted, st.FirstSeq, st.LastSeq)
+	}
+	if h.Seq == 0 {
+		return missing
+	}
+	last, err := l.LastSeq(ctx)
+	if err != nil {
+		return err
+	}
+	var head error
+	if last < h.Seq {
+		head = fmt.Errorf("%w: the last event is at sequence %d, the head saved at %d", ErrLogTruncated, last, h.Seq)
+	} else if got, err := l.HeadAt(ctx, h.Seq); err != nil {
+		head = fmt.Errorf("%w: %w", ErrHeadMismatch, err)
+	} else if got.Hash != h.Hash {
+		head = fmt.Errorf("%w: the message at sequence %d is not the one saved", ErrHeadMismatch, h.Seq)
+	}
+	return errors.Join(missing, head)
+}
