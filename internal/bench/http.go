@@ -15,6 +15,7 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
 )
@@ -302,10 +303,12 @@ func (r *run) waitingPolls(ctx context.Context, nd *node.Node, url string) error
 	}
 	c := httpClient(url, polls)
 	defer c.HTTP.CloseIdleConnections()
+	if err := openQueue(ctx, nd, queue); err != nil {
+		return err
+	}
 	settle()
 	before := heapAndStacks()
 	pollCtx, stopPolls := context.WithCancel(ctx)
-	defer stopPolls()
 	var errs atomic.Int64
 	claimed := make(chan string, polls)
 	var wg sync.WaitGroup
@@ -325,7 +328,10 @@ func (r *run) waitingPolls(ctx context.Context, nd *node.Node, url string) error
 			}
 		})
 	}
-	defer wg.Wait()
+	defer func() { // end the polls before waiting for them
+		stopPolls()
+		wg.Wait()
+	}()
 	if err := waitWaiting(ctx, nd, queue, polls); err != nil {
 		return err
 	}
@@ -387,10 +393,31 @@ func (r *run) waitingPolls(ctx context.Context, nd *node.Node, url string) error
 	return nil
 }
 
+// openQueue runs one task through queue, so that the server serves
+// claimers there (it keeps nothing for a queue no task was scheduled on).
+func openQueue(ctx context.Context, nd *node.Node, queue string) error {
+	a := httpapi.NewLocal(nd.Service)
+	if _, _, err := a.Schedule(ctx, scheduleRequest(0, queue)); err != nil {
+		return err
+	}
+	t, ok, err := a.ClaimNext(ctx, queue, "opener", 30*time.Second)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("queue %s: the opening task was not claimed", queue)
+	}
+	_, err = a.RecordResult(ctx, t.ID, api.ResultRequest{DeliveryID: t.Claim.DeliveryID, Success: true})
+	return err
+}
+
 // waitingClaimers measures what a waiting claimer costs the service
 // itself: n in-process ClaimNext calls on an empty queue, no HTTP.
 func (r *run) waitingClaimers(ctx context.Context, nd *node.Node, n int) error {
 	const queue = "idle"
+	if err := openQueue(ctx, nd, queue); err != nil {
+		return err
+	}
 	before := heapAndStacks()
 	waitCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -399,8 +426,10 @@ func (r *run) waitingClaimers(ctx context.Context, nd *node.Node, n int) error {
 			nd.Service.ClaimNext(waitCtx, scheduler.Operator, queue, fmt.Sprintf("idle-%d", w), scheduledWait)
 		})
 	}
-	defer wg.Wait()
-	defer stop()
+	defer func() {
+		stop()
+		wg.Wait()
+	}()
 	if err := waitWaiting(ctx, nd, queue, n); err != nil {
 		return err
 	}
