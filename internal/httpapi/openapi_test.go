@@ -185,6 +185,10 @@ func TestOpenAPIValidationCatchesMismatches(t *testing.T) {
 	}{
 		{"Documented", http.MethodPost, "/v1/tasks", `{"queue":"q"}`, http.StatusCreated, nil, string(task), false},
 		{"DocumentedError", http.MethodGet, "/v1/tasks/t1", "", http.StatusNotFound, nil, notFound, false},
+		{"DocumentedConflict", http.MethodPost, "/v1/tasks/t1/cancel", "", http.StatusConflict, nil, `{"error":"conflict","reason":"terminal","message":"x"}`, false},
+		{"ConflictWithoutReason", http.MethodPost, "/v1/tasks/t1/cancel", "", http.StatusConflict, nil, `{"error":"conflict","message":"x"}`, true},
+		{"ReasonTheRouteCannotGive", http.MethodPost, "/v1/tasks/t1/cancel", "", http.StatusConflict, nil, `{"error":"conflict","reason":"token_mismatch","message":"x"}`, true},
+		{"ReasonWithoutConflict", http.MethodGet, "/v1/tasks/t1", "", http.StatusNotFound, nil, `{"error":"not_found","reason":"terminal","message":"x"}`, true},
 		{"TaskWithoutRequiredFields", http.MethodGet, "/v1/tasks/t1", "", http.StatusOK, nil, `{"id":"t1"}`, true},
 		{"UndocumentedStatus", http.MethodGet, "/v1/tasks/t1", "", http.StatusTeapot, nil, notFound, true},
 		{"ErrorWithoutMessage", http.MethodGet, "/v1/tasks/t1", "", http.StatusNotFound, nil, `{"error":"not_found"}`, true},
@@ -339,11 +343,25 @@ func (s *openapiSpec) checkUnrouted(rec *recordedAnswer, routeErr error) error {
 	if rec.status() < 400 || rec.status() >= 500 {
 		return fmt.Errorf("not a documented route (%v), but answered %d", routeErr, rec.status())
 	}
+	return s.validateSchema("Error", rec.body.Bytes())
+}
+
+// validateSchema checks JSON text against the component schema name.
+func (s *openapiSpec) validateSchema(name string, text []byte) error {
 	var v any
-	if err := json.Unmarshal(rec.body.Bytes(), &v); err != nil {
-		return fmt.Errorf("error answer is not JSON: %w", err)
+	if err := json.Unmarshal(text, &v); err != nil {
+		return fmt.Errorf("not JSON: %w", err)
 	}
-	return s.doc.Components.Schemas["Error"].Value.VisitJSON(v, openapi3.EnableJSONSchema2020())
+	return s.doc.Components.Schemas[name].Value.VisitJSON(v, openapi3.EnableJSONSchema2020())
+}
+
+// requireSchema fails t unless text is JSON of the document's component
+// schema name (for JSON inside a field, as a child's report).
+func requireSchema(t *testing.T, name string, text []byte) {
+	t.Helper()
+	if err := mustSpec(t).validateSchema(name, text); err != nil {
+		t.Fatalf("%s %s: %v", name, text, err)
+	}
 }
 
 // cleanPath is a path as http.ServeMux cleans it.
