@@ -57,7 +57,7 @@ func TestCheckFailsOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
+	srv := httptest.NewServer(validated(t, h))
 	t.Cleanup(srv.Close)
 	faulty := api.NewClient(srv.URL, "")
 	t.Cleanup(faulty.HTTP.CloseIdleConnections)

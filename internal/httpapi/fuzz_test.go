@@ -73,8 +73,9 @@ func (n *fuzzNode) running(tb testing.TB, queue string) aggregate.State {
 
 // serve sends one request as a client would put it on the wire; ok is
 // false when net/http would have refused the request line or headers
-// before any handler ran (a target with a space, a control byte...).
-func (n *fuzzNode) serve(method, target string, body []byte) (rec *httptest.ResponseRecorder, ok bool) {
+// before any handler ran (a target with a space, a control byte...). The
+// exchange is held against docs/openapi.yaml (validated), failing t.
+func (n *fuzzNode) serve(t *testing.T, method, target string, body []byte) (rec *httptest.ResponseRecorder, ok bool) {
 	raw := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", method, target, len(body))
 	req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw + string(body))))
 	if err != nil {
@@ -83,7 +84,7 @@ func (n *fuzzNode) serve(method, target string, body []byte) (rec *httptest.Resp
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rec = httptest.NewRecorder()
-	n.Handler.ServeHTTP(rec, req.WithContext(ctx))
+	validated(t, n.Handler).ServeHTTP(rec, req.WithContext(ctx))
 	return rec, true
 }
 
@@ -218,7 +219,7 @@ func FuzzListQuery(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, query string) {
 		target := "/v1/tasks?" + query
-		rec, ok := n.serve(http.MethodGet, target, nil)
+		rec, ok := n.serve(t, http.MethodGet, target, nil)
 		if !ok {
 			return // net/http refuses such a request line itself
 		}
@@ -248,7 +249,7 @@ func FuzzTaskPath(f *testing.F) {
 	f.Fuzz(func(t *testing.T, id string, route uint8) {
 		r := taskRoutes[int(route)%len(taskRoutes)]
 		target := "/v1/tasks/" + id + r.suffix
-		rec, ok := n.serve(r.method, target, []byte(r.body))
+		rec, ok := n.serve(t, r.method, target, []byte(r.body))
 		if !ok {
 			return // net/http refuses such a request line itself
 		}
@@ -283,7 +284,7 @@ func FuzzCancelBody(f *testing.F) {
 // checks the answer.
 func (n *fuzzNode) postBody(target string) func(*testing.T, []byte) {
 	return func(t *testing.T, body []byte) {
-		rec, ok := n.serve(http.MethodPost, target, body)
+		rec, ok := n.serve(t, http.MethodPost, target, body)
 		if !ok {
 			t.Fatal("a well-formed request line was refused")
 		}

@@ -90,6 +90,7 @@ func TestLineage(t *testing.T) {
 		if err := json.Unmarshal([]byte(m.Content[0].Text), &report); err != nil {
 			t.Fatalf("child report text %q: %v", m.Content[0].Text, err)
 		}
+		requireSchema(t, "ChildResult", []byte(m.Content[0].Text))
 		if report.TaskID != child.ID || report.Status != "succeeded" || report.Result == nil ||
 			report.Result.Summary != "found the bug" || len(report.Result.Effects) != 1 {
 			t.Fatalf("child report %+v", report)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/docs"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/scheduler"
@@ -100,6 +101,10 @@ func NewHandler(cfg ServerConfig) (http.Handler, error) {
 	if cfg.Ready == nil {
 		return nil, errors.New("httpapi: ServerConfig.Ready is required")
 	}
+	openapi, err := docs.OpenAPIJSON()
+	if err != nil {
+		return nil, err
+	}
 	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = 1024
 	}
@@ -115,7 +120,7 @@ func NewHandler(cfg ServerConfig) (http.Handler, error) {
 	if cfg.ErrorLog == nil {
 		cfg.ErrorLog = ratelog.New(cfg.Logger, 0)
 	}
-	h := &handler{ServerConfig: cfg, bodies: &bodyBudget{limit: cfg.MaxBodyMemory}}
+	h := &handler{ServerConfig: cfg, bodies: &bodyBudget{limit: cfg.MaxBodyMemory}, openapi: openapi}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "taskledger_http_body_bytes",
@@ -128,36 +133,10 @@ func NewHandler(cfg ServerConfig) (http.Handler, error) {
 		h.slots = make(chan struct{}, cfg.MaxInFlight)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/tasks", h.auth(h.schedule))
-	mux.HandleFunc("GET /v1/tasks", h.auth(h.list))
-	mux.HandleFunc("GET /v1/tasks/{id}", h.auth(h.get))
-	mux.HandleFunc("POST /v1/tasks/{id}/claim", h.auth(h.claim))
-	mux.HandleFunc("POST /v1/claims/next", h.authUnlimited(h.claimNext))
-	mux.HandleFunc("POST /v1/tasks/batch", h.route(api.MaxBatchBodyBytes, true, h.scheduleBatch))
-	mux.HandleFunc("POST /v1/claims", h.authUnlimited(h.claimBatch))
-	mux.HandleFunc("POST /v1/results", h.route(api.MaxBatchBodyBytes, true, h.recordResults))
-	mux.HandleFunc("POST /v1/tasks/{id}/check", h.auth(h.check))
-	mux.HandleFunc("POST /v1/tasks/{id}/result", h.auth(h.result))
-	mux.HandleFunc("POST /v1/tasks/{id}/cancel", h.auth(h.cancel))
-	mux.HandleFunc("POST /v1/tasks/{id}/mailbox", h.auth(h.appendMail))
-	mux.HandleFunc("GET /v1/tasks/{id}/mailbox", h.auth(h.mailbox))
-	mux.HandleFunc("GET /v1/tasks/{id}/history", h.auth(h.history))
-	mux.HandleFunc("GET /v1/tasks/{id}/tree", h.auth(h.tree))
-	mux.HandleFunc("GET /v1/events", h.auth(h.customerEvents))
-	mux.HandleFunc("POST /v1/admin/projections/rebuild", h.auth(h.rebuild))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	mux.HandleFunc("GET /readyz", h.readyz)
-	if cfg.Gatherer != nil {
-		metrics := metricsRoute(cfg.Gatherer)
-		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-			if err := h.operatorOnly(r); err != nil {
-				h.fail(w, r, err)
-				return
-			}
-			metrics.ServeHTTP(w, r)
-		})
+	for _, rt := range routes {
+		if serve := rt.serve(h); serve != nil {
+			mux.Handle(rt.pattern, serve)
+		}
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, noRoute(r))
@@ -190,8 +169,89 @@ func MetricsHandler(g prometheus.Gatherer) http.Handler {
 
 type handler struct {
 	ServerConfig
-	slots  chan struct{} // in-flight requests; nil: no limit
-	bodies *bodyBudget
+	slots   chan struct{} // in-flight requests; nil: no limit
+	bodies  *bodyBudget
+	openapi []byte // docs/openapi.yaml as JSON
+}
+
+// route is one route of the API: its http.ServeMux pattern and the
+// handler that serves it (nil: not served by this configuration).
+type route struct {
+	pattern string
+	serve   func(*handler) http.Handler
+}
+
+// routes is every route the API serves, the one list NewHandler registers
+// and the tests hold docs/openapi.yaml against.
+var routes = []route{
+	{"POST /v1/tasks", limited((*handler).schedule)},
+	{"GET /v1/tasks", limited((*handler).list)},
+	{"GET /v1/tasks/{id}", limited((*handler).get)},
+	{"POST /v1/tasks/{id}/claim", limited((*handler).claim)},
+	{"POST /v1/claims/next", unlimited((*handler).claimNext)},
+	{"POST /v1/tasks/batch", batch((*handler).scheduleBatch)},
+	{"POST /v1/claims", unlimited((*handler).claimBatch)},
+	{"POST /v1/results", batch((*handler).recordResults)},
+	{"POST /v1/tasks/{id}/check", limited((*handler).check)},
+	{"POST /v1/tasks/{id}/result", limited((*handler).result)},
+	{"POST /v1/tasks/{id}/cancel", limited((*handler).cancel)},
+	{"POST /v1/tasks/{id}/mailbox", limited((*handler).appendMail)},
+	{"GET /v1/tasks/{id}/mailbox", limited((*handler).mailbox)},
+	{"GET /v1/tasks/{id}/history", limited((*handler).history)},
+	{"GET /v1/tasks/{id}/tree", limited((*handler).tree)},
+	{"GET /v1/events", limited((*handler).customerEvents)},
+	{"POST /v1/admin/projections/rebuild", limited((*handler).rebuild)},
+	{"GET /v1/openapi.json", public((*handler).openAPI)},
+	{"GET /healthz", public((*handler).healthz)},
+	{"GET /readyz", public((*handler).readyz)},
+	{"GET /metrics", metrics},
+}
+
+// metrics serves the Gatherer's metrics, when there is one, to the
+// operator.
+func metrics(h *handler) http.Handler {
+	if h.Gatherer == nil {
+		return nil
+	}
+	m := metricsRoute(h.Gatherer)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h.operatorOnly(r); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		m.ServeHTTP(w, r)
+	})
+}
+
+// principalFunc is a handler method of a route that needs a principal.
+type principalFunc func(*handler, http.ResponseWriter, *http.Request, scheduler.Principal)
+
+// limited serves f behind auth, holding an in-flight slot.
+func limited(f principalFunc) func(*handler) http.Handler {
+	return func(h *handler) http.Handler {
+		return h.auth(func(w http.ResponseWriter, r *http.Request, p scheduler.Principal) { f(h, w, r, p) })
+	}
+}
+
+// batch is limited for a batch body, up to api.MaxBatchBodyBytes.
+func batch(f principalFunc) func(*handler) http.Handler {
+	return func(h *handler) http.Handler {
+		return h.route(api.MaxBatchBodyBytes, true, func(w http.ResponseWriter, r *http.Request, p scheduler.Principal) { f(h, w, r, p) })
+	}
+}
+
+// unlimited serves f behind auth without an in-flight slot (long polls).
+func unlimited(f principalFunc) func(*handler) http.Handler {
+	return func(h *handler) http.Handler {
+		return h.authUnlimited(func(w http.ResponseWriter, r *http.Request, p scheduler.Principal) { f(h, w, r, p) })
+	}
+}
+
+// public serves f to anyone, without a token or a slot.
+func public(f func(*handler, http.ResponseWriter, *http.Request)) func(*handler) http.Handler {
+	return func(h *handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { f(h, w, r) })
+	}
 }
 
 // principalHandler is a route's handler, called for the caller's
@@ -336,6 +396,16 @@ func (h *handler) recoverer(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(w, r)
 	})
+}
+
+func (h *handler) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// openAPI answers docs/openapi.yaml as JSON.
+func (h *handler) openAPI(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(h.openapi)
 }
 
 func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {

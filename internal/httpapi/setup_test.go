@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/taskledger/taskledger/api"
@@ -21,7 +22,8 @@ type bundle struct {
 }
 
 // setup starts a scheduler node on a fresh stream of the package's NATS
-// server, serves its API over HTTP and waits until it is ready.
+// server, serves its API over HTTP, every exchange held against
+// docs/openapi.yaml (validated), and waits until it is ready.
 func setup(t *testing.T, cfgs ...func(*node.Config)) *bundle {
 	t.Helper()
 	opts := make([]testnode.Option, len(cfgs))
@@ -29,7 +31,11 @@ func setup(t *testing.T, cfgs ...func(*node.Config)) *bundle {
 		opts[i] = f
 	}
 	n := testnode.Start(t, opts...)
-	return &bundle{node: n.Node, client: n.Client, url: n.URL}
+	srv := httptest.NewServer(validated(t, n.Handler))
+	t.Cleanup(srv.Close)
+	client := api.NewClient(srv.URL, "")
+	t.Cleanup(client.HTTP.CloseIdleConnections)
+	return &bundle{node: n.Node, client: client, url: srv.URL}
 }
 
 // eventually polls cond until it holds, failing the test after 30s.
