@@ -3,7 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"errors"
-	"net/http/httptest"
+	"net/http"
 	"testing"
 
 	"github.com/taskledger/taskledger/api"
@@ -26,16 +26,14 @@ type bundle struct {
 // docs/openapi.yaml (validated), and waits until it is ready.
 func setup(t *testing.T, cfgs ...func(*node.Config)) *bundle {
 	t.Helper()
-	opts := make([]testnode.Option, len(cfgs))
-	for i, f := range cfgs {
-		opts[i] = f
+	opts := []testnode.Option{func(c *node.Config) {
+		c.Middleware = func(h http.Handler) http.Handler { return validated(t, h) }
+	}}
+	for _, f := range cfgs {
+		opts = append(opts, f)
 	}
 	n := testnode.Start(t, opts...)
-	srv := httptest.NewServer(validated(t, n.Handler))
-	t.Cleanup(srv.Close)
-	client := api.NewClient(srv.URL, "")
-	t.Cleanup(client.HTTP.CloseIdleConnections)
-	return &bundle{node: n.Node, client: client, url: srv.URL}
+	return &bundle{node: n.Node, client: n.Client, url: n.URL}
 }
 
 // eventually polls cond until it holds, failing the test after 30s.

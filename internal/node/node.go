@@ -59,6 +59,9 @@ type Config struct {
 	HTTP          httpapi.Limits
 	BodyTimeout   time.Duration
 	MaxBodyMemory int64 // bytes of request bodies held at once; httpapi.DefaultMaxBodyMemory, -1 none
+	// Middleware, if set, wraps the API handler (Handler, and what Server
+	// serves): request logging, say, or a test's contract checks.
+	Middleware func(http.Handler) http.Handler
 	// LogRepeatInterval is how often a repeated error is summarized in
 	// the log instead of logged again; default ratelog.DefaultInterval.
 	LogRepeatInterval time.Duration
@@ -207,6 +210,9 @@ func build(cfg Config, st *store.Store, pcfg projections.Config, ready jetstream
 	})
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Middleware != nil {
+		n.Handler = cfg.Middleware(n.Handler)
 	}
 	n.Server = httpapi.NewServer(n.Handler, cfg.HTTP, errorLog)
 	registerServerMetrics(cfg.Registry, n.Server)
