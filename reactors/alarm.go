@@ -24,6 +24,7 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/crashpoint"
+	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/projections"
 )
 
@@ -83,7 +84,12 @@ type AlarmConfig struct {
 	RepublishAfter time.Duration
 	ErrorBackoff   time.Duration // wait before retrying an action that failed; default 1s
 	Logger         zerolog.Logger
-	Now            func() time.Time
+	// Repeats logs the failures that are retried: the first of a kind in
+	// full, then counts, so a broken log or ready stream does not write a
+	// line per task per retry. Default one on Logger of the Alarm's own,
+	// which Run closes when it returns.
+	Repeats *ratelog.Limiter
+	Now     func() time.Time
 	// Observe, if set, is called after each action with its timer queue,
 	// the lateness against the due time, and the outcome.
 	Observe func(t projections.Timer, late time.Duration, err error)
@@ -138,6 +144,8 @@ type Alarm struct {
 	store Store
 	proj  Projection
 	pub   Publisher
+	// ownRepeats: cfg.Repeats is the Alarm's own, closed by Run.
+	ownRepeats bool
 
 	// inflight is owned by Run's goroutine: actions dispatched and not
 	// yet visible in the projection, so they are not dispatched twice.
@@ -176,12 +184,20 @@ func NewAlarm(cfg AlarmConfig) (*Alarm, error) {
 		return nil, errors.New("reactors: AlarmConfig.Publisher is required")
 	}
 	cfg = cfg.withDefaults()
-	return &Alarm{cfg: cfg, store: cfg.Store, proj: cfg.Projection, pub: cfg.Publisher, inflight: make(map[key]flight), done: make(chan result, 64)}, nil
+	own := cfg.Repeats == nil
+	if own {
+		cfg.Repeats = ratelog.New(cfg.Logger, 0)
+	}
+	return &Alarm{cfg: cfg, store: cfg.Store, proj: cfg.Projection, pub: cfg.Publisher, ownRepeats: own,
+		inflight: make(map[key]flight), done: make(chan result, 64)}, nil
 }
 
 // Run fires due items until ctx ends, then waits for actions in flight and
 // returns nil.
 func (a *Alarm) Run(ctx context.Context) error {
+	if a.ownRepeats {
+		defer a.cfg.Repeats.Close()
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	sem := make(chan struct{}, a.cfg.Concurrency)
@@ -341,9 +357,17 @@ func (a *Alarm) outcome(t projections.Timer, s, st aggregate.State, err error) f
 		a.cfg.Logger.Error().Err(err).Str("task", s.TaskID).Stringer("timer", t).Msg("alarm action failed for good; not retried")
 		return flight{parked: true}
 	default:
-		a.cfg.Logger.Warn().Err(err).Str("task", s.TaskID).Stringer("timer", t).Msg("alarm action failed; will retry")
+		a.warn("alarm "+t.String()+" failed; will retry", s, err)
 		return flight{retryAt: a.cfg.Now().Add(a.cfg.ErrorBackoff)}
 	}
+}
+
+// warn logs a failure the alarm retries, through Repeats: msg is the
+// kind, so one line stands for every task that fails the same way.
+func (a *Alarm) warn(msg string, s aggregate.State, err error) {
+	a.cfg.Repeats.Log(zerolog.WarnLevel, msg, msg, func(e *zerolog.Event) {
+		e.Err(err).Str("task", s.TaskID).Int("attempt", s.Delivery.Attempt)
+	})
 }
 
 // IsSettled reports whether err says an action is no longer needed: the
@@ -370,7 +394,7 @@ func (a *Alarm) deliver(ctx context.Context, s aggregate.State) aggregate.Comman
 		crashpoint.Hit(crashpoint.Published)
 		return aggregate.MarkReadyPublished{DeliveryID: s.Delivery.ID, ReadySeq: seq}
 	}
-	a.cfg.Logger.Warn().Err(err).Str("task", s.TaskID).Int("attempt", s.Delivery.Attempt).Msg("ready publish failed")
+	a.warn("ready publish failed; will retry", s, err)
 	now := a.cfg.Now()
 	since := s.Delivery.FirstAt
 	if since.IsZero() { // a delivery from a snapshot older than FirstAt
@@ -442,7 +466,7 @@ func (a *Alarm) republish(ctx context.Context, s aggregate.State) flight {
 	}
 	seq, err := a.pub.PublishReady(ctx, fresh, fresh.Delivery.ID+"-"+strconv.Itoa(fresh.Version))
 	if err != nil {
-		a.cfg.Logger.Warn().Err(err).Str("task", s.TaskID).Msg("ready republish failed; will retry")
+		a.warn("ready republish failed; will retry", s, err)
 		return later()
 	}
 	cmd := aggregate.RepublishReady{DeliveryID: fresh.Delivery.ID, LostSeq: fresh.Delivery.ReadySeq, ReadySeq: seq}
@@ -462,7 +486,7 @@ func (a *Alarm) live(ctx context.Context, s aggregate.State) (bool, error) {
 	}
 	stored, err := a.pub.ReadyStored(ctx, s)
 	if err != nil {
-		a.cfg.Logger.Warn().Err(err).Str("task", s.TaskID).Msg("ready notification check failed; will check again")
+		a.warn("ready notification check failed; will check again", s, err)
 	}
 	return stored, err
 }

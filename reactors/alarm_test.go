@@ -1,6 +1,7 @@
 package reactors_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
 	"github.com/taskledger/taskledger/internal/testnode"
@@ -650,4 +652,51 @@ func TestAlarmTimerArmedWhileBusy(t *testing.T) {
 	if s := p.status(x.TaskID); s != aggregate.StatusScheduled {
 		t.Fatalf("blocked task is %s", s)
 	}
+}
+
+// TestAlarmRepeatedFailuresLoggedOnce: while the ready stream refuses
+// every publish, the retries of many tasks are one warning and counts,
+// not a line per task per attempt (issue 13, row 12).
+func TestAlarmRepeatedFailuresLoggedOnce(t *testing.T) {
+	t.Parallel()
+	p := alStart(t, testnats.NewNamespace(t))
+	var logs syncBuffer
+	pub := &flaky{}
+	cfg := reactors.AlarmConfig{RetryBase: 5 * time.Millisecond, RetryMax: 20 * time.Millisecond,
+		Repeats: ratelog.New(zerolog.New(&logs), time.Hour)}
+	p.startAlarm(cfg, pub)
+	const tasks = 20
+	ids := make([]string, tasks)
+	for i := range ids {
+		ids[i] = p.schedule(alSpec{}).TaskID
+	}
+	alEventually(t, "every task retried a few times", func() bool {
+		for _, id := range ids {
+			if pub.callsFor(id) < 3 {
+				return false
+			}
+		}
+		return true
+	})
+	if n := strings.Count(logs.String(), `"message":"ready publish failed`); n != 1 {
+		t.Fatalf("%d log lines for %d tasks' failed publishes, want 1:\n%s", n, tasks, logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the alarm's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

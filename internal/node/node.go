@@ -188,8 +188,9 @@ func build(cfg Config, st *store.Store, pcfg projections.Config, ready jetstream
 	if err != nil {
 		return nil, err
 	}
+	errorLog := ratelog.New(cfg.Logger, cfg.LogRepeatInterval)
 	alarmCfg := cfg.Alarm
-	alarmCfg.Store, alarmCfg.Projection = st, eng
+	alarmCfg.Store, alarmCfg.Projection, alarmCfg.Repeats = st, eng, errorLog
 	alarmCfg.Publisher = reactors.ReadyPublisher{JS: st.JetStream(), Subjects: cfg.Subjects, Stream: ready}
 	alarmCfg.Logger, alarmCfg.Now = cfg.Logger, cfg.Now
 	if alarmCfg.Observe == nil {
@@ -202,7 +203,6 @@ func build(cfg Config, st *store.Store, pcfg projections.Config, ready jetstream
 	if err != nil {
 		return nil, err
 	}
-	errorLog := ratelog.New(cfg.Logger, cfg.LogRepeatInterval)
 	n := &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, alarm: alarm, errorLog: errorLog}
 	n.Handler, err = httpapi.NewHandler(httpapi.ServerConfig{
 		Service: svc, Ready: eng, Health: n, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Registerer: cfg.Registry, Logger: cfg.Logger, ErrorLog: errorLog,
