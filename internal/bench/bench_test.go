@@ -9,13 +9,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/taskledger/taskledger/internal/testnats"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := goleak.Find(testnats.NATSLeaks...); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

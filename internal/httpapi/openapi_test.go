@@ -279,7 +279,7 @@ func (s *openapiSpec) check(r *http.Request, body *recordedBody, rec *recordedAn
 // conventional returns a copy of r with body, as the conventions of the
 // document's description have it (JSON Schema cannot say them): the body
 // is JSON whatever the Content-Type; a body of only white space is empty;
-// a null is the zero value (a null field as if left out, a null body or
+// a null or an empty string is the zero value (a null field as if left out, a null body or
 // array item as {}); an empty query parameter is as if left out. A HEAD
 // request is served by the GET route.
 func conventional(r *http.Request, body []byte) *http.Request {
@@ -313,13 +313,13 @@ func conventional(r *http.Request, body []byte) *http.Request {
 	return req
 }
 
-// withoutNulls drops the null members of objects and reads null array
-// items as {}, at every depth.
+// withoutNulls drops the null and empty-string members of objects and
+// reads null array items as {}, at every depth.
 func withoutNulls(v any) any {
 	switch v := v.(type) {
 	case map[string]any:
 		for k, m := range v {
-			if m == nil {
+			if m == nil || m == "" {
 				delete(v, k)
 				continue
 			}

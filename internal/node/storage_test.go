@@ -23,6 +23,7 @@ import (
 	"github.com/taskledger/taskledger/internal/broker"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/testnats"
 	"github.com/taskledger/taskledger/replay"
 )
 
@@ -31,9 +32,9 @@ import (
 // Shutdown — seen in about one run in four on a loaded machine. It is
 // the server's, not ours: everything else must end.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	goleak.VerifyTestMain(m, append(testnats.NATSLeaks,
 		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"))
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"))...)
 }
 
 // fullDisk is a JetStream data directory that can be filled and freed:
