@@ -11,6 +11,7 @@ import (
 type dueHeap struct {
 	items []dueItem
 	pos   map[string]int
+	name  string // the bucket's key in a TimerQueue
 }
 
 type dueItem struct {
@@ -130,11 +131,12 @@ func (q *TimerQueue) set(taskID, customerID string, due time.Time) {
 	h := q.byCustomer[customerID]
 	if h == nil {
 		h = newDueHeap()
+		h.name = customerID
 		q.byCustomer[customerID] = h
 	}
 	h.set(taskID, due.UnixNano())
-	q.owner[taskID] = customerID
-	q.customers.set(customerID, h.items[0].due)
+	q.owner[taskID] = h.name // one string per bucket, whatever the caller built
+	q.customers.set(h.name, h.items[0].due)
 }
 
 func (q *TimerQueue) remove(taskID string) {

@@ -32,17 +32,17 @@ type EmbeddedConfig struct {
 	// ServerName names the server in JetStream metadata; default
 	// "taskledger".
 	ServerName string
-	// MaxStore caps JetStream's file storage in bytes (nats-server's
-	// max_file_store); past it every write is refused. Zero means the
-	// server's default (most of the free disk).
+	// MaxStore caps the file storage of the clients' account in bytes;
+	// past it every write is refused. Zero means no cap but the server's
+	// (most of the free disk).
 	MaxStore int64
 }
 
 // Embedded is a running in-process nats-server with JetStream.
 type Embedded struct {
-	srv *server.Server
-	mu  sync.Mutex // serializes RestartJetStream
-	js  server.JetStreamConfig
+	srv      *server.Server
+	mu       sync.Mutex // serializes RestartJetStream and SetMaxStore
+	maxStore int64
 }
 
 // StartEmbedded starts a server and waits until it accepts connections.
@@ -58,7 +58,6 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		NoSigs:            true,
 		NoLog:             true,
 		DontListen:        cfg.Listen == "",
-		JetStreamMaxStore: cfg.MaxStore,
 	}
 	if opts.ServerName == "" {
 		opts.ServerName = "taskledger"
@@ -82,9 +81,23 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		srv.Shutdown()
 		return nil, errors.New("broker: embedded server did not become ready in 30s")
 	}
-	js := *srv.JetStreamConfig()
-	js.StoreDir = cfg.Dir // the effective one has JetStream's subdirectory appended
-	return &Embedded{srv: srv, js: js}, nil
+	e := &Embedded{srv: srv, maxStore: cfg.MaxStore}
+	if cfg.MaxStore > 0 {
+		if err := srv.GlobalAccount().UpdateJetStreamLimits(e.limits()); err != nil {
+			srv.Shutdown()
+			return nil, fmt.Errorf("broker: account storage limit: %w", err)
+		}
+	}
+	return e, nil
+}
+
+// limits are the clients' account's JetStream limits: MaxStore, if set,
+// and no other.
+func (e *Embedded) limits() map[string]server.JetStreamAccountLimits {
+	if e.maxStore <= 0 {
+		return nil
+	}
+	return map[string]server.JetStreamAccountLimits{"": {MaxMemory: -1, MaxStore: e.maxStore, MaxStreams: -1, MaxConsumers: -1}}
 }
 
 // StorageError returns nil while JetStream runs and no stream reports a
@@ -104,31 +117,34 @@ func (e *Embedded) StorageError() error {
 	return nil
 }
 
-// RestartJetStream stops JetStream (if it runs) and starts it again on
-// the same directory with the same limits, as a restart of the process
-// would, without one: every stream is reopened from its files, which
-// clears a file store's kept write error. Clients keep their
-// connections; durable consumers come back from disk, ordered ones are
-// recreated by their clients. It is safe for concurrent use.
+// RestartJetStream stops the clients' account's JetStream and starts it
+// again from the same directory, as a restart of the process would,
+// without one: every stream is reopened from its files, which clears a
+// file store's kept write error. Clients keep their connections; durable
+// consumers come back from disk, ordered ones are recreated by their
+// clients. The server's own JetStream (its API) keeps running: stopping
+// that at run time races with the API requests of connected clients in
+// nats-server 2.15.2. It is safe for concurrent use.
 func (e *Embedded) RestartJetStream() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err := e.srv.ShutdownJetStream(); err != nil {
+	acc := e.srv.GlobalAccount()
+	if err := acc.DisableJetStream(); err != nil {
 		return fmt.Errorf("broker: stop JetStream: %w", err)
 	}
-	cfg := e.js
-	if err := e.srv.EnableJetStream(&cfg); err != nil {
+	if err := acc.EnableJetStream(e.limits(), nil); err != nil {
 		return fmt.Errorf("broker: start JetStream: %w", err)
 	}
 	return nil
 }
 
-// SetMaxStore changes MaxStore for the next RestartJetStream, as an
-// operator raising the limit and restarting would.
-func (e *Embedded) SetMaxStore(n int64) {
+// SetMaxStore changes MaxStore at once, as an operator raising the
+// account's limit would.
+func (e *Embedded) SetMaxStore(n int64) error {
 	e.mu.Lock()
-	e.js.MaxStore = n
-	e.mu.Unlock()
+	defer e.mu.Unlock()
+	e.maxStore = n
+	return e.srv.GlobalAccount().UpdateJetStreamLimits(e.limits())
 }
 
 // Connect opens an in-process connection to the server.

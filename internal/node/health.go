@@ -109,8 +109,8 @@ func (n *Node) storageError() error {
 // server for its storage error and, while appends fail, probes the log (a
 // probe that succeeds makes the store take writes again). While the
 // server reports an error or the probe fails, it calls RecoverStorage
-// (a JetStream restart: it reopens a stream that keeps a write error, and
-// applies a raised storage limit) and checks both again. It logs when writes start failing and when they
+// (a JetStream restart: it reopens a stream that keeps a write error)
+// and checks both again. It logs when writes start failing and when they
 // recover, never per request or per attempt.
 func (n *Node) watchStorage(ctx context.Context) {
 	tick := time.NewTicker(n.cfg.StorageRetry)

@@ -102,8 +102,8 @@ func (d *fullDisk) fill(t *testing.T, room int64) {
 	}
 }
 
-// free gives the space back: the filler goes, or the limit is raised (as
-// an operator would, for the next JetStream restart).
+// free gives the space back: the filler goes, or the account's limit is
+// raised (as an operator would).
 func (d *fullDisk) free(t *testing.T, srv *broker.Embedded) {
 	t.Helper()
 	if d.tmpfs {
@@ -112,7 +112,9 @@ func (d *fullDisk) free(t *testing.T, srv *broker.Embedded) {
 		}
 		return
 	}
-	srv.SetMaxStore(64 << 20)
+	if err := srv.SetMaxStore(64 << 20); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestFullDiskFailsFastAndRecovers fills the disk under a running node:

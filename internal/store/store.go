@@ -517,7 +517,8 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 		// A transport failure, or a replicated stream still storing an
 		// earlier attempt of this message id, is retried with the same id:
 		// the server drops the copy of an attempt that landed.
-		if errors.As(err, &apiErr) && apiErr.ErrorCode != errCodeDuplicateInProcess && apiErr.Code != 503 {
+		if errors.As(err, &apiErr) && apiErr.ErrorCode != errCodeDuplicateInProcess && apiErr.Code != 503 &&
+			apiErr.ErrorCode != errCodeAccountResources {
 			return fmt.Errorf("append %s: %w", ev.Type(), err)
 		}
 		if attempt < publishAttempts && wctx.Err() == nil {
@@ -589,6 +590,10 @@ func (s *Store) Probe(ctx context.Context) error {
 	s.wrote()
 	return nil
 }
+
+// errCodeAccountResources is JetStream's answer when the account's storage
+// limit is reached: the log does not take writes, as on a full disk.
+const errCodeAccountResources jetstream.ErrorCode = 10002
 
 // errCodeDuplicateInProcess is a replicated stream's answer to a message
 // id whose first copy is still being stored (JSStreamDuplicateMessageConflict).
