@@ -51,13 +51,13 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		return nil, errors.New("broker: embedded server needs a data directory")
 	}
 	opts := &server.Options{
-		ServerName:        cfg.ServerName,
-		JetStream:         true,
-		StoreDir:          cfg.Dir,
-		SyncAlways:        cfg.SyncAlways,
-		NoSigs:            true,
-		NoLog:             true,
-		DontListen:        cfg.Listen == "",
+		ServerName: cfg.ServerName,
+		JetStream:  true,
+		StoreDir:   cfg.Dir,
+		SyncAlways: cfg.SyncAlways,
+		NoSigs:     true,
+		NoLog:      true,
+		DontListen: cfg.Listen == "",
 	}
 	if opts.ServerName == "" {
 		opts.ServerName = "taskledger"
