@@ -2,12 +2,10 @@ package projections_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,33 +21,16 @@ import (
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/testlog"
 	"github.com/taskledger/taskledger/internal/testnats"
 	"github.com/taskledger/taskledger/internal/testnode"
 	"github.com/taskledger/taskledger/projections"
 )
 
-// logBuffer collects a node's JSON log lines; safe for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // running is a node with its info-level JSON log.
 type running struct {
 	*testnode.Node
-	log *logBuffer
+	log *testlog.Buffer
 }
 
 // startLoggedNode runs a node on nc and ns (fresh ones when nil and zero) with
@@ -57,7 +38,7 @@ type running struct {
 // caught up.
 func startLoggedNode(t *testing.T, nc *nats.Conn, ns testnats.Namespace, cfgs ...func(*node.Config)) *running {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	opts := []testnode.Option{testnode.On(nc, ns), func(c *node.Config) { c.Logger = zerolog.New(logs).Level(zerolog.InfoLevel) }}
 	for _, f := range cfgs {
 		opts = append(opts, f)

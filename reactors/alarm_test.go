@@ -1,7 +1,6 @@
 package reactors_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +20,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/testlog"
 	"github.com/taskledger/taskledger/internal/testnats"
 	"github.com/taskledger/taskledger/internal/testnode"
 	"github.com/taskledger/taskledger/projections"
@@ -660,7 +660,7 @@ func TestAlarmTimerArmedWhileBusy(t *testing.T) {
 func TestAlarmRepeatedFailuresLoggedOnce(t *testing.T) {
 	t.Parallel()
 	p := alStart(t, testnats.NewNamespace(t))
-	var logs syncBuffer
+	var logs testlog.Buffer
 	pub := &flaky{}
 	cfg := reactors.AlarmConfig{RetryBase: 5 * time.Millisecond, RetryMax: 20 * time.Millisecond,
 		Repeats: ratelog.New(zerolog.New(&logs), time.Hour)}
@@ -681,22 +681,4 @@ func TestAlarmRepeatedFailuresLoggedOnce(t *testing.T) {
 	if n := strings.Count(logs.String(), `"message":"ready publish failed`); n != 1 {
 		t.Fatalf("%d log lines for %d tasks' failed publishes, want 1:\n%s", n, tasks, logs.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the alarm's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

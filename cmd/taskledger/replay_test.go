@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/broker"
+	"github.com/taskledger/taskledger/internal/testlog"
 )
 
 // replayCLI runs the taskledger binary and returns its stdout, stderr and
@@ -66,25 +66,6 @@ func replayStopServer(t *testing.T, p *process) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a child process's output and the
-// test reading it at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // replayReadyz is the server's readiness answer with its projection digest.
 type replayReadyz struct {
 	Applied  uint64 `json:"applied"`
@@ -94,9 +75,9 @@ type replayReadyz struct {
 
 // replayStartServer runs `taskledger serve` with an info-level JSON log
 // kept in memory and waits until its projections have caught up.
-func replayStartServer(t *testing.T, dataDir, addr string) (*process, *syncBuffer, replayReadyz) {
+func replayStartServer(t *testing.T, dataDir, addr string) (*process, *testlog.Buffer, replayReadyz) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	cmd := exec.Command(taskledgerBinary(t), "serve", "--data", dataDir, "--http", addr, "--log-format", "json", "--log-level", "info")
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {

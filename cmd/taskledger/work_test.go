@@ -15,6 +15,7 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/testlog"
 	"github.com/taskledger/taskledger/internal/testnode"
 )
 
@@ -101,7 +102,7 @@ func TestWorkExecEndToEnd(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 
-	var stdout, stderr syncBuffer
+	var stdout, stderr testlog.Buffer
 	worker := exec.Command(taskledgerBinary(t), "work", "--server", c.BaseURL, "--queue", "w",
 		"--exec", workScript(dir), "--check-interval", "200ms", "--executor-id", "w-test",
 		"--log-format", "json", "--log-level", "info")

@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/scheduler"
+	"github.com/taskledger/taskledger/internal/testlog"
 	"github.com/taskledger/taskledger/projections"
 )
 
@@ -30,30 +30,12 @@ func (stuckViews) WaitFor(context.Context, uint64) error { return context.Deadli
 
 var _ scheduler.Views = stuckViews{}
 
-// syncBuffer is a log sink that is safe for concurrent use.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) lines() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Count(b.buf.Bytes(), []byte("\n"))
-}
-
 // TestRepeatedErrorsLoggedOnce is row 12: 300 identical 503s make one
 // log line, not 300.
 func TestRepeatedErrorsLoggedOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	var sink syncBuffer
+	var sink testlog.Buffer
 	log := zerolog.New(&sink)
 	svc, err := scheduler.New(scheduler.Config{
 		Store: b.node.Store, Views: stuckViews{b.node.Engine}, JS: b.node.Store.JetStream(),
@@ -82,7 +64,7 @@ func TestRepeatedErrorsLoggedOnce(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := sink.lines(); n != 1 {
-		t.Fatalf("300 identical 503s logged %d lines, want 1:\n%s", n, sink.buf.String())
+	if n := len(sink.Lines()); n != 1 {
+		t.Fatalf("300 identical 503s logged %d lines, want 1:\n%s", n, sink.String())
 	}
 }

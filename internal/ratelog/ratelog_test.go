@@ -1,7 +1,6 @@
 package ratelog
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 	"sync"
@@ -9,30 +8,14 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/taskledger/taskledger/internal/testlog"
 )
 
-// lines is a log sink that is safe for concurrent use.
-type lines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// entries returns the JSON lines written so far.
-func (l *lines) entries(t *testing.T) []map[string]any {
+// entries returns the JSON lines written to sink so far.
+func entries(t *testing.T, sink *testlog.Buffer) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
-		if line == "" {
-			continue
-		}
+	for _, line := range sink.Lines() {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			t.Fatalf("log line %q: %v", line, err)
@@ -54,9 +37,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func setup(t *testing.T, interval time.Duration) (*Limiter, *lines) {
+func setup(t *testing.T, interval time.Duration) (*Limiter, *testlog.Buffer) {
 	t.Helper()
-	var sink lines
+	var sink testlog.Buffer
 	return New(zerolog.New(&sink), interval), &sink
 }
 
@@ -73,14 +56,14 @@ func TestFirstInFullThenOneCount(t *testing.T) {
 	for i := range 100 {
 		l.Log(zerolog.ErrorLevel, "503 POST /v1/tasks", "request failed", func(e *zerolog.Event) { e.Int("n", i) })
 	}
-	got := sink.entries(t)
+	got := entries(t, sink)
 	if len(got) == 0 || got[0]["n"] != 0.0 || got[0]["level"] != "error" || got[0]["message"] != "request failed" {
 		t.Fatalf("first line %v, want the first event in full", got)
 	}
 	// The 99 others come as counts, and nothing is lost: all of them
 	// are in the summaries once the key is forgotten.
 	waitFor(t, "the key to be forgotten", func() bool { return !l.known("503 POST /v1/tasks") })
-	got = sink.entries(t)
+	got = entries(t, sink)
 	repeats := 0
 	for _, e := range got[1:] {
 		if _, full := e["n"]; full {
@@ -96,7 +79,7 @@ func TestFirstInFullThenOneCount(t *testing.T) {
 	}
 	// Quiet for an interval: the next event is logged in full again.
 	l.Log(zerolog.ErrorLevel, "503 POST /v1/tasks", "request failed", func(e *zerolog.Event) { e.Int("n", 100) })
-	if got := sink.entries(t); got[len(got)-1]["n"] != 100.0 {
+	if got := entries(t, sink); got[len(got)-1]["n"] != 100.0 {
 		t.Fatalf("after a quiet interval the event was not logged in full: %v", got[len(got)-1])
 	}
 }
@@ -112,7 +95,7 @@ func TestKeysApart(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	got := sink.entries(t)
+	got := entries(t, sink)
 	if len(got) != 2 || got[0]["repeatKey"] == got[1]["repeatKey"] {
 		t.Fatalf("1,000 events of two keys logged %d lines, want one per key: %v", len(got), got)
 	}
@@ -125,14 +108,14 @@ func TestCloseFlushes(t *testing.T) {
 		l.Log(zerolog.ErrorLevel, "k", "failed", nil)
 	}
 	l.Close()
-	got := sink.entries(t)
+	got := entries(t, sink)
 	if len(got) != 2 || got[1]["repeats"] != 9.0 {
 		t.Fatalf("after Close: %v, want the first line and a count of 9", got)
 	}
 	l.Log(zerolog.ErrorLevel, "k", "failed", nil)
 	l.Log(zerolog.ErrorLevel, "k", "failed", nil)
 	l.Close()
-	if got := sink.entries(t); len(got) != 4 {
+	if got := entries(t, sink); len(got) != 4 {
 		t.Fatalf("after Close every event is logged: %v", got)
 	}
 }
