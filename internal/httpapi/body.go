@@ -31,7 +31,7 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request, limit int64) 
 	deadline := h.BodyTimeout > 0 && rc.SetReadDeadline(time.Now().Add(h.BodyTimeout)) == nil
 	budgeted := &budgetReader{r: http.MaxBytesReader(w, r.Body, limit), b: h.bodies}
 	body, err := io.ReadAll(budgeted)
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.Body = heldBody{Reader: bytes.NewReader(body), data: body}
 	var tooBig *http.MaxBytesError
 	switch {
 	case err == nil:
@@ -49,6 +49,23 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request, limit int64) 
 		return budgeted.n, api.ErrUnavailable.WithMessage("request bodies in memory are at --max-body-memory; retry later")
 	}
 	return budgeted.n, invalidArg("reading body: %v", err)
+}
+
+// heldBody is a request body readBody read whole: decode takes its bytes
+// as they are instead of reading a second copy.
+type heldBody struct {
+	*bytes.Reader
+	data []byte
+}
+
+func (heldBody) Close() error { return nil }
+
+// bodyBytes returns r's whole body.
+func bodyBytes(r *http.Request) ([]byte, error) {
+	if b, ok := r.Body.(heldBody); ok {
+		return b.data, nil
+	}
+	return io.ReadAll(r.Body)
 }
 
 // errBodyMemory is a budgetReader's error once the budget is spent.

@@ -435,7 +435,7 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 // decode reads the JSON body (which route has read and bounded) into v.
 // An empty body leaves v as it is.
 func decode(r *http.Request, v any) error {
-	body, err := io.ReadAll(r.Body)
+	body, err := bodyBytes(r)
 	if err != nil {
 		return invalidArg("reading body: %v", err)
 	}
