@@ -32,6 +32,9 @@ type Task struct {
 	Claim          *Claim         `json:"claim,omitempty"`
 	Mailbox        Mailbox        `json:"mailbox"`
 	Result         *events.Result `json:"result,omitempty"`
+	// Effects are every effect reported so far (POST /v1/tasks/{id}/effects
+	// and the result's), merged by kind and ref.
+	Effects []events.Effect `json:"effects,omitempty"`
 	Reason         string         `json:"reason,omitempty"`
 	Version        int            `json:"version"`
 }
