@@ -35,8 +35,8 @@ type Task struct {
 	// Effects are every effect reported so far (POST /v1/tasks/{id}/effects
 	// and the result's), merged by kind and ref.
 	Effects []events.Effect `json:"effects,omitempty"`
-	Reason         string         `json:"reason,omitempty"`
-	Version        int            `json:"version"`
+	Reason  string          `json:"reason,omitempty"`
+	Version int             `json:"version"`
 }
 
 // Delivery is the task's current ready notification.
