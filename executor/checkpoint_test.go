@@ -27,7 +27,7 @@ type wkHoldingStore struct {
 
 func (s *wkHoldingStore) Save(ctx context.Context, cp executor.Checkpoint) error {
 	s.mu.Lock()
-	hold := !s.held && slices.Contains(cp.Transcript, "m1")
+	hold := !s.held && slices.Contains(wkItemIDs(cp.Transcript), "m1")
 	if hold {
 		s.held, s.holding = true, true
 	}
@@ -90,7 +90,7 @@ func TestWorkerCheckpointSavesInOrder(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("checkpoint: %v, %v", ok, err)
 	}
-	if !slices.Equal(cp.Steps, []string{"a"}) || !slices.Equal(cp.Transcript, []string{"m1"}) {
+	if !slices.Equal(cp.Steps, []string{"a"}) || !slices.Equal(wkItemIDs(cp.Transcript), []string{"m1"}) {
 		t.Fatalf("stored checkpoint %+v lost an update", cp)
 	}
 }

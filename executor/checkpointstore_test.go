@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"slices"
@@ -10,6 +11,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/executor"
 )
@@ -35,13 +37,19 @@ func TestCheckpointStores(t *testing.T) {
 func testCheckpointStore(t *testing.T, open func(t *testing.T) executor.CheckpointStore) {
 	ctx := context.Background()
 	full := executor.Checkpoint{
-		TaskID: "t1", DeliveryID: "d1", ExecutorID: "e1", Phase: "review", Turn: 3,
-		Transcript: []string{"m1", "m2"}, PendingTools: []string{"call-1"}, Steps: []string{"plan"},
-		Effects: map[string]*executor.EffectRecord{
-			"pr":  {Outcome: &events.Effect{Kind: "pull_request", Ref: "42", URL: "https://example.com/pr/42"}},
-			"tag": {},
+		TaskID: "t1", DeliveryID: "d1", RunState: api.RunState{
+			ExecutorID: "e1", Phase: "review", Turn: 3,
+			Transcript: []api.TranscriptItem{{ID: "m1", Kind: api.ItemMailbox, Turn: 1},
+				{ID: "t3.c1", Kind: api.ItemToolCall, Turn: 3, Tool: &api.ToolCall{ID: "t3.c1", Name: "grep", Input: json.RawMessage(`{"q":"x"}`), Turn: 3, Status: api.ToolPending}}},
+			Contexts:     map[string]api.RunContext{"issue": {Version: 2, Value: json.RawMessage(`{"n":1}`)}},
+			PendingTools: []api.ToolCall{{ID: "t3.c1", Name: "grep", Turn: 3, Status: api.ToolPending}},
+			Steps:        []string{"plan"},
+			Effects: map[string]api.EffectRecord{
+				"pr":  {Outcome: &events.Effect{Kind: "pull_request", Ref: "42", URL: "https://example.com/pr/42"}},
+				"tag": {},
+			},
+			Children: map[string]string{"review": "child-1"},
 		},
-		Children: map[string]string{"review": "child-1"},
 	}
 	t.Run("LoadMissing", func(t *testing.T) {
 		s := open(t)
@@ -65,7 +73,7 @@ func testCheckpointStore(t *testing.T, open func(t *testing.T) executor.Checkpoi
 	t.Run("SaveReplaces", func(t *testing.T) {
 		s := open(t)
 		for turn := range 3 {
-			if err := s.Save(ctx, executor.Checkpoint{TaskID: "t1", Turn: turn}); err != nil {
+			if err := s.Save(ctx, executor.Checkpoint{TaskID: "t1", RunState: api.RunState{Turn: turn}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -98,7 +106,7 @@ func testCheckpointStore(t *testing.T, open func(t *testing.T) executor.Checkpoi
 		var g errgroup.Group
 		for i := range 32 {
 			g.Go(func() error {
-				return s.Save(ctx, executor.Checkpoint{TaskID: fmt.Sprintf("t%02d", i), Turn: i})
+				return s.Save(ctx, executor.Checkpoint{TaskID: fmt.Sprintf("t%02d", i), RunState: api.RunState{Turn: i}})
 			})
 		}
 		if err := g.Wait(); err != nil {

@@ -60,7 +60,10 @@ type WorkerConfig struct {
 	JS          jetstream.JetStream
 	ReadyStream string          // default events.ReadyStreamName(events.DefaultStream)
 	Subjects    events.Subjects // default tl.*
-	Checkpoints CheckpointStore // default in memory
+	// Checkpoints keeps the runs' progress. Default: the scheduler's run
+	// routes (SchedulerRuns) when API implements RunAPI, as *api.Client
+	// does; otherwise in memory, which survives no restart.
+	Checkpoints CheckpointStore
 	// CheckInterval is the period of the background stop check; default 2s.
 	CheckInterval time.Duration
 	PollWait      time.Duration // long poll of claims/next; default 30s
@@ -100,7 +103,11 @@ func NewWorker(cfg WorkerConfig, h Handler) (*Worker, error) {
 		cfg.Subjects = events.DefaultSubjects
 	}
 	if cfg.Checkpoints == nil {
-		cfg.Checkpoints = &MemoryCheckpoints{}
+		if ra, ok := cfg.API.(RunAPI); ok {
+			cfg.Checkpoints = NewSchedulerRuns(ra, cfg.Queue, cfg.ExecutorID)
+		} else {
+			cfg.Checkpoints = &MemoryCheckpoints{}
+		}
 	}
 	if cfg.CheckInterval <= 0 {
 		cfg.CheckInterval = 2 * time.Second
@@ -173,7 +180,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			backoff = 100 * time.Millisecond
 		}
 		for _, t := range tasks {
-			start(t, Checkpoint{TaskID: t.ID, DeliveryID: t.Claim.DeliveryID, ExecutorID: w.cfg.ExecutorID})
+			start(t, Checkpoint{TaskID: t.ID, DeliveryID: t.Claim.DeliveryID, RunState: api.RunState{ExecutorID: w.cfg.ExecutorID}})
 		}
 		for range free - len(tasks) {
 			<-slots
@@ -297,11 +304,12 @@ func (w *Worker) execute(ctx context.Context, t api.Task, cp Checkpoint) {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r := &Run{Task: t, w: w, ctx: runCtx, cancel: cancel, cp: cp, items: map[string]Item{}}
-	if len(cp.Transcript) > 0 { // resumed: reload the items' content
+	if t.Mailbox.Count > 0 {
+		// Resumed, or mail came before the claim: the transcript keeps
+		// message ids only, so reload the content, and let messages
+		// handed out but not yet in the transcript join it now.
 		if mail, err := w.cfg.API.Mailbox(ctx, t.ID, 0); err == nil {
-			for _, m := range mail.Messages {
-				r.items[m.ID] = Item{ID: m.ID, Index: m.Index, Content: m.Content}
-			}
+			r.receive(mail.Messages)
 		}
 	}
 	if err := r.save(ctx); err != nil {
