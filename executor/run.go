@@ -78,7 +78,7 @@ func (r *Run) save(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", ErrStopped, err)
 	}
 	if err != nil {
-		return fmt.Errorf("save checkpoint of %s: %w", cp.TaskID, err)
+		return r.interrupted("save", fmt.Errorf("save checkpoint of %s: %w", cp.TaskID, err))
 	}
 	return nil
 }
