@@ -286,3 +286,20 @@ func TestRunSuperseded(t *testing.T) {
 		t.Fatalf("Run %+v, want phase two at revision 3", d)
 	}
 }
+
+// TestExampleAgent runs ExampleRun_Turn's handler: two Turns, the first
+// with a tool call, and the model's answer as the result.
+func TestExampleAgent(t *testing.T) {
+	t.Parallel()
+	e := wkSetup(t)
+	e.start(t, e.httpCfg("agents", "agent-1"), agent)
+	task := e.schedule(t, api.ScheduleRequest{Queue: "agents", Message: wkText("find the bug")})
+	done := e.waitStatus(t, task.ID, "succeeded")
+	if done.Result.Summary != `fixed the bug at "main.go:12"` {
+		t.Fatalf("result %+v", done.Result)
+	}
+	d, _ := e.runOf(t, task.ID)
+	if want := []string{"t1.i1", "t1.i2", "t1.c1", "t1.c1.result", "t1.end", "t2.i1", "t2.i2", "t2.end"}; !slices.Equal(wkItemIDs(d.Run.Transcript), want) {
+		t.Fatalf("transcript %v, want %v", wkItemIDs(d.Run.Transcript), want)
+	}
+}
