@@ -19,7 +19,7 @@ func Example() {
 	ctx := context.Background()
 	w, err := executor.NewWorker(executor.WorkerConfig{
 		API: api.NewClient("http://127.0.0.1:8080", token), Queue: "default", ExecutorID: "w1",
-		// JS + Checkpoints: executor.OpenKVCheckpoints(ctx, js, "") to resume after a restart
+		// the run's progress is saved in the scheduler (PUT /v1/tasks/{id}/run): a restart resumes it
 	}, func(ctx context.Context, run *executor.Run) (string, error) {
 		if err := run.Step(ctx, "plan", plan); err != nil { // checks stop first; skipped when resumed
 			return "", err
