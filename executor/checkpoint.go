@@ -130,7 +130,16 @@ func (s *KVCheckpoints) Save(ctx context.Context, cp Checkpoint) error {
 	return err
 }
 
-// List implements CheckpointStore.
+// undecodable reports whether err is a checkpoint's JSON that does not
+// decode (written by an older SDK, whose transcript held ids only).
+func undecodable(err error) bool {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	return errors.As(err, &syntax) || errors.As(err, &typ)
+}
+
+// List implements CheckpointStore; it skips entries that do not decode as
+// a Checkpoint.
 func (s *KVCheckpoints) List(ctx context.Context) ([]Checkpoint, error) {
 	keys, err := s.kv.ListKeys(ctx)
 	if err != nil {
@@ -139,6 +148,9 @@ func (s *KVCheckpoints) List(ctx context.Context) ([]Checkpoint, error) {
 	var out []Checkpoint
 	for k := range keys.Keys() {
 		cp, ok, err := s.Load(ctx, k)
+		if undecodable(err) {
+			continue // not a checkpoint this SDK can resume (an older SDK's); its task times out
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -180,3 +180,28 @@ func TestCheckpointsExpire(t *testing.T) {
 		t.Errorf("checkpoint bucket TTL %v, want %v (longer than the longest run)", st.TTL(), executor.CheckpointTTL)
 	}
 }
+
+// A KV entry an older SDK wrote (its transcript held ids only) does not
+// stop the others from being resumed.
+func TestKVCheckpointsSkipUndecodable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := wkSetup(t)
+	cps := e.kv(t, "legacy")
+	kv, err := e.js.KeyValue(ctx, e.ns.Stream+"_RUNS_legacy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "old", []byte(`{"taskId":"old","transcript":["m1"]}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := cps.Save(ctx, executor.Checkpoint{TaskID: "new", RunState: api.RunState{Turn: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if ids := listed(t, cps); !slices.Equal(ids, []string{"new"}) {
+		t.Fatalf("List = %v, want [new]", ids)
+	}
+	if _, _, err := cps.Load(ctx, "old"); err == nil {
+		t.Fatal("Load of an undecodable entry did not fail")
+	}
+}
