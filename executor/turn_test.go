@@ -303,3 +303,43 @@ func TestExampleAgent(t *testing.T) {
 		t.Fatalf("transcript %v, want %v", wkItemIDs(d.Run.Transcript), want)
 	}
 }
+
+// TestSchedulerRunsList finds the running tasks of the queue claimed by
+// the store's executor, with their saved Run or an empty one.
+func TestSchedulerRunsList(t *testing.T) {
+	t.Parallel()
+	e := wkSetup(t)
+	ctx := context.Background()
+	claim := func(executorID string) api.Task {
+		t.Helper()
+		e.schedule(t, api.ScheduleRequest{Queue: "listed", Message: wkText("x")})
+		task, ok, err := e.client.ClaimNext(ctx, "listed", executorID, 10*time.Second)
+		if err != nil || !ok {
+			t.Fatalf("claim: %v, %v", ok, err)
+		}
+		return task
+	}
+	saved, empty, other := claim("exec-a"), claim("exec-a"), claim("exec-b")
+	a := executor.NewSchedulerRuns(e.client, "listed", "exec-a")
+	if err := a.Save(ctx, executor.Checkpoint{TaskID: saved.ID, DeliveryID: saved.Claim.DeliveryID, RunState: api.RunState{ExecutorID: "exec-a", Phase: "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Save(ctx, executor.Checkpoint{TaskID: empty.ID, DeliveryID: empty.Claim.DeliveryID, RunState: api.RunState{ExecutorID: "exec-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.runOf(t, empty.ID); ok {
+		t.Fatal("an empty Run was written")
+	}
+	got, err := a.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]executor.Checkpoint{}
+	for _, cp := range got {
+		byID[cp.TaskID] = cp
+	}
+	if len(got) != 2 || byID[saved.ID].Phase != "x" || byID[saved.ID].DeliveryID != saved.Claim.DeliveryID ||
+		byID[empty.ID].DeliveryID != empty.Claim.DeliveryID || byID[empty.ID].ExecutorID != "exec-a" {
+		t.Fatalf("List = %+v; want %s (phase x) and %s (empty), not %s", got, saved.ID, empty.ID, other.ID)
+	}
+}
