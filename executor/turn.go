@@ -78,15 +78,17 @@ func (r *Run) Turn(ctx context.Context, fn func(t *Turn) error) error {
 		return err
 	}
 	err := fn(&Turn{run: r, n: k})
-	r.leaveTurn()
 	if err != nil {
+		r.leaveTurn()
 		return r.interrupted("turn "+strconv.Itoa(k), err)
 	}
 	if r.stopped() {
+		r.leaveTurn()
 		return ErrStopped
 	}
 	var pending []string
 	err = r.Update(ctx, func(cp *Checkpoint) {
+		r.inTurn-- // with the end and the join, so no check joins a message before the end
 		for _, c := range cp.PendingTools {
 			if c.Turn == k {
 				pending = append(pending, c.ID)
