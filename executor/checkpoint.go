@@ -53,9 +53,11 @@ func (c *Checkpoint) clone() Checkpoint {
 }
 
 // CheckpointStore keeps checkpoints by task id. Implementations are safe
-// for concurrent use. A Done checkpoint ends its run: after saving one,
-// List omits it (the executor-side stores also delete it, so Load
-// reports none; the scheduler keeps it for audit).
+// for concurrent use. A Done checkpoint ends its run (the worker saves one
+// once it reported the result or stopped): the executor-side stores
+// delete the task's checkpoint, so Load then reports none and List omits
+// it; SchedulerRuns writes nothing, as the scheduler keeps the last Run
+// for audit and List omits the task once it has ended.
 type CheckpointStore interface {
 	// Load returns the checkpoint of taskID; ok is false if there is none.
 	Load(ctx context.Context, taskID string) (cp Checkpoint, ok bool, err error)
