@@ -28,6 +28,7 @@ const (
 	TypeCanceled               Type = "Canceled"
 	TypeMailboxAppended        Type = "MailboxAppended"
 	TypeMailboxRead            Type = "MailboxRead"
+	TypeEffectsReported        Type = "EffectsReported"
 )
 
 // Payload is the typed body of an event. Every payload type in this package
@@ -102,7 +103,16 @@ type Effect struct {
 	// Uncertain marks an effect whose outcome an executor could not
 	// confirm after a crash.
 	Uncertain bool `json:"uncertain,omitempty"`
+	// At is when the effect happened: the executor's time, or, when it
+	// leaves it zero, the scheduler's time of the report. It is absent
+	// from effects logged before reports existed, and from the stored
+	// bytes when zero, so those bytes are unchanged.
+	At time.Time `json:"at,omitzero" msgpack:"at,omitempty"`
 }
+
+// SameEffect reports whether a and b name the same effect: the same kind
+// and ref. A later report of it replaces the earlier one.
+func SameEffect(a, b Effect) bool { return a.Kind == b.Kind && a.Ref == b.Ref }
 
 // Result is what an executor reported when a task finished.
 type Result struct {
@@ -206,6 +216,13 @@ type Canceled struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// EffectsReported records effects the run under DeliveryID made while it
+// was running (POST /v1/tasks/{id}/effects), each with its At set.
+type EffectsReported struct {
+	DeliveryID string   `json:"deliveryId"`
+	Effects    []Effect `json:"effects"`
+}
+
 // MailboxAppended records that a follow-up message was added at 1-based Index.
 type MailboxAppended struct {
 	Index   int     `json:"index"`
@@ -230,3 +247,4 @@ func (ResultRecorded) EventType() Type         { return TypeResultRecorded }
 func (Canceled) EventType() Type               { return TypeCanceled }
 func (MailboxAppended) EventType() Type        { return TypeMailboxAppended }
 func (MailboxRead) EventType() Type            { return TypeMailboxRead }
+func (EffectsReported) EventType() Type        { return TypeEffectsReported }
