@@ -445,7 +445,7 @@ func validateEffects(effects []events.Effect) error {
 // roomForEffects fails with ErrInvalid when adding effects to the task's
 // would make it hold more than events.MaxTaskEffects distinct ones.
 func roomForEffects(s State, effects []events.Effect) error {
-	if n := len(MergeEffects(s.Effects, effects, time.Time{})); n > events.MaxTaskEffects {
+	if n := len(mergeEffects(s.Effects, effects, time.Time{})); n > events.MaxTaskEffects {
 		return fmt.Errorf("%w: the task would have %d distinct effects (kind and ref), at most %d", ErrInvalid, n, events.MaxTaskEffects)
 	}
 	return nil

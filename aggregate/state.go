@@ -74,7 +74,8 @@ type State struct {
 	Claim    Owner
 	Result   *events.Result
 	// Effects are every effect the task's runs reported (EffectsReported
-	// and the result's), merged by MergeEffects; nil when there are none.
+	// and the result's), merged by kind and ref (a later report of the same
+	// pair replaces the earlier in its place); nil when there are none.
 	Effects  []events.Effect `msgpack:",omitempty"`
 	Reason   string          // why it was canceled, rejected, exhausted or timed out
 	Rejected bool            // admission refused the task (AdmissionRejected)
@@ -176,7 +177,7 @@ func Apply(s State, ev events.Event) State {
 		}
 	case events.EffectsReported:
 		if s.Status == StatusRunning && p.DeliveryID == s.Claim.DeliveryID {
-			s.Effects = MergeEffects(s.Effects, p.Effects, ev.At)
+			s.Effects = mergeEffects(s.Effects, p.Effects, ev.At)
 		}
 	case events.TimedOut:
 		if s.Status == StatusRunning {
@@ -186,7 +187,7 @@ func Apply(s State, ev events.Event) State {
 		if s.Exists() {
 			r := p.Result
 			s.Result = &r
-			s.Effects = MergeEffects(s.Effects, r.Effects, ev.At)
+			s.Effects = mergeEffects(s.Effects, r.Effects, ev.At)
 			status := StatusFailed
 			if r.Success {
 				status = StatusSucceeded
@@ -220,12 +221,12 @@ func appendID(ids []string, id string) []string {
 	return append(ids[:len(ids):len(ids)], id)
 }
 
-// MergeEffects returns have with add merged in: an effect of the same kind
+// mergeEffects returns have with add merged in: an effect of the same kind
 // and ref as one before it (in have or earlier in add) replaces that one
 // in its place, any other is appended, and a zero At becomes at. It never
 // writes into have's array, which another State may share; with nothing
 // to add it returns have itself.
-func MergeEffects(have, add []events.Effect, at time.Time) []events.Effect {
+func mergeEffects(have, add []events.Effect, at time.Time) []events.Effect {
 	if len(add) == 0 {
 		return have
 	}
