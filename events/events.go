@@ -103,10 +103,12 @@ type Effect struct {
 	// Uncertain marks an effect whose outcome an executor could not
 	// confirm after a crash.
 	Uncertain bool `json:"uncertain,omitempty"`
-	// At is when the effect happened: the executor's time, or, when it
-	// leaves it zero, the scheduler's time of the report. It is absent
-	// from effects logged before reports existed, and from the stored
-	// bytes when zero, so those bytes are unchanged.
+	// At is when the effect happened, as the executor says. Where the
+	// executor left it zero, an EffectsReported carries the time of the
+	// report, and a task's merged effects the time of the event that
+	// brought each; a result keeps its effects as reported, so there it
+	// may be zero. A zero At is left out of the stored bytes: effects
+	// without one encode as they did before the field existed.
 	At time.Time `json:"at,omitzero" msgpack:"at,omitempty"`
 }
 
