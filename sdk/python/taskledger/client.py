@@ -63,6 +63,8 @@ class Client:
         self._token = token
         self.timeout = timeout
         self._local = threading.local()
+        self._lock = threading.Lock()
+        self._open: set[http.client.HTTPConnection] = set()  # every thread's pooled connection
 
     # -- transport --
 
@@ -74,13 +76,17 @@ class Client:
     def _conn(self, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
         """The thread's pooled connection and whether it was used before."""
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is not None and conn not in self._open:  # close() closed it
+            conn = self._local.conn = None
         if conn is not None and time.monotonic() - self._local.used > _MAX_IDLE_SECONDS:
-            conn.close()
+            self._drop()
             conn = None
         reused = conn is not None
         if conn is None:
             conn = self._connect(timeout)
             self._local.conn = conn
+            with self._lock:
+                self._open.add(conn)
         conn.timeout = timeout
         if conn.sock is not None:
             conn.sock.settimeout(timeout)
@@ -91,10 +97,22 @@ class Client:
         if conn is not None:
             conn.close()
             self._local.conn = None
+            with self._lock:
+                self._open.discard(conn)
+
+    def close_thread(self) -> None:
+        """Closes the calling thread's pooled connection (a thread that is
+        done with the client calls it)."""
+        self._drop()
 
     def close(self) -> None:
-        """Closes the calling thread's pooled connection."""
-        self._drop()
+        """Closes every pooled connection, of every thread; call it when no
+        request is in flight. The client stays usable: a later request
+        opens a new connection."""
+        with self._lock:
+            conns, self._open = self._open, set()
+        for conn in conns:
+            conn.close()
 
     def _headers(self, has_body: bool) -> dict[str, str]:
         h = {"Accept": "application/json"}
