@@ -33,7 +33,7 @@ def search(n: int) -> dict:
     return {"hits": n}
 
 
-def comment() -> Effect:
+def post_comment() -> Effect:
     with open(call_log, "a") as f:
         f.write("comment\n")
     return Effect(kind="comment", ref="c-1", url="https://example.test/c-1")
@@ -45,10 +45,10 @@ def agent(run):
         def turn(t):
             t.record(ITEM_MODEL_INPUT, f"turn {n}: what next?")
             answer = t.record(ITEM_MODEL_OUTPUT, f"search for {n}")  # a model call in a real agent
-            t.dispatch(ToolCall(name="search", input={"n": n, "why": answer.content[0].text}), lambda: search(n))
+            t.dispatch(ToolCall(name="search", input={"q": answer.content[0].text}), lambda: search(n))
         run.turn(turn)
         if n == 1:
-            run.effect("comment", comment)
+            run.effect("comment", post_comment)
             reached("after-effect")
     return "two turns done"
 

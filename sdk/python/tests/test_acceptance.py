@@ -6,9 +6,11 @@ right Turn without repeating what settled, and completes."""
 from __future__ import annotations
 
 import os
+import queue
 import subprocess
 import sys
 import tempfile
+import threading
 import unittest
 
 from tests.harness import ACME, Server, eventually, unique
@@ -57,12 +59,24 @@ class AcceptanceTest(unittest.TestCase):
     def kill_at(self, point: str) -> None:
         """Runs the agent until it reaches point, then SIGKILLs it."""
         p = self.agent(point)
-        assert p.stdout is not None
-        for line in p.stdout:
-            if line.strip() == point:
-                break
-        else:
-            self.fail(f"the agent exited {p.wait()} before {point}")
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def read() -> None:
+            assert p.stdout is not None
+            for line in p.stdout:
+                lines.put(line.strip())
+            lines.put(None)  # the agent exited
+
+        threading.Thread(target=read, daemon=True).start()
+        reached: list[str] = []
+        while not reached or reached[-1] != point:
+            try:
+                line = lines.get(timeout=60)
+            except queue.Empty:
+                self.fail(f"the agent did not reach {point} within 60s (it reached {reached})")
+            if line is None:
+                self.fail(f"the agent exited {p.wait()} before {point} (it reached {reached})")
+            reached.append(line)
         p.kill()
         self.assertEqual(p.wait(), -9)
 
