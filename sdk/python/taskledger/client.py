@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import http.client
 import json
 import threading
@@ -218,7 +219,7 @@ class Client:
         status, data = self._json("POST", "/v1/claims/next", body, timeout=self.timeout + wait_seconds + _POLL_SLACK_SECONDS)
         return None if status == 204 else Task.from_json(data)
 
-    def claim_batch(self, executor_id: str, queue: str = "", max: int = 1, wait_seconds: float = 0) -> list[Task]:
+    def claim_batch(self, executor_id: str, queue: str = "", max: int = 1, wait_seconds: float = 0) -> builtins.list[Task]:
         """POST /v1/claims: long-polls like claim_next and claims up to max
         tasks; [] when nothing was claimed in time."""
         body = {"queue": queue, "executorId": executor_id, "max": max, "waitSeconds": wait_seconds}
@@ -236,7 +237,7 @@ class Client:
         result = result or ResultRequest(**fields)
         return Task.from_json(self._json("POST", _task(task_id, "/result"), result.to_json())[1])
 
-    def record_results(self, results: Sequence[ResultItem]) -> list[BatchItem]:
+    def record_results(self, results: Sequence[ResultItem]) -> builtins.list[BatchItem]:
         """POST /v1/results: 1 to 1,000 results, one item each in order."""
         _, data = self._json("POST", "/v1/results", {"results": [r.to_json() for r in results]})
         return [BatchItem.from_json(i) for i in data["results"]]
@@ -256,11 +257,11 @@ class Client:
         not move the cursor."""
         return Mail.from_json(self._json("GET", _task(task_id, "/mailbox"), query={"after": after})[1])
 
-    def history(self, task_id: str) -> list[Event]:
+    def history(self, task_id: str) -> builtins.list[Event]:
         """GET /v1/tasks/{id}/history: every event of the task, in log order."""
         return [Event.from_json(e) for e in self._json("GET", _task(task_id, "/history"))[1]["events"]]
 
-    def lineage_history(self, task_id: str) -> list[Event]:
+    def lineage_history(self, task_id: str) -> builtins.list[Event]:
         """GET /v1/tasks/{id}/history?tree=1: the events of the whole lineage."""
         data = self._json("GET", _task(task_id, "/history"), query={"tree": 1})[1]
         return [Event.from_json(e) for e in data["events"]]

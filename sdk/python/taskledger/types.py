@@ -90,7 +90,7 @@ class Wire:
         hints = _hints(cls)
         kwargs: dict[str, Any] = {}
         known = set()
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        for f in dataclasses.fields(cls):
             if f.name == "extra":
                 continue
             name = _json_name(f)
@@ -104,7 +104,7 @@ class Wire:
     def to_json(self) -> dict[str, Any]:
         """Returns the JSON object, leaving out empty values."""
         out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+        for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if f.name == "extra":
                 continue

@@ -550,12 +550,12 @@ class Run:
         self.check()
         self._update(lambda s: s.effects.__setitem__(key, EffectRecord()))
         try:
-            e = do()
+            outcome = do()
         except Stopped:
             raise
         except Exception as err:
             raise self._interrupted(err)
-        return self._settle_effect(key, e)
+        return self._settle_effect(key, outcome)
 
     def _settle_effect(self, key: str, e: Effect) -> Effect:
         try:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from taskledger import Client, Effect, ToolCall, Worker  # noqa: E402
+from taskledger import Client, Effect, Run, ToolCall, Turn, Worker  # noqa: E402
 from taskledger.types import ITEM_MODEL_INPUT, ITEM_MODEL_OUTPUT  # noqa: E402
 
 server, token, queue, executor_id, call_log = sys.argv[1:6]
@@ -26,7 +26,7 @@ def reached(point: str) -> None:
         sys.stdin.read()  # held here until SIGKILL
 
 
-def search(n: int) -> dict:
+def search(n: int) -> dict[str, int]:
     with open(call_log, "a") as f:
         f.write(f"search {n}\n")
     reached(f"in-search-{n}")
@@ -40,9 +40,9 @@ def post_comment() -> Effect:
 
 
 # The agent loop (the README's example).
-def agent(run):
+def agent(run: Run) -> str:
     for n in (1, 2):
-        def turn(t):
+        def turn(t: Turn) -> None:
             t.record(ITEM_MODEL_INPUT, f"turn {n}: what next?")
             answer = t.record(ITEM_MODEL_OUTPUT, f"search for {n}")  # a model call in a real agent
             t.dispatch(ToolCall(name="search", input={"q": answer.content[0].text}), lambda: search(n))

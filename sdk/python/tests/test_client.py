@@ -4,6 +4,7 @@ errors of its refusals."""
 from __future__ import annotations
 
 import unittest
+from collections.abc import Callable
 
 from tests.harness import ACME, LIMITED, OPERATOR, OTHER, Server, eventually, unique
 
@@ -199,10 +200,12 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(errors.NotFound) as cm:
             self.client(OTHER).get(t.id)  # another customer's task is not found
         self.assertEqual((cm.exception.status, cm.exception.code), (404, "not_found"))
-        for call in (lambda c: c.cancel(t.id), lambda c: c.history(t.id), lambda c: c.get_run(t.id),
-                     lambda c: c.append_mail(t.id, text("x"))):
+        other = self.client(OTHER)
+        calls: list[Callable[[], object]] = [lambda: other.cancel(t.id), lambda: other.history(t.id),
+                                             lambda: other.get_run(t.id), lambda: other.append_mail(t.id, text("x"))]
+        for call in calls:
             with self.assertRaises(errors.NotFound):
-                call(self.client(OTHER))
+                call()
         with self.assertRaises(errors.InvalidArgument) as bad:
             self.acme.get("not an id!")
         self.assertEqual(bad.exception.status, 400)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import queue as queuelib
 import threading
 import unittest
+from collections.abc import Callable
 from typing import Any
 
 from tests.harness import ACME, Server, eventually, unique
@@ -245,19 +246,26 @@ class WorkerTest(unittest.TestCase):
         ran: list[str] = []
         got: dict[str, Any] = {}
 
+        def called(name: str, answer: Any = None) -> Callable[[], Any]:
+            def do() -> Any:
+                ran.append(name)
+                return answer
+
+            return do
+
         def handler(run: Run) -> str:
             run.turn(lambda turn: ran.append("turn 1"))  # its end is saved: skipped
 
             def turn2(turn: Turn) -> None:
                 got["model"] = turn.record(ITEM_MODEL_OUTPUT, "a different answer").content[0].text
-                got["c1"] = turn.dispatch(ToolCall(name="tool"), lambda: ran.append("c1"), lambda: ({"found": 1}, True))
-                got["c2"] = turn.dispatch(ToolCall(name="tool", idempotent=True), lambda: ran.append("c2") or "again")
-                got["c3"] = turn.dispatch(ToolCall(name="tool"), lambda: ran.append("c3"))
+                got["c1"] = turn.dispatch(ToolCall(name="tool"), called("c1"), lambda: ({"found": 1}, True))
+                got["c2"] = turn.dispatch(ToolCall(name="tool", idempotent=True), called("c2", "again"))
+                got["c3"] = turn.dispatch(ToolCall(name="tool"), called("c3"))
 
             run.turn(turn2)
-            got["pr"] = run.effect("pr", lambda: ran.append("pr") or Effect(kind="pull_request", ref="#1"),
+            got["pr"] = run.effect("pr", called("pr", Effect(kind="pull_request", ref="#1")),
                                    lambda: Effect(kind="pull_request", ref="#9"))
-            got["comment"] = run.effect("comment", lambda: ran.append("comment") or Effect(kind="comment"))
+            got["comment"] = run.effect("comment", called("comment", Effect(kind="comment")))
             return "resumed"
 
         self.start(handler, executor_id="py-resume")
