@@ -3,6 +3,7 @@ package aggregate
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/taskledger/taskledger/events"
@@ -21,8 +22,9 @@ var (
 	// ErrNotClaimable: Claim on a task that is not scheduled or queued, or
 	// that has not been released yet.
 	ErrNotClaimable = errors.New("aggregate: task is not claimable")
-	// ErrTokenMismatch: Claim or RecordResult with a delivery token that is
-	// not the current one.
+	// ErrTokenMismatch: Claim, RecordResult or ReportEffects with a
+	// delivery token that is not the current one (for ReportEffects: the
+	// task is not running under it).
 	ErrTokenMismatch = errors.New("aggregate: delivery token mismatch")
 	// ErrStale: a reactor command (release, delivery, timeout) that no
 	// longer applies because the task moved on or is not due yet. Reactors
@@ -101,6 +103,16 @@ type RecordResult struct {
 	Result     events.Result
 }
 
+// ReportEffects records effects the run under DeliveryID made, while the
+// task is running under that claim: 1 to events.MaxEffects of them, and
+// no more than events.MaxTaskEffects distinct ones (by kind and ref) on
+// the task with those already reported. An effect with a zero At gets the
+// decision's time.
+type ReportEffects struct {
+	DeliveryID string
+	Effects    []events.Effect
+}
+
 // Cancel cancels a non-terminal task.
 type Cancel struct{ Reason string }
 
@@ -123,6 +135,7 @@ func (RetryDelivery) command()      {}
 func (ExhaustDelivery) command()    {}
 func (Claim) command()              {}
 func (RecordResult) command()       {}
+func (ReportEffects) command()      {}
 func (Cancel) command()             {}
 func (TimeOut) command()            {}
 func (AppendMail) command()         {}
@@ -346,7 +359,24 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 		if err := validateResult(c.Result); err != nil {
 			return nil, err
 		}
+		if err := roomForEffects(s, c.Result.Effects); err != nil {
+			return nil, err
+		}
 		return events.ResultRecorded{DeliveryID: c.DeliveryID, Result: c.Result}, nil
+	case ReportEffects:
+		if s.Status != StatusRunning || c.DeliveryID != s.Claim.DeliveryID {
+			return nil, ErrTokenMismatch
+		}
+		if len(c.Effects) == 0 {
+			return nil, fmt.Errorf("%w: a report needs 1 to %d effects", ErrInvalid, events.MaxEffects)
+		}
+		if err := validateEffects(c.Effects); err != nil {
+			return nil, err
+		}
+		if err := roomForEffects(s, c.Effects); err != nil {
+			return nil, err
+		}
+		return events.EffectsReported{DeliveryID: c.DeliveryID, Effects: stamped(c.Effects, now)}, nil
 	case Cancel:
 		if err := maxBytes(field{"reason", c.Reason, events.MaxReasonBytes}); err != nil {
 			return nil, err
@@ -389,13 +419,19 @@ func pendingDelivery(s State, deliveryID string) error {
 }
 
 func validateResult(r events.Result) error {
-	if len(r.Effects) > events.MaxEffects {
-		return fmt.Errorf("%w: %d effects, at most %d", ErrInvalid, len(r.Effects), events.MaxEffects)
-	}
 	if err := maxBytes(field{"summary", r.Summary, events.MaxSummaryBytes}, field{"error", r.Error, events.MaxErrorBytes}); err != nil {
 		return err
 	}
-	for i, e := range r.Effects {
+	return validateEffects(r.Effects)
+}
+
+// validateEffects checks at most events.MaxEffects effects, each with a
+// kind and within the name and url limits.
+func validateEffects(effects []events.Effect) error {
+	if len(effects) > events.MaxEffects {
+		return fmt.Errorf("%w: %d effects, at most %d", ErrInvalid, len(effects), events.MaxEffects)
+	}
+	for i, e := range effects {
 		switch {
 		case e.Kind == "":
 			return fmt.Errorf("%w: effect %d has no kind", ErrInvalid, i)
@@ -404,4 +440,24 @@ func validateResult(r events.Result) error {
 		}
 	}
 	return nil
+}
+
+// roomForEffects fails with ErrInvalid when adding effects to the task's
+// would make it hold more than events.MaxTaskEffects distinct ones.
+func roomForEffects(s State, effects []events.Effect) error {
+	if n := len(mergeEffects(s.Effects, effects, time.Time{})); n > events.MaxTaskEffects {
+		return fmt.Errorf("%w: the task would have %d distinct effects (kind and ref), at most %d", ErrInvalid, n, events.MaxTaskEffects)
+	}
+	return nil
+}
+
+// stamped returns effects with every zero At set to now, as a copy.
+func stamped(effects []events.Effect, now time.Time) []events.Effect {
+	out := slices.Clone(effects)
+	for i := range out {
+		if out[i].At.IsZero() {
+			out[i].At = now
+		}
+	}
+	return out
 }

@@ -287,6 +287,7 @@ func TestDecideNotFound(t *testing.T) {
 		aggregate.RetryDelivery{DeliveryID: d1}, aggregate.ExhaustDelivery{DeliveryID: d1},
 		aggregate.Claim{DeliveryID: d1, ExecutorID: exec1}, aggregate.RecordResult{Result: events.Result{Success: true}},
 		aggregate.Cancel{}, aggregate.TimeOut{}, aggregate.AppendMail{Message: msg("m1")}, aggregate.ReadMail{Cursor: 0},
+		aggregate.ReportEffects{DeliveryID: d1, Effects: []events.Effect{{Kind: "comment"}}},
 		bogus{},
 	} {
 		cases = append(cases, decideCase{name: fmt.Sprintf("%T", cmd)[len("aggregate."):], cmd: cmd, now: later, wantErr: aggregate.ErrNotFound})
@@ -330,6 +331,7 @@ func TestDecideTerminal(t *testing.T) {
 		{"Cancel", aggregate.Cancel{}},
 		{"TimeOut", aggregate.TimeOut{}},
 		{"AppendMailNew", aggregate.AppendMail{Message: msg("new")}},
+		{"ReportEffects", aggregate.ReportEffects{DeliveryID: d1, Effects: []events.Effect{{Kind: "comment"}}}},
 	}
 	var cases []decideCase
 	for _, h := range terminalHistories {
@@ -366,6 +368,11 @@ func TestDecideRejections(t *testing.T) {
 		{name: "ResultTokenWhileQueued", given: queued, cmd: aggregate.RecordResult{DeliveryID: d1, Result: events.Result{Success: true}}, now: later, wantErr: aggregate.ErrTokenMismatch},
 		{name: "ResultTokenWhileReleased", given: released, cmd: aggregate.RecordResult{DeliveryID: d1, Result: events.Result{Success: true}}, now: later, wantErr: aggregate.ErrTokenMismatch},
 		{name: "ResultTokenWhileUnreleased", given: scheduled, cmd: aggregate.RecordResult{DeliveryID: d1, Result: events.Result{Success: true}}, now: later, wantErr: aggregate.ErrTokenMismatch},
+		{name: "EffectsWrongToken", given: running, cmd: aggregate.ReportEffects{DeliveryID: d2, Effects: effects(1)}, now: later, wantErr: aggregate.ErrTokenMismatch},
+		{name: "EffectsEmptyToken", given: running, cmd: aggregate.ReportEffects{Effects: effects(1)}, now: later, wantErr: aggregate.ErrTokenMismatch},
+		{name: "EffectsWhileQueued", given: queued, cmd: aggregate.ReportEffects{DeliveryID: d1, Effects: effects(1)}, now: later, wantErr: aggregate.ErrTokenMismatch},
+		{name: "EffectsWhileReleased", given: released, cmd: aggregate.ReportEffects{DeliveryID: d1, Effects: effects(1)}, now: later, wantErr: aggregate.ErrTokenMismatch},
+		{name: "EffectsWhileUnreleased", given: scheduled, cmd: aggregate.ReportEffects{DeliveryID: d1, Effects: effects(1)}, now: later, wantErr: aggregate.ErrTokenMismatch},
 		// ErrStale
 		{name: "ReleaseDueBeforeRunAt", given: scheduled, cmd: aggregate.ReleaseDue{DeliveryID: d1}, now: runAt.Add(-time.Nanosecond), wantErr: aggregate.ErrStale},
 		{name: "ReleaseDueTwice", given: released, cmd: aggregate.ReleaseDue{DeliveryID: d2}, now: later, wantErr: aggregate.ErrStale},
@@ -400,6 +407,11 @@ func TestDecideRejections(t *testing.T) {
 		{name: "ResultTooManyEffectsWithToken", given: running, cmd: aggregate.RecordResult{DeliveryID: d1, Result: events.Result{Success: true, Effects: effects(33)}}, now: later, wantErr: aggregate.ErrInvalid},
 		{name: "ResultSummaryTooLong", given: running, cmd: aggregate.RecordResult{Result: events.Result{Summary: strings.Repeat("s", 16<<10+1)}}, now: later, wantErr: aggregate.ErrInvalid},
 		{name: "ResultEffectWithoutKind", given: running, cmd: aggregate.RecordResult{Result: events.Result{Effects: []events.Effect{{URL: "u"}}}}, now: later, wantErr: aggregate.ErrInvalid},
+		{name: "EffectsNone", given: running, cmd: aggregate.ReportEffects{DeliveryID: d1}, now: later, wantErr: aggregate.ErrInvalid},
+		{name: "EffectsTooMany", given: running, cmd: aggregate.ReportEffects{DeliveryID: d1, Effects: effects(events.MaxEffects + 1)}, now: later, wantErr: aggregate.ErrInvalid},
+		{name: "EffectsWithoutKind", given: running, cmd: aggregate.ReportEffects{DeliveryID: d1, Effects: []events.Effect{{Kind: "comment"}, {Ref: "r"}}}, now: later, wantErr: aggregate.ErrInvalid},
+		{name: "EffectsRefOver", given: running, cmd: aggregate.ReportEffects{DeliveryID: d1, Effects: []events.Effect{{Kind: "comment", Ref: strings.Repeat("r", events.MaxNameBytes+1)}}}, now: later, wantErr: aggregate.ErrInvalid},
+		{name: "EffectsURLOver", given: running, cmd: aggregate.ReportEffects{DeliveryID: d1, Effects: []events.Effect{{Kind: "comment", URL: strings.Repeat("u", events.MaxURLBytes+1)}}}, now: later, wantErr: aggregate.ErrInvalid},
 		{name: "AppendMailEmptyID", given: running, cmd: aggregate.AppendMail{Message: events.Message{Content: msg("x").Content}}, now: later, wantErr: aggregate.ErrInvalid},
 		{name: "AppendMailBadID", given: running, cmd: aggregate.AppendMail{Message: msg("m.1")}, now: later, wantErr: aggregate.ErrInvalid},
 		{name: "AppendMailTooBig", given: running, cmd: aggregate.AppendMail{Message: bigMsg}, now: later, wantErr: aggregate.ErrInvalid},
@@ -665,6 +677,7 @@ func TestApplyTerminalIgnoresLifecycle(t *testing.T) {
 		events.ResultRecorded{Result: events.Result{Success: true}},
 		events.ResultRecorded{Result: events.Result{Error: "late"}},
 		events.Canceled{Reason: "late"},
+		events.EffectsReported{DeliveryID: d1, Effects: []events.Effect{{Kind: "late", At: later}}},
 	}
 	for _, h := range terminalHistories {
 		for _, p := range lifecycle {

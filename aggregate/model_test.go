@@ -58,6 +58,7 @@ type model struct {
 	deadline       time.Time
 	mail           []string
 	cursor         int
+	effects        []events.Effect // reported so far, in first-report order
 }
 
 // decide returns the payload the model expects cmd to append (nil for an
@@ -157,12 +158,29 @@ func (m model) decide(cmd aggregate.Command, now time.Time) (events.Payload, err
 			return nil, aggregate.ErrTokenMismatch
 		}
 		if len(c.Result.Effects) > 32 || len(c.Result.Summary) > 16<<10 || len(c.Result.Error) > 16<<10 ||
-			slices.ContainsFunc(c.Result.Effects, func(e events.Effect) bool {
-				return e.Kind == "" || len(e.Kind) > 256 || len(e.Ref) > 256 || len(e.URL) > 4<<10
-			}) {
+			slices.ContainsFunc(c.Result.Effects, badEffect) {
+			return nil, aggregate.ErrInvalid
+		}
+		if len(mergeEffects(m.effects, c.Result.Effects, now)) > 256 {
 			return nil, aggregate.ErrInvalid
 		}
 		return events.ResultRecorded{DeliveryID: c.DeliveryID, Result: c.Result}, nil
+	case aggregate.ReportEffects:
+		switch {
+		case m.status != mRunning || c.DeliveryID != m.token:
+			return nil, aggregate.ErrTokenMismatch
+		case len(c.Effects) == 0 || len(c.Effects) > 32 || slices.ContainsFunc(c.Effects, badEffect):
+			return nil, aggregate.ErrInvalid
+		case len(mergeEffects(m.effects, c.Effects, now)) > 256:
+			return nil, aggregate.ErrInvalid
+		}
+		effects := slices.Clone(c.Effects)
+		for i := range effects {
+			if effects[i].At.IsZero() {
+				effects[i].At = now
+			}
+		}
+		return events.EffectsReported{DeliveryID: c.DeliveryID, Effects: effects}, nil
 	case aggregate.Cancel:
 		if len(c.Reason) > 1<<10 {
 			return nil, aggregate.ErrInvalid
@@ -213,6 +231,33 @@ func validContent(m events.Message) bool {
 	return len(m.Content) <= 64 && n <= 64<<10
 }
 
+func badEffect(e events.Effect) bool {
+	return e.Kind == "" || len(e.Kind) > 256 || len(e.Ref) > 256 || len(e.URL) > 4<<10
+}
+
+// mergeEffects is the model's merge: the effects by kind and ref, each as
+// last reported (a zero time being at), in the order first reported.
+func mergeEffects(have, add []events.Effect, at time.Time) []events.Effect {
+	type key struct{ kind, ref string }
+	var order []key
+	last := map[key]events.Effect{}
+	for _, e := range slices.Concat(have, add) {
+		k := key{e.Kind, e.Ref}
+		if _, seen := last[k]; !seen {
+			order = append(order, k)
+		}
+		if e.At.IsZero() {
+			e.At = at
+		}
+		last[k] = e
+	}
+	var out []events.Effect
+	for _, k := range order {
+		out = append(out, last[k])
+	}
+	return out
+}
+
 // apply is the model's own transition for a payload it decided.
 func (m model) apply(ev events.Event) model {
 	switch p := ev.Data.(type) {
@@ -233,11 +278,14 @@ func (m model) apply(ev events.Event) model {
 		m.readySeq = p.ReadySeq
 	case events.Claimed:
 		m.status, m.consumed, m.deadline = mRunning, true, p.Deadline
+	case events.EffectsReported:
+		m.effects = mergeEffects(m.effects, p.Effects, ev.At)
 	case events.ResultRecorded:
 		m.status = mFailed
 		if p.Result.Success {
 			m.status = mSucceeded
 		}
+		m.effects = mergeEffects(m.effects, p.Result.Effects, ev.At)
 	case events.Canceled:
 		m.status = mCanceled
 	case events.TimedOut:
@@ -324,6 +372,9 @@ func (h *harness) check(t *rapid.T) {
 	if s.Version != len(h.log) || s.LastSeq != uint64(len(h.log)) {
 		t.Fatalf("Version %d LastSeq %d after %d events", s.Version, s.LastSeq, len(h.log))
 	}
+	if !reflect.DeepEqual(s.Effects, h.m.effects) {
+		t.Fatalf("effects %+v, model %+v", s.Effects, h.m.effects)
+	}
 	if s.Delivery.ReadySeq != h.m.readySeq {
 		t.Fatalf("ready seq %d, model %d", s.Delivery.ReadySeq, h.m.readySeq)
 	}
@@ -407,21 +458,39 @@ func drawResult(t *rapid.T) events.Result {
 	r := events.Result{Success: rapid.Bool().Draw(t, "success")}
 	r.Summary = strings.Repeat("s", rapid.SampledFrom([]int{0, 10, 16 << 10, 16<<10 + 1}).Draw(t, "summaryLen"))
 	r.Error = strings.Repeat("e", rapid.SampledFrom([]int{0, 10, 16 << 10, 16<<10 + 1}).Draw(t, "errorLen"))
-	n := rapid.SampledFrom([]int{0, 1, 2, 32, 33}).Draw(t, "effects")
+	r.Effects = drawEffects(t, []int{0, 1, 2, 32, 33})
+	return r
+}
+
+// drawEffects draws a list of effects of one of the lengths: mostly valid,
+// their refs either from a small pool (later reports replace earlier
+// ones) or most likely new (so that reports fill a task up to its limit
+// of distinct effects), sometimes with a time or a fault.
+func drawEffects(t *rapid.T, lengths []int) []events.Effect {
+	n := rapid.SampledFrom(lengths).Draw(t, "effects")
+	first := 0
+	if rapid.Bool().Draw(t, "newRefs") {
+		first = rapid.IntRange(100, 1<<30).Draw(t, "firstRef")
+	}
+	var effects []events.Effect
 	for i := range n {
-		r.Effects = append(r.Effects, events.Effect{Kind: "comment", Ref: fmt.Sprint(i)})
+		e := events.Effect{Kind: "comment", Ref: fmt.Sprint(first + i), Uncertain: rapid.Bool().Draw(t, "uncertain")}
+		if rapid.IntRange(0, 3).Draw(t, "effectAt") == 0 {
+			e.At = t0
+		}
+		effects = append(effects, e)
 	}
 	if n > 0 {
 		switch rapid.IntRange(0, 12).Draw(t, "effectFault") {
 		case 0:
-			r.Effects[0].Kind = ""
+			effects[0].Kind = ""
 		case 1:
-			r.Effects[n-1].URL = strings.Repeat("u", rapid.SampledFrom([]int{4 << 10, 4<<10 + 1}).Draw(t, "urlLen"))
+			effects[n-1].URL = strings.Repeat("u", rapid.SampledFrom([]int{4 << 10, 4<<10 + 1}).Draw(t, "urlLen"))
 		case 2:
-			r.Effects[0].Ref = strings.Repeat("r", rapid.SampledFrom([]int{256, 257}).Draw(t, "refLen"))
+			effects[0].Ref = strings.Repeat("r", rapid.SampledFrom([]int{256, 257}).Draw(t, "refLen"))
 		}
 	}
-	return r
+	return effects
 }
 
 // TestModel runs random command sequences against the aggregate and the
@@ -439,7 +508,7 @@ func TestModel(t *testing.T) {
 	for _, cmd := range []aggregate.Command{
 		aggregate.Schedule{}, aggregate.Reject{}, aggregate.ReleaseDue{}, aggregate.MarkReadyPublished{},
 		aggregate.RepublishReady{}, aggregate.RetryDelivery{}, aggregate.ExhaustDelivery{}, aggregate.Claim{}, aggregate.RecordResult{},
-		aggregate.Cancel{}, aggregate.TimeOut{}, aggregate.AppendMail{}, aggregate.ReadMail{},
+		aggregate.Cancel{}, aggregate.TimeOut{}, aggregate.AppendMail{}, aggregate.ReadMail{}, aggregate.ReportEffects{},
 	} {
 		name := fmt.Sprintf("%T", cmd)
 		if total[name+" ok"] == 0 {
@@ -497,6 +566,10 @@ func modelProperty(total map[string]int) func(*rapid.T) {
 				id := rapid.SampledFrom([]string{"", "d1", "d2", "d3"}).Draw(t, "deliveryID")
 				h.exec(t, aggregate.RecordResult{DeliveryID: id, Result: drawResult(t)})
 			},
+			"ReportEffects": func(t *rapid.T) {
+				id := rapid.SampledFrom([]string{"d1", "d2", "d3", ""}).Draw(t, "deliveryID")
+				h.exec(t, aggregate.ReportEffects{DeliveryID: id, Effects: drawEffects(t, []int{1, 2, 32, 0, 33})})
+			},
 			"Cancel": func(t *rapid.T) {
 				h.exec(t, aggregate.Cancel{Reason: strings.Repeat("c", rapid.SampledFrom([]int{5, 0, 1 << 10, 1<<10 + 1}).Draw(t, "reasonLen"))})
 			},
@@ -526,7 +599,7 @@ func modelProperty(total map[string]int) func(*rapid.T) {
 		var weighted []string
 		for name, weight := range map[string]int{
 			"Schedule": 1, "ReleaseDue": 4, "MarkReadyPublished": 3, "RepublishReady": 2, "RetryDelivery": 2, "ExhaustDelivery": 1,
-			"Claim": 4, "RecordResult": 1, "Cancel": 1, "TimeOut": 3, "AppendMail": 3, "ReadMail": 3,
+			"Claim": 4, "RecordResult": 1, "ReportEffects": 4, "Cancel": 1, "TimeOut": 3, "AppendMail": 3, "ReadMail": 3,
 		} {
 			weighted = append(weighted, slices.Repeat([]string{name}, weight)...)
 		}

@@ -73,8 +73,12 @@ type State struct {
 	Delivery Delivery
 	Claim    Owner
 	Result   *events.Result
-	Reason   string // why it was canceled, rejected, exhausted or timed out
-	Rejected bool   // admission refused the task (AdmissionRejected)
+	// Effects are every effect the task's runs reported (EffectsReported
+	// and the result's), merged by kind and ref (a later report of the same
+	// pair replaces the earlier in its place); nil when there are none.
+	Effects  []events.Effect `msgpack:",omitempty"`
+	Reason   string          // why it was canceled, rejected, exhausted or timed out
+	Rejected bool            // admission refused the task (AdmissionRejected)
 
 	MailIDs []string // mailbox message ids; MailIDs[i] has index i+1
 	Cursor  int      // mailbox messages handed out by check
@@ -171,6 +175,10 @@ func Apply(s State, ev events.Event) State {
 			s.Status, s.StartedAt, s.Deadline = StatusRunning, ev.At, p.Deadline
 			s.Claim = Owner{DeliveryID: p.DeliveryID, ExecutorID: p.ExecutorID}
 		}
+	case events.EffectsReported:
+		if s.Status == StatusRunning && p.DeliveryID == s.Claim.DeliveryID {
+			s.Effects = mergeEffects(s.Effects, p.Effects, ev.At)
+		}
 	case events.TimedOut:
 		if s.Status == StatusRunning {
 			s = finish(s, StatusTimedOut, ev.At, "running deadline passed")
@@ -179,6 +187,7 @@ func Apply(s State, ev events.Event) State {
 		if s.Exists() {
 			r := p.Result
 			s.Result = &r
+			s.Effects = mergeEffects(s.Effects, r.Effects, ev.At)
 			status := StatusFailed
 			if r.Success {
 				status = StatusSucceeded
@@ -210,4 +219,27 @@ func finish(s State, status Status, at time.Time, reason string) State {
 // appendID appends without writing into an array another State may share.
 func appendID(ids []string, id string) []string {
 	return append(ids[:len(ids):len(ids)], id)
+}
+
+// mergeEffects returns have with add merged in: an effect of the same kind
+// and ref as one before it (in have or earlier in add) replaces that one
+// in its place, any other is appended, and a zero At becomes at. It never
+// writes into have's array, which another State may share; with nothing
+// to add it returns have itself.
+func mergeEffects(have, add []events.Effect, at time.Time) []events.Effect {
+	if len(add) == 0 {
+		return have
+	}
+	out := slices.Clone(have)
+	for _, e := range add {
+		if e.At.IsZero() {
+			e.At = at
+		}
+		if i := slices.IndexFunc(out, func(o events.Effect) bool { return events.SameEffect(o, e) }); i >= 0 {
+			out[i] = e
+		} else {
+			out = append(out, e)
+		}
+	}
+	return out
 }

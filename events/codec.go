@@ -245,6 +245,7 @@ var decoders = map[Type]func(*msgpack.Decoder) (Payload, error){
 	TypeCanceled:               decodeAs[Canceled],
 	TypeMailboxAppended:        decodeAs[MailboxAppended],
 	TypeMailboxRead:            decodeAs[MailboxRead],
+	TypeEffectsReported:        decodeAs[EffectsReported],
 }
 
 func decodeAs[P Payload](dec *msgpack.Decoder) (Payload, error) {

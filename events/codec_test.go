@@ -3,6 +3,7 @@ package events
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -58,7 +59,7 @@ func samplePayloads() []Payload {
 			Error:   "partial: one comment failed",
 			Effects: []Effect{
 				{Kind: "pull_request", Ref: "#12", URL: "https://example.com/pr/12", Uncertain: false},
-				{Kind: "comment", Ref: "c-3", URL: "https://example.com/c/3", Uncertain: true},
+				{Kind: "comment", Ref: "c-3", URL: "https://example.com/c/3", Uncertain: true, At: base.Add(time.Minute)},
 			},
 		}},
 		Canceled{Reason: "user asked"},
@@ -68,6 +69,9 @@ func samplePayloads() []Payload {
 			Content:   []ContentPart{{Type: "text", Text: "also update the docs"}},
 		}},
 		MailboxRead{Cursor: 4},
+		EffectsReported{DeliveryID: "dlv-1", Effects: []Effect{
+			{Kind: "pull_request", Ref: "#12", URL: "https://example.com/pr/12", Uncertain: true, At: base.Add(time.Minute)},
+		}},
 	}
 }
 
@@ -75,7 +79,7 @@ func samplePayloads() []Payload {
 var allTypes = []Type{
 	TypeTaskScheduled, TypeAdmissionRejected, TypeDeliveryPending, TypeDeliveryRetryScheduled,
 	TypeDeliveryExhausted, TypeReadyPublished, TypeReadyRepublished, TypeClaimed, TypeTimedOut,
-	TypeResultRecorded, TypeCanceled, TypeMailboxAppended, TypeMailboxRead,
+	TypeResultRecorded, TypeCanceled, TypeMailboxAppended, TypeMailboxRead, TypeEffectsReported,
 }
 
 func sampleEvent(p Payload) Event {
@@ -121,8 +125,26 @@ func utc(ev Event) Event {
 	case MailboxAppended:
 		p.Message.CreatedAt = p.Message.CreatedAt.UTC()
 		ev.Data = p
+	case ResultRecorded:
+		p.Result.Effects = utcEffects(p.Result.Effects)
+		ev.Data = p
+	case EffectsReported:
+		p.Effects = utcEffects(p.Effects)
+		ev.Data = p
 	}
 	return ev
+}
+
+func utcEffects(es []Effect) []Effect {
+	if es == nil {
+		return nil
+	}
+	out := make([]Effect, len(es))
+	for i, e := range es {
+		e.At = e.At.UTC()
+		out[i] = e
+	}
+	return out
 }
 
 func mustEncode(t testing.TB, ev Event) []byte {
@@ -539,5 +561,32 @@ func TestDecodeV1AcceptsNoPrev(t *testing.T) {
 	}
 	if got.Version != 1 || !got.Prev.IsZero() {
 		t.Fatalf("v1 event decoded as version %d with prev %x", got.Version, got.Prev)
+	}
+}
+
+// An effect without a time is stored as before effects had one, so the
+// hash of a result logged by an older build is what this build writes.
+func TestEffectZeroAtIsNotStored(t *testing.T) {
+	t.Parallel()
+	e := encoders.Get().(*encoder)
+	defer encoders.Put(e)
+	for _, tc := range []struct {
+		effect Effect
+		keys   []string
+	}{
+		{Effect{Kind: "comment", Ref: "c-1"}, []string{"kind", "ref"}},
+		{Effect{Kind: "comment", At: base}, []string{"at", "kind"}},
+	} {
+		b, err := e.marshal(tc.effect)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := msgpack.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		if keys := slices.Sorted(maps.Keys(m)); !slices.Equal(keys, tc.keys) {
+			t.Fatalf("%+v is stored with keys %v, want %v", tc.effect, keys, tc.keys)
+		}
 	}
 }

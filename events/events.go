@@ -28,6 +28,7 @@ const (
 	TypeCanceled               Type = "Canceled"
 	TypeMailboxAppended        Type = "MailboxAppended"
 	TypeMailboxRead            Type = "MailboxRead"
+	TypeEffectsReported        Type = "EffectsReported"
 )
 
 // Payload is the typed body of an event. Every payload type in this package
@@ -102,7 +103,18 @@ type Effect struct {
 	// Uncertain marks an effect whose outcome an executor could not
 	// confirm after a crash.
 	Uncertain bool `json:"uncertain,omitempty"`
+	// At is when the effect happened, as the executor says. Where the
+	// executor left it zero, an EffectsReported carries the time of the
+	// report, and a task's merged effects the time of the event that
+	// brought each; a result keeps its effects as reported, so there it
+	// may be zero. A zero At is left out of the stored bytes: effects
+	// without one encode as they did before the field existed.
+	At time.Time `json:"at,omitzero" msgpack:"at,omitempty"`
 }
+
+// SameEffect reports whether a and b name the same effect: the same kind
+// and ref. A later report of it replaces the earlier one.
+func SameEffect(a, b Effect) bool { return a.Kind == b.Kind && a.Ref == b.Ref }
 
 // Result is what an executor reported when a task finished.
 type Result struct {
@@ -206,6 +218,13 @@ type Canceled struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// EffectsReported records effects the run under DeliveryID made while it
+// was running (POST /v1/tasks/{id}/effects), each with its At set.
+type EffectsReported struct {
+	DeliveryID string   `json:"deliveryId"`
+	Effects    []Effect `json:"effects"`
+}
+
 // MailboxAppended records that a follow-up message was added at 1-based Index.
 type MailboxAppended struct {
 	Index   int     `json:"index"`
@@ -230,3 +249,4 @@ func (ResultRecorded) EventType() Type         { return TypeResultRecorded }
 func (Canceled) EventType() Type               { return TypeCanceled }
 func (MailboxAppended) EventType() Type        { return TypeMailboxAppended }
 func (MailboxRead) EventType() Type            { return TypeMailboxRead }
+func (EffectsReported) EventType() Type        { return TypeEffectsReported }

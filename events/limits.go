@@ -10,7 +10,8 @@ const (
 	MinTimeoutSeconds     = 1
 	MaxTimeoutSeconds     = 604800 // a week
 	DefaultTimeoutSeconds = 3600
-	MaxEffects            = 32       // effects in one result
+	MaxEffects            = 32       // effects in one result or one report
+	MaxTaskEffects        = 256      // distinct effects (by kind and ref) of one task
 	MaxSummaryBytes       = 16 << 10 // a result's summary
 	MaxErrorBytes         = 16 << 10 // a result's error
 	MaxMessageBytes       = 64 << 10 // one message: its parts' types and texts

@@ -92,6 +92,16 @@ func (tr *traffic) waitStatus(id string, want aggregate.Status) {
 	eventually(tr.t, fmt.Sprintf("task %s %s", id, want), func() bool { return tr.status(id) == want })
 }
 
+// reportEffects reports effects of a running task. The run may time out
+// first: a timeout settles the task the same way in both projections.
+func (tr *traffic) reportEffects(id, deliveryID string, effects ...events.Effect) {
+	tr.t.Helper()
+	_, err := tr.svc.ReportEffects(context.Background(), scheduler.Operator, id, deliveryID, effects)
+	if err != nil && !errors.Is(err, aggregate.ErrTerminal) {
+		tr.t.Fatalf("report effects of %s: %v", id, err)
+	}
+}
+
 func (tr *traffic) run() {
 	t, ctx, p := tr.t, context.Background(), scheduler.Operator
 	var roots, immediate, shortDelay, farDelay []string
@@ -130,12 +140,17 @@ func (tr *traffic) run() {
 		tr.waitStatus(id, aggregate.StatusQueued)
 	}
 
-	// Claims: some succeed, some fail, the rest keep running.
+	// Claims: some report effects as they go; some succeed, some fail, the
+	// rest keep running.
 	for k := range 50 {
 		q := queues[k%2]
 		st, ok, err := tr.svc.ClaimNext(ctx, p, q, fmt.Sprintf("w-%s-%d", q, k), 5*time.Second)
 		if err != nil || !ok {
 			t.Fatalf("claim next on %s: ok=%v err=%v", q, ok, err)
+		}
+		if k%2 == 0 {
+			tr.reportEffects(st.TaskID, st.Claim.DeliveryID, events.Effect{Kind: "pull_request", Ref: "#" + fmt.Sprint(k), Uncertain: true},
+				events.Effect{Kind: "comment", Ref: fmt.Sprint(k)})
 		}
 		switch k % 3 {
 		case 0:
@@ -216,6 +231,7 @@ func (tr *traffic) run() {
 	if _, err := tr.svc.Claim(ctx, p, q.TaskID, got.Delivery.ID, "w-slow"); err != nil {
 		t.Fatal(err)
 	}
+	tr.reportEffects(q.TaskID, got.Delivery.ID, events.Effect{Kind: "comment", Ref: "slow"})
 	tr.waitStatus(q.TaskID, aggregate.StatusTimedOut)
 	for _, id := range shortDelay {
 		tr.waitStatus(id, aggregate.StatusQueued)
@@ -325,9 +341,12 @@ func TestRebuildEqualsLive(t *testing.T) {
 	if len(all) < 190 {
 		t.Fatalf("only %d tasks projected", len(all))
 	}
-	statuses, reports := map[aggregate.Status]int{}, 0
+	statuses, reports, merged := map[aggregate.Status]int{}, 0, 0
 	for _, s := range all {
 		statuses[s.Status]++
+		if len(s.Effects) == 2 && s.Status == aggregate.StatusSucceeded && !s.Effects[0].Uncertain {
+			merged++ // the result's certain pull request replaced the uncertain report
+		}
 		for _, id := range s.MailIDs {
 			if strings.HasPrefix(id, "child-") {
 				reports++
@@ -349,6 +368,9 @@ func TestRebuildEqualsLive(t *testing.T) {
 	}
 	if reports == 0 {
 		t.Error("no child result reached a parent's mailbox")
+	}
+	if merged == 0 {
+		t.Error("no result's effects merged with the effects reported before it")
 	}
 	if live.TimerLen(projections.Release) == 0 || live.TimerLen(projections.Expire) == 0 {
 		t.Errorf("expected far releases and running deadlines in the timer queues: release %d, expire %d",

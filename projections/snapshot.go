@@ -20,7 +20,9 @@ import (
 
 // SnapshotFormat is the version of the snapshot encoding. A snapshot of
 // another format is ignored (and the projections rebuilt from the log).
-const SnapshotFormat = 2
+// Format 3 added the State's Effects, which a format 2 snapshot lacks even
+// for tasks whose results had effects.
+const SnapshotFormat = 3
 
 // Snapshot errors; a snapshot that fails any check is ignored.
 var (

@@ -14,7 +14,7 @@ import (
 // disagrees with the aggregate about a transition), packed small because
 // the projections hold every active task. It keeps what the views and
 // their readers use: ids, customer, queue, status, times, delivery, claim,
-// result, mailbox ids and sequences. Of the spec it keeps the root,
+// result, effects, mailbox ids and sequences. Of the spec it keeps the root,
 // parent, queue and runAt, and the signal only until the ready
 // notification that carries it is published; the rest of the spec (and
 // the message) is read from the task's first event when asked for.
@@ -29,8 +29,11 @@ type task struct {
 	delivery, reason                  string
 	claim                             *aggregate.Owner // nil until claimed
 	result                            *events.Result
-	mail                              []string
-	children                          []string
+	// effects are the State's Effects behind a pointer: nil, 8 bytes
+	// rather than a slice's 24, for the tasks that have none.
+	effects  *[]events.Effect
+	mail     []string
+	children []string
 
 	// Unix nanoseconds, 0 for the zero time.
 	runAt, created, started, completed, deadline, nextAt, firstAt int64
@@ -80,6 +83,13 @@ func (t *task) set(s *aggregate.State) {
 		t.claim = &c
 	}
 	t.result, t.reason, t.rejected = s.Result, s.Reason, s.Rejected
+	switch {
+	case len(s.Effects) == 0:
+		t.effects = nil
+	case t.effects == nil || len(*t.effects) != len(s.Effects) || &(*t.effects)[0] != &s.Effects[0]:
+		e := s.Effects // Apply never writes into a list it was given: the same array is the same list
+		t.effects = &e
+	}
 	t.mail, t.cursor = s.MailIDs, int32(s.Cursor)
 	t.version, t.firstSeq, t.lastSeq = int32(s.Version), s.FirstSeq, s.LastSeq
 }
@@ -104,6 +114,9 @@ func (t *task) state() aggregate.State {
 	}
 	if t.claim != nil {
 		s.Claim = *t.claim
+	}
+	if t.effects != nil {
+		s.Effects = *t.effects
 	}
 	return s
 }

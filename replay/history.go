@@ -99,12 +99,19 @@ func Describe(ev events.Event) string {
 			s += "; error: " + oneLine(r.Error)
 		}
 		for _, e := range r.Effects {
-			s += "; effect " + strings.TrimSpace(strings.Join([]string{e.Kind, e.Ref, e.URL}, " "))
-			if e.Uncertain {
-				s += " (uncertain)"
-			}
+			s += "; effect " + EffectText(e)
 		}
 		return s
+	case events.EffectsReported:
+		texts := make([]string, len(p.Effects))
+		for i, e := range p.Effects {
+			texts[i] = EffectText(e)
+		}
+		noun := "effects"
+		if len(p.Effects) == 1 {
+			noun = "effect"
+		}
+		return fmt.Sprintf("reported %d %s: %s", len(p.Effects), noun, strings.Join(texts, ", "))
 	case events.Canceled:
 		return "canceled: " + p.Reason
 	case events.MailboxAppended:
@@ -113,6 +120,16 @@ func Describe(ev events.Event) string {
 		return fmt.Sprintf("messages up to #%d handed out", p.Cursor)
 	}
 	return ""
+}
+
+// EffectText says in a few words what an effect is: its kind, ref and
+// url, and whether it is uncertain.
+func EffectText(e events.Effect) string {
+	s := strings.TrimSpace(strings.Join([]string{e.Kind, e.Ref, e.URL}, " "))
+	if e.Uncertain {
+		s += " (uncertain)"
+	}
+	return s
 }
 
 func text(parts []events.ContentPart) string {

@@ -70,6 +70,11 @@ func buildLineage(t *testing.T) *lineageLog {
 	l.child = schedule(l.root, "acme", "reproduce it", 0)
 	l.childClaim = claim(l.child, "exec-child")
 	l.grand = schedule(l.child, "acme", "dig deeper", 3600)
+	if _, err := svc.ReportEffects(ctx, op, l.child, l.childClaim, []events.Effect{
+		{Kind: "pull_request", Ref: "#12", Uncertain: true}, {Kind: "comment", Ref: "c-7"},
+	}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := svc.RecordResult(ctx, op, l.child, l.childClaim, events.Result{
 		Success: true, Summary: "found the race",
 		Effects: []events.Effect{{Kind: "pull_request", Ref: "#12", URL: "https://example.com/pr/12"}},
@@ -174,6 +179,7 @@ func TestHistory(t *testing.T) {
 			{events.TypeDeliveryPending, aggregate.StatusScheduled, nil},
 			{events.TypeReadyPublished, aggregate.StatusQueued, nil},
 			{events.TypeClaimed, aggregate.StatusRunning, []string{"claimed by exec-child", l.childClaim}},
+			{events.TypeEffectsReported, aggregate.StatusRunning, []string{"reported 2 effects: pull_request #12 (uncertain), comment c-7"}},
 			{events.TypeResultRecorded, aggregate.StatusSucceeded, []string{"success: found the race", "effect pull_request #12 https://example.com/pr/12"}},
 		})
 	})

@@ -236,6 +236,8 @@ func commandFor(ev events.Event) aggregate.Command {
 		return aggregate.TimeOut{}
 	case events.ResultRecorded:
 		return aggregate.RecordResult{DeliveryID: p.DeliveryID, Result: p.Result}
+	case events.EffectsReported:
+		return aggregate.ReportEffects{DeliveryID: p.DeliveryID, Effects: p.Effects}
 	case events.Canceled:
 		return aggregate.Cancel{Reason: p.Reason}
 	case events.MailboxAppended:

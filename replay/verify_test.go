@@ -167,10 +167,17 @@ func TestVerifyRealTraffic(t *testing.T) {
 				switch role(i) {
 				case roleTimeout:
 					timedOutID.Store(st.TaskID)
+					// What it did before it was abandoned stays on the task.
+					if _, err := svc.ReportEffects(ctx, op, st.TaskID, d, []events.Effect{{Kind: "comment", Ref: "c-0"}}); err != nil && !errors.Is(err, aggregate.ErrTerminal) {
+						return err
+					}
 					continue // abandoned: the alarm times it out
 				case roleCancelRunning:
 					_, err = svc.Cancel(ctx, op, st.TaskID, "changed my mind")
 				case roleFail:
+					if _, err = svc.ReportEffects(ctx, op, st.TaskID, d, []events.Effect{{Kind: "comment", Ref: "c-1"}, {Kind: "branch", Ref: "fix"}}); err != nil {
+						return err
+					}
 					_, err = svc.RecordResult(ctx, op, st.TaskID, d, events.Result{
 						Error: "tests failed", Effects: []events.Effect{{Kind: "comment", Ref: "c-1", Uncertain: true}},
 					})
@@ -383,6 +390,7 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	clean := p.running("acme")
 	clean, _ = p.exec(clean.TaskID, aggregate.AppendMail{Message: events.Message{ID: "m1", Content: text("more").Content}})
 	clean, _ = p.exec(clean.TaskID, aggregate.ReadMail{Cursor: 1})
+	clean, _ = p.exec(clean.TaskID, aggregate.ReportEffects{DeliveryID: clean.Claim.DeliveryID, Effects: []events.Effect{{Kind: "comment", Ref: "c-1"}}})
 	p.exec(clean.TaskID, aggregate.RecordResult{DeliveryID: clean.Claim.DeliveryID, Result: events.Result{Success: true, Summary: "ok"}})
 	retried := p.scheduled("acme")
 	retried, _ = p.exec(retried.TaskID, aggregate.ReleaseDue{DeliveryID: events.NewID()})
@@ -439,6 +447,9 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	g2 := p.scheduled("beta")
 	g2, _ = p.exec(g2.TaskID, aggregate.ReleaseDue{DeliveryID: events.NewID()})
 	expect(p.plant(p.subject(g2), p.encode(g2, g2.Version+1, events.ReadyRepublished{DeliveryID: g2.Delivery.ID, ReadySeq: 4})), g2.TaskID, replay.IllegalEvent)
+	// (g3) EffectsReported under a token that is not the claim's.
+	g3 := p.running("beta")
+	expect(p.plant(p.subject(g3), p.encode(g3, g3.Version+1, events.EffectsReported{DeliveryID: "not-the-token", Effects: []events.Effect{{Kind: "comment", At: p.clock()}}})), g3.TaskID, replay.IllegalEvent)
 	// (h) A valid event of one task stored on another task's subject.
 	h, other := p.scheduled("beta"), p.scheduled("beta")
 	expect(p.plant(p.subject(other), p.encode(h, h.Version+1, events.Canceled{Reason: "misfiled"})), h.TaskID, replay.WrongSubject)

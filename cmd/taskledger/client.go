@@ -12,6 +12,7 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/replay"
 )
 
 // clientFlags are the flags every API subcommand shares.
@@ -160,9 +161,10 @@ func printTask(w io.Writer, t api.Task) {
 		row("success", fmt.Sprint(r.Success))
 		row("summary", r.Summary)
 		row("error", r.Error)
-		for _, e := range r.Effects {
-			row("effect", strings.TrimSpace(fmt.Sprintf("%s %s %s", e.Kind, e.Ref, e.URL)))
-		}
+	}
+	// Every effect reported, the result's among them, as the task has it.
+	for _, e := range t.Effects {
+		row("effect", strings.TrimSpace(replay.EffectText(e)+"  "+stamp(e.At)))
 	}
 	row("version", fmt.Sprint(t.Version))
 	tw.Flush()

@@ -148,6 +148,7 @@ func TestAuthTenantIsolation(t *testing.T) {
 		{"Get", http.MethodGet, path, ""},
 		{"Claim", http.MethodPost, path + "/claim", `{"deliveryId":"` + task.Delivery.ID + `","executorId":"wb"}`},
 		{"Cancel", http.MethodPost, path + "/cancel", `{"reason":"B was here"}`},
+		{"Effects", http.MethodPost, path + "/effects", `{"deliveryId":"` + task.Delivery.ID + `","effects":[{"kind":"comment"}]}`},
 		{"MailboxGet", http.MethodGet, path + "/mailbox", ""},
 		{"ScheduleChild", http.MethodPost, "/v1/tasks", `{"parentId":"` + task.ID + `","queue":"qb"}`},
 	} {

@@ -193,6 +193,20 @@ func FuzzResultBody(f *testing.F) {
 	f.Fuzz(n.postBody(target))
 }
 
+func FuzzEffectsBody(f *testing.F) {
+	n := startFuzzNode(f)
+	r := n.running(f, "fz-effects")
+	target := "/v1/tasks/" + r.TaskID + "/effects"
+	addBodySeeds(f,
+		`{"deliveryId":"`+r.Claim.DeliveryID+`","effects":[{"kind":"pull_request","ref":"42","uncertain":true}]}`,
+		`{"deliveryId":"`+r.Claim.DeliveryID+`","effects":[{"kind":"comment","at":"2020-01-01T00:00:00Z"}]}`,
+		`{"deliveryId":"d-nope","effects":[{"kind":"comment"}]}`, `{"deliveryId":"`+r.Claim.DeliveryID+`","effects":[]}`,
+		`{"deliveryId":"`+r.Claim.DeliveryID+`","effects":null}`, `{"deliveryId":"`+r.Claim.DeliveryID+`","effects":[{"ref":"1"}]}`,
+		`{"deliveryId":"`+r.Claim.DeliveryID+`","effects":[{"kind":"c","at":"yesterday"}]}`, `{"effects":[{"kind":"comment"}]}`,
+	)
+	f.Fuzz(n.postBody(target))
+}
+
 func FuzzMailboxBody(f *testing.F) {
 	n := startFuzzNode(f)
 	q := n.queued(f, "fz-mail")
@@ -231,6 +245,7 @@ func FuzzListQuery(f *testing.F) {
 var taskRoutes = []struct{ method, suffix, body string }{
 	{http.MethodGet, "", ""}, {http.MethodPost, "/claim", `{"deliveryId":"d1","executorId":"w1"}`},
 	{http.MethodPost, "/check", ""}, {http.MethodPost, "/result", `{"success":true}`},
+	{http.MethodPost, "/effects", `{"deliveryId":"d1","effects":[{"kind":"comment"}]}`},
 	{http.MethodPost, "/cancel", `{}`}, {http.MethodPost, "/mailbox", `{"message":{"id":"m1","content":[]}}`},
 	{http.MethodGet, "/mailbox", ""}, {http.MethodGet, "/mailbox?after=0", ""}, {http.MethodGet, "/history", ""},
 	{http.MethodGet, "/history?tree=1", ""}, {http.MethodGet, "/tree", ""},

@@ -104,6 +104,15 @@ func (l *Local) RecordResult(ctx context.Context, id string, r api.ResultRequest
 	return task(l.svc.RecordResult(ctx, l.p, id, r.DeliveryID, result(r)))
 }
 
+// ReportEffects records effects of the running task as they happen; the
+// answer is the task with every effect reported so far.
+func (l *Local) ReportEffects(ctx context.Context, id, deliveryID string, effects []events.Effect) (api.Task, error) {
+	if err := validTaskID(id); err != nil {
+		return api.Task{}, err
+	}
+	return task(l.svc.ReportEffects(ctx, l.p, id, deliveryID, effects))
+}
+
 // Cancel cancels a task.
 func (l *Local) Cancel(ctx context.Context, id, reason string) (api.Task, error) {
 	if err := validTaskID(id); err != nil {

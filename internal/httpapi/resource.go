@@ -19,7 +19,12 @@ func NewTask(s aggregate.State) api.Task {
 		CreatedAt: utc(s.CreatedAt), RunAt: utc(s.Spec.RunAt), StartedAt: utc(s.StartedAt),
 		CompletedAt: utc(s.CompletedAt), TimeoutSeconds: s.Spec.TimeoutSeconds, Deadline: utc(s.Deadline),
 		Mailbox: api.Mailbox{Count: len(s.MailIDs), Cursor: s.Cursor},
-		Result:  s.Result, Reason: s.Reason, Version: s.Version,
+		Result:  s.Result, Effects: utcEffects(s.Effects), Reason: s.Reason, Version: s.Version,
+	}
+	if s.Result != nil && len(s.Result.Effects) > 0 {
+		r := *s.Result
+		r.Effects = utcEffects(r.Effects)
+		t.Result = &r
 	}
 	t.Message.CreatedAt = utc(t.Message.CreatedAt)
 	if t.Message.Content == nil {
@@ -46,6 +51,20 @@ func utc(t time.Time) time.Time {
 		return t
 	}
 	return t.UTC()
+}
+
+// utcEffects returns a copy of effects with their times in UTC, nil for
+// none.
+func utcEffects(effects []events.Effect) []events.Effect {
+	if len(effects) == 0 {
+		return nil
+	}
+	out := make([]events.Effect, len(effects))
+	for i, e := range effects {
+		e.At = utc(e.At)
+		out[i] = e
+	}
+	return out
 }
 
 func newMailItems(items []scheduler.MailItem) []api.MailItem {

@@ -194,6 +194,7 @@ var routes = []route{
 	{"POST /v1/results", batch((*handler).recordResults)},
 	{"POST /v1/tasks/{id}/check", limited((*handler).check)},
 	{"POST /v1/tasks/{id}/result", limited((*handler).result)},
+	{"POST /v1/tasks/{id}/effects", limited((*handler).effects)},
 	{"POST /v1/tasks/{id}/cancel", limited((*handler).cancel)},
 	{"POST /v1/tasks/{id}/mailbox", limited((*handler).appendMail)},
 	{"GET /v1/tasks/{id}/mailbox", limited((*handler).mailbox)},
@@ -605,6 +606,13 @@ func (h *handler) result(w http.ResponseWriter, r *http.Request, p scheduler.Pri
 	var b api.ResultRequest
 	h.taskAction(w, r, &b, func(id string) (aggregate.State, error) {
 		return h.Service.RecordResult(r.Context(), p, id, b.DeliveryID, result(b))
+	})
+}
+
+func (h *handler) effects(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+	var b api.EffectsRequest
+	h.taskAction(w, r, &b, func(id string) (aggregate.State, error) {
+		return h.Service.ReportEffects(r.Context(), p, id, b.DeliveryID, b.Effects)
 	})
 }
 

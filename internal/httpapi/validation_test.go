@@ -82,7 +82,7 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		p := "/v1/tasks/" + url.PathEscape(id.id)
 		for _, route := range []struct{ method, suffix string }{
 			{http.MethodGet, ""}, {http.MethodPost, "/claim"}, {http.MethodPost, "/check"},
-			{http.MethodPost, "/result"}, {http.MethodPost, "/cancel"}, {http.MethodPost, "/mailbox"},
+			{http.MethodPost, "/result"}, {http.MethodPost, "/effects"}, {http.MethodPost, "/cancel"}, {http.MethodPost, "/mailbox"},
 			{http.MethodGet, "/mailbox"}, {http.MethodGet, "/history"}, {http.MethodGet, "/tree"},
 		} {
 			body := ""

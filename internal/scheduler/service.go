@@ -543,6 +543,19 @@ func (s *Service) RecordResult(ctx context.Context, p Principal, id, deliveryID 
 	return st, err
 }
 
+// ReportEffects records effects the run under deliveryID made, while the
+// task is running under that claim, and returns the task with every
+// effect reported so far. Errors: aggregate.ErrNotFound (no such task for
+// p), ErrTerminal, ErrTokenMismatch (not running under deliveryID),
+// ErrInvalid (no effects, more than events.MaxEffects, a bad one, or past
+// events.MaxTaskEffects distinct ones), ErrTooLarge, ErrUnavailable.
+func (s *Service) ReportEffects(ctx context.Context, p Principal, id, deliveryID string, effects []events.Effect) (aggregate.State, error) {
+	if err := validIDs("deliveryId", deliveryID); err != nil {
+		return aggregate.State{}, err
+	}
+	return s.execute(ctx, p, id, "", aggregate.ReportEffects{DeliveryID: deliveryID, Effects: effects})
+}
+
 // Cancel cancels a non-terminal task.
 func (s *Service) Cancel(ctx context.Context, p Principal, id, reason string) (aggregate.State, error) {
 	return s.execute(ctx, p, id, "", aggregate.Cancel{Reason: reason})
