@@ -39,10 +39,10 @@ def post_comment() -> Effect:
     return Effect(kind="comment", ref="c-1", url="https://example.test/c-1")
 
 
-# The agent loop (the README's example).
+# The agent loop of the README, with a kill point after the effect.
 def agent(run: Run) -> str:
     for n in (1, 2):
-        def turn(t: Turn) -> None:
+        def turn(t: Turn) -> None:  # one model iteration and its tool
             t.record(ITEM_MODEL_INPUT, f"turn {n}: what next?")
             answer = t.record(ITEM_MODEL_OUTPUT, f"search for {n}")  # a model call in a real agent
             t.dispatch(ToolCall(name="search", input={"q": answer.content[0].text}), lambda: search(n))
