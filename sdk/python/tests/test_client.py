@@ -209,6 +209,16 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(errors.InvalidArgument) as bad:
             self.acme.get("not an id!")
         self.assertEqual(bad.exception.status, 400)
+        for hostile in ("../../v1/admin/projections/rebuild", "a/b", "x" * 65, "a?b=1", "%2e%2e", "é"):
+            with self.subTest(id=hostile), self.assertRaises(errors.InvalidArgument):
+                self.acme.cancel(hostile)  # quoted whole: never another route
+        for bad_list in ({"limit": 0}, {"status": "nope"}, {"queue": "no queue"}):
+            with self.subTest(list=bad_list), self.assertRaises(errors.InvalidArgument):
+                self.acme.list(**bad_list)  # type: ignore[arg-type]
+        with self.assertRaises(errors.InvalidArgument):
+            self.acme.claim_next("py-w", self.queue, wait_seconds=-1)
+        with self.assertRaises(errors.InvalidArgument):
+            self.acme.claim_batch("py-w", self.queue, max=1001)
         with self.assertRaises(errors.InvalidArgument):
             self.schedule(timeout_seconds=0)
         with self.assertRaises(errors.InvalidArgument):
