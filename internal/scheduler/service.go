@@ -82,6 +82,7 @@ type Views interface {
 type Config struct {
 	Store       Store
 	Views       Views
+	Runs        Runs                // the tasks' Run state; nil: the run calls are ErrUnavailable
 	JS          jetstream.JetStream // for claims/next
 	ReadyStream string              // the ready notification stream; default events.DefaultStream's
 	Subjects    events.Subjects
