@@ -1,10 +1,13 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"time"
 
+	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/store"
 )
@@ -62,4 +65,39 @@ func (h *handler) getRun(w http.ResponseWriter, r *http.Request, p scheduler.Pri
 		return
 	}
 	writeJSON(w, http.StatusOK, newRunDocument(id, run))
+}
+
+// GetRun returns a task's Run document (api.ErrNotFound before the
+// first save).
+func (l *Local) GetRun(ctx context.Context, id string) (api.RunDocument, error) {
+	if err := validTaskID(id); err != nil {
+		return api.RunDocument{}, err
+	}
+	run, err := l.svc.GetRun(ctx, l.p, id)
+	return localRunDocument(id, run, err)
+}
+
+// SaveRun replaces a task's Run document, as PUT /v1/tasks/{id}/run.
+func (l *Local) SaveRun(ctx context.Context, id string, s api.RunSave) (api.RunDocument, error) {
+	if err := validTaskID(id); err != nil {
+		return api.RunDocument{}, err
+	}
+	doc, err := json.Marshal(s.Run)
+	if err != nil {
+		return api.RunDocument{}, invalidArg("run: %v", err)
+	}
+	run, err := l.svc.SaveRun(ctx, l.p, id, scheduler.RunSave{DeliveryID: s.DeliveryID, Revision: s.Revision, Run: doc})
+	return localRunDocument(id, run, err)
+}
+
+// localRunDocument renders the answer of a Local run call.
+func localRunDocument(id string, r store.Run, err error) (api.RunDocument, error) {
+	if err != nil {
+		return api.RunDocument{}, wireError(err)
+	}
+	d := api.RunDocument{TaskID: id, Revision: r.Revision, UpdatedAt: r.UpdatedAt, DeliveryID: r.DeliveryID}
+	if err := json.Unmarshal(r.Doc, &d.Run); err != nil {
+		return api.RunDocument{}, wireError(fmt.Errorf("run of %s revision %d: %w", id, r.Revision, err))
+	}
+	return d, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/httpapi"
 )
 
 // The Run state routes: PUT and GET /v1/tasks/{id}/run.
@@ -247,6 +248,27 @@ func TestRunState(t *testing.T) {
 		big := `{"deliveryId":"` + task.Claim.DeliveryID + `","run":{"phase":"` + strings.Repeat("x", api.MaxRunBytes) + `"}}`
 		requireErrorBody(t, rawDo(t, b, http.MethodPut, runPath(task.ID), big), http.StatusRequestEntityTooLarge, "payload_too_large")
 		requireNoRun(t, b.client, task.ID)
+	})
+
+	t.Run("LocalSameAnswers", func(t *testing.T) {
+		t.Parallel()
+		task := running(t)
+		local := httpapi.NewLocal(b.node.Service)
+		if _, err := local.GetRun(ctx, task.ID); !errors.Is(err, api.ErrNotFound) {
+			t.Fatalf("local get before a save: %v, want not found", err)
+		}
+		saved, err := local.SaveRun(ctx, task.ID, api.RunSave{DeliveryID: task.Claim.DeliveryID, Run: sampleRun("local", 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		requireRun(t, b.client, task.ID, saved)
+		if got, err := local.GetRun(ctx, task.ID); err != nil || !reflect.DeepEqual(got, saved) {
+			t.Fatalf("local get: %+v %v, want %+v", got, err, saved)
+		}
+		_, err = local.SaveRun(ctx, task.ID, api.RunSave{DeliveryID: task.Claim.DeliveryID, Run: sampleRun("stale", 2)})
+		apiError(t, err, http.StatusConflict, "stale_revision")
+		_, err = local.SaveRun(ctx, task.ID, api.RunSave{DeliveryID: events.NewID(), Revision: saved.Revision, Run: sampleRun("theirs", 2)})
+		apiError(t, err, http.StatusConflict, "token_mismatch")
 	})
 
 	t.Run("UnknownTask", func(t *testing.T) {

@@ -12,8 +12,8 @@ import (
 	"github.com/taskledger/taskledger/internal/store"
 )
 
-// ErrStaleRevision: a run was saved with a revision that is not the
-// stored one (another save came first); nothing changed.
+// ErrStaleRevision is returned (wrapped) by SaveRun for a revision that
+// is not the stored one (another save came first); nothing changed.
 var ErrStaleRevision = errors.New("scheduler: stale run revision")
 
 // Runs is the run storage as the service uses it (store.Runs).
