@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,12 +24,22 @@ func runStateCommand(ctx context.Context, args []string, stdout io.Writer) error
 	if err != nil {
 		return err
 	}
-	d, err := cf.client().GetRun(ctx, id)
+	raw, err := cf.client().GetRunJSON(ctx, id)
 	if err != nil {
 		return err
 	}
 	if cf.json {
-		return printJSON(stdout, d)
+		var out bytes.Buffer
+		if err := json.Indent(&out, raw, "", "  "); err != nil {
+			return err
+		}
+		out.WriteByte('\n')
+		_, err := out.WriteTo(stdout)
+		return err
+	}
+	var d api.RunDocument
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return fmt.Errorf("run of %s: %w", id, err)
 	}
 	printRun(stdout, d)
 	return nil

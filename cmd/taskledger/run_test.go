@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -56,10 +57,7 @@ func TestRunCommand(t *testing.T) {
 		Effects:      map[string]api.EffectRecord{"pr": {Outcome: &events.Effect{Kind: "pull_request", Ref: "42"}}, "comment": {Uncertain: true}},
 		Children:     map[string]string{"review": "child-task"},
 	}
-	saved, err := srv.client.SaveRun(ctx, task.ID, api.RunSave{DeliveryID: claimed.Claim.DeliveryID, Run: state})
-	if err != nil {
-		t.Fatal(err)
-	}
+	saved := saveWithExtra(t, server, task.ID, api.RunSave{DeliveryID: claimed.Claim.DeliveryID, Run: state}, `"future":{"kept":true}`)
 
 	t.Run("Text", func(t *testing.T) {
 		out, err := cli(t, "run", task.ID)
@@ -92,6 +90,9 @@ func TestRunCommand(t *testing.T) {
 		if !reflect.DeepEqual(got, saved) {
 			t.Fatalf("--json printed %+v, want %+v", got, saved)
 		}
+		if !strings.Contains(out, `"future": {`) {
+			t.Fatalf("--json dropped the field the server does not know:\n%s", out)
+		}
 	})
 
 	t.Run("HistoryEndsWithRun", func(t *testing.T) {
@@ -103,4 +104,34 @@ func TestRunCommand(t *testing.T) {
 			t.Fatalf("history:\n%s", out)
 		}
 	})
+}
+
+// saveWithExtra saves s's run with the JSON member extra added (a field
+// api.RunState does not know) and returns the answer.
+func saveWithExtra(t *testing.T, server, id string, s api.RunSave, extra string) api.RunDocument {
+	t.Helper()
+	run, err := json.Marshal(s.Run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := json.Marshal(map[string]any{"deliveryId": s.DeliveryID, "revision": s.Revision, "run": json.RawMessage(`{` + extra + `,` + string(run[1:]))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPut, server+"/v1/tasks/"+id+"/run", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{}
+	defer c.CloseIdleConnections()
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var d api.RunDocument
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("save: %d %v", resp.StatusCode, err)
+	}
+	return d
 }
