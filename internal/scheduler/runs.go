@@ -60,7 +60,7 @@ func (s *Service) SaveRun(ctx context.Context, p Principal, id string, req RunSa
 	case st.Claim.DeliveryID != req.DeliveryID:
 		return store.Run{}, fmt.Errorf("%w: deliveryId is not the current claim of task %s", aggregate.ErrTokenMismatch, id)
 	}
-	run, err := s.runs().Save(ctx, id, req.Revision, store.Run{DeliveryID: req.DeliveryID, UpdatedAt: s.cfg.Store.Now().UTC(), Doc: req.Run})
+	run, err := s.cfg.Runs.Save(ctx, id, req.Revision, store.Run{DeliveryID: req.DeliveryID, UpdatedAt: s.cfg.Store.Now().UTC(), Doc: req.Run})
 	return run, s.fromRuns(err)
 }
 
@@ -71,7 +71,7 @@ func (s *Service) GetRun(ctx context.Context, p Principal, id string) (store.Run
 	if _, err := s.Get(ctx, p, id); err != nil {
 		return store.Run{}, err
 	}
-	run, err := s.runs().Get(ctx, id)
+	run, err := s.cfg.Runs.Get(ctx, id)
 	return run, s.fromRuns(err)
 }
 
@@ -91,14 +91,6 @@ func checkRun(doc json.RawMessage) error {
 	return nil
 }
 
-// runs is the configured run storage, or one that is always unavailable.
-func (s *Service) runs() Runs {
-	if s.cfg.Runs == nil {
-		return noRuns{}
-	}
-	return s.cfg.Runs
-}
-
 // fromRuns maps the run storage's errors to the service's.
 func (s *Service) fromRuns(err error) error {
 	switch {
@@ -112,7 +104,8 @@ func (s *Service) fromRuns(err error) error {
 	return s.fromStore(err)
 }
 
-// noRuns is the run storage of a service configured without one.
+// noRuns is the run storage of a service configured without one: always
+// unavailable.
 type noRuns struct{}
 
 var errNoRuns = fmt.Errorf("%w: no run storage configured", store.ErrUnavailable)

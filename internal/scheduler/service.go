@@ -184,6 +184,9 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
+	if cfg.Runs == nil {
+		cfg.Runs = noRuns{}
+	}
 	closing, close := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, dispatchers: dispatchers{m: make(map[string]*dispatcher)}, polls: polls{n: make(map[string]int)},
 		claiming: claiming{ids: make(map[string]struct{})}, closing: closing, close: close}, nil
