@@ -208,6 +208,17 @@ func TestRunState(t *testing.T) {
 		}
 	})
 
+	t.Run("NullsAnsweredAsSent", func(t *testing.T) {
+		t.Parallel()
+		task := running(t)
+		run := `{"phase":null,"turn":null,"transcript":[null,{"id":"i","content":[null,{"type":null,"text":"t"}],"tool":null}],` +
+			`"contexts":{"c":null},"effects":{"k":null,"o":{"outcome":{"kind":null}}},"children":{"x":null}}`
+		a := rawDo(t, b, http.MethodPut, runPath(task.ID), `{"deliveryId":"`+task.Claim.DeliveryID+`","run":`+run+`}`)
+		if a.status != http.StatusOK || !strings.Contains(string(a.body), run) {
+			t.Fatalf("save: %d %s", a.status, a.body)
+		}
+	})
+
 	t.Run("Invalid", func(t *testing.T) {
 		t.Parallel()
 		task := running(t)
