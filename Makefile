@@ -41,6 +41,7 @@ fuzz: ## run every fuzz target for FUZZTIME each
 	$(GO) test -run '^$$' -fuzz '^FuzzMailboxBody$$' -fuzztime $(FUZZTIME) ./internal/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime $(FUZZTIME) ./internal/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzTaskPath$$' -fuzztime $(FUZZTIME) ./internal/httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzRunBody$$' -fuzztime $(FUZZTIME) ./internal/httpapi
 
 bench: ## one table: lifecycle, latency, timers, replay, memory vs the raw JetStream ceiling (BENCH_SCALE scales the work)
 	BENCH_SCALE=$(BENCH_SCALE) $(GO) run ./cmd/taskledger bench
