@@ -332,10 +332,14 @@ class Run:
     # -- saving --
 
     def _update(self, fn: Callable[[RunState], R]) -> R:
-        """Changes the state with fn and saves it; returns fn's value."""
+        """Changes the state with fn and saves it; returns fn's value. A
+        save that fails while the run is stopping raises Stopped."""
         with self._mu:
             out = fn(self._state)
-        self._save()
+        try:
+            self._save()
+        except (TaskledgerError, OSError) as e:
+            raise self._interrupted(e)
         return out
 
     def _save(self) -> None:
@@ -499,15 +503,16 @@ class Run:
             raise
         try:
             fn(Turn(self, k))
+            self._raise_if_stopped()
         except Stopped:
-            raise
-        except Exception as e:
-            raise self._interrupted(e)
-        finally:
             self._leave_turn()
-        self._raise_if_stopped()
+            raise
+        except BaseException as e:
+            self._leave_turn()
+            raise self._interrupted(e) if isinstance(e, Exception) else e
 
         def end(s: RunState) -> list[str]:
+            self._in_turn -= 1  # with the end and the join, so no check joins a message before the end
             pending = [c.id for c in s.pending_tools if c.turn == k]
             if not pending:
                 s.transcript.append(TranscriptItem(id=_turn_end_id(k), kind=ITEM_NOTE, turn=k, at=_now(),

@@ -265,7 +265,9 @@ class RunRoutesTest(unittest.TestCase):
                          transcript=[TranscriptItem(id="t1.c1", kind="tool_call", turn=1, tool=call)],
                          extra={"mine": {"kept": True}})
         doc = self.acme.save_run(self.task.id, self.token, 0, state)
-        self.assertEqual((doc.task_id, doc.revision, doc.delivery_id), (self.task.id, 1, self.token))
+        self.assertEqual((doc.task_id, doc.delivery_id), (self.task.id, self.token))
+        self.assertGreater(doc.revision, 0)
+        rev = doc.revision
         got = self.acme.get_run(self.task.id)
         self.assertEqual(got.run, state)
         self.assertEqual(got.run.extra, {"mine": {"kept": True}})  # fields the SDK does not know survive
@@ -273,14 +275,17 @@ class RunRoutesTest(unittest.TestCase):
         with self.assertRaises(errors.StaleRevision):
             self.acme.save_run(self.task.id, self.token, 0, state)
         with self.assertRaises(errors.TokenMismatch):
-            self.acme.save_run(self.task.id, "superseded", 1, state)
+            self.acme.save_run(self.task.id, "superseded", rev, state)
         self.assertEqual(self.acme.get_run(self.task.id).run.phase, "planning")  # nothing changed
-        self.assertEqual(self.acme.save_run(self.task.id, self.token, 1, state).revision, 2)
+        rev2 = self.acme.save_run(self.task.id, self.token, rev, state).revision
+        self.assertGreater(rev2, rev)
+        with self.assertRaises(errors.StaleRevision):
+            self.acme.save_run(self.task.id, self.token, rev, state)  # the revision moved on
         with self.assertRaises(errors.PayloadTooLarge):
-            self.acme.save_run(self.task.id, self.token, 2, RunState(phase="x" * (1 << 20)))
+            self.acme.save_run(self.task.id, self.token, rev2, RunState(phase="x" * (1 << 20)))
         self.acme.record_result(self.task.id, success=True, delivery_id=self.token)
         with self.assertRaises(errors.Terminal):
-            self.acme.save_run(self.task.id, self.token, 2, state)
+            self.acme.save_run(self.task.id, self.token, rev2, state)
         self.assertEqual(self.acme.get_run(self.task.id).run.phase, "acting")  # readable after the end
 
     def test_report_effects(self) -> None:
