@@ -32,6 +32,7 @@ OPERATOR = "op-token"
 ACME = "acme-token"
 OTHER = "other-token"
 LIMITED = "limited-token"  # customer "limited": at most one active root task
+MAX_DEPTH = 3  # --max-lineage-depth
 
 _bin: str | None = None
 _tmp = tempfile.mkdtemp(prefix="taskledger-pysdk-")
@@ -92,7 +93,8 @@ class Server:
         self.log = open(os.path.join(self.dir, "serve.log"), "w+b")
         self.proc = subprocess.Popen(
             [binary(), "serve", "--data", os.path.join(self.dir, "data"), "--http", self.url[len("http://"):],
-             "--auth-file", auth, "--quota-file", quota, "--log-format", "json", "--log-level", "warn"],
+             "--auth-file", auth, "--quota-file", quota, "--max-lineage-depth", str(MAX_DEPTH),
+             "--log-format", "json", "--log-level", "warn"],
             stdout=self.log, stderr=subprocess.STDOUT)
         probe = taskledger.Client(self.url, timeout=5)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import unittest
 from collections.abc import Callable
 
-from tests.harness import ACME, LIMITED, OPERATOR, OTHER, Server, eventually, unique
+from tests.harness import ACME, LIMITED, MAX_DEPTH, OPERATOR, OTHER, Server, eventually, unique
 
 import taskledger
 from taskledger import errors
@@ -179,6 +179,12 @@ class ClientTest(unittest.TestCase):
         tree = self.acme.tree(child.id)
         self.assertEqual((tree.task.id, [c.task.id for c in tree.children]), (root.id, [child.id]))
         self.assertEqual({e.task_id for e in self.acme.lineage_history(root.id)}, {root.id, child.id})
+        deepest = child
+        for _ in range(MAX_DEPTH - 1):
+            deepest = self.schedule(parent_id=deepest.id)
+        with self.assertRaises(errors.LineageLimit) as cm:
+            self.schedule(parent_id=deepest.id)
+        self.assertEqual((cm.exception.status, cm.exception.reason), (409, "lineage_limit"))
         self.acme.cancel(root.id)
         with self.assertRaises(errors.ParentTerminal):
             self.schedule(parent_id=root.id)
