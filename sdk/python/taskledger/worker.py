@@ -137,7 +137,9 @@ class Worker:
 
     def run(self) -> None:
         """Resumes the runs this executor still holds, then claims and runs
-        tasks until stop(). Returns once every run it started returned."""
+        tasks until stop(). Returns once every run it started returned.
+        Raises TaskledgerError or OSError when the runs it holds cannot be
+        listed; a failed claim is logged and retried with a backoff."""
         slots = threading.BoundedSemaphore(self.concurrency)
         threads: list[threading.Thread] = []
 
@@ -146,10 +148,11 @@ class Worker:
                 try:
                     self._execute(task, state, revision)
                 finally:
+                    self.client.close_thread()
                     slots.release()
 
             th = threading.Thread(target=go, name=f"taskledger-run-{task.id}", daemon=True)
-            threads.append(th)
+            threads[:] = [t for t in threads if t.is_alive()] + [th]
             th.start()
 
         try:
@@ -230,12 +233,8 @@ class Worker:
         summary, error = "", ""
         try:
             summary = str(self.handler(run) or "")
-        except Stopped:
-            pass
-        except Exception as e:  # a failure of the handler fails the task
+        except Exception as e:  # a failure of the handler fails the task, unless it stopped
             error = str(e) or type(e).__name__
-            if run.stopped:
-                log.info("run of %s stopped (%s): %s", task.id, run.stop_reason, error)
         finally:
             run._done.set()
             checking.join()
@@ -395,11 +394,13 @@ class Run:
             raise Stopped(res.reason)
 
     def _check_loop(self) -> None:
-        while not self._done.wait(self._w.check_interval):
-            try:
+        try:
+            while not self._done.wait(self._w.check_interval):
                 self.check()
-            except Stopped:
-                return
+        except Stopped:
+            pass
+        finally:
+            self._client.close_thread()
 
     def _receive(self, msgs: list[MailItem]) -> bool:
         """Takes messages not seen before (by id) and, outside a Turn, joins
