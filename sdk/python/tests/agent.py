@@ -36,17 +36,20 @@ def search(n: int) -> dict[str, int]:
 def post_comment() -> Effect:
     with open(call_log, "a") as f:
         f.write("comment\n")
+    reached("in-comment")
     return Effect(kind="comment", ref="c-1", url="https://example.test/c-1")
 
 
-# The agent loop of the README, with a kill point after the effect.
+# The agent loop of the README, with the test's kill points.
 def agent(run: Run) -> str:
+    reached("claimed")
     for n in (1, 2):
         def turn(t: Turn) -> None:  # one model iteration and its tool
             t.record(ITEM_MODEL_INPUT, f"turn {n}: what next?")
             answer = t.record(ITEM_MODEL_OUTPUT, f"search for {n}")  # a model call in a real agent
             t.dispatch(ToolCall(name="search", input={"q": answer.content[0].text}), lambda: search(n))
         run.turn(turn)
+        reached(f"turn-{n}-ended")
         if n == 1:
             run.effect("comment", post_comment)
             reached("after-effect")

@@ -34,6 +34,10 @@ class AcceptanceTest(unittest.TestCase):
     def setUp(self) -> None:
         self.api = srv.client(ACME)
         self.addCleanup(self.api.close)
+        self.fresh()
+
+    def fresh(self) -> None:
+        """A new queue, executor id and call log."""
         self.queue = unique("q")
         self.executor = unique("py-agent")
         fd, self.call_log = tempfile.mkstemp(prefix="calls-")
@@ -141,6 +145,29 @@ class AcceptanceTest(unittest.TestCase):
         self.assertEqual(settled, {"t1.c1": ("ok", ""), "t2.c1": ("uncertain", "cut off by a crash; not repeated")})
         self.assertEqual([i.id for i in run.transcript][-2:], ["t2.c1.result", "t2.end"])
         self.assertEqual([e.type for e in self.api.history(task.id)].count("EffectsReported"), 1)  # the effect was not redone
+
+    def test_other_kill_points(self) -> None:
+        """Killed right after the claim (no Run saved yet), between Turn 1's
+        end and the next check, or inside the effect (its intent saved, no
+        outcome): the restarted agent resumes under the same claim and
+        repeats nothing it saved; the cut-off effect settles uncertain."""
+        cases = {
+            "claimed": [("comment", "c-1", False)],
+            "turn-1-ended": [("comment", "c-1", False)],
+            "in-comment": [("unknown", "comment", True)],
+        }
+        for point, effects in cases.items():
+            with self.subTest(point=point):
+                self.fresh()
+                task, _ = self.api.schedule(queue=self.queue)
+                self.kill_at(point)
+                done = self.finish(task.id)
+                self.assertEqual(done.status, "succeeded")
+                self.assertEqual(self.calls(), ["search 1", "comment", "search 2"])
+                self.assertEqual([(e.kind, e.ref, e.uncertain) for e in done.effects], effects)
+                self.assertEqual([e.type for e in self.api.history(task.id)].count("Claimed"), 1)
+                run = self.api.get_run(task.id).run
+                self.assertEqual((run.turn, run.pending_tools, [i.id for i in run.transcript][-1]), (2, [], "t2.end"))
 
 
 if __name__ == "__main__":
