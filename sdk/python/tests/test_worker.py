@@ -129,6 +129,45 @@ class WorkerTest(unittest.TestCase):
         # The child's report joined the transcript under its message id.
         self.assertIn(taskledger.types.child_result_id(review.id), [i.id for i in run.transcript if i.kind == "mailbox"])
 
+    def test_parallel_dispatch(self) -> None:
+        """Tools of one Turn dispatched from several threads: each is saved
+        pending and settled, and the Turn ends once all have settled."""
+        release = threading.Barrier(3, timeout=30)
+
+        def tool(n: int) -> Callable[[], Any]:
+            def do() -> Any:
+                release.wait()  # all three are in flight at once
+                return n
+
+            return do
+
+        def handler(run: Run) -> str:
+            def turn(t: Turn) -> None:
+                out: dict[int, Any] = {}
+
+                def call(n: int) -> None:
+                    out[n] = t.dispatch(ToolCall(id=f"tool-{n}", name="tool"), tool(n))
+                    self.api.close_thread()
+
+                threads = [threading.Thread(target=call, args=(n,)) for n in range(3)]
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join()
+                self.assertEqual(sorted((c.id, c.status, c.output) for c in out.values()),
+                                 [("tool-0", "ok", 0), ("tool-1", "ok", 1), ("tool-2", "ok", 2)])
+
+            run.turn(turn)
+            return "parallel"
+
+        self.start(handler)
+        t = self.ended(self.schedule().id)
+        self.assertEqual((t.status, t.result.error if t.result else ""), ("succeeded", ""))
+        run = self.api.get_run(t.id).run
+        self.assertEqual(run.pending_tools, [])
+        self.assertEqual(sorted(i.id for i in run.transcript),
+                         sorted(["tool-0", "tool-1", "tool-2", "tool-0.result", "tool-1.result", "tool-2.result", "t1.end"]))
+
     def test_mailbox_joins_at_turn_boundaries(self) -> None:
         seen: queuelib.Queue[Any] = queuelib.Queue()
 
