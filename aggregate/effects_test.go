@@ -48,7 +48,10 @@ func TestDecideReportEffects(t *testing.T) {
 		{name: "FullTaskReplaces", given: full, cmd: aggregate.ReportEffects{DeliveryID: d1, Effects: distinct(2, later)}, now: later,
 			want: []events.Payload{events.EffectsReported{DeliveryID: d1, Effects: distinct(2, later)}}},
 		{name: "FullTaskRefusesNew", given: full, cmd: aggregate.ReportEffects{DeliveryID: d1, Effects: []events.Effect{pr}}, now: later, wantErr: aggregate.ErrInvalid},
-		{name: "FullTaskRefusesNewResultEffect", given: full, cmd: aggregate.RecordResult{DeliveryID: d1, Result: events.Result{Success: true, Effects: []events.Effect{pr}}}, now: later, wantErr: aggregate.ErrInvalid},
+		// A result is never refused for a full list: its new effect stays in
+		// the result only (TestApplyMergesEffects/FullTaskResult).
+		{name: "FullTaskTakesResultWithNewEffect", given: full, cmd: aggregate.RecordResult{DeliveryID: d1, Result: events.Result{Success: true, Effects: []events.Effect{pr}}}, now: later,
+			want: []events.Payload{events.ResultRecorded{DeliveryID: d1, Result: events.Result{Success: true, Effects: []events.Effect{pr}}}}, wantStatus: aggregate.StatusSucceeded},
 		{name: "FullTaskTakesResult", given: full, cmd: aggregate.RecordResult{DeliveryID: d1, Result: events.Result{Success: true, Effects: distinct(1, time.Time{})}}, now: later,
 			want: []events.Payload{events.ResultRecorded{DeliveryID: d1, Result: events.Result{Success: true, Effects: distinct(1, time.Time{})}}}, wantStatus: aggregate.StatusSucceeded},
 	})
@@ -96,6 +99,16 @@ func TestApplyMergesEffects(t *testing.T) {
 		s := replay(with(reported, ev(later, events.ResultRecorded{DeliveryID: d1, Result: result})))
 		if !reflect.DeepEqual(*s.Result, result) {
 			t.Fatalf("result %+v, want it as reported %+v", *s.Result, result)
+		}
+	})
+	t.Run("FullTaskResult", func(t *testing.T) {
+		t.Parallel()
+		extra := events.Result{Success: true, Effects: []events.Effect{{Kind: "comment", Ref: "past-the-cap", At: later}}}
+		s := replay(with(reportedAll(), ev(later, events.ResultRecorded{DeliveryID: d1, Result: extra})))
+		if s.Status != aggregate.StatusSucceeded || !reflect.DeepEqual(s.Effects, distinct(events.MaxTaskEffects, claimedAt)) ||
+			!reflect.DeepEqual(*s.Result, extra) {
+			t.Fatalf("status %s, %d effects, result %+v: want succeeded, the %d reported, the result as sent",
+				s.Status, len(s.Effects), *s.Result, events.MaxTaskEffects)
 		}
 	})
 }

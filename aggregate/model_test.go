@@ -161,9 +161,6 @@ func (m model) decide(cmd aggregate.Command, now time.Time) (events.Payload, err
 			slices.ContainsFunc(c.Result.Effects, badEffect) {
 			return nil, aggregate.ErrInvalid
 		}
-		if len(mergeEffects(m.effects, c.Result.Effects, now)) > 256 {
-			return nil, aggregate.ErrInvalid
-		}
 		return events.ResultRecorded{DeliveryID: c.DeliveryID, Result: c.Result}, nil
 	case aggregate.ReportEffects:
 		switch {
@@ -286,6 +283,7 @@ func (m model) apply(ev events.Event) model {
 			m.status = mSucceeded
 		}
 		m.effects = mergeEffects(m.effects, p.Result.Effects, ev.At)
+		m.effects = m.effects[:min(len(m.effects), 256)] // the rest stay in the result only
 	case events.Canceled:
 		m.status = mCanceled
 	case events.TimedOut:

@@ -187,7 +187,10 @@ func Apply(s State, ev events.Event) State {
 		if s.Exists() {
 			r := p.Result
 			s.Result = &r
+			// A result is never refused for its effects: those that would
+			// take the task past MaxTaskEffects stay in the result only.
 			s.Effects = mergeEffects(s.Effects, r.Effects, ev.At)
+			s.Effects = s.Effects[:min(len(s.Effects), events.MaxTaskEffects)]
 			status := StatusFailed
 			if r.Success {
 				status = StatusSucceeded

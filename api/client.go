@@ -258,3 +258,12 @@ func (c *Client) CustomerEvents(ctx context.Context, customerID string, since ti
 		}
 	}
 }
+
+// GetRunJSON returns a task's Run document as the server sent it, with
+// the fields of its run that RunState does not know (GetRun drops them);
+// ErrNotFound before the first save.
+func (c *Client) GetRunJSON(ctx context.Context, id string) (json.RawMessage, error) {
+	var d json.RawMessage
+	_, err := c.do(ctx, http.MethodGet, taskPath(id, "/run"), nil, &d)
+	return d, err
+}

@@ -10,6 +10,10 @@ import (
 // 413 (ErrPayloadTooLarge).
 const MaxBodyBytes = 1 << 20
 
+// MaxRunBytes is the largest body of PUT /v1/tasks/{id}/run (RunSave);
+// larger is 413 (ErrPayloadTooLarge).
+const MaxRunBytes = 1 << 20
+
 // Batch limits: POST /v1/tasks/batch, POST /v1/claims (max) and
 // POST /v1/results take 1 to MaxBatchItems items in a body of at most
 // MaxBatchBodyBytes.

@@ -186,8 +186,8 @@ func TestAlarmDeliveryBudgetSpent(t *testing.T) {
 	p.waitStatus(task.TaskID, aggregate.StatusFailed)
 	h := p.history(task.TaskID)
 	ex, ok := h[len(h)-1].Data.(events.DeliveryExhausted)
-	if !ok || !strings.Contains(ex.Reason, errPublish.Error()) || ex.Attempts < 2 {
-		t.Fatalf("last event %+v, want DeliveryExhausted after some attempts", h[len(h)-1].Data)
+	if !ok || !strings.Contains(ex.Reason, errPublish.Error()) || ex.Attempts < 1 { // a loaded machine may fit one attempt in the budget
+		t.Fatalf("last event %+v, want DeliveryExhausted after its attempts", h[len(h)-1].Data)
 	}
 	// The last retry was due no later than the budget's end, not a whole
 	// RetryMax after it.

@@ -1,5 +1,5 @@
 // Command taskledger runs the scheduler (serve) and talks to a running one
-// (schedule, show, list, cancel, history, tree). `taskledger help` lists the
+// (schedule, show, list, cancel, history, tree, run). `taskledger help` lists the
 // subcommands; `taskledger CMD -h` lists a subcommand's flags.
 package main
 
@@ -30,6 +30,7 @@ var commands = []command{
 	{"cancel", "cancel a task: cancel ID", cancelCommand},
 	{"history", "show a task's event history: history ID", historyCommand},
 	{"tree", "show a task's lineage from its root: tree ID", treeCommand},
+	{"run", "show a task's Run state (phase, turn, transcript, tools, effects): run ID", runStateCommand},
 	{"replay", "offline log tools: replay verify | replay rebuild (--data or --nats-url)", replayCommand},
 	{"work", "reference executor: claim tasks of --queue and run --exec per task", workCommand},
 	{"bench", "measure this machine against the raw JetStream ceiling (--scale, --json)", benchCommand},

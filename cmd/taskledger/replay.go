@@ -123,7 +123,10 @@ func historyCommand(ctx context.Context, args []string, stdout io.Writer) error 
 	case cf.json:
 		return printJSON(stdout, entries)
 	}
-	return replay.WriteText(stdout, entries, *tree)
+	if err := replay.WriteText(stdout, entries, *tree); err != nil || direct {
+		return err
+	}
+	return printRunSummary(ctx, stdout, cf.client(), id)
 }
 
 func parseSince(s string) (time.Time, error) {

@@ -27,6 +27,7 @@ import (
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/scheduler"
+	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
 )
 
@@ -159,6 +160,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	writeTimeout := fs.Duration("write-timeout", 5*time.Second, "an append the log does not acknowledge within this (a full disk) answers 503")
 	storageRetry := fs.Duration("storage-retry", 5*time.Second, "while appends fail, probe the log (and restart the embedded JetStream) this often")
 	retain := retainFlag(fs)
+	runRetention := fs.Duration("run-retention", store.DefaultRunRetention, "a task's Run state is kept at least this long after the task ends")
 	maxEventBytes := fs.Int("max-event-bytes", 0, "largest event the log takes, as the event stream's max message size (0: the NATS server's max_payload, 1 MiB by default); a larger one answers 413")
 	var lf limitFlags
 	lf.register(fs)
@@ -207,8 +209,8 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		h, _ := os.Hostname()
 		*name = "scheduler-" + sanitize(h)
 	}
-	if *writeTimeout <= 0 || *storageRetry <= 0 {
-		return fmt.Errorf("%w: --write-timeout and --storage-retry must be positive", errUsage)
+	if *writeTimeout <= 0 || *storageRetry <= 0 || *runRetention <= 0 {
+		return fmt.Errorf("%w: --write-timeout, --storage-retry and --run-retention must be positive", errUsage)
 	}
 	nc, embedded, closeNATS, err := nf.connect(log)
 	if err != nil {
@@ -220,6 +222,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		HTTP: limits, BodyTimeout: *bodyTimeout, MaxBodyMemory: *maxBodyMemory, LogRepeatInterval: *logRepeat,
 		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain, Alarm: alarm, Limits: bounds,
 		MaxEventBytes: int32(*maxEventBytes), WriteTimeout: *writeTimeout, StorageRetry: *storageRetry,
+		RunRetention: *runRetention,
 	}
 	if embedded != nil {
 		cfg.StorageError, cfg.RecoverStorage = embedded.StorageError, embedded.RestartJetStream

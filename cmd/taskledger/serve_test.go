@@ -262,6 +262,7 @@ func TestServeRefusesBadLimits(t *testing.T) {
 		{"--max-lineage-tasks", "0"}, {"--max-lineage-tasks", "-2"},
 		{"--max-lineage-depth", "0"}, {"--max-lineage-depth", "-2"},
 		{"--max-event-bytes", "-1"}, {"--max-event-bytes", "4294967296"},
+		{"--run-retention", "0s"}, {"--run-retention", "-1h"},
 	} {
 		code, stderr := serveOutput(t, nil, args...)
 		if code != 2 || !strings.Contains(stderr, args[0]) {

@@ -24,6 +24,7 @@ var wireErrors = []struct {
 	{aggregate.ErrNotClaimable, api.ErrNotClaimable},
 	{scheduler.ErrParentTerminal, api.ErrParentTerminal},
 	{scheduler.ErrLineageLimit, api.ErrLineageLimit},
+	{scheduler.ErrStaleRevision, api.ErrStaleRevision},
 	{aggregate.ErrTooLarge, api.ErrPayloadTooLarge}, // permanent: never retried as unavailable
 	{scheduler.ErrTooManyPolls, api.ErrTooManyPolls},
 	{scheduler.ErrUnavailable, api.ErrUnavailable},

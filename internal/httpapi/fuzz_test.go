@@ -249,6 +249,7 @@ var taskRoutes = []struct{ method, suffix, body string }{
 	{http.MethodPost, "/cancel", `{}`}, {http.MethodPost, "/mailbox", `{"message":{"id":"m1","content":[]}}`},
 	{http.MethodGet, "/mailbox", ""}, {http.MethodGet, "/mailbox?after=0", ""}, {http.MethodGet, "/history", ""},
 	{http.MethodGet, "/history?tree=1", ""}, {http.MethodGet, "/tree", ""},
+	{http.MethodGet, "/run", ""}, {http.MethodPut, "/run", `{"deliveryId":"d1","run":{}}`},
 }
 
 func FuzzTaskPath(f *testing.F) {
@@ -293,6 +294,30 @@ func FuzzCancelBody(f *testing.F) {
 	target := "/v1/tasks/" + q.TaskID + "/cancel"
 	addBodySeeds(f, `{}`, `{"reason":"no longer needed"}`, `{"reason":1}`, `{"reason":"`+strings.Repeat("r", 70000)+`"}`)
 	f.Fuzz(n.postBody(target))
+}
+
+func FuzzRunBody(f *testing.F) {
+	n := startFuzzNode(f)
+	r := n.running(f, "fz-run")
+	target := "/v1/tasks/" + r.TaskID + "/run"
+	d := r.Claim.DeliveryID
+	addBodySeeds(f,
+		`{"deliveryId":"`+d+`","run":{}}`, `{"deliveryId":"`+d+`","revision":0,"run":{"phase":"p","turn":1,"x":[1]}}`,
+		`{"deliveryId":"`+d+`","revision":1,"run":{}}`, `{"deliveryId":"`+d+`","revision":-1,"run":{}}`,
+		`{"deliveryId":"`+d+`","revision":18446744073709551616,"run":{}}`, `{"deliveryId":"d-nope","run":{}}`,
+		`{"deliveryId":"`+d+`","run":null}`, `{"deliveryId":"`+d+`","run":"x"}`, `{"deliveryId":"`+d+`"}`,
+		`{"deliveryId":"`+d+`","run":{"phase":null,"transcript":[null,{"content":[null,{"type":null}]}],"effects":{"k":null}}}`,
+		`{"deliveryId":"`+d+`","run":{"turn":"1"}}`, `{"deliveryId":"`+d+`","run":{"turn":1e3}}`,
+		`{"deliveryId":"`+d+`","run":{"transcript":[{"at":"yesterday"}]}}`, `{"deliveryId":"`+d+`","run":{"contexts":{"c":{"value":`+strings.Repeat("[", 20000)+`}}}}`,
+		`{"deliveryId":"`+d+`","run":{"pendingTools":[{"input":{"a":1},"output":"\ud800"}]}}`,
+	)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		rec, ok := n.serve(t, http.MethodPut, target, body)
+		if !ok {
+			t.Fatal("a well-formed request line was refused")
+		}
+		checkAnswer(t, rec, http.MethodPut, target)
+	})
 }
 
 // postBody is a fuzz function that POSTs the fuzzed body to target and

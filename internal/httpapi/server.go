@@ -200,6 +200,8 @@ var routes = []route{
 	{"GET /v1/tasks/{id}/mailbox", limited((*handler).mailbox)},
 	{"GET /v1/tasks/{id}/history", limited((*handler).history)},
 	{"GET /v1/tasks/{id}/tree", limited((*handler).tree)},
+	{"PUT /v1/tasks/{id}/run", bounded(api.MaxRunBytes, (*handler).saveRun)},
+	{"GET /v1/tasks/{id}/run", limited((*handler).getRun)},
 	{"GET /v1/events", limited((*handler).customerEvents)},
 	{"POST /v1/admin/projections/rebuild", limited((*handler).rebuild)},
 	{"GET /v1/openapi.json", public((*handler).openAPI)},
@@ -234,12 +236,15 @@ func limited(f principalFunc) func(*handler) http.Handler {
 	}
 }
 
-// batch is limited for a batch body, up to api.MaxBatchBodyBytes.
-func batch(f principalFunc) func(*handler) http.Handler {
+// bounded is limited for a body of up to limit bytes.
+func bounded(limit int64, f principalFunc) func(*handler) http.Handler {
 	return func(h *handler) http.Handler {
-		return h.route(api.MaxBatchBodyBytes, true, func(w http.ResponseWriter, r *http.Request, p scheduler.Principal) { f(h, w, r, p) })
+		return h.route(limit, true, func(w http.ResponseWriter, r *http.Request, p scheduler.Principal) { f(h, w, r, p) })
 	}
 }
+
+// batch is limited for a batch body, up to api.MaxBatchBodyBytes.
+func batch(f principalFunc) func(*handler) http.Handler { return bounded(api.MaxBatchBodyBytes, f) }
 
 // unlimited serves f behind auth without an in-flight slot (long polls).
 func unlimited(f principalFunc) func(*handler) http.Handler {

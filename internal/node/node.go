@@ -68,6 +68,10 @@ type Config struct {
 	// WriteTimeout bounds one append (store.Config.WriteTimeout); default
 	// 5s.
 	WriteTimeout time.Duration
+	// RunRetention is how long a task's Run state is kept at least after
+	// the task ends (store.RunsConfig.Retention); default
+	// store.DefaultRunRetention.
+	RunRetention time.Duration
 	// StorageRetry is how often the node checks StorageError and, while
 	// appends or the server's storage fail, calls RecoverStorage and
 	// probes the log; default 5s.
@@ -139,6 +143,13 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		st.Close()
 		return nil, err
 	}
+	runs, err := store.OpenRuns(ctx, st.JetStream(), store.RunsConfig{
+		Stream: cfg.Stream, Replicas: cfg.Replicas, Retention: cfg.RunRetention, Timeout: cfg.WriteTimeout,
+	})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	pcfg := projections.Config{
 		JS: st.JetStream(), Stream: cfg.Stream, Subjects: cfg.Subjects, Logger: cfg.Logger,
 		SnapshotEvery: cfg.SnapshotEvery, SnapshotInterval: cfg.SnapshotInterval, Retain: cfg.Retain,
@@ -161,7 +172,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			}
 		}
 	}
-	n, err := build(cfg, st, pcfg, ready)
+	n, err := build(cfg, st, runs, pcfg, ready)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -172,7 +183,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 }
 
 // build makes the parts on an open store and ready stream.
-func build(cfg Config, st *store.Store, pcfg projections.Config, ready jetstream.Stream) (*Node, error) {
+func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Config, ready jetstream.Stream) (*Node, error) {
 	eng, err := projections.New(pcfg)
 	if err != nil {
 		return nil, err
@@ -181,7 +192,7 @@ func build(cfg Config, st *store.Store, pcfg projections.Config, ready jetstream
 		cfg.Registry = newRegistry(eng)
 	}
 	svc, err := scheduler.New(scheduler.Config{
-		Store: st, Views: eng, JS: st.JetStream(), ReadyStream: cfg.ReadyStream, Subjects: cfg.Subjects,
+		Store: st, Views: eng, Runs: runs, JS: st.JetStream(), ReadyStream: cfg.ReadyStream, Subjects: cfg.Subjects,
 		Usage: eng, Admission: cfg.Admission, Logger: cfg.Logger, Metrics: scheduler.NewMetrics(cfg.Registry),
 		Limits: cfg.Limits,
 	})

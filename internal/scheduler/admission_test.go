@@ -312,6 +312,9 @@ func TestAdmissionUsageChecker(t *testing.T) {
 			t.Parallel()
 			n, chk, reg := startChecker(t, c.answer)
 			admitted(t, n, acme, scheduler.ScheduleRequest{RequestID: "r0"})
+			// On a loaded machine the service's timeout can fire before the
+			// checker's handler has even run: wait for the question to land.
+			testnode.Eventually(t, "checker asked", func() bool { return len(chk.asked()) > 0 })
 			if q := chk.asked(); len(q) != 1 {
 				t.Fatalf("checker was asked %d times, want 1", len(q))
 			}

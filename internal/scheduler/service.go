@@ -82,6 +82,7 @@ type Views interface {
 type Config struct {
 	Store       Store
 	Views       Views
+	Runs        Runs                // the tasks' Run state; nil: the run calls are ErrUnavailable
 	JS          jetstream.JetStream // for claims/next
 	ReadyStream string              // the ready notification stream; default events.DefaultStream's
 	Subjects    events.Subjects
@@ -182,6 +183,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
+	}
+	if cfg.Runs == nil {
+		cfg.Runs = noRuns{}
 	}
 	closing, close := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, dispatchers: dispatchers{m: make(map[string]*dispatcher)}, polls: polls{n: make(map[string]int)},
