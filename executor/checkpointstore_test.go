@@ -30,7 +30,9 @@ func TestCheckpointStores(t *testing.T) {
 		return out
 	}
 	stores := map[string]storeCase{
-		"Memory": {open: func(*testing.T) (executor.CheckpointStore, claimsFunc) { return &executor.MemoryCheckpoints{}, fakeClaims }},
+		"Memory": {open: func(*testing.T) (executor.CheckpointStore, claimsFunc) {
+			return &executor.MemoryCheckpoints{}, fakeClaims
+		}},
 		"KV": {open: func(t *testing.T) (executor.CheckpointStore, claimsFunc) {
 			return wkSetup(t).kv(t, strings.ReplaceAll(t.Name(), "/", "_")), fakeClaims
 		}},
