@@ -57,10 +57,10 @@ func killChild() int {
 		reach("claimed")
 		err := run.Turn(ctx, func(t *executor.Turn) error {
 			count("turn1")
-			if _, err := t.Record(ctx, api.TranscriptItem{Kind: api.ItemModelInput, Content: killText("find the bug")}); err != nil {
+			if _, err := t.Record(ctx, api.TranscriptItem{Kind: api.ItemModelInput, Content: text("find the bug")}); err != nil {
 				return err
 			}
-			if _, err := t.Record(ctx, api.TranscriptItem{Kind: api.ItemModelOutput, Content: killText("grep for it")}); err != nil {
+			if _, err := t.Record(ctx, api.TranscriptItem{Kind: api.ItemModelOutput, Content: text("grep for it")}); err != nil {
 				return err
 			}
 			_, err := t.Dispatch(ctx, api.ToolCall{Name: "grep", Input: json.RawMessage(`{"q":"bug"}`)},
@@ -84,7 +84,7 @@ func killChild() int {
 		}
 		err = run.Turn(ctx, func(t *executor.Turn) error {
 			count("turn2")
-			_, err := t.Record(ctx, api.TranscriptItem{Kind: api.ItemModelOutput, Content: killText("fixed")})
+			_, err := t.Record(ctx, api.TranscriptItem{Kind: api.ItemModelOutput, Content: text("fixed")})
 			return err
 		})
 		return "fixed", err
@@ -104,8 +104,6 @@ func killChild() int {
 	}
 	return 0
 }
-
-func killText(s string) []events.ContentPart { return []events.ContentPart{{Type: "text", Text: s}} }
 
 // killProc is a running child executor.
 type killProc struct {

@@ -65,7 +65,7 @@ func TestTurnResume(t *testing.T) {
 				if first {
 					answer = "first answer"
 				}
-				it, err := t.Record(ctx, api.TranscriptItem{Kind: api.ItemModelOutput, Content: killText(answer)})
+				it, err := t.Record(ctx, api.TranscriptItem{Kind: api.ItemModelOutput, Content: text(answer)})
 				if err != nil {
 					return err
 				}
@@ -158,7 +158,7 @@ func TestTurnMailboxAtBoundary(t *testing.T) {
 		var s seen
 		s.err = run.Turn(ctx, func(t *executor.Turn) error {
 			_, err := t.Dispatch(ctx, api.ToolCall{Name: "ask"}, func(ctx context.Context) (json.RawMessage, error) {
-				if _, err := e.client.AppendMail(ctx, run.Task.ID, events.Message{ID: "m1", Content: killText("also this")}); err != nil {
+				if _, err := e.client.AppendMail(ctx, run.Task.ID, events.Message{ID: "m1", Content: text("also this")}); err != nil {
 					return nil, err
 				}
 				if err := run.Check(ctx); err != nil { // hands m1 to the run
