@@ -180,8 +180,9 @@ func build(cfg Config, st *store.Store, pcfg projections.Config, ready jetstream
 	if cfg.Registry == nil {
 		cfg.Registry = newRegistry(eng)
 	}
+	publisher := reactors.ReadyPublisher{JS: st.JetStream(), Subjects: cfg.Subjects, Stream: ready}
 	svc, err := scheduler.New(scheduler.Config{
-		Store: st, Views: eng, JS: st.JetStream(), ReadyStream: cfg.ReadyStream, Subjects: cfg.Subjects,
+		Store: st, Views: eng, JS: st.JetStream(), Publisher: publisher, ReadyStream: cfg.ReadyStream, Subjects: cfg.Subjects,
 		Usage: eng, Admission: cfg.Admission, Logger: cfg.Logger, Metrics: scheduler.NewMetrics(cfg.Registry),
 		Limits: cfg.Limits,
 	})
@@ -191,7 +192,7 @@ func build(cfg Config, st *store.Store, pcfg projections.Config, ready jetstream
 	errorLog := ratelog.New(cfg.Logger, cfg.LogRepeatInterval)
 	alarmCfg := cfg.Alarm
 	alarmCfg.Store, alarmCfg.Projection, alarmCfg.Repeats = st, eng, errorLog
-	alarmCfg.Publisher = reactors.ReadyPublisher{JS: st.JetStream(), Subjects: cfg.Subjects, Stream: ready}
+	alarmCfg.Publisher = publisher
 	alarmCfg.Logger, alarmCfg.Now = cfg.Logger, cfg.Now
 	if alarmCfg.Observe == nil {
 		alarmCfg.Observe = observeAlarm(cfg.Registry)

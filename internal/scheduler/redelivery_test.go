@@ -69,7 +69,7 @@ func TestLostNotificationIsRepublished(t *testing.T) {
 	if st.TaskID != q.TaskID || st.Claim.DeliveryID != q.Delivery.ID {
 		t.Fatalf("claimed %s with %s, want %s with %s", st.TaskID, st.Claim.DeliveryID, q.TaskID, q.Delivery.ID)
 	}
-	want := []events.Type{events.TypeTaskScheduled, events.TypeDeliveryPending, events.TypeReadyPublished,
+	want := []events.Type{events.TypeTaskScheduled, events.TypeReadyPublished, // released in TaskScheduled
 		events.TypeReadyRepublished, events.TypeClaimed}
 	if got := types(history(t, n, q.TaskID)); !slices.Equal(got, want) {
 		t.Fatalf("history %v, want %v", got, want)
@@ -134,4 +134,48 @@ func metric(t *testing.T, n *testnode.Node, name string) float64 {
 	}
 	t.Fatalf("metric %s not in /metrics (%v)", name, sc.Err())
 	return 0
+}
+
+// A task due at once is released in its TaskScheduled and its
+// notification published before Schedule answers: queued, two events,
+// the notification in the ready stream under the delivery id. A delayed
+// task waits unreleased for the alarm.
+func TestScheduleDuePublishedAtOnce(t *testing.T) {
+	t.Parallel()
+	n := setup(t)
+	ctx := context.Background()
+	st := mustSchedule(t, n, acme, scheduler.ScheduleRequest{Queue: "direct"})
+	if st.Status != aggregate.StatusQueued || !st.Delivery.Published || st.Delivery.ReadySeq == 0 {
+		t.Fatalf("task due at once answered %s with delivery %+v, want queued and published", st.Status, st.Delivery)
+	}
+	evs := history(t, n, st.TaskID)
+	if got, want := types(evs), []events.Type{events.TypeTaskScheduled, events.TypeReadyPublished}; !slices.Equal(got, want) {
+		t.Fatalf("history %v, want %v", got, want)
+	}
+	if ts := evs[0].Data.(events.TaskScheduled); ts.DeliveryID != st.Delivery.ID || ts.NextAt.IsZero() {
+		t.Fatalf("TaskScheduled released %q (next at %v), want %q", ts.DeliveryID, ts.NextAt, st.Delivery.ID)
+	}
+	rs, err := n.Store.JetStream().Stream(ctx, n.NS.ReadyStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := rs.GetMsg(ctx, st.Delivery.ReadySeq)
+	if err != nil {
+		t.Fatalf("notification at ready sequence %d: %v", st.Delivery.ReadySeq, err)
+	}
+	if id := msg.Header.Get("Nats-Msg-Id"); id != st.Delivery.ID {
+		t.Fatalf("notification's message id %q, want the delivery id %q", id, st.Delivery.ID)
+	}
+	if got := claimNext(t, n, acme, "direct", 10*time.Second); got.TaskID != st.TaskID || got.Claim.DeliveryID != st.Delivery.ID {
+		t.Fatalf("claimed %s with %s, want %s with %s", got.TaskID, got.Claim.DeliveryID, st.TaskID, st.Delivery.ID)
+	}
+
+	delay := 3600.0
+	later := mustSchedule(t, n, acme, scheduler.ScheduleRequest{Queue: "direct", DelaySeconds: &delay})
+	if later.Status != aggregate.StatusScheduled || later.Delivery.ID != "" {
+		t.Fatalf("delayed task answered %s with delivery %+v, want scheduled and not released", later.Status, later.Delivery)
+	}
+	if ts := history(t, n, later.TaskID)[0].Data.(events.TaskScheduled); ts.DeliveryID != "" {
+		t.Fatalf("delayed task released in its TaskScheduled: %+v", ts)
+	}
 }
