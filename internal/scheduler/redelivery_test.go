@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -177,5 +178,45 @@ func TestScheduleDuePublishedAtOnce(t *testing.T) {
 	}
 	if ts := history(t, n, later.TaskID)[0].Data.(events.TaskScheduled); ts.DeliveryID != "" {
 		t.Fatalf("delayed task released in its TaskScheduled: %+v", ts)
+	}
+}
+
+// Notifications are msgpack by default; with ReadyJSON they are JSON for
+// consumers that read only JSON. Either way the Content-Type header names
+// the encoding, and claims/next reads both.
+func TestReadyNotificationEncoding(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		json bool
+		want string
+	}{{"Msgpack", false, events.ContentTypeMsgpack}, {"JSON", true, events.ContentTypeJSON}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			n := setup(t, func(cfg *node.Config) { cfg.ReadyJSON = c.json })
+			ctx := context.Background()
+			st := mustSchedule(t, n, acme, scheduler.ScheduleRequest{Queue: "enc"})
+			rs, err := n.Store.JetStream().Stream(ctx, n.NS.ReadyStream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg, err := rs.GetMsg(ctx, st.Delivery.ReadySeq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ct := msg.Header.Get(events.ContentTypeHeader); ct != c.want {
+				t.Fatalf("Content-Type %q, want %q", ct, c.want)
+			}
+			if c.json && !json.Valid(msg.Data) {
+				t.Fatalf("JSON notification %q is not JSON", msg.Data)
+			}
+			note, err := events.UnmarshalReady(msg.Data, c.want)
+			if err != nil || note.TaskID != st.TaskID || note.DeliveryID != st.Delivery.ID || note.CustomerID != "acme" || note.Queue != "enc" {
+				t.Fatalf("notification %+v (%v), want task %s with %s", note, err, st.TaskID, st.Delivery.ID)
+			}
+			if got := claimNext(t, n, acme, "enc", 10*time.Second); got.TaskID != st.TaskID {
+				t.Fatalf("claimed %s, want %s", got.TaskID, st.TaskID)
+			}
+		})
 	}
 }
