@@ -60,6 +60,9 @@ type Store interface {
 // Views is what the service reads from the projections.
 type Views interface {
 	WaitFor(ctx context.Context, seq uint64) error
+	// ApplyOwn folds events just appended into the views where it may
+	// ahead of their tail, and reports whether all of them are in.
+	ApplyOwn(evs []events.Event) bool
 	Task(id string) (aggregate.State, bool)
 	// Lineage returns how many levels below its root a task sits and
 	// how many tasks its lineage has; ok is false for a task the views
@@ -344,7 +347,7 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 			cmd = aggregate.Reject{TaskID: taskID, CustomerID: customerID, Spec: spec, Reason: reason}
 		}
 	}
-	st, _, err = s.cfg.Store.Execute(ctx, taskID, "", cmd)
+	st, evs, err := s.cfg.Store.Execute(ctx, taskID, "", cmd)
 	err = s.fromStore(err)
 	if err == nil {
 		crashpoint.Hit(crashpoint.Scheduled)
@@ -357,9 +360,11 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 		return st, false, err
 	}
 	if st.Version == 1 && st.Delivery.ID != "" {
-		st = s.publishReleased(ctx, st)
+		var published []events.Event
+		st, published = s.publishReleased(ctx, st)
+		evs = append(evs, published...)
 	}
-	if err := s.settle(ctx, st); err != nil {
+	if err := s.settle(ctx, st, evs); err != nil {
 		return st, false, err
 	}
 	if st.Rejected {
@@ -370,12 +375,12 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 
 // publishReleased publishes the ready notification of st, a task its
 // TaskScheduled released, and records it (ReadyPublished) as the alarm
-// would, and returns the task after that. A failure is left to the alarm:
+// would, and returns the task after that and the event appended. A failure is left to the alarm:
 // the task waits in its delivery queue until the grace ends, and a
 // notification published twice is dropped by the ready stream (same
 // message id) or stale for its claim. A claim that got there first makes
 // ReadyPublished stale, which needs no write.
-func (s *Service) publishReleased(ctx context.Context, st aggregate.State) aggregate.State {
+func (s *Service) publishReleased(ctx context.Context, st aggregate.State) (aggregate.State, []events.Event) {
 	crashpoint.Hit(crashpoint.Released)
 	// Past the grace the alarm publishes anyway: a ready stream that does
 	// not answer delays the answer by no more than that.
@@ -383,14 +388,14 @@ func (s *Service) publishReleased(ctx context.Context, st aggregate.State) aggre
 	seq, err := s.cfg.Publisher.PublishReady(pctx, st, st.Delivery.ID)
 	cancel()
 	if err != nil {
-		return st
+		return st, nil
 	}
 	crashpoint.Hit(crashpoint.Published)
 	cmd := aggregate.MarkReadyPublished{DeliveryID: st.Delivery.ID, ReadySeq: seq}
-	if next, _, err := s.cfg.Store.ExecuteSeen(ctx, st.TaskID, "", cmd, st.LastSeq); err == nil {
-		return next
+	if next, evs, err := s.cfg.Store.ExecuteSeen(ctx, st.TaskID, "", cmd, st.LastSeq); err == nil {
+		return next, evs
 	}
-	return st
+	return st, nil
 }
 
 // lineageRoom fails with ErrLineageLimit when a new child of parentID
@@ -419,7 +424,7 @@ func (s *Service) repeated(ctx context.Context, taskID string) (st aggregate.Sta
 	if !st.Exists() {
 		return st, false, nil
 	}
-	if err := s.settle(ctx, st); err != nil {
+	if err := s.settle(ctx, st, nil); err != nil {
 		return st, true, err
 	}
 	if st.Rejected {
@@ -506,9 +511,14 @@ func (s *Service) checkQueues(customerID, queue string) error {
 // longest timeouts (a year).
 const maxDelaySeconds = events.MaxTimeoutSeconds * 52
 
-// settle waits until the projections have applied st, so the caller's
-// next read (a list, a tree) sees its write.
-func (s *Service) settle(ctx context.Context, st aggregate.State) error {
+// settle makes the projections show st, the task after the caller's
+// write appended evs, so the caller's next read (a list, a tree) sees it:
+// at once where the views may fold evs in themselves (Views.ApplyOwn),
+// else once the projections' tail has applied st.
+func (s *Service) settle(ctx context.Context, st aggregate.State, evs []events.Event) error {
+	if len(evs) > 0 && s.cfg.Views.ApplyOwn(evs) {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
 	defer cancel()
 	if err := s.cfg.Views.WaitFor(ctx, st.LastSeq); err != nil {
@@ -571,11 +581,11 @@ func (s *Service) execute(ctx context.Context, p Principal, id, actor string, cm
 	if err := s.authorize(ctx, p, id); err != nil {
 		return aggregate.State{}, err
 	}
-	st, _, err := s.cfg.Store.Execute(ctx, id, actor, cmd)
+	st, evs, err := s.cfg.Store.Execute(ctx, id, actor, cmd)
 	if err != nil {
 		return st, s.fromStore(err)
 	}
-	return st, s.settle(ctx, st)
+	return st, s.settle(ctx, st, evs)
 }
 
 // Claim consumes deliveryID and starts the run for executorID.
