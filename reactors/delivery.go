@@ -68,9 +68,12 @@ func (p ReadyPublisher) PublishReady(ctx context.Context, s aggregate.State, msg
 	if err != nil {
 		return 0, err
 	}
-	msg := &nats.Msg{Subject: p.Subjects.Ready(s.Spec.Queue), Data: body, Header: nats.Header{events.ContentTypeHeader: {ct}}}
+	// The message id as a header, not a publish option: nats.go then
+	// allocates no options.
+	msg := &nats.Msg{Subject: p.Subjects.Ready(s.Spec.Queue), Data: body,
+		Header: nats.Header{events.ContentTypeHeader: {ct}, jetstream.MsgIDHeader: {msgID}}}
 	for attempt := 1; ; attempt++ {
-		ack, err := p.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
+		ack, err := p.JS.PublishMsg(ctx, msg)
 		if err == nil {
 			return ack.Sequence, nil
 		}
