@@ -374,12 +374,12 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 }
 
 // publishReleased publishes the ready notification of st, a task its
-// TaskScheduled released, and records it (ReadyPublished) as the alarm
-// would, and returns the task after that and the event appended. A failure is left to the alarm:
-// the task waits in its delivery queue until the grace ends, and a
-// notification published twice is dropped by the ready stream (same
-// message id) or stale for its claim. A claim that got there first makes
-// ReadyPublished stale, which needs no write.
+// TaskScheduled released, records it (ReadyPublished) as the alarm would,
+// and returns the task after that and the event appended. A failure is
+// left to the alarm: the task waits in its delivery queue until the grace
+// ends, and a notification published twice is dropped by the ready stream
+// (same message id) or stale for its claim. A claim that got there first
+// makes ReadyPublished stale, which needs no write.
 func (s *Service) publishReleased(ctx context.Context, st aggregate.State) (aggregate.State, []events.Event) {
 	crashpoint.Hit(crashpoint.Released)
 	// Past the grace the alarm publishes anyway: a ready stream that does
