@@ -168,16 +168,22 @@ func (e *Engine) Run(ctx context.Context) error {
 		if m.seq <= e.applied.Load() {
 			continue
 		}
-		if from := e.applied.Load() + 1; m.seq > from {
+		from := e.applied.Load() + 1
+		if m.owned && !e.passOwned(m.seq) {
+			// A rebuild swapped the views in after the tail skipped
+			// this event: the fresh views need it, so read it again.
+			t.stop(&tails)
+			t, ended = e.follow(from, e.isOwned), false
+			continue
+		}
+		if m.seq > from {
 			// The event stream denies deletes: a skipped sequence is a
 			// message the server dropped or someone removed.
 			e.missing.Add(m.seq - from)
 			e.cfg.Logger.Warn().Uint64("from", from).Uint64("to", m.seq-1).Msg("projections: sequences missing from the log; run taskledger replay verify")
 		}
 		progressAt = time.Now()
-		if m.owned {
-			e.passOwned(m.seq)
-		} else {
+		if !m.owned {
 			e.apply(m.ev, m.bad)
 		}
 		if !e.caughtUp.Load() && m.seq >= target {
@@ -325,7 +331,8 @@ func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) e
 	}
 	e.v = fresh
 	// What ApplyOwn folded into the old views beyond the applied
-	// sequence the fresh ones get from the tail.
+	// sequence the fresh ones get from the tail (which reads again what
+	// it skipped and had not handed over yet: passOwned).
 	e.ownMu.Lock()
 	clear(e.owned)
 	e.ownMu.Unlock()
@@ -407,15 +414,23 @@ func (e *Engine) isOwned(seq uint64) bool {
 }
 
 // passOwned moves the applied sequence over seq, an event ApplyOwn
-// folded in: the tail skipped it without decoding.
-func (e *Engine) passOwned(seq uint64) {
+// folded in: the tail skipped it without decoding. It reports false, and
+// moves nothing, when the views no longer hold it (a rebuild swapped in
+// fresh views since the tail looked).
+func (e *Engine) passOwned(seq uint64) bool {
 	e.mu.Lock()
-	e.applied.Store(seq)
 	e.ownMu.Lock()
+	_, held := e.owned[seq]
 	delete(e.owned, seq)
 	e.ownMu.Unlock()
+	if held {
+		e.applied.Store(seq)
+	}
 	e.mu.Unlock()
-	e.wake(seq)
+	if held {
+		e.wake(seq)
+	}
+	return held
 }
 
 // ApplyOwn folds into the projections, ahead of the tail, events the
