@@ -549,30 +549,12 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 	}
 }
 
-// typeHeaders holds one value slice per event type for the TypeHeader of
-// appends, shared by every message (nats.go only reads it); a type not
-// listed gets a slice of its own.
-var typeHeaders = func() map[events.Type][]string {
-	m := map[events.Type][]string{}
-	for _, t := range []events.Type{events.TypeTaskScheduled, events.TypeAdmissionRejected, events.TypeDeliveryPending,
-		events.TypeDeliveryRetryScheduled, events.TypeDeliveryExhausted, events.TypeReadyPublished, events.TypeReadyRepublished,
-		events.TypeClaimed, events.TypeTimedOut, events.TypeResultRecorded, events.TypeCanceled, events.TypeMailboxAppended,
-		events.TypeMailboxRead} {
-		m[t] = []string{string(t)}
-	}
-	return m
-}()
-
 // eventMsg is the append of ev, encoded as data, after sequence expected:
 // its subject, the TypeHeader, and the message id and expected subject
 // sequence headers JetStream checks, in one map.
 func (s *Store) eventMsg(ev *events.Event, data []byte, expected uint64) *nats.Msg {
-	typ, ok := typeHeaders[ev.Type()]
-	if !ok {
-		typ = []string{string(ev.Type())}
-	}
 	return &nats.Msg{Subject: s.cfg.Subjects.Event(ev.CustomerID, ev.TaskID), Data: data, Header: nats.Header{
-		TypeHeader:                          typ,
+		TypeHeader:                          {string(ev.Type())},
 		jetstream.MsgIDHeader:               {ev.ID},
 		jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(expected, 10)},
 	}}
