@@ -41,3 +41,38 @@ func TestReadyNotificationEncodings(t *testing.T) {
 		}
 	}
 }
+
+// FuzzUnmarshalReady: a notification body of either encoding never
+// panics the decoder, and whatever decodes re-encodes to the same value.
+func FuzzUnmarshalReady(f *testing.F) {
+	n := ReadyNotification{TaskID: "t1", CustomerID: "c1", RootID: "r1", Queue: "q", DeliveryID: "d1", Signal: Signal{ID: "s"}}
+	for _, ct := range []string{ContentTypeMsgpack, ContentTypeJSON} {
+		b, err := MarshalReady(n, ct)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b, ct == ContentTypeMsgpack)
+		f.Add(b[:len(b)/2], ct == ContentTypeMsgpack)
+	}
+	f.Add([]byte{0x81, 0xa6, 's', 'i', 'g', 'n', 'a', 'l', 0xc0}, true)
+	f.Fuzz(func(t *testing.T, b []byte, asMsgpack bool) {
+		ct := ContentTypeJSON
+		if asMsgpack {
+			ct = ContentTypeMsgpack
+		}
+		got, err := UnmarshalReady(b, ct)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v is not ErrMalformed", err)
+			}
+			return
+		}
+		again, err := MarshalReady(got, ct)
+		if err != nil {
+			t.Fatalf("re-encode %+v: %v", got, err)
+		}
+		if back, err := UnmarshalReady(again, ct); err != nil || back != got {
+			t.Fatalf("round trip %+v -> %+v (%v)", got, back, err)
+		}
+	})
+}
