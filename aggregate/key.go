@@ -79,8 +79,8 @@ type ReleaseSlot struct {
 	Status                  Status
 }
 
-func (AcquireSlot) keyCommand()                     {}
-func (ReleaseSlot) keyCommand()                     {}
+func (AcquireSlot) keyCommand()                      {}
+func (ReleaseSlot) keyCommand()                      {}
 func (c AcquireSlot) Target() (customer, key string) { return c.CustomerID, c.Key }
 func (c ReleaseSlot) Target() (customer, key string) { return c.CustomerID, c.Key }
 
