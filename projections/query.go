@@ -112,9 +112,16 @@ func (e *Engine) EarliestExcept(t Timer, skip func(taskID string) bool) (time.Ti
 func (e *Engine) Due(t Timer, now time.Time, limit int, skip func(taskID string) bool) []aggregate.State {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
+	if t == Release {
+		skip = e.v.releasable(skip)
+	}
 	keys := e.v.timers[t].due(now, limit, skip)
 	out := make([]aggregate.State, len(keys))
 	for i, k := range keys {
+		if t == Free {
+			out[i] = e.v.freeing[k]
+			continue
+		}
 		out[i] = e.v.tasks[k].state()
 	}
 	return out

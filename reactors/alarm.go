@@ -36,6 +36,9 @@ type Store interface {
 	ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggregate.Command, seen uint64) (aggregate.State, []events.Event, error)
 	// Load returns a task as the log has it now.
 	Load(ctx context.Context, taskID string) (aggregate.State, error)
+	// ExecuteKey decides a concurrency key's command and appends its
+	// event under the key's last sequence.
+	ExecuteKey(ctx context.Context, cmd aggregate.KeyCommand) (aggregate.KeyState, []events.Event, error)
 }
 
 // Projection is what the alarm reads.
@@ -305,7 +308,21 @@ func (a *Alarm) act(ctx context.Context, t projections.Timer, s aggregate.State)
 	var cmd aggregate.Command
 	switch t {
 	case projections.Release:
+		if c := s.Spec.Concurrency; c != nil {
+			k, _, err := a.store.ExecuteKey(ctx, aggregate.AcquireSlot{CustomerID: s.CustomerID, Key: c.Key, TaskID: s.TaskID, Limit: c.Limit})
+			if errors.Is(err, aggregate.ErrKeyFull) {
+				// The projection lagged another process's acquisition;
+				// once it has seen it, the key's room decides again.
+				return flight{untilSeq: k.LastSeq}
+			}
+			if err != nil {
+				return a.outcome(t, s, aggregate.State{LastSeq: k.LastSeq}, err)
+			}
+			crashpoint.Hit(crashpoint.SlotAcquired)
+		}
 		cmd = aggregate.ReleaseDue{DeliveryID: events.NewID()}
+	case projections.Free:
+		return a.free(ctx, s)
 	case projections.Deliver:
 		cmd = a.deliver(ctx, s)
 	case projections.Expire:
@@ -338,6 +355,8 @@ func (a *Alarm) outcome(t projections.Timer, s, st aggregate.State, err error) f
 		due = s.CompletedAt
 	case projections.Republish:
 		due = s.Delivery.NextAt.Add(a.cfg.RepublishAfter)
+	case projections.Free:
+		due = s.CompletedAt
 	}
 	if a.cfg.Observe != nil {
 		a.cfg.Observe(t, a.cfg.Now().Sub(due), err)
@@ -505,4 +524,14 @@ func (a *Alarm) report(ctx context.Context, child aggregate.State) flight {
 		st, _, err = a.store.Execute(ctx, child.Spec.ParentID, "", aggregate.AppendMail{Message: msg})
 	}
 	return a.outcome(projections.Report, child, st, err)
+}
+
+// free releases the slot of a terminal task that holds one of its
+// concurrency key (or of one whose release failed after it acquired its
+// slot: canceled in between). A task that holds none any more (another
+// process freed it) appends nothing.
+func (a *Alarm) free(ctx context.Context, s aggregate.State) flight {
+	cmd := aggregate.ReleaseSlot{CustomerID: s.CustomerID, Key: s.Spec.Concurrency.Key, TaskID: s.TaskID, Status: s.Status}
+	k, _, err := a.store.ExecuteKey(ctx, cmd)
+	return a.outcome(projections.Free, s, aggregate.State{LastSeq: k.LastSeq}, err)
 }

@@ -76,6 +76,9 @@ type Views interface {
 	Queued(customerID, queue string, limit int, skip func(taskID string) bool) []aggregate.State
 	// QueuedSignal is closed once a task of customerID is queued on queue.
 	QueuedSignal(customerID, queue string) <-chan struct{}
+	// ConcurrencyKey returns a concurrency key's state, holders and the
+	// tasks waiting for a slot at now.
+	ConcurrencyKey(customerID, key string, now time.Time) (aggregate.KeyState, []aggregate.State, []aggregate.State)
 }
 
 // Config configures a Service.
@@ -249,6 +252,7 @@ type ScheduleRequest struct {
 	RunAt          *time.Time
 	DelaySeconds   *float64
 	TimeoutSeconds *int
+	Concurrency    *events.Concurrency
 }
 
 // Schedule accepts a task. created is false when the customer's requestId
@@ -425,7 +429,7 @@ func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, s
 	return events.TaskSpec{
 		ParentID: req.ParentID, RequestID: req.RequestID, RelatedTaskID: req.RelatedTaskID,
 		Queue: queue, Signal: req.Signal, Repo: req.Repo, Message: msg,
-		RunAt: runAt.UTC(), TimeoutSeconds: timeout,
+		RunAt: runAt.UTC(), TimeoutSeconds: timeout, Concurrency: req.Concurrency,
 	}, customerID, nil
 }
 

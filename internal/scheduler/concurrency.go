@@ -1,0 +1,41 @@
+package scheduler
+
+import (
+	"fmt"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+)
+
+// KeyView is a concurrency key as the projections have it: the tasks that
+// hold its slots, in the order they took them, and those due and waiting
+// for one, first due first.
+type KeyView struct {
+	CustomerID, Key  string
+	Holders, Waiters []aggregate.State
+}
+
+// Concurrency returns customerID's concurrency key named key. A customer
+// sees only its own keys: another customer's is ErrNotFound. An empty
+// customerID is the caller's (the default customer for the operator). A
+// key the log never saw has no holders and no waiters. It is safe for
+// concurrent use.
+func (s *Service) Concurrency(p Principal, customerID, key string) (KeyView, error) {
+	if customerID == "" {
+		customerID = p.CustomerID
+		if p.IsOperator() {
+			customerID = events.DefaultCustomer
+		}
+	}
+	if err := events.ValidID(customerID); err != nil {
+		return KeyView{}, invalid("customerId: %v", err)
+	}
+	if !p.IsOperator() && p.CustomerID != customerID {
+		return KeyView{}, fmt.Errorf("%w: customer %s", aggregate.ErrNotFound, customerID)
+	}
+	if err := aggregate.ValidConcurrency(events.Concurrency{Key: key, Limit: events.MinConcurrencyLimit}); err != nil {
+		return KeyView{}, err
+	}
+	_, holders, waiters := s.cfg.Views.ConcurrencyKey(customerID, key, s.cfg.Store.Now())
+	return KeyView{CustomerID: customerID, Key: key, Holders: holders, Waiters: waiters}, nil
+}

@@ -1,0 +1,70 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+)
+
+// LoadKey returns a concurrency key's current state, replayed from its
+// subject in the log (on a replicated stream, from the leader). A key
+// with no events is the zero KeyState.
+func (s *Store) LoadKey(ctx context.Context, customerID, key string) (aggregate.KeyState, error) {
+	var k aggregate.KeyState
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.ReadTimeout)
+		defer cancel()
+	}
+	fetch := s.get.fetch
+	if s.cfg.Replicas > 1 {
+		fetch = s.get.fetchCurrent
+	}
+	subject := s.cfg.Subjects.Key(customerID, events.KeyID(customerID, key))
+	err := fetch(ctx, subject, 0, func(seq uint64, data []byte) error {
+		ev, err := events.DecodeHashed(data, seq)
+		if err != nil {
+			return fmt.Errorf("store: key %s seq %d: %w", subject, seq, err)
+		}
+		k = aggregate.ApplyKey(k, ev)
+		return nil
+	})
+	return k, err
+}
+
+// ExecuteKey decides cmd against the key's state, loaded from the log,
+// and appends the resulting event with the key subject's last sequence as
+// the expected one: of two processes racing for a key's last slot, one
+// appends and the other decides again on the new state (ErrKeyFull). It
+// returns the key's state after the append and the appended events (none
+// when the command was already satisfied). Decide's errors come back
+// wrapped; ErrConflict only when every retry lost. It is safe for
+// concurrent use; commands of this process on one key take turns.
+func (s *Store) ExecuteKey(ctx context.Context, cmd aggregate.KeyCommand) (aggregate.KeyState, []events.Event, error) {
+	customerID, key := cmd.Target()
+	keyID := events.KeyID(customerID, key)
+	defer s.take(keyID)()
+	for attempt := 0; ; attempt++ {
+		k, err := s.LoadKey(ctx, customerID, key)
+		if err != nil {
+			return k, nil, fmt.Errorf("%w: load key %s: %w", ErrUnavailable, keyID, err)
+		}
+		evs, err := aggregate.DecideKey(k, cmd, s.cfg.Now())
+		if err != nil || len(evs) == 0 {
+			return k, nil, err
+		}
+		ev := &evs[0]
+		ev.ID, ev.Actor, ev.Prev = events.NewID(), s.cfg.Actor, k.LastHash
+		err = s.publish(ctx, ev, k.LastSeq)
+		if errors.Is(err, aggregate.ErrConflict) && attempt < s.cfg.MaxRetries {
+			continue
+		}
+		if err != nil {
+			return k, nil, fmt.Errorf("store: %T on key %s: %w", cmd, keyID, err)
+		}
+		return aggregate.ApplyKey(k, *ev), evs, nil
+	}
+}
