@@ -93,6 +93,12 @@ func TestConcurrencyLimitOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitKey(t, b.client, storefront, []string{third.ID}, []string{})
+
+	// The history shows when the second task took and gave back its slot.
+	want := []string{"TaskScheduled", "SlotAcquired", "DeliveryPending", "ReadyPublished", "Canceled", "SlotReleased"}
+	if got := historyTypes(t, b, second.ID); !slices.Equal(got, want) {
+		t.Fatalf("history %v, want %v", got, want)
+	}
 }
 
 // TestConcurrencyInputs: every client-given part of a concurrency limit

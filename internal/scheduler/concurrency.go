@@ -1,10 +1,14 @@
 package scheduler
 
 import (
+	"cmp"
+	"context"
 	"fmt"
+	"slices"
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/replay"
 )
 
 // KeyView is a concurrency key as the projections have it: the tasks that
@@ -38,4 +42,24 @@ func (s *Service) Concurrency(p Principal, customerID, key string) (KeyView, err
 	}
 	_, holders, waiters := s.cfg.Views.ConcurrencyKey(customerID, key, s.cfg.Store.Now())
 	return KeyView{CustomerID: customerID, Key: key, Holders: holders, Waiters: waiters}, nil
+}
+
+// withSlots merges into a task's events, in log order, the events of its
+// concurrency key that name it (when it took and gave back its slot).
+func (s *Service) withSlots(ctx context.Context, st aggregate.State, evs []events.Event) ([]events.Event, error) {
+	c := st.Spec.Concurrency
+	if c == nil {
+		return evs, nil
+	}
+	keyEvs, err := s.cfg.Store.KeyHistory(ctx, st.CustomerID, c.Key)
+	if err != nil {
+		return nil, s.unavailable(err)
+	}
+	for _, ev := range keyEvs {
+		if replay.SlotTask(ev) == st.TaskID {
+			evs = append(evs, ev)
+		}
+	}
+	slices.SortStableFunc(evs, func(a, b events.Event) int { return cmp.Compare(a.Seq, b.Seq) })
+	return evs, nil
 }

@@ -51,6 +51,8 @@ type Store interface {
 	// CustomerEvents calls fn for every event of a customer's tasks
 	// stored at or after since, in log order.
 	CustomerEvents(ctx context.Context, customerID string, since time.Time, fn func(events.Event) error) error
+	// KeyHistory returns every event of a concurrency key in log order.
+	KeyHistory(ctx context.Context, customerID, key string) ([]events.Event, error)
 	Now() time.Time
 }
 
@@ -587,10 +589,11 @@ func (s *Service) History(ctx context.Context, p Principal, id string) ([]events
 	if err != nil {
 		return nil, s.unavailable(err)
 	}
-	if !p.sees(aggregate.Replay(evs)) {
+	st := aggregate.Replay(evs)
+	if !p.sees(st) {
 		return nil, fmt.Errorf("%w: %s", aggregate.ErrNotFound, id)
 	}
-	return evs, nil
+	return s.withSlots(ctx, st, evs)
 }
 
 // LineageHistory returns the events of a task's whole lineage (its root

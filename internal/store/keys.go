@@ -14,6 +14,19 @@ import (
 // with no events is the zero KeyState.
 func (s *Store) LoadKey(ctx context.Context, customerID, key string) (aggregate.KeyState, error) {
 	var k aggregate.KeyState
+	err := s.keyEvents(ctx, customerID, key, func(ev events.Event) { k = aggregate.ApplyKey(k, ev) })
+	return k, err
+}
+
+// KeyHistory returns every event of a concurrency key in log order, each
+// with its stream sequence; none for a key the log never saw.
+func (s *Store) KeyHistory(ctx context.Context, customerID, key string) ([]events.Event, error) {
+	var evs []events.Event
+	err := s.keyEvents(ctx, customerID, key, func(ev events.Event) { evs = append(evs, ev) })
+	return evs, err
+}
+
+func (s *Store) keyEvents(ctx context.Context, customerID, key string, fn func(events.Event)) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.ReadTimeout)
@@ -24,15 +37,14 @@ func (s *Store) LoadKey(ctx context.Context, customerID, key string) (aggregate.
 		fetch = s.get.fetchCurrent
 	}
 	subject := s.cfg.Subjects.Key(customerID, events.KeyID(customerID, key))
-	err := fetch(ctx, subject, 0, func(seq uint64, data []byte) error {
+	return fetch(ctx, subject, 0, func(seq uint64, data []byte) error {
 		ev, err := events.DecodeHashed(data, seq)
 		if err != nil {
 			return fmt.Errorf("store: key %s seq %d: %w", subject, seq, err)
 		}
-		k = aggregate.ApplyKey(k, ev)
+		fn(ev)
 		return nil
 	})
-	return k, err
 }
 
 // ExecuteKey decides cmd against the key's state, loaded from the log,
