@@ -61,8 +61,8 @@ type Verifier struct {
 	subjects events.Subjects
 	tasks    map[string]*aggregate.State
 	keys     map[string]*aggregate.KeyState // concurrency keys by key id
-	claimed  map[string]string // delivery token → task that claimed it
-	numbers  map[string]int    // task → number of its previous event
+	claimed  map[string]string              // delivery token → task that claimed it
+	numbers  map[string]int                 // task → number of its previous event
 	ids      map[string]struct{}
 	head     head // the saved chain head, if any
 	report   Report
