@@ -206,6 +206,14 @@ func (e *Engine) ConcurrencyKey(customerID, key string, now time.Time) (k aggreg
 	return k, holders, waiters
 }
 
+// Waiters returns up to limit tasks of a customer's concurrency key due
+// at now that wait for a slot (not released, holding none), first due
+// first. It is safe for concurrent use.
+func (e *Engine) Waiters(customerID, key string, now time.Time, limit int) []aggregate.State {
+	_, _, waiters := e.ConcurrencyKey(customerID, key, now)
+	return waiters[:min(limit, len(waiters))]
+}
+
 // Waiting reports whether s is a task with a concurrency key that is due
 // at now and not released: it waits for a slot of its key (or, for the
 // moment between its runAt and the alarm's release, for the alarm).

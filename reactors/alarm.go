@@ -49,6 +49,9 @@ type Projection interface {
 	Applied() uint64
 	// Postpone moves a task's due time in timer queue t, if it is there.
 	Postpone(t projections.Timer, taskID string, due time.Time)
+	// Waiters returns up to limit tasks due at now waiting for a slot of
+	// a customer's concurrency key, first due first.
+	Waiters(customerID, key string, now time.Time, limit int) []aggregate.State
 }
 
 // Publisher publishes ready notifications.
@@ -308,19 +311,7 @@ func (a *Alarm) act(ctx context.Context, t projections.Timer, s aggregate.State)
 	var cmd aggregate.Command
 	switch t {
 	case projections.Release:
-		if c := s.Spec.Concurrency; c != nil {
-			k, _, err := a.store.ExecuteKey(ctx, aggregate.AcquireSlot{CustomerID: s.CustomerID, Key: c.Key, TaskID: s.TaskID, Limit: c.Limit})
-			if errors.Is(err, aggregate.ErrKeyFull) {
-				// The projection lagged another process's acquisition;
-				// once it has seen it, the key's room decides again.
-				return flight{untilSeq: k.LastSeq}
-			}
-			if err != nil {
-				return a.outcome(t, s, aggregate.State{LastSeq: k.LastSeq}, err)
-			}
-			crashpoint.Hit(crashpoint.SlotAcquired)
-		}
-		cmd = aggregate.ReleaseDue{DeliveryID: events.NewID()}
+		return a.release(ctx, s)
 	case projections.Free:
 		return a.free(ctx, s)
 	case projections.Deliver:
@@ -333,9 +324,6 @@ func (a *Alarm) act(ctx context.Context, t projections.Timer, s aggregate.State)
 		return a.republish(ctx, s)
 	}
 	st, _, err := a.store.ExecuteSeen(ctx, s.TaskID, "", cmd, s.LastSeq)
-	if err == nil && t == projections.Release {
-		crashpoint.Hit(crashpoint.Released)
-	}
 	if ex, ok := cmd.(aggregate.ExhaustDelivery); ok && err == nil {
 		a.exhausted(s, ex.Reason)
 	}
@@ -526,12 +514,44 @@ func (a *Alarm) report(ctx context.Context, child aggregate.State) flight {
 	return a.outcome(projections.Report, child, st, err)
 }
 
+// release releases a due task. A task with a concurrency key first takes
+// a slot of it (or finds it holds one: a release a crash interrupted);
+// while the key is full it stays scheduled, and is tried again when the
+// projections show a slot free.
+func (a *Alarm) release(ctx context.Context, s aggregate.State) flight {
+	if c := s.Spec.Concurrency; c != nil {
+		k, _, err := a.store.ExecuteKey(ctx, aggregate.AcquireSlot{CustomerID: s.CustomerID, Key: c.Key, TaskID: s.TaskID, Limit: c.Limit})
+		if errors.Is(err, aggregate.ErrKeyFull) {
+			// The projection lagged another acquisition; once it has
+			// seen it, the key's room decides again.
+			return flight{untilSeq: k.LastSeq}
+		}
+		if err != nil {
+			return a.outcome(projections.Release, s, aggregate.State{LastSeq: k.LastSeq}, err)
+		}
+		crashpoint.Hit(crashpoint.SlotAcquired)
+	}
+	st, _, err := a.store.ExecuteSeen(ctx, s.TaskID, "", aggregate.ReleaseDue{DeliveryID: events.NewID()}, s.LastSeq)
+	if err == nil {
+		crashpoint.Hit(crashpoint.Released)
+	}
+	return a.outcome(projections.Release, s, st, err)
+}
+
 // free releases the slot of a terminal task that holds one of its
 // concurrency key (or of one whose release failed after it acquired its
 // slot: canceled in between). A task that holds none any more (another
-// process freed it) appends nothing.
+// process freed it) appends nothing. Having freed the slot, it hands it
+// to the first waiter at once rather than after the projections have
+// seen it free; the Release queue would release that task too (a second
+// attempt then appends nothing).
 func (a *Alarm) free(ctx context.Context, s aggregate.State) flight {
 	cmd := aggregate.ReleaseSlot{CustomerID: s.CustomerID, Key: s.Spec.Concurrency.Key, TaskID: s.TaskID, Status: s.Status}
-	k, _, err := a.store.ExecuteKey(ctx, cmd)
+	k, evs, err := a.store.ExecuteKey(ctx, cmd)
+	if err == nil && len(evs) > 0 {
+		for _, w := range a.proj.Waiters(s.CustomerID, cmd.Key, a.cfg.Now(), 1) {
+			a.release(ctx, w)
+		}
+	}
 	return a.outcome(projections.Free, s, aggregate.State{LastSeq: k.LastSeq}, err)
 }
