@@ -142,9 +142,9 @@ func (v *views) releasable(skip func(taskID string) bool) func(taskID string) bo
 	}
 }
 
-// restoreKeys rebuilds the key view from a snapshot's key states, once
-// the tasks are restored.
-func (v *views) restoreKeys(ks []aggregate.KeyState) {
+// restoreKeys rebuilds the key view from a snapshot's key states and Free
+// queue, once the tasks are restored.
+func (v *views) restoreKeys(ks []aggregate.KeyState, freeing []aggregate.State) {
 	var zero aggregate.State
 	for _, t := range v.tasks {
 		if s := t.state(); !t.terminal() {
@@ -154,12 +154,21 @@ func (v *views) restoreKeys(ks []aggregate.KeyState) {
 	for i := range ks {
 		k := ks[i]
 		v.byKey[k.KeyID] = &k
-		for _, id := range k.Holders {
-			if t := v.tasks[id]; t == nil || t.terminal() {
-				v.free(&k, id)
-			}
-		}
 	}
+	for _, s := range freeing {
+		v.freeing[s.TaskID] = s
+		v.timers[Free].set(s.TaskID, s.CustomerID, s.CompletedAt)
+	}
+}
+
+// freeingStates copies the Free queue's tasks, for a snapshot.
+func (v *views) freeingStates() []aggregate.State {
+	out := make([]aggregate.State, 0, len(v.freeing))
+	for _, s := range v.freeing {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b aggregate.State) int { return cmp.Compare(a.TaskID, b.TaskID) })
+	return out
 }
 
 // keyStates copies every key's state, for a snapshot.

@@ -56,6 +56,7 @@ type body struct {
 	Tasks      []record               `msgpack:"tasks"`
 	Admissions map[string][]time.Time `msgpack:"admissions"`
 	Keys       []aggregate.KeyState   `msgpack:"keys,omitempty"`
+	Freeing    []aggregate.State      `msgpack:"freeing,omitempty"` // the Free queue's tasks, as the views keep them
 }
 
 type record struct {
@@ -107,7 +108,7 @@ func (v *views) body() body {
 	for c, at := range v.admissions {
 		b.Admissions[c] = slices.Clone(at)
 	}
-	b.Keys = v.keyStates()
+	b.Keys, b.Freeing = v.keyStates(), v.freeingStates()
 	return b
 }
 
@@ -148,7 +149,7 @@ func restore(b body, retain int) *views {
 			v.admissions[c] = at
 		}
 	}
-	v.restoreKeys(b.Keys)
+	v.restoreKeys(b.Keys, b.Freeing)
 	v.evict() // in case retain is smaller than when the snapshot was taken
 	return v
 }
