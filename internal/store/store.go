@@ -105,6 +105,7 @@ type Store struct {
 
 	mu    sync.Mutex
 	cache map[string]aggregate.State
+	keys  map[string]aggregate.KeyState // concurrency keys by key id, at most CacheSize
 
 	// turns serialize this process's commands on one task, so two of
 	// them do not race each other's append and pay a conflict and a
@@ -181,7 +182,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{cfg: cfg, js: js, stream: stream, get: get, cache: make(map[string]aggregate.State), turns: make(map[string]*turn)}, nil
+	return &Store{cfg: cfg, js: js, stream: stream, get: get, cache: make(map[string]aggregate.State), keys: make(map[string]aggregate.KeyState), turns: make(map[string]*turn)}, nil
 }
 
 // Close releases the Store's subscription. It does not close the
