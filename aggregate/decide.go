@@ -235,6 +235,11 @@ func validateNew(taskID, customerID string, spec events.TaskSpec) error {
 		field{"signal.eventAction", sig.EventAction, events.MaxNameBytes}); err != nil {
 		return err
 	}
+	if spec.Concurrency != nil {
+		if err := ValidConcurrency(*spec.Concurrency); err != nil {
+			return err
+		}
+	}
 	return validateMessage(spec.Message)
 }
 

@@ -209,6 +209,9 @@ func (m model) admit(taskID, custID string, spec events.TaskSpec, now time.Time)
 			func(v string) bool { return len(v) > 256 }) {
 		return spec, aggregate.ErrInvalid
 	}
+	if c := spec.Concurrency; c != nil && (c.Key == "" || len(c.Key) > 256 || c.Limit < 1 || c.Limit > 1000) {
+		return spec, aggregate.ErrInvalid
+	}
 	if spec.RunAt.IsZero() {
 		spec.RunAt = now
 	}
@@ -413,7 +416,7 @@ func drawSpec(t *rapid.T, taskID string, now time.Time) events.TaskSpec {
 	if off := rapid.SampledFrom([]int{0, 10, 30, -5, 60, 120, 1}).Draw(t, "runAtOffset"); off != 1 {
 		spec.RunAt = now.Add(time.Duration(off) * time.Second)
 	} // else zero, which means now
-	switch rapid.IntRange(0, 16).Draw(t, "specVariant") {
+	switch rapid.IntRange(0, 18).Draw(t, "specVariant") {
 	case 1:
 		spec.ParentID, spec.RootID = "parent-1", "root-9" // a valid child
 	case 2:
@@ -442,6 +445,11 @@ func drawSpec(t *rapid.T, taskID string, now time.Time) events.TaskSpec {
 		spec.Message.Content = slices.Repeat(spec.Message.Content, rapid.SampledFrom([]int{0, 64, 65}).Draw(t, "parts"))
 	case 14:
 		spec.Message.Content[0].Text = ""
+	case 15:
+		spec.Concurrency = &events.Concurrency{
+			Key:   strings.Repeat("k", rapid.SampledFrom([]int{1, 256, 0, 257}).Draw(t, "keyLen")),
+			Limit: rapid.SampledFrom([]int{1, 3, 1000, 0, 1001, -1}).Draw(t, "limit"),
+		}
 	}
 	return spec
 }

@@ -134,6 +134,18 @@ func (c *Client) List(ctx context.Context, o ListOptions) (l TaskList, err error
 	return l, err
 }
 
+// Concurrency returns the holders and waiters of a concurrency key of
+// customerID ("" for the caller's own; only the operator may name
+// another customer).
+func (c *Client) Concurrency(ctx context.Context, key, customerID string) (k ConcurrencyKey, err error) {
+	q := url.Values{"key": {key}}
+	if customerID != "" {
+		q.Set("customerId", customerID)
+	}
+	_, err = c.do(ctx, http.MethodGet, "/v1/concurrency?"+q.Encode(), nil, &k)
+	return k, err
+}
+
 // Claim consumes deliveryID for executorID.
 func (c *Client) Claim(ctx context.Context, id, deliveryID, executorID string) (t Task, err error) {
 	_, err = c.do(ctx, http.MethodPost, taskPath(id, "/claim"), ClaimRequest{DeliveryID: deliveryID, ExecutorID: executorID}, &t)

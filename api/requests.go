@@ -45,6 +45,9 @@ type ScheduleRequest struct {
 	RunAt          *time.Time     `json:"runAt,omitempty"`
 	DelaySeconds   *float64       `json:"delaySeconds,omitempty"`
 	TimeoutSeconds *int           `json:"timeoutSeconds,omitempty"`
+	// Concurrency, if set, admits at most Limit tasks of the customer with
+	// the same Key to hold a delivery token or run at once.
+	Concurrency *events.Concurrency `json:"concurrency,omitempty"`
 }
 
 // ClaimRequest is the body of POST /v1/tasks/{id}/claim.

@@ -37,6 +37,35 @@ type Task struct {
 	Effects []events.Effect `json:"effects,omitempty"`
 	Reason  string          `json:"reason,omitempty"`
 	Version int             `json:"version"`
+	// Concurrency is the task's concurrency limit, as scheduled.
+	Concurrency *events.Concurrency `json:"concurrency,omitempty"`
+	// WaitingFor says why a due task is not released: "concurrency"
+	// while every slot of its concurrency key is held. Empty otherwise.
+	WaitingFor string `json:"waitingFor,omitempty"`
+}
+
+// WaitingForConcurrency is Task.WaitingFor of a due task whose
+// concurrency key has no free slot.
+const WaitingForConcurrency = "concurrency"
+
+// ConcurrencyKey is the answer of GET /v1/concurrency: a customer's
+// concurrency key, the tasks holding its slots (in the order they took
+// them) and those waiting for one (first due first).
+type ConcurrencyKey struct {
+	CustomerID string       `json:"customerId"`
+	Key        string       `json:"key"`
+	Holders    []KeySlotter `json:"holders"`
+	Waiters    []KeySlotter `json:"waiters"`
+}
+
+// KeySlotter is a task holding or waiting for a slot of a concurrency
+// key. Status is empty for a holder that has left the projections
+// (finished, its slot about to be released).
+type KeySlotter struct {
+	TaskID string    `json:"taskId"`
+	Status string    `json:"status,omitempty"`
+	Limit  int       `json:"limit,omitempty"`
+	RunAt  time.Time `json:"runAt,omitzero"`
 }
 
 // Delivery is the task's current ready notification.

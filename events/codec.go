@@ -267,6 +267,8 @@ var decoders = map[Type]func(*msgpack.Decoder) (Payload, error){
 	TypeMailboxAppended:        decodeAs[MailboxAppended],
 	TypeMailboxRead:            decodeAs[MailboxRead],
 	TypeEffectsReported:        decodeAs[EffectsReported],
+	TypeSlotAcquired:           decodeAs[SlotAcquired],
+	TypeSlotReleased:           decodeAs[SlotReleased],
 }
 
 func decodeAs[P Payload](dec *msgpack.Decoder) (Payload, error) {

@@ -29,7 +29,16 @@ const (
 	TypeMailboxAppended        Type = "MailboxAppended"
 	TypeMailboxRead            Type = "MailboxRead"
 	TypeEffectsReported        Type = "EffectsReported"
+
+	// The events of a concurrency key (KeyEvent): on the key's own
+	// subject, <root>.conc.<customerId>.<keyId>, never a task's.
+	TypeSlotAcquired Type = "SlotAcquired"
+	TypeSlotReleased Type = "SlotReleased"
 )
+
+// KeyEvent reports whether events of type t belong to a concurrency key
+// (their TaskID is the key's id, KeyID) rather than to a task.
+func KeyEvent(t Type) bool { return t == TypeSlotAcquired || t == TypeSlotReleased }
 
 // Payload is the typed body of an event. Every payload type in this package
 // implements it; no other type should.
@@ -136,6 +145,18 @@ type TaskSpec struct {
 	Message        Message   `json:"message"`
 	RunAt          time.Time `json:"runAt"`
 	TimeoutSeconds int       `json:"timeoutSeconds"`
+	// Concurrency, if set, limits how many tasks of the customer with
+	// the same key hold a delivery token or run at once. Absent from the
+	// stored bytes when nil, so older events encode as before.
+	Concurrency *Concurrency `json:"concurrency,omitempty"`
+}
+
+// Concurrency is a task's concurrency limit: at most Limit tasks of its
+// customer with Key hold a slot of the key at once (MaxNameBytes,
+// MinConcurrencyLimit..MaxConcurrencyLimit).
+type Concurrency struct {
+	Key   string `json:"key"`
+	Limit int    `json:"limit"`
 }
 
 // TaskScheduled records that a task was accepted. It waits for RunAt to be
@@ -232,6 +253,23 @@ type EffectsReported struct {
 	Effects    []Effect `json:"effects"`
 }
 
+// SlotAcquired records that task TaskID took one of the slots of the
+// concurrency key Key, whose limit for it was Limit: the key then had
+// fewer than Limit holders. Only a holder is released.
+type SlotAcquired struct {
+	Key    string `json:"key"`
+	TaskID string `json:"taskId"`
+	Limit  int    `json:"limit"`
+}
+
+// SlotReleased records that task TaskID, a holder of Key, gave its slot
+// back (it became terminal), with the task's status then.
+type SlotReleased struct {
+	Key    string `json:"key"`
+	TaskID string `json:"taskId"`
+	Status string `json:"status,omitempty"`
+}
+
 // MailboxAppended records that a follow-up message was added at 1-based Index.
 type MailboxAppended struct {
 	Index   int     `json:"index"`
@@ -257,3 +295,5 @@ func (Canceled) EventType() Type               { return TypeCanceled }
 func (MailboxAppended) EventType() Type        { return TypeMailboxAppended }
 func (MailboxRead) EventType() Type            { return TypeMailboxRead }
 func (EffectsReported) EventType() Type        { return TypeEffectsReported }
+func (SlotAcquired) EventType() Type           { return TypeSlotAcquired }
+func (SlotReleased) EventType() Type           { return TypeSlotReleased }

@@ -61,3 +61,7 @@ func DeriveID(prefix string, parts ...string) string {
 	}
 	return string(b)
 }
+
+// KeyID is the id of a customer's concurrency key: the last token of its
+// subject (Subjects.Key), and the TaskID of its events.
+func KeyID(customerID, key string) string { return DeriveID("k", customerID, key) }

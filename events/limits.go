@@ -24,6 +24,10 @@ const (
 	// MaxURLBytes bounds an effect's url, the signal's uri and a task's
 	// repo.
 	MaxURLBytes = 4 << 10
+	// MinConcurrencyLimit and MaxConcurrencyLimit bound a task's
+	// concurrency limit; its key has 1 to MaxNameBytes bytes.
+	MinConcurrencyLimit = 1
+	MaxConcurrencyLimit = 1000
 )
 
 // Truncate returns the longest prefix of s of at most n bytes that does

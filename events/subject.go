@@ -54,6 +54,15 @@ func (s Subjects) Customer(customerID string) string { return s.Root + ".evt." +
 // Events matches the whole log.
 func (s Subjects) Events() string { return s.Root + ".evt.>" }
 
+// Key is the log subject that holds every event of one concurrency key:
+// <root>.conc.<customerId>.<keyId>, keyId being KeyID(customerId, key).
+func (s Subjects) Key(customerID, keyID string) string {
+	return s.Root + ".conc." + customerID + "." + keyID
+}
+
+// Keys matches the events of every concurrency key.
+func (s Subjects) Keys() string { return s.Root + ".conc.>" }
+
 // Ready is where ready notifications for queue are published.
 func (s Subjects) Ready(queue string) string { return s.Root + ".ready." + queue }
 

@@ -112,9 +112,16 @@ func (e *Engine) EarliestExcept(t Timer, skip func(taskID string) bool) (time.Ti
 func (e *Engine) Due(t Timer, now time.Time, limit int, skip func(taskID string) bool) []aggregate.State {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
+	if t == Release {
+		skip = e.v.releasable(skip)
+	}
 	keys := e.v.timers[t].due(now, limit, skip)
 	out := make([]aggregate.State, len(keys))
 	for i, k := range keys {
+		if t == Free {
+			out[i] = e.v.freeing[k]
+			continue
+		}
 		out[i] = e.v.tasks[k].state()
 	}
 	return out
@@ -315,8 +322,16 @@ func (e *Engine) Digest() string {
 	for _, id := range sortedKeys(e.v.tasks) {
 		t := e.v.tasks[id]
 		st := t.state()
-		st.Result = nil
-		fmt.Fprintf(h, "%+v|%+v|%v|%d %d %d\n", st, t.result, t.children, t.members, t.open, t.closedSeq)
+		st.Result, st.Spec.Concurrency = nil, nil // pointers: printed by value
+		fmt.Fprintf(h, "%+v|%+v|%v|%d %d %d", st, t.result, t.children, t.members, t.open, t.closedSeq)
+		if t.conc != nil {
+			fmt.Fprintf(h, "|%+v", *t.conc)
+		}
+		fmt.Fprintln(h)
+	}
+	for _, id := range sortedKeys(e.v.byKey) {
+		k := e.v.byKey[id]
+		fmt.Fprintf(h, "key %s %s %q %v %d\n", id, k.CustomerID, k.Key, k.Holders, k.LastSeq)
 	}
 	fmt.Fprintf(h, "retention kept %d\n", e.v.kept)
 	for i, q := range e.v.timers {

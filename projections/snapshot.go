@@ -22,7 +22,8 @@ import (
 // another format is ignored (and the projections rebuilt from the log).
 // Format 3 added the State's Effects, which a format 2 snapshot lacks even
 // for tasks whose results had effects.
-const SnapshotFormat = 3
+// Format 4 added the concurrency keys' states and the spec's concurrency.
+const SnapshotFormat = 4
 
 // Snapshot errors; a snapshot that fails any check is ignored.
 var (
@@ -54,6 +55,8 @@ type snapshot struct {
 type body struct {
 	Tasks      []record               `msgpack:"tasks"`
 	Admissions map[string][]time.Time `msgpack:"admissions"`
+	Keys       []aggregate.KeyState   `msgpack:"keys,omitempty"`
+	Freeing    []aggregate.State      `msgpack:"freeing,omitempty"` // the Free queue's tasks, as the views keep them
 }
 
 type record struct {
@@ -105,6 +108,7 @@ func (v *views) body() body {
 	for c, at := range v.admissions {
 		b.Admissions[c] = slices.Clone(at)
 	}
+	b.Keys, b.Freeing = v.keyStates(), v.freeingStates()
 	return b
 }
 
@@ -145,6 +149,7 @@ func restore(b body, retain int) *views {
 			v.admissions[c] = at
 		}
 	}
+	v.restoreKeys(b.Keys, b.Freeing)
 	v.evict() // in case retain is smaller than when the snapshot was taken
 	return v
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
 )
 
@@ -52,13 +53,36 @@ func snapshotLog(t *testing.T) [][]byte {
 	add("r5", "a", events.Canceled{Reason: "done"})
 	// Mail on a finished task, which may have been evicted by then.
 	add("r4", "b", events.MailboxAppended{Index: 1, Message: events.Message{ID: "late", CreatedAt: at}})
+	// A concurrency key with limit 2: r6 holds and runs, r8 held and
+	// finished (its slot not yet released), r9 took a slot after it was
+	// canceled, r7 waits; r10 held, finished and gave its slot back.
+	kid := events.KeyID("a", "k")
+	keyed := func(root string) events.TaskSpec {
+		s := spec(root, "")
+		s.Concurrency = &events.Concurrency{Key: "k", Limit: 2}
+		return s
+	}
+	for _, id := range []string{"r6", "r7", "r8", "r9", "r10"} {
+		add(id, "a", events.TaskScheduled{Spec: keyed(id)})
+	}
+	add(kid, "a", events.SlotAcquired{Key: "k", TaskID: "r10", Limit: 2})
+	add("r10", "a", events.DeliveryPending{DeliveryID: "d10", Attempt: 1, NextAt: at})
+	add("r10", "a", events.Canceled{})
+	add(kid, "a", events.SlotReleased{Key: "k", TaskID: "r10", Status: "canceled"})
+	add(kid, "a", events.SlotAcquired{Key: "k", TaskID: "r6", Limit: 2})
+	add("r6", "a", events.DeliveryPending{DeliveryID: "d6", Attempt: 1, NextAt: at})
+	add(kid, "a", events.SlotAcquired{Key: "k", TaskID: "r8", Limit: 2})
+	add("r8", "a", events.DeliveryPending{DeliveryID: "d8", Attempt: 1, NextAt: at})
+	add("r8", "a", events.Canceled{})
+	add("r9", "a", events.Canceled{})
+	add(kid, "a", events.SlotAcquired{Key: "k", TaskID: "r9", Limit: 3})
 	return out
 }
 
 func TestSnapshotRestoresEveryView(t *testing.T) {
 	t.Parallel()
 	// Keeping every task, and keeping two of the closed lineages' tasks:
-	// r3 and r4 (one task each) are evicted when r5 and c5 close.
+	// r3, r4, r5 with c5 and r10 are evicted as r8 and r9 close.
 	for _, retain := range []int{-1, 2} {
 		t.Run(fmt.Sprint("retain=", retain), func(t *testing.T) { testSnapshotRestores(t, retain) })
 	}
@@ -69,9 +93,9 @@ func testSnapshotRestores(t *testing.T, retain int) {
 	for i, b := range snapshotLog(t) {
 		live.Apply(uint64(i+1), b)
 	}
-	for _, id := range []string{"r1", "c1", "r2", "r3", "r4", "r5", "c5"} {
+	for _, id := range []string{"r1", "c1", "r2", "r3", "r4", "r5", "c5", "r6", "r7", "r8", "r9", "r10"} {
 		_, ok := live.Task(id)
-		if evicted := retain == 2 && (id == "r3" || id == "r4"); ok == evicted {
+		if evicted := retain == 2 && slices.Contains([]string{"r3", "r4", "r5", "c5", "r10"}, id); ok == evicted {
 			t.Errorf("task %s kept %v, want %v", id, ok, !evicted)
 		}
 	}
@@ -103,6 +127,9 @@ func testSnapshotRestores(t *testing.T, retain int) {
 	if live.v.kept != restored.v.kept || !slices.Equal(closedNow(live.v), closedNow(restored.v)) {
 		t.Fatalf("retention differs: live %d %v, restored %d %v", live.v.kept, closedNow(live.v), restored.v.kept, closedNow(restored.v))
 	}
+	if !reflect.DeepEqual(live.v.keys, restored.v.keys) {
+		t.Fatalf("keys differ:\nlive     %+v\nrestored %+v", live.v.keys, restored.v.keys)
+	}
 	if live.Digest() != restored.Digest() {
 		t.Fatalf("digest differs")
 	}
@@ -118,4 +145,40 @@ func closedNow(v *views) []closedLineage {
 		}
 	}
 	return out
+}
+
+// TestKeysFromTheLog checks the key view of snapshotLog: holders in the
+// order they took a slot, the due waiter, and the terminal holders in the
+// Free queue (one finished holding, one canceled before it acquired).
+func TestKeysFromTheLog(t *testing.T) {
+	t.Parallel()
+	e, _ := New(Config{Retain: -1})
+	for i, b := range snapshotLog(t) {
+		e.Apply(uint64(i+1), b)
+	}
+	now := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	k, holders, waiters := e.ConcurrencyKey("a", "k", now)
+	ids := func(ss []aggregate.State) []string {
+		var out []string
+		for _, s := range ss {
+			out = append(out, s.TaskID)
+		}
+		return out
+	}
+	if !slices.Equal(k.Holders, []string{"r6", "r8", "r9"}) || !slices.Equal(ids(holders), k.Holders) {
+		t.Fatalf("holders %v %v", k.Holders, ids(holders))
+	}
+	if !slices.Equal(ids(waiters), []string{"r7"}) || !slices.Equal(ids(e.Waiters("a", "k", now, 5)), []string{"r7"}) {
+		t.Fatalf("waiters %v", ids(waiters))
+	}
+	if free := ids(e.Due(Free, now, 10, nil)); !slices.Equal(free, []string{"r8", "r9"}) {
+		t.Fatalf("free queue %v", free)
+	}
+	// Full (3 holders, r7's limit 2): r7 is not offered for release.
+	if due := ids(e.Due(Release, now, 10, nil)); slices.Contains(due, "r7") {
+		t.Fatalf("release offers %v", due)
+	}
+	if _, _, w := e.ConcurrencyKey("b", "k", now); len(w) != 0 {
+		t.Fatalf("another customer's key of the same name has waiters %v", ids(w))
+	}
 }

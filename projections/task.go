@@ -15,7 +15,7 @@ import (
 // the projections hold every active task. It keeps what the views and
 // their readers use: ids, customer, queue, status, times, delivery, claim,
 // result, effects, mailbox ids and sequences. Of the spec it keeps the root,
-// parent, queue and runAt, and the signal only until the ready
+// parent, queue, runAt and concurrency, and the signal only until the ready
 // notification that carries it is published; the rest of the spec (and
 // the message) is read from the task's first event when asked for.
 //
@@ -26,6 +26,7 @@ import (
 type task struct {
 	id, customer, queue, root, parent string
 	signal                            *events.Signal
+	conc                              *events.Concurrency // the spec's concurrency limit, nil for none
 	delivery, reason                  string
 	claim                             *aggregate.Owner // nil until claimed
 	result                            *events.Result
@@ -66,6 +67,7 @@ func (t *task) set(s *aggregate.State) {
 		sig := s.Spec.Signal
 		t.signal = &sig
 	}
+	t.conc = s.Spec.Concurrency
 	t.status = uint8(slices.Index(statuses[:], s.Status))
 	t.runAt, t.created, t.started = nanos(s.Spec.RunAt), nanos(s.CreatedAt), nanos(s.StartedAt)
 	t.completed, t.deadline = nanos(s.CompletedAt), nanos(s.Deadline)
@@ -98,7 +100,7 @@ func (t *task) set(s *aggregate.State) {
 func (t *task) state() aggregate.State {
 	s := aggregate.State{
 		TaskID: t.id, CustomerID: t.customer,
-		Spec:   events.TaskSpec{RootID: t.root, ParentID: t.parent, Queue: t.queue, RunAt: unnanos(t.runAt)},
+		Spec:   events.TaskSpec{RootID: t.root, ParentID: t.parent, Queue: t.queue, RunAt: unnanos(t.runAt), Concurrency: t.conc},
 		Status: statuses[t.status], CreatedAt: unnanos(t.created), StartedAt: unnanos(t.started),
 		CompletedAt: unnanos(t.completed), Deadline: unnanos(t.deadline),
 		Delivery: aggregate.Delivery{

@@ -31,12 +31,15 @@ const (
 	// longer than its republish window and publishes it again if it is
 	// gone.
 	Republish
+	// Free holds tasks that hold a slot of their concurrency key and are
+	// terminal, due when they finished: the alarm releases the slot.
+	Free
 	// NumTimers is the number of timer queues.
 	NumTimers
 )
 
 func (t Timer) String() string {
-	return [...]string{"release", "deliver", "expire", "report", "republish"}[t]
+	return [...]string{"release", "deliver", "expire", "report", "republish", "free"}[t]
 }
 
 // timerOf says which timer queue, if any, a task in state s belongs to
@@ -88,6 +91,7 @@ type views struct {
 	// liveQueues counts each customer's non-terminal tasks per queue, for
 	// the bound on a customer's queues.
 	liveQueues map[string]map[string]int
+	keys
 	retention
 }
 
@@ -100,6 +104,7 @@ func newViews(retain int) *views {
 		admissions:  make(map[string][]time.Time),
 		queueCounts: make(map[string]map[aggregate.Status]int),
 		liveQueues:  make(map[string]map[string]int),
+		keys:        newKeys(),
 	}
 	for i := range v.timers {
 		v.timers[i] = newTimerQueue()
@@ -111,6 +116,10 @@ func newViews(retain int) *views {
 // into a timer queue or moved its due time: what the alarm must wake for.
 // Removals do not wake it; an item leaving a queue needs no action.
 func (v *views) apply(ev events.Event) (timersChanged bool) {
+	if events.KeyEvent(ev.Type()) {
+		v.seq = ev.Seq
+		return v.applyKey(ev)
+	}
 	if v.holds(ev) {
 		// Folded in already, ahead of the tail (Engine.ApplyOwn), and
 		// so in a snapshot taken before the tail got here.
@@ -135,6 +144,7 @@ func (v *views) apply(ev events.Event) (timersChanged bool) {
 	}
 	changed := v.reindex(&before, &after)
 	changed = v.relink(t, &before, &after) || changed
+	changed = v.rekey(&before, &after) || changed
 	v.evict()
 	return changed
 }

@@ -36,6 +36,9 @@ type Store interface {
 	ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggregate.Command, seen uint64) (aggregate.State, []events.Event, error)
 	// Load returns a task as the log has it now.
 	Load(ctx context.Context, taskID string) (aggregate.State, error)
+	// ExecuteKey decides a concurrency key's command and appends its
+	// event under the key's last sequence.
+	ExecuteKey(ctx context.Context, cmd aggregate.KeyCommand) (aggregate.KeyState, []events.Event, error)
 }
 
 // Projection is what the alarm reads.
@@ -46,6 +49,9 @@ type Projection interface {
 	Applied() uint64
 	// Postpone moves a task's due time in timer queue t, if it is there.
 	Postpone(t projections.Timer, taskID string, due time.Time)
+	// Waiters returns up to limit tasks due at now waiting for a slot of
+	// a customer's concurrency key, first due first.
+	Waiters(customerID, key string, now time.Time, limit int) []aggregate.State
 }
 
 // Publisher publishes ready notifications.
@@ -305,7 +311,9 @@ func (a *Alarm) act(ctx context.Context, t projections.Timer, s aggregate.State)
 	var cmd aggregate.Command
 	switch t {
 	case projections.Release:
-		cmd = aggregate.ReleaseDue{DeliveryID: events.NewID()}
+		return a.release(ctx, s)
+	case projections.Free:
+		return a.free(ctx, s)
 	case projections.Deliver:
 		cmd = a.deliver(ctx, s)
 	case projections.Expire:
@@ -316,9 +324,6 @@ func (a *Alarm) act(ctx context.Context, t projections.Timer, s aggregate.State)
 		return a.republish(ctx, s)
 	}
 	st, _, err := a.store.ExecuteSeen(ctx, s.TaskID, "", cmd, s.LastSeq)
-	if err == nil && t == projections.Release {
-		crashpoint.Hit(crashpoint.Released)
-	}
 	if ex, ok := cmd.(aggregate.ExhaustDelivery); ok && err == nil {
 		a.exhausted(s, ex.Reason)
 	}
@@ -338,6 +343,8 @@ func (a *Alarm) outcome(t projections.Timer, s, st aggregate.State, err error) f
 		due = s.CompletedAt
 	case projections.Republish:
 		due = s.Delivery.NextAt.Add(a.cfg.RepublishAfter)
+	case projections.Free:
+		due = s.CompletedAt
 	}
 	if a.cfg.Observe != nil {
 		a.cfg.Observe(t, a.cfg.Now().Sub(due), err)
@@ -505,4 +512,46 @@ func (a *Alarm) report(ctx context.Context, child aggregate.State) flight {
 		st, _, err = a.store.Execute(ctx, child.Spec.ParentID, "", aggregate.AppendMail{Message: msg})
 	}
 	return a.outcome(projections.Report, child, st, err)
+}
+
+// release releases a due task. A task with a concurrency key first takes
+// a slot of it (or finds it holds one: a release a crash interrupted);
+// while the key is full it stays scheduled, and is tried again when the
+// projections show a slot free.
+func (a *Alarm) release(ctx context.Context, s aggregate.State) flight {
+	if c := s.Spec.Concurrency; c != nil {
+		k, _, err := a.store.ExecuteKey(ctx, aggregate.AcquireSlot{CustomerID: s.CustomerID, Key: c.Key, TaskID: s.TaskID, Limit: c.Limit})
+		if errors.Is(err, aggregate.ErrKeyFull) {
+			// The projection lagged another acquisition; once it has
+			// seen it, the key's room decides again.
+			return flight{untilSeq: k.LastSeq}
+		}
+		if err != nil {
+			return a.outcome(projections.Release, s, aggregate.State{LastSeq: k.LastSeq}, err)
+		}
+		crashpoint.Hit(crashpoint.SlotAcquired)
+	}
+	st, _, err := a.store.ExecuteSeen(ctx, s.TaskID, "", aggregate.ReleaseDue{DeliveryID: events.NewID()}, s.LastSeq)
+	if err == nil {
+		crashpoint.Hit(crashpoint.Released)
+	}
+	return a.outcome(projections.Release, s, st, err)
+}
+
+// free releases the slot of a terminal task that holds one of its
+// concurrency key (or of one whose release failed after it acquired its
+// slot: canceled in between). A task that holds none any more (another
+// process freed it) appends nothing. Having freed the slot, it hands it
+// to the first waiter at once rather than after the projections have
+// seen it free; the Release queue would release that task too (a second
+// attempt then appends nothing).
+func (a *Alarm) free(ctx context.Context, s aggregate.State) flight {
+	cmd := aggregate.ReleaseSlot{CustomerID: s.CustomerID, Key: s.Spec.Concurrency.Key, TaskID: s.TaskID, Status: s.Status}
+	k, evs, err := a.store.ExecuteKey(ctx, cmd)
+	if err == nil && len(evs) > 0 {
+		for _, w := range a.proj.Waiters(s.CustomerID, cmd.Key, a.cfg.Now(), 1) {
+			a.release(ctx, w)
+		}
+	}
+	return a.outcome(projections.Free, s, aggregate.State{LastSeq: k.LastSeq}, err)
 }

@@ -49,6 +49,12 @@ func NewStatusTracker() *StatusTracker {
 // Entry applies ev and returns its entry. A task first seen mid-history
 // shows the status its seen events give.
 func (t *StatusTracker) Entry(ev events.Event) Entry {
+	if task := SlotTask(ev); task != "" { // about the task, not a change of it
+		return Entry{
+			Seq: ev.Seq, At: ev.At.UTC(), TaskID: task, Type: string(ev.Type()), Actor: ev.Actor,
+			Status: string(t.states[task].Status), Detail: Describe(ev), Data: ev.Data,
+		}
+	}
 	st := aggregate.Apply(t.states[ev.TaskID], ev)
 	t.states[ev.TaskID] = st
 	return Entry{
@@ -121,6 +127,22 @@ func Describe(ev events.Event) string {
 		return fmt.Sprintf("mailbox #%d (%s): %s", p.Index, p.Message.ID, text(p.Message.Content))
 	case events.MailboxRead:
 		return fmt.Sprintf("messages up to #%d handed out", p.Cursor)
+	case events.SlotAcquired:
+		return fmt.Sprintf("took a slot of concurrency key %q (limit %d)", p.Key, p.Limit)
+	case events.SlotReleased:
+		return fmt.Sprintf("gave back its slot of concurrency key %q (task %s)", p.Key, p.Status)
+	}
+	return ""
+}
+
+// SlotTask returns the task a concurrency key's event is about, "" for
+// any other event.
+func SlotTask(ev events.Event) string {
+	switch p := ev.Data.(type) {
+	case events.SlotAcquired:
+		return p.TaskID
+	case events.SlotReleased:
+		return p.TaskID
 	}
 	return ""
 }

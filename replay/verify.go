@@ -29,6 +29,7 @@ const (
 	Missing        = "missing"        // stream sequences absent from an append-only log
 	Truncated      = "truncated"      // the log ends before its saved chain head
 	HeadMismatch   = "head_mismatch"  // the message at the saved chain head is not the one saved
+	// Concurrency (verifykeys.go): a concurrency key's promise broken.
 )
 
 // Violation is one broken invariant, located by stream sequence and task.
@@ -59,8 +60,9 @@ func (r Report) Clean() bool { return len(r.Violations) == 0 }
 type Verifier struct {
 	subjects events.Subjects
 	tasks    map[string]*aggregate.State
-	claimed  map[string]string // delivery token → task that claimed it
-	numbers  map[string]int    // task → number of its previous event
+	keys     map[string]*aggregate.KeyState // concurrency keys by key id
+	claimed  map[string]string              // delivery token → task that claimed it
+	numbers  map[string]int                 // task → number of its previous event
 	ids      map[string]struct{}
 	head     head // the saved chain head, if any
 	report   Report
@@ -75,7 +77,7 @@ type head struct {
 
 // NewVerifier returns a verifier for a log using subjects.
 func NewVerifier(subjects events.Subjects) *Verifier {
-	return &Verifier{subjects: subjects, tasks: map[string]*aggregate.State{}, claimed: map[string]string{}, numbers: map[string]int{}, ids: map[string]struct{}{}}
+	return &Verifier{subjects: subjects, tasks: map[string]*aggregate.State{}, keys: map[string]*aggregate.KeyState{}, claimed: map[string]string{}, numbers: map[string]int{}, ids: map[string]struct{}{}}
 }
 
 // ExpectHead tells the verifier the log's saved chain head: the stream
@@ -124,6 +126,10 @@ func (v *Verifier) Add(seq uint64, subject string, data []byte) {
 		v.fail(seq, taskFromSubject(subject), Undecodable, "%v", err)
 		return
 	}
+	if events.KeyEvent(ev.Type()) {
+		v.addKey(ev, subject)
+		return
+	}
 	if want := v.subjects.Event(ev.CustomerID, ev.TaskID); subject != want {
 		v.fail(seq, ev.TaskID, WrongSubject, "stored on %s, belongs on %s", subject, want)
 	}
@@ -149,6 +155,7 @@ func (v *Verifier) Add(seq uint64, subject string, data []byte) {
 		v.fail(seq, ev.TaskID, BrokenLink, "event %d names previous hash %s, the task's previous event hashes to %s", ev.Number, short(ev.Prev), short(st.LastHash))
 	}
 	v.checkTransition(*st, ev)
+	v.checkSlot(*st, ev)
 	*st = aggregate.Apply(*st, ev)
 }
 

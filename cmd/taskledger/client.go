@@ -68,6 +68,8 @@ func scheduleCommand(ctx context.Context, args []string, stdout io.Writer) error
 	delay := fs.Duration("delay", 0, "run after this delay (e.g. 30s)")
 	runAt := fs.String("run-at", "", "run at this RFC 3339 time")
 	timeout := fs.Duration("timeout", 0, "running timeout (default 1h)")
+	concKey := fs.String("concurrency-key", "", "concurrency key: at most --concurrency-limit tasks with it hold a delivery or run at once")
+	concLimit := fs.Int("concurrency-limit", 1, "slots of --concurrency-key (1-1000)")
 	file := fs.String("file", "", "schedule every task of this NDJSON file (one schedule body per line; - for stdin) in batches")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -92,6 +94,9 @@ func scheduleCommand(ctx context.Context, args []string, stdout io.Writer) error
 	if *timeout > 0 {
 		s := int(timeout.Seconds())
 		req.TimeoutSeconds = &s
+	}
+	if *concKey != "" {
+		req.Concurrency = &events.Concurrency{Key: *concKey, Limit: *concLimit}
 	}
 	t, created, err := cf.client().Schedule(ctx, req)
 	if err != nil {
@@ -144,6 +149,10 @@ func printTask(w io.Writer, t api.Task) {
 	row("related", t.RelatedTaskID)
 	row("request", t.RequestID)
 	row("repo", t.Repo)
+	if c := t.Concurrency; c != nil {
+		row("concurrency", fmt.Sprintf("%s (limit %d)", c.Key, c.Limit))
+	}
+	row("waiting for", t.WaitingFor)
 	row("message", messageText(t.Message.Content))
 	row("created", stamp(t.CreatedAt))
 	row("runAt", stamp(t.RunAt))
@@ -273,5 +282,33 @@ func treeCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 	walk(tr, "")
+	return nil
+}
+
+func concurrencyCommand(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("concurrency")
+	var cf clientFlags
+	cf.register(fs)
+	customer := fs.String("customer", "", "customer id (operator only)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("%w: concurrency KEY", errUsage)
+	}
+	k, err := cf.client().Concurrency(ctx, fs.Arg(0), *customer)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(stdout, k)
+	}
+	fmt.Fprintf(stdout, "key %q of customer %s: %d holding, %d waiting\n", k.Key, k.CustomerID, len(k.Holders), len(k.Waiters))
+	for _, h := range k.Holders {
+		fmt.Fprintf(stdout, "holds  %s  status=%s\n", h.TaskID, h.Status)
+	}
+	for _, w := range k.Waiters {
+		fmt.Fprintf(stdout, "waits  %s  runAt=%s\n", w.TaskID, stamp(w.RunAt))
+	}
 	return nil
 }

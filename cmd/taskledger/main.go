@@ -29,6 +29,7 @@ var commands = []command{
 	{"list", "list tasks", listCommand},
 	{"cancel", "cancel a task: cancel ID", cancelCommand},
 	{"history", "show a task's event history: history ID", historyCommand},
+	{"concurrency", "show a concurrency key's holders and waiters: concurrency KEY", concurrencyCommand},
 	{"tree", "show a task's lineage from its root: tree ID", treeCommand},
 	{"run", "show a task's Run state (phase, turn, transcript, tools, effects): run ID", runStateCommand},
 	{"replay", "offline log tools: replay verify | replay rebuild (--data or --nats-url)", replayCommand},

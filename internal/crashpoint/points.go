@@ -11,6 +11,10 @@ const (
 	Claimed       = "claimed"        // Claimed appended, the executor not yet answered
 	ResultPending = "result-pending" // a result is being reported, not yet appended
 	ResultStored  = "result-stored"  // ResultRecorded appended, the executor not yet answered
+	// SlotAcquired: a concurrency key's SlotAcquired appended, the task
+	// not yet released. Only traffic with concurrency keys reaches it, so
+	// it is not in All; TestCrashAtSlotAcquired crashes there.
+	SlotAcquired = "slot-acquired"
 )
 
 // All lists every point.

@@ -1,12 +1,14 @@
 package httpapi
 
 import (
+	"net/http"
 	"time"
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/scheduler"
+	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/replay"
 )
 
@@ -42,6 +44,13 @@ func NewTask(s aggregate.State) api.Task {
 	}
 	if s.Status.Terminal() {
 		t.Deadline = time.Time{}
+	}
+	if c := s.Spec.Concurrency; c != nil {
+		cc := *c
+		t.Concurrency = &cc
+		if projections.Waiting(s, time.Now()) {
+			t.WaitingFor = api.WaitingForConcurrency
+		}
 	}
 	return t
 }
@@ -98,4 +107,36 @@ func newTree(n scheduler.Node) api.Tree {
 		t.Children[i] = newTree(c)
 	}
 	return t
+}
+
+// concurrency answers GET /v1/concurrency?key=&customerId=: the key's
+// holders and waiters, for the caller's customer (the operator may name
+// one).
+func (h *handler) concurrency(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+	q := r.URL.Query()
+	kv, err := h.Service.Concurrency(p, q.Get("customerId"), q.Get("key"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, NewConcurrencyKey(kv))
+}
+
+// NewConcurrencyKey renders a concurrency key as the API resource.
+func NewConcurrencyKey(kv scheduler.KeyView) api.ConcurrencyKey {
+	slotter := func(s aggregate.State) api.KeySlotter {
+		k := api.KeySlotter{TaskID: s.TaskID, Status: string(s.Status), RunAt: utc(s.Spec.RunAt)}
+		if c := s.Spec.Concurrency; c != nil {
+			k.Limit = c.Limit
+		}
+		return k
+	}
+	out := api.ConcurrencyKey{CustomerID: kv.CustomerID, Key: kv.Key, Holders: []api.KeySlotter{}, Waiters: []api.KeySlotter{}}
+	for _, s := range kv.Holders {
+		out.Holders = append(out.Holders, slotter(s))
+	}
+	for _, s := range kv.Waiters {
+		out.Waiters = append(out.Waiters, slotter(s))
+	}
+	return out
 }

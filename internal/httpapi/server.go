@@ -203,6 +203,7 @@ var routes = []route{
 	{"PUT /v1/tasks/{id}/run", bounded(api.MaxRunBytes, (*handler).saveRun)},
 	{"GET /v1/tasks/{id}/run", limited((*handler).getRun)},
 	{"GET /v1/events", limited((*handler).customerEvents)},
+	{"GET /v1/concurrency", limited((*handler).concurrency)},
 	{"POST /v1/admin/projections/rebuild", limited((*handler).rebuild)},
 	{"GET /v1/openapi.json", public((*handler).openAPI)},
 	{"GET /healthz", public((*handler).healthz)},

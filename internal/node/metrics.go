@@ -36,7 +36,7 @@ func newRegistry(eng *projections.Engine) *prometheus.Registry {
 	for t := range projections.NumTimers {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "taskledger_timer_queue_length",
-			Help:        "Tasks waiting in a timer queue (release, deliver, expire, report, republish).",
+			Help:        "Tasks waiting in a timer queue (release, deliver, expire, report, republish, free).",
 			ConstLabels: prometheus.Labels{"timer": t.String()},
 		}, func() float64 { return float64(eng.TimerLen(t)) }))
 	}

@@ -54,6 +54,8 @@ type Store interface {
 	// CustomerEvents calls fn for every event of a customer's tasks
 	// stored at or after since, in log order.
 	CustomerEvents(ctx context.Context, customerID string, since time.Time, fn func(events.Event) error) error
+	// KeyHistory returns every event of a concurrency key in log order.
+	KeyHistory(ctx context.Context, customerID, key string) ([]events.Event, error)
 	Now() time.Time
 }
 
@@ -82,6 +84,9 @@ type Views interface {
 	Queued(customerID, queue string, limit int, skip func(taskID string) bool) []aggregate.State
 	// QueuedSignal is closed once a task of customerID is queued on queue.
 	QueuedSignal(customerID, queue string) <-chan struct{}
+	// ConcurrencyKey returns a concurrency key's state, holders and the
+	// tasks waiting for a slot at now.
+	ConcurrencyKey(customerID, key string, now time.Time) (aggregate.KeyState, []aggregate.State, []aggregate.State)
 }
 
 // Publisher publishes ready notifications (reactors.ReadyPublisher).
@@ -283,6 +288,7 @@ type ScheduleRequest struct {
 	RunAt          *time.Time
 	DelaySeconds   *float64
 	TimeoutSeconds *int
+	Concurrency    *events.Concurrency
 }
 
 // Schedule accepts a task. created is false when the customer's requestId
@@ -493,7 +499,7 @@ func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, s
 	return events.TaskSpec{
 		ParentID: req.ParentID, RequestID: req.RequestID, RelatedTaskID: req.RelatedTaskID,
 		Queue: queue, Signal: req.Signal, Repo: req.Repo, Message: msg,
-		RunAt: runAt.UTC(), TimeoutSeconds: timeout,
+		RunAt: runAt.UTC(), TimeoutSeconds: timeout, Concurrency: req.Concurrency,
 	}, customerID, nil
 }
 
@@ -656,10 +662,11 @@ func (s *Service) History(ctx context.Context, p Principal, id string) ([]events
 	if err != nil {
 		return nil, s.unavailable(err)
 	}
-	if !p.sees(aggregate.Replay(evs)) {
+	st := aggregate.Replay(evs)
+	if !p.sees(st) {
 		return nil, fmt.Errorf("%w: %s", aggregate.ErrNotFound, id)
 	}
-	return evs, nil
+	return s.withSlots(ctx, st, evs)
 }
 
 // LineageHistory returns the events of a task's whole lineage (its root

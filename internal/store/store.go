@@ -106,6 +106,7 @@ type Store struct {
 
 	mu    sync.Mutex
 	cache map[string]aggregate.State
+	keys  map[string]aggregate.KeyState // concurrency keys by key id, at most CacheSize
 
 	// turns serialize this process's commands on one task, so two of
 	// them do not race each other's append and pay a conflict and a
@@ -165,8 +166,8 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	}
 	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        cfg.Stream,
-		Description: "taskledger event log: one subject per task",
-		Subjects:    []string{cfg.Subjects.Events()},
+		Description: "taskledger event log: one subject per task and per concurrency key",
+		Subjects:    []string{cfg.Subjects.Events(), cfg.Subjects.Keys()},
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
 		Duplicates:  cfg.DuplicateWindow,
@@ -182,7 +183,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{cfg: cfg, js: js, stream: stream, get: get, cache: make(map[string]aggregate.State), turns: make(map[string]*turn)}, nil
+	return &Store{cfg: cfg, js: js, stream: stream, get: get, cache: make(map[string]aggregate.State), keys: make(map[string]aggregate.KeyState), turns: make(map[string]*turn)}, nil
 }
 
 // Close releases the Store's subscription. It does not close the
@@ -553,7 +554,11 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 // its subject, the TypeHeader, and the message id and expected subject
 // sequence headers JetStream checks, in one map.
 func (s *Store) eventMsg(ev *events.Event, data []byte, expected uint64) *nats.Msg {
-	return &nats.Msg{Subject: s.cfg.Subjects.Event(ev.CustomerID, ev.TaskID), Data: data, Header: nats.Header{
+	subject := s.cfg.Subjects.Event(ev.CustomerID, ev.TaskID)
+	if events.KeyEvent(ev.Type()) { // a concurrency key's event: its TaskID is the key's id
+		subject = s.cfg.Subjects.Key(ev.CustomerID, ev.TaskID)
+	}
+	return &nats.Msg{Subject: subject, Data: data, Header: nats.Header{
 		TypeHeader:                          {string(ev.Type())},
 		jetstream.MsgIDHeader:               {ev.ID},
 		jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(expected, 10)},

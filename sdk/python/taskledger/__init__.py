@@ -31,6 +31,7 @@ from .errors import (
     Unavailable,
 )
 from .types import (
+    Concurrency,
     ContentPart,
     Effect,
     Message,
@@ -46,7 +47,7 @@ from .types import (
 from .worker import REASON_SUPERSEDED, Run, Stopped, Turn, Worker
 
 __all__ = [
-    "AdmissionRejected", "Client", "Conflict", "ContentPart", "Effect", "Forbidden", "HeaderTooLarge",
+    "AdmissionRejected", "Client", "Concurrency", "Conflict", "ContentPart", "Effect", "Forbidden", "HeaderTooLarge",
     "Internal", "InvalidArgument", "LineageLimit", "Message", "NotClaimable", "NotFound", "ParentTerminal",
     "PayloadTooLarge", "REASON_SUPERSEDED", "RequestTimeout", "ResultItem", "ResultRequest", "Run", "RunState",
     "ScheduleRequest", "Signal", "StaleRevision", "Stopped", "Task", "TaskledgerError", "Terminal",

@@ -15,6 +15,7 @@ from .errors import TaskledgerError, error_for
 from .types import (
     BatchItem,
     Check,
+    ConcurrencyKey,
     Effect,
     Event,
     Mail,
@@ -287,6 +288,12 @@ class Client:
                     yield Event.from_json(json.loads(line))
         finally:
             conn.close()
+
+    def concurrency(self, key: str, customer_id: str = "") -> ConcurrencyKey:
+        """GET /v1/concurrency: a concurrency key's holders and waiters, of
+        customer_id ("" for the caller's own; only the operator may name
+        another customer)."""
+        return ConcurrencyKey.from_json(self._json("GET", "/v1/concurrency", query={"key": key, "customerId": customer_id})[1])
 
     # -- Run state and effects --
 

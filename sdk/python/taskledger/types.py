@@ -248,6 +248,20 @@ class Mailbox(Wire):
 
 
 @dataclass
+class Concurrency(Wire):
+    """A concurrency limit: at most ``limit`` (1 to 1000) tasks of the
+    customer with ``key`` (1 to 256 bytes) hold a delivery token or run at
+    once."""
+
+    key: str = ""
+    limit: int = 0
+
+
+# Task.waiting_for of a due task whose concurrency key has no free slot.
+WAITING_FOR_CONCURRENCY = "concurrency"
+
+
+@dataclass
 class Task(Wire):
     """The task resource (docs/API.md, "Task resource")."""
 
@@ -275,6 +289,8 @@ class Task(Wire):
     effects: list[Effect] = field(default_factory=list)
     reason: str = ""
     version: int = 0
+    concurrency: Concurrency | None = None
+    waiting_for: str = ""
 
     @property
     def terminal(self) -> bool:
@@ -363,6 +379,7 @@ class ScheduleRequest(Wire):
     run_at: str = ""
     delay_seconds: float | None = None
     timeout_seconds: int | None = None
+    concurrency: Concurrency | None = None
 
 
 @dataclass
@@ -473,3 +490,25 @@ class RunDocument(Wire):
     updated_at: str = ""
     delivery_id: str = ""
     run: RunState = field(default_factory=RunState)
+
+
+@dataclass
+class KeySlotter(Wire):
+    """A task holding or waiting for a slot of a concurrency key; a holder
+    that left the projections has only ``task_id``."""
+
+    task_id: str = ""
+    status: str = ""
+    limit: int = 0
+    run_at: str = ""
+
+
+@dataclass
+class ConcurrencyKey(Wire):
+    """The answer of GET /v1/concurrency: the holders in the order they
+    took their slot, the waiters first due first."""
+
+    customer_id: str = ""
+    key: str = ""
+    holders: list[KeySlotter] = field(default_factory=list)
+    waiters: list[KeySlotter] = field(default_factory=list)

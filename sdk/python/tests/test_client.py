@@ -11,6 +11,7 @@ from tests.harness import ACME, LIMITED, MAX_DEPTH, OPERATOR, OTHER, Server, eve
 import taskledger
 from taskledger import errors
 from taskledger.types import (
+    WAITING_FOR_CONCURRENCY,
     Effect,
     Message,
     ResultItem,
@@ -150,6 +151,38 @@ class ClientTest(unittest.TestCase):
         self.assertEqual((c.status, c.reason), ("canceled", "no longer needed"))
         with self.assertRaises(errors.Terminal):
             self.acme.cancel(t.id)
+
+    def test_concurrency(self) -> None:
+        key = unique("repo:example/")
+        conc = taskledger.Concurrency(key=key, limit=1)
+        first = self.running(concurrency=conc)
+        self.assertEqual(first.concurrency, conc)
+        second = self.schedule(concurrency=conc)
+
+        def waiting() -> taskledger.Task | None:
+            t = self.acme.get(second.id)
+            return t if t.waiting_for == WAITING_FOR_CONCURRENCY else None
+
+        self.assertEqual(eventually(waiting, what="second task waiting").status, "scheduled")
+        k = self.acme.concurrency(key)
+        self.assertEqual((k.customer_id, k.key), ("acme", key))
+        self.assertEqual([h.task_id for h in k.holders], [first.id])
+        self.assertEqual([w.task_id for w in k.waiters], [second.id])
+        # The operator names the customer; another customer sees nothing of it.
+        self.assertEqual([h.task_id for h in self.op.concurrency(key, "acme").holders], [first.id])
+        with self.assertRaises(errors.NotFound):
+            self.client(OTHER).concurrency(key, "acme")
+        self.assertEqual(self.client(OTHER).concurrency(key).holders, [])
+        with self.assertRaises(errors.InvalidArgument):
+            self.acme.concurrency("")
+        with self.assertRaises(errors.InvalidArgument):
+            self.acme.schedule(queue=self.queue, concurrency=taskledger.Concurrency(key=key, limit=1001))
+
+        assert first.claim is not None
+        self.acme.record_result(first.id, delivery_id=first.claim.delivery_id, success=True)
+        self.assertEqual(self.queued(second.id).waiting_for, "")
+        types = [e.type for e in self.acme.history(second.id)]
+        self.assertEqual(types[:3], ["TaskScheduled", "SlotAcquired", "DeliveryPending"])
 
     def test_batches(self) -> None:
         items = self.acme.schedule_batch([ScheduleRequest(queue=self.queue), ScheduleRequest(queue=self.queue),

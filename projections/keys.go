@@ -1,0 +1,231 @@
+package projections
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+)
+
+// keys is the concurrency-key view: each key's state, folded with the
+// aggregate's ApplyKey, the live tasks of each key, and the terminal
+// holders waiting in the Free queue for their slot to be released.
+type keys struct {
+	byKey map[string]*aggregate.KeyState // by key id (events.KeyID)
+	// live holds each key's non-terminal tasks: its holders and waiters.
+	live map[string]map[string]struct{}
+	// freeing holds the tasks in the Free queue as the alarm needs them
+	// (id, customer, key, status): a finished lineage's task may be
+	// evicted from tasks before its slot is released.
+	freeing map[string]aggregate.State
+}
+
+func newKeys() keys {
+	return keys{byKey: make(map[string]*aggregate.KeyState), live: make(map[string]map[string]struct{}),
+		freeing: make(map[string]aggregate.State)}
+}
+
+// keyOf returns the key id of a task's concurrency key; ok is false for a
+// task without one.
+func keyOf(customerID string, c *events.Concurrency) (string, bool) {
+	if c == nil {
+		return "", false
+	}
+	return events.KeyID(customerID, c.Key), true
+}
+
+// applyKey folds a key's event and reports whether the alarm must wake: a
+// slot was released (a waiter may now take it) or a terminal task
+// acquired one (it must be released).
+func (v *views) applyKey(ev events.Event) bool {
+	k := v.byKey[ev.TaskID]
+	if k == nil {
+		k = &aggregate.KeyState{}
+		v.byKey[ev.TaskID] = k
+	}
+	before := *k
+	*k = aggregate.ApplyKey(before, ev)
+	switch p := ev.Data.(type) {
+	case events.SlotAcquired:
+		if t := v.tasks[p.TaskID]; !before.Holds(p.TaskID) && (t == nil || t.terminal()) {
+			v.free(k, p.TaskID)
+			return true
+		}
+	case events.SlotReleased:
+		if before.Holds(p.TaskID) {
+			v.timers[Free].remove(p.TaskID)
+			delete(v.freeing, p.TaskID)
+			return true
+		}
+	}
+	return false
+}
+
+// rekey keeps a keyed task in its key's live set and, when it finishes
+// holding a slot, puts it in the Free queue.
+func (v *views) rekey(before, after *aggregate.State) bool {
+	kid, ok := keyOf(after.CustomerID, after.Spec.Concurrency)
+	if !ok {
+		return false
+	}
+	wasLive, isLive := before.Exists() && !before.Status.Terminal(), !after.Status.Terminal()
+	switch {
+	case isLive && !wasLive:
+		set := v.live[kid]
+		if set == nil {
+			set = make(map[string]struct{})
+			v.live[kid] = set
+		}
+		set[after.TaskID] = struct{}{}
+	case wasLive && !isLive:
+		if set := v.live[kid]; set != nil {
+			if delete(set, after.TaskID); len(set) == 0 {
+				delete(v.live, kid)
+			}
+		}
+		if k := v.byKey[kid]; k != nil && k.Holds(after.TaskID) {
+			v.free(k, after.TaskID)
+			return true
+		}
+	}
+	return false
+}
+
+// free puts taskID, a holder of k that is terminal (or evicted, so
+// terminal), in the Free queue.
+func (v *views) free(k *aggregate.KeyState, taskID string) {
+	s := aggregate.State{TaskID: taskID, CustomerID: k.CustomerID, Spec: events.TaskSpec{Concurrency: &events.Concurrency{Key: k.Key}}}
+	if t := v.tasks[taskID]; t != nil {
+		s.Status, s.CompletedAt = statuses[t.status], unnanos(t.completed)
+		if t.conc != nil {
+			s.Spec.Concurrency.Limit = t.conc.Limit
+		}
+	}
+	v.freeing[taskID] = s
+	v.timers[Free].set(taskID, k.CustomerID, s.CompletedAt)
+}
+
+// releasable wraps the alarm's skip for the Release queue, whose items
+// come in due order per customer: a task with a concurrency key is
+// released only when it holds a slot already (a release interrupted by a
+// crash) or its key has room for it, counting the slots of the earlier
+// due tasks of this call (dispatched, or being acquired in flight). So the
+// first due take the free slots, and the rest wait without being counted
+// against the alarm's batch; tasks of other keys and without one pass.
+func (v *views) releasable(skip func(taskID string) bool) func(taskID string) bool {
+	granted := make(map[string]int)
+	return func(id string) bool {
+		skipped := skip != nil && skip(id)
+		t := v.tasks[id]
+		if t == nil {
+			return skipped
+		}
+		kid, ok := keyOf(t.customer, t.conc)
+		if !ok {
+			return skipped
+		}
+		k := v.byKey[kid]
+		held := granted[kid]
+		if k != nil {
+			if k.Holds(id) {
+				return skipped
+			}
+			held += len(k.Holders)
+		}
+		if held >= t.conc.Limit {
+			return true
+		}
+		granted[kid]++
+		return skipped
+	}
+}
+
+// restoreKeys rebuilds the key view from a snapshot's key states and Free
+// queue, once the tasks are restored.
+func (v *views) restoreKeys(ks []aggregate.KeyState, freeing []aggregate.State) {
+	var zero aggregate.State
+	for _, t := range v.tasks {
+		if s := t.state(); !t.terminal() {
+			v.rekey(&zero, &s) // a live task: into its key's live set
+		}
+	}
+	for i := range ks {
+		k := ks[i]
+		v.byKey[k.KeyID] = &k
+	}
+	for _, s := range freeing {
+		v.freeing[s.TaskID] = s
+		v.timers[Free].set(s.TaskID, s.CustomerID, s.CompletedAt)
+	}
+}
+
+// freeingStates copies the Free queue's tasks, for a snapshot.
+func (v *views) freeingStates() []aggregate.State {
+	out := make([]aggregate.State, 0, len(v.freeing))
+	for _, s := range v.freeing {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b aggregate.State) int { return cmp.Compare(a.TaskID, b.TaskID) })
+	return out
+}
+
+// keyStates copies every key's state, for a snapshot.
+func (v *views) keyStates() []aggregate.KeyState {
+	out := make([]aggregate.KeyState, 0, len(v.byKey))
+	for _, k := range v.byKey {
+		out = append(out, *k)
+	}
+	slices.SortFunc(out, func(a, b aggregate.KeyState) int { return cmp.Compare(a.KeyID, b.KeyID) })
+	return out
+}
+
+// ConcurrencyKey returns a customer's concurrency key as the projections
+// have it: its state, its holders (in the order they acquired a slot;
+// a task evicted from the views has only its id, customer and key) and
+// the tasks waiting for a slot at now (due, not released, not holding
+// one), first due first. It is safe for concurrent use.
+func (e *Engine) ConcurrencyKey(customerID, key string, now time.Time) (k aggregate.KeyState, holders, waiters []aggregate.State) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	kid := events.KeyID(customerID, key)
+	if ks := e.v.byKey[kid]; ks != nil {
+		k = *ks
+	}
+	for _, id := range k.Holders {
+		s, ok := e.v.freeing[id]
+		if t := e.v.tasks[id]; t != nil {
+			s, ok = t.state(), true
+		}
+		if !ok {
+			s = aggregate.State{TaskID: id, CustomerID: customerID}
+		}
+		holders = append(holders, s)
+	}
+	for id := range e.v.live[kid] {
+		s := e.v.tasks[id].state()
+		if Waiting(s, now) && !k.Holds(id) {
+			waiters = append(waiters, s)
+		}
+	}
+	slices.SortFunc(waiters, func(a, b aggregate.State) int {
+		return cmp.Or(a.Spec.RunAt.Compare(b.Spec.RunAt), cmp.Compare(a.TaskID, b.TaskID))
+	})
+	return k, holders, waiters
+}
+
+// Waiters returns up to limit tasks of a customer's concurrency key due
+// at now that wait for a slot (not released, holding none), first due
+// first. It is safe for concurrent use.
+func (e *Engine) Waiters(customerID, key string, now time.Time, limit int) []aggregate.State {
+	_, _, waiters := e.ConcurrencyKey(customerID, key, now)
+	return waiters[:min(limit, len(waiters))]
+}
+
+// Waiting reports whether s is a task with a concurrency key that is due
+// at now and not released: it waits for a slot of its key (or, for the
+// moment between its runAt and the alarm's release, for the alarm).
+func Waiting(s aggregate.State, now time.Time) bool {
+	return s.Spec.Concurrency != nil && s.Status == aggregate.StatusScheduled && s.Delivery.ID == "" && !now.Before(s.Spec.RunAt)
+}

@@ -1,0 +1,83 @@
+package replay
+
+import (
+	"errors"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+)
+
+// Concurrency is the kind of violation of a concurrency key's promise: a
+// slot taken past its limit, a keyed task released without holding a
+// slot, a slot given back by a task that is still live, or a slot event
+// for a task that is not the key's customer's.
+const Concurrency = "concurrency"
+
+// addKey checks a concurrency key's event: on its key's subject, numbered
+// and chained as a task's, and exactly what DecideKey decides on the key
+// as its earlier events left it, for a task of the key's customer.
+func (v *Verifier) addKey(ev events.Event, subject string) {
+	var cmd aggregate.KeyCommand
+	var taskID, key string
+	switch p := ev.Data.(type) {
+	case events.SlotAcquired:
+		taskID, key = p.TaskID, p.Key
+		cmd = aggregate.AcquireSlot{CustomerID: ev.CustomerID, Key: p.Key, TaskID: p.TaskID, Limit: p.Limit}
+	case events.SlotReleased:
+		taskID, key = p.TaskID, p.Key
+		cmd = aggregate.ReleaseSlot{CustomerID: ev.CustomerID, Key: p.Key, TaskID: p.TaskID, Status: aggregate.Status(p.Status)}
+	}
+	if _, dup := v.ids[ev.ID]; dup {
+		v.fail(ev.Seq, ev.TaskID, DuplicateEvent, "event id %s seen before", ev.ID)
+	}
+	v.ids[ev.ID] = struct{}{}
+	if want := v.subjects.Key(ev.CustomerID, events.KeyID(ev.CustomerID, key)); subject != want || ev.TaskID != events.KeyID(ev.CustomerID, key) {
+		v.fail(ev.Seq, ev.TaskID, WrongSubject, "key event of %q stored on %s as %s, belongs on %s", key, subject, ev.TaskID, want)
+	}
+	k := v.keys[ev.TaskID]
+	if k == nil {
+		k = &aggregate.KeyState{}
+		v.keys[ev.TaskID] = k
+	}
+	if prev := v.numbers[ev.TaskID]; ev.Number != prev+1 {
+		v.fail(ev.Seq, ev.TaskID, Gap, "event number %d after %d", ev.Number, prev)
+	}
+	v.numbers[ev.TaskID] = ev.Number
+	if ev.Version >= 2 && ev.Prev != k.LastHash {
+		v.fail(ev.Seq, ev.TaskID, BrokenLink, "event %d names previous hash %s, the key's previous event hashes to %s", ev.Number, short(ev.Prev), short(k.LastHash))
+	}
+	defer func() { *k = aggregate.ApplyKey(*k, ev) }()
+	st := v.tasks[taskID]
+	switch {
+	case st == nil || !st.Exists() || st.CustomerID != ev.CustomerID:
+		v.fail(ev.Seq, ev.TaskID, Concurrency, "%s for task %s, which customer %s has not scheduled", ev.Type(), taskID, ev.CustomerID)
+		return
+	case st.Spec.Concurrency == nil || st.Spec.Concurrency.Key != key:
+		v.fail(ev.Seq, ev.TaskID, Concurrency, "%s for task %s, which has no concurrency key %q", ev.Type(), taskID, key)
+		return
+	case ev.Type() == events.TypeSlotReleased && !st.Status.Terminal():
+		v.fail(ev.Seq, ev.TaskID, Concurrency, "task %s gave its slot back while %s", taskID, st.Status)
+		return
+	}
+	got, err := aggregate.DecideKey(*k, cmd, ev.At)
+	switch {
+	case errors.Is(err, aggregate.ErrKeyFull):
+		v.fail(ev.Seq, ev.TaskID, Concurrency, "task %s took a slot of %q past its limit: %v", taskID, key, err)
+	case err != nil:
+		v.fail(ev.Seq, ev.TaskID, IllegalEvent, "%s: %v", ev.Type(), err)
+	case len(got) != 1:
+		v.fail(ev.Seq, ev.TaskID, IllegalEvent, "%s for task %s changes nothing (a duplicate)", ev.Type(), taskID)
+	}
+}
+
+// checkSlot reports a keyed task released (DeliveryPending) without
+// holding a slot of its key at that point of the log.
+func (v *Verifier) checkSlot(st aggregate.State, ev events.Event) {
+	c := st.Spec.Concurrency
+	if _, ok := ev.Data.(events.DeliveryPending); !ok || c == nil {
+		return
+	}
+	if k := v.keys[events.KeyID(st.CustomerID, c.Key)]; k == nil || !k.Holds(st.TaskID) {
+		v.fail(ev.Seq, ev.TaskID, Concurrency, "released without a slot of its concurrency key %q", c.Key)
+	}
+}
