@@ -246,6 +246,7 @@ var decoders = map[Type]func(*msgpack.Decoder) (Payload, error){
 	TypeMailboxAppended:        decodeAs[MailboxAppended],
 	TypeMailboxRead:            decodeAs[MailboxRead],
 	TypeEffectsReported:        decodeAs[EffectsReported],
+	TypeRetryScheduled:         decodeAs[RetryScheduled],
 }
 
 func decodeAs[P Payload](dec *msgpack.Decoder) (Payload, error) {

@@ -29,6 +29,7 @@ const (
 	TypeMailboxAppended        Type = "MailboxAppended"
 	TypeMailboxRead            Type = "MailboxRead"
 	TypeEffectsReported        Type = "EffectsReported"
+	TypeRetryScheduled         Type = "RetryScheduled"
 )
 
 // Payload is the typed body of an event. Every payload type in this package
@@ -122,6 +123,26 @@ type Result struct {
 	Summary string   `json:"summary,omitempty"`
 	Error   string   `json:"error,omitempty"`
 	Effects []Effect `json:"effects,omitempty"`
+	// Retryable false says a failure is final: the task fails even with
+	// attempts left in its retry policy. Nil (left out) means true.
+	Retryable *bool `json:"retryable,omitempty"`
+}
+
+// Retry causes: what ended an attempt that a RetryScheduled follows, and
+// the values of RetryPolicy.On.
+const (
+	RetryOnFailed   = "failed"
+	RetryOnTimedOut = "timed_out"
+)
+
+// RetryPolicy says how often a task is tried and how long it waits between
+// attempts. The aggregate fills its defaults when the task is scheduled,
+// so a stored policy is complete (see aggregate.Schedule).
+type RetryPolicy struct {
+	MaxAttempts       int      `json:"maxAttempts"`
+	BackoffSeconds    int      `json:"backoffSeconds"`
+	MaxBackoffSeconds int      `json:"maxBackoffSeconds"`
+	On                []string `json:"on"` // RetryOnFailed and/or RetryOnTimedOut
 }
 
 // TaskSpec is everything a caller chose about a task when scheduling it.
@@ -136,6 +157,9 @@ type TaskSpec struct {
 	Message        Message   `json:"message"`
 	RunAt          time.Time `json:"runAt"`
 	TimeoutSeconds int       `json:"timeoutSeconds"`
+	// Retry is the task's retry policy; nil (left out of the stored
+	// bytes, as in every event written before it existed) is one attempt.
+	Retry *RetryPolicy `json:"retry,omitempty"`
 }
 
 // TaskScheduled records that a task was accepted. It waits for RunAt to be released.
@@ -225,6 +249,21 @@ type EffectsReported struct {
 	Effects    []Effect `json:"effects"`
 }
 
+// RetryScheduled records that attempt Attempt-1 ended without success and
+// attempt Attempt is due at NextAt: the task is scheduled again and is
+// released, with a new delivery token, at NextAt. Cause is RetryOnFailed
+// (Result is the failure the run reported under DeliveryID, its effects
+// kept with the task's) or RetryOnTimedOut (Deadline is the running
+// deadline that passed).
+type RetryScheduled struct {
+	Attempt    int       `json:"attempt"`
+	NextAt     time.Time `json:"nextAt"`
+	Cause      string    `json:"cause"`
+	DeliveryID string    `json:"deliveryId,omitempty"`
+	Result     *Result   `json:"result,omitempty"`
+	Deadline   time.Time `json:"deadline,omitzero" msgpack:"deadline,omitempty"`
+}
+
 // MailboxAppended records that a follow-up message was added at 1-based Index.
 type MailboxAppended struct {
 	Index   int     `json:"index"`
@@ -250,3 +289,4 @@ func (Canceled) EventType() Type               { return TypeCanceled }
 func (MailboxAppended) EventType() Type        { return TypeMailboxAppended }
 func (MailboxRead) EventType() Type            { return TypeMailboxRead }
 func (EffectsReported) EventType() Type        { return TypeEffectsReported }
+func (RetryScheduled) EventType() Type         { return TypeRetryScheduled }
