@@ -329,7 +329,7 @@ func (a *Alarm) outcome(t projections.Timer, s, st aggregate.State, err error) f
 	var due time.Time
 	switch t {
 	case projections.Release:
-		due = s.Spec.RunAt
+		due = s.DueAt()
 	case projections.Deliver:
 		due = s.Delivery.NextAt
 	case projections.Expire:
