@@ -45,6 +45,18 @@ type ScheduleRequest struct {
 	RunAt          *time.Time     `json:"runAt,omitempty"`
 	DelaySeconds   *float64       `json:"delaySeconds,omitempty"`
 	TimeoutSeconds *int           `json:"timeoutSeconds,omitempty"`
+	Retry          *RetryRequest  `json:"retry,omitempty"`
+}
+
+// RetryRequest is a task's retry policy as a schedule request gives it;
+// a field left out takes its default: maxAttempts 1 (no retry),
+// backoffSeconds events.DefaultBackoffSeconds, maxBackoffSeconds
+// events.DefaultMaxBackoffSeconds, on ["failed"].
+type RetryRequest struct {
+	MaxAttempts       *int     `json:"maxAttempts,omitempty"`
+	BackoffSeconds    *int     `json:"backoffSeconds,omitempty"`
+	MaxBackoffSeconds *int     `json:"maxBackoffSeconds,omitempty"`
+	On                []string `json:"on,omitempty"`
 }
 
 // ClaimRequest is the body of POST /v1/tasks/{id}/claim.
@@ -67,6 +79,9 @@ type ResultRequest struct {
 	Summary    string          `json:"summary,omitempty"`
 	Error      string          `json:"error,omitempty"`
 	Effects    []events.Effect `json:"effects,omitempty"`
+	// Retryable false makes a failure final even with attempts left;
+	// left out, a failure is retried if the task's policy allows.
+	Retryable *bool `json:"retryable,omitempty"`
 }
 
 // CancelRequest is the body of POST /v1/tasks/{id}/cancel.

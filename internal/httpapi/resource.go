@@ -20,6 +20,12 @@ func NewTask(s aggregate.State) api.Task {
 		CompletedAt: utc(s.CompletedAt), TimeoutSeconds: s.Spec.TimeoutSeconds, Deadline: utc(s.Deadline),
 		Mailbox: api.Mailbox{Count: len(s.MailIDs), Cursor: s.Cursor},
 		Result:  s.Result, Effects: utcEffects(s.Effects), Reason: s.Reason, Version: s.Version,
+		Retry: s.Spec.Retry, Attempt: s.Attempt(), MaxAttempts: s.MaxAttempts(), Attempts: []api.Attempt{},
+	}
+	for _, a := range s.Attempts() {
+		t.Attempts = append(t.Attempts, api.Attempt{
+			Attempt: a.Number, ExecutorID: a.ExecutorID, StartedAt: utc(a.StartedAt), EndedAt: utc(a.EndedAt), Outcome: a.Outcome, Error: a.Error,
+		})
 	}
 	if s.Result != nil && len(s.Result.Effects) > 0 {
 		r := *s.Result
