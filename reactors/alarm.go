@@ -319,6 +319,9 @@ func (a *Alarm) act(ctx context.Context, t projections.Timer, s aggregate.State)
 	if err == nil && t == projections.Release {
 		crashpoint.Hit(crashpoint.Released)
 	}
+	if err == nil && t == projections.Expire && st.Status == aggregate.StatusScheduled {
+		crashpoint.Hit(crashpoint.RetryScheduled)
+	}
 	if ex, ok := cmd.(aggregate.ExhaustDelivery); ok && err == nil {
 		a.exhausted(s, ex.Reason)
 	}

@@ -11,7 +11,12 @@ const (
 	Claimed       = "claimed"        // Claimed appended, the executor not yet answered
 	ResultPending = "result-pending" // a result is being reported, not yet appended
 	ResultStored  = "result-stored"  // ResultRecorded appended, the executor not yet answered
+	// RetryScheduled: the alarm appended a RetryScheduled for a timed-out
+	// attempt, the next attempt not yet released.
+	RetryScheduled = "retry-scheduled"
 )
 
-// All lists every point.
+// All lists every point the crash traffic (cmd/taskledger TestCrashPoints)
+// passes; RetryScheduled, which needs tasks with a retry policy, has its
+// own test.
 var All = []string{Scheduled, Released, Published, ClaimReceived, Claimed, ResultPending, ResultStored}
