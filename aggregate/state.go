@@ -138,11 +138,17 @@ func (s State) Attempts() []Attempt {
 	if s.StartedAt.IsZero() {
 		return out
 	}
-	a := Attempt{Number: s.Attempt(), DeliveryID: s.Claim.DeliveryID, ExecutorID: s.Claim.ExecutorID, StartedAt: s.StartedAt, EndedAt: s.CompletedAt, Outcome: string(s.Status)}
-	if s.Result != nil {
-		a.Error = s.Result.Error
+	return append(out, s.current(s.CompletedAt, string(s.Status), s.Result))
+}
+
+// current is the task's current attempt, ended at end (zero: not yet)
+// with outcome and result r (nil: none).
+func (s State) current(end time.Time, outcome string, r *events.Result) Attempt {
+	a := Attempt{Number: s.Attempt(), DeliveryID: s.Claim.DeliveryID, ExecutorID: s.Claim.ExecutorID, StartedAt: s.StartedAt, EndedAt: end, Outcome: outcome}
+	if r != nil {
+		a.Error = r.Error
 	}
-	return append(out, a)
+	return a
 }
 
 // Exists reports whether any event has been applied.
@@ -239,9 +245,9 @@ func Apply(s State, ev events.Event) State {
 		}
 	case events.RetryScheduled:
 		if s.Status == StatusRunning {
-			a := Attempt{Number: s.Attempt(), DeliveryID: s.Claim.DeliveryID, ExecutorID: s.Claim.ExecutorID, StartedAt: s.StartedAt, EndedAt: ev.At, Outcome: p.Cause, NextAt: p.NextAt}
+			a := s.current(ev.At, p.Cause, p.Result)
+			a.NextAt = p.NextAt
 			if p.Result != nil {
-				a.Error = p.Result.Error
 				s.Effects = resultEffects(s.Effects, p.Result.Effects, ev.At)
 			}
 			s.Retries = append(slices.Clip(s.Retries), a)

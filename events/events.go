@@ -136,8 +136,9 @@ const (
 )
 
 // RetryPolicy says how often a task is tried and how long it waits between
-// attempts. The aggregate fills its defaults when the task is scheduled,
-// so a stored policy is complete (see aggregate.Schedule).
+// attempts. A stored policy is complete: the service fills the defaults
+// and the aggregate refuses a policy out of its bounds (see
+// aggregate.Schedule).
 type RetryPolicy struct {
 	MaxAttempts       int      `json:"maxAttempts"`
 	BackoffSeconds    int      `json:"backoffSeconds"`

@@ -14,7 +14,8 @@ import (
 	"github.com/taskledger/taskledger/events"
 )
 
-func ptr[T any](v T) *T { return &v }
+// refOf returns a pointer to a copy of v.
+func refOf[T any](v T) *T { return &v }
 
 // outcomes lists a task's attempts as "number outcome executor error".
 func outcomes(task api.Task) []string {
@@ -53,7 +54,7 @@ func TestRetry(t *testing.T) {
 
 	t.Run("FailsTwiceThenSucceeds", func(t *testing.T) {
 		t.Parallel()
-		task := mustSchedule(t, b, api.ScheduleRequest{Queue: "retry-e2e", Retry: &api.RetryRequest{MaxAttempts: ptr(3), BackoffSeconds: ptr(0)}})
+		task := mustSchedule(t, b, api.ScheduleRequest{Queue: "retry-e2e", Retry: &api.RetryRequest{MaxAttempts: refOf(3), BackoffSeconds: refOf(0)}})
 		want := &events.RetryPolicy{MaxAttempts: 3, BackoffSeconds: 0, MaxBackoffSeconds: events.DefaultMaxBackoffSeconds, On: []string{events.RetryOnFailed}}
 		if !reflect.DeepEqual(task.Retry, want) || task.Attempt != 1 || task.MaxAttempts != 3 || len(task.Attempts) != 0 {
 			t.Fatalf("scheduled: retry %+v attempt %d of %d, attempts %+v", task.Retry, task.Attempt, task.MaxAttempts, task.Attempts)
@@ -125,8 +126,8 @@ func TestRetry(t *testing.T) {
 
 	t.Run("NotRetryable", func(t *testing.T) {
 		t.Parallel()
-		run := runningTask(t, b, api.ScheduleRequest{Queue: "retry-final", Retry: &api.RetryRequest{MaxAttempts: ptr(3)}})
-		got, err := b.client.RecordResult(ctx, run.ID, api.ResultRequest{DeliveryID: run.Claim.DeliveryID, Error: "bad input", Retryable: ptr(false)})
+		run := runningTask(t, b, api.ScheduleRequest{Queue: "retry-final", Retry: &api.RetryRequest{MaxAttempts: refOf(3)}})
+		got, err := b.client.RecordResult(ctx, run.ID, api.ResultRequest{DeliveryID: run.Claim.DeliveryID, Error: "bad input", Retryable: refOf(false)})
 		if err != nil || got.Status != "failed" || got.Attempt != 1 || got.Result == nil || got.Result.Retryable == nil || *got.Result.Retryable {
 			t.Fatalf("a failure that is not retryable: %+v, %v", got, err)
 		}
@@ -138,9 +139,9 @@ func TestRetry(t *testing.T) {
 	t.Run("TimedOutOnlyWhenListed", func(t *testing.T) {
 		t.Parallel()
 		one := events.MinTimeoutSeconds
-		onFailed := runningTask(t, b, api.ScheduleRequest{Queue: "retry-timeout", TimeoutSeconds: &one, Retry: &api.RetryRequest{MaxAttempts: ptr(3)}})
+		onFailed := runningTask(t, b, api.ScheduleRequest{Queue: "retry-timeout", TimeoutSeconds: &one, Retry: &api.RetryRequest{MaxAttempts: refOf(3)}})
 		onTimedOut := runningTask(t, b, api.ScheduleRequest{Queue: "retry-timeout", TimeoutSeconds: &one,
-			Retry: &api.RetryRequest{MaxAttempts: ptr(2), BackoffSeconds: ptr(0), On: []string{events.RetryOnTimedOut}}})
+			Retry: &api.RetryRequest{MaxAttempts: refOf(2), BackoffSeconds: refOf(0), On: []string{events.RetryOnTimedOut}}})
 		if got := b.waitStatus(t, onFailed.ID, "timed_out"); got.Attempt != 1 || !reflect.DeepEqual(outcomes(got), []string{"1 timed_out w1 "}) {
 			t.Fatalf("retry on failed only, timed out: attempt %d, %q", got.Attempt, outcomes(got))
 		}
@@ -165,7 +166,7 @@ func TestRetry(t *testing.T) {
 		t.Parallel()
 		one := events.MinTimeoutSeconds
 		run := runningTask(t, b, api.ScheduleRequest{Queue: "retry-race", TimeoutSeconds: &one,
-			Retry: &api.RetryRequest{MaxAttempts: ptr(2), BackoffSeconds: ptr(3600), On: []string{events.RetryOnFailed, events.RetryOnTimedOut}}})
+			Retry: &api.RetryRequest{MaxAttempts: refOf(2), BackoffSeconds: refOf(3600), On: []string{events.RetryOnFailed, events.RetryOnTimedOut}}})
 		eventually(t, "the deadline is near", func() bool { return time.Until(run.Deadline) < 20*time.Millisecond })
 		_, err := b.client.RecordResult(ctx, run.ID, api.ResultRequest{DeliveryID: run.Claim.DeliveryID, Error: "raced"})
 		var e *api.Error
@@ -221,8 +222,8 @@ func TestRetryValidation(t *testing.T) {
 		})
 	}
 	items, err := b.client.ScheduleBatch(context.Background(), []api.ScheduleRequest{
-		{Queue: "retry-batch", Retry: &api.RetryRequest{MaxAttempts: ptr(101)}},
-		{Queue: "retry-batch", Retry: &api.RetryRequest{MaxAttempts: ptr(100), BackoffSeconds: ptr(86400), MaxBackoffSeconds: ptr(604800), On: []string{"timed_out", "failed"}}},
+		{Queue: "retry-batch", Retry: &api.RetryRequest{MaxAttempts: refOf(101)}},
+		{Queue: "retry-batch", Retry: &api.RetryRequest{MaxAttempts: refOf(100), BackoffSeconds: refOf(86400), MaxBackoffSeconds: refOf(604800), On: []string{"timed_out", "failed"}}},
 	})
 	if err != nil || len(items) != 2 || items[0].Status != http.StatusBadRequest || !strings.Contains(items[0].Message, "retry.maxAttempts") ||
 		items[1].Status != http.StatusCreated || items[1].Task.MaxAttempts != 100 {
