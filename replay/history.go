@@ -69,6 +69,9 @@ func Describe(ev events.Event) string {
 		if p.Spec.ParentID != "" {
 			s += ", parent " + p.Spec.ParentID
 		}
+		if p.DeliveryID != "" {
+			s += "; released, delivery " + p.DeliveryID + " attempt 1"
+		}
 		if t := text(p.Spec.Message.Content); t != "" {
 			s += ": " + t
 		}

@@ -414,6 +414,11 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	retried, _ = p.exec(retried.TaskID, aggregate.ReleaseDue{DeliveryID: events.NewID()})
 	retried, _ = p.exec(retried.TaskID, aggregate.RetryDelivery{DeliveryID: retried.Delivery.ID, NextAt: p.clock().Add(time.Second), Error: "nats: timeout"})
 	p.exec(retried.TaskID, aggregate.ExhaustDelivery{DeliveryID: retried.Delivery.ID, Reason: "gave up"})
+	releasedID := events.NewID() // released in its TaskScheduled, then published and claimed
+	released, _ := p.exec(releasedID, aggregate.Schedule{TaskID: releasedID, CustomerID: "acme", Spec: events.TaskSpec{RootID: releasedID, Queue: "q", TimeoutSeconds: 60},
+		DeliveryID: events.NewID(), NextAt: p.clock().Add(time.Second)})
+	released, _ = p.exec(releasedID, aggregate.MarkReadyPublished{DeliveryID: released.Delivery.ID, ReadySeq: 3})
+	p.exec(releasedID, aggregate.Claim{DeliveryID: released.Delivery.ID, ExecutorID: "exec-1"})
 	republished := p.queued("acme")
 	p.exec(republished.TaskID, aggregate.RepublishReady{DeliveryID: republished.Delivery.ID, LostSeq: 1, ReadySeq: 12})
 	rejectedID := events.NewID()
@@ -488,10 +493,10 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	// its backoff, a failure recorded as final with attempts left, and a
 	// retry past maxAttempts.
 	policy := &events.RetryPolicy{MaxAttempts: 2, BackoffSeconds: 10, MaxBackoffSeconds: 60, On: []string{"failed"}}
-	early := p.retrying("beta", policy)
-	expect(p.plant(p.subject(early), p.encode(early, early.Version+1, events.RetryScheduled{
-		Attempt: 2, NextAt: p.clock(), Cause: "failed", DeliveryID: early.Claim.DeliveryID, Result: &events.Result{Error: "x"},
-	})), early.TaskID, replay.IllegalEvent)
+	soon := p.retrying("beta", policy)
+	expect(p.plant(p.subject(soon), p.encode(soon, soon.Version+1, events.RetryScheduled{
+		Attempt: 2, NextAt: p.clock(), Cause: "failed", DeliveryID: soon.Claim.DeliveryID, Result: &events.Result{Error: "x"},
+	})), soon.TaskID, replay.IllegalEvent)
 	final := p.retrying("beta", policy)
 	expect(p.plant(p.subject(final), p.encode(final, final.Version+1, events.ResultRecorded{DeliveryID: final.Claim.DeliveryID, Result: events.Result{Error: "x"}})), final.TaskID, replay.IllegalEvent)
 	past := p.retrying("beta", policy)
@@ -518,6 +523,11 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	l := p.scheduled("beta")
 	l.LastHash = events.HashOf([]byte("some other event"))
 	expect(p.plant(p.subject(l), p.encode(l, l.Version+1, events.Canceled{Reason: "relinked"})), l.TaskID, replay.BrokenLink)
+	// (m) A TaskScheduled that releases a task whose runAt is still ahead.
+	m := aggregate.State{TaskID: events.NewID(), CustomerID: "beta"}
+	early := events.TaskScheduled{Spec: events.TaskSpec{RootID: m.TaskID, Queue: "q", TimeoutSeconds: 60, RunAt: p.clock().Add(time.Hour)},
+		DeliveryID: events.NewID(), NextAt: p.clock()}
+	expect(p.plant(p.subject(m), p.encode(m, 1, early)), m.TaskID, replay.IllegalEvent)
 	// A v1 event (no prev) is accepted as the start of a chain, and a v2
 	// event after it links to its bytes: nothing to report.
 	old := p.scheduled("beta")

@@ -69,8 +69,9 @@ func TestCrashAtRetryScheduled(t *testing.T) {
 	for _, ev := range h.Events {
 		counts[ev.Type]++
 	}
-	if counts[string(events.TypeRetryScheduled)] != 1 || counts[string(events.TypeDeliveryPending)] != 2 || counts[string(events.TypeTimedOut)] != 0 {
-		t.Fatalf("history event counts %v, want one retry and two releases", counts)
+	if counts[string(events.TypeRetryScheduled)] != 1 || counts[string(events.TypeReadyPublished)] != 2 ||
+		counts[string(events.TypeClaimed)] != 2 || counts[string(events.TypeTimedOut)] != 0 {
+		t.Fatalf("history event counts %v, want one retry, two deliveries and two claims", counts)
 	}
 	srv.mustStop(t)
 	mustVerify(t, bin, data)
