@@ -3,6 +3,7 @@ package aggregate
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"time"
 
@@ -50,7 +51,11 @@ type Command interface{ command() }
 // released in the same event, with that delivery token: its notification
 // is due at NextAt (now if zero), the time the caller leaves itself to
 // publish it and record that before the alarm does. A DeliveryID on a task
-// not yet due is ignored: the alarm releases it at runAt.
+// not yet due is ignored: the alarm releases it at runAt. A Spec.Retry
+// must be complete (the service fills its defaults): maxAttempts 1 to
+// events.MaxAttempts, backoffSeconds 0 to events.MaxBackoffSeconds,
+// maxBackoffSeconds 0 to events.MaxMaxBackoffSeconds, and on one or both
+// of events.RetryOnFailed and events.RetryOnTimedOut, each once.
 type Schedule struct {
 	TaskID, CustomerID string
 	Spec               events.TaskSpec
@@ -65,8 +70,10 @@ type Reject struct {
 	Reason             string
 }
 
-// ReleaseDue releases a scheduled task whose runAt has come, creating the
-// delivery token DeliveryID (fresh, chosen by the caller).
+// ReleaseDue releases a scheduled task whose runAt (after a retry, the
+// retry's nextAt) has come, creating the delivery token DeliveryID
+// (fresh, chosen by the caller; one an earlier attempt was claimed with
+// is ErrInvalid).
 type ReleaseDue struct{ DeliveryID string }
 
 // MarkReadyPublished records that the notification for DeliveryID went
@@ -104,7 +111,9 @@ type ExhaustDelivery struct {
 type Claim struct{ DeliveryID, ExecutorID string }
 
 // RecordResult finishes the task. A non-empty DeliveryID must match the
-// current claim.
+// current claim. A failure of a running task whose retry policy has
+// attempts left and retries on failed is a RetryScheduled instead,
+// unless the result says it is not retryable.
 type RecordResult struct {
 	DeliveryID string
 	Result     events.Result
@@ -123,7 +132,9 @@ type ReportEffects struct {
 // Cancel cancels a non-terminal task.
 type Cancel struct{ Reason string }
 
-// TimeOut ends a run whose deadline has passed.
+// TimeOut ends a run whose deadline has passed: TimedOut, or a
+// RetryScheduled when the task's retry policy has attempts left and
+// retries on timed_out.
 type TimeOut struct{}
 
 // AppendMail adds a message to the mailbox; a message id seen before is a
@@ -227,6 +238,9 @@ func validateNew(taskID, customerID string, spec events.TaskSpec) error {
 		return fmt.Errorf("%w: timeoutSeconds must be %d..%d", ErrInvalid, events.MinTimeoutSeconds, events.MaxTimeoutSeconds)
 	}
 	sig := spec.Signal
+	if err := validateRetry(spec.Retry); err != nil {
+		return err
+	}
 	if err := maxBytes(field{"repo", spec.Repo, events.MaxURLBytes},
 		field{"signal.uri", sig.URI, events.MaxURLBytes},
 		field{"signal.id", sig.ID, events.MaxNameBytes},
@@ -241,6 +255,62 @@ func validateNew(taskID, customerID string, spec events.TaskSpec) error {
 		}
 	}
 	return validateMessage(spec.Message)
+}
+
+// validateRetry checks a complete retry policy; nil is none.
+func validateRetry(p *events.RetryPolicy) error {
+	if p == nil {
+		return nil
+	}
+	for _, n := range []struct {
+		name   string
+		v, min int
+		max    int
+	}{
+		{"retry.maxAttempts", p.MaxAttempts, 1, events.MaxAttempts},
+		{"retry.backoffSeconds", p.BackoffSeconds, 0, events.MaxBackoffSeconds},
+		{"retry.maxBackoffSeconds", p.MaxBackoffSeconds, 0, events.MaxMaxBackoffSeconds},
+	} {
+		if n.v < n.min || n.v > n.max {
+			return fmt.Errorf("%w: %s must be %d..%d", ErrInvalid, n.name, n.min, n.max)
+		}
+	}
+	if len(p.On) == 0 {
+		return fmt.Errorf("%w: retry.on needs %q, %q or both", ErrInvalid, events.RetryOnFailed, events.RetryOnTimedOut)
+	}
+	for i, on := range p.On {
+		switch {
+		case on != events.RetryOnFailed && on != events.RetryOnTimedOut:
+			return fmt.Errorf("%w: retry.on[%d] must be %q or %q", ErrInvalid, i, events.RetryOnFailed, events.RetryOnTimedOut)
+		case slices.Index(p.On, on) < i:
+			return fmt.Errorf("%w: retry.on lists %q twice", ErrInvalid, on)
+		}
+	}
+	return nil
+}
+
+// retryOn reports whether the task's policy gives an attempt ended by
+// cause another one.
+func retryOn(s State, cause string) bool {
+	p := s.Spec.Retry
+	return p != nil && s.Attempt() < p.MaxAttempts && slices.Contains(p.On, cause)
+}
+
+// retryAt is when the attempt after the task's current one is due: now
+// plus backoffSeconds doubled for each attempt before the current one, at
+// most maxBackoffSeconds, less a jitter of up to a fifth that is derived
+// from the task id and the attempt, so a decision is the same every time
+// it is made (the verifier makes it again).
+func retryAt(s State, now time.Time) time.Time {
+	p := s.Spec.Retry
+	d, limit := time.Duration(p.BackoffSeconds)*time.Second, time.Duration(p.MaxBackoffSeconds)*time.Second
+	for i := 1; i < s.Attempt() && d < limit; i++ {
+		d *= 2
+	}
+	d = min(d, limit)
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s/%d", s.TaskID, s.Attempt())
+	return now.Add(d - time.Duration(h.Sum64()%uint64(d/5+1)))
 }
 
 // field is a client-given text and its limit in bytes.
@@ -347,11 +417,14 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 		if s.Status != StatusScheduled || s.Delivery.ID != "" {
 			return nil, fmt.Errorf("%w: already released", ErrStale)
 		}
-		if now.Before(s.Spec.RunAt) {
-			return nil, fmt.Errorf("%w: not due until %s", ErrStale, s.Spec.RunAt.Format(time.RFC3339Nano))
+		if due := s.DueAt(); now.Before(due) {
+			return nil, fmt.Errorf("%w: not due until %s", ErrStale, due.Format(time.RFC3339Nano))
 		}
 		if err := events.ValidID(c.DeliveryID); err != nil {
 			return nil, fmt.Errorf("%w: delivery id: %w", ErrInvalid, err)
+		}
+		if i := slices.IndexFunc(s.Retries, func(a Attempt) bool { return a.DeliveryID == c.DeliveryID }); i >= 0 {
+			return nil, fmt.Errorf("%w: delivery id %s was attempt %d's", ErrInvalid, c.DeliveryID, s.Retries[i].Number)
 		}
 		return events.DeliveryPending{DeliveryID: c.DeliveryID, Attempt: 1, NextAt: now}, nil
 	case MarkReadyPublished:
@@ -383,6 +456,11 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 		if err := validateResult(c.Result); err != nil { // a full effects list never refuses a result: see Apply
 			return nil, err
 		}
+		if r := c.Result; !r.Success && s.Status == StatusRunning && (r.Retryable == nil || *r.Retryable) && retryOn(s, events.RetryOnFailed) {
+			return events.RetryScheduled{
+				Attempt: s.Attempt() + 1, NextAt: retryAt(s, now), Cause: events.RetryOnFailed, DeliveryID: c.DeliveryID, Result: &r,
+			}, nil
+		}
 		return events.ResultRecorded{DeliveryID: c.DeliveryID, Result: c.Result}, nil
 	case ReportEffects:
 		if s.Status != StatusRunning || c.DeliveryID != s.Claim.DeliveryID {
@@ -409,6 +487,9 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 		}
 		if now.Before(s.Deadline) {
 			return nil, fmt.Errorf("%w: deadline is %s", ErrStale, s.Deadline.Format(time.RFC3339Nano))
+		}
+		if retryOn(s, events.RetryOnTimedOut) {
+			return events.RetryScheduled{Attempt: s.Attempt() + 1, NextAt: retryAt(s, now), Cause: events.RetryOnTimedOut, Deadline: s.Deadline}, nil
 		}
 		return events.TimedOut{Deadline: s.Deadline}, nil
 	}

@@ -12,7 +12,8 @@ import (
 )
 
 // Status is where a task is in its lifecycle: scheduled → queued →
-// running → one of the four terminal statuses.
+// running → one of the four terminal statuses, or from running back to
+// scheduled for another attempt (RetryScheduled).
 type Status string
 
 // The task statuses. The zero Status means the task does not exist.
@@ -76,9 +77,12 @@ type State struct {
 	// Effects are every effect the task's runs reported (EffectsReported
 	// and the result's), merged by kind and ref (a later report of the same
 	// pair replaces the earlier in its place); nil when there are none.
-	Effects  []events.Effect `msgpack:",omitempty"`
-	Reason   string          // why it was canceled, rejected, exhausted or timed out
-	Rejected bool            // admission refused the task (AdmissionRejected)
+	Effects []events.Effect `msgpack:",omitempty"`
+	// Retries are the task's attempts that ended in a RetryScheduled, in
+	// order; nil for a task on its first attempt.
+	Retries  []Attempt `msgpack:",omitempty"`
+	Reason   string    // why it was canceled, rejected, exhausted or timed out
+	Rejected bool      // admission refused the task (AdmissionRejected)
 
 	MailIDs []string // mailbox message ids; MailIDs[i] has index i+1
 	Cursor  int      // mailbox messages handed out by check
@@ -89,6 +93,62 @@ type State struct {
 	// LastHash is the Hash of the last event applied, the Prev of the
 	// task's next event; zero when that event's Hash was not set.
 	LastHash events.Hash `msgpack:",omitempty"`
+}
+
+// Attempt is one run of a task: the claim that started it and how it
+// ended. Outcome is the cause of a retry (events.RetryOnFailed,
+// events.RetryOnTimedOut), the task's status for its last attempt, or
+// "running"; NextAt is when the attempt after a retried one was due.
+type Attempt struct {
+	Number     int
+	DeliveryID string // the token the attempt was claimed with
+	ExecutorID string
+	StartedAt  time.Time
+	EndedAt    time.Time
+	Outcome    string
+	Error      string
+	NextAt     time.Time
+}
+
+// Attempt is the number of the task's current (or last) attempt, from 1.
+func (s State) Attempt() int { return len(s.Retries) + 1 }
+
+// MaxAttempts is how many attempts the task's retry policy allows, 1
+// without one.
+func (s State) MaxAttempts() int {
+	if s.Spec.Retry == nil {
+		return 1
+	}
+	return s.Spec.Retry.MaxAttempts
+}
+
+// DueAt is when the task's current attempt is due to be released: its
+// runAt, or after a retry the retry's nextAt.
+func (s State) DueAt() time.Time {
+	if n := len(s.Retries); n > 0 {
+		return s.Retries[n-1].NextAt
+	}
+	return s.Spec.RunAt
+}
+
+// Attempts lists every attempt that started: the retried ones and then
+// the current or last one, if it was claimed. Nil when none started.
+func (s State) Attempts() []Attempt {
+	out := slices.Clone(s.Retries)
+	if s.StartedAt.IsZero() {
+		return out
+	}
+	return append(out, s.current(s.CompletedAt, string(s.Status), s.Result))
+}
+
+// current is the task's current attempt, ended at end (zero: not yet)
+// with outcome and result r (nil: none).
+func (s State) current(end time.Time, outcome string, r *events.Result) Attempt {
+	a := Attempt{Number: s.Attempt(), DeliveryID: s.Claim.DeliveryID, ExecutorID: s.Claim.ExecutorID, StartedAt: s.StartedAt, EndedAt: end, Outcome: outcome}
+	if r != nil {
+		a.Error = r.Error
+	}
+	return a
 }
 
 // Exists reports whether any event has been applied.
@@ -186,14 +246,22 @@ func Apply(s State, ev events.Event) State {
 		if s.Status == StatusRunning {
 			s = finish(s, StatusTimedOut, ev.At, "running deadline passed")
 		}
+	case events.RetryScheduled:
+		if s.Status == StatusRunning {
+			a := s.current(ev.At, p.Cause, p.Result)
+			a.NextAt = p.NextAt
+			if p.Result != nil {
+				s.Effects = resultEffects(s.Effects, p.Result.Effects, ev.At)
+			}
+			s.Retries = append(slices.Clip(s.Retries), a)
+			s.Status, s.Delivery, s.Claim = StatusScheduled, Delivery{}, Owner{}
+			s.StartedAt, s.Deadline = time.Time{}, time.Time{}
+		}
 	case events.ResultRecorded:
 		if s.Exists() {
 			r := p.Result
 			s.Result = &r
-			// A result is never refused for its effects: those that would
-			// take the task past MaxTaskEffects stay in the result only.
-			s.Effects = mergeEffects(s.Effects, r.Effects, ev.At)
-			s.Effects = s.Effects[:min(len(s.Effects), events.MaxTaskEffects)]
+			s.Effects = resultEffects(s.Effects, r.Effects, ev.At)
 			status := StatusFailed
 			if r.Success {
 				status = StatusSucceeded
@@ -225,6 +293,14 @@ func finish(s State, status Status, at time.Time, reason string) State {
 // appendID appends without writing into an array another State may share.
 func appendID(ids []string, id string) []string {
 	return append(ids[:len(ids):len(ids)], id)
+}
+
+// resultEffects merges a result's effects into the task's. A result is
+// never refused for its effects: those that would take the task past
+// MaxTaskEffects stay in the result only.
+func resultEffects(have, add []events.Effect, at time.Time) []events.Effect {
+	out := mergeEffects(have, add, at)
+	return out[:min(len(out), events.MaxTaskEffects)]
 }
 
 // mergeEffects returns have with add merged in: an effect of the same kind

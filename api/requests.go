@@ -48,6 +48,18 @@ type ScheduleRequest struct {
 	// Concurrency, if set, admits at most Limit tasks of the customer with
 	// the same Key to hold a delivery token or run at once.
 	Concurrency *events.Concurrency `json:"concurrency,omitempty"`
+	Retry       *RetryRequest       `json:"retry,omitempty"`
+}
+
+// RetryRequest is a task's retry policy as a schedule request gives it;
+// a field left out takes its default: maxAttempts 1 (no retry),
+// backoffSeconds events.DefaultBackoffSeconds, maxBackoffSeconds
+// events.DefaultMaxBackoffSeconds, on ["failed"].
+type RetryRequest struct {
+	MaxAttempts       *int     `json:"maxAttempts,omitempty"`
+	BackoffSeconds    *int     `json:"backoffSeconds,omitempty"`
+	MaxBackoffSeconds *int     `json:"maxBackoffSeconds,omitempty"`
+	On                []string `json:"on,omitempty"`
 }
 
 // ClaimRequest is the body of POST /v1/tasks/{id}/claim.
@@ -70,6 +82,9 @@ type ResultRequest struct {
 	Summary    string          `json:"summary,omitempty"`
 	Error      string          `json:"error,omitempty"`
 	Effects    []events.Effect `json:"effects,omitempty"`
+	// Retryable false makes a failure final even with attempts left;
+	// left out, a failure is retried if the task's policy allows.
+	Retryable *bool `json:"retryable,omitempty"`
 }
 
 // CancelRequest is the body of POST /v1/tasks/{id}/cancel.

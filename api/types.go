@@ -36,7 +36,16 @@ type Task struct {
 	// and the result's), merged by kind and ref.
 	Effects []events.Effect `json:"effects,omitempty"`
 	Reason  string          `json:"reason,omitempty"`
-	Version int             `json:"version"`
+	// Retry is the task's retry policy, with its defaults filled in;
+	// absent for a task without one (a single attempt).
+	Retry *events.RetryPolicy `json:"retry,omitempty"`
+	// Attempt is the number of the current (or last) attempt, from 1;
+	// MaxAttempts how many the retry policy allows.
+	Attempt     int `json:"attempt"`
+	MaxAttempts int `json:"maxAttempts"`
+	// Attempts lists the attempts that started, in order.
+	Attempts []Attempt `json:"attempts"`
+	Version  int       `json:"version"`
 	// Concurrency is the task's concurrency limit, as scheduled.
 	Concurrency *events.Concurrency `json:"concurrency,omitempty"`
 	// WaitingFor says why a due task is not released: "concurrency"
@@ -66,6 +75,18 @@ type KeySlotter struct {
 	Status string    `json:"status,omitempty"`
 	Limit  int       `json:"limit,omitempty"`
 	RunAt  time.Time `json:"runAt,omitzero"`
+}
+
+// Attempt is one run of a task. Outcome is "failed" or "timed_out" for
+// an attempt that was retried, and for the current or last one the task's
+// status then ("running", "succeeded", "failed", "canceled", "timed_out").
+type Attempt struct {
+	Attempt    int       `json:"attempt"`
+	ExecutorID string    `json:"executorId"`
+	StartedAt  time.Time `json:"startedAt"`
+	EndedAt    time.Time `json:"endedAt,omitzero"`
+	Outcome    string    `json:"outcome"`
+	Error      string    `json:"error,omitempty"`
 }
 
 // Delivery is the task's current ready notification.

@@ -269,6 +269,7 @@ var decoders = map[Type]func(*msgpack.Decoder) (Payload, error){
 	TypeEffectsReported:        decodeAs[EffectsReported],
 	TypeSlotAcquired:           decodeAs[SlotAcquired],
 	TypeSlotReleased:           decodeAs[SlotReleased],
+	TypeRetryScheduled:         decodeAs[RetryScheduled],
 }
 
 func decodeAs[P Payload](dec *msgpack.Decoder) (Payload, error) {

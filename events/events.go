@@ -32,8 +32,9 @@ const (
 
 	// The events of a concurrency key (KeyEvent): on the key's own
 	// subject, <root>.conc.<customerId>.<keyId>, never a task's.
-	TypeSlotAcquired Type = "SlotAcquired"
-	TypeSlotReleased Type = "SlotReleased"
+	TypeSlotAcquired   Type = "SlotAcquired"
+	TypeSlotReleased   Type = "SlotReleased"
+	TypeRetryScheduled Type = "RetryScheduled"
 )
 
 // KeyEvent reports whether events of type t belong to a concurrency key
@@ -131,6 +132,27 @@ type Result struct {
 	Summary string   `json:"summary,omitempty"`
 	Error   string   `json:"error,omitempty"`
 	Effects []Effect `json:"effects,omitempty"`
+	// Retryable false says a failure is final: the task fails even with
+	// attempts left in its retry policy. Nil (left out) means true.
+	Retryable *bool `json:"retryable,omitempty"`
+}
+
+// Retry causes: what ended an attempt that a RetryScheduled follows, and
+// the values of RetryPolicy.On.
+const (
+	RetryOnFailed   = "failed"
+	RetryOnTimedOut = "timed_out"
+)
+
+// RetryPolicy says how often a task is tried and how long it waits between
+// attempts. A stored policy is complete: the service fills the defaults
+// and the aggregate refuses a policy out of its bounds (see
+// aggregate.Schedule).
+type RetryPolicy struct {
+	MaxAttempts       int      `json:"maxAttempts"`
+	BackoffSeconds    int      `json:"backoffSeconds"`
+	MaxBackoffSeconds int      `json:"maxBackoffSeconds"`
+	On                []string `json:"on"` // RetryOnFailed and/or RetryOnTimedOut
 }
 
 // TaskSpec is everything a caller chose about a task when scheduling it.
@@ -145,6 +167,9 @@ type TaskSpec struct {
 	Message        Message   `json:"message"`
 	RunAt          time.Time `json:"runAt"`
 	TimeoutSeconds int       `json:"timeoutSeconds"`
+	// Retry is the task's retry policy; nil (left out of the stored
+	// bytes, as in every event written before it existed) is one attempt.
+	Retry *RetryPolicy `json:"retry,omitempty"`
 	// Concurrency, if set, limits how many tasks of the customer with
 	// the same key hold a delivery token or run at once. Absent from the
 	// stored bytes when nil, so older events encode as before.
@@ -270,6 +295,21 @@ type SlotReleased struct {
 	Status string `json:"status,omitempty"`
 }
 
+// RetryScheduled records that attempt Attempt-1 ended without success and
+// attempt Attempt is due at NextAt: the task is scheduled again and is
+// released, with a new delivery token, at NextAt. Cause is RetryOnFailed
+// (Result is the failure the run reported under DeliveryID, its effects
+// kept with the task's) or RetryOnTimedOut (Deadline is the running
+// deadline that passed).
+type RetryScheduled struct {
+	Attempt    int       `json:"attempt"`
+	NextAt     time.Time `json:"nextAt"`
+	Cause      string    `json:"cause"`
+	DeliveryID string    `json:"deliveryId,omitempty"`
+	Result     *Result   `json:"result,omitempty"`
+	Deadline   time.Time `json:"deadline,omitzero" msgpack:"deadline,omitempty"`
+}
+
 // MailboxAppended records that a follow-up message was added at 1-based Index.
 type MailboxAppended struct {
 	Index   int     `json:"index"`
@@ -297,3 +337,4 @@ func (MailboxRead) EventType() Type            { return TypeMailboxRead }
 func (EffectsReported) EventType() Type        { return TypeEffectsReported }
 func (SlotAcquired) EventType() Type           { return TypeSlotAcquired }
 func (SlotReleased) EventType() Type           { return TypeSlotReleased }
+func (RetryScheduled) EventType() Type         { return TypeRetryScheduled }

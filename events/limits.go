@@ -17,6 +17,12 @@ const (
 	MaxMessageBytes       = 64 << 10 // one message: its parts' types and texts
 	MaxContentParts       = 64       // parts of one message
 	MaxReasonBytes        = 1 << 10  // a cancel's or an admission rejection's reason
+	// A retry policy's bounds and defaults (TaskSpec.Retry).
+	MaxAttempts              = 100
+	DefaultBackoffSeconds    = 10
+	MaxBackoffSeconds        = 86400 // a policy's backoffSeconds
+	DefaultMaxBackoffSeconds = 3600
+	MaxMaxBackoffSeconds     = MaxTimeoutSeconds // a policy's maxBackoffSeconds
 	// MaxNameBytes bounds the short free-text fields: an effect's kind
 	// and ref, a content part's type, and the signal's id, requestId,
 	// eventType and eventAction.

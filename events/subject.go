@@ -81,4 +81,7 @@ type ReadyNotification struct {
 	Queue      string `json:"queue"`
 	DeliveryID string `json:"deliveryId"`
 	Signal     Signal `json:"signal"`
+	// Attempt is the task's attempt this delivery is for, from 1 (see
+	// TaskSpec.Retry); left out by servers before retries.
+	Attempt int `json:"attempt,omitempty"`
 }

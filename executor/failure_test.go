@@ -3,6 +3,8 @@ package executor_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -69,5 +71,37 @@ func TestWorkerStaleNotification(t *testing.T) {
 	}
 	if n := e.countEvents(t, stale.ID, "Claimed"); n != 0 {
 		t.Fatalf("stale task claimed %d times", n)
+	}
+}
+
+// TestWorkerRetryContinuesRun: a task with two attempts fails its first
+// after one step; the second attempt, claimed by the same worker, starts
+// from the first's Run (the step is not run again) and succeeds.
+func TestWorkerRetryContinuesRun(t *testing.T) {
+	t.Parallel()
+	e := wkSetup(t)
+	ran := make(chan string, 4)
+	e.start(t, e.httpCfg("retrying", "exec-r"), func(ctx context.Context, run *executor.Run) (string, error) {
+		if err := run.Step(ctx, "prepare", func(context.Context) error { ran <- "prepare"; return nil }); err != nil {
+			return "", err
+		}
+		ran <- fmt.Sprintf("attempt %d", run.Task.Attempt)
+		if run.Task.Attempt == 1 {
+			return "", errors.New("flaky")
+		}
+		return "done", nil
+	})
+	two, zero := 2, 0
+	task := e.schedule(t, api.ScheduleRequest{Queue: "retrying", Retry: &api.RetryRequest{MaxAttempts: &two, BackoffSeconds: &zero}})
+	done := e.waitStatus(t, task.ID, "succeeded")
+	if done.Attempt != 2 || len(done.Attempts) != 2 || done.Attempts[0].Outcome != "failed" || done.Attempts[0].Error != "flaky" {
+		t.Fatalf("attempts %+v", done.Attempts)
+	}
+	var got []string
+	for range 3 {
+		got = append(got, wkRecv(t, "a step", ran))
+	}
+	if want := []string{"prepare", "attempt 1", "attempt 2"}; !slices.Equal(got, want) {
+		t.Fatalf("ran %q, want %q", got, want)
 	}
 }

@@ -204,7 +204,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			backoff = 100 * time.Millisecond
 		}
 		for _, t := range tasks {
-			start(t, Checkpoint{TaskID: t.ID, DeliveryID: t.Claim.DeliveryID, RunState: api.RunState{ExecutorID: w.cfg.ExecutorID}})
+			start(t, w.attemptCheckpoint(ctx, t))
 		}
 		for range free - len(tasks) {
 			<-slots
@@ -384,6 +384,27 @@ func (w *Worker) execute(ctx context.Context, t api.Task, cp Checkpoint) {
 		}
 	}
 	r.Update(bg, func(cp *Checkpoint) { cp.Done = true })
+}
+
+// attemptCheckpoint is the checkpoint a freshly claimed task starts
+// from: empty on its first attempt; on a retry (docs/API.md, "Retries")
+// the previous attempt's, if the store still holds it, continued under
+// the new claim, so completed steps and settled effects are not redone.
+func (w *Worker) attemptCheckpoint(ctx context.Context, t api.Task) Checkpoint {
+	fresh := Checkpoint{TaskID: t.ID, DeliveryID: t.Claim.DeliveryID, RunState: api.RunState{ExecutorID: w.cfg.ExecutorID}}
+	if t.Attempt <= 1 {
+		return fresh
+	}
+	cp, ok, err := w.cfg.Checkpoints.Load(ctx, t.ID)
+	if err != nil {
+		w.cfg.Logger.Warn().Err(err).Str("task", t.ID).Msg("previous attempt's checkpoint not loaded; starting afresh")
+	}
+	if !ok || err != nil {
+		return fresh
+	}
+	cp.TaskID, cp.DeliveryID, cp.Done = t.ID, t.Claim.DeliveryID, false
+	cp.ExecutorID = w.cfg.ExecutorID
+	return cp
 }
 
 // handle runs the handler, turning a panic into a failure.

@@ -14,10 +14,12 @@ import (
 // disagrees with the aggregate about a transition), packed small because
 // the projections hold every active task. It keeps what the views and
 // their readers use: ids, customer, queue, status, times, delivery, claim,
-// result, effects, mailbox ids and sequences. Of the spec it keeps the root,
-// parent, queue, runAt and concurrency, and the signal only until the ready
-// notification that carries it is published; the rest of the spec (and
-// the message) is read from the task's first event when asked for.
+// result, effects, retried attempts, mailbox ids and sequences. Of the
+// spec it keeps the root, parent, queue, runAt, concurrency and retry
+// policy, and the signal only until the ready notification that carries
+// it is published (for a task with a retry policy, until it is terminal:
+// a retry publishes another); the rest of the spec (and the message) is
+// read from the task's first event when asked for.
 //
 // A root task also keeps its lineage's retention account (see retention):
 // how many of the lineage's tasks the views hold, how many of them are
@@ -32,7 +34,11 @@ type task struct {
 	result                            *events.Result
 	// effects are the State's Effects behind a pointer: nil, 8 bytes
 	// rather than a slice's 24, for the tasks that have none.
-	effects  *[]events.Effect
+	effects *[]events.Effect
+	// retry and retries are the spec's retry policy and the State's
+	// Retries, nil for the tasks without.
+	retry    *events.RetryPolicy
+	retries  *[]aggregate.Attempt
 	mail     []string
 	children []string
 
@@ -61,7 +67,8 @@ func (t *task) set(s *aggregate.State) {
 		t.root = t.id // one copy of the bytes
 	}
 	switch {
-	case s.Status != aggregate.StatusScheduled || s.Spec.Signal == (events.Signal{}):
+	case s.Spec.Signal == (events.Signal{}) || s.Status.Terminal(),
+		s.Status != aggregate.StatusScheduled && s.Spec.Retry == nil:
 		t.signal = nil
 	case t.signal == nil || *t.signal != s.Spec.Signal:
 		sig := s.Spec.Signal
@@ -92,6 +99,14 @@ func (t *task) set(s *aggregate.State) {
 		e := s.Effects // Apply never writes into a list it was given: the same array is the same list
 		t.effects = &e
 	}
+	t.retry = s.Spec.Retry // a spec never changes: the pointer is the first event's
+	switch {
+	case len(s.Retries) == 0:
+		t.retries = nil
+	case t.retries == nil || len(*t.retries) != len(s.Retries):
+		r := s.Retries // Apply only appends to a copy: a new length is a new list
+		t.retries = &r
+	}
 	t.mail, t.cursor = s.MailIDs, int32(s.Cursor)
 	t.version, t.firstSeq, t.lastSeq = int32(s.Version), s.FirstSeq, s.LastSeq
 }
@@ -100,7 +115,7 @@ func (t *task) set(s *aggregate.State) {
 func (t *task) state() aggregate.State {
 	s := aggregate.State{
 		TaskID: t.id, CustomerID: t.customer,
-		Spec:   events.TaskSpec{RootID: t.root, ParentID: t.parent, Queue: t.queue, RunAt: unnanos(t.runAt), Concurrency: t.conc},
+		Spec:   events.TaskSpec{RootID: t.root, ParentID: t.parent, Queue: t.queue, RunAt: unnanos(t.runAt), Concurrency: t.conc, Retry: t.retry},
 		Status: statuses[t.status], CreatedAt: unnanos(t.created), StartedAt: unnanos(t.started),
 		CompletedAt: unnanos(t.completed), Deadline: unnanos(t.deadline),
 		Delivery: aggregate.Delivery{
@@ -119,6 +134,9 @@ func (t *task) state() aggregate.State {
 	}
 	if t.effects != nil {
 		s.Effects = *t.effects
+	}
+	if t.retries != nil {
+		s.Retries = *t.retries
 	}
 	return s
 }

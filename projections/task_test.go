@@ -10,7 +10,8 @@ import (
 )
 
 // Every field the record keeps comes back from it unchanged; of the spec
-// it keeps root, parent, queue, runAt, and the signal while scheduled.
+// it keeps root, parent, queue, runAt, the retry policy, and the signal
+// while scheduled (with a retry policy, until terminal).
 func TestTaskRecordKeepsState(t *testing.T) {
 	t.Parallel()
 	at := time.Unix(1_800_000_000, 123).Local()
@@ -19,6 +20,7 @@ func TestTaskRecordKeepsState(t *testing.T) {
 		TaskID: "t", CustomerID: "c",
 		Spec: events.TaskSpec{RootID: "r", ParentID: "p", RequestID: "req", RelatedTaskID: "rel", Queue: "q", Signal: sig,
 			Repo: "repo", Message: events.Message{ID: "m"}, RunAt: at, TimeoutSeconds: 60},
+		Retries:   []aggregate.Attempt{{Number: 1, DeliveryID: "d0", ExecutorID: "x", StartedAt: at, EndedAt: at.Add(1), Outcome: "failed", Error: "e", NextAt: at.Add(2)}},
 		CreatedAt: at.Add(1), StartedAt: at.Add(2), CompletedAt: at.Add(3), Deadline: at.Add(4),
 		Delivery: aggregate.Delivery{ID: "d", Attempt: 3, NextAt: at.Add(5), Published: true},
 		Claim:    aggregate.Owner{DeliveryID: "d", ExecutorID: "x"},
@@ -26,7 +28,7 @@ func TestTaskRecordKeepsState(t *testing.T) {
 		MailIDs: []string{"m1"}, Cursor: 1, Version: 7, FirstSeq: 10, LastSeq: 20,
 	}
 	kept := func(s aggregate.State, withSignal bool) aggregate.State {
-		s.Spec = events.TaskSpec{RootID: s.Spec.RootID, ParentID: s.Spec.ParentID, Queue: s.Spec.Queue, RunAt: s.Spec.RunAt}
+		s.Spec = events.TaskSpec{RootID: s.Spec.RootID, ParentID: s.Spec.ParentID, Queue: s.Spec.Queue, RunAt: s.Spec.RunAt, Retry: s.Spec.Retry}
 		if withSignal {
 			s.Spec.Signal = sig
 		}
@@ -39,6 +41,11 @@ func TestTaskRecordKeepsState(t *testing.T) {
 		tk.set(&s)
 		if got, want := tk.state(), kept(s, status == aggregate.StatusScheduled); !reflect.DeepEqual(got, want) {
 			t.Errorf("%s:\ngot  %+v\nwant %+v", status, got, want)
+		}
+		s.Spec.Retry = &events.RetryPolicy{MaxAttempts: 3, BackoffSeconds: 1, MaxBackoffSeconds: 2, On: []string{events.RetryOnFailed}}
+		tk.set(&s)
+		if got, want := tk.state(), kept(s, !status.Terminal()); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s with a retry policy:\ngot  %+v\nwant %+v", status, got, want)
 		}
 	}
 	var tk task

@@ -47,7 +47,7 @@ func (t Timer) String() string {
 func timerOf(s *aggregate.State) (Timer, time.Time, bool) {
 	switch {
 	case s.Status == aggregate.StatusScheduled && s.Delivery.ID == "":
-		return Release, s.Spec.RunAt, true
+		return Release, s.DueAt(), true
 	case s.Status == aggregate.StatusScheduled && !s.Delivery.Published:
 		return Deliver, s.Delivery.NextAt, true
 	case s.Status == aggregate.StatusRunning:

@@ -324,6 +324,9 @@ func (a *Alarm) act(ctx context.Context, t projections.Timer, s aggregate.State)
 		return a.republish(ctx, s)
 	}
 	st, _, err := a.store.ExecuteSeen(ctx, s.TaskID, "", cmd, s.LastSeq)
+	if err == nil && t == projections.Expire && st.Status == aggregate.StatusScheduled {
+		crashpoint.Hit(crashpoint.RetryScheduled)
+	}
 	if ex, ok := cmd.(aggregate.ExhaustDelivery); ok && err == nil {
 		a.exhausted(s, ex.Reason)
 	}
@@ -334,7 +337,7 @@ func (a *Alarm) outcome(t projections.Timer, s, st aggregate.State, err error) f
 	var due time.Time
 	switch t {
 	case projections.Release:
-		due = s.Spec.RunAt
+		due = s.DueAt()
 	case projections.Deliver:
 		due = s.Delivery.NextAt
 	case projections.Expire:

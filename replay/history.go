@@ -69,6 +69,9 @@ func Describe(ev events.Event) string {
 	switch p := ev.Data.(type) {
 	case events.TaskScheduled:
 		s := fmt.Sprintf("queue %s, run at %s, timeout %ds", p.Spec.Queue, ts(p.Spec.RunAt), p.Spec.TimeoutSeconds)
+		if r := p.Spec.Retry; r != nil {
+			s += fmt.Sprintf(", up to %d attempts (backoff %ds..%ds, on %s)", r.MaxAttempts, r.BackoffSeconds, r.MaxBackoffSeconds, strings.Join(r.On, ","))
+		}
 		if p.Spec.ParentID != "" {
 			s += ", parent " + p.Spec.ParentID
 		}
@@ -121,6 +124,17 @@ func Describe(ev events.Event) string {
 			noun = "effect"
 		}
 		return fmt.Sprintf("reported %d %s: %s", len(p.Effects), noun, strings.Join(texts, ", "))
+	case events.RetryScheduled:
+		s := fmt.Sprintf("attempt %d %s", p.Attempt-1, strings.ReplaceAll(p.Cause, "_", " "))
+		if p.Result != nil && p.Result.Error != "" {
+			s += ": " + oneLine(p.Result.Error)
+		}
+		if p.Result != nil {
+			for _, e := range p.Result.Effects {
+				s += "; effect " + EffectText(e)
+			}
+		}
+		return s + fmt.Sprintf("; attempt %d at %s", p.Attempt, ts(p.NextAt))
 	case events.Canceled:
 		return "canceled: " + p.Reason
 	case events.MailboxAppended:

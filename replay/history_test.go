@@ -410,3 +410,25 @@ func TestHistoryOfDeliveryOutcomes(t *testing.T) {
 		t.Fatalf("timeout %s after the schedule, want at least 2m", rel)
 	}
 }
+
+// A retry's line says which attempt ended how, with its error and
+// effects, and when the next is due; the schedule's line shows the policy.
+func TestDescribeRetry(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		p    events.Payload
+		want string
+	}{
+		{events.RetryScheduled{Attempt: 2, NextAt: at, Cause: events.RetryOnFailed, Result: &events.Result{Error: "tests\nfailed", Effects: []events.Effect{{Kind: "comment", Ref: "c1"}}}},
+			"attempt 1 failed: tests failed; effect comment c1; attempt 2 at 2026-05-01T12:00:00Z"},
+		{events.RetryScheduled{Attempt: 3, NextAt: at, Cause: events.RetryOnTimedOut, Deadline: at},
+			"attempt 2 timed out; attempt 3 at 2026-05-01T12:00:00Z"},
+		{events.TaskScheduled{Spec: events.TaskSpec{Queue: "q", RunAt: at, TimeoutSeconds: 60, Retry: &events.RetryPolicy{MaxAttempts: 3, BackoffSeconds: 10, MaxBackoffSeconds: 3600, On: []string{"failed", "timed_out"}}}},
+			"queue q, run at 2026-05-01T12:00:00Z, timeout 60s, up to 3 attempts (backoff 10s..3600s, on failed,timed_out)"},
+	} {
+		if got := replay.Describe(events.Event{Data: tc.p}); got != tc.want {
+			t.Errorf("Describe(%T) = %q, want %q", tc.p, got, tc.want)
+		}
+	}
+}

@@ -245,6 +245,15 @@ func commandFor(ev events.Event) aggregate.Command {
 		return aggregate.RecordResult{DeliveryID: p.DeliveryID, Result: p.Result}
 	case events.EffectsReported:
 		return aggregate.ReportEffects{DeliveryID: p.DeliveryID, Effects: p.Effects}
+	case events.RetryScheduled: // the result or the timeout it was decided for
+		if p.Cause == events.RetryOnTimedOut {
+			return aggregate.TimeOut{}
+		}
+		var r events.Result
+		if p.Result != nil {
+			r = *p.Result
+		}
+		return aggregate.RecordResult{DeliveryID: p.DeliveryID, Result: r}
 	case events.Canceled:
 		return aggregate.Cancel{Reason: p.Reason}
 	case events.MailboxAppended:

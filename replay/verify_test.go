@@ -332,6 +332,24 @@ func (p *plantLog) running(cust string) aggregate.State {
 	return st
 }
 
+// retrying schedules a task of cust with retry policy r, and releases,
+// publishes and claims it.
+func (p *plantLog) retrying(cust string, r *events.RetryPolicy) aggregate.State {
+	id := events.NewID()
+	st, _ := p.exec(id, aggregate.Schedule{TaskID: id, CustomerID: cust, Spec: events.TaskSpec{
+		RootID: id, Queue: "q", TimeoutSeconds: 60, Message: text("planted"), Retry: r,
+	}})
+	return p.claim(st)
+}
+
+// claim releases, publishes and claims a scheduled task that is due.
+func (p *plantLog) claim(st aggregate.State) aggregate.State {
+	st, _ = p.exec(st.TaskID, aggregate.ReleaseDue{DeliveryID: events.NewID()})
+	st, _ = p.exec(st.TaskID, aggregate.MarkReadyPublished{DeliveryID: st.Delivery.ID, ReadySeq: 1})
+	st, _ = p.exec(st.TaskID, aggregate.Claim{DeliveryID: st.Delivery.ID, ExecutorID: "exec-1"})
+	return st
+}
+
 // encode builds the bytes of an event for task st with the given number,
 // linked to st's last event.
 func (p *plantLog) encode(st aggregate.State, number int, data events.Payload) []byte {
@@ -412,6 +430,16 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	expired := p.running("beta")
 	p.advance(2 * time.Minute)
 	p.exec(expired.TaskID, aggregate.TimeOut{})
+	// Three attempts: a failure retried, a timeout retried, a success.
+	again := p.retrying("beta", &events.RetryPolicy{MaxAttempts: 3, BackoffSeconds: 1, MaxBackoffSeconds: 5, On: []string{"failed", "timed_out"}})
+	again, _ = p.exec(again.TaskID, aggregate.RecordResult{DeliveryID: again.Claim.DeliveryID, Result: events.Result{Error: "flaky", Effects: []events.Effect{{Kind: "comment"}}}})
+	p.advance(time.Second)
+	again = p.claim(again)
+	p.advance(2 * time.Minute)
+	again, _ = p.exec(again.TaskID, aggregate.TimeOut{})
+	p.advance(2 * time.Second)
+	again = p.claim(again)
+	p.exec(again.TaskID, aggregate.RecordResult{DeliveryID: again.Claim.DeliveryID, Result: events.Result{Success: true}})
 	child := p.scheduled("beta")
 	childID := events.NewID()
 	p.exec(childID, aggregate.Schedule{TaskID: childID, CustomerID: "beta", Spec: events.TaskSpec{RootID: child.TaskID, ParentID: child.TaskID, Queue: "q", TimeoutSeconds: 60}})
@@ -461,6 +489,23 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	// (i) A TimedOut before the running deadline.
 	i := p.running("beta")
 	expect(p.plant(p.subject(i), p.encode(i, i.Version+1, events.TimedOut{Deadline: i.Deadline})), i.TaskID, replay.IllegalEvent)
+	// (i2) Retries the policy does not allow: a RetryScheduled due before
+	// its backoff, a failure recorded as final with attempts left, and a
+	// retry past maxAttempts.
+	policy := &events.RetryPolicy{MaxAttempts: 2, BackoffSeconds: 10, MaxBackoffSeconds: 60, On: []string{"failed"}}
+	soon := p.retrying("beta", policy)
+	expect(p.plant(p.subject(soon), p.encode(soon, soon.Version+1, events.RetryScheduled{
+		Attempt: 2, NextAt: p.clock(), Cause: "failed", DeliveryID: soon.Claim.DeliveryID, Result: &events.Result{Error: "x"},
+	})), soon.TaskID, replay.IllegalEvent)
+	final := p.retrying("beta", policy)
+	expect(p.plant(p.subject(final), p.encode(final, final.Version+1, events.ResultRecorded{DeliveryID: final.Claim.DeliveryID, Result: events.Result{Error: "x"}})), final.TaskID, replay.IllegalEvent)
+	past := p.retrying("beta", policy)
+	past, _ = p.exec(past.TaskID, aggregate.RecordResult{DeliveryID: past.Claim.DeliveryID, Result: events.Result{Error: "x"}})
+	p.advance(10 * time.Second)
+	past = p.claim(past)
+	expect(p.plant(p.subject(past), p.encode(past, past.Version+1, events.RetryScheduled{
+		Attempt: 3, NextAt: p.clock().Add(time.Hour), Cause: "timed_out", Deadline: past.Deadline,
+	})), past.TaskID, replay.IllegalEvent)
 	// (j) An event id used before.
 	jID := events.NewID()
 	j, jEvs := p.exec(jID, aggregate.Schedule{TaskID: jID, CustomerID: "beta", Spec: events.TaskSpec{RootID: jID, Queue: "q", TimeoutSeconds: 60}})

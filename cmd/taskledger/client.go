@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -70,6 +72,14 @@ func scheduleCommand(ctx context.Context, args []string, stdout io.Writer) error
 	timeout := fs.Duration("timeout", 0, "running timeout (default 1h)")
 	concKey := fs.String("concurrency-key", "", "concurrency key: at most --concurrency-limit tasks with it hold a delivery or run at once")
 	concLimit := fs.Int("concurrency-limit", 1, "slots of --concurrency-key (1-1000)")
+	var retry api.RetryRequest
+	fs.Func("max-attempts", "attempts in all, 1 to 100 (default 1: no retry)", intFlag(&retry.MaxAttempts))
+	fs.Func("backoff", "delay before the first retry, whole seconds (default 10s)", secondsFlag(&retry.BackoffSeconds))
+	fs.Func("max-backoff", "longest delay between attempts, whole seconds (default 1h)", secondsFlag(&retry.MaxBackoffSeconds))
+	fs.Func("retry-on", "what is retried: failed, timed_out or failed,timed_out (default failed)", func(v string) error {
+		retry.On = strings.Split(v, ",")
+		return nil
+	})
 	file := fs.String("file", "", "schedule every task of this NDJSON file (one schedule body per line; - for stdin) in batches")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -98,6 +108,9 @@ func scheduleCommand(ctx context.Context, args []string, stdout io.Writer) error
 	if *concKey != "" {
 		req.Concurrency = &events.Concurrency{Key: *concKey, Limit: *concLimit}
 	}
+	if retry.MaxAttempts != nil || retry.BackoffSeconds != nil || retry.MaxBackoffSeconds != nil || retry.On != nil {
+		req.Retry = &retry
+	}
 	t, created, err := cf.client().Schedule(ctx, req)
 	if err != nil {
 		return err
@@ -111,6 +124,28 @@ func scheduleCommand(ctx context.Context, args []string, stdout io.Writer) error
 	}
 	fmt.Fprintf(stdout, "%s %s  status=%s queue=%s runAt=%s\n", verb, t.ID, t.Status, t.Queue, t.RunAt.Format(time.RFC3339))
 	return nil
+}
+
+// intFlag sets *p to a flag's integer value.
+func intFlag(p **int) func(string) error {
+	return func(v string) error {
+		n, err := strconv.Atoi(v)
+		*p = &n
+		return err
+	}
+}
+
+// secondsFlag sets *p to a flag's duration in whole seconds.
+func secondsFlag(p **int) func(string) error {
+	return func(v string) error {
+		d, err := time.ParseDuration(v)
+		if err == nil && d != d.Truncate(time.Second) {
+			err = errors.New("not a whole number of seconds")
+		}
+		n := int(d / time.Second)
+		*p = &n
+		return err
+	}
 }
 
 func showCommand(ctx context.Context, args []string, stdout io.Writer) error {
@@ -166,6 +201,14 @@ func printTask(w io.Writer, t api.Task) {
 		row("claimed by", t.Claim.ExecutorID)
 	}
 	row("mailbox", fmt.Sprintf("%d messages, %d read", t.Mailbox.Count, t.Mailbox.Cursor))
+	if r := t.Retry; r != nil {
+		row("retry", fmt.Sprintf("attempt %d of %d, backoff %ds up to %ds, on %s", t.Attempt, t.MaxAttempts, r.BackoffSeconds, r.MaxBackoffSeconds, strings.Join(r.On, ",")))
+	}
+	if len(t.Attempts) > 1 || t.Retry != nil {
+		for _, a := range t.Attempts {
+			row("attempt", strings.TrimSpace(fmt.Sprintf("%d %s by %s %s..%s %s", a.Attempt, a.Outcome, a.ExecutorID, stamp(a.StartedAt), stamp(a.EndedAt), a.Error)))
+		}
+	}
 	if r := t.Result; r != nil {
 		row("success", fmt.Sprint(r.Success))
 		row("summary", r.Summary)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -97,7 +98,7 @@ func runCommand(ctx context.Context, command, server string, run *executor.Run, 
 	cmd.Env = append(os.Environ(),
 		"TASKLEDGER_TASK_ID="+t.ID, "TASKLEDGER_ROOT_ID="+t.RootID, "TASKLEDGER_PARENT_ID="+t.ParentID,
 		"TASKLEDGER_CUSTOMER_ID="+t.CustomerID, "TASKLEDGER_QUEUE="+t.Queue, "TASKLEDGER_SERVER="+server,
-		"TASKLEDGER_DELIVERY_ID="+t.Claim.DeliveryID,
+		"TASKLEDGER_DELIVERY_ID="+t.Claim.DeliveryID, "TASKLEDGER_ATTEMPT="+strconv.Itoa(t.Attempt),
 	)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,6 +88,7 @@ case "$input" in
 	echo $$ > ` + dir + `/$TASKLEDGER_TASK_ID.pid
 	wait
 	echo "sleep ended"; exit 0 ;;
+*mode-attempt*) echo "attempt-$TASKLEDGER_ATTEMPT"; [ "$TASKLEDGER_ATTEMPT" = 2 ]; exit $? ;;
 esac
 echo out-$TASKLEDGER_TASK_ID
 exit 0`
@@ -158,6 +161,41 @@ func TestWorkExecEndToEnd(t *testing.T) {
 		if task.Status != "failed" || task.Result == nil || task.Result.Success ||
 			!strings.Contains(task.Result.Error, "status 3") || !strings.Contains(task.Result.Summary, "failing on purpose") {
 			t.Fatalf("task %s: status %s result %+v, want failed with status 3", task.ID, task.Status, task.Result)
+		}
+	})
+
+	// A task scheduled from the CLI with two attempts fails its first
+	// (the command sees TASKLEDGER_ATTEMPT=1) and succeeds its second;
+	// show lists both attempts.
+	t.Run("RetrySeesAttempt", func(t *testing.T) {
+		var out strings.Builder
+		if err := run(ctx, []string{"schedule", "--server", c.BaseURL, "--json", "--queue", "w", "--message", "mode-attempt",
+			"--max-attempts", "2", "--backoff", "0s"}, &out); err != nil {
+			t.Fatal(err)
+		}
+		var task api.Task
+		if err := json.Unmarshal([]byte(out.String()), &task); err != nil || task.MaxAttempts != 2 || task.Retry == nil || task.Retry.BackoffSeconds != 0 {
+			t.Fatalf("scheduled %s: %v", out.String(), err)
+		}
+		task = workWaitTask(t, c, task.ID, "finished", finished)
+		if task.Status != "succeeded" || task.Attempt != 2 || !strings.Contains(task.Result.Summary, "attempt-2") ||
+			len(task.Attempts) != 2 || task.Attempts[0].Outcome != "failed" || !strings.Contains(task.Attempts[0].Error, "status 1") {
+			t.Fatalf("task %s: status %s attempt %d result %+v attempts %+v", task.ID, task.Status, task.Attempt, task.Result, task.Attempts)
+		}
+		var show strings.Builder
+		if err := run(ctx, []string{"show", "--server", c.BaseURL, task.ID}, &show); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"attempt 2 of 2, backoff 0s up to 3600s, on failed", "1 failed by w-test", "2 succeeded by w-test"} {
+			if !strings.Contains(show.String(), want) {
+				t.Errorf("show does not print %q:\n%s", want, show.String())
+			}
+		}
+		for _, bad := range [][]string{{"--max-attempts", "x"}, {"--backoff", "1.5s"}, {"--max-attempts", "0"}} {
+			err := run(ctx, append([]string{"schedule", "--server", c.BaseURL, "--queue", "w"}, bad...), io.Discard)
+			if err == nil {
+				t.Errorf("schedule %v: no error", bad)
+			}
 		}
 	})
 

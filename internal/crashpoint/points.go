@@ -15,7 +15,12 @@ const (
 	// not yet released. Only traffic with concurrency keys reaches it, so
 	// it is not in All; TestCrashAtSlotAcquired crashes there.
 	SlotAcquired = "slot-acquired"
+	// RetryScheduled: the alarm appended a RetryScheduled for a timed-out
+	// attempt, the next attempt not yet released.
+	RetryScheduled = "retry-scheduled"
 )
 
-// All lists every point.
+// All lists every point the crash traffic (cmd/taskledger TestCrashPoints)
+// passes; RetryScheduled, which needs tasks with a retry policy, has its
+// own test.
 var All = []string{Scheduled, Released, Published, ClaimReceived, Claimed, ResultPending, ResultStored}

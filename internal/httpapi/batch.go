@@ -14,7 +14,7 @@ func scheduleRequest(b api.ScheduleRequest) scheduler.ScheduleRequest {
 	return scheduler.ScheduleRequest{
 		CustomerID: b.CustomerID, ParentID: b.ParentID, RequestID: b.RequestID, RelatedTaskID: b.RelatedTaskID,
 		Signal: b.Signal, Repo: b.Repo, Queue: b.Queue, Message: b.Message,
-		RunAt: b.RunAt, DelaySeconds: b.DelaySeconds, TimeoutSeconds: b.TimeoutSeconds, Concurrency: b.Concurrency,
+		RunAt: b.RunAt, DelaySeconds: b.DelaySeconds, TimeoutSeconds: b.TimeoutSeconds, Concurrency: b.Concurrency, Retry: b.Retry,
 	}
 }
 
@@ -100,7 +100,7 @@ func (h *handler) recordResults(w http.ResponseWriter, r *http.Request, p schedu
 
 // result is the event form of a result body.
 func result(b api.ResultRequest) events.Result {
-	return events.Result{Success: b.Success, Summary: b.Summary, Error: b.Error, Effects: b.Effects}
+	return events.Result{Success: b.Success, Summary: b.Summary, Error: b.Error, Effects: b.Effects, Retryable: b.Retryable}
 }
 
 // claimBatch long-polls a queue and claims up to max of its ready tasks

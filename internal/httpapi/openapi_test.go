@@ -165,7 +165,7 @@ func TestOpenAPIValidationCatchesMismatches(t *testing.T) {
 	task, err := json.Marshal(api.Task{
 		ID: "t1", RootID: "t1", CustomerID: "default", Queue: "default", Status: api.StatusScheduled,
 		Message:   events.Message{CreatedAt: now, Content: []events.ContentPart{}},
-		CreatedAt: now, RunAt: now, TimeoutSeconds: 3600, Version: 1,
+		CreatedAt: now, RunAt: now, TimeoutSeconds: 3600, Attempt: 1, MaxAttempts: 1, Attempts: []api.Attempt{}, Version: 1,
 	})
 	if err != nil {
 		t.Fatal(err)

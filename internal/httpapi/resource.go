@@ -18,10 +18,16 @@ func NewTask(s aggregate.State) api.Task {
 		ID: s.TaskID, RootID: s.Spec.RootID, ParentID: s.Spec.ParentID, RelatedTaskID: s.Spec.RelatedTaskID,
 		CustomerID: s.CustomerID, RequestID: s.Spec.RequestID, Queue: s.Spec.Queue,
 		Repo: s.Spec.Repo, Message: s.Spec.Message, Status: string(s.Status),
-		CreatedAt: utc(s.CreatedAt), RunAt: utc(s.Spec.RunAt), StartedAt: utc(s.StartedAt),
+		CreatedAt: utc(s.CreatedAt), RunAt: utc(s.DueAt()), StartedAt: utc(s.StartedAt),
 		CompletedAt: utc(s.CompletedAt), TimeoutSeconds: s.Spec.TimeoutSeconds, Deadline: utc(s.Deadline),
 		Mailbox: api.Mailbox{Count: len(s.MailIDs), Cursor: s.Cursor},
 		Result:  s.Result, Effects: utcEffects(s.Effects), Reason: s.Reason, Version: s.Version,
+		Retry: s.Spec.Retry, Attempt: s.Attempt(), MaxAttempts: s.MaxAttempts(), Attempts: []api.Attempt{},
+	}
+	for _, a := range s.Attempts() {
+		t.Attempts = append(t.Attempts, api.Attempt{
+			Attempt: a.Number, ExecutorID: a.ExecutorID, StartedAt: utc(a.StartedAt), EndedAt: utc(a.EndedAt), Outcome: a.Outcome, Error: a.Error,
+		})
 	}
 	if s.Result != nil && len(s.Result.Effects) > 0 {
 		r := *s.Result

@@ -289,6 +289,7 @@ type ScheduleRequest struct {
 	DelaySeconds   *float64
 	TimeoutSeconds *int
 	Concurrency    *events.Concurrency
+	Retry          *api.RetryRequest // nil: one attempt
 }
 
 // Schedule accepts a task. created is false when the customer's requestId
@@ -499,8 +500,32 @@ func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, s
 	return events.TaskSpec{
 		ParentID: req.ParentID, RequestID: req.RequestID, RelatedTaskID: req.RelatedTaskID,
 		Queue: queue, Signal: req.Signal, Repo: req.Repo, Message: msg,
-		RunAt: runAt.UTC(), TimeoutSeconds: timeout, Concurrency: req.Concurrency,
+		RunAt: runAt.UTC(), TimeoutSeconds: timeout, Concurrency: req.Concurrency, Retry: retryPolicy(req.Retry),
 	}, customerID, nil
+}
+
+// retryPolicy fills a requested retry policy's defaults (api.RetryRequest);
+// the aggregate checks its bounds.
+func retryPolicy(r *api.RetryRequest) *events.RetryPolicy {
+	if r == nil {
+		return nil
+	}
+	or := func(v *int, def int) int {
+		if v == nil {
+			return def
+		}
+		return *v
+	}
+	on := r.On
+	if on == nil {
+		on = []string{events.RetryOnFailed}
+	}
+	return &events.RetryPolicy{
+		MaxAttempts:       or(r.MaxAttempts, 1),
+		BackoffSeconds:    or(r.BackoffSeconds, events.DefaultBackoffSeconds),
+		MaxBackoffSeconds: or(r.MaxBackoffSeconds, events.DefaultMaxBackoffSeconds),
+		On:                on,
+	}
 }
 
 // checkQueues refuses a task on one more queue than MaxQueuesPerCustomer

@@ -37,6 +37,7 @@ from .types import (
     Message,
     ResultItem,
     ResultRequest,
+    RetryRequest,
     RunState,
     ScheduleRequest,
     Signal,
@@ -49,7 +50,7 @@ from .worker import REASON_SUPERSEDED, Run, Stopped, Turn, Worker
 __all__ = [
     "AdmissionRejected", "Client", "Concurrency", "Conflict", "ContentPart", "Effect", "Forbidden", "HeaderTooLarge",
     "Internal", "InvalidArgument", "LineageLimit", "Message", "NotClaimable", "NotFound", "ParentTerminal",
-    "PayloadTooLarge", "REASON_SUPERSEDED", "RequestTimeout", "ResultItem", "ResultRequest", "Run", "RunState",
+    "PayloadTooLarge", "REASON_SUPERSEDED", "RequestTimeout", "ResultItem", "ResultRequest", "RetryRequest", "Run", "RunState",
     "ScheduleRequest", "Signal", "StaleRevision", "Stopped", "Task", "TaskledgerError", "Terminal",
     "TokenMismatch", "ToolCall", "TooManyPolls", "TranscriptItem", "Turn", "Unauthenticated", "Unavailable",
     "Worker",

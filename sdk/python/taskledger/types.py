@@ -157,6 +157,14 @@ MAX_WAIT_SECONDS = 60
 MAX_SUMMARY_BYTES = 16384
 MAX_ERROR_BYTES = 16384
 MAX_EFFECTS = 32
+MAX_ATTEMPTS = 100
+MAX_BACKOFF_SECONDS = 86400
+MAX_MAX_BACKOFF_SECONDS = 604800
+
+# What a retry policy retries (RetryRequest.on) and what ended a retried
+# attempt (Attempt.outcome).
+RETRY_ON_FAILED = "failed"
+RETRY_ON_TIMED_OUT = "timed_out"
 DEFAULT_QUEUE = "default"
 CHILD_RESULT_TYPE = "child_result"
 
@@ -227,6 +235,44 @@ class Result(Wire):
     summary: str = ""
     error: str = ""
     effects: list[Effect] = field(default_factory=list)
+    retryable: bool | None = None  # as the result said; None when it did not
+
+
+@dataclass
+class RetryPolicy(Wire):
+    """A task's retry policy as the server stored it, every field set."""
+
+    max_attempts: int = 0
+    backoff_seconds: int = 0
+    max_backoff_seconds: int = 0
+    on: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RetryRequest(Wire):
+    """A retry policy on schedule (docs/API.md, "Retries"); ``None`` and
+    an empty ``on`` take the server's defaults: max_attempts 1 (no retry),
+    backoff_seconds 10, max_backoff_seconds 3600, on ["failed"]. Retrying
+    on "timed_out" repeats work whose effects are unknown: list it only
+    for work that is safe to repeat."""
+
+    max_attempts: int | None = None
+    backoff_seconds: int | None = None
+    max_backoff_seconds: int | None = None
+    on: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Attempt(Wire):
+    """One attempt of a task: outcome is "failed" or "timed_out" for a
+    retried one, the task's status for the current or last one."""
+
+    attempt: int = 0
+    executor_id: str = ""
+    started_at: str = ""
+    ended_at: str = ""
+    outcome: str = ""
+    error: str = ""
 
 
 @dataclass
@@ -288,6 +334,10 @@ class Task(Wire):
     result: Result | None = None
     effects: list[Effect] = field(default_factory=list)
     reason: str = ""
+    retry: RetryPolicy | None = None
+    attempt: int = 0
+    max_attempts: int = 0
+    attempts: list[Attempt] = field(default_factory=list)
     version: int = 0
     concurrency: Concurrency | None = None
     waiting_for: str = ""
@@ -380,6 +430,7 @@ class ScheduleRequest(Wire):
     delay_seconds: float | None = None
     timeout_seconds: int | None = None
     concurrency: Concurrency | None = None
+    retry: RetryRequest | None = None
 
 
 @dataclass
@@ -391,6 +442,15 @@ class ResultRequest(Wire):
     error: str = ""
     effects: list[Effect] = field(default_factory=list)
     delivery_id: str = ""
+    # False makes a failure final even with attempts left in the task's
+    # retry policy; None (left out) lets the policy decide.
+    retryable: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        if self.retryable is False:  # False is "empty" to Wire, but not left out here
+            out["retryable"] = False
+        return out
 
 
 @dataclass

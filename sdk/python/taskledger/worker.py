@@ -178,7 +178,7 @@ class Worker:
                     self._stopping.wait(backoff)
                     backoff = min(2 * backoff, 5.0)
                 for t in tasks:
-                    start(t, RunState(executor_id=self.executor_id), 0)
+                    start(t, *self._attempt_run(t))
                 for _ in range(free - len(tasks)):
                     slots.release()
         finally:
@@ -199,6 +199,23 @@ class Worker:
             except NotFound:
                 out.append((t, RunState(executor_id=self.executor_id), 0))
         return out
+
+    def _attempt_run(self, task: Task) -> tuple[RunState, int]:
+        """The Run a freshly claimed task starts from, with its revision:
+        empty on the first attempt; on a retry (docs/API.md, "Retries")
+        the previous attempt's, continued under the new claim, so completed
+        steps and settled effects are not redone (a fresh Run would be
+        refused at its first save as another claim's)."""
+        if task.attempt > 1:
+            try:
+                doc = self.client.get_run(task.id)
+                doc.run.executor_id = self.executor_id
+                return doc.run, doc.revision
+            except NotFound:
+                pass
+            except (TaskledgerError, OSError) as e:
+                log.warning("previous attempt's run of %s not read; starting afresh: %s", task.id, e)
+        return RunState(executor_id=self.executor_id), 0
 
     def _poll(self, free: int) -> list[Task]:
         if free > 1:

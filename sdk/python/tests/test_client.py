@@ -16,6 +16,7 @@ from taskledger.types import (
     Message,
     ResultItem,
     ResultRequest,
+    RetryRequest,
     RunState,
     ScheduleRequest,
     Signal,
@@ -144,6 +145,42 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(types[0], "TaskScheduled")
         self.assertIn("Claimed", types)
         self.assertEqual(types[-1], "ResultRecorded")
+
+    def test_retry(self) -> None:
+        t = self.schedule(retry=RetryRequest(max_attempts=2, backoff_seconds=0))
+        assert t.retry is not None
+        self.assertEqual((t.attempt, t.max_attempts, t.attempts), (1, 2, []))
+        self.assertEqual((t.retry.max_attempts, t.retry.backoff_seconds, t.retry.max_backoff_seconds, t.retry.on),
+                         (2, 0, 3600, ["failed"]))
+        first = self.acme.claim_next("py-w", self.queue, wait_seconds=10)
+        assert first is not None and first.claim is not None
+        again = self.acme.record_result(t.id, error="flaky", delivery_id=first.claim.delivery_id)
+        self.assertIn(again.status, ("scheduled", "queued"))  # retried: the failure is an attempt, not the end
+        self.assertEqual((again.attempt, again.result), (2, None))
+        second = self.acme.claim_next("py-w2", self.queue, wait_seconds=10)
+        assert second is not None and second.claim is not None
+        self.assertEqual((second.id, second.attempt), (t.id, 2))
+        with self.assertRaises(errors.TokenMismatch):  # the first attempt's claim is gone
+            self.acme.record_result(t.id, success=True, delivery_id=first.claim.delivery_id)
+        done = self.acme.record_result(t.id, error="still flaky", delivery_id=second.claim.delivery_id)
+        self.assertEqual(done.status, "failed")  # the last attempt's failure is final
+        self.assertEqual([(a.attempt, a.outcome, a.executor_id, a.error) for a in done.attempts],
+                         [(1, "failed", "py-w", "flaky"), (2, "failed", "py-w2", "still flaky")])
+        self.assertTrue(all(a.started_at and a.ended_at for a in done.attempts))
+        self.assertEqual([e.type for e in self.acme.history(t.id)].count("RetryScheduled"), 1)
+
+    def test_not_retryable(self) -> None:
+        self.assertEqual(ResultRequest(retryable=False).to_json(), {"retryable": False})
+        self.assertEqual(ResultRequest(retryable=None).to_json(), {})
+        t = self.running(retry=RetryRequest(max_attempts=3))
+        assert t.claim is not None
+        done = self.acme.record_result(t.id, ResultRequest(error="bad input", retryable=False, delivery_id=t.claim.delivery_id))
+        assert done.result is not None
+        self.assertEqual((done.status, done.attempt, done.result.retryable), ("failed", 1, False))
+        for bad in (RetryRequest(max_attempts=0), RetryRequest(max_attempts=101), RetryRequest(max_attempts=2, on=["canceled"]),
+                    RetryRequest(max_attempts=2, backoff_seconds=-1)):
+            with self.assertRaises(errors.InvalidArgument):
+                self.acme.schedule(queue=self.queue, retry=bad)
 
     def test_cancel(self) -> None:
         t = self.schedule()

@@ -262,6 +262,24 @@ class WorkerTest(unittest.TestCase):
         t = self.ended(self.schedule().id)
         self.assertEqual((t.status, t.result.error if t.result else ""), ("failed", "model unavailable"))
 
+    def test_retry_continues_run(self) -> None:
+        """A task with two attempts fails its first after a step; the second
+        starts from the first's Run (the step is not run again) and succeeds."""
+        ran: list[str] = []
+
+        def handler(run: Run) -> str:
+            run.step("prepare", lambda: ran.append("prepare"))
+            ran.append(f"attempt {run.task.attempt}")
+            if run.task.attempt == 1:
+                raise RuntimeError("flaky")
+            return "done"
+
+        self.start(handler)
+        t = self.ended(self.schedule(retry=taskledger.RetryRequest(max_attempts=2, backoff_seconds=0)).id)
+        self.assertEqual((t.status, t.attempt), ("succeeded", 2))
+        self.assertEqual([(a.outcome, a.error) for a in t.attempts], [("failed", "flaky"), ("succeeded", "")])
+        self.assertEqual(ran, ["prepare", "attempt 1", "attempt 2"])
+
     def test_resume_saved_run(self) -> None:
         """A worker resumes a Run an earlier process of its executor id left
         cut off: a completed Turn is skipped, pending tools are looked up,
