@@ -172,7 +172,10 @@ func Decide(s State, cmd Command, now time.Time) ([]events.Event, error) {
 			}
 		}
 		return decideNew(s, c.TaskID, c.CustomerID, c.Spec, now, func(spec events.TaskSpec) events.Payload {
-			if c.DeliveryID == "" || now.Before(spec.RunAt) {
+			// A keyed task is released only once it holds a slot of its
+			// concurrency key (the alarm's release path), never in its
+			// TaskScheduled.
+			if c.DeliveryID == "" || now.Before(spec.RunAt) || spec.Concurrency != nil {
 				return events.TaskScheduled{Spec: spec}
 			}
 			nextAt := c.NextAt

@@ -192,6 +192,8 @@ func TestDecideTransitions(t *testing.T) {
 	m1Now.CreatedAt = later
 	ok := events.Result{Success: true, Summary: "done", Effects: []events.Effect{{Kind: "pull_request", URL: "https://example.com/1"}}}
 	bad := events.Result{Error: "boom"}
+	keyedNow := nowRunAt // a keyed task is released only with a slot, by the alarm
+	keyedNow.Concurrency = &events.Concurrency{Key: "repo:x", Limit: 1}
 	runDecide(t, []decideCase{
 		// — → scheduled
 		{name: "ScheduleNew", cmd: aggregate.Schedule{TaskID: taskID, CustomerID: custID, Spec: spec()}, now: t0,
@@ -205,6 +207,8 @@ func TestDecideTransitions(t *testing.T) {
 			want: []events.Payload{events.TaskScheduled{Spec: nowRunAt, DeliveryID: d1, NextAt: t0}}, wantStatus: aggregate.StatusScheduled},
 		{name: "ScheduleNotDueNotReleased", cmd: aggregate.Schedule{TaskID: taskID, CustomerID: custID, Spec: spec(), DeliveryID: d1, NextAt: later}, now: t0,
 			want: []events.Payload{events.TaskScheduled{Spec: spec()}}, wantStatus: aggregate.StatusScheduled},
+		{name: "ScheduleKeyedDueNotReleased", cmd: aggregate.Schedule{TaskID: taskID, CustomerID: custID, Spec: keyedNow, DeliveryID: d1, NextAt: later}, now: t0,
+			want: []events.Payload{events.TaskScheduled{Spec: keyedNow}}, wantStatus: aggregate.StatusScheduled},
 		// — → canceled
 		{name: "RejectNew", cmd: aggregate.Reject{TaskID: taskID, CustomerID: custID, Spec: spec(), Reason: "quota"}, now: t0,
 			want: []events.Payload{events.AdmissionRejected{Spec: spec(), Reason: "quota"}}, wantStatus: aggregate.StatusCanceled},

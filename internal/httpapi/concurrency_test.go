@@ -168,3 +168,39 @@ func TestConcurrencyTenancy(t *testing.T) {
 		t.Fatalf("operator sees %+v", k)
 	}
 }
+
+// TestConcurrencyWithRetry: a keyed task retried after a failure runs its
+// next attempt under the same key without ever letting a second holder
+// in: the waiter is released only when the retried task has finished.
+// (A task in its retry backoff keeps its slot; docs/API.md says so.)
+func TestConcurrencyWithRetry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	req := keyed("flaky", "repo:example/retried", 1)
+	req.Retry = &api.RetryRequest{MaxAttempts: refOf(2), BackoffSeconds: refOf(0)}
+	first := runningTask(t, b, req)
+	waiter := mustSchedule(t, b, keyed("waiter", "repo:example/retried", 1))
+	waitKey(t, b.client, "repo:example/retried", []string{first.ID}, []string{waiter.ID})
+
+	if _, err := b.client.RecordResult(ctx, first.ID, api.ResultRequest{DeliveryID: first.Claim.DeliveryID, Error: "flaky tool"}); err != nil {
+		t.Fatal(err)
+	}
+	again := b.waitStatus(t, first.ID, "queued") // attempt 2, released under its slot
+	if again.Attempt != 2 {
+		t.Fatalf("attempt %d after one failure, want 2", again.Attempt)
+	}
+	waitKey(t, b.client, "repo:example/retried", []string{first.ID}, []string{waiter.ID})
+	claimed, err := b.client.Claim(ctx, again.ID, again.Delivery.ID, "w2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.client.Get(ctx, waiter.ID); err != nil || got.Status != "scheduled" {
+		t.Fatalf("waiter %s %v while the retried task runs, want scheduled", got.Status, err)
+	}
+	if _, err := b.client.RecordResult(ctx, claimed.ID, api.ResultRequest{DeliveryID: claimed.Claim.DeliveryID, Success: true}); err != nil {
+		t.Fatal(err)
+	}
+	b.waitStatus(t, waiter.ID, "queued")
+	waitKey(t, b.client, "repo:example/retried", []string{waiter.ID}, nil)
+}

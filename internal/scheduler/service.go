@@ -342,7 +342,7 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 		spec.RootID = taskID
 	}
 	sc := aggregate.Schedule{TaskID: taskID, CustomerID: customerID, Spec: spec}
-	if now := s.cfg.Store.Now(); s.cfg.Publisher != nil && !spec.RunAt.After(now) {
+	if now := s.cfg.Store.Now(); s.cfg.Publisher != nil && !spec.RunAt.After(now) && spec.Concurrency == nil {
 		sc.DeliveryID, sc.NextAt = events.NewID(), now.Add(s.cfg.ReadyGrace)
 	}
 	var cmd aggregate.Command = sc
