@@ -246,6 +246,13 @@ var decoders = map[Type]func(*msgpack.Decoder) (Payload, error){
 	TypeMailboxAppended:        decodeAs[MailboxAppended],
 	TypeMailboxRead:            decodeAs[MailboxRead],
 	TypeEffectsReported:        decodeAs[EffectsReported],
+	// The schedule events.
+	TypeScheduleCreated: decodeAs[ScheduleCreated],
+	TypeScheduleUpdated: decodeAs[ScheduleUpdated],
+	TypeSchedulePaused:  decodeAs[SchedulePaused],
+	TypeScheduleResumed: decodeAs[ScheduleResumed],
+	TypeScheduleDeleted: decodeAs[ScheduleDeleted],
+	TypeScheduleFired:   decodeAs[ScheduleFired],
 }
 
 func decodeAs[P Payload](dec *msgpack.Decoder) (Payload, error) {
