@@ -231,22 +231,24 @@ func TestScheduleDST(t *testing.T) {
 func TestScheduleInvalid(t *testing.T) {
 	t.Parallel()
 	for name, mod := range map[string]func(*events.ScheduleSpec){
-		"both":          func(s *events.ScheduleSpec) { s.Cron = "* * * * *" },
-		"neither":       func(s *events.ScheduleSpec) { s.Every = "" },
-		"short every":   func(s *events.ScheduleSpec) { s.Every = "999ms" },
-		"bad every":     func(s *events.ScheduleSpec) { s.Every = "soon" },
-		"bad cron":      func(s *events.ScheduleSpec) { s.Every, s.Cron = "", "* * *" },
-		"at every":      func(s *events.ScheduleSpec) { s.Every, s.Cron = "", "@every 5s" },
-		"tz prefix":     func(s *events.ScheduleSpec) { s.Every, s.Cron = "", "TZ=UTC * * * * *" },
-		"unknown zone":  func(s *events.ScheduleSpec) { s.Every, s.Cron, s.Timezone = "", "* * * * *", "Mars/Olympus" },
-		"zone path":     func(s *events.ScheduleSpec) { s.Every, s.Cron, s.Timezone = "", "* * * * *", "/etc/localtime" },
-		"huge cron":     func(s *events.ScheduleSpec) { s.Every, s.Cron = "", strings.Repeat("1,", 200)+"1 * * * *" },
-		"overlap":       func(s *events.ScheduleSpec) { s.Overlap = "sometimes" },
-		"catchup":       func(s *events.ScheduleSpec) { s.Catchup = "" },
-		"queue":         func(s *events.ScheduleSpec) { s.Task.Queue = "a.b" },
-		"timeout":       func(s *events.ScheduleSpec) { s.Task.TimeoutSeconds = 0 },
-		"parent":        func(s *events.ScheduleSpec) { s.Task.ParentID = "p" },
-		"huge message":  func(s *events.ScheduleSpec) { s.Task.Message.Content[0].Text = strings.Repeat("x", events.MaxMessageBytes+1) },
+		"both":         func(s *events.ScheduleSpec) { s.Cron = "* * * * *" },
+		"neither":      func(s *events.ScheduleSpec) { s.Every = "" },
+		"short every":  func(s *events.ScheduleSpec) { s.Every = "999ms" },
+		"bad every":    func(s *events.ScheduleSpec) { s.Every = "soon" },
+		"bad cron":     func(s *events.ScheduleSpec) { s.Every, s.Cron = "", "* * *" },
+		"at every":     func(s *events.ScheduleSpec) { s.Every, s.Cron = "", "@every 5s" },
+		"tz prefix":    func(s *events.ScheduleSpec) { s.Every, s.Cron = "", "TZ=UTC * * * * *" },
+		"unknown zone": func(s *events.ScheduleSpec) { s.Every, s.Cron, s.Timezone = "", "* * * * *", "Mars/Olympus" },
+		"zone path":    func(s *events.ScheduleSpec) { s.Every, s.Cron, s.Timezone = "", "* * * * *", "/etc/localtime" },
+		"huge cron":    func(s *events.ScheduleSpec) { s.Every, s.Cron = "", strings.Repeat("1,", 200)+"1 * * * *" },
+		"overlap":      func(s *events.ScheduleSpec) { s.Overlap = "sometimes" },
+		"catchup":      func(s *events.ScheduleSpec) { s.Catchup = "" },
+		"queue":        func(s *events.ScheduleSpec) { s.Task.Queue = "a.b" },
+		"timeout":      func(s *events.ScheduleSpec) { s.Task.TimeoutSeconds = 0 },
+		"parent":       func(s *events.ScheduleSpec) { s.Task.ParentID = "p" },
+		"huge message": func(s *events.ScheduleSpec) {
+			s.Task.Message.Content[0].Text = strings.Repeat("x", events.MaxMessageBytes+1)
+		},
 		"every in zone": func(s *events.ScheduleSpec) { s.Timezone = "Europe/Berlin" },
 	} {
 		_, err := aggregate.DecideSchedule(aggregate.ScheduleState{}, aggregate.CreateSchedule{ID: schedID, CustomerID: custID, Spec: schedSpec(mod)}, t0)

@@ -21,8 +21,8 @@ import (
 // SnapshotFormat is the version of the snapshot encoding. A snapshot of
 // another format is ignored (and the projections rebuilt from the log).
 // Format 3 added the State's Effects, which a format 2 snapshot lacks even
-// for tasks whose results had effects.
-const SnapshotFormat = 3
+// for tasks whose results had effects. Format 4 added the schedules.
+const SnapshotFormat = 4
 
 // Snapshot errors; a snapshot that fails any check is ignored.
 var (
@@ -54,6 +54,7 @@ type snapshot struct {
 type body struct {
 	Tasks      []record               `msgpack:"tasks"`
 	Admissions map[string][]time.Time `msgpack:"admissions"`
+	Schedules  []scheduleRecord       `msgpack:"schedules,omitempty"`
 }
 
 type record struct {
@@ -105,6 +106,7 @@ func (v *views) body() body {
 	for c, at := range v.admissions {
 		b.Admissions[c] = slices.Clone(at)
 	}
+	b.Schedules = v.records()
 	return b
 }
 
@@ -146,6 +148,7 @@ func restore(b body, retain int) *views {
 		}
 	}
 	v.evict() // in case retain is smaller than when the snapshot was taken
+	v.schedules.restore(b.Schedules, v.timers[Fire])
 	return v
 }
 

@@ -61,7 +61,7 @@ type tailMsg struct {
 // follow starts a tail from stream sequence from.
 func (e *Engine) follow(from uint64) *tail {
 	t := &tail{next: make(chan tailMsg, tailBuffer), done: make(chan struct{}), exited: make(chan struct{})}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{e.cfg.Subjects.Events()}}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: e.cfg.Subjects.Log()}
 	if from > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
 	}

@@ -31,12 +31,16 @@ const (
 	// longer than its republish window and publishes it again if it is
 	// gone.
 	Republish
+	// Fire holds live schedules (keyed by ScheduleKey), due at their next
+	// instant, or at once while the task of their last run is not in the
+	// log (a crash between the fire and the task): see schedules.go.
+	Fire
 	// NumTimers is the number of timer queues.
 	NumTimers
 )
 
 func (t Timer) String() string {
-	return [...]string{"release", "deliver", "expire", "report", "republish"}[t]
+	return [...]string{"release", "deliver", "expire", "report", "republish", "fire"}[t]
 }
 
 // timerOf says which timer queue, if any, a task in state s belongs to
@@ -88,6 +92,7 @@ type views struct {
 	// liveQueues counts each customer's non-terminal tasks per queue, for
 	// the bound on a customer's queues.
 	liveQueues map[string]map[string]int
+	schedules
 	retention
 }
 
@@ -100,6 +105,7 @@ func newViews(retain int) *views {
 		admissions:  make(map[string][]time.Time),
 		queueCounts: make(map[string]map[aggregate.Status]int),
 		liveQueues:  make(map[string]map[string]int),
+		schedules:   newSchedules(),
 	}
 	for i := range v.timers {
 		v.timers[i] = newTimerQueue()
@@ -111,6 +117,13 @@ func newViews(retain int) *views {
 // into a timer queue or moved its due time: what the alarm must wake for.
 // Removals do not wake it; an item leaving a queue needs no action.
 func (v *views) apply(ev events.Event) (timersChanged bool) {
+	if events.IsSchedule(ev.Type()) {
+		v.seq = ev.Seq
+		return v.applySchedule(ev, v.timers[Fire], func(id string) bool { return v.tasks[id] != nil })
+	}
+	if creates(ev) {
+		v.runCreated(ev, v.timers[Fire])
+	}
 	t := v.tasks[ev.TaskID]
 	if t == nil {
 		if !creates(ev) {

@@ -43,6 +43,7 @@ type Violation struct {
 type Report struct {
 	Events     int         `json:"events"`
 	Tasks      int         `json:"tasks"`
+	Schedules  int         `json:"schedules,omitempty"`
 	LastSeq    uint64      `json:"lastSeq"`
 	Violations []Violation `json:"violations"`
 }
@@ -59,6 +60,8 @@ func (r Report) Clean() bool { return len(r.Violations) == 0 }
 type Verifier struct {
 	subjects events.Subjects
 	tasks    map[string]*aggregate.State
+	// schedules are the schedules' states by scheduleKey.
+	schedules map[string]*aggregate.ScheduleState
 	claimed  map[string]string // delivery token → task that claimed it
 	numbers  map[string]int    // task → number of its previous event
 	ids      map[string]struct{}
@@ -75,7 +78,7 @@ type head struct {
 
 // NewVerifier returns a verifier for a log using subjects.
 func NewVerifier(subjects events.Subjects) *Verifier {
-	return &Verifier{subjects: subjects, tasks: map[string]*aggregate.State{}, claimed: map[string]string{}, numbers: map[string]int{}, ids: map[string]struct{}{}}
+	return &Verifier{subjects: subjects, tasks: map[string]*aggregate.State{}, schedules: map[string]*aggregate.ScheduleState{}, claimed: map[string]string{}, numbers: map[string]int{}, ids: map[string]struct{}{}}
 }
 
 // ExpectHead tells the verifier the log's saved chain head: the stream
@@ -89,7 +92,7 @@ func (v *Verifier) ExpectHead(seq uint64, hash events.Hash) {
 // been added, that includes a log that ends before its saved chain head.
 func (v *Verifier) Report() Report {
 	r := v.report
-	r.Tasks = len(v.tasks)
+	r.Tasks, r.Schedules = len(v.tasks), len(v.schedules)
 	if h := v.head; h.seq > 0 && !h.seen {
 		kind, detail := Truncated, fmt.Sprintf("the log ends at sequence %d, before its saved chain head at %d: its last events are gone", r.LastSeq, h.seq)
 		if r.LastSeq >= h.seq {
@@ -124,13 +127,17 @@ func (v *Verifier) Add(seq uint64, subject string, data []byte) {
 		v.fail(seq, taskFromSubject(subject), Undecodable, "%v", err)
 		return
 	}
-	if want := v.subjects.Event(ev.CustomerID, ev.TaskID); subject != want {
+	if want := v.subjects.Of(ev); subject != want {
 		v.fail(seq, ev.TaskID, WrongSubject, "stored on %s, belongs on %s", subject, want)
 	}
 	if _, dup := v.ids[ev.ID]; dup {
 		v.fail(seq, ev.TaskID, DuplicateEvent, "event id %s seen before", ev.ID)
 	}
 	v.ids[ev.ID] = struct{}{}
+	if events.IsSchedule(ev.Type()) {
+		v.addSchedule(ev)
+		return
+	}
 
 	st := v.tasks[ev.TaskID]
 	if st == nil {

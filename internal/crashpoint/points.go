@@ -11,6 +11,9 @@ const (
 	Claimed       = "claimed"        // Claimed appended, the executor not yet answered
 	ResultPending = "result-pending" // a result is being reported, not yet appended
 	ResultStored  = "result-stored"  // ResultRecorded appended, the executor not yet answered
+	// Fired is a schedule's: ScheduleFired appended, the run's task not
+	// yet scheduled. It is not in All (its traffic is a schedule's).
+	Fired = "fired"
 )
 
 // All lists every point.

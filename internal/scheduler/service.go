@@ -86,7 +86,11 @@ type Config struct {
 	JS          jetstream.JetStream // for claims/next
 	ReadyStream string              // the ready notification stream; default events.DefaultStream's
 	Subjects    events.Subjects
-	Usage       Usage // for admission quotas; nil disables them
+	// ScheduleStore and Schedules are the schedules' log and projection;
+	// default Store and Views when they have the methods (the node's do).
+	ScheduleStore ScheduleStore
+	Schedules     ScheduleViews
+	Usage         Usage // for admission quotas; nil disables them
 	Admission   Admission
 	Logger      zerolog.Logger
 	Metrics     *Metrics
@@ -119,6 +123,9 @@ type Limits struct {
 	// QueueIdle is how long the server keeps a queue's ready consumer
 	// without a pull; default executor.ReadyConsumerIdle.
 	QueueIdle time.Duration
+	// MaxSchedules bounds a customer's live schedules; default
+	// events.MaxSchedules, negative no limit.
+	MaxSchedules int
 }
 
 // Defaults of the bounds.
@@ -186,6 +193,18 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.Runs == nil {
 		cfg.Runs = noRuns{}
+	}
+	if cfg.MaxSchedules == 0 {
+		cfg.MaxSchedules = events.MaxSchedules
+	}
+	if cfg.ScheduleStore == nil {
+		cfg.ScheduleStore, _ = cfg.Store.(ScheduleStore)
+	}
+	if cfg.Schedules == nil {
+		cfg.Schedules, _ = cfg.Views.(ScheduleViews)
+	}
+	if cfg.ScheduleStore == nil || cfg.Schedules == nil {
+		return nil, errors.New("scheduler: Config.ScheduleStore and Config.Schedules are required (or a Store and Views that serve schedules)")
 	}
 	closing, close := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, dispatchers: dispatchers{m: make(map[string]*dispatcher)}, polls: polls{n: make(map[string]int)},

@@ -165,7 +165,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        cfg.Stream,
 		Description: "taskledger event log: one subject per task",
-		Subjects:    []string{cfg.Subjects.Events()},
+		Subjects:    cfg.Subjects.Log(),
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
 		Duplicates:  cfg.DuplicateWindow,
@@ -486,7 +486,7 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 	if err != nil {
 		return err
 	}
-	msg := &nats.Msg{Subject: s.cfg.Subjects.Event(ev.CustomerID, ev.TaskID), Data: data, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: s.cfg.Subjects.Of(*ev), Data: data, Header: nats.Header{}}
 	msg.Header.Set(TypeHeader, string(ev.Type()))
 	tooLarge := func() error {
 		return fmt.Errorf("%w: the %s event is %d bytes, and the log takes at most %d bytes a message (headers included)",
