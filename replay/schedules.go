@@ -121,7 +121,7 @@ func (v *Verifier) checkSchedule(st aggregate.ScheduleState, ev events.Event) {
 			why = err.Error()
 		case len(got) != 1:
 			why = "it changes nothing (a duplicate)"
-		case !reflect.DeepEqual(got[0].Data, ev.Data):
+		case !reflect.DeepEqual(inUTC(got[0].Data), inUTC(ev.Data)):
 			why = fmt.Sprintf("logged %+v, expected %+v", ev.Data, got[0].Data)
 		default:
 			return
@@ -129,6 +129,16 @@ func (v *Verifier) checkSchedule(st aggregate.ScheduleState, ev events.Event) {
 	}
 	v.fail(ev.Seq, ev.TaskID, IllegalEvent, "%s on schedule %s (%s) is not what the schedule aggregate decides: %s",
 		ev.Type(), ev.TaskID, or(ScheduleStatus(st), "none"), why)
+}
+
+// inUTC is p with a fire's instant in UTC: decoded and decided times
+// differ in their location only.
+func inUTC(p events.Payload) events.Payload {
+	if f, ok := p.(events.ScheduleFired); ok {
+		f.At = f.At.UTC()
+		return f
+	}
+	return p
 }
 
 func or(s, fallback string) string {

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -26,7 +27,9 @@ func waitRuns(t *testing.T, c *api.Client, id, what string, cond func(api.Schedu
 	var s api.Schedule
 	testnode.Eventually(t, what, func() bool {
 		var err error
-		if s, err = c.GetSchedule(context.Background(), id, api.ScheduleOptions{}); err != nil {
+		if s, err = c.GetSchedule(context.Background(), id, api.ScheduleOptions{}); errors.Is(err, api.ErrNotFound) {
+			return false // another node's projections have not applied it yet
+		} else if err != nil {
 			t.Fatal(err)
 		}
 		return cond(s)
