@@ -62,11 +62,11 @@ type Verifier struct {
 	tasks    map[string]*aggregate.State
 	// schedules are the schedules' states by scheduleKey.
 	schedules map[string]*aggregate.ScheduleState
-	claimed  map[string]string // delivery token → task that claimed it
-	numbers  map[string]int    // task → number of its previous event
-	ids      map[string]struct{}
-	head     head // the saved chain head, if any
-	report   Report
+	claimed   map[string]string // delivery token → task that claimed it
+	numbers   map[string]int    // task → number of its previous event
+	ids       map[string]struct{}
+	head      head // the saved chain head, if any
+	report    Report
 }
 
 // head is the chain head a log must still hold, and whether it was seen.

@@ -176,8 +176,10 @@ func TestScheduleHostile(t *testing.T) {
 		"catchup":         func(r *api.ScheduleCreateRequest) { r.Catchup = "some" },
 		"timeout":         func(r *api.ScheduleCreateRequest) { n := 0; r.Task.TimeoutSeconds = &n },
 		"queue":           func(r *api.ScheduleCreateRequest) { r.Task.Queue = "q>" },
-		"big message":     func(r *api.ScheduleCreateRequest) { r.Task.Message = text("", strings.Repeat("x", events.MaxMessageBytes+1)) },
-		"other customer":  func(r *api.ScheduleCreateRequest) { r.CustomerID = "B" },
+		"big message": func(r *api.ScheduleCreateRequest) {
+			r.Task.Message = text("", strings.Repeat("x", events.MaxMessageBytes+1))
+		},
+		"other customer": func(r *api.ScheduleCreateRequest) { r.CustomerID = "B" },
 	} {
 		req := everySecond("h")
 		mod(&req)

@@ -91,9 +91,9 @@ type Config struct {
 	ScheduleStore ScheduleStore
 	Schedules     ScheduleViews
 	Usage         Usage // for admission quotas; nil disables them
-	Admission   Admission
-	Logger      zerolog.Logger
-	Metrics     *Metrics
+	Admission     Admission
+	Logger        zerolog.Logger
+	Metrics       *Metrics
 	// WriteTimeout bounds how long a write waits for the projections to
 	// apply it; default 10s.
 	WriteTimeout time.Duration
