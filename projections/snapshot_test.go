@@ -52,6 +52,16 @@ func snapshotLog(t *testing.T) [][]byte {
 	add("r5", "a", events.Canceled{Reason: "done"})
 	// Mail on a finished task, which may have been evicted by then.
 	add("r4", "b", events.MailboxAppended{Index: 1, Message: events.Message{ID: "late", CreatedAt: at}})
+	// Schedules: one whose last run's task is not in the log yet (due at
+	// once), one paused, one deleted, one whose run's task exists.
+	every := events.ScheduleSpec{Every: "1h", Timezone: "UTC", Overlap: events.OverlapSkip, Catchup: events.CatchupOne, Task: events.TaskSpec{Queue: "q", TimeoutSeconds: 60}}
+	add("s1", "a", events.ScheduleCreated{Spec: every})
+	add("s1", "a", events.ScheduleFired{At: at, TaskID: "rnotyet", RequestID: "fnotyet"})
+	add("s2", "a", events.ScheduleCreated{Spec: every, Paused: true})
+	add("s3", "b", events.ScheduleCreated{Spec: every})
+	add("s3", "b", events.ScheduleDeleted{})
+	add("s4", "b", events.ScheduleCreated{Spec: every})
+	add("s4", "b", events.ScheduleFired{At: at, TaskID: "r4", RequestID: "f4", Manual: true})
 	return out
 }
 
@@ -105,6 +115,10 @@ func testSnapshotRestores(t *testing.T, retain int) {
 	}
 	if live.Digest() != restored.Digest() {
 		t.Fatalf("digest differs")
+	}
+	if q := restored.v.timers[Fire]; !q.has(ScheduleKey("a", "s1")) || q.has(ScheduleKey("a", "s2")) || q.has(ScheduleKey("b", "s3")) || !q.has(ScheduleKey("b", "s4")) ||
+		restored.v.scheds[ScheduleKey("a", "s1")].pending != "rnotyet" || restored.LiveSchedules("a") != 2 || restored.LiveSchedules("b") != 1 {
+		t.Fatalf("schedules restored: fire queue %v", q.owner)
 	}
 }
 
