@@ -15,6 +15,15 @@ import (
 func NewSchedule(v scheduler.ScheduleView) api.Schedule {
 	st, t := v.State, v.State.Spec.Task
 	timeout := t.TimeoutSeconds
+	// The runs' message, as each run gets it but for its time: the
+	// schedule's spec is from its creation or last change.
+	t.Message.CreatedAt = st.CreatedAt.UTC()
+	if st.UpdatedAt.After(st.CreatedAt) {
+		t.Message.CreatedAt = st.UpdatedAt.UTC()
+	}
+	if t.Message.Content == nil {
+		t.Message.Content = []events.ContentPart{}
+	}
 	out := api.Schedule{
 		ID: st.ID, CustomerID: st.CustomerID, Cron: st.Spec.Cron, Every: st.Spec.Every, Timezone: st.Spec.Timezone,
 		Task:    api.ScheduleTask{Queue: t.Queue, Message: t.Message, Repo: t.Repo, Signal: t.Signal, TimeoutSeconds: &timeout},
@@ -41,16 +50,22 @@ func scheduleID(r *http.Request) (string, error) {
 	return id, nil
 }
 
+// createScheduleBody is the body of POST /v1/schedules as read: its task
+// has every field of a task's body, so those a schedule may not set are
+// refused rather than ignored.
+type createScheduleBody struct {
+	api.ScheduleCreateRequest
+	Task api.ScheduleRequest `json:"task"`
+}
+
 func (h *handler) createSchedule(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
-	var b api.ScheduleCreateRequest
+	var b createScheduleBody
 	if err := decode(r, &b); err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	t := b.Task
 	v, created, err := h.Service.CreateSchedule(r.Context(), p, scheduler.CreateScheduleRequest{
-		CustomerID: b.CustomerID, ID: b.ID, Cron: b.Cron, Every: b.Every, Timezone: b.Timezone,
-		Task:    scheduler.ScheduleRequest{Queue: t.Queue, Message: t.Message, Repo: t.Repo, Signal: t.Signal, TimeoutSeconds: t.TimeoutSeconds},
+		CustomerID: b.CustomerID, ID: b.ID, Cron: b.Cron, Every: b.Every, Timezone: b.Timezone, Task: scheduleRequest(b.Task),
 		Overlap: b.Overlap, Catchup: b.Catchup, Paused: b.Paused,
 	})
 	if err != nil {

@@ -190,9 +190,12 @@ func TestScheduleHostile(t *testing.T) {
 		}
 	}
 	// A task body over 1 MiB is 413; fields of a task a schedule may not set are 400.
-	huge := rawDo(t, b, http.MethodPost, "/v1/schedules", `{"id":"h","every":"1s","task":{"repo":"`+strings.Repeat("x", api.MaxBodyBytes)+`"}}`)
-	if huge.status != http.StatusUnauthorized && huge.status != http.StatusRequestEntityTooLarge {
-		t.Fatalf("huge body: %d", huge.status)
+	huge := authDo(t, b, "Bearer tok-a", http.MethodPost, "/v1/schedules", `{"id":"h","every":"1s","task":{"repo":"`+strings.Repeat("x", api.MaxBodyBytes)+`"}}`)
+	requireErrorBody(t, huge, http.StatusRequestEntityTooLarge, "payload_too_large")
+	bigRepo := authDo(t, b, "Bearer tok-a", http.MethodPost, "/v1/schedules", `{"id":"h","every":"1s","task":{"repo":"`+strings.Repeat("x", events.MaxURLBytes+1)+`"}}`)
+	requireErrorBody(t, bigRepo, http.StatusBadRequest, "invalid_argument")
+	for _, body := range []string{`{"id":"h","every":"1s","task":{"parentId":"p"}}`, `{"id":"h","every":"1s","task":{"runAt":"2030-01-01T00:00:00Z"}}`, `{"id":"h","every":1}`, `[]`, `{"id":"h","every":"1s"} {}`} {
+		requireErrorBody(t, authDo(t, b, "Bearer tok-a", http.MethodPost, "/v1/schedules", body), http.StatusBadRequest, "invalid_argument")
 	}
 	if _, _, err := a.CreateSchedule(ctx, everySecond("mine")); err != nil {
 		t.Fatal(err)

@@ -305,6 +305,7 @@ func (s *Service) FireSchedule(ctx context.Context, customerID, id string) (uint
 func (s *Service) runTask(ctx context.Context, st aggregate.ScheduleState, f events.ScheduleFired) (aggregate.State, error) {
 	t := st.Spec.Task
 	timeout := t.TimeoutSeconds
+	t.Message.CreatedAt = f.At // each run's objective is of its instant
 	task, _, err := s.Schedule(ctx, Principal{CustomerID: st.CustomerID}, ScheduleRequest{
 		RequestID: f.RequestID, Signal: t.Signal, Repo: t.Repo, Queue: t.Queue, Message: t.Message, TimeoutSeconds: &timeout,
 	})
