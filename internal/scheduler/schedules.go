@@ -254,7 +254,7 @@ func (s *Service) TriggerSchedule(ctx context.Context, p Principal, customerID, 
 	if err != nil {
 		return aggregate.State{}, s.fromStore(err)
 	}
-	return s.runTask(ctx, st, evs[0].Data.(events.ScheduleFired))
+	return s.scheduleRun(ctx, st, evs[0].Data.(events.ScheduleFired))
 }
 
 // FireSchedule does what is due of a customer's schedule, for the alarm
@@ -287,6 +287,11 @@ func (s *Service) FireSchedule(ctx context.Context, customerID, id string) (uint
 		return st.LastSeq, nil // nothing due; the projections may lag
 	}
 	st, evs, err := s.cfg.ScheduleStore.ExecuteSchedule(ctx, customerID, id, "", aggregate.FireSchedule{PrevLive: prevLive})
+	if errors.Is(err, aggregate.ErrStale) {
+		// Another process fired it (or paused it) first. If it died before
+		// the run's task, the projections put the schedule back at once.
+		return st.LastSeq, nil
+	}
 	if err != nil || len(evs) == 0 {
 		return st.LastSeq, s.fromStore(err)
 	}
@@ -301,8 +306,18 @@ func (s *Service) FireSchedule(ctx context.Context, customerID, id string) (uint
 
 // runTask schedules the task of run f of schedule st (idempotent: its id
 // is derived from the run's request id). A task admission refused is
-// still the run's task (canceled).
+// still the run's task (canceled). A task refused for a bound that may
+// free (the customer's queues) is an error the alarm retries, not one it
+// gives up on.
 func (s *Service) runTask(ctx context.Context, st aggregate.ScheduleState, f events.ScheduleFired) (aggregate.State, error) {
+	task, err := s.scheduleRun(ctx, st, f)
+	if errors.Is(err, aggregate.ErrInvalid) {
+		return task, fmt.Errorf("schedule %s: the task of the run at %s was refused, will retry: %v", st.ID, f.At.Format(time.RFC3339), err)
+	}
+	return task, err
+}
+
+func (s *Service) scheduleRun(ctx context.Context, st aggregate.ScheduleState, f events.ScheduleFired) (aggregate.State, error) {
 	t := st.Spec.Task
 	timeout := t.TimeoutSeconds
 	t.Message.CreatedAt = f.At // each run's objective is of its instant
