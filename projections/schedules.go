@@ -136,7 +136,7 @@ func (v *schedules) records() []scheduleRecord {
 	return out
 }
 
-func (v *schedules) restore(records []scheduleRecord, q *TimerQueue) {
+func (v *schedules) restoreSchedules(records []scheduleRecord, q *TimerQueue) {
 	for _, r := range records {
 		key := ScheduleKey(r.State.CustomerID, r.State.ID)
 		sc := &schedule{state: r.State, runs: r.Runs, pending: r.Pending}

@@ -148,7 +148,7 @@ func restore(b body, retain int) *views {
 		}
 	}
 	v.evict() // in case retain is smaller than when the snapshot was taken
-	v.schedules.restore(b.Schedules, v.timers[Fire])
+	v.restoreSchedules(b.Schedules, v.timers[Fire])
 	return v
 }
 

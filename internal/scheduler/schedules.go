@@ -14,7 +14,7 @@ import (
 	"github.com/taskledger/taskledger/projections"
 )
 
-// ErrScheduleLimit: a customer already has Limits.MaxSchedules live
+// ErrScheduleLimit is returned when a customer already has Limits.MaxSchedules live
 // schedules.
 var ErrScheduleLimit = errors.New("scheduler: schedule limit reached")
 
