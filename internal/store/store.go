@@ -164,7 +164,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	}
 	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        cfg.Stream,
-		Description: "taskledger event log: one subject per task",
+		Description: "taskledger event log: one subject per task and per schedule",
 		Subjects:    cfg.Subjects.Log(),
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
