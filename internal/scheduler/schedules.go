@@ -272,9 +272,15 @@ func (s *Service) FireSchedule(ctx context.Context, customerID, id string) (uint
 	}
 	prevLive := false
 	if run := st.LastRun; run.TaskID != "" {
-		task, err := s.cfg.Store.Load(ctx, run.TaskID)
-		if err != nil {
-			return st.LastSeq, s.unavailable(err)
+		// The projections answer without a read when what they hold
+		// settles it: a task they hold is in the log, and a terminal one
+		// stays terminal; a live one may have ended since, which overlap
+		// "skip" must read from the log.
+		task, ok := s.cfg.Views.Task(run.TaskID)
+		if !ok || !task.Status.Terminal() && st.Spec.Overlap != events.OverlapAllow {
+			if task, err = s.cfg.Store.Load(ctx, run.TaskID); err != nil {
+				return st.LastSeq, s.unavailable(err)
+			}
 		}
 		if !task.Exists() {
 			t, err := s.runTask(ctx, st, run)
