@@ -270,6 +270,13 @@ var decoders = map[Type]func(*msgpack.Decoder) (Payload, error){
 	TypeSlotAcquired:           decodeAs[SlotAcquired],
 	TypeSlotReleased:           decodeAs[SlotReleased],
 	TypeRetryScheduled:         decodeAs[RetryScheduled],
+	// The schedule events.
+	TypeScheduleCreated: decodeAs[ScheduleCreated],
+	TypeScheduleUpdated: decodeAs[ScheduleUpdated],
+	TypeSchedulePaused:  decodeAs[SchedulePaused],
+	TypeScheduleResumed: decodeAs[ScheduleResumed],
+	TypeScheduleDeleted: decodeAs[ScheduleDeleted],
+	TypeScheduleFired:   decodeAs[ScheduleFired],
 }
 
 func decodeAs[P Payload](dec *msgpack.Decoder) (Payload, error) {

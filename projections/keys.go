@@ -73,16 +73,16 @@ func (v *views) rekey(before, after *aggregate.State) bool {
 	wasLive, isLive := before.Exists() && !before.Status.Terminal(), !after.Status.Terminal()
 	switch {
 	case isLive && !wasLive:
-		set := v.live[kid]
+		set := v.keys.live[kid]
 		if set == nil {
 			set = make(map[string]struct{})
-			v.live[kid] = set
+			v.keys.live[kid] = set
 		}
 		set[after.TaskID] = struct{}{}
 	case wasLive && !isLive:
-		if set := v.live[kid]; set != nil {
+		if set := v.keys.live[kid]; set != nil {
 			if delete(set, after.TaskID); len(set) == 0 {
-				delete(v.live, kid)
+				delete(v.keys.live, kid)
 			}
 		}
 		if k := v.byKey[kid]; k != nil && k.Holds(after.TaskID) {
@@ -203,7 +203,7 @@ func (e *Engine) ConcurrencyKey(customerID, key string, now time.Time) (k aggreg
 		}
 		holders = append(holders, s)
 	}
-	for id := range e.v.live[kid] {
+	for id := range e.v.keys.live[kid] {
 		s := e.v.tasks[id].state()
 		if Waiting(s, now) && !k.Holds(id) {
 			waiters = append(waiters, s)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/taskledger/taskledger/aggregate"
 )
 
@@ -112,6 +114,9 @@ func (e *Engine) EarliestExcept(t Timer, skip func(taskID string) bool) (time.Ti
 func (e *Engine) Due(t Timer, now time.Time, limit int, skip func(taskID string) bool) []aggregate.State {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
+	if t == Fire { // schedules, not tasks: DueSchedules
+		return nil
+	}
 	if t == Release {
 		skip = e.v.releasable(skip)
 	}
@@ -347,6 +352,11 @@ func (e *Engine) Digest() string {
 	}
 	for _, st := range sortedKeys(e.v.byStatus) {
 		fmt.Fprintf(h, "status %s %v\n", st, sortedKeys(e.v.byStatus[st]))
+	}
+	for _, k := range sortedKeys(e.v.scheds) {
+		sc := e.v.scheds[k]
+		state, _ := msgpack.Marshal(sc.state) // its exported fields: not the parsed timing's pointers
+		fmt.Fprintf(h, "schedule %s %x %+v %s\n", k, state, sc.runs, sc.pending)
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }

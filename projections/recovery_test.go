@@ -243,6 +243,15 @@ func TestSnapshotRecovery(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// And schedules, one paused, neither due while the node runs.
+	for i, paused := range []bool{false, true} {
+		spec := events.ScheduleSpec{Cron: "0 0 29 2 *", Timezone: "UTC", Overlap: events.OverlapSkip, Catchup: events.CatchupOne, // leap days
+			Task: events.TaskSpec{Queue: "snap", TimeoutSeconds: 60}}
+		id := fmt.Sprint("sched-", i)
+		if _, _, err := st.ExecuteSchedule(ctx, "late", id, "", aggregate.CreateSchedule{ID: id, CustomerID: "late", Spec: spec, Paused: paused}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	st.Close()
 	last := streamLast(t, js, ns.Stream)
 	if goodApplied == 0 || goodApplied >= last {

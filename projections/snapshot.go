@@ -22,7 +22,8 @@ import (
 // another format is ignored (and the projections rebuilt from the log).
 // Format 3 added the State's Effects, which a format 2 snapshot lacks even
 // for tasks whose results had effects.
-// Format 4 added the concurrency keys' states and the spec's concurrency.
+// Format 4 added the concurrency keys' states and the spec's concurrency,
+// and the schedules.
 const SnapshotFormat = 4
 
 // Snapshot errors; a snapshot that fails any check is ignored.
@@ -57,6 +58,7 @@ type body struct {
 	Admissions map[string][]time.Time `msgpack:"admissions"`
 	Keys       []aggregate.KeyState   `msgpack:"keys,omitempty"`
 	Freeing    []aggregate.State      `msgpack:"freeing,omitempty"` // the Free queue's tasks, as the views keep them
+	Schedules  []scheduleRecord       `msgpack:"schedules,omitempty"`
 }
 
 type record struct {
@@ -109,6 +111,7 @@ func (v *views) body() body {
 		b.Admissions[c] = slices.Clone(at)
 	}
 	b.Keys, b.Freeing = v.keyStates(), v.freeingStates()
+	b.Schedules = v.records()
 	return b
 }
 
@@ -151,6 +154,7 @@ func restore(b body, retain int) *views {
 	}
 	v.restoreKeys(b.Keys, b.Freeing)
 	v.evict() // in case retain is smaller than when the snapshot was taken
+	v.restoreSchedules(b.Schedules, v.timers[Fire])
 	return v
 }
 

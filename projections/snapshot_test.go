@@ -76,6 +76,16 @@ func snapshotLog(t *testing.T) [][]byte {
 	add("r8", "a", events.Canceled{})
 	add("r9", "a", events.Canceled{})
 	add(kid, "a", events.SlotAcquired{Key: "k", TaskID: "r9", Limit: 3})
+	// Schedules: one whose last run's task is not in the log yet (due at
+	// once), one paused, one deleted, one whose run's task exists.
+	every := events.ScheduleSpec{Every: "1h", Timezone: "UTC", Overlap: events.OverlapSkip, Catchup: events.CatchupOne, Task: events.TaskSpec{Queue: "q", TimeoutSeconds: 60}}
+	add("s1", "a", events.ScheduleCreated{Spec: every})
+	add("s1", "a", events.ScheduleFired{At: at, TaskID: "rnotyet", RequestID: "fnotyet"})
+	add("s2", "a", events.ScheduleCreated{Spec: every, Paused: true})
+	add("s3", "b", events.ScheduleCreated{Spec: every})
+	add("s3", "b", events.ScheduleDeleted{})
+	add("s4", "b", events.ScheduleCreated{Spec: every})
+	add("s4", "b", events.ScheduleFired{At: at, TaskID: "r4", RequestID: "f4", Manual: true})
 	return out
 }
 
@@ -132,6 +142,10 @@ func testSnapshotRestores(t *testing.T, retain int) {
 	}
 	if live.Digest() != restored.Digest() {
 		t.Fatalf("digest differs")
+	}
+	if q := restored.v.timers[Fire]; !q.has(ScheduleKey("a", "s1")) || q.has(ScheduleKey("a", "s2")) || q.has(ScheduleKey("b", "s3")) || !q.has(ScheduleKey("b", "s4")) ||
+		restored.v.scheds[ScheduleKey("a", "s1")].pending != "rnotyet" || restored.LiveSchedules("a") != 2 || restored.LiveSchedules("b") != 1 {
+		t.Fatalf("schedules restored: fire queue %v", q.owner)
 	}
 }
 

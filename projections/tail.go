@@ -65,7 +65,7 @@ type tailMsg struct {
 // which sequences need no decoding: ApplyOwn folded them in already.
 func (e *Engine) follow(from uint64, owned func(seq uint64) bool) *tail {
 	t := &tail{next: make(chan tailMsg, tailBuffer), done: make(chan struct{}), exited: make(chan struct{})}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{e.cfg.Subjects.Events(), e.cfg.Subjects.Keys()}}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: e.cfg.Subjects.Log()}
 	if from > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
 	}

@@ -34,12 +34,16 @@ const (
 	// Free holds tasks that hold a slot of their concurrency key and are
 	// terminal, due when they finished: the alarm releases the slot.
 	Free
+	// Fire holds live schedules (keyed by ScheduleKey), due at their next
+	// instant, or at once while the task of their last run is not in the
+	// log (a crash between the fire and the task): see schedules.go.
+	Fire
 	// NumTimers is the number of timer queues.
 	NumTimers
 )
 
 func (t Timer) String() string {
-	return [...]string{"release", "deliver", "expire", "report", "republish", "free"}[t]
+	return [...]string{"release", "deliver", "expire", "report", "republish", "free", "fire"}[t]
 }
 
 // timerOf says which timer queue, if any, a task in state s belongs to
@@ -92,6 +96,7 @@ type views struct {
 	// the bound on a customer's queues.
 	liveQueues map[string]map[string]int
 	keys
+	schedules
 	retention
 }
 
@@ -105,6 +110,7 @@ func newViews(retain int) *views {
 		queueCounts: make(map[string]map[aggregate.Status]int),
 		liveQueues:  make(map[string]map[string]int),
 		keys:        newKeys(),
+		schedules:   newSchedules(),
 	}
 	for i := range v.timers {
 		v.timers[i] = newTimerQueue()
@@ -120,10 +126,17 @@ func (v *views) apply(ev events.Event) (timersChanged bool) {
 		v.seq = ev.Seq
 		return v.applyKey(ev)
 	}
+	if events.IsSchedule(ev.Type()) {
+		v.seq = ev.Seq
+		return v.applySchedule(ev, v.timers[Fire], func(id string) bool { return v.tasks[id] != nil })
+	}
 	if v.holds(ev) {
 		// Folded in already, ahead of the tail (Engine.ApplyOwn), and
 		// so in a snapshot taken before the tail got here.
 		return false
+	}
+	if creates(ev) {
+		v.runCreated(ev, v.timers[Fire])
 	}
 	t := v.tasks[ev.TaskID]
 	if t == nil {

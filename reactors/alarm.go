@@ -52,6 +52,19 @@ type Projection interface {
 	// Waiters returns up to limit tasks due at now waiting for a slot of
 	// a customer's concurrency key, first due first.
 	Waiters(customerID, key string, now time.Time, limit int) []aggregate.State
+	// DueSchedules returns up to limit schedules of the Fire queue due at
+	// or before now, skipping the keys skip reports.
+	DueSchedules(now time.Time, limit int, skip func(key string) bool) []projections.ScheduleDue
+}
+
+// Firer fires schedules (the scheduler service).
+type Firer interface {
+	// FireSchedule does what is due of a customer's schedule: schedules
+	// the task of its last run if the log lacks it (a crash after the
+	// fire), else fires, skips or passes over its due instant. It returns
+	// the last sequence it appended or read; errors are the store's and
+	// the aggregate's.
+	FireSchedule(ctx context.Context, customerID, scheduleID string) (uint64, error)
 }
 
 // Publisher publishes ready notifications.
@@ -71,6 +84,9 @@ type AlarmConfig struct {
 	Store      Store
 	Projection Projection
 	Publisher  Publisher
+	// Schedules, if set, fires the due schedules of the Fire timer queue;
+	// without it schedules do not fire.
+	Schedules Firer
 
 	Batch       int // due items taken per queue per round; default 64
 	Concurrency int // actions in flight; default 16
@@ -213,6 +229,18 @@ func (a *Alarm) Run(ctx context.Context) error {
 		now := a.cfg.Now()
 		a.settle(now)
 		dispatched := 0
+		dispatch := func(k key, act func() flight) {
+			sem <- struct{}{}
+			a.inflight[k] = flight{running: true}
+			dispatched++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := result{key: k, flight: act()}
+				<-sem
+				a.done <- r
+			}()
+		}
 		for t := range projections.NumTimers {
 			// Ask only for as many items as there are free slots: the
 			// rest wait for the next round, which a finished action
@@ -222,18 +250,17 @@ func (a *Alarm) Run(ctx context.Context) error {
 			if free == 0 {
 				break
 			}
-			for _, s := range a.proj.Due(t, now.Add(-a.delay(t)), free, func(id string) bool { return a.skip(key{t, id}, now) }) {
-				sem <- struct{}{}
-				k := key{t, s.TaskID}
-				a.inflight[k] = flight{running: true}
-				dispatched++
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					r := result{key: k, flight: a.act(ctx, t, s)}
-					<-sem
-					a.done <- r
-				}()
+			skip := func(id string) bool { return a.skip(key{t, id}, now) }
+			if t == projections.Fire {
+				if a.cfg.Schedules != nil {
+					for _, d := range a.proj.DueSchedules(now, free, skip) {
+						dispatch(key{t, projections.ScheduleKey(d.CustomerID, d.ID)}, func() flight { return a.fire(ctx, d) })
+					}
+				}
+				continue
+			}
+			for _, s := range a.proj.Due(t, now.Add(-a.delay(t)), free, skip) {
+				dispatch(key{t, s.TaskID}, func() flight { return a.act(ctx, t, s) })
 			}
 		}
 		timer.Reset(a.wait(now, dispatched, len(sem) == cap(sem)))
@@ -268,6 +295,9 @@ func (a *Alarm) wait(now time.Time, dispatched int, full bool) time.Duration {
 	}
 	d := time.Hour
 	for t := range projections.NumTimers {
+		if t == projections.Fire && a.cfg.Schedules == nil {
+			continue
+		}
 		next, ok := a.proj.EarliestExcept(t, func(id string) bool { return a.skip(key{t, id}, now) })
 		if next = next.Add(a.delay(t)); ok && next.After(now) {
 			d = min(d, next.Sub(now))
@@ -333,6 +363,14 @@ func (a *Alarm) act(ctx context.Context, t projections.Timer, s aggregate.State)
 	return a.outcome(t, s, st, err)
 }
 
+// fire fires a due schedule through the Firer, with the outcomes of any
+// other action.
+func (a *Alarm) fire(ctx context.Context, d projections.ScheduleDue) flight {
+	seq, err := a.cfg.Schedules.FireSchedule(ctx, d.CustomerID, d.ID)
+	s := aggregate.State{TaskID: d.ID, CustomerID: d.CustomerID}
+	return a.settled(projections.Fire, d.Due, s, max(seq, d.Seq), err)
+}
+
 func (a *Alarm) outcome(t projections.Timer, s, st aggregate.State, err error) flight {
 	var due time.Time
 	switch t {
@@ -349,6 +387,12 @@ func (a *Alarm) outcome(t projections.Timer, s, st aggregate.State, err error) f
 	case projections.Free:
 		due = s.CompletedAt
 	}
+	return a.settled(t, due, s, st.LastSeq, err)
+}
+
+// settled is what follows an action on item s of timer queue t, due at
+// due, that ended with err after the log reached seq for it.
+func (a *Alarm) settled(t projections.Timer, due time.Time, s aggregate.State, seq uint64, err error) flight {
 	if a.cfg.Observe != nil {
 		a.cfg.Observe(t, a.cfg.Now().Sub(due), err)
 	}
@@ -356,11 +400,11 @@ func (a *Alarm) outcome(t projections.Timer, s, st aggregate.State, err error) f
 	case err == nil:
 		// Skip until the projection has seen the event, which moves the
 		// task out of this queue or to a later due time.
-		return flight{untilSeq: st.LastSeq}
+		return flight{untilSeq: seq}
 	case IsSettled(err):
 		// The projection lagged the log; it will drop the item once it has
 		// seen what the decision saw. The pause is a safety net only.
-		return flight{untilSeq: st.LastSeq, retryAt: a.cfg.Now().Add(a.cfg.ErrorBackoff)}
+		return flight{untilSeq: seq, retryAt: a.cfg.Now().Add(a.cfg.ErrorBackoff)}
 	case IsPermanent(err):
 		// Retrying cannot help: the item stays parked (in its timer queue,
 		// not acted on) until this process restarts. Observe counts it.

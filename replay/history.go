@@ -38,17 +38,28 @@ func Timeline(evs []events.Event) []Entry {
 // StatusTracker turns a stream of events into entries, remembering each
 // task's state. Not safe for concurrent use.
 type StatusTracker struct {
-	states map[string]aggregate.State
+	states    map[string]aggregate.State
+	schedules map[string]aggregate.ScheduleState
 }
 
 // NewStatusTracker returns an empty tracker.
 func NewStatusTracker() *StatusTracker {
-	return &StatusTracker{states: map[string]aggregate.State{}}
+	return &StatusTracker{states: map[string]aggregate.State{}, schedules: map[string]aggregate.ScheduleState{}}
 }
 
 // Entry applies ev and returns its entry. A task first seen mid-history
-// shows the status its seen events give.
+// shows the status its seen events give. A schedule's event shows the
+// schedule's status (ScheduleStatus).
 func (t *StatusTracker) Entry(ev events.Event) Entry {
+	if events.IsSchedule(ev.Type()) {
+		key := scheduleKey(ev)
+		st := aggregate.ApplySchedule(t.schedules[key], ev)
+		t.schedules[key] = st
+		return Entry{
+			Seq: ev.Seq, At: ev.At.UTC(), TaskID: ev.TaskID, Type: string(ev.Type()), Actor: ev.Actor,
+			Status: ScheduleStatus(st), Detail: Describe(ev), Data: ev.Data,
+		}
+	}
 	if task := SlotTask(ev); task != "" { // about the task, not a change of it
 		return Entry{
 			Seq: ev.Seq, At: ev.At.UTC(), TaskID: task, Type: string(ev.Type()), Actor: ev.Actor,
@@ -158,7 +169,7 @@ func SlotTask(ev events.Event) string {
 	case events.SlotReleased:
 		return p.TaskID
 	}
-	return ""
+	return describeSchedule(ev)
 }
 
 // EffectText says in a few words what an effect is: its kind, ref and

@@ -44,6 +44,7 @@ type Violation struct {
 type Report struct {
 	Events     int         `json:"events"`
 	Tasks      int         `json:"tasks"`
+	Schedules  int         `json:"schedules,omitempty"`
 	LastSeq    uint64      `json:"lastSeq"`
 	Violations []Violation `json:"violations"`
 }
@@ -61,11 +62,13 @@ type Verifier struct {
 	subjects events.Subjects
 	tasks    map[string]*aggregate.State
 	keys     map[string]*aggregate.KeyState // concurrency keys by key id
-	claimed  map[string]string              // delivery token → task that claimed it
-	numbers  map[string]int                 // task → number of its previous event
-	ids      map[string]struct{}
-	head     head // the saved chain head, if any
-	report   Report
+	// schedules are the schedules' states by scheduleKey.
+	schedules map[string]*aggregate.ScheduleState
+	claimed   map[string]string // delivery token → task that claimed it
+	numbers   map[string]int    // task → number of its previous event
+	ids       map[string]struct{}
+	head      head // the saved chain head, if any
+	report    Report
 }
 
 // head is the chain head a log must still hold, and whether it was seen.
@@ -77,7 +80,7 @@ type head struct {
 
 // NewVerifier returns a verifier for a log using subjects.
 func NewVerifier(subjects events.Subjects) *Verifier {
-	return &Verifier{subjects: subjects, tasks: map[string]*aggregate.State{}, keys: map[string]*aggregate.KeyState{}, claimed: map[string]string{}, numbers: map[string]int{}, ids: map[string]struct{}{}}
+	return &Verifier{subjects: subjects, tasks: map[string]*aggregate.State{}, keys: map[string]*aggregate.KeyState{}, schedules: map[string]*aggregate.ScheduleState{}, claimed: map[string]string{}, numbers: map[string]int{}, ids: map[string]struct{}{}}
 }
 
 // ExpectHead tells the verifier the log's saved chain head: the stream
@@ -91,7 +94,7 @@ func (v *Verifier) ExpectHead(seq uint64, hash events.Hash) {
 // been added, that includes a log that ends before its saved chain head.
 func (v *Verifier) Report() Report {
 	r := v.report
-	r.Tasks = len(v.tasks)
+	r.Tasks, r.Schedules = len(v.tasks), len(v.schedules)
 	if h := v.head; h.seq > 0 && !h.seen {
 		kind, detail := Truncated, fmt.Sprintf("the log ends at sequence %d, before its saved chain head at %d: its last events are gone", r.LastSeq, h.seq)
 		if r.LastSeq >= h.seq {
@@ -130,13 +133,17 @@ func (v *Verifier) Add(seq uint64, subject string, data []byte) {
 		v.addKey(ev, subject)
 		return
 	}
-	if want := v.subjects.Event(ev.CustomerID, ev.TaskID); subject != want {
+	if want := v.subjects.Of(ev); subject != want {
 		v.fail(seq, ev.TaskID, WrongSubject, "stored on %s, belongs on %s", subject, want)
 	}
 	if _, dup := v.ids[ev.ID]; dup {
 		v.fail(seq, ev.TaskID, DuplicateEvent, "event id %s seen before", ev.ID)
 	}
 	v.ids[ev.ID] = struct{}{}
+	if events.IsSchedule(ev.Type()) {
+		v.addSchedule(ev)
+		return
+	}
 
 	st := v.tasks[ev.TaskID]
 	if st == nil {

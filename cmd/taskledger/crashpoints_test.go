@@ -20,6 +20,7 @@ import (
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/crashpoint"
+	"github.com/taskledger/taskledger/internal/testnode"
 	"github.com/taskledger/taskledger/replay"
 )
 
@@ -628,4 +629,86 @@ func (b *tailBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return string(b.buf)
+}
+
+// TestCrashPointFired kills the server (a crashpoints build) right after
+// a schedule's ScheduleFired is appended and before the run's task is
+// scheduled, restarts it on the same data and checks that the fired
+// instant got its task exactly once, that every run has one task, and
+// that the log verifies clean.
+func TestCrashPointFired(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t, "crashpoints")
+	data, addr := t.TempDir(), freeAddr(t)
+	srv := mustLaunch(t, bin, data, addr, "TASKLEDGER_CRASH_AT="+crashpoint.Fired, "TASKLEDGER_CRASH_AFTER=2")
+	ctx := context.Background()
+	if _, _, err := srv.client.CreateSchedule(ctx, api.ScheduleCreateRequest{ID: "cp", Every: "1s", Overlap: events.OverlapAllow,
+		Task: api.ScheduleTask{Queue: cpQueue}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-srv.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the server did not crash at %s within 30s\n%s", crashpoint.Fired, srv.out)
+	}
+	if !srv.killedBySIGKILL() || !strings.Contains(srv.out.String(), "crashpoint: killing the process at "+crashpoint.Fired) {
+		t.Fatalf("the server did not die at the crash point: %v\n%s", srv.cmd.ProcessState, srv.out)
+	}
+	srv = mustLaunch(t, bin, data, addr)
+	settledRuns := func(least int) func() bool {
+		return func() bool {
+			s, err := srv.client.GetSchedule(ctx, "cp", api.ScheduleOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range s.Runs {
+				if r.TaskID != "" && r.Status == "" {
+					return false
+				}
+			}
+			return s.RunCount >= least
+		}
+	}
+	testnode.Eventually(t, "three runs with their tasks after the restart", settledRuns(3))
+	if _, err := srv.client.PauseSchedule(ctx, "cp", api.ScheduleOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testnode.Eventually(t, "every run's task", settledRuns(0))
+	s, err := srv.client.GetSchedule(ctx, "cp", api.ScheduleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := srv.client.ScheduleHistory(ctx, "cp", api.ScheduleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fires := 0
+	for _, e := range h.Events {
+		if e.Type != string(events.TypeScheduleFired) {
+			continue
+		}
+		fires++
+		taskID, _ := e.Data.(map[string]any)["taskId"].(string)
+		if _, err := srv.client.Get(ctx, taskID); err != nil {
+			t.Fatalf("fire %v has no task %s after the restart: %v", e.Data, taskID, err)
+		}
+		if n := len(historyOf(t, srv.client, taskID)); n == 0 {
+			t.Fatalf("task %s has no events", taskID)
+		}
+	}
+	if fires != s.RunCount {
+		t.Fatalf("%d fires, %d runs", fires, s.RunCount)
+	}
+	srv.mustStop(t)
+	mustVerify(t, bin, data)
+}
+
+// historyOf returns a task's events.
+func historyOf(t *testing.T, c *api.Client, id string) []api.Event {
+	t.Helper()
+	h, err := c.History(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.Events
 }

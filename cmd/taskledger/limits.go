@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/executor"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/reactors"
@@ -16,6 +17,7 @@ type limitFlags struct {
 	budget, retryMax, republishAfter, queueIdle            time.Duration
 	maxAttempts, maxPolls, maxQueues, lineTasks, lineDepth int
 	readyJSON                                              bool
+	maxSchedules                                           int
 }
 
 func (f *limitFlags) register(fs *flag.FlagSet) {
@@ -28,6 +30,7 @@ func (f *limitFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxQueues, "max-queues-per-customer", scheduler.DefaultMaxQueuesPerCustomer, "queues one customer may have live tasks on; a task on another answers 400 (-1: no limit)")
 	fs.IntVar(&f.lineTasks, "max-lineage-tasks", scheduler.DefaultMaxLineageTasks, "tasks in one lineage (a root and its descendants); past it scheduling a child answers 409 lineage_limit (-1: no limit)")
 	fs.IntVar(&f.lineDepth, "max-lineage-depth", scheduler.DefaultMaxLineageDepth, "levels of children below a root; past it scheduling a child answers 409 lineage_limit (-1: no limit)")
+	fs.IntVar(&f.maxSchedules, "max-schedules", events.MaxSchedules, "live schedules one customer may have; past it creating one answers 409 schedule_limit (-1: no limit)")
 	fs.DurationVar(&f.queueIdle, "queue-idle", executor.ReadyConsumerIdle, "how long a queue's ready consumer is kept without a claimer; the next claim creates it again")
 }
 
@@ -45,13 +48,13 @@ func (f *limitFlags) check() (reactors.AlarmConfig, scheduler.Limits, error) {
 		name     string
 		v, least int
 	}{{"delivery-max-attempts", f.maxAttempts, 0}, {"max-polls-per-customer", f.maxPolls, -1}, {"max-queues-per-customer", f.maxQueues, -1},
-		{"max-lineage-tasks", f.lineTasks, -1}, {"max-lineage-depth", f.lineDepth, -1}} {
+		{"max-lineage-tasks", f.lineTasks, -1}, {"max-lineage-depth", f.lineDepth, -1}, {"max-schedules", f.maxSchedules, -1}} {
 		if n.v < n.least || n.v == 0 && n.least < 0 {
 			return reactors.AlarmConfig{}, scheduler.Limits{}, fmt.Errorf("%w: --%s %d: want a positive number, or %d", errUsage, n.name, n.v, n.least)
 		}
 	}
 	alarm := reactors.AlarmConfig{DeliveryBudget: f.budget, RetryMax: f.retryMax, MaxDeliveryAttempts: f.maxAttempts, RepublishAfter: f.republishAfter}
 	limits := scheduler.Limits{MaxPollsPerCustomer: f.maxPolls, MaxQueuesPerCustomer: f.maxQueues, QueueIdle: f.queueIdle,
-		MaxLineageTasks: f.lineTasks, MaxLineageDepth: f.lineDepth}
+		MaxLineageTasks: f.lineTasks, MaxLineageDepth: f.lineDepth, MaxSchedules: f.maxSchedules}
 	return alarm, limits, nil
 }

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	_ "time/tzdata" // the zone database, for schedules' timezones on machines without one
 )
 
 // command is one subcommand.
@@ -31,6 +32,7 @@ var commands = []command{
 	{"history", "show a task's event history: history ID", historyCommand},
 	{"concurrency", "show a concurrency key's holders and waiters: concurrency KEY", concurrencyCommand},
 	{"tree", "show a task's lineage from its root: tree ID", treeCommand},
+	{"schedules", "periodic schedules: schedules create|list|show|pause|resume|trigger|delete|history", schedulesCommand},
 	{"run", "show a task's Run state (phase, turn, transcript, tools, effects): run ID", runStateCommand},
 	{"replay", "offline log tools: replay verify | replay rebuild (--data or --nats-url)", replayCommand},
 	{"work", "reference executor: claim tasks of --queue and run --exec per task", workCommand},

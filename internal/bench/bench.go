@@ -151,7 +151,7 @@ var FigureNames = []string{
 	FigDrainBatch, FigDrainBatchCPU, FigDrainBatchGarb,
 	FigWaitingPolls, FigWaitingMemory, FigWaiterMemory, FigWaitingClaimP99, FigWaitingErrors,
 	FigSchedClaimP50, FigSchedClaimP99, FigSchedClaimP999, FigClaimP50, FigClaimP99, FigClaimP999,
-	FigReleaseP50, FigReleaseP99, FigReleaseMax, FigTimeoutP50, FigTimeoutP99, FigTimeoutMax,
+	FigReleaseP50, FigReleaseP99, FigReleaseMax, FigTimeoutP50, FigTimeoutP99, FigTimeoutMax, FigFireP50, FigFireP99, FigFireMax,
 	FigRebuild, FigReplayRead, FigStartCold, FigStartSnapshot, FigLoadP50, FigLoadP99,
 	FigMemory, FigOverloadGrowth, FigOverloadHeap,
 	FigSyncAlways1, FigSyncAlways16, FigSyncAlwaysCost,

@@ -165,5 +165,5 @@ func (r *run) timers(ctx context.Context, nd *node.Node) error {
 	r.add(r.rttRatio(Figure{Section: "timers", Name: FigTimeoutP50, Value: millis(percentile(late, .5)), Unit: "ms"}))
 	r.add(r.rttRatio(Figure{Section: "timers", Name: FigTimeoutP99, Value: millis(percentile(late, .99)), Unit: "ms"}))
 	r.add(r.rttRatio(Figure{Section: "timers", Name: FigTimeoutMax, Value: millis(late[len(late)-1]), Unit: "ms"}))
-	return nil
+	return r.fires(ctx, nd)
 }

@@ -18,6 +18,9 @@ const (
 	// RetryScheduled: the alarm appended a RetryScheduled for a timed-out
 	// attempt, the next attempt not yet released.
 	RetryScheduled = "retry-scheduled"
+	// Fired is a schedule's: ScheduleFired appended, the run's task not
+	// yet scheduled. It is not in All (its traffic is a schedule's).
+	Fired = "fired"
 )
 
 // All lists every point the crash traffic (cmd/taskledger TestCrashPoints)

@@ -24,6 +24,7 @@ var wireErrors = []struct {
 	{aggregate.ErrNotClaimable, api.ErrNotClaimable},
 	{scheduler.ErrParentTerminal, api.ErrParentTerminal},
 	{scheduler.ErrLineageLimit, api.ErrLineageLimit},
+	{scheduler.ErrScheduleLimit, api.ErrScheduleLimit},
 	{scheduler.ErrStaleRevision, api.ErrStaleRevision},
 	{aggregate.ErrTooLarge, api.ErrPayloadTooLarge}, // permanent: never retried as unavailable
 	{scheduler.ErrTooManyPolls, api.ErrTooManyPolls},

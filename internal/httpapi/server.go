@@ -204,6 +204,15 @@ var routes = []route{
 	{"GET /v1/tasks/{id}/run", limited((*handler).getRun)},
 	{"GET /v1/events", limited((*handler).customerEvents)},
 	{"GET /v1/concurrency", limited((*handler).concurrency)},
+	// Schedules (schedules.go).
+	{"POST /v1/schedules", limited((*handler).createSchedule)},
+	{"GET /v1/schedules", limited((*handler).listSchedules)},
+	{"GET /v1/schedules/{id}", limited((*handler).getSchedule)},
+	{"DELETE /v1/schedules/{id}", limited(scheduleAction(aggregate.DeleteSchedule{}))},
+	{"POST /v1/schedules/{id}/pause", limited(scheduleAction(aggregate.PauseSchedule{}))},
+	{"POST /v1/schedules/{id}/resume", limited(scheduleAction(aggregate.ResumeSchedule{}))},
+	{"POST /v1/schedules/{id}/trigger", limited((*handler).triggerSchedule)},
+	{"GET /v1/schedules/{id}/history", limited((*handler).scheduleHistory)},
 	{"POST /v1/admin/projections/rebuild", limited((*handler).rebuild)},
 	{"GET /v1/openapi.json", public((*handler).openAPI)},
 	{"GET /healthz", public((*handler).healthz)},
@@ -561,14 +570,10 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request, p scheduler.Princ
 			return
 		}
 	}
-	limit := api.DefaultListLimit
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			h.fail(w, r, invalidArg("limit must be a whole number from 1 to %d", api.MaxListLimit))
-			return
-		}
-		limit = min(n, api.MaxListLimit)
+	limit, err := listLimit(q.Get("limit"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
 	}
 	states, next, err := h.Service.List(r.Context(), p, f, q.Get("after"), limit)
 	if err != nil {
@@ -580,6 +585,19 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request, p scheduler.Princ
 		out.Tasks[i] = NewTask(st)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// listLimit reads a list's limit parameter: api.DefaultListLimit when
+// empty, at most api.MaxListLimit.
+func listLimit(s string) (int, error) {
+	if s == "" {
+		return api.DefaultListLimit, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, invalidArg("limit must be a whole number from 1 to %d", api.MaxListLimit)
+	}
+	return min(n, api.MaxListLimit), nil
 }
 
 // taskAction decodes body into v and runs do on the path's task,

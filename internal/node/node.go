@@ -205,7 +205,7 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 	}
 	errorLog := ratelog.New(cfg.Logger, cfg.LogRepeatInterval)
 	alarmCfg := cfg.Alarm
-	alarmCfg.Store, alarmCfg.Projection, alarmCfg.Repeats = st, eng, errorLog
+	alarmCfg.Store, alarmCfg.Projection, alarmCfg.Repeats, alarmCfg.Schedules = st, eng, errorLog, svc
 	alarmCfg.Publisher = publisher
 	alarmCfg.Logger, alarmCfg.Now = cfg.Logger, cfg.Now
 	if alarmCfg.Observe == nil {

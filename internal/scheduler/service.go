@@ -116,10 +116,14 @@ type Config struct {
 	ReadyGrace  time.Duration
 	ReadyStream string // the ready notification stream; default events.DefaultStream's
 	Subjects    events.Subjects
-	Usage       Usage // for admission quotas; nil disables them
-	Admission   Admission
-	Logger      zerolog.Logger
-	Metrics     *Metrics
+	// ScheduleStore and Schedules are the schedules' log and projection;
+	// default Store and Views when they have the methods (the node's do).
+	ScheduleStore ScheduleStore
+	Schedules     ScheduleViews
+	Usage         Usage // for admission quotas; nil disables them
+	Admission     Admission
+	Logger        zerolog.Logger
+	Metrics       *Metrics
 	// WriteTimeout bounds how long a write waits for the projections to
 	// apply it; default 10s.
 	WriteTimeout time.Duration
@@ -149,6 +153,9 @@ type Limits struct {
 	// QueueIdle is how long the server keeps a queue's ready consumer
 	// without a pull; default executor.ReadyConsumerIdle.
 	QueueIdle time.Duration
+	// MaxSchedules bounds a customer's live schedules; default
+	// events.MaxSchedules, negative no limit.
+	MaxSchedules int
 }
 
 // DefaultReadyGrace is the default Config.ReadyGrace: longer than the
@@ -225,6 +232,18 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.Runs == nil {
 		cfg.Runs = noRuns{}
+	}
+	if cfg.MaxSchedules == 0 {
+		cfg.MaxSchedules = events.MaxSchedules
+	}
+	if cfg.ScheduleStore == nil {
+		cfg.ScheduleStore, _ = cfg.Store.(ScheduleStore)
+	}
+	if cfg.Schedules == nil {
+		cfg.Schedules, _ = cfg.Views.(ScheduleViews)
+	}
+	if cfg.ScheduleStore == nil || cfg.Schedules == nil {
+		return nil, errors.New("scheduler: Config.ScheduleStore and Config.Schedules are required (or a Store and Views that serve schedules)")
 	}
 	closing, close := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, dispatchers: dispatchers{m: make(map[string]*dispatcher)}, polls: polls{n: make(map[string]int)},

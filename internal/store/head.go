@@ -81,11 +81,14 @@ func (l Log) LastSeq(ctx context.Context) (uint64, error) {
 	}
 	_, err = s.GetMsg(ctx, last)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		var msg *jetstream.RawStreamMsg
-		if msg, err = s.GetLastMsgForSubject(ctx, l.Subjects.Events()); err == nil {
-			last = msg.Sequence
-		} else if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return 0, nil
+		last, err = 0, nil
+		for _, subject := range l.Subjects.Log() {
+			msg, gerr := s.GetLastMsgForSubject(ctx, subject)
+			if gerr == nil {
+				last = max(last, msg.Sequence)
+			} else if !errors.Is(gerr, jetstream.ErrMsgNotFound) {
+				err = gerr
+			}
 		}
 	}
 	if err != nil {

@@ -166,8 +166,8 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	}
 	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        cfg.Stream,
-		Description: "taskledger event log: one subject per task and per concurrency key",
-		Subjects:    []string{cfg.Subjects.Events(), cfg.Subjects.Keys()},
+		Description: "taskledger event log: one subject per task, per concurrency key and per schedule",
+		Subjects:    cfg.Subjects.Log(),
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
 		Duplicates:  cfg.DuplicateWindow,

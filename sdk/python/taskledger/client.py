@@ -25,6 +25,9 @@ from .types import (
     ResultRequest,
     RunDocument,
     RunState,
+    Schedule,
+    ScheduleCreateRequest,
+    ScheduleList,
     ScheduleRequest,
     Task,
     TaskList,
@@ -317,6 +320,51 @@ class Client:
         body = {"deliveryId": delivery_id, "effects": [e.to_json() for e in effects]}
         return Task.from_json(self._json("POST", _task(task_id, "/effects"), body)[1])
 
+    # -- schedules --
+
+    def create_schedule(self, req: ScheduleCreateRequest | None = None, **fields: Any) -> tuple[Schedule, bool]:
+        """POST /v1/schedules: creates a schedule from req, or from keyword
+        fields of ScheduleCreateRequest. Returns it and whether it was
+        created (False: a live schedule with that id, changed if the spec
+        differed). Raises InvalidArgument, ScheduleLimit, PayloadTooLarge."""
+        req = req or ScheduleCreateRequest(**fields)
+        status, data = self._json("POST", "/v1/schedules", req.to_json())
+        return Schedule.from_json(data), status == 201
+
+    def list_schedules(self, *, customer_id: str = "", after: str = "", limit: int | None = None) -> ScheduleList:
+        """GET /v1/schedules: one page of live schedules."""
+        q = {"customerId": customer_id, "after": after, "limit": limit}
+        return ScheduleList.from_json(self._json("GET", "/v1/schedules", query=q)[1])
+
+    def get_schedule(self, schedule_id: str, customer_id: str = "") -> Schedule:
+        """GET /v1/schedules/{id}: the schedule (a deleted one too), its next
+        instants and last runs. customer_id is for an operator. Raises
+        NotFound."""
+        return Schedule.from_json(self._json("GET", _schedule(schedule_id), query={"customerId": customer_id})[1])
+
+    def pause_schedule(self, schedule_id: str, customer_id: str = "") -> Schedule:
+        """POST /v1/schedules/{id}/pause. Raises NotFound."""
+        return Schedule.from_json(self._json("POST", _schedule(schedule_id, "/pause"), query={"customerId": customer_id})[1])
+
+    def resume_schedule(self, schedule_id: str, customer_id: str = "") -> Schedule:
+        """POST /v1/schedules/{id}/resume. Raises NotFound."""
+        return Schedule.from_json(self._json("POST", _schedule(schedule_id, "/resume"), query={"customerId": customer_id})[1])
+
+    def trigger_schedule(self, schedule_id: str, customer_id: str = "") -> Task:
+        """POST /v1/schedules/{id}/trigger: a run now; returns its task.
+        Raises NotFound, AdmissionRejected."""
+        return Task.from_json(self._json("POST", _schedule(schedule_id, "/trigger"), query={"customerId": customer_id})[1])
+
+    def delete_schedule(self, schedule_id: str, customer_id: str = "") -> Schedule:
+        """DELETE /v1/schedules/{id}: stops it for good (history kept).
+        Raises NotFound."""
+        return Schedule.from_json(self._json("DELETE", _schedule(schedule_id), query={"customerId": customer_id})[1])
+
+    def schedule_history(self, schedule_id: str, customer_id: str = "") -> builtins.list[Event]:
+        """GET /v1/schedules/{id}/history: every event of the schedule."""
+        data = self._json("GET", _schedule(schedule_id, "/history"), query={"customerId": customer_id})[1]
+        return [Event.from_json(e) for e in data["events"]]
+
     # -- operations --
 
     def healthz(self) -> dict[str, Any]:
@@ -348,6 +396,12 @@ def _task(task_id: str, suffix: str = "") -> str:
     if not task_id:
         raise ValueError("taskledger: a task id is required")
     return "/v1/tasks/" + urllib.parse.quote(task_id, safe="") + suffix
+
+
+def _schedule(schedule_id: str, suffix: str = "") -> str:
+    if not schedule_id:
+        raise ValueError("taskledger: a schedule id is required")
+    return "/v1/schedules/" + urllib.parse.quote(schedule_id, safe="") + suffix
 
 
 def _error(status: int, raw: bytes) -> TaskledgerError:

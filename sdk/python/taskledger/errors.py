@@ -111,6 +111,13 @@ class StaleRevision(Conflict):
     reason = "stale_revision"
 
 
+class ScheduleLimit(Conflict):
+    """409 ``schedule_limit``: the customer has as many live schedules as
+    the server allows (--max-schedules)."""
+
+    reason = "schedule_limit"
+
+
 class PayloadTooLarge(TaskledgerError):
     """413: the body is over its limit, or the event it makes is larger
     than the log takes. The same request cannot succeed."""
@@ -160,7 +167,7 @@ _BY_CODE: dict[str, type[TaskledgerError]] = {
 }
 _BY_REASON: dict[tuple[str, str], type[TaskledgerError]] = {
     (c.code, c.reason): c
-    for c in (Terminal, TokenMismatch, NotClaimable, ParentTerminal, LineageLimit, StaleRevision, TooManyPolls)
+    for c in (Terminal, TokenMismatch, NotClaimable, ParentTerminal, LineageLimit, StaleRevision, ScheduleLimit, TooManyPolls)
 }
 
 

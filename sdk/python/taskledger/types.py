@@ -572,3 +572,83 @@ class ConcurrencyKey(Wire):
     key: str = ""
     holders: list[KeySlotter] = field(default_factory=list)
     waiters: list[KeySlotter] = field(default_factory=list)
+# Schedules (docs/API.md, "Schedules").
+OVERLAP_SKIP = "skip"
+OVERLAP_ALLOW = "allow"
+CATCHUP_ONE = "one"
+CATCHUP_NONE = "none"
+CATCHUP_ALL = "all"
+
+
+def schedule_request_id(schedule_id: str, at: str) -> str:
+    """The request id of the run of schedule_id for the instant at, as the
+    server sent it (RFC 3339 in UTC, as ``ScheduleRun.at``): the run's task
+    is the one ``POST /v1/tasks`` with this request id makes."""
+    return derive_id("f", schedule_id, at)
+
+
+@dataclass
+class ScheduleTask(Wire):
+    """The task each run of a schedule schedules."""
+
+    queue: str = ""
+    message: Message | None = None
+    repo: str = ""
+    signal: Signal | None = None
+    timeout_seconds: int | None = None
+
+
+@dataclass
+class ScheduleCreateRequest(Wire):
+    """The body of POST /v1/schedules: exactly one of cron and every."""
+
+    id: str = ""
+    customer_id: str = ""
+    cron: str = ""
+    every: str = ""
+    timezone: str = ""
+    task: ScheduleTask | None = None
+    overlap: str = ""
+    catchup: str = ""
+    paused: bool = False
+
+
+@dataclass
+class ScheduleRun(Wire):
+    """One fire of a schedule: a run (task_id) or a skip (skipped)."""
+
+    at: str = ""
+    task_id: str = ""
+    request_id: str = ""
+    status: str = ""
+    skipped: str = ""
+    missed: int = 0
+    manual: bool = False
+
+
+@dataclass
+class Schedule(Wire):
+    """The schedule resource."""
+
+    id: str = ""
+    customer_id: str = ""
+    cron: str = ""
+    every: str = ""
+    timezone: str = ""
+    task: ScheduleTask = field(default_factory=ScheduleTask)
+    overlap: str = ""
+    catchup: str = ""
+    paused: bool = False
+    deleted: bool = False
+    created_at: str = ""
+    updated_at: str = ""
+    next: list[str] = field(default_factory=list)
+    runs: list[ScheduleRun] = field(default_factory=list)
+    run_count: int = 0
+    version: int = 0
+
+
+@dataclass
+class ScheduleList(Wire):
+    schedules: list[Schedule] = field(default_factory=list)
+    next: str = ""

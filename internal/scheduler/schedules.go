@@ -1,0 +1,338 @@
+package scheduler
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/crashpoint"
+	"github.com/taskledger/taskledger/projections"
+)
+
+// ErrScheduleLimit is returned when a customer already has Limits.MaxSchedules live
+// schedules.
+var ErrScheduleLimit = errors.New("scheduler: schedule limit reached")
+
+// ScheduleStore is the log of schedules as the service uses it
+// (internal/store.Store).
+type ScheduleStore interface {
+	LoadSchedule(ctx context.Context, customerID, scheduleID string) (aggregate.ScheduleState, error)
+	ScheduleHistory(ctx context.Context, customerID, scheduleID string) ([]events.Event, error)
+	ExecuteSchedule(ctx context.Context, customerID, scheduleID, actor string, cmd aggregate.Command) (aggregate.ScheduleState, []events.Event, error)
+}
+
+// ScheduleViews is what the service reads of the schedules' projection
+// (projections.Engine).
+type ScheduleViews interface {
+	Schedule(customerID, scheduleID string) (projections.Schedule, bool)
+	Schedules(customerID, after string, limit int, deleted bool) []projections.Schedule
+	LiveSchedules(customerID string) int
+	SettleRun(customerID, scheduleID string)
+}
+
+// CreateScheduleRequest is a request for a schedule (POST /v1/schedules).
+// Task is the body of each run: its queue, message, repo, signal and
+// timeoutSeconds; ids, runAt and delaySeconds are refused.
+type CreateScheduleRequest struct {
+	CustomerID, ID        string
+	Cron, Every, Timezone string
+	Task                  ScheduleRequest
+	Overlap, Catchup      string
+	Paused                bool
+}
+
+// ScheduleView is a schedule with its next instants and its last runs,
+// newest first, each with its task's status.
+type ScheduleView struct {
+	State aggregate.ScheduleState
+	Next  []time.Time
+	Runs  []ScheduleRun
+}
+
+// ScheduleRun is one fire of a schedule and the status of its task (""
+// for a skip, or a task the log does not hold yet).
+type ScheduleRun struct {
+	events.ScheduleFired
+	Status aggregate.Status
+}
+
+// ScheduleNextShown is how many next instants a ScheduleView holds.
+const ScheduleNextShown = 5
+
+// scheduleCustomer is the customer a request acts for: the token's, or
+// for an operator the one named (default events.DefaultCustomer).
+func scheduleCustomer(p Principal, customerID string) (string, error) {
+	switch {
+	case !p.IsOperator() && customerID != "" && customerID != p.CustomerID:
+		return "", invalid("customerId is taken from the token")
+	case !p.IsOperator():
+		return p.CustomerID, nil
+	case customerID == "":
+		return events.DefaultCustomer, nil
+	}
+	if err := events.ValidID(customerID); err != nil {
+		return "", invalid("customerId: %v", err)
+	}
+	return customerID, nil
+}
+
+// scheduleSpec turns a request into the spec the aggregate checks, with
+// the defaults filled in.
+func scheduleSpec(req CreateScheduleRequest) (events.ScheduleSpec, error) {
+	t := req.Task
+	if t.CustomerID != "" || t.ParentID != "" || t.RequestID != "" || t.RelatedTaskID != "" || t.RunAt != nil || t.DelaySeconds != nil {
+		return events.ScheduleSpec{}, invalid("task: a schedule's task takes queue, message, repo, signal and timeoutSeconds only")
+	}
+	spec := events.ScheduleSpec{
+		Cron: req.Cron, Every: req.Every, Timezone: cmp.Or(req.Timezone, "UTC"),
+		Overlap: cmp.Or(req.Overlap, events.OverlapSkip), Catchup: cmp.Or(req.Catchup, events.CatchupOne),
+		Task: events.TaskSpec{
+			Queue: cmp.Or(t.Queue, events.DefaultQueue), Signal: t.Signal, Repo: t.Repo, Message: t.Message,
+			TimeoutSeconds: events.DefaultTimeoutSeconds,
+		},
+	}
+	if t.TimeoutSeconds != nil {
+		spec.Task.TimeoutSeconds = *t.TimeoutSeconds
+	}
+	return spec, nil
+}
+
+// CreateSchedule creates a schedule, or changes the spec of a live one
+// with that id (created is false then, and when nothing changed). A
+// customer has at most Limits.MaxSchedules live schedules
+// (ErrScheduleLimit); the count comes from the projections.
+func (s *Service) CreateSchedule(ctx context.Context, p Principal, req CreateScheduleRequest) (v ScheduleView, created bool, err error) {
+	customerID, err := scheduleCustomer(p, req.CustomerID)
+	if err != nil {
+		return v, false, err
+	}
+	if err := events.ValidID(req.ID); err != nil {
+		return v, false, invalid("id: %v", err)
+	}
+	spec, err := scheduleSpec(req)
+	if err != nil {
+		return v, false, err
+	}
+	if err := aggregate.ValidateScheduleSpec(req.ID, customerID, spec); err != nil {
+		return v, false, err
+	}
+	if _, live := s.liveSchedule(customerID, req.ID); !live && s.cfg.MaxSchedules >= 0 && s.cfg.Schedules.LiveSchedules(customerID) >= s.cfg.MaxSchedules {
+		return v, false, fmt.Errorf("%w: customer %s has %d schedules, at most %d", ErrScheduleLimit, customerID, s.cfg.Schedules.LiveSchedules(customerID), s.cfg.MaxSchedules)
+	}
+	st, evs, err := s.cfg.ScheduleStore.ExecuteSchedule(ctx, customerID, req.ID, "", aggregate.CreateSchedule{ID: req.ID, CustomerID: customerID, Spec: spec, Paused: req.Paused})
+	if err != nil {
+		return v, false, s.fromStore(err)
+	}
+	created = len(evs) == 1 && evs[0].Type() == events.TypeScheduleCreated
+	v, err = s.scheduleAfter(ctx, st)
+	return v, created, err
+}
+
+func (s *Service) liveSchedule(customerID, id string) (projections.Schedule, bool) {
+	sc, ok := s.cfg.Schedules.Schedule(customerID, id)
+	return sc, ok && sc.State.Live()
+}
+
+// scheduleAfter waits until the projections have applied st and answers
+// the schedule's view.
+func (s *Service) scheduleAfter(ctx context.Context, st aggregate.ScheduleState) (ScheduleView, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	if err := s.cfg.Views.WaitFor(ctx, st.LastSeq); err != nil {
+		return ScheduleView{}, s.unavailable(err)
+	}
+	sc, ok := s.cfg.Schedules.Schedule(st.CustomerID, st.ID)
+	if !ok {
+		sc = projections.Schedule{State: st}
+	}
+	return s.scheduleView(sc), nil
+}
+
+func (s *Service) scheduleView(sc projections.Schedule) ScheduleView {
+	v := ScheduleView{State: sc.State, Next: sc.State.NextN(ScheduleNextShown)}
+	for _, f := range slices.Backward(sc.Runs) {
+		r := ScheduleRun{ScheduleFired: f}
+		if f.TaskID != "" {
+			if t, ok := s.cfg.Views.Task(f.TaskID); ok {
+				r.Status = t.Status
+			}
+		}
+		v.Runs = append(v.Runs, r)
+	}
+	return v
+}
+
+// GetSchedule returns a customer's schedule, a deleted one too, from the
+// projections. Another customer's is ErrNotFound.
+func (s *Service) GetSchedule(p Principal, customerID, id string) (ScheduleView, error) {
+	customerID, err := scheduleCustomer(p, customerID)
+	if err != nil {
+		return ScheduleView{}, err
+	}
+	if err := events.ValidID(id); err != nil {
+		return ScheduleView{}, invalid("schedule id: %v", err)
+	}
+	sc, ok := s.cfg.Schedules.Schedule(customerID, id)
+	if !ok {
+		return ScheduleView{}, fmt.Errorf("%w: schedule %s", aggregate.ErrNotFound, id)
+	}
+	return s.scheduleView(sc), nil
+}
+
+// ListSchedules returns up to limit live schedules after the id after:
+// the customer's, or for an operator who names none every customer's
+// (after is then "customer/id").
+func (s *Service) ListSchedules(p Principal, customerID, after string, limit int) []ScheduleView {
+	filter := customerID
+	if !p.IsOperator() {
+		filter = p.CustomerID
+	}
+	if filter != "" && after != "" {
+		after = projections.ScheduleKey(filter, after)
+	}
+	var out []ScheduleView
+	for _, sc := range s.cfg.Schedules.Schedules(filter, after, limit, false) {
+		out = append(out, s.scheduleView(sc))
+	}
+	return out
+}
+
+// ScheduleHistory returns every event of a customer's schedule, from the
+// log. Another customer's is ErrNotFound.
+func (s *Service) ScheduleHistory(ctx context.Context, p Principal, customerID, id string) ([]events.Event, error) {
+	customerID, err := scheduleCustomer(p, customerID)
+	if err != nil {
+		return nil, err
+	}
+	if err := events.ValidID(id); err != nil {
+		return nil, invalid("schedule id: %v", err)
+	}
+	evs, err := s.cfg.ScheduleStore.ScheduleHistory(ctx, customerID, id)
+	if err != nil {
+		return nil, s.unavailable(err)
+	}
+	if len(evs) == 0 {
+		return nil, fmt.Errorf("%w: schedule %s", aggregate.ErrNotFound, id)
+	}
+	return evs, nil
+}
+
+// ScheduleAction runs PauseSchedule, ResumeSchedule or DeleteSchedule on
+// a customer's live schedule and answers it (ErrNotFound for none, a
+// deleted one, or another customer's).
+func (s *Service) ScheduleAction(ctx context.Context, p Principal, customerID, id string, cmd aggregate.Command) (ScheduleView, error) {
+	customerID, err := scheduleCustomer(p, customerID)
+	if err != nil {
+		return ScheduleView{}, err
+	}
+	if err := events.ValidID(id); err != nil {
+		return ScheduleView{}, invalid("schedule id: %v", err)
+	}
+	st, _, err := s.cfg.ScheduleStore.ExecuteSchedule(ctx, customerID, id, "", cmd)
+	if err != nil {
+		return ScheduleView{}, s.fromStore(err)
+	}
+	return s.scheduleAfter(ctx, st)
+}
+
+// TriggerSchedule makes a run of a customer's live schedule now, paused or
+// not, and returns its task.
+func (s *Service) TriggerSchedule(ctx context.Context, p Principal, customerID, id string) (aggregate.State, error) {
+	customerID, err := scheduleCustomer(p, customerID)
+	if err != nil {
+		return aggregate.State{}, err
+	}
+	if err := events.ValidID(id); err != nil {
+		return aggregate.State{}, invalid("schedule id: %v", err)
+	}
+	st, evs, err := s.cfg.ScheduleStore.ExecuteSchedule(ctx, customerID, id, "", aggregate.TriggerSchedule{})
+	if err != nil {
+		return aggregate.State{}, s.fromStore(err)
+	}
+	return s.scheduleRun(ctx, st, evs[0].Data.(events.ScheduleFired))
+}
+
+// FireSchedule does what is due of a customer's schedule, for the alarm
+// (reactors.Firer): if the task of its last run is not in the log (the
+// process crashed after the fire) it schedules that task; else it fires
+// the due instant, the aggregate deciding whether it runs, is skipped for
+// an overlap, or is passed over, and schedules the run's task under the
+// request id derived from the instant. Two processes firing one instant
+// append one ScheduleFired (the schedule's OCC) and schedule one task (the
+// derived id). It returns the last sequence it appended or read.
+func (s *Service) FireSchedule(ctx context.Context, customerID, id string) (uint64, error) {
+	st, err := s.cfg.ScheduleStore.LoadSchedule(ctx, customerID, id)
+	if err != nil {
+		return 0, s.unavailable(err)
+	}
+	prevLive := false
+	if run := st.LastRun; run.TaskID != "" {
+		// The projections answer without a read when what they hold
+		// settles it: a task they hold is in the log, and a terminal one
+		// stays terminal; a live one may have ended since, which overlap
+		// "skip" must read from the log.
+		task, ok := s.cfg.Views.Task(run.TaskID)
+		if !ok || !task.Status.Terminal() && st.Spec.Overlap != events.OverlapAllow {
+			if task, err = s.cfg.Store.Load(ctx, run.TaskID); err != nil {
+				return st.LastSeq, s.unavailable(err)
+			}
+		}
+		if !task.Exists() {
+			t, err := s.runTask(ctx, st, run)
+			return max(st.LastSeq, t.LastSeq), err
+		}
+		s.cfg.Schedules.SettleRun(customerID, id)
+		prevLive = !task.Status.Terminal()
+	}
+	if next := st.Next(); next.IsZero() || next.After(s.cfg.Store.Now()) {
+		return st.LastSeq, nil // nothing due; the projections may lag
+	}
+	st, evs, err := s.cfg.ScheduleStore.ExecuteSchedule(ctx, customerID, id, "", aggregate.FireSchedule{PrevLive: prevLive})
+	if errors.Is(err, aggregate.ErrStale) {
+		// Another process fired it (or paused it) first. If it died before
+		// the run's task, the projections put the schedule back at once.
+		return st.LastSeq, nil
+	}
+	if err != nil || len(evs) == 0 {
+		return st.LastSeq, s.fromStore(err)
+	}
+	f := evs[0].Data.(events.ScheduleFired)
+	if f.TaskID == "" {
+		return st.LastSeq, nil
+	}
+	crashpoint.Hit(crashpoint.Fired)
+	t, err := s.runTask(ctx, st, f)
+	return max(st.LastSeq, t.LastSeq), err
+}
+
+// runTask schedules the task of run f of schedule st (idempotent: its id
+// is derived from the run's request id). A task admission refused is
+// still the run's task (canceled). A task refused for a bound that may
+// free (the customer's queues) is an error the alarm retries, not one it
+// gives up on.
+func (s *Service) runTask(ctx context.Context, st aggregate.ScheduleState, f events.ScheduleFired) (aggregate.State, error) {
+	task, err := s.scheduleRun(ctx, st, f)
+	if errors.Is(err, aggregate.ErrInvalid) {
+		return task, fmt.Errorf("schedule %s: the task of the run at %s was refused, will retry: %v", st.ID, f.At.Format(time.RFC3339), err)
+	}
+	return task, err
+}
+
+func (s *Service) scheduleRun(ctx context.Context, st aggregate.ScheduleState, f events.ScheduleFired) (aggregate.State, error) {
+	t := st.Spec.Task
+	timeout := t.TimeoutSeconds
+	t.Message.CreatedAt = f.At // each run's objective is of its instant
+	task, _, err := s.Schedule(ctx, Principal{CustomerID: st.CustomerID}, ScheduleRequest{
+		RequestID: f.RequestID, Signal: t.Signal, Repo: t.Repo, Queue: t.Queue, Message: t.Message, TimeoutSeconds: &timeout,
+	})
+	var refused *AdmissionError
+	if errors.As(err, &refused) {
+		return refused.Task, nil
+	}
+	return task, err
+}

@@ -1,0 +1,91 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+)
+
+// ScheduleHistory returns every event of a customer's schedule in log
+// order, each with its stream sequence; none for an unknown schedule.
+func (s *Store) ScheduleHistory(ctx context.Context, customerID, scheduleID string) ([]events.Event, error) {
+	var evs []events.Event
+	err := s.readSchedule(ctx, customerID, scheduleID, func(ev events.Event) { evs = append(evs, ev) })
+	return evs, err
+}
+
+// LoadSchedule returns a customer's schedule as the log has it now: the
+// zero ScheduleState for an unknown one.
+func (s *Store) LoadSchedule(ctx context.Context, customerID, scheduleID string) (aggregate.ScheduleState, error) {
+	var st aggregate.ScheduleState
+	err := s.readSchedule(ctx, customerID, scheduleID, func(ev events.Event) { st = aggregate.ApplySchedule(st, ev) })
+	return st, err
+}
+
+func (s *Store) readSchedule(ctx context.Context, customerID, scheduleID string, fn func(events.Event)) error {
+	if err := events.ValidID(customerID); err != nil {
+		return err
+	}
+	if err := events.ValidID(scheduleID); err != nil {
+		return err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.ReadTimeout)
+		defer cancel()
+	}
+	fetch := s.get.fetch
+	if s.cfg.Replicas > 1 {
+		fetch = s.get.fetchCurrent
+	}
+	return fetch(ctx, s.cfg.Subjects.Schedule(customerID, scheduleID), 0, func(seq uint64, data []byte) error {
+		ev, err := events.DecodeHashed(data, seq)
+		if err != nil {
+			return fmt.Errorf("store: schedule %s seq %d: %w", scheduleID, seq, err)
+		}
+		fn(ev)
+		return nil
+	})
+}
+
+// ExecuteSchedule decides cmd against the customer's schedule as the log
+// has it and appends the resulting events with the schedule's last
+// sequence as the expected one: of two processes firing one instant, one
+// appends and the other, deciding again, finds it fired. On a conflict it
+// reloads and decides again, up to MaxRetries times. Schedules are not
+// cached: every command reads the schedule's subject. Errors are as
+// Execute's.
+func (s *Store) ExecuteSchedule(ctx context.Context, customerID, scheduleID, actor string, cmd aggregate.Command) (aggregate.ScheduleState, []events.Event, error) {
+	if actor == "" {
+		actor = s.cfg.Actor
+	}
+	defer s.take("schedule/" + customerID + "/" + scheduleID)()
+	for attempt := 0; ; attempt++ {
+		st, err := s.LoadSchedule(ctx, customerID, scheduleID)
+		if err != nil {
+			return st, nil, fmt.Errorf("%w: load schedule %s: %w", ErrUnavailable, scheduleID, err)
+		}
+		evs, err := aggregate.DecideSchedule(st, cmd, s.cfg.Now())
+		if err != nil || len(evs) == 0 {
+			return st, nil, err
+		}
+		for i := range evs {
+			ev := &evs[i]
+			ev.ID, ev.Actor, ev.Prev = events.NewID(), actor, st.LastHash
+			if err = s.publish(ctx, ev, st.LastSeq); err != nil {
+				break
+			}
+			st = aggregate.ApplySchedule(st, *ev)
+		}
+		if errors.Is(err, aggregate.ErrConflict) && attempt < s.cfg.MaxRetries {
+			continue
+		}
+		if err != nil {
+			return st, nil, fmt.Errorf("store: %T on schedule %s: %w", cmd, scheduleID, err)
+		}
+		return st, evs, nil
+	}
+}
