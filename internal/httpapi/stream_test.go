@@ -4,14 +4,19 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/store"
@@ -341,5 +346,89 @@ func TestStreamLimits(t *testing.T) {
 		if m.comment == "" {
 			t.Fatalf("message after shutdown: %+v", m)
 		}
+	}
+}
+
+// TestStreamDropsASlowClient: a client that reads nothing while the log
+// grows is sent what its stream held and a final overflow naming the
+// last event it got, and resuming there continues without a gap.
+func TestStreamDropsASlowClient(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *node.Config) { c.Streams = httpapi.StreamLimits{Buffer: 8} })
+	// A small receive window, so the kernel holds little for it.
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 2048) })
+	}}
+	host := strings.TrimPrefix(b.url, "http://")
+	conn, err := d.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /v1/events/stream?after=0 HTTP/1.1\r\nHost: %s\r\n\r\n", host)
+	overflowed := func() bool {
+		resp, err := http.Get(b.url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Contains(string(body), "\ntaskledger_http_event_stream_overflows_total 1\n")
+	}
+	reqs := make([]api.ScheduleRequest, 500)
+	for i := range reqs {
+		reqs[i] = api.ScheduleRequest{Queue: "q", Message: events.Message{Content: []events.ContentPart{{Type: "text", Text: strings.Repeat("x", 1000)}}}}
+	}
+	for i := 0; !overflowed(); i++ {
+		if i == 20 {
+			t.Fatal("no overflow after 10,000 tasks")
+		}
+		if _, err := b.client.ScheduleBatch(context.Background(), reqs); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 8<<20)
+	var ids []uint64
+	var overflow api.StreamOverflow
+	event := ""
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), ": ")
+		switch k {
+		case "id":
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, n)
+		case "event":
+			event = v
+		case "data":
+			if event == api.StreamOverflowEvent {
+				if err := json.Unmarshal([]byte(v), &overflow); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if overflow.Reason == "" || len(ids) == 0 || overflow.After != ids[len(ids)-1] {
+		t.Fatalf("got %d events, the last %v, then overflow %+v", len(ids), ids[len(ids)-1:], overflow)
+	}
+	log := logSeqs(t, b.node, overflow.After)
+	if !slices.Equal(ids, log) {
+		t.Fatalf("streamed %d events, the log holds %d up to %d", len(ids), len(log), overflow.After)
+	}
+	s := openStream(t, b.url, "", "after="+strconv.FormatUint(overflow.After, 10), "")
+	if got, want := s.next(t).seq(t), logSeqs(t, b.node, overflow.After+1); want[len(want)-1] != got {
+		t.Fatalf("resumed at %d, want %d", got, want[len(want)-1])
 	}
 }
