@@ -60,20 +60,32 @@ type stream struct {
 func openStream(t *testing.T, url, token, query, lastID string) *stream {
 	t.Helper()
 	resp, cancel := streamRequest(t, url, token, query, lastID)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("stream %s: %d", query, resp.StatusCode)
-	}
-	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
-		t.Fatalf("Content-Type %q", ct)
-	}
 	ctx, stop := context.WithCancel(context.Background())
 	s := &stream{msgs: make(chan sseMsg)}
 	var wg sync.WaitGroup
+	var once sync.Once
+	s.close = func() {
+		once.Do(func() {
+			stop()
+			cancel()
+			wg.Wait()
+		})
+	}
+	t.Cleanup(s.close)
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		t.Fatalf("stream %s: %d", query, resp.StatusCode)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		resp.Body.Close()
+		t.Fatalf("Content-Type %q", ct)
+	}
 	wg.Add(1)
-	go func() {
+	go func(body io.ReadCloser) {
 		defer wg.Done()
+		defer body.Close()
 		defer close(s.msgs)
-		sc := bufio.NewScanner(resp.Body)
+		sc := bufio.NewScanner(body)
 		sc.Buffer(nil, 8<<20)
 		var m sseMsg
 		for sc.Scan() {
@@ -99,17 +111,7 @@ func openStream(t *testing.T, url, token, query, lastID string) *stream {
 			}
 			m = sseMsg{}
 		}
-	}()
-	var once sync.Once
-	s.close = func() {
-		once.Do(func() {
-			stop()
-			cancel()
-			resp.Body.Close()
-			wg.Wait()
-		})
-	}
-	t.Cleanup(s.close)
+	}(resp.Body)
 	return s
 }
 

@@ -38,10 +38,10 @@ type Config struct {
 	Tokens      map[string]string
 	MaxInFlight int // API requests served at once; default 1024, -1 no limit
 	// Streams bounds the live event streams (httpapi.StreamLimits).
-	Streams httpapi.StreamLimits
-	Admission   scheduler.Admission
-	Limits      scheduler.Limits // per-customer polls and queues, lineage bounds, queue expiry
-	Alarm       reactors.AlarmConfig
+	Streams   httpapi.StreamLimits
+	Admission scheduler.Admission
+	Limits    scheduler.Limits // per-customer polls and queues, lineage bounds, queue expiry
+	Alarm     reactors.AlarmConfig
 	// ReadyJSON publishes ready notifications as JSON, for NATS consumers
 	// that read only JSON; default msgpack (reactors.ReadyPublisher.JSON).
 	ReadyJSON bool
