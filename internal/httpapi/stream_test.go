@@ -14,6 +14,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
@@ -251,7 +252,7 @@ func TestStreamTenancyAndFilters(t *testing.T) {
 	t.Parallel()
 	b := authSetup(t)
 	ctx := context.Background()
-	a, bc, op := api.NewClient(b.url, "tok-a"), api.NewClient(b.url, "tok-b"), api.NewClient(b.url, "tok-op")
+	a, bc := api.NewClient(b.url, "tok-a"), api.NewClient(b.url, "tok-b")
 	theirs := scheduleN(t, bc, "qb", 1)[0]
 	mine := scheduleN(t, a, "qa", 1)[0]
 	// Sentinels: each filter names the other customer's task first and a
@@ -288,7 +289,6 @@ func TestStreamTenancyAndFilters(t *testing.T) {
 		t.Fatalf("operator: %+v", e)
 	}
 	s.close()
-	_ = op
 
 	many := strings.Repeat("t,", api.MaxStreamFilterValues) + "t"
 	for _, tc := range []struct{ query, lastID string }{
@@ -318,7 +318,7 @@ func TestStreamLimits(t *testing.T) {
 	b := setup(t, func(c *node.Config) {
 		c.Tokens = tenantTokens
 		c.MaxInFlight = 1
-		c.Streams = httpapi.StreamLimits{Max: 2, MaxPerCustomer: 1, Heartbeat: 1}
+		c.Streams = httpapi.StreamLimits{Max: 2, MaxPerCustomer: 1, Heartbeat: 10 * time.Millisecond}
 	})
 	first := openStream(t, b.url, "tok-a", "", "")
 	refused := func(token string) {
