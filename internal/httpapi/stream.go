@@ -197,7 +197,6 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p scheduler.Pri
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
 	msgs := make(chan []byte, h.Streams.Buffer)
 	var held sync.Mutex // guards heldBytes
 	heldBytes := 0
@@ -230,6 +229,15 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p scheduler.Pri
 		rc.SetWriteDeadline(time.Now().Add(h.Streams.Drain))
 		done <- err
 	}()
+	ended := false
+	defer func() {
+		cancel()
+		if !ended {
+			<-done
+		}
+		// The connection may serve another request: no deadline for it.
+		rc.SetWriteDeadline(time.Time{})
+	}()
 	write := func(b []byte) bool {
 		if _, err := w.Write(b); err != nil {
 			return false
@@ -252,6 +260,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p scheduler.Pri
 				return
 			}
 		case err := <-done:
+			ended = true
 			for len(msgs) > 0 {
 				if !write(<-msgs) {
 					return
