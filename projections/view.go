@@ -97,6 +97,8 @@ type views struct {
 	liveQueues map[string]map[string]int
 	keys
 	schedules
+	// stats are the counters of GET /v1/stats, per customer and queue.
+	stats map[string]map[string]*queueCounters
 	retention
 }
 
@@ -111,6 +113,7 @@ func newViews(retain int) *views {
 		liveQueues:  make(map[string]map[string]int),
 		keys:        newKeys(),
 		schedules:   newSchedules(),
+		stats:       make(map[string]map[string]*queueCounters),
 	}
 	for i := range v.timers {
 		v.timers[i] = newTimerQueue()
@@ -156,6 +159,7 @@ func (v *views) apply(ev events.Event) (timersChanged bool) {
 		v.created(t, &after, ev.At)
 	}
 	changed := v.reindex(&before, &after)
+	v.rate(ev, &after)
 	changed = v.relink(t, &before, &after) || changed
 	changed = v.rekey(&before, &after) || changed
 	v.evict()
@@ -304,6 +308,7 @@ func (v *views) reindex(before, after *aggregate.State) bool {
 		}
 		qc[after.Status]++
 	}
+	v.count(before, after)
 	wasLive, isLive := before.Exists() && !before.Status.Terminal(), !after.Status.Terminal()
 	if wasLive != isLive {
 		v.countLive(after.CustomerID, after.Spec.Queue, isLive)

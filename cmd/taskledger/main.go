@@ -33,6 +33,8 @@ var commands = []command{
 	{"concurrency", "show a concurrency key's holders and waiters: concurrency KEY", concurrencyCommand},
 	{"tree", "show a task's lineage from its root: tree ID", treeCommand},
 	{"schedules", "periodic schedules: schedules create|list|show|pause|resume|trigger|delete|history", schedulesCommand},
+	{"events", "follow the live event stream (resumes with --after)", eventsCommand},
+	{"stats", "show queue statistics per customer and queue", statsCommand},
 	{"run", "show a task's Run state (phase, turn, transcript, tools, effects): run ID", runStateCommand},
 	{"replay", "offline log tools: replay verify | replay rebuild (--data or --nats-url)", replayCommand},
 	{"work", "reference executor: claim tasks of --queue and run --exec per task", workCommand},

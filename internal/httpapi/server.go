@@ -84,6 +84,8 @@ type ServerConfig struct {
 	// must be at least api.MaxBatchBodyBytes. Default
 	// DefaultMaxBodyMemory; -1: no limit.
 	MaxBodyMemory int64
+	// Streams bounds the event streams of GET /v1/events/stream.
+	Streams StreamLimits
 }
 
 // The defaults of ServerConfig.
@@ -120,12 +122,19 @@ func NewHandler(cfg ServerConfig) (http.Handler, error) {
 	if cfg.ErrorLog == nil {
 		cfg.ErrorLog = ratelog.New(cfg.Logger, 0)
 	}
-	h := &handler{ServerConfig: cfg, bodies: &bodyBudget{limit: cfg.MaxBodyMemory}, openapi: openapi}
+	if err := cfg.Streams.withDefaults(); err != nil {
+		return nil, err
+	}
+	h := &handler{ServerConfig: cfg, bodies: &bodyBudget{limit: cfg.MaxBodyMemory}, openapi: openapi,
+		streams: &streams{perCustomer: make(map[string]int), max: cfg.Streams.Max, maxCustomer: cfg.Streams.MaxPerCustomer}}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "taskledger_http_body_bytes",
 			Help: "Bytes of request bodies held in memory now, being received or served (at most --max-body-memory).",
 		}, func() float64 { return float64(h.bodies.used.Load()) })); err != nil {
+			return nil, err
+		}
+		if err := h.streams.register(cfg.Registerer); err != nil {
 			return nil, err
 		}
 	}
@@ -172,6 +181,15 @@ type handler struct {
 	slots   chan struct{} // in-flight requests; nil: no limit
 	bodies  *bodyBudget
 	openapi []byte // docs/openapi.yaml as JSON
+	streams *streams
+}
+
+// orDefault sets *v to def when it is zero.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }
 
 // route is one route of the API: its http.ServeMux pattern and the
@@ -213,6 +231,8 @@ var routes = []route{
 	{"POST /v1/schedules/{id}/resume", limited(scheduleAction(aggregate.ResumeSchedule{}))},
 	{"POST /v1/schedules/{id}/trigger", limited((*handler).triggerSchedule)},
 	{"GET /v1/schedules/{id}/history", limited((*handler).scheduleHistory)},
+	{"GET /v1/events/stream", unlimited((*handler).stream)},
+	{"GET /v1/stats", limited((*handler).stats)},
 	{"POST /v1/admin/projections/rebuild", limited((*handler).rebuild)},
 	{"GET /v1/openapi.json", public((*handler).openAPI)},
 	{"GET /healthz", public((*handler).healthz)},
