@@ -551,14 +551,11 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 }
 
 // eventMsg is the append of ev, encoded as data, after sequence expected:
-// its subject, the TypeHeader, and the message id and expected subject
+// its subject (events.Subjects.Of: the task's, the concurrency key's or
+// the schedule's), the TypeHeader, and the message id and expected subject
 // sequence headers JetStream checks, in one map.
 func (s *Store) eventMsg(ev *events.Event, data []byte, expected uint64) *nats.Msg {
-	subject := s.cfg.Subjects.Event(ev.CustomerID, ev.TaskID)
-	if events.KeyEvent(ev.Type()) { // a concurrency key's event: its TaskID is the key's id
-		subject = s.cfg.Subjects.Key(ev.CustomerID, ev.TaskID)
-	}
-	return &nats.Msg{Subject: subject, Data: data, Header: nats.Header{
+	return &nats.Msg{Subject: s.cfg.Subjects.Of(*ev), Data: data, Header: nats.Header{
 		TypeHeader:                          {string(ev.Type())},
 		jetstream.MsgIDHeader:               {ev.ID},
 		jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(expected, 10)},
