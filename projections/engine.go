@@ -67,9 +67,10 @@ type Engine struct {
 	queuedSig map[string]chan struct{}
 
 	// owned are the sequences ApplyOwn folded in that the tail has not
-	// reached yet: it skips them without decoding.
+	// reached yet: it skips them without decoding. Each says whether its
+	// event changed the timer queues, so passing it wakes the alarm again.
 	ownMu sync.Mutex
-	owned map[uint64]struct{}
+	owned map[uint64]bool
 
 	applied  atomic.Uint64
 	wanted   atomic.Uint64 // the highest sequence a caller waited for
@@ -106,7 +107,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg.Retain = DefaultRetain
 	}
 	return &Engine{cfg: cfg, js: cfg.JS, v: newViews(cfg.Retain), kick: make(chan struct{}, 1), ready: make(chan struct{}),
-		queuedSig: make(map[string]chan struct{}), owned: make(map[uint64]struct{})}, nil
+		queuedSig: make(map[string]chan struct{}), owned: make(map[uint64]bool)}, nil
 }
 
 // Run consumes the log until ctx ends, then returns nil. It returns
@@ -416,11 +417,14 @@ func (e *Engine) isOwned(seq uint64) bool {
 // passOwned moves the applied sequence over seq, an event ApplyOwn
 // folded in: the tail skipped it without decoding. It reports false, and
 // moves nothing, when the views no longer hold it (a rebuild swapped in
-// fresh views since the tail looked).
+// fresh views since the tail looked). If the event changed the timer
+// queues it wakes the alarm again: the alarm skips an item until Applied
+// reaches the sequence its action appended, and the wake of ApplyOwn
+// came before that.
 func (e *Engine) passOwned(seq uint64) bool {
 	e.mu.Lock()
 	e.ownMu.Lock()
-	_, held := e.owned[seq]
+	kick, held := e.owned[seq]
 	delete(e.owned, seq)
 	e.ownMu.Unlock()
 	if held {
@@ -428,7 +432,7 @@ func (e *Engine) passOwned(seq uint64) bool {
 	}
 	e.mu.Unlock()
 	if held {
-		e.wake(seq)
+		e.after(seq, "", "", kick)
 	}
 	return held
 }
@@ -459,12 +463,13 @@ func (e *Engine) ApplyOwn(evs []events.Event) bool {
 			break
 		}
 		ev.At = unnanos(nanos(ev.At)) // as the tail decodes it: no monotonic reading, local
-		kick = e.v.apply(ev) || kick
+		changed := e.v.apply(ev)
+		kick = changed || kick
 		if c, q := e.queuedBy(ev); c != "" {
 			customer, queue = c, q
 		}
 		e.ownMu.Lock()
-		e.owned[ev.Seq] = struct{}{}
+		e.owned[ev.Seq] = changed
 		e.ownMu.Unlock()
 	}
 	e.mu.Unlock()

@@ -551,7 +551,8 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 }
 
 // eventMsg is the append of ev, encoded as data, after sequence expected:
-// its subject, the TypeHeader, and the message id and expected subject
+// its subject (events.Subjects.Of: the task's, the concurrency key's or
+// the schedule's), the TypeHeader, and the message id and expected subject
 // sequence headers JetStream checks, in one map.
 func (s *Store) eventMsg(ev *events.Event, data []byte, expected uint64) *nats.Msg {
 	return &nats.Msg{Subject: s.cfg.Subjects.Of(*ev), Data: data, Header: nats.Header{

@@ -568,3 +568,33 @@ func TestWriteErrorUntilAWriteLands(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestScheduleEventsOnTheirSubject: a schedule's events are appended on
+// its own subject, where LoadSchedule and its OCC read them.
+func TestScheduleEventsOnTheirSubject(t *testing.T) {
+	t.Parallel()
+	st := setup(t, testnats.Conn(t))
+	ctx := context.Background()
+	spec := events.ScheduleSpec{Every: "1h", Timezone: "UTC", Overlap: events.OverlapSkip, Catchup: events.CatchupOne,
+		Task: events.TaskSpec{Queue: "default", TimeoutSeconds: 60}}
+	for _, cmd := range []aggregate.Command{aggregate.CreateSchedule{ID: "s1", CustomerID: "acme", Spec: spec}, aggregate.PauseSchedule{}} {
+		if _, _, err := st.ExecuteSchedule(ctx, "acme", "s1", "", cmd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sc, err := st.LoadSchedule(ctx, "acme", "s1")
+	if err != nil || !sc.Exists() || !sc.Paused {
+		t.Fatalf("loaded %+v, %v", sc, err)
+	}
+	n := 0
+	err = st.Log().Read(ctx, store.ReadOptions{}, func(m store.Message) error {
+		if want := st.Subjects().Schedule("acme", "s1"); m.Subject != want {
+			t.Errorf("seq %d on %s, want %s", m.Seq, m.Subject, want)
+		}
+		n++
+		return nil
+	})
+	if err != nil || n != 2 {
+		t.Fatalf("read %d events: %v", n, err)
+	}
+}
