@@ -229,22 +229,11 @@ func (c *Client) CustomerEvents(ctx context.Context, customerID string, since ti
 	if !since.IsZero() {
 		q.Set("since", since.UTC().Format(time.RFC3339Nano))
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+"/v1/events?"+q.Encode(), nil)
-	if err != nil {
-		return err
-	}
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
-	resp, err := c.HTTP.Do(req)
+	resp, err := c.open(ctx, "/v1/events?"+q.Encode())
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return decodeError(resp.StatusCode, data)
-	}
 	dec := json.NewDecoder(resp.Body)
 	for {
 		var e Event
@@ -257,6 +246,28 @@ func (c *Client) CustomerEvents(ctx context.Context, customerID string, since ti
 			return err
 		}
 	}
+}
+
+// open sends a GET of path and returns its 200 answer for the caller to
+// read and close; another status comes back as *Error.
+func (c *Client) open(ctx context.Context, path string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return nil, decodeError(resp.StatusCode, data)
+	}
+	return resp, nil
 }
 
 // GetRunJSON returns a task's Run document as the server sent it, with

@@ -298,3 +298,9 @@ func unmarshal(b []byte, decode func(*msgpack.Decoder) error) (err error) {
 	}
 	return nil
 }
+
+// KnownType reports whether t is an event type this build decodes.
+func KnownType(t Type) bool {
+	_, ok := decoders[t]
+	return ok
+}

@@ -1,5 +1,7 @@
 package projections
 
+import "github.com/taskledger/taskledger/aggregate"
+
 // DefaultRetain is how many tasks of finished lineages the views keep
 // unless Config.Retain says otherwise.
 const DefaultRetain = 100_000
@@ -100,6 +102,8 @@ func (v *views) drop(h *task) {
 		t := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		status := statuses[t.status]
+		st := t.state()
+		v.count(&st, &aggregate.State{})
 		delete(v.tasks, t.id)
 		if set := v.byStatus[status]; set != nil {
 			if delete(set, t.id); len(set) == 0 {

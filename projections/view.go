@@ -88,6 +88,8 @@ type views struct {
 	// liveQueues counts each customer's non-terminal tasks per queue, for
 	// the bound on a customer's queues.
 	liveQueues map[string]map[string]int
+	// stats are the counters of GET /v1/stats, per customer and queue.
+	stats map[string]map[string]*queueCounters
 	retention
 }
 
@@ -100,6 +102,7 @@ func newViews(retain int) *views {
 		admissions:  make(map[string][]time.Time),
 		queueCounts: make(map[string]map[aggregate.Status]int),
 		liveQueues:  make(map[string]map[string]int),
+		stats:       make(map[string]map[string]*queueCounters),
 	}
 	for i := range v.timers {
 		v.timers[i] = newTimerQueue()
@@ -134,6 +137,7 @@ func (v *views) apply(ev events.Event) (timersChanged bool) {
 		v.created(t, &after, ev.At)
 	}
 	changed := v.reindex(&before, &after)
+	v.rate(ev, &after)
 	changed = v.relink(t, &before, &after) || changed
 	v.evict()
 	return changed
@@ -281,6 +285,7 @@ func (v *views) reindex(before, after *aggregate.State) bool {
 		}
 		qc[after.Status]++
 	}
+	v.count(before, after)
 	wasLive, isLive := before.Exists() && !before.Status.Terminal(), !after.Status.Terminal()
 	if wasLive != isLive {
 		v.countLive(after.CustomerID, after.Spec.Queue, isLive)

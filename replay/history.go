@@ -51,6 +51,11 @@ func NewStatusTracker() *StatusTracker {
 func (t *StatusTracker) Entry(ev events.Event) Entry {
 	st := aggregate.Apply(t.states[ev.TaskID], ev)
 	t.states[ev.TaskID] = st
+	return EntryOf(ev, st)
+}
+
+// EntryOf returns the entry of ev, which left its task at st.
+func EntryOf(ev events.Event, st aggregate.State) Entry {
 	return Entry{
 		Seq: ev.Seq, At: ev.At.UTC(), TaskID: ev.TaskID, Type: string(ev.Type()), Actor: ev.Actor,
 		Status: string(st.Status), Detail: Describe(ev), Data: ev.Data,

@@ -85,6 +85,8 @@ type ServerConfig struct {
 	// must be at least api.MaxBatchBodyBytes. Default
 	// DefaultMaxBodyMemory; -1: no limit.
 	MaxBodyMemory int64
+	// Streams bounds the event streams of GET /v1/events/stream.
+	Streams StreamLimits
 }
 
 // The defaults of ServerConfig.
@@ -121,7 +123,11 @@ func NewHandler(cfg ServerConfig) (http.Handler, error) {
 	if cfg.ErrorLog == nil {
 		cfg.ErrorLog = ratelog.New(cfg.Logger, 0)
 	}
-	h := &handler{ServerConfig: cfg, bodies: &bodyBudget{limit: cfg.MaxBodyMemory}, openapi: openapi}
+	if err := cfg.Streams.withDefaults(); err != nil {
+		return nil, err
+	}
+	h := &handler{ServerConfig: cfg, bodies: &bodyBudget{limit: cfg.MaxBodyMemory}, openapi: openapi,
+		streams: &streams{perCustomer: make(map[string]int), max: cfg.Streams.Max, maxCustomer: cfg.Streams.MaxPerCustomer}}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "taskledger_http_body_bytes",
@@ -173,6 +179,15 @@ type handler struct {
 	slots   chan struct{} // in-flight requests; nil: no limit
 	bodies  *bodyBudget
 	openapi []byte // docs/openapi.yaml as JSON
+	streams *streams
+}
+
+// orDefault sets *v to def when it is zero.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }
 
 // route is one route of the API: its http.ServeMux pattern and the
@@ -204,6 +219,8 @@ var routes = []route{
 	{"PUT /v1/tasks/{id}/run", bounded(api.MaxRunBytes, (*handler).saveRun)},
 	{"GET /v1/tasks/{id}/run", limited((*handler).getRun)},
 	{"GET /v1/events", limited((*handler).customerEvents)},
+	{"GET /v1/events/stream", unlimited((*handler).stream)},
+	{"GET /v1/stats", limited((*handler).stats)},
 	{"POST /v1/admin/projections/rebuild", limited((*handler).rebuild)},
 	{"GET /v1/openapi.json", public((*handler).openAPI)},
 	{"GET /healthz", public((*handler).healthz)},

@@ -37,6 +37,8 @@ type Config struct {
 	Name        string          // actor name of this node's events; default "scheduler"
 	Tokens      map[string]string
 	MaxInFlight int // API requests served at once; default 1024, -1 no limit
+	// Streams bounds the live event streams (httpapi.StreamLimits).
+	Streams httpapi.StreamLimits
 	Admission   scheduler.Admission
 	Limits      scheduler.Limits // per-customer polls and queues, lineage bounds, queue expiry
 	Alarm       reactors.AlarmConfig
@@ -221,7 +223,7 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 	n := &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, alarm: alarm, errorLog: errorLog}
 	n.Handler, err = httpapi.NewHandler(httpapi.ServerConfig{
 		Service: svc, Ready: eng, Health: n, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Registerer: cfg.Registry, Logger: cfg.Logger, ErrorLog: errorLog,
-		MaxInFlight: cfg.MaxInFlight, BodyTimeout: cfg.BodyTimeout, MaxBodyMemory: cfg.MaxBodyMemory,
+		MaxInFlight: cfg.MaxInFlight, BodyTimeout: cfg.BodyTimeout, MaxBodyMemory: cfg.MaxBodyMemory, Streams: cfg.Streams,
 	})
 	if err != nil {
 		return nil, err

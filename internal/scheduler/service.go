@@ -54,6 +54,12 @@ type Store interface {
 	// CustomerEvents calls fn for every event of a customer's tasks
 	// stored at or after since, in log order.
 	CustomerEvents(ctx context.Context, customerID string, since time.Time, fn func(events.Event) error) error
+	// Follow calls fn for every event stored after sequence after on
+	// one of the subjects filters (none: all), then for each later one,
+	// until ctx ends or fn fails.
+	Follow(ctx context.Context, filters []string, after uint64, fn func(events.Event) error) error
+	// LastSeq returns the log's last stream sequence (0 when empty).
+	LastSeq(ctx context.Context) (uint64, error)
 	Now() time.Time
 }
 
@@ -80,6 +86,9 @@ type Views interface {
 	// Queued returns up to limit of customerID's queued tasks on queue,
 	// published longest ago first, skipping those skip reports.
 	Queued(customerID, queue string, limit int, skip func(taskID string) bool) []aggregate.State
+	// Stats returns the statistics of customerID's queues ("": all) at
+	// now, by customer then queue.
+	Stats(customerID string, now time.Time) []projections.QueueStats
 	// QueuedSignal is closed once a task of customerID is queued on queue.
 	QueuedSignal(customerID, queue string) <-chan struct{}
 }

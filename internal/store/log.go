@@ -206,3 +206,53 @@ func (l Log) Customer(ctx context.Context, customerID string, since time.Time, f
 	l = l.withDefaults()
 	return l.Events(ctx, ReadOptions{Filter: l.Subjects.Customer(customerID), Since: since}, fn)
 }
+
+// followBatch is how many messages Follow's consumer pulls at once: with
+// its own buffer of at most this many events, a follower holds bounded
+// memory whatever the log's size.
+const followBatch = 32
+
+// Follow calls fn for every event stored after sequence after whose
+// subject matches one of filters (none: the whole log), in log order, and
+// then for each one stored later, until ctx ends (returning ctx.Err()) or
+// fn returns an error, which Follow returns. It reads with an ordered
+// consumer, so a lost connection resumes where it was; an event that does
+// not decode ends it with its sequence in the error.
+func (l Log) Follow(ctx context.Context, filters []string, after uint64, fn func(events.Event) error) error {
+	l = l.withDefaults()
+	if len(filters) == 0 {
+		filters = []string{l.Subjects.Events()}
+	}
+	cons, err := l.JS.OrderedConsumer(ctx, l.Stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: filters, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: after + 1,
+	})
+	if err != nil {
+		return fmt.Errorf("store: consumer: %w", err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(followBatch))
+	if err != nil {
+		return fmt.Errorf("store: follow: %w", err)
+	}
+	defer it.Stop()
+	defer context.AfterFunc(ctx, it.Stop)()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("store: follow: %w", err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return err
+		}
+		ev, err := events.DecodeAt(msg.Data(), meta.Sequence.Stream)
+		if err != nil {
+			return fmt.Errorf("store: seq %d: %w", meta.Sequence.Stream, err)
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+	}
+}

@@ -643,3 +643,19 @@ func IsConflict(err error) bool {
 
 // Config returns the store's configuration with its defaults filled in.
 func (s *Store) Config() Config { return s.cfg }
+
+// Follow calls fn for every event stored after sequence after on one of
+// filters (none: every subject), then for each later one, until ctx ends
+// or fn fails (Log.Follow).
+func (s *Store) Follow(ctx context.Context, filters []string, after uint64, fn func(events.Event) error) error {
+	return s.Log().Follow(ctx, filters, after, fn)
+}
+
+// LastSeq returns the event stream's last sequence, 0 for an empty one.
+func (s *Store) LastSeq(ctx context.Context) (uint64, error) {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("store: stream info: %w", err)
+	}
+	return info.State.LastSeq, nil
+}

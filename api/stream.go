@@ -1,0 +1,183 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Bounds of GET /v1/events/stream.
+const (
+	// MaxStreamFilterValues bounds the values of each filter of a stream
+	// (taskId, rootId, queue, type), repeated or comma separated.
+	MaxStreamFilterValues = 16
+	// StreamOverflowEvent is the SSE event name of the last message of a
+	// stream the server dropped because its client read too slowly.
+	StreamOverflowEvent = "overflow"
+)
+
+// StreamFilter selects the events of GET /v1/events/stream. Each field
+// is a list of alternatives (at most MaxStreamFilterValues); the fields
+// combine: an event is sent when it matches every non-empty field. Empty
+// fields select every event the caller may see.
+type StreamFilter struct {
+	TaskIDs []string // the events of these tasks
+	RootIDs []string // the events of the tasks of these lineages
+	Queues  []string // the events of the tasks on these queues
+	Types   []string // events of these types (TaskScheduled, Claimed, ...)
+}
+
+// StreamOverflow is the data of the final `overflow` message of a stream
+// the server dropped because its client fell too far behind: reconnect
+// with After (as Last-Event-ID or ?after=) to go on without a gap.
+type StreamOverflow struct {
+	After  uint64 `json:"after"`
+	Reason string `json:"reason"`
+}
+
+// Stats is the answer of GET /v1/stats: the process's view of the log and
+// one row per customer and queue the caller may see.
+type Stats struct {
+	At time.Time `json:"at"` // when the statistics were read
+	// Applied is the last log sequence the projections folded in; LastSeq
+	// the log's last sequence; Lag the events between them.
+	Applied  uint64 `json:"applied"`
+	LastSeq  uint64 `json:"lastSeq"`
+	Lag      uint64 `json:"lag"`
+	CaughtUp bool   `json:"caughtUp"`
+	// Queues is one row per customer and queue, ordered by customer then
+	// queue.
+	Queues []QueueStats `json:"queues"`
+}
+
+// QueueStats are one customer's statistics on one queue, as the
+// projections hold them (a finished lineage evicted by retention no
+// longer counts).
+type QueueStats struct {
+	CustomerID string `json:"customerId"`
+	Queue      string `json:"queue"`
+	// Counts is the number of tasks per status; a status with none is
+	// left out.
+	Counts map[string]int `json:"counts"`
+	// OldestQueuedSeconds is how long the queued task published longest
+	// ago has been waiting for a claim; 0 with none queued.
+	OldestQueuedSeconds float64 `json:"oldestQueuedSeconds"`
+	Claims              Rate    `json:"claims"`  // Claimed events per second
+	Results             Rate    `json:"results"` // ResultRecorded events per second
+	// NearTimeout counts the running tasks past 80 % of their timeout.
+	NearTimeout int `json:"nearTimeout"`
+	// Retries counts the failed ready publishes being retried: the
+	// current delivery attempts past the first of the tasks held.
+	Retries int `json:"retries"`
+	// Rejections counts the tasks admission refused.
+	Rejections int `json:"rejections"`
+}
+
+// Rate is an event rate per second over the last 1 and 5 minutes of
+// event time, counted since the process started (or rebuilt its
+// projections).
+type Rate struct {
+	Last1m float64 `json:"last1m"`
+	Last5m float64 `json:"last5m"`
+}
+
+// ErrStreamEnded is returned (wrapped) by Client.Stream when the server
+// ended the stream other than by an overflow (it shut down, say): resume
+// after the last event fn got.
+var ErrStreamEnded = errors.New("api: event stream ended")
+
+// maxStreamLine bounds one line of an event stream the client reads: an
+// event is at most the NATS max payload (1 MiB by default) as JSON.
+const maxStreamLine = 8 << 20
+
+// Query returns f as the query parameters of GET /v1/events/stream.
+func (f StreamFilter) Query() url.Values {
+	q := url.Values{}
+	for name, vs := range map[string][]string{"taskId": f.TaskIDs, "rootId": f.RootIDs, "queue": f.Queues, "type": f.Types} {
+		if len(vs) > 0 {
+			q.Set(name, strings.Join(vs, ","))
+		}
+	}
+	return q
+}
+
+// Stats returns the statistics of GET /v1/stats.
+func (c *Client) Stats(ctx context.Context) (s Stats, err error) {
+	_, err = c.do(ctx, http.MethodGet, "/v1/stats", nil, &s)
+	return s, err
+}
+
+// Stream follows GET /v1/events/stream from the first event after
+// sequence after (0 with the log empty or to start at its beginning), calling fn
+// for each event in log order. When the server drops the stream for
+// reading too slowly, Stream reconnects after the last event fn got, so
+// fn sees every event once. It returns fn's error, ctx.Err() once ctx
+// ends, ErrStreamEnded (wrapped) when the server ends the stream
+// otherwise, or the server's *Error.
+func (c *Client) Stream(ctx context.Context, f StreamFilter, after uint64, fn func(Event) error) error {
+	for {
+		overflow, err := c.streamOnce(ctx, f, &after, fn)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			return err
+		}
+		if !overflow {
+			return fmt.Errorf("%w after sequence %d", ErrStreamEnded, after)
+		}
+	}
+}
+
+// streamOnce reads one connection of a stream, moving *after past each
+// event fn got, and reports whether it ended with an overflow.
+func (c *Client) streamOnce(ctx context.Context, f StreamFilter, after *uint64, fn func(Event) error) (overflow bool, err error) {
+	q := f.Query()
+	q.Set("after", strconv.FormatUint(*after, 10))
+	resp, err := c.open(ctx, "/v1/events/stream?"+q.Encode())
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, maxStreamLine)
+	var event, data string
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if data == "" {
+				continue
+			}
+			if event == StreamOverflowEvent {
+				var o StreamOverflow
+				if err := json.Unmarshal([]byte(data), &o); err != nil {
+					return false, fmt.Errorf("decoding overflow: %w", err)
+				}
+				*after = max(*after, o.After)
+				return true, nil
+			}
+			var e Event
+			if err := json.Unmarshal([]byte(data), &e); err != nil {
+				return false, fmt.Errorf("decoding event: %w", err)
+			}
+			event, data = "", ""
+			if err := fn(e); err != nil {
+				return false, err
+			}
+			*after = e.Seq
+		case strings.HasPrefix(line, "event: "):
+			event = line[len("event: "):]
+		case strings.HasPrefix(line, "data: "):
+			data = line[len("data: "):]
+		}
+	}
+	return false, sc.Err()
+}

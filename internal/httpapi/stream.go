@@ -1,0 +1,288 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/scheduler"
+	"github.com/taskledger/taskledger/replay"
+)
+
+// StreamLimits bound the event streams of GET /v1/events/stream. The
+// zero value of each field means its default.
+type StreamLimits struct {
+	// Max bounds the streams open at once, MaxPerCustomer those of one
+	// customer token (the operator's count only toward Max); past either
+	// a stream is answered 503. Defaults DefaultMaxStreams and
+	// DefaultMaxStreamsPerCustomer; -1: no limit.
+	Max, MaxPerCustomer int
+	// Buffer and BufferBytes bound the events one stream holds that its
+	// client has not taken; past either the client is sent them and an
+	// overflow message, and dropped. Defaults DefaultStreamBuffer and
+	// DefaultStreamBufferBytes.
+	Buffer, BufferBytes int
+	// Heartbeat is how often a stream sends a comment; default
+	// DefaultStreamHeartbeat.
+	Heartbeat time.Duration
+	// Drain is how long a stream that ends (an overflow, a shutdown) has
+	// to write out what it holds before its connection is cut; default
+	// DefaultStreamDrain.
+	Drain time.Duration
+}
+
+// withDefaults fills in the defaults and checks the result.
+func (l *StreamLimits) withDefaults() error {
+	orDefault(&l.Max, DefaultMaxStreams)
+	orDefault(&l.MaxPerCustomer, DefaultMaxStreamsPerCustomer)
+	orDefault(&l.Buffer, DefaultStreamBuffer)
+	orDefault(&l.BufferBytes, DefaultStreamBufferBytes)
+	orDefault(&l.Heartbeat, DefaultStreamHeartbeat)
+	orDefault(&l.Drain, DefaultStreamDrain)
+	if l.Buffer < 1 || l.BufferBytes < 1 || l.Heartbeat < 0 || l.Drain < 0 {
+		return errors.New("httpapi: a stream's buffer, heartbeat and drain must be positive")
+	}
+	return nil
+}
+
+// The defaults of StreamLimits.
+const (
+	DefaultMaxStreams            = 256
+	DefaultMaxStreamsPerCustomer = 64
+	DefaultStreamBuffer          = 1000
+	DefaultStreamBufferBytes     = 1 << 20
+	DefaultStreamHeartbeat       = 15 * time.Second
+	DefaultStreamDrain           = 10 * time.Second
+)
+
+// streams counts the open event streams, in all and per customer.
+type streams struct {
+	mu               sync.Mutex
+	total            int
+	perCustomer      map[string]int
+	max, maxCustomer int // negative: no limit
+}
+
+// enter takes a stream slot for p, or answers why not; leave gives it
+// back.
+func (s *streams) enter(p scheduler.Principal) (leave func(), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.max >= 0 && s.total >= s.max {
+		return nil, api.ErrUnavailable.WithMessage(fmt.Sprintf("%d event streams open, the most this server serves (--max-streams); retry later", s.total))
+	}
+	counted := !p.IsOperator()
+	if counted && s.maxCustomer >= 0 && s.perCustomer[p.CustomerID] >= s.maxCustomer {
+		return nil, api.ErrUnavailable.WithMessage(fmt.Sprintf("this customer holds %d event streams, the most it may (--max-streams-per-customer); retry later", s.maxCustomer))
+	}
+	s.total++
+	if counted {
+		s.perCustomer[p.CustomerID]++
+	}
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.total--
+		if counted {
+			if s.perCustomer[p.CustomerID]--; s.perCustomer[p.CustomerID] == 0 {
+				delete(s.perCustomer, p.CustomerID)
+			}
+		}
+	}, nil
+}
+
+// overflowError ends a stream whose client fell behind.
+type overflowError struct{ api.StreamOverflow }
+
+func (e *overflowError) Error() string { return e.Reason }
+
+// streamArgs parses the filter and the resume point of a stream request;
+// given is false when the request names none.
+func streamArgs(r *http.Request) (f scheduler.StreamFilter, after uint64, given bool, err error) {
+	q := r.URL.Query()
+	list := func(name string) []string {
+		var out []string
+		for _, v := range q[name] {
+			for part := range strings.SplitSeq(v, ",") {
+				if part != "" {
+					out = append(out, part)
+				}
+			}
+		}
+		return out
+	}
+	f = scheduler.StreamFilter{TaskIDs: list("taskId"), RootIDs: list("rootId"), Queues: list("queue")}
+	for _, t := range list("type") {
+		f.Types = append(f.Types, events.Type(t))
+	}
+	if err := f.Validate(); err != nil {
+		return f, 0, false, err
+	}
+	s, name := q.Get("after"), "after"
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		s, name = id, "Last-Event-ID"
+	}
+	if s == "" {
+		return f, 0, false, nil
+	}
+	if after, err = strconv.ParseUint(s, 10, 64); err != nil {
+		return f, 0, false, invalidArg("%s must be a whole number ≥ 0 (a stream sequence)", name)
+	}
+	return f, after, true, nil
+}
+
+// stream serves GET /v1/events/stream (docs/API.md, "Live event stream"):
+// one goroutine follows the log into a buffer of at most StreamBuffer
+// events and StreamBufferBytes bytes, the handler writes them out; a
+// client that lets the buffer fill is sent it, then an overflow message,
+// and dropped.
+func (h *handler) stream(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+	f, after, given, err := streamArgs(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if !given {
+		// Live only: from the next event stored.
+		if after, err = h.Service.LastSeq(r.Context()); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+	}
+	leave, err := h.streams.enter(p)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	defer leave()
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no") // proxies: do not buffer
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	msgs := make(chan []byte, h.Streams.Buffer)
+	var held sync.Mutex // guards heldBytes
+	heldBytes := 0
+	done := make(chan error, 1)
+	go func() {
+		last := after
+		err := h.Service.Stream(ctx, p, f, after, func(ev events.Event, st aggregate.State) error {
+			b, err := sseEvent(ev, st)
+			if err != nil {
+				return err
+			}
+			held.Lock()
+			full := len(msgs) == cap(msgs) || heldBytes > 0 && heldBytes+len(b) > h.Streams.BufferBytes
+			if !full {
+				heldBytes += len(b)
+			}
+			held.Unlock()
+			if full {
+				return &overflowError{api.StreamOverflow{After: last, Reason: fmt.Sprintf(
+					"the client read too slowly: %d events (%d bytes) not taken", len(msgs), heldBytes)}}
+			}
+			msgs <- b // never blocks: only this goroutine sends, and msgs is not full
+			last = ev.Seq
+			return nil
+		})
+		// The handler may be stuck writing to a client that reads
+		// nothing: what is left must go out within Streams.Drain.
+		rc.SetWriteDeadline(time.Now().Add(h.Streams.Drain))
+		done <- err
+	}()
+	write := func(b []byte) bool {
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		held.Lock()
+		heldBytes -= len(b)
+		held.Unlock()
+		return len(msgs) > 0 || rc.Flush() == nil
+	}
+	heartbeat := time.NewTicker(h.Streams.Heartbeat)
+	defer heartbeat.Stop()
+	for {
+		select {
+		case b := <-msgs:
+			if !write(b) {
+				return
+			}
+		case <-heartbeat.C:
+			if _, err := w.Write([]byte(": ping\n\n")); err != nil || rc.Flush() != nil {
+				return
+			}
+		case err := <-done:
+			for len(msgs) > 0 {
+				if !write(<-msgs) {
+					return
+				}
+			}
+			var o *overflowError
+			switch {
+			case errors.As(err, &o):
+				data, _ := json.Marshal(o.StreamOverflow)
+				fmt.Fprintf(w, "event: %s\ndata: %s\n\n", api.StreamOverflowEvent, data)
+				rc.Flush()
+			case err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled):
+				// The headers are out: the stream just ends, and the
+				// client resumes after its last id.
+				h.ErrorLog.Log(zerolog.ErrorLevel, "stream "+r.Pattern, "event stream failed", func(e *zerolog.Event) {
+					e.Err(err)
+				})
+			}
+			return
+		}
+	}
+}
+
+// sseEvent is the Server-Sent Events message of ev, which left its task
+// at st.
+func sseEvent(ev events.Event, st aggregate.State) ([]byte, error) {
+	data, err := json.Marshal(newEvent(ev, replay.EntryOf(ev, st)))
+	if err != nil {
+		return nil, err
+	}
+	return fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type(), data), nil
+}
+
+// stats serves GET /v1/stats (docs/API.md, "Statistics").
+func (h *handler) stats(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+	last, err := h.Service.LastSeq(r.Context())
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	applied := h.Ready.Applied()
+	at, queues := h.Service.Stats(p)
+	out := api.Stats{At: at.UTC(), Applied: applied, LastSeq: last, Lag: last - min(last, applied), CaughtUp: h.Ready.CaughtUp(), Queues: []api.QueueStats{}}
+	for _, q := range queues {
+		row := api.QueueStats{
+			CustomerID: q.CustomerID, Queue: q.Queue, Counts: make(map[string]int, len(q.Counts)),
+			OldestQueuedSeconds: q.OldestQueued.Seconds(),
+			Claims:              api.Rate{Last1m: q.Claims1m, Last5m: q.Claims5m},
+			Results:             api.Rate{Last1m: q.Results1m, Last5m: q.Results5m},
+			NearTimeout:         q.NearTimeout, Retries: q.Retries, Rejections: q.Rejections,
+		}
+		for st, n := range q.Counts {
+			row.Counts[string(st)] = n
+		}
+		out.Queues = append(out.Queues, row)
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,167 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/projections"
+)
+
+// StreamFilter selects the events of Service.Stream. Each field lists
+// alternatives; an event is selected when it matches every non-empty
+// field.
+type StreamFilter struct {
+	TaskIDs, RootIDs, Queues []string
+	Types                    []events.Type
+}
+
+// maxTracked bounds the tasks one stream remembers the state of (for the
+// status after each event and the rootId and queue filters); past it one
+// is forgotten, and read again from the log when it is seen again.
+const maxTracked = 4096
+
+// Stream calls fn, in log order, for every event p may see that f
+// selects stored after sequence after, with its task's state after it,
+// and then for each such event stored later. It returns when ctx ends or
+// the service closes (ctx.Err() or context.Canceled), or with fn's error.
+// It reads with one ordered consumer on p's subjects and remembers the
+// state of at most maxTracked tasks, so it holds bounded memory.
+func (s *Service) Stream(ctx context.Context, p Principal, f StreamFilter, after uint64, fn func(events.Event, aggregate.State) error) error {
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.closing, cancel)()
+	t := tracker{store: s.cfg.Store, states: make(map[string]aggregate.State)}
+	err := s.cfg.Store.Follow(ctx, s.streamSubjects(p, f.TaskIDs), after, func(ev events.Event) error {
+		st, err := t.apply(ctx, ev)
+		if err != nil {
+			return err
+		}
+		if !selects(f, ev, st) {
+			return nil
+		}
+		return fn(ev, st)
+	})
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// Validate returns an ErrInvalid error unless every id of f is valid,
+// every type known, and no field lists more than api.MaxStreamFilterValues.
+func (f StreamFilter) Validate() error {
+	for name, ids := range map[string][]string{"taskId": f.TaskIDs, "rootId": f.RootIDs, "queue": f.Queues} {
+		if len(ids) > api.MaxStreamFilterValues {
+			return invalid("%s: more than %d values", name, api.MaxStreamFilterValues)
+		}
+		for _, id := range ids {
+			if err := events.ValidID(id); err != nil {
+				return invalid("%s: %v", name, err)
+			}
+		}
+	}
+	if len(f.Types) > api.MaxStreamFilterValues {
+		return invalid("type: more than %d values", api.MaxStreamFilterValues)
+	}
+	for _, t := range f.Types {
+		if !events.KnownType(t) {
+			return invalid("type: unknown event type %.64q", t)
+		}
+	}
+	return nil
+}
+
+// streamSubjects are the log subjects of the events p may see of
+// taskIDs (none: of every task): tenancy is the subject filter.
+func (s *Service) streamSubjects(p Principal, taskIDs []string) []string {
+	sub := s.cfg.Subjects
+	if len(taskIDs) == 0 {
+		if p.IsOperator() {
+			return nil
+		}
+		return []string{sub.Customer(p.CustomerID)}
+	}
+	out := make([]string, len(taskIDs))
+	for i, id := range taskIDs {
+		if p.IsOperator() {
+			out[i] = sub.Task(id)
+		} else {
+			out[i] = sub.Event(p.CustomerID, id)
+		}
+	}
+	return out
+}
+
+// selects reports whether ev, which left its task at st, passes f (its
+// task ids are the subject filter's).
+func selects(f StreamFilter, ev events.Event, st aggregate.State) bool {
+	return (len(f.RootIDs) == 0 || slices.Contains(f.RootIDs, st.Spec.RootID)) &&
+		(len(f.Queues) == 0 || slices.Contains(f.Queues, st.Spec.Queue)) &&
+		(len(f.Types) == 0 || slices.Contains(f.Types, ev.Type()))
+}
+
+// tracker folds a stream's events into the states of their tasks; a task
+// first seen after its first event is read from the log up to it.
+type tracker struct {
+	store  Store
+	states map[string]aggregate.State
+}
+
+// apply returns ev's task's state after ev.
+func (t *tracker) apply(ctx context.Context, ev events.Event) (aggregate.State, error) {
+	st, ok := t.states[ev.TaskID]
+	if !ok && ev.Number > 1 {
+		evs, err := t.store.History(ctx, ev.TaskID)
+		if err != nil {
+			return st, fmt.Errorf("%w: task %s: %v", ErrUnavailable, ev.TaskID, err)
+		}
+		for _, e := range evs {
+			if e.Seq >= ev.Seq {
+				break
+			}
+			st = aggregate.Apply(st, e)
+		}
+	}
+	st = aggregate.Apply(st, ev)
+	if st.Status.Terminal() {
+		delete(t.states, ev.TaskID)
+		return st, nil
+	}
+	if !ok && len(t.states) >= maxTracked {
+		for id := range t.states {
+			delete(t.states, id)
+			break
+		}
+	}
+	kept := st
+	// What the status and filters need: not the message, result or
+	// effects, which may be large.
+	kept.Spec.Message, kept.Result, kept.Effects = events.Message{}, nil, nil
+	t.states[ev.TaskID] = kept
+	return st, nil
+}
+
+// LastSeq returns the log's last stream sequence.
+func (s *Service) LastSeq(ctx context.Context) (uint64, error) {
+	seq, err := s.cfg.Store.LastSeq(ctx)
+	if err != nil {
+		return 0, s.unavailable(err)
+	}
+	return seq, nil
+}
+
+// Stats returns, as of at, the statistics of the queues p may see (an
+// operator: every customer's), by customer then queue, from the
+// projections.
+func (s *Service) Stats(p Principal) (at time.Time, qs []projections.QueueStats) {
+	at = s.cfg.Store.Now()
+	return at, s.cfg.Views.Stats(p.customerFilter(), at)
+}
