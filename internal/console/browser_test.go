@@ -3,11 +3,17 @@ package console_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,6 +55,8 @@ func chromiumPath(t *testing.T) string {
 // console; errors collects the page's JavaScript exceptions, console
 // errors and CSP violations.
 type console struct {
+	node     *testnode.Node
+	backend  atomic.Pointer[string] // the server's URL
 	url      string
 	operator *api.Client
 	acme     *api.Client
@@ -61,9 +69,24 @@ type console struct {
 func setup(t *testing.T) *console {
 	t.Helper()
 	chromium := chromiumPath(t)
-	n := testnode.Start(t, func(c *node.Config) {
-		c.Tokens = map[string]string{operatorToken: "*", acmeToken: "acme", bobToken: "bob"}
-	})
+	n := testnode.Start(t, withTokens)
+	// The browser talks to a proxy that stays when the server behind it
+	// restarts (on another port).
+	c := &console{node: n}
+	c.backend.Store(&n.URL)
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			u, _ := url.Parse(*c.backend.Load())
+			r.SetURL(u)
+			r.Out.Host = r.In.Host
+		},
+		FlushInterval: -1, // the event stream
+		ErrorLog:      log.New(io.Discard, "", 0),
+	}
+	front := httptest.NewServer(proxy)
+	t.Cleanup(front.Close)
+	c.url = front.URL
+	c.operator, c.acme = api.NewClient(front.URL, operatorToken), api.NewClient(front.URL, acmeToken)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium),
 		chromedp.NoSandbox,
@@ -77,7 +100,7 @@ func setup(t *testing.T) *console {
 	t.Cleanup(cancel)
 	ctx, cancelTimeout := context.WithTimeout(ctx, 2*time.Minute)
 	t.Cleanup(cancelTimeout)
-	c := &console{url: n.URL, operator: api.NewClient(n.URL, operatorToken), acme: api.NewClient(n.URL, acmeToken), browser: ctx}
+	c.browser = ctx
 	if err := chromedp.Do(ctx); err != nil { // start the browser
 		t.Fatal(err)
 	}
@@ -99,6 +122,20 @@ func setup(t *testing.T) *console {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return c
+}
+
+// withTokens gives the server its auth file.
+func withTokens(c *node.Config) {
+	c.Tokens = map[string]string{operatorToken: "*", acmeToken: "acme", bobToken: "bob"}
+}
+
+// restart stops the server and starts another on the same log, behind
+// the same proxy.
+func (c *console) restart(t *testing.T) {
+	t.Helper()
+	c.node.Stop()
+	c.node = testnode.Start(t, testnode.On(c.node.NC, c.node.NS), withTokens)
+	c.backend.Store(&c.node.URL)
 }
 
 func (c *console) run(t *testing.T, steps ...chromedp.Action[chromedp.Void]) {
@@ -324,6 +361,48 @@ func TestConsoleRefusesUnknownToken(t *testing.T) {
 	stored := value(t, c, chromedp.Evaluate[string](`sessionStorage.getItem("taskledger.token") || ""`))
 	if stored != "" {
 		t.Fatalf("an unknown token stayed in session storage: %q", stored)
+	}
+	c.noErrors(t)
+}
+
+// TestConsoleStreamResumesAcrossRestart: the console's live stream,
+// cut by a server restart, resumes after the last event it got: it
+// receives every event of its customer exactly once, in order, also
+// those stored while it was away.
+func TestConsoleStreamResumesAcrossRestart(t *testing.T) {
+	t.Parallel()
+	c := setup(t)
+	ctx := context.Background()
+	c.login(t, acmeToken)
+	c.run(t,
+		chromedp.WaitVisible(chromedp.CSS(`#live[data-state="live"]`)),
+		chromedp.Evaluate[chromedp.Void](`window.seen = []; addEventListener("taskledger:event", (e) => seen.push(e.detail.seq)); undefined`),
+	)
+	first := schedule(t, c.acme, api.ScheduleRequest{Message: text("before the restart")})
+	schedule(t, c.operator, api.ScheduleRequest{CustomerID: "bob", Message: text("not acme's")})
+	c.poll(t, "seen.length > 0")
+	c.restart(t)
+	if _, err := c.acme.Cancel(ctx, first.ID, "while the console was away"); err != nil {
+		t.Fatal(err)
+	}
+	schedule(t, c.acme, api.ScheduleRequest{Message: text("after the restart")})
+	var want []uint64
+	if err := c.acme.CustomerEvents(ctx, "acme", time.Time{}, func(ev api.Event) error {
+		want = append(want, ev.Seq)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.poll(t, fmt.Sprintf("seen.at(-1) >= %d", want[len(want)-1]))
+	seen := value(t, c, chromedp.Evaluate[[]uint64]("seen"))
+	for len(want) > 0 && want[0] < seen[0] {
+		want = want[1:]
+	}
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Fatalf("the console got the events %v, want %v (every acme event from the first it got, once)", seen, want)
+	}
+	if got := value(t, c, chromedp.Text(chromedp.CSS("#live"))); got != "live" {
+		t.Fatalf("live state %q after the restart", got)
 	}
 	c.noErrors(t)
 }

@@ -98,6 +98,7 @@ export class Live {
         const res = await fetch("/v1/events/stream", { headers: h, signal: this.abort.signal });
         if (!res.ok) throw new Error("stream: HTTP " + res.status);
         this.onState("live");
+        this.emit(null); // reload: a first connect starts with the next event
         await this.read(res.body.getReader());
       } catch (e) {
         // fall through to reconnect
@@ -110,7 +111,7 @@ export class Live {
   async read(reader) {
     const dec = new TextDecoder();
     let buf = "";
-    let id = "", data = [];
+    let id = "", type = "", data = [];
     for (;;) {
       const { value, done } = await reader.read();
       if (done) return;
@@ -120,14 +121,18 @@ export class Live {
         const line = buf.slice(0, nl).replace(/\r$/, "");
         buf = buf.slice(nl + 1);
         if (line === "") {
-          this.dispatch(id, data.join("\n"));
-          id = ""; data = [];
+          // An overflow ends the stream; the reconnect resumes after lastSeq.
+          if (type !== "overflow") this.dispatch(id, data.join("\n"));
+          id = ""; type = ""; data = [];
         } else if (line.startsWith("id:")) id = line.slice(3).trim();
+        else if (line.startsWith("event:")) type = line.slice(6).trim();
         else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
       }
     }
   }
 
+  /** dispatch hands one message to the listeners, unless its id is one
+   * already seen. */
   dispatch(id, data) {
     const seq = Number(id);
     if (id !== "" && seq <= this.lastSeq) return; // seen already
@@ -135,6 +140,9 @@ export class Live {
     if (!data) return;
     let ev = null;
     try { ev = JSON.parse(data); } catch { return; }
+    // For other scripts on the page (and the browser tests): every event
+    // of the stream, once, in order.
+    window.dispatchEvent(new CustomEvent("taskledger:event", { detail: ev }));
     this.emit(ev);
   }
 }

@@ -89,69 +89,54 @@ function overviewPage() {
   main.replaceChildren(el("h1", {}, "Overview"), body);
   const link = (q, text) => el("a", { href: "#/tasks?" + new URLSearchParams(q) }, String(text));
   async function refresh() {
-    // Counts by queue and status from the list (one page of up to 1000
-    // tasks: the projections' live and retained tasks).
-    const list = await get("/v1/tasks?limit=1000");
-    const byQueue = new Map();
+    // One page of up to 1000 tasks (the projections' live and retained
+    // tasks) for the last hour's failures, and for the queue counts when
+    // the server has no GET /v1/stats.
+    const [list, stats] = await Promise.all([get("/v1/tasks?limit=1000"), feats.stats ? get("/v1/stats") : null]);
     const now = Date.now();
-    let oldest = null, failedHour = 0, timedOutHour = 0;
-    for (const t of list.tasks) {
-      const q = byQueue.get(t.queue) || Object.fromEntries(STATUSES.map((s) => [s, 0]));
-      q[t.status]++;
-      byQueue.set(t.queue, q);
-      if (t.status === "queued" && (!oldest || t.createdAt < oldest.createdAt)) oldest = t;
-      if (t.completedAt && now - Date.parse(t.completedAt) < 3600e3) {
-        if (t.status === "failed") failedHour++;
-        if (t.status === "timed_out") timedOutHour++;
-      }
-    }
+    const lastHour = (status) => list.tasks.filter((t) => t.status === status && t.completedAt && now - Date.parse(t.completedAt) < 3600e3).length;
+    const rows = stats ? stats.queues : queueRows(list.tasks);
+    const oldest = rows.reduce((a, r) => (r.oldestQueuedSeconds > (a?.oldestQueuedSeconds || 0) ? r : a), null);
+    const card = (value, label) => el("div", { class: "card" }, el("b", {}, value), label);
     const cards = el("div", { class: "cards" },
-      el("div", { class: "card" }, el("b", {}, link({ status: "failed" }, failedHour)), "failed in the last hour"),
-      el("div", { class: "card" }, el("b", {}, link({ status: "timed_out" }, timedOutHour)), "timed out in the last hour"),
-      el("div", { class: "card" }, el("b", {}, oldest ? link({ status: "queued", queue: oldest.queue }, ago(oldest.createdAt).replace(" ago", "")) : "—"), "oldest queued"),
-      el("div", { class: "card" }, el("b", {}, link({}, list.tasks.length + (list.next ? "+" : ""))), "tasks"));
+      card(link({ status: "failed" }, lastHour("failed")), "failed in the last hour"),
+      card(link({ status: "timed_out" }, lastHour("timed_out")), "timed out in the last hour"),
+      card(oldest ? link({ status: "queued", queue: oldest.queue, customerId: oldest.customerId }, seconds(oldest.oldestQueuedSeconds)) : "—", "oldest queued"),
+      stats ? card(String(stats.lag), "projection lag (events)") : null,
+      stats ? card(rate(rows, "claims"), "claims/s, last minute") : null,
+      stats ? card(rate(rows, "results"), "results/s, last minute") : null,
+      stats ? card(String(rows.reduce((n, r) => n + (r.rejections || 0), 0)), "admission rejections") : null);
+    const extra = stats ? ["claims/s 1m", "results/s 1m", "near timeout", "retries", "rejections"] : [];
     const table = el("table", { "aria-label": "tasks by queue and status" },
-      el("thead", {}, el("tr", {}, el("th", {}, "queue"), STATUSES.map((s) => el("th", { class: "num" }, s)))),
-      el("tbody", {}, [...byQueue.entries()].sort().map(([q, counts]) => el("tr", { "data-queue": q },
-        el("td", {}, link({ queue: q }, q)),
-        STATUSES.map((s) => el("td", { class: "num" }, counts[s] ? link({ queue: q, status: s }, counts[s]) : "0"))))));
-    const parts = [cards, el("h2", {}, "Queues"), byQueue.size ? table : el("p", { class: "muted" }, "No tasks yet.")];
-    if (feats.stats) parts.push(el("h2", {}, "Statistics"), statsView(await get("/v1/stats")));
-    body.replaceChildren(...parts);
+      el("thead", {}, el("tr", {}, el("th", {}, "customer"), el("th", {}, "queue"), STATUSES.map((s) => el("th", { class: "num" }, s)), extra.map((h) => el("th", { class: "num" }, h)))),
+      el("tbody", {}, rows.map((r) => {
+        const q = { customerId: r.customerId, queue: r.queue };
+        return el("tr", { "data-queue": r.queue },
+          el("td", {}, link({ customerId: r.customerId }, r.customerId)), el("td", {}, link(q, r.queue)),
+          STATUSES.map((s) => el("td", { class: "num" }, r.counts[s] ? link({ ...q, status: s }, r.counts[s]) : "0")),
+          stats ? [r.claims.last1m.toFixed(2), r.results.last1m.toFixed(2), r.nearTimeout, r.retries, r.rejections].map((v) => el("td", { class: "num" }, String(v))) : null);
+      })));
+    body.replaceChildren(cards, el("h2", {}, "Queues"), rows.length ? table : el("p", { class: "muted" }, "No tasks yet."));
   }
   return { refresh, stop() {} };
 }
 
-/** statsView renders GET /v1/stats as tables: each list of objects in the
- * answer is one table, nested objects flattened into dotted columns. */
-function statsView(stats) {
-  const flat = (o, pre = "", out = {}) => {
-    for (const [k, v] of Object.entries(o || {})) {
-      if (v && typeof v === "object" && !Array.isArray(v)) flat(v, pre + k + ".", out);
-      else out[pre + k] = Array.isArray(v) ? v.join(", ") : v;
-    }
-    return out;
-  };
-  const parts = [];
-  for (const [name, rows] of Object.entries(stats || {})) {
-    if (!Array.isArray(rows)) { parts.push(el("p", {}, name + ": " + JSON.stringify(rows))); continue; }
-    const flatRows = rows.map((r) => flat(r));
-    const cols = [...new Set(flatRows.flatMap((r) => Object.keys(r)))];
-    parts.push(el("h3", {}, name), el("div", { class: "scroll" }, el("table", {},
-      el("thead", {}, el("tr", {}, cols.map((c) => el("th", {}, c)))),
-      el("tbody", {}, flatRows.map((r) => el("tr", {}, cols.map((c) => {
-        const v = r[c];
-        const q = {};
-        if (r.queue) q.queue = r.queue;
-        if (r.customerId) q.customerId = r.customerId;
-        const status = c.split(".").pop();
-        if (typeof v === "number" && STATUSES.includes(status)) return el("td", { class: "num" }, link2({ ...q, status }, v));
-        return el("td", { class: typeof v === "number" ? "num" : "" }, v ?? "");
-      })))))));
+/** queueRows counts tasks per customer and queue, in the shape of
+ * GET /v1/stats' rows, for a server without that route. */
+function queueRows(tasks) {
+  const rows = new Map();
+  for (const t of tasks) {
+    const key = t.customerId + "/" + t.queue;
+    const r = rows.get(key) || { customerId: t.customerId, queue: t.queue, counts: {}, oldestQueuedSeconds: 0 };
+    r.counts[t.status] = (r.counts[t.status] || 0) + 1;
+    if (t.status === "queued") r.oldestQueuedSeconds = Math.max(r.oldestQueuedSeconds, (Date.now() - Date.parse(t.createdAt)) / 1000);
+    rows.set(key, r);
   }
-  return el("div", {}, parts);
+  return [...rows.values()].sort((a, b) => (a.customerId + "/" + a.queue < b.customerId + "/" + b.queue ? -1 : 1));
 }
-const link2 = (q, text) => el("a", { href: "#/tasks?" + new URLSearchParams(q) }, String(text));
+
+const seconds = (s) => (s < 90 ? Math.round(s) + "s" : s < 5400 ? Math.round(s / 60) + "m" : Math.round(s / 3600) + "h");
+const rate = (rows, key) => rows.reduce((n, r) => n + r[key].last1m, 0).toFixed(2);
 
 // ---- tasks ----
 
@@ -439,7 +424,7 @@ async function start() {
   document.getElementById("logout").hidden = !token.get();
   if (!live) {
     const state = document.getElementById("live");
-    live = new Live((s) => { state.textContent = s; });
+    live = new Live((s) => { state.textContent = s; state.dataset.state = s; });
     live.subscribe(onLive);
     live.start(feats.stream);
     window.addEventListener("hashchange", route);
