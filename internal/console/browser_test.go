@@ -165,10 +165,12 @@ func (c *console) noErrors(t *testing.T) {
 	}
 }
 
-// login opens the console and logs in with tok.
+// login opens the console, forgetting any token, and logs in with tok.
 func (c *console) login(t *testing.T, tok string) {
 	t.Helper()
 	c.run(t,
+		chromedp.Navigate(c.url+"/ui/"),
+		chromedp.Evaluate[chromedp.Void](`sessionStorage.clear()`),
 		chromedp.Navigate(c.url+"/ui"), // redirected to /ui/
 		chromedp.WaitVisible(chromedp.CSS("#token")),
 		chromedp.SendKeys(chromedp.CSS("#token"), tok),
@@ -299,6 +301,7 @@ func TestConsole(t *testing.T) {
 	})
 
 	t.Run("Screenshots", func(t *testing.T) {
+		c.login(t, acmeToken) // also when run alone (make screenshots)
 		root := schedule(t, c.acme, api.ScheduleRequest{Queue: "release", Message: text("review the storefront release")})
 		child := schedule(t, c.acme, api.ScheduleRequest{ParentID: root.ID, Queue: "review", Message: text("run the checkout tests")})
 		schedule(t, c.acme, api.ScheduleRequest{ParentID: root.ID, Queue: "review", Message: text("check the changelog")})

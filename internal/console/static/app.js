@@ -107,7 +107,7 @@ function overviewPage() {
       stats ? card(rate(rows, "results"), "results/s, last minute") : null,
       stats ? card(String(rows.reduce((n, r) => n + (r.rejections || 0), 0)), "admission rejections") : null);
     const extra = stats ? ["claims/s 1m", "results/s 1m", "near timeout", "retries", "rejections"] : [];
-    const table = el("table", { "aria-label": "tasks by queue and status" },
+    const table = el("table", { class: "counts", "aria-label": "tasks by queue and status" },
       el("thead", {}, el("tr", {}, el("th", {}, "customer"), el("th", {}, "queue"), STATUSES.map((s) => el("th", { class: "num" }, s)), extra.map((h) => el("th", { class: "num" }, h)))),
       el("tbody", {}, rows.map((r) => {
         const q = { customerId: r.customerId, queue: r.queue };
