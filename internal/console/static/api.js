@@ -58,7 +58,8 @@ export async function features() {
   return {
     listParams: params.map(resolve).map((p) => {
       const schema = resolve(p.schema);
-      return { name: p.name, enum: schema.enum, format: schema.format };
+      const item = schema.type === "array" ? resolve(schema.items) : schema;
+      return { name: p.name, many: schema.type === "array", enum: item.enum, format: item.format };
     }),
     stats: !!(paths["/v1/stats"] || {}).get,
     stream: !!(paths["/v1/events/stream"] || {}).get,

@@ -151,15 +151,16 @@ function tasksPage(query) {
     onsubmit: (e) => {
       e.preventDefault();
       const q = new URLSearchParams();
-      for (const [k, i] of Object.entries(inputs)) if (i.value) q.set(k, i.value);
+      // A parameter that repeats (label) takes several values, space separated.
+      for (const p of params) for (const v of p.many ? inputs[p.name].value.split(/\s+/) : [inputs[p.name].value]) if (v) q.append(p.name, v);
       location.hash = "#/tasks?" + q;
     },
   }, params.map((p) => {
     const id = "f-" + p.name;
     const input = p.enum
       ? el("select", { id, name: p.name }, el("option", { value: "" }, "any"), p.enum.map((v) => el("option", { value: v }, v)))
-      : el("input", { id, name: p.name, size: 14, placeholder: p.format === "date-time" ? "RFC 3339" : "" });
-    input.value = query.get(p.name) || "";
+      : el("input", { id, name: p.name, size: 14, placeholder: p.format === "date-time" ? "RFC 3339" : p.many ? "key=value …" : "" });
+    input.value = query.getAll(p.name).join(" ");
     inputs[p.name] = input;
     return el("label", { for: id }, p.name, input);
   }), el("button", { type: "submit" }, "Filter"), el("a", { href: "#/tasks" }, "clear"));
@@ -196,7 +197,7 @@ function tasksPage(query) {
 
   async function load() {
     const q = new URLSearchParams();
-    for (const p of params) if (query.get(p.name)) q.set(p.name, query.get(p.name));
+    for (const p of params) for (const v of query.getAll(p.name)) if (v) q.append(p.name, v);
     q.set("limit", "100");
     if (cursors.at(-1)) q.set("after", cursors.at(-1));
     const list = await get("/v1/tasks?" + q);
@@ -265,7 +266,14 @@ function taskPage(id) {
   function renderHeader(t, crumbs) {
     const actions = [];
     if (!TERMINAL.has(t.status)) actions.push(el("button", { type: "button", class: "danger", id: "cancel", onclick: () => act(taskPath(id, "cancel"), { reason: "canceled from the console" }, "canceled") }, "Cancel"));
-    if (feats.retry && TERMINAL.has(t.status) && t.status !== "succeeded") actions.push(el("button", { type: "button", id: "retry", onclick: () => act(taskPath(id, "retry"), {}, "retried") }, "Retry"));
+    if (feats.retry && TERMINAL.has(t.status)) {
+      actions.push(el("button", {
+        type: "button", id: "retry",
+        onclick: async () => {
+          try { const n = await post(taskPath(id, "retry"), {}); toast("retried as " + n.id); location.hash = "#/task/" + encodeURIComponent(n.id); } catch (err) { toast(err.message); }
+        },
+      }, "Retry as a new task"));
+    }
     header.replaceChildren(
       el("nav", { class: "crumbs", "aria-label": "lineage" }, crumbs.map((c, i) => [i ? " › " : "", c === id ? el("span", { class: "mono" }, c) : taskLink(c)])),
       el("h1", {}, statusCell(t.status), " ", el("span", { class: "mono" }, t.id), copyButton(t.id)),
@@ -404,12 +412,14 @@ async function show(p) {
 }
 
 let refreshing = null, again = false;
-/** onLive reloads the current page after an event, one reload at a time. */
+/** onLive reloads the current page after an event: one reload at a time,
+ * at most about three a second; events meanwhile make one more. */
 function onLive(ev) {
   if (!page) return;
   if (refreshing) { again = true; return; }
-  const p = page;
-  refreshing = show(p.refresh(ev)).finally(() => { refreshing = null; if (again) { again = false; onLive(null); } });
+  refreshing = show(page.refresh(ev))
+    .then(() => new Promise((r) => setTimeout(r, 300)))
+    .finally(() => { refreshing = null; if (again) { again = false; onLive(null); } });
 }
 
 async function start() {
