@@ -226,7 +226,7 @@ var routes = []route{
 	{"GET /healthz", public((*handler).healthz)},
 	{"GET /readyz", public((*handler).readyz)},
 	{"GET /metrics", metrics},
-	{"GET /ui", public(func(_ *handler, w http.ResponseWriter, r *http.Request) { console.Redirect().ServeHTTP(w, r) })},
+	{"GET /ui", func(*handler) http.Handler { return console.Redirect() }},
 	{"GET /ui/{$}", ui},
 	{"GET /ui/{asset}", ui},
 }
