@@ -30,6 +30,8 @@ var commands = []command{
 	{"cancel", "cancel a task: cancel ID", cancelCommand},
 	{"history", "show a task's event history: history ID", historyCommand},
 	{"tree", "show a task's lineage from its root: tree ID", treeCommand},
+	{"events", "follow the live event stream (resumes with --after)", eventsCommand},
+	{"stats", "show queue statistics per customer and queue", statsCommand},
 	{"run", "show a task's Run state (phase, turn, transcript, tools, effects): run ID", runStateCommand},
 	{"replay", "offline log tools: replay verify | replay rebuild (--data or --nats-url)", replayCommand},
 	{"work", "reference executor: claim tasks of --queue and run --exec per task", workCommand},

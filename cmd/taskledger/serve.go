@@ -148,6 +148,8 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	maxPerMinute := fs.Int("max-roots-per-minute", 0, "default quota: new root tasks per customer per minute (0 = unlimited)")
 	checkerURL := fs.String("usage-checker-url", "", "external usage checker asked about each new root task (fails open)")
 	maxInFlight := fs.Int("max-inflight", 1024, "API requests served at once (long polls aside); more answer 503 with Retry-After (-1: no limit)")
+	maxStreams := fs.Int("max-streams", httpapi.DefaultMaxStreams, "live event streams (GET /v1/events/stream) open at once; more answer 503 (-1: no limit)")
+	maxStreamsPerCustomer := fs.Int("max-streams-per-customer", httpapi.DefaultMaxStreamsPerCustomer, "live event streams one customer token may hold at once; more answer 503 (-1: no limit)")
 	var limits httpapi.Limits
 	fs.DurationVar(&limits.ReadHeaderTimeout, "read-header-timeout", httpapi.DefaultReadHeaderTimeout, "time a client has to send a request's headers (-1s: no limit)")
 	bodyTimeout := fs.Duration("body-timeout", httpapi.DefaultBodyTimeout, "time a client has to send a request's whole body; later is 408 (-1s: no limit)")
@@ -169,6 +171,11 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	logFormat := fs.String("log-format", "auto", "text, json, or auto (text on a terminal)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	for name, n := range map[string]int{"max-streams": *maxStreams, "max-streams-per-customer": *maxStreamsPerCustomer} {
+		if n == 0 || n < -1 {
+			return fmt.Errorf("%w: --%s %d: want a positive number, or -1 for no limit", errUsage, name, n)
+		}
 	}
 	if err := checkRetain(*retain); err != nil {
 		return err
@@ -219,6 +226,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	defer closeNATS()
 	cfg := node.Config{
 		NC: nc, Stream: nf.stream, Replicas: nf.replicas, Name: *name, Tokens: tokens, Admission: admission, MaxInFlight: *maxInFlight,
+		Streams: httpapi.StreamLimits{Max: *maxStreams, MaxPerCustomer: *maxStreamsPerCustomer},
 		HTTP: limits, BodyTimeout: *bodyTimeout, MaxBodyMemory: *maxBodyMemory, LogRepeatInterval: *logRepeat,
 		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain, Alarm: alarm, Limits: bounds, ReadyJSON: lf.readyJSON,
 		MaxEventBytes: int32(*maxEventBytes), WriteTimeout: *writeTimeout, StorageRetry: *storageRetry,

@@ -263,6 +263,7 @@ func TestServeRefusesBadLimits(t *testing.T) {
 		{"--max-lineage-depth", "0"}, {"--max-lineage-depth", "-2"},
 		{"--max-event-bytes", "-1"}, {"--max-event-bytes", "4294967296"},
 		{"--run-retention", "0s"}, {"--run-retention", "-1h"},
+		{"--max-streams", "0"}, {"--max-streams-per-customer", "-2"},
 	} {
 		code, stderr := serveOutput(t, nil, args...)
 		if code != 2 || !strings.Contains(stderr, args[0]) {

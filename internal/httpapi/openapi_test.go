@@ -33,7 +33,10 @@ import (
 // the other tests of this package make, and its answer, agree with it
 // (setup serves the API through validated).
 
-const ndjson = "application/x-ndjson"
+const (
+	ndjson      = "application/x-ndjson"
+	eventStream = "text/event-stream"
+)
 
 func init() {
 	// GET /v1/events answers one JSON value per line; validated checks
@@ -266,6 +269,12 @@ func (s *openapiSpec) check(r *http.Request, body *recordedBody, rec *recordedAn
 		out.SetBodyBytes(b)
 		return openapi3filter.ValidateResponse(ctx, out)
 	}
+	if strings.HasPrefix(header.Get("Content-Type"), eventStream) {
+		if err := validate(nil, true); err != nil {
+			return err
+		}
+		return s.checkEventStream(answer)
+	}
 	if !strings.HasPrefix(header.Get("Content-Type"), ndjson) {
 		return validate(answer, r.Method == http.MethodHead)
 	}
@@ -275,6 +284,43 @@ func (s *openapiSpec) check(r *http.Request, body *recordedBody, rec *recordedAn
 	for i, line := range bytes.Split(bytes.TrimSuffix(answer, []byte("\n")), []byte("\n")) {
 		if err := validate(line, false); err != nil {
 			return fmt.Errorf("line %d: %w", i+1, err)
+		}
+	}
+	return nil
+}
+
+// checkEventStream holds each whole message of a Server-Sent Events
+// answer against the document: an event's data is an Event whose seq and
+// type its id and event name repeat, an overflow's a StreamOverflow.
+func (s *openapiSpec) checkEventStream(answer []byte) error {
+	msgs := strings.Split(string(answer), "\n\n")
+	for i, msg := range msgs[:len(msgs)-1] { // the last is cut off or empty
+		var id, name, data string
+		for line := range strings.SplitSeq(msg, "\n") {
+			switch k, v, _ := strings.Cut(line, ": "); k {
+			case "id":
+				id = v
+			case "event":
+				name = v
+			case "data":
+				data = v
+			}
+		}
+		switch {
+		case data == "" && name == "" && id == "":
+			continue // a comment
+		case name == api.StreamOverflowEvent:
+			if err := s.validateSchema("StreamOverflow", []byte(data)); err != nil || id != "" {
+				return fmt.Errorf("message %d, overflow with id %q: %v", i+1, id, err)
+			}
+		default:
+			var e api.Event
+			if err := s.validateSchema("Event", []byte(data)); err != nil {
+				return fmt.Errorf("message %d: %w", i+1, err)
+			}
+			if err := json.Unmarshal([]byte(data), &e); err != nil || fmt.Sprint(e.Seq) != id || e.Type != name {
+				return fmt.Errorf("message %d: id %q and event %q do not repeat the data's seq and type: %s", i+1, id, name, data)
+			}
 		}
 	}
 	return nil

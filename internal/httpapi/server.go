@@ -135,6 +135,9 @@ func NewHandler(cfg ServerConfig) (http.Handler, error) {
 		}, func() float64 { return float64(h.bodies.used.Load()) })); err != nil {
 			return nil, err
 		}
+		if err := h.streams.register(cfg.Registerer); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.MaxInFlight > 0 {
 		h.slots = make(chan struct{}, cfg.MaxInFlight)

@@ -9,8 +9,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/taskledger/taskledger/aggregate"
@@ -72,6 +74,26 @@ type streams struct {
 	total            int
 	perCustomer      map[string]int
 	max, maxCustomer int // negative: no limit
+	overflows        atomic.Int64
+}
+
+// register registers the streams' metrics with reg.
+func (s *streams) register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "taskledger_http_event_streams",
+			Help: "Live event streams (GET /v1/events/stream) open now.",
+		}, func() float64 { s.mu.Lock(); defer s.mu.Unlock(); return float64(s.total) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "taskledger_http_event_stream_overflows_total",
+			Help: "Event streams dropped because their client read too slowly.",
+		}, func() float64 { return float64(s.overflows.Load()) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // enter takes a stream slot for p, or answers why not; leave gives it
@@ -188,14 +210,16 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p scheduler.Pri
 				return err
 			}
 			held.Lock()
-			full := len(msgs) == cap(msgs) || heldBytes > 0 && heldBytes+len(b) > h.Streams.BufferBytes
+			n, bytes := len(msgs), heldBytes
+			full := n == cap(msgs) || bytes > 0 && bytes+len(b) > h.Streams.BufferBytes
 			if !full {
 				heldBytes += len(b)
 			}
 			held.Unlock()
 			if full {
+				h.streams.overflows.Add(1)
 				return &overflowError{api.StreamOverflow{After: last, Reason: fmt.Sprintf(
-					"the client read too slowly: %d events (%d bytes) not taken", len(msgs), heldBytes)}}
+					"the client read too slowly: %d events (%d bytes) not taken", n, bytes)}}
 			}
 			msgs <- b // never blocks: only this goroutine sends, and msgs is not full
 			last = ev.Seq
