@@ -7,7 +7,7 @@ BENCH_SCALE   ?= 1
 COUNT         ?= 10
 PYTHON        ?= python3
 
-.PHONY: help run build test test-python fuzz bench bench-micro lint
+.PHONY: help run build test test-python fuzz bench bench-micro lint screenshots
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -49,6 +49,9 @@ bench: ## one table: lifecycle, latency, timers, replay, memory vs the raw JetSt
 
 bench-micro: ## hot-function benchmarks for benchstat (COUNT runs each)
 	$(GO) test -run '^$$' -bench 'Encode|Decode|Replay|Decide|Apply' -count $(COUNT) ./internal/bench
+
+screenshots: ## regenerate the console screenshots in docs/ (needs chromium)
+	TASKLEDGER_SCREENSHOTS=$(CURDIR)/docs $(GO) test -count=1 -run '^TestConsole$$/^Screenshots$$' ./internal/console
 
 lint: ## gofmt, go vet, staticcheck and golangci-lint
 	@test -z "$$(gofmt -l .)" || (gofmt -l . && exit 1)

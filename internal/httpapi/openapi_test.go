@@ -42,6 +42,10 @@ func init() {
 	// GET /v1/events answers one JSON value per line; validated checks
 	// each line on its own against the documented schema.
 	openapi3filter.RegisterBodyDecoder(ndjson, openapi3filter.JSONBodyDecoder)
+	// The console's assets (GET /ui/...) are text.
+	for _, ct := range []string{"text/html", "text/javascript", "text/css"} {
+		openapi3filter.RegisterBodyDecoder(ct, openapi3filter.PlainBodyDecoder)
+	}
 }
 
 // spec is the loaded and validated document and its router, made once

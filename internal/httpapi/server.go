@@ -26,6 +26,7 @@ import (
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/docs"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/console"
 	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/projections"
@@ -238,6 +239,15 @@ var routes = []route{
 	{"GET /healthz", public((*handler).healthz)},
 	{"GET /readyz", public((*handler).readyz)},
 	{"GET /metrics", metrics},
+	{"GET /ui", func(*handler) http.Handler { return console.Redirect() }},
+	{"GET /ui/{$}", ui},
+	{"GET /ui/{asset}", ui},
+}
+
+// ui serves the web console's assets to anyone: they hold no data, and
+// every API call the console makes carries the user's token.
+func ui(*handler) http.Handler {
+	return console.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeError(w, noRoute(r)) }))
 }
 
 // metrics serves the Gatherer's metrics, when there is one, to the

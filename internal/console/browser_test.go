@@ -1,0 +1,411 @@
+package console_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/node"
+	"github.com/taskledger/taskledger/internal/testnats"
+	"github.com/taskledger/taskledger/internal/testnode"
+)
+
+func TestMain(m *testing.M) { testnats.Main(m) }
+
+// The tokens of the console tests' server.
+const (
+	operatorToken = "op-secret"
+	acmeToken     = "acme-secret"
+	bobToken      = "bob-secret"
+)
+
+// chromiumPath finds Debian's chromium on PATH. Under CI (CI set) a
+// missing browser fails the test: .ci/run installs it.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("chromium is not on PATH; install it with apt-get install -y chromium (.ci/run does)")
+	}
+	t.Skip("chromium is not on PATH (apt-get install -y chromium); under CI this fails")
+	return ""
+}
+
+// console is a server with auth and a headless Chromium driving its
+// console; errors collects the page's JavaScript exceptions, console
+// errors and CSP violations.
+type console struct {
+	node     *testnode.Node
+	backend  atomic.Pointer[string] // the server's URL
+	url      string
+	operator *api.Client
+	acme     *api.Client
+	browser  context.Context
+
+	mu     sync.Mutex
+	errors []string
+}
+
+func setup(t *testing.T) *console {
+	t.Helper()
+	chromium := chromiumPath(t)
+	n := testnode.Start(t, withTokens)
+	// The browser talks to a proxy that stays when the server behind it
+	// restarts (on another port).
+	c := &console{node: n}
+	c.backend.Store(&n.URL)
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			u, _ := url.Parse(*c.backend.Load())
+			r.SetURL(u)
+			r.Out.Host = r.In.Host
+		},
+		FlushInterval: -1, // the event stream
+		ErrorLog:      log.New(io.Discard, "", 0),
+	}
+	front := httptest.NewServer(proxy)
+	t.Cleanup(front.Close)
+	c.url = front.URL
+	c.operator, c.acme = api.NewClient(front.URL, operatorToken), api.NewClient(front.URL, acmeToken)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 860),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancel)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 2*time.Minute)
+	t.Cleanup(cancelTimeout)
+	c.browser = ctx
+	if err := chromedp.Do(ctx); err != nil { // start the browser
+		t.Fatal(err)
+	}
+	messages := chromedp.Console(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			// A 401 while logging in is the API's answer, not a page fault.
+			if m.IsException() || m.Type == chromedp.ConsoleError && m.Source != "network" {
+				c.mu.Lock()
+				c.errors = append(c.errors, m.String())
+				c.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return c
+}
+
+// withTokens gives the server its auth file.
+func withTokens(c *node.Config) {
+	c.Tokens = map[string]string{operatorToken: "*", acmeToken: "acme", bobToken: "bob"}
+}
+
+// restart stops the server and starts another on the same log, behind
+// the same proxy.
+func (c *console) restart(t *testing.T) {
+	t.Helper()
+	c.node.Stop()
+	c.node = testnode.Start(t, testnode.On(c.node.NC, c.node.NS), withTokens)
+	c.backend.Store(&c.node.URL)
+}
+
+func (c *console) run(t *testing.T, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(c.browser, steps...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// value runs the action in the page and answers its value.
+func value[T any](t *testing.T, c *console, a chromedp.Action[T]) T {
+	t.Helper()
+	v, err := chromedp.Run(c.browser, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// noErrors fails the test with every error the page reported so far.
+func (c *console) noErrors(t *testing.T) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.errors {
+		t.Errorf("page error: %s", e)
+	}
+}
+
+// login opens the console, forgetting any token, and logs in with tok.
+func (c *console) login(t *testing.T, tok string) {
+	t.Helper()
+	c.run(t,
+		chromedp.Navigate(c.url+"/ui/"),
+		chromedp.Evaluate[chromedp.Void](`sessionStorage.clear()`),
+		chromedp.Navigate(c.url+"/ui"), // redirected to /ui/
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), tok),
+		chromedp.Click(chromedp.CSS(`form.login button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-page="overview"] .cards`)),
+	)
+}
+
+// open goes to a console page by its hash and waits for sel.
+func (c *console) open(t *testing.T, hash, sel string) {
+	t.Helper()
+	c.run(t, chromedp.Navigate(c.url+"/ui/"+hash), chromedp.WaitVisible(chromedp.CSS(sel)))
+}
+
+// poll waits until the JavaScript expression is true in the page.
+func (c *console) poll(t *testing.T, expr string) {
+	t.Helper()
+	c.run(t, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(30*time.Second)))
+}
+
+func schedule(t *testing.T, cl *api.Client, req api.ScheduleRequest) api.Task {
+	t.Helper()
+	task, _, err := cl.Schedule(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task
+}
+
+func text(s string) events.Message {
+	return events.Message{Content: []events.ContentPart{{Type: "text", Text: s}}}
+}
+
+func row(id string) string { return fmt.Sprintf(`tr[data-id=%q]`, id) }
+
+// TestConsole drives the console in one headless Chromium, as a
+// customer: its scenarios share the browser and the server, in order.
+func TestConsole(t *testing.T) {
+	t.Parallel()
+	c := setup(t)
+	ctx := context.Background()
+	bobs := schedule(t, c.operator, api.ScheduleRequest{CustomerID: "bob", Queue: "bobq", Message: text("bob's secret")})
+	first := schedule(t, c.acme, api.ScheduleRequest{Queue: "build", Message: text("first acme task")})
+
+	t.Run("CustomerSeesOnlyItsTasks", func(t *testing.T) {
+		c.login(t, acmeToken)
+		c.open(t, "#/tasks", row(first.ID))
+		c.poll(t, fmt.Sprintf(`document.querySelector(%q) === null && [...document.querySelectorAll("#tasks tbody tr")].length === 1`, row(bobs.ID)))
+	})
+
+	var live api.Task
+	t.Run("TaskAppearsLive", func(t *testing.T) {
+		live = schedule(t, c.acme, api.ScheduleRequest{Queue: "build", Message: text("appears without a reload\nsecond line")})
+		c.run(t, chromedp.WaitVisible(chromedp.CSS(row(live.ID))))
+		msg := value(t, c, chromedp.Text(chromedp.CSS(row(live.ID)+" td:last-child")))
+		if msg != "appears without a reload" {
+			t.Fatalf("message cell %q, want the first line", msg)
+		}
+	})
+
+	t.Run("TimelineGrows", func(t *testing.T) {
+		c.open(t, "#/task/"+live.ID, `#timeline [data-type="TaskScheduled"]`)
+		claimed, ok, err := c.acme.ClaimNext(ctx, "build", "w1", time.Second)
+		if err != nil || !ok {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		if claimed.ID != first.ID && claimed.ID != live.ID {
+			t.Fatalf("claimed %s", claimed.ID)
+		}
+		if claimed.ID == first.ID { // the oldest comes first; finish it and take ours
+			if _, err := c.acme.RecordResult(ctx, first.ID, api.ResultRequest{DeliveryID: claimed.Claim.DeliveryID, Success: true}); err != nil {
+				t.Fatal(err)
+			}
+			if claimed, _, err = c.acme.ClaimNext(ctx, "build", "w1", time.Second); err != nil || claimed.ID != live.ID {
+				t.Fatalf("claim: %s %v", claimed.ID, err)
+			}
+		}
+		c.run(t, chromedp.WaitVisible(chromedp.CSS(`#timeline [data-type="Claimed"]`)))
+		if _, err := c.acme.RecordResult(ctx, live.ID, api.ResultRequest{DeliveryID: claimed.Claim.DeliveryID, Success: true, Summary: "all green"}); err != nil {
+			t.Fatal(err)
+		}
+		c.run(t, chromedp.WaitVisible(chromedp.CSS(`#timeline [data-type="ResultRecorded"]`)))
+		c.poll(t, `document.querySelector("h1 .status").dataset.status === "succeeded" && document.querySelector("#result").textContent.includes("all green")`)
+	})
+
+	t.Run("PostMailboxMessage", func(t *testing.T) {
+		task := schedule(t, c.acme, api.ScheduleRequest{Queue: "mail", Message: text("waits for mail")})
+		c.open(t, "#/task/"+task.ID, "#mail-text")
+		c.run(t,
+			chromedp.SendKeys(chromedp.CSS("#mail-text"), "please also update the docs"),
+			chromedp.Click(chromedp.CSS(`#mail-form button[type="submit"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`#mailbox li[data-index="1"]`)),
+		)
+		m, err := c.acme.Mailbox(ctx, task.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Messages) != 1 || m.Messages[0].Content[0].Text != "please also update the docs" {
+			t.Fatalf("mailbox %+v", m.Messages)
+		}
+	})
+
+	t.Run("CancelFromTable", func(t *testing.T) {
+		task := schedule(t, c.acme, api.ScheduleRequest{Queue: "cancelme", Message: text("cancel me")})
+		c.open(t, "#/tasks?queue=cancelme", row(task.ID))
+		c.run(t,
+			chromedp.Click(chromedp.CSS(row(task.ID)+` input[type="checkbox"]`)),
+			chromedp.Click(chromedp.CSS("#bulk-cancel")),
+			chromedp.WaitVisible(chromedp.CSS(row(task.ID)+` [data-status="canceled"]`)),
+		)
+		got, err := c.acme.Get(ctx, task.ID)
+		if err != nil || got.Status != "canceled" {
+			t.Fatalf("task %s %v", got.Status, err)
+		}
+	})
+
+	// Labels are not on the list route yet: the console offers a filter
+	// for every query parameter the list route documents, so this filters
+	// by queue, through the form.
+	t.Run("FilterByQueue", func(t *testing.T) {
+		other := schedule(t, c.acme, api.ScheduleRequest{Queue: "other", Message: text("on another queue")})
+		c.open(t, "#/tasks", "#f-queue")
+		c.run(t,
+			chromedp.SetValue(chromedp.CSS("#f-queue"), "other"),
+			chromedp.Click(chromedp.CSS(`form.filters button[type="submit"]`)),
+		)
+		c.poll(t, fmt.Sprintf(`location.hash === "#/tasks?queue=other" && document.querySelectorAll("#tasks tbody tr").length === 1 && document.querySelector(%q) !== null`, row(other.ID)))
+	})
+
+	t.Run("Screenshots", func(t *testing.T) {
+		c.login(t, acmeToken) // also when run alone (make screenshots)
+		root := schedule(t, c.acme, api.ScheduleRequest{Queue: "release", Message: text("review the storefront release")})
+		child := schedule(t, c.acme, api.ScheduleRequest{ParentID: root.ID, Queue: "review", Message: text("run the checkout tests")})
+		schedule(t, c.acme, api.ScheduleRequest{ParentID: root.ID, Queue: "review", Message: text("check the changelog")})
+		claimed, ok, err := c.acme.ClaimNext(ctx, "review", "w2", time.Second)
+		if err != nil || !ok {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		for claimed.ID != child.ID { // claim in order until the child
+			if _, err := c.acme.RecordResult(ctx, claimed.ID, api.ResultRequest{DeliveryID: claimed.Claim.DeliveryID, Success: true, Summary: "ok"}); err != nil {
+				t.Fatal(err)
+			}
+			if claimed, _, err = c.acme.ClaimNext(ctx, "review", "w2", time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := c.acme.RecordResult(ctx, child.ID, api.ResultRequest{DeliveryID: claimed.Claim.DeliveryID, Error: "checkout_test.go:88: timeout waiting for payment"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.acme.Cancel(ctx, root.ID, "release called off"); err != nil {
+			t.Fatal(err)
+		}
+		dir := os.Getenv("TASKLEDGER_SCREENSHOTS")
+		if dir == "" {
+			dir = t.TempDir()
+		}
+		shots := []struct{ name, hash, wait string }{
+			{"console-overview.png", "#/", `[data-page="overview"] table`},
+			{"console-tasks.png", "#/tasks", row(child.ID)},
+			{"console-task.png", "#/task/" + child.ID, `#tree li li[data-id="` + child.ID + `"] [data-status="failed"]`},
+		}
+		for _, s := range shots {
+			c.open(t, s.hash, s.wait)
+			value(t, c, chromedp.Evaluate[bool](`document.getElementById("toast").classList.remove("show") ?? true`))
+			png := value(t, c, chromedp.CaptureScreenshot())
+			if err := os.WriteFile(filepath.Join(dir, s.name), png, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
+	t.Run("NoPageErrors", func(t *testing.T) { c.noErrors(t) })
+}
+
+// TestConsoleRefusesUnknownToken shows the login again, with a reason,
+// for a token the server does not know.
+func TestConsoleRefusesUnknownToken(t *testing.T) {
+	t.Parallel()
+	c := setup(t)
+	c.run(t,
+		chromedp.Navigate(c.url+"/ui/"),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), "not-a-token"),
+		chromedp.Click(chromedp.CSS(`form.login button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`form.login [role="alert"]`)),
+	)
+	msg := value(t, c, chromedp.Text(chromedp.CSS(`form.login [role="alert"]`)))
+	if !strings.Contains(msg, "not known") {
+		t.Fatalf("login says %q", msg)
+	}
+	stored := value(t, c, chromedp.Evaluate[string](`sessionStorage.getItem("taskledger.token") || ""`))
+	if stored != "" {
+		t.Fatalf("an unknown token stayed in session storage: %q", stored)
+	}
+	c.noErrors(t)
+}
+
+// TestConsoleStreamResumesAcrossRestart: the console's live stream,
+// cut by a server restart, resumes after the last event it got: it
+// receives every event of its customer exactly once, in order, also
+// those stored while it was away.
+func TestConsoleStreamResumesAcrossRestart(t *testing.T) {
+	t.Parallel()
+	c := setup(t)
+	ctx := context.Background()
+	c.login(t, acmeToken)
+	c.run(t,
+		chromedp.WaitVisible(chromedp.CSS(`#live[data-state="live"]`)),
+		chromedp.Evaluate[chromedp.Void](`window.seen = []; addEventListener("taskledger:event", (e) => seen.push(e.detail.seq)); undefined`),
+	)
+	first := schedule(t, c.acme, api.ScheduleRequest{Message: text("before the restart")})
+	schedule(t, c.operator, api.ScheduleRequest{CustomerID: "bob", Message: text("not acme's")})
+	c.poll(t, "seen.length > 0")
+	c.restart(t)
+	if _, err := c.acme.Cancel(ctx, first.ID, "while the console was away"); err != nil {
+		t.Fatal(err)
+	}
+	schedule(t, c.acme, api.ScheduleRequest{Message: text("after the restart")})
+	var want []uint64
+	if err := c.acme.CustomerEvents(ctx, "acme", time.Time{}, func(ev api.Event) error {
+		want = append(want, ev.Seq)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.poll(t, fmt.Sprintf("seen.at(-1) >= %d", want[len(want)-1]))
+	seen := value(t, c, chromedp.Evaluate[[]uint64]("seen"))
+	for len(want) > 0 && want[0] < seen[0] {
+		want = want[1:]
+	}
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Fatalf("the console got the events %v, want %v (every acme event from the first it got, once)", seen, want)
+	}
+	if got := value(t, c, chromedp.Text(chromedp.CSS("#live"))); got != "live" {
+		t.Fatalf("live state %q after the restart", got)
+	}
+	c.noErrors(t)
+}
