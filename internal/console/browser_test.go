@@ -276,8 +276,12 @@ func TestConsole(t *testing.T) {
 	t.Run("CancelFromTable", func(t *testing.T) {
 		task := schedule(t, c.acme, api.ScheduleRequest{Queue: "cancelme", Message: text("cancel me")})
 		c.open(t, "#/tasks?queue=cancelme", row(task.ID))
+		// Live updates may redraw the row between finding and clicking it
+		// (chromedp's node id goes stale), so the box is ticked inside the
+		// page in one step; a selected row pauses the live updates.
+		c.poll(t, fmt.Sprintf(`(() => { const b = document.querySelector(%q); if (!b) return false; if (!b.checked) b.click(); return b.checked })()`,
+			row(task.ID)+` input[type="checkbox"]`))
 		c.run(t,
-			chromedp.Click(chromedp.CSS(row(task.ID)+` input[type="checkbox"]`)),
 			chromedp.Click(chromedp.CSS("#bulk-cancel")),
 			chromedp.WaitVisible(chromedp.CSS(row(task.ID)+` [data-status="canceled"]`)),
 		)
