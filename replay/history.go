@@ -162,7 +162,7 @@ func Describe(ev events.Event) string {
 	case events.SlotReleased:
 		return fmt.Sprintf("gave back its slot of concurrency key %q (task %s)", p.Key, p.Status)
 	}
-	return ""
+	return describeSchedule(ev)
 }
 
 // SlotTask returns the task a concurrency key's event is about, "" for
@@ -174,7 +174,7 @@ func SlotTask(ev events.Event) string {
 	case events.SlotReleased:
 		return p.TaskID
 	}
-	return describeSchedule(ev)
+	return ""
 }
 
 // EffectText says in a few words what an effect is: its kind, ref and
