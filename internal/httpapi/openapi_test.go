@@ -331,9 +331,14 @@ func (s *openapiSpec) checkEventStream(answer []byte) error {
 // is JSON whatever the Content-Type; a body of only white space is empty;
 // a null or an empty string is the zero value (a null field as if left out, a null body or
 // array item as {}); an empty query parameter is as if left out. A HEAD
-// request is served by the GET route.
+// request is served by the GET route. A path parameter is read
+// percent-decoded, as the server reads it (/v1/tasks/%2d is task "-"),
+// unless decoding makes a new path segment.
 func conventional(r *http.Request, body []byte) *http.Request {
 	req := r.Clone(context.Background())
+	if req.URL.RawPath != "" && strings.Count(req.URL.Path, "/") == strings.Count(req.URL.RawPath, "/") {
+		req.URL.RawPath = ""
+	}
 	body = bytes.TrimSpace(body)
 	if len(body) > 0 {
 		req.Header.Set("Content-Type", "application/json")
