@@ -136,7 +136,7 @@ func (h *handler) getSchedule(w http.ResponseWriter, r *http.Request, p schedule
 		h.fail(w, r, err)
 		return
 	}
-	v, err := h.Service.GetSchedule(p, r.URL.Query().Get("customerId"), id)
+	v, err := h.Service.GetSchedule(r.Context(), p, r.URL.Query().Get("customerId"), id)
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -361,3 +361,38 @@ func TestListLimit(t *testing.T) {
 		t.Fatalf("paged through %v, want 3 tasks in id order", seen)
 	}
 }
+
+// TestGetScheduleBeforeProjections reads a schedule through a service
+// whose projections have not applied the log yet (a node catching up
+// after a restart): it is answered from the log, without runs, instead
+// of a false not_found; one the log does not hold either is not_found.
+func TestGetScheduleBeforeProjections(t *testing.T) {
+	t.Parallel()
+	n := setup(t)
+	ctx := context.Background()
+	if _, _, err := n.Service.CreateSchedule(ctx, acme, scheduler.CreateScheduleRequest{ID: "early", Every: "1h", Paused: true}); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := projections.New(projections.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := scheduler.New(scheduler.Config{Store: n.Store, Views: fresh, JS: n.Store.JetStream(), Subjects: n.NS.Subjects})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	v, err := svc.GetSchedule(ctx, acme, "", "early")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.State.ID != "early" || v.State.CustomerID != "acme" || !v.State.Paused || len(v.Runs) != 0 {
+		t.Fatalf("schedule from the log: %+v", v)
+	}
+	if _, err := svc.GetSchedule(ctx, acme, "", "never"); !errors.Is(err, aggregate.ErrNotFound) {
+		t.Fatalf("unknown schedule: %v, want ErrNotFound", err)
+	}
+	if _, err := svc.GetSchedule(ctx, scheduler.Principal{CustomerID: "globex"}, "", "early"); !errors.Is(err, aggregate.ErrNotFound) {
+		t.Fatalf("another customer's schedule: %v, want ErrNotFound", err)
+	}
+}

@@ -168,8 +168,9 @@ func (s *Service) scheduleView(sc projections.Schedule) ScheduleView {
 }
 
 // GetSchedule returns a customer's schedule, a deleted one too, from the
-// projections. Another customer's is ErrNotFound.
-func (s *Service) GetSchedule(p Principal, customerID, id string) (ScheduleView, error) {
+// projections; one they do not hold yet (catching up after a restart) is
+// read from the log, without its runs. Another customer's is ErrNotFound.
+func (s *Service) GetSchedule(ctx context.Context, p Principal, customerID, id string) (ScheduleView, error) {
 	customerID, err := scheduleCustomer(p, customerID)
 	if err != nil {
 		return ScheduleView{}, err
@@ -177,11 +178,17 @@ func (s *Service) GetSchedule(p Principal, customerID, id string) (ScheduleView,
 	if err := events.ValidID(id); err != nil {
 		return ScheduleView{}, invalid("schedule id: %v", err)
 	}
-	sc, ok := s.cfg.Schedules.Schedule(customerID, id)
-	if !ok {
+	if sc, ok := s.cfg.Schedules.Schedule(customerID, id); ok {
+		return s.scheduleView(sc), nil
+	}
+	st, err := s.cfg.ScheduleStore.LoadSchedule(ctx, customerID, id)
+	if err != nil {
+		return ScheduleView{}, s.unavailable(err)
+	}
+	if st.ID == "" {
 		return ScheduleView{}, fmt.Errorf("%w: schedule %s", aggregate.ErrNotFound, id)
 	}
-	return s.scheduleView(sc), nil
+	return s.scheduleView(projections.Schedule{State: st}), nil
 }
 
 // ListSchedules returns up to limit live schedules after the id after:
