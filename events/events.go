@@ -136,6 +136,15 @@ type TaskSpec struct {
 	Message        Message   `json:"message"`
 	RunAt          time.Time `json:"runAt"`
 	TimeoutSeconds int       `json:"timeoutSeconds"`
+	// Labels are the caller's key=value pairs for search (GET
+	// /v1/tasks?label=); nil when there are none. Added after v1 as an
+	// optional key: a spec without labels encodes, and old specs decode,
+	// as before.
+	Labels map[string]string `json:"labels,omitempty"`
+	// RetryOf is the terminal task this one retries (POST
+	// /v1/tasks/{id}/retry); it equals RelatedTaskID. Empty for any other
+	// task, and left out of the stored bytes then, as Labels is.
+	RetryOf string `json:"retryOf,omitempty"`
 }
 
 // TaskScheduled records that a task was accepted. It waits for RunAt to be released.
