@@ -45,6 +45,25 @@ type ScheduleRequest struct {
 	RunAt          *time.Time     `json:"runAt,omitempty"`
 	DelaySeconds   *float64       `json:"delaySeconds,omitempty"`
 	TimeoutSeconds *int           `json:"timeoutSeconds,omitempty"`
+	// Labels are key=value pairs to search tasks by: at most
+	// events.MaxLabels, keys as events.ValidLabelKey, values of at most
+	// events.MaxLabelValueBytes bytes. A child does not inherit its
+	// parent's.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// MaxLabelFilters is how many label filters one GET /v1/tasks may give.
+const MaxLabelFilters = 4
+
+// RetryRequest is the body of POST /v1/tasks/{id}/retry: every field is
+// optional. Without a RequestID every call makes another task; with one,
+// a repeat answers the task it made (the id shares the request ids of
+// POST /v1/tasks). Message replaces the retried task's objective; RunAt
+// defaults to now.
+type RetryRequest struct {
+	RequestID string          `json:"requestId,omitempty"`
+	Message   *events.Message `json:"message,omitempty"`
+	RunAt     *time.Time      `json:"runAt,omitempty"`
 }
 
 // ClaimRequest is the body of POST /v1/tasks/{id}/claim.

@@ -21,7 +21,12 @@ type Task struct {
 	Signal         *events.Signal `json:"signal,omitempty"`
 	Repo           string         `json:"repo,omitempty"`
 	Message        events.Message `json:"message"`
-	Status         string         `json:"status"`
+	// Labels are the task's key=value pairs, as scheduled.
+	Labels map[string]string `json:"labels,omitempty"`
+	// RetryOf is the task this one retries (POST /v1/tasks/{id}/retry);
+	// RelatedTaskID names it too.
+	RetryOf string `json:"retryOf,omitempty"`
+	Status  string `json:"status"`
 	CreatedAt      time.Time      `json:"createdAt,omitzero"`
 	RunAt          time.Time      `json:"runAt,omitzero"`
 	StartedAt      time.Time      `json:"startedAt,omitzero"`

@@ -26,7 +26,7 @@ func (e *Engine) Task(id string) (aggregate.State, bool) {
 	if t == nil {
 		return aggregate.State{}, false
 	}
-	return t.state(), true
+	return e.v.state(t), true
 }
 
 // Children returns the ids of a task's children in creation order.
@@ -77,7 +77,7 @@ func (e *Engine) Ancestors(id string) ([]aggregate.State, error) {
 		}
 		seen[pid] = true
 		if t = e.v.tasks[pid]; t != nil {
-			out = append(out, t.state())
+			out = append(out, e.v.state(t))
 		}
 	}
 	return out, nil
@@ -115,7 +115,7 @@ func (e *Engine) Due(t Timer, now time.Time, limit int, skip func(taskID string)
 	keys := e.v.timers[t].due(now, limit, skip)
 	out := make([]aggregate.State, len(keys))
 	for i, k := range keys {
-		out[i] = e.v.tasks[k].state()
+		out[i] = e.v.state(e.v.tasks[k])
 	}
 	return out
 }
@@ -214,7 +214,7 @@ func (e *Engine) Queued(customerID, queue string, limit int, skip func(taskID st
 	it := h.ascending(math.MaxInt64)
 	for item, ok := it.next(); ok && len(out) < limit; item, ok = it.next() {
 		if !skip(item.key) {
-			out = append(out, e.v.tasks[item.key].state())
+			out = append(out, e.v.state(e.v.tasks[item.key]))
 		}
 	}
 	return out
@@ -269,29 +269,56 @@ type Filter struct {
 	Queue      string
 	CustomerID string
 	RootID     string
+	// TaskID selects the one task with that id (a request id's task).
+	TaskID string
+	// Labels selects tasks carrying every one of these key=value pairs.
+	Labels map[string]string
+	// CreatedAfter and CreatedBefore select tasks created strictly
+	// after and strictly before them; zero is no bound.
+	CreatedAfter, CreatedBefore time.Time
 }
 
-func (f Filter) match(t *task) bool {
+func (v *views) match(f *Filter, t *task) bool {
 	return (f.Status == "" || statuses[t.status] == f.Status) &&
 		(f.Queue == "" || t.queue == f.Queue) &&
 		(f.CustomerID == "" || t.customer == f.CustomerID) &&
-		(f.RootID == "" || t.root == f.RootID)
+		(f.RootID == "" || t.root == f.RootID) &&
+		(f.TaskID == "" || t.id == f.TaskID) &&
+		(f.CreatedAfter.IsZero() || t.created > f.CreatedAfter.UnixNano()) &&
+		(f.CreatedBefore.IsZero() || t.created < f.CreatedBefore.UnixNano()) &&
+		v.labels.has(t.id, f.Labels)
+}
+
+// candidates returns the ids List must check for f: the one task of a
+// TaskID, the tasks of f's rarest label pair, those of its status, or
+// (nil, false) for every task.
+func (v *views) candidates(f *Filter) (map[string]struct{}, bool) {
+	switch {
+	case f.TaskID != "":
+		return map[string]struct{}{f.TaskID: {}}, true
+	case len(f.Labels) > 0:
+		return v.labels.smallest(f.Labels), true
+	case f.Status != "":
+		return v.byStatus[f.Status], true
+	}
+	return nil, false
 }
 
 // List returns up to limit tasks matching f with ids greater than after,
 // ordered by id (task ids are time-ordered, so this is creation order for
-// generated ids).
+// generated ids). A filter on a task id or on labels reads only the
+// tasks the index names for it, not every task.
 func (e *Engine) List(f Filter, after string, limit int) []aggregate.State {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	var out []aggregate.State
 	add := func(t *task) {
-		if t.id > after && f.match(t) {
-			out = append(out, t.state())
+		if t != nil && t.id > after && e.v.match(&f, t) {
+			out = append(out, e.v.state(t))
 		}
 	}
-	if f.Status != "" {
-		for id := range e.v.byStatus[f.Status] {
+	if ids, ok := e.v.candidates(&f); ok {
+		for id := range ids {
 			add(e.v.tasks[id])
 		}
 	} else {
@@ -314,7 +341,7 @@ func (e *Engine) Digest() string {
 	h := sha256.New()
 	for _, id := range sortedKeys(e.v.tasks) {
 		t := e.v.tasks[id]
-		st := t.state()
+		st := e.v.state(t) // labels included
 		st.Result = nil
 		fmt.Fprintf(h, "%+v|%+v|%v|%d %d %d\n", st, t.result, t.children, t.members, t.open, t.closedSeq)
 	}
@@ -332,6 +359,9 @@ func (e *Engine) Digest() string {
 	}
 	for _, st := range sortedKeys(e.v.byStatus) {
 		fmt.Fprintf(h, "status %s %v\n", st, sortedKeys(e.v.byStatus[st]))
+	}
+	for _, p := range sortedKeys(e.v.labels.byPair) {
+		fmt.Fprintf(h, "label %s %v\n", p, sortedKeys(e.v.labels.byPair[p]))
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -64,6 +64,9 @@ func (tr *traffic) schedule(customer, queue, parent string, delay float64, timeo
 		CustomerID: customer, ParentID: parent, Queue: queue,
 		Message: events.Message{Content: []events.ContentPart{{Type: "text", Text: "work for " + customer}}},
 	}
+	if parent == "" { // children carry none: the index holds labeled and unlabeled tasks
+		req.Labels = map[string]string{"customer": customer, "queue": queue}
+	}
 	if delay > 0 {
 		req.DelaySeconds = &delay
 	}
@@ -242,7 +245,7 @@ func (tr *traffic) run() {
 // parent, queue, runAt and, until the ready notification is published,
 // the signal; no LastHash.
 func projected(s aggregate.State) aggregate.State {
-	spec := events.TaskSpec{RootID: s.Spec.RootID, ParentID: s.Spec.ParentID, Queue: s.Spec.Queue, RunAt: s.Spec.RunAt}
+	spec := events.TaskSpec{RootID: s.Spec.RootID, ParentID: s.Spec.ParentID, Queue: s.Spec.Queue, RunAt: s.Spec.RunAt, Labels: s.Spec.Labels}
 	if s.Status == aggregate.StatusScheduled {
 		spec.Signal = s.Spec.Signal
 	}
@@ -289,6 +292,12 @@ func sameProjection(t *testing.T, live, fresh *projections.Engine) {
 	all := live.List(projections.Filter{}, "", 1<<30)
 	if got := fresh.List(projections.Filter{}, "", 1<<30); !slices.Equal(taskIDs(all), taskIDs(got)) {
 		t.Fatalf("List: live %d tasks, rebuilt %d", len(all), len(got))
+	}
+	for _, c := range customers {
+		f := projections.Filter{Labels: map[string]string{"customer": c, "queue": queues[0]}}
+		if l, r := live.List(f, "", 1<<30), fresh.List(f, "", 1<<30); !slices.Equal(taskIDs(l), taskIDs(r)) {
+			t.Errorf("List by labels of %s: live %v, rebuilt %v", c, taskIDs(l), taskIDs(r))
+		}
 	}
 	for _, s := range all {
 		l, _ := live.Task(s.TaskID)

@@ -101,6 +101,7 @@ func (v *views) drop(h *task) {
 		stack = stack[:len(stack)-1]
 		status := statuses[t.status]
 		delete(v.tasks, t.id)
+		v.labels.remove(t.id)
 		if set := v.byStatus[status]; set != nil {
 			if delete(set, t.id); len(set) == 0 {
 				delete(v.byStatus, status)

@@ -88,6 +88,8 @@ type views struct {
 	// liveQueues counts each customer's non-terminal tasks per queue, for
 	// the bound on a customer's queues.
 	liveQueues map[string]map[string]int
+	// labels indexes the labeled tasks' labels, for search.
+	labels labelIndex
 	retention
 }
 
@@ -100,6 +102,7 @@ func newViews(retain int) *views {
 		admissions:  make(map[string][]time.Time),
 		queueCounts: make(map[string]map[aggregate.Status]int),
 		liveQueues:  make(map[string]map[string]int),
+		labels:      newLabelIndex(),
 	}
 	for i := range v.timers {
 		v.timers[i] = newTimerQueue()
@@ -195,6 +198,7 @@ func (v *views) created(t *task, s *aggregate.State, at time.Time) {
 	}
 	v.join(t)
 	v.admit(s, at)
+	v.labels.add(t.id, s.Spec.Labels)
 }
 
 // admit remembers an admitted root task's creation for per-minute quotas,

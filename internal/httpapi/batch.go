@@ -14,7 +14,7 @@ func scheduleRequest(b api.ScheduleRequest) scheduler.ScheduleRequest {
 	return scheduler.ScheduleRequest{
 		CustomerID: b.CustomerID, ParentID: b.ParentID, RequestID: b.RequestID, RelatedTaskID: b.RelatedTaskID,
 		Signal: b.Signal, Repo: b.Repo, Queue: b.Queue, Message: b.Message,
-		RunAt: b.RunAt, DelaySeconds: b.DelaySeconds, TimeoutSeconds: b.TimeoutSeconds,
+		RunAt: b.RunAt, DelaySeconds: b.DelaySeconds, TimeoutSeconds: b.TimeoutSeconds, Labels: b.Labels,
 	}
 }
 
