@@ -71,4 +71,6 @@ type ReadyNotification struct {
 	Queue      string `json:"queue"`
 	DeliveryID string `json:"deliveryId"`
 	Signal     Signal `json:"signal"`
+	// Labels are the task's labels; left out when it has none.
+	Labels map[string]string `json:"labels,omitempty"`
 }

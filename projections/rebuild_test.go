@@ -369,6 +369,22 @@ func TestRebuildEqualsLive(t *testing.T) {
 			t.Errorf("task %s:\nprojected %+v\nreplayed  %+v", s.TaskID, s, want)
 		}
 	}
+	// The label index answers what a scan of every task would.
+	for _, c := range customers {
+		for _, q := range queues {
+			want := map[string]string{"customer": c, "queue": q}
+			var scanned []string
+			for _, s := range all {
+				if reflect.DeepEqual(s.Spec.Labels, want) {
+					scanned = append(scanned, s.TaskID)
+				}
+			}
+			indexed := taskIDs(live.List(projections.Filter{Labels: want}, "", 1<<30))
+			if len(scanned) == 0 || !slices.Equal(indexed, scanned) {
+				t.Errorf("labels %v: index %v, scan %v", want, indexed, scanned)
+			}
+		}
+	}
 	for _, want := range []aggregate.Status{aggregate.StatusScheduled, aggregate.StatusQueued, aggregate.StatusRunning,
 		aggregate.StatusSucceeded, aggregate.StatusFailed, aggregate.StatusCanceled, aggregate.StatusTimedOut} {
 		if statuses[want] == 0 {

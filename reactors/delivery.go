@@ -50,7 +50,7 @@ type ReadyPublisher struct {
 func (p ReadyPublisher) PublishReady(ctx context.Context, s aggregate.State, msgID string) (uint64, error) {
 	body, err := json.Marshal(events.ReadyNotification{
 		TaskID: s.TaskID, CustomerID: s.CustomerID, RootID: s.Spec.RootID, ParentID: s.Spec.ParentID,
-		Queue: s.Spec.Queue, DeliveryID: s.Delivery.ID, Signal: s.Spec.Signal,
+		Queue: s.Spec.Queue, DeliveryID: s.Delivery.ID, Signal: s.Spec.Signal, Labels: s.Spec.Labels,
 	})
 	if err != nil {
 		return 0, err
