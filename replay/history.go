@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -65,6 +67,12 @@ func Describe(ev events.Event) string {
 		s := fmt.Sprintf("queue %s, run at %s, timeout %ds", p.Spec.Queue, ts(p.Spec.RunAt), p.Spec.TimeoutSeconds)
 		if p.Spec.ParentID != "" {
 			s += ", parent " + p.Spec.ParentID
+		}
+		if p.Spec.RetryOf != "" {
+			s += ", retry of " + p.Spec.RetryOf
+		}
+		if l := labelText(p.Spec.Labels); l != "" {
+			s += ", labels " + l
 		}
 		if t := text(p.Spec.Message.Content); t != "" {
 			s += ": " + t
@@ -130,6 +138,15 @@ func EffectText(e events.Effect) string {
 		s += " (uncertain)"
 	}
 	return s
+}
+
+// labelText lists labels as k=v in key order, "" for none.
+func labelText(labels map[string]string) string {
+	pairs := make([]string, 0, len(labels))
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		pairs = append(pairs, k+"="+oneLine(labels[k]))
+	}
+	return strings.Join(pairs, " ")
 }
 
 func text(parts []events.ContentPart) string {
