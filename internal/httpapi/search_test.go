@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/taskledger/taskledger/api")
+	"github.com/taskledger/taskledger/api"
+)
 
 // TestLabelsAndSearch: labels are part of the task resource (not
 // inherited by children) and GET /v1/tasks finds tasks by labels, request
