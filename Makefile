@@ -5,8 +5,9 @@ GOLANGCI_LINT := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 FUZZTIME      ?= 10s
 BENCH_SCALE   ?= 1
 COUNT         ?= 10
+PYTHON        ?= python3
 
-.PHONY: help run build test fuzz bench bench-micro lint
+.PHONY: help run build test test-python fuzz bench bench-micro lint
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -17,12 +18,18 @@ run: ## run the scheduler with an embedded NATS server (data in ./data, API on 1
 build: ## build bin/taskledger
 	$(GO) build -o bin/taskledger ./cmd/taskledger
 
-test: ## vet, every test under the race detector, each fuzz target briefly, a BENCH_SCALE=0.1 bench smoke
+test: ## vet, every test under the race detector, the Python SDK's tests, each fuzz target briefly, a BENCH_SCALE=0.1 bench smoke
 	$(GO) vet ./...
 	$(GO) vet -tags crashpoints ./...
 	$(GO) test -race -count=1 -timeout 30m ./...
+	$(MAKE) test-python
 	$(MAKE) fuzz FUZZTIME=$(FUZZTIME)
 	$(MAKE) bench BENCH_SCALE=0.1
+
+test-python: ## the Python SDK's unittest suite against a real taskledger serve built from this checkout (needs python3 >= 3.10)
+	@command -v $(PYTHON) >/dev/null || (echo "test-python: $(PYTHON) not found; install Python 3.10 or later (.ci/run does)" >&2; exit 1)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10) and "test-python: Python 3.10 or later is needed, not " + sys.version.split()[0])'
+	$(PYTHON) -m unittest discover -s sdk/python/tests -t sdk/python
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./events

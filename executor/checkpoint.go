@@ -11,53 +11,67 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 )
 
-// Checkpoint is an executor's durable progress on one task (a Run in
-// the Run of docs/DESIGN.md). The worker saves it after every change, so a
-// restarted executor resumes the run instead of starting over.
+// Checkpoint is an executor's durable progress on one task: the Run of
+// docs/DESIGN.md ("Run and Turn") in the shape every SDK and the
+// scheduler share (api.RunState), plus the claim it belongs to. The
+// worker saves it after every change, so a restarted executor resumes the
+// run instead of starting over.
 type Checkpoint struct {
-	TaskID       string   `json:"taskId"`
-	DeliveryID   string   `json:"deliveryId"`
-	ExecutorID   string   `json:"executorId"`
-	Phase        string   `json:"phase,omitempty"`
-	Turn         int      `json:"turn"`
-	Transcript   []string `json:"transcript,omitempty"`   // item ids, in order; mailbox items use the message id
-	PendingTools []string `json:"pendingTools,omitempty"` // tool calls dispatched, not yet answered
-	Steps        []string `json:"steps,omitempty"`        // names of the steps that completed
-	// Effects holds external writes by key: the intent is recorded before
-	// the write, the outcome after it.
-	Effects map[string]*EffectRecord `json:"effects,omitempty"`
-	// Children maps a delegation key to the child task it created.
-	Children map[string]string `json:"children,omitempty"`
-	Done     bool              `json:"done,omitempty"` // the result was reported
+	TaskID     string `json:"taskId"`
+	DeliveryID string `json:"deliveryId"`
+	api.RunState
+	Done bool `json:"done,omitempty"` // the result was reported
 }
 
-// EffectRecord is one external effect's intent and, once known, outcome.
-type EffectRecord struct {
-	Outcome   *events.Effect `json:"outcome,omitempty"`
-	Uncertain bool           `json:"uncertain,omitempty"`
+// item returns the transcript item with id.
+func (c *Checkpoint) item(id string) (api.TranscriptItem, bool) {
+	for _, it := range c.Transcript {
+		if it.ID == id {
+			return it, true
+		}
+	}
+	return api.TranscriptItem{}, false
 }
 
-func (c *Checkpoint) hasItem(id string) bool { return slices.Contains(c.Transcript, id) }
+func (c *Checkpoint) hasItem(id string) bool {
+	_, ok := c.item(id)
+	return ok
+}
 
 func (c *Checkpoint) stepDone(name string) bool { return slices.Contains(c.Steps, name) }
 
+// clone returns a deep copy of c.
+func (c *Checkpoint) clone() Checkpoint {
+	b, _ := json.Marshal(c)
+	var out Checkpoint
+	json.Unmarshal(b, &out)
+	return out
+}
+
 // CheckpointStore keeps checkpoints by task id. Implementations are safe
-// for concurrent use. A Done checkpoint ends its run: saving one removes
-// the task's checkpoint, so Load then reports none and List omits it.
+// for concurrent use. A Done checkpoint ends its run (the worker saves one
+// once it reported the result or stopped): the executor-side stores
+// delete the task's checkpoint, so Load then reports none and List omits
+// it; SchedulerRuns writes nothing, as the scheduler keeps the last Run
+// for audit and List omits the task once it has ended.
 type CheckpointStore interface {
 	// Load returns the checkpoint of taskID; ok is false if there is none.
 	Load(ctx context.Context, taskID string) (cp Checkpoint, ok bool, err error)
 	// Save stores cp under cp.TaskID, replacing what was there; a Done cp
-	// removes it.
+	// ends it. ErrSuperseded (wrapped) means cp's claim no longer holds
+	// the task: nothing was saved and the run must stop.
 	Save(ctx context.Context, cp Checkpoint) error
 	// List returns every stored checkpoint.
 	List(ctx context.Context) ([]Checkpoint, error)
 }
 
-// KVCheckpoints stores checkpoints in a JetStream key-value bucket.
+// KVCheckpoints stores checkpoints in a JetStream key-value bucket of the
+// executor's own, an alternative to the scheduler's run routes
+// (SchedulerRuns) for executors with NATS access.
 type KVCheckpoints struct {
 	kv jetstream.KeyValue
 }
@@ -118,7 +132,16 @@ func (s *KVCheckpoints) Save(ctx context.Context, cp Checkpoint) error {
 	return err
 }
 
-// List implements CheckpointStore.
+// undecodable reports whether err is a checkpoint's JSON that does not
+// decode (written by an older SDK, whose transcript held ids only).
+func undecodable(err error) bool {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	return errors.As(err, &syntax) || errors.As(err, &typ)
+}
+
+// List implements CheckpointStore; it skips entries that do not decode as
+// a Checkpoint.
 func (s *KVCheckpoints) List(ctx context.Context) ([]Checkpoint, error) {
 	keys, err := s.kv.ListKeys(ctx)
 	if err != nil {
@@ -127,6 +150,9 @@ func (s *KVCheckpoints) List(ctx context.Context) ([]Checkpoint, error) {
 	var out []Checkpoint
 	for k := range keys.Keys() {
 		cp, ok, err := s.Load(ctx, k)
+		if undecodable(err) {
+			continue // not a checkpoint this SDK can resume (an older SDK's); its task times out
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -137,8 +163,8 @@ func (s *KVCheckpoints) List(ctx context.Context) ([]Checkpoint, error) {
 	return out, nil
 }
 
-// MemoryCheckpoints keeps checkpoints in memory: runs survive a handler
-// error, not a process restart. The zero value is ready to use.
+// MemoryCheckpoints keeps checkpoints in memory, for tests: runs survive
+// a handler error, not a process restart. The zero value is ready to use.
 type MemoryCheckpoints struct {
 	mu sync.Mutex
 	m  map[string][]byte

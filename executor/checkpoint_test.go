@@ -27,7 +27,7 @@ type wkHoldingStore struct {
 
 func (s *wkHoldingStore) Save(ctx context.Context, cp executor.Checkpoint) error {
 	s.mu.Lock()
-	hold := !s.held && slices.Contains(cp.Transcript, "m1")
+	hold := !s.held && slices.Contains(wkItemIDs(cp.Transcript), "m1")
 	if hold {
 		s.held, s.holding = true, true
 	}
@@ -90,7 +90,7 @@ func TestWorkerCheckpointSavesInOrder(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("checkpoint: %v, %v", ok, err)
 	}
-	if !slices.Equal(cp.Steps, []string{"a"}) || !slices.Equal(cp.Transcript, []string{"m1"}) {
+	if !slices.Equal(cp.Steps, []string{"a"}) || !slices.Equal(wkItemIDs(cp.Transcript), []string{"m1"}) {
 		t.Fatalf("stored checkpoint %+v lost an update", cp)
 	}
 }
@@ -178,5 +178,30 @@ func TestCheckpointsExpire(t *testing.T) {
 	}
 	if st.TTL() != executor.CheckpointTTL || st.TTL() <= 7*24*time.Hour {
 		t.Errorf("checkpoint bucket TTL %v, want %v (longer than the longest run)", st.TTL(), executor.CheckpointTTL)
+	}
+}
+
+// A KV entry an older SDK wrote (its transcript held ids only) does not
+// stop the others from being resumed.
+func TestKVCheckpointsSkipUndecodable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := wkSetup(t)
+	cps := e.kv(t, "legacy")
+	kv, err := e.js.KeyValue(ctx, e.ns.Stream+"_RUNS_legacy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "old", []byte(`{"taskId":"old","transcript":["m1"]}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := cps.Save(ctx, executor.Checkpoint{TaskID: "new", RunState: api.RunState{Turn: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if ids := listed(t, cps); !slices.Equal(ids, []string{"new"}) {
+		t.Fatalf("List = %v, want [new]", ids)
+	}
+	if _, _, err := cps.Load(ctx, "old"); err == nil {
+		t.Fatal("Load of an undecodable entry did not fail")
 	}
 }

@@ -2,7 +2,10 @@ package executor_test
 
 import (
 	"context"
+	"encoding/json"
 	"log"
+	"slices"
+	"strings"
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
@@ -16,7 +19,7 @@ func Example() {
 	ctx := context.Background()
 	w, err := executor.NewWorker(executor.WorkerConfig{
 		API: api.NewClient("http://127.0.0.1:8080", token), Queue: "default", ExecutorID: "w1",
-		// JS + Checkpoints: executor.OpenKVCheckpoints(ctx, js, "") to resume after a restart
+		// the run's progress is saved in the scheduler (PUT /v1/tasks/{id}/run): a restart resumes it
 	}, func(ctx context.Context, run *executor.Run) (string, error) {
 		if err := run.Step(ctx, "plan", plan); err != nil { // checks stop first; skipped when resumed
 			return "", err
@@ -51,3 +54,84 @@ func openPR(ctx context.Context) (events.Effect, error) {
 func findPRByBranch(ctx context.Context) (events.Effect, bool, error) {
 	return events.Effect{}, false, nil
 }
+
+// A model loop in Turns: each Turn records the model's input and answer
+// and runs the tool the answer asks for. Restarted after a crash, the
+// worker resumes the run: finished Turns are skipped, a cut-off one
+// answers from the saved transcript, and a tool cut off mid-call is not
+// called again (it settles as uncertain; give Dispatch a lookup to find
+// out instead).
+func ExampleRun_Turn() {
+	w, err := executor.NewWorker(executor.WorkerConfig{
+		API: api.NewClient("http://127.0.0.1:8080", token), Queue: "agents", ExecutorID: "agent-1",
+	}, agent)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := w.Run(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// agent runs Turns until the model answers without asking for a tool. It
+// reads where it stands from the saved Run, so a resumed run that skips
+// its finished Turns still knows when it is done.
+func agent(ctx context.Context, run *executor.Run) (string, error) {
+	for {
+		if answer, ok := lastOutput(run.State()); ok && !strings.HasPrefix(answer, "tool:") {
+			return answer, nil
+		}
+		err := run.Turn(ctx, func(t *executor.Turn) error {
+			in, err := t.Record(ctx, api.TranscriptItem{Kind: api.ItemModelInput, Content: text(prompt(run))})
+			if err != nil {
+				return err
+			}
+			out, err := t.Record(ctx, api.TranscriptItem{Kind: api.ItemModelOutput, Content: text(model(in.Content[0].Text))})
+			if err != nil {
+				return err
+			}
+			name, ok := strings.CutPrefix(out.Content[0].Text, "tool:")
+			if !ok {
+				return nil // the answer: this Turn is the last
+			}
+			_, err = t.Dispatch(ctx, api.ToolCall{Name: name}, func(ctx context.Context) (json.RawMessage, error) {
+				return json.RawMessage(`"main.go:12"`), nil // run the tool
+			}, nil)
+			return err
+		})
+		if err != nil {
+			return "", err
+		}
+	}
+}
+
+// prompt is the model's next input: the task's message, then the last
+// tool result.
+func prompt(run *executor.Run) string {
+	for _, it := range slices.Backward(run.State().Transcript) {
+		if it.Kind == api.ItemToolResult {
+			return it.Tool.Name + " said " + string(it.Tool.Output)
+		}
+	}
+	return run.Task.Message.Content[0].Text
+}
+
+// model stands in for a model call: it asks for grep, then answers.
+func model(input string) string {
+	if strings.HasPrefix(input, "grep said") {
+		return "fixed the bug at " + strings.TrimPrefix(input, "grep said ")
+	}
+	return "tool:grep"
+}
+
+// lastOutput returns the text of the run's last model output.
+func lastOutput(r api.RunState) (string, bool) {
+	for _, it := range slices.Backward(r.Transcript) {
+		if it.Kind == api.ItemModelOutput {
+			return it.Content[0].Text, true
+		}
+	}
+	return "", false
+}
+
+func text(s string) []events.ContentPart { return []events.ContentPart{{Type: "text", Text: s}} }

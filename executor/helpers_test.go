@@ -177,3 +177,12 @@ func wkBlock(ctx context.Context) error {
 	<-ctx.Done()
 	return ctx.Err()
 }
+
+// wkItemIDs returns the ids of transcript items, in order.
+func wkItemIDs(items []api.TranscriptItem) []string {
+	out := make([]string, len(items))
+	for i, it := range items {
+		out[i] = it.ID
+	}
+	return out
+}

@@ -19,7 +19,7 @@ import (
 // return; no new step or tool dispatch may begin.
 var ErrStopped = errors.New("executor: run stopped")
 
-// Item is one transcript item: a mailbox message delivered to the run.
+// Item is one mailbox message delivered to the run.
 type Item struct {
 	ID      string
 	Index   int
@@ -38,26 +38,24 @@ type Run struct {
 	saveMu     sync.Mutex // orders saves: a later snapshot is never overwritten by an older one
 	mu         sync.Mutex
 	cp         Checkpoint
-	items      map[string]Item
+	items      map[string]Item // mailbox messages known, by id
+	inbox      []string        // ids of mailbox messages not yet in the transcript
+	inTurn     int             // Turns running now; mailbox messages wait for a boundary
+	turns      int             // calls of Turn so far
 	stopReason string
 }
-
-// Context returns the run's context: it is cancelled when a stop check
-// says stop or the worker shuts down.
-func (r *Run) Context() context.Context { return r.ctx }
 
 // Checkpoint returns a copy of the run's durable progress.
 func (r *Run) Checkpoint() Checkpoint {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	b, _ := json.Marshal(r.cp)
-	var cp Checkpoint
-	json.Unmarshal(b, &cp)
-	return cp
+	return r.cp.clone()
 }
 
-// Update changes the checkpoint (phase, turn, pending tools) with fn and
-// saves it.
+// State returns a copy of the run's state as it is saved (api.RunState).
+func (r *Run) State() api.RunState { return r.Checkpoint().RunState }
+
+// Update changes the checkpoint with fn and saves it.
 func (r *Run) Update(ctx context.Context, fn func(cp *Checkpoint)) error {
 	r.mu.Lock()
 	fn(&r.cp)
@@ -65,46 +63,101 @@ func (r *Run) Update(ctx context.Context, fn func(cp *Checkpoint)) error {
 	return r.save(ctx)
 }
 
+// save stores the checkpoint. A store that says the run is superseded
+// stops it: the answer is then ErrStopped, and no later save is tried.
 func (r *Run) save(ctx context.Context) error {
 	r.saveMu.Lock()
 	defer r.saveMu.Unlock()
+	if r.StopReason() == ReasonSuperseded {
+		return ErrStopped
+	}
 	cp := r.Checkpoint()
-	if err := r.w.cfg.Checkpoints.Save(ctx, cp); err != nil {
-		return fmt.Errorf("save checkpoint of %s: %w", cp.TaskID, err)
+	err := r.w.cfg.Checkpoints.Save(ctx, cp)
+	if errors.Is(err, ErrSuperseded) {
+		r.stop(ReasonSuperseded)
+		return fmt.Errorf("%w: %w", ErrStopped, err)
+	}
+	if err != nil {
+		return r.interrupted("save", fmt.Errorf("save checkpoint of %s: %w", cp.TaskID, err))
 	}
 	return nil
 }
 
-// Transcript returns the mailbox items delivered to the run, in order.
+// SetPhase sets the run's phase (free text: "planning", "reviewing") and
+// saves it.
+func (r *Run) SetPhase(ctx context.Context, phase string) error {
+	return r.Update(ctx, func(cp *Checkpoint) { cp.Phase = phase })
+}
+
+// Context returns the named context snapshot saved by SaveContext; ok is
+// false if there is none.
+func (r *Run) Context(name string) (c api.RunContext, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok = r.cp.Contexts[name]
+	return c, ok
+}
+
+// SaveContext saves value (as JSON) as the named context snapshot: the
+// first save is version 1, each replacement the next version.
+func (r *Run) SaveContext(ctx context.Context, name string, value any) (api.RunContext, error) {
+	b, err := json.Marshal(value)
+	if err != nil {
+		return api.RunContext{}, fmt.Errorf("context %s: %w", name, err)
+	}
+	var c api.RunContext
+	err = r.Update(ctx, func(cp *Checkpoint) {
+		if cp.Contexts == nil {
+			cp.Contexts = map[string]api.RunContext{}
+		}
+		c = api.RunContext{Version: cp.Contexts[name].Version + 1, Value: b, SavedAt: time.Now().UTC()}
+		cp.Contexts[name] = c
+	})
+	return c, err
+}
+
+// Transcript returns the mailbox messages in the run's transcript, in
+// order.
 func (r *Run) Transcript() []Item {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]Item, 0, len(r.cp.Transcript))
-	for _, id := range r.cp.Transcript {
-		if it, ok := r.items[id]; ok {
-			out = append(out, it)
+	var out []Item
+	for _, it := range r.cp.Transcript {
+		if m, ok := r.items[it.ID]; ok && it.Kind == api.ItemMailbox {
+			out = append(out, m)
 		}
 	}
 	return out
 }
 
-// addItems appends mailbox messages to the transcript under their message
-// ids, skipping ids it already holds (a redelivered message), and reports
-// whether any was new.
-func (r *Run) addItems(msgs []api.MailItem) bool {
+// receive takes mailbox messages the run has not seen (a redelivered one
+// is skipped by its id) and, outside a Turn, adds them to the transcript.
+// It reports whether the transcript grew.
+func (r *Run) receive(msgs []api.MailItem) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	added := false
 	for _, m := range msgs {
-		if _, ok := r.items[m.ID]; !ok {
-			r.items[m.ID] = Item{ID: m.ID, Index: m.Index, Content: m.Content}
+		if _, ok := r.items[m.ID]; ok {
+			continue
 		}
+		r.items[m.ID] = Item{ID: m.ID, Index: m.Index, Content: m.Content}
 		if !r.cp.hasItem(m.ID) {
-			r.cp.Transcript = append(r.cp.Transcript, m.ID)
-			added = true
+			r.inbox = append(r.inbox, m.ID)
 		}
 	}
-	return added
+	return r.inTurn == 0 && r.joinLocked()
+}
+
+// joinLocked adds the waiting mailbox messages to the transcript (a Turn
+// boundary) and reports whether there were any. r.mu is held.
+func (r *Run) joinLocked() bool {
+	for _, id := range r.inbox {
+		r.cp.Transcript = append(r.cp.Transcript, api.TranscriptItem{
+			ID: id, Kind: api.ItemMailbox, Turn: r.cp.Turn, At: time.Now().UTC()})
+	}
+	joined := len(r.inbox) > 0
+	r.inbox = nil
+	return joined
 }
 
 // Check asks the scheduler whether to stop and collects new mailbox
@@ -119,7 +172,7 @@ func (r *Run) Check(ctx context.Context) error {
 		r.w.cfg.Logger.Warn().Err(err).Str("task", r.Task.ID).Msg("stop check failed; continuing (fail-open)")
 		return nil
 	}
-	if r.addItems(res.Messages) {
+	if r.receive(res.Messages) {
 		if err := r.save(ctx); err != nil {
 			r.w.cfg.Logger.Warn().Err(err).Str("task", r.Task.ID).Msg("checkpoint not saved")
 		}
@@ -186,7 +239,10 @@ func (r *Run) interrupted(what string, err error) error {
 // outcome after it. A resumed run that finds an intent without an outcome
 // does not repeat do blindly: lookup (e.g. find the pull request by its
 // stable branch name) decides whether it happened; without a lookup the
-// effect is reported as uncertain. Effects go into the task's result.
+// effect is reported as uncertain. Each outcome is reported to the
+// scheduler as soon as it is known (POST /v1/tasks/{id}/effects, when the
+// worker's API has ReportEffects), so a task that times out keeps the
+// evidence; the result carries every outcome too.
 func (r *Run) Effect(ctx context.Context, key string, do func(ctx context.Context) (events.Effect, error),
 	lookup func(ctx context.Context) (events.Effect, bool, error)) (events.Effect, error) {
 	r.mu.Lock()
@@ -197,15 +253,14 @@ func (r *Run) Effect(ctx context.Context, key string, do func(ctx context.Contex
 	}
 	if seen { // intent without outcome: the last attempt was cut off
 		if lookup == nil {
-			e := events.Effect{Kind: "unknown", Ref: key, Uncertain: true}
-			return e, r.Update(ctx, func(cp *Checkpoint) { cp.Effects[key] = &EffectRecord{Outcome: &e, Uncertain: true} })
+			return r.settleEffect(ctx, key, events.Effect{Kind: "unknown", Ref: key, Uncertain: true})
 		}
 		e, found, err := lookup(r.ctx)
 		if err != nil {
 			return events.Effect{}, r.interrupted("effect "+key+" lookup", err)
 		}
 		if found {
-			return e, r.Update(ctx, func(cp *Checkpoint) { cp.Effects[key] = &EffectRecord{Outcome: &e} })
+			return r.settleEffect(ctx, key, e)
 		}
 	}
 	if err := r.Check(ctx); err != nil {
@@ -213,9 +268,9 @@ func (r *Run) Effect(ctx context.Context, key string, do func(ctx context.Contex
 	}
 	if err := r.Update(ctx, func(cp *Checkpoint) {
 		if cp.Effects == nil {
-			cp.Effects = map[string]*EffectRecord{}
+			cp.Effects = map[string]api.EffectRecord{}
 		}
-		cp.Effects[key] = &EffectRecord{}
+		cp.Effects[key] = api.EffectRecord{}
 	}); err != nil {
 		return events.Effect{}, err
 	}
@@ -223,8 +278,28 @@ func (r *Run) Effect(ctx context.Context, key string, do func(ctx context.Contex
 	if err != nil {
 		return events.Effect{}, r.interrupted("effect "+key, err)
 	}
-	return e, r.Update(ctx, func(cp *Checkpoint) { cp.Effects[key] = &EffectRecord{Outcome: &e} })
+	return r.settleEffect(ctx, key, e)
 }
+
+// settleEffect reports an effect's outcome to the scheduler, then saves
+// it. A report that fails is logged: the result carries the effect too.
+func (r *Run) settleEffect(ctx context.Context, key string, e events.Effect) (events.Effect, error) {
+	if rep, ok := r.w.cfg.API.(EffectReporter); ok {
+		if _, err := rep.ReportEffects(ctx, r.Task.ID, r.Task.Claim.DeliveryID, []events.Effect{e}); err != nil {
+			r.w.cfg.Logger.Warn().Err(err).Str("task", r.Task.ID).Str("effect", key).Msg("effect not reported; the result will carry it")
+		}
+	}
+	return e, r.Update(ctx, func(cp *Checkpoint) { cp.Effects[key] = api.EffectRecord{Outcome: &e, Uncertain: e.Uncertain} })
+}
+
+// EffectReporter reports effects as they happen (POST
+// /v1/tasks/{id}/effects). *api.Client implements it; a worker whose API
+// does not reports effects only in the result.
+type EffectReporter interface {
+	ReportEffects(ctx context.Context, id, deliveryID string, effects []events.Effect) (api.Task, error)
+}
+
+var _ EffectReporter = (*api.Client)(nil)
 
 // effects returns the outcomes recorded so far, for the result.
 func (r *Run) effects() []events.Effect {

@@ -1,10 +1,35 @@
 // Package executor is taskledger's executor SDK: a Worker claims tasks of
 // one queue and runs a Handler on each, and the handler's Run keeps its
-// durable progress (steps, effects, delegated children, the mailbox
-// transcript) in a CheckpointStore so a restarted executor resumes
-// instead of starting over. It needs only the scheduler's HTTP API (and,
-// optionally, NATS for ready notifications and checkpoints); it links no
-// server code.
+// durable progress (api.RunState: phase, Turns, transcript, contexts,
+// pending tools, steps, effects, delegated children) in a CheckpointStore
+// — by default the scheduler's run routes — so a restarted executor
+// resumes instead of starting over. It needs only the scheduler's HTTP
+// API (and, optionally, NATS for ready notifications); it links no server
+// code.
+//
+// # Run and Turn
+//
+// A handler re-runs from the top when its run is resumed, and meets its
+// saved progress by a deterministic rule: the same calls in the same order
+// find the same records.
+//
+//   - Step(name) and Effect(key) are found by name and key: a completed
+//     step is skipped, a recorded outcome returned.
+//   - The k-th call of Run.Turn is Turn k. A Turn whose end is saved is
+//     skipped (its fn is not called); a Turn cut off mid-way runs fn
+//     again, and its j-th Record or Dispatch (or the one with the same
+//     explicit id) answers from the saved transcript: a recorded item is
+//     returned as recorded, a settled tool with its saved result. A tool
+//     still pending was cut off by the crash: its lookup decides, else it
+//     is called again only if it is idempotent, else it settles as
+//     uncertain.
+//   - A handler whose Turns are skipped reads what they produced from
+//     Run.State (see ExampleRun_Turn).
+//
+// Every boundary (a Step, an Effect, a Turn's start, a Dispatch, a
+// delegation) checks stop first. Mailbox messages join the transcript at
+// Turn boundaries only, each once under its message id. docs/DESIGN.md,
+// "Run and Turn", has the whole contract.
 package executor
 
 import (
@@ -60,7 +85,10 @@ type WorkerConfig struct {
 	JS          jetstream.JetStream
 	ReadyStream string          // default events.ReadyStreamName(events.DefaultStream)
 	Subjects    events.Subjects // default tl.*
-	Checkpoints CheckpointStore // default in memory
+	// Checkpoints keeps the runs' progress. Default: the scheduler's run
+	// routes (SchedulerRuns) when API implements RunAPI, as *api.Client
+	// does; otherwise in memory, which survives no restart.
+	Checkpoints CheckpointStore
 	// CheckInterval is the period of the background stop check; default 2s.
 	CheckInterval time.Duration
 	PollWait      time.Duration // long poll of claims/next; default 30s
@@ -100,7 +128,11 @@ func NewWorker(cfg WorkerConfig, h Handler) (*Worker, error) {
 		cfg.Subjects = events.DefaultSubjects
 	}
 	if cfg.Checkpoints == nil {
-		cfg.Checkpoints = &MemoryCheckpoints{}
+		if ra, ok := cfg.API.(RunAPI); ok {
+			cfg.Checkpoints = NewSchedulerRuns(ra, cfg.Queue, cfg.ExecutorID)
+		} else {
+			cfg.Checkpoints = &MemoryCheckpoints{}
+		}
 	}
 	if cfg.CheckInterval <= 0 {
 		cfg.CheckInterval = 2 * time.Second
@@ -173,7 +205,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			backoff = 100 * time.Millisecond
 		}
 		for _, t := range tasks {
-			start(t, Checkpoint{TaskID: t.ID, DeliveryID: t.Claim.DeliveryID, ExecutorID: w.cfg.ExecutorID})
+			start(t, Checkpoint{TaskID: t.ID, DeliveryID: t.Claim.DeliveryID, RunState: api.RunState{ExecutorID: w.cfg.ExecutorID}})
 		}
 		for range free - len(tasks) {
 			<-slots
@@ -297,11 +329,12 @@ func (w *Worker) execute(ctx context.Context, t api.Task, cp Checkpoint) {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r := &Run{Task: t, w: w, ctx: runCtx, cancel: cancel, cp: cp, items: map[string]Item{}}
-	if len(cp.Transcript) > 0 { // resumed: reload the items' content
+	if t.Mailbox.Count > 0 {
+		// Resumed, or mail came before the claim: the transcript keeps
+		// message ids only, so reload the content, and let messages
+		// handed out but not yet in the transcript join it now.
 		if mail, err := w.cfg.API.Mailbox(ctx, t.ID, 0); err == nil {
-			for _, m := range mail.Messages {
-				r.items[m.ID] = Item{ID: m.ID, Index: m.Index, Content: m.Content}
-			}
+			r.receive(mail.Messages)
 		}
 	}
 	if err := r.save(ctx); err != nil {

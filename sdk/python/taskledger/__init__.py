@@ -1,0 +1,55 @@
+"""taskledger: the Python client and executor SDK of the taskledger
+scheduler (standard library only).
+
+- ``Client``: one method per route of the HTTP API (docs/API.md).
+- ``Worker``, ``Run``, ``Turn``: the executor SDK, with durable Run state
+  in the scheduler's run routes, as the Go SDK (package executor).
+- ``taskledger.errors``: one exception class per error the API answers.
+- ``taskledger.types``: the wire types as dataclasses.
+"""
+
+from .client import Client
+from .errors import (
+    AdmissionRejected,
+    Conflict,
+    Forbidden,
+    HeaderTooLarge,
+    Internal,
+    InvalidArgument,
+    LineageLimit,
+    NotClaimable,
+    NotFound,
+    ParentTerminal,
+    PayloadTooLarge,
+    RequestTimeout,
+    StaleRevision,
+    TaskledgerError,
+    Terminal,
+    TokenMismatch,
+    TooManyPolls,
+    Unauthenticated,
+    Unavailable,
+)
+from .types import (
+    ContentPart,
+    Effect,
+    Message,
+    ResultItem,
+    ResultRequest,
+    RunState,
+    ScheduleRequest,
+    Signal,
+    Task,
+    ToolCall,
+    TranscriptItem,
+)
+from .worker import REASON_SUPERSEDED, Run, Stopped, Turn, Worker
+
+__all__ = [
+    "AdmissionRejected", "Client", "Conflict", "ContentPart", "Effect", "Forbidden", "HeaderTooLarge",
+    "Internal", "InvalidArgument", "LineageLimit", "Message", "NotClaimable", "NotFound", "ParentTerminal",
+    "PayloadTooLarge", "REASON_SUPERSEDED", "RequestTimeout", "ResultItem", "ResultRequest", "Run", "RunState",
+    "ScheduleRequest", "Signal", "StaleRevision", "Stopped", "Task", "TaskledgerError", "Terminal",
+    "TokenMismatch", "ToolCall", "TooManyPolls", "TranscriptItem", "Turn", "Unauthenticated", "Unavailable",
+    "Worker",
+]

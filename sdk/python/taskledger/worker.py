@@ -1,0 +1,751 @@
+"""The executor SDK: a Worker claims tasks of one queue and runs a handler
+on each; the handler's Run keeps its durable progress (Turns, tool calls,
+steps, effects, children, the mailbox transcript) in the scheduler's Run
+document (PUT/GET /v1/tasks/{id}/run), so a restarted executor with the
+same executor id resumes instead of starting over. The semantics are the
+Go SDK's (package executor; docs/DESIGN.md, "Run and Turn"), and both
+persist the same RunState.
+
+Turns. The k-th call of ``run.turn`` in a handler is Turn k, so a
+restarted handler that makes the same calls in the same order meets its
+Turns again: a Turn whose end is in the saved Run is skipped (its function
+is not called); a Turn cut off mid-way runs again, and its ``record`` and
+``dispatch`` calls answer from the saved transcript instead of doing their
+work twice; any other Turn runs for the first time.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from .client import Client
+from .errors import NotFound, StaleRevision, TaskledgerError, Terminal, TokenMismatch
+from .types import (
+    DEFAULT_QUEUE,
+    ITEM_MAILBOX,
+    ITEM_MODEL_INPUT,
+    ITEM_MODEL_OUTPUT,
+    ITEM_NOTE,
+    ITEM_TOOL_CALL,
+    ITEM_TOOL_RESULT,
+    MAX_BATCH_ITEMS,
+    MAX_EFFECTS,
+    MAX_ERROR_BYTES,
+    MAX_SUMMARY_BYTES,
+    REASON_ANCESTOR_TERMINAL,
+    STATUS_RUNNING,
+    TOOL_ERROR,
+    TOOL_OK,
+    TOOL_PENDING,
+    TOOL_TIMEOUT,
+    TOOL_UNCERTAIN,
+    ChildResult,
+    ContentPart,
+    Effect,
+    EffectRecord,
+    MailItem,
+    ResultRequest,
+    RunContext,
+    RunState,
+    ScheduleRequest,
+    Task,
+    ToolCall,
+    TranscriptItem,
+    child_result_id,
+    derive_id,
+)
+
+log = logging.getLogger("taskledger")
+
+R = TypeVar("R")
+
+# The stop reason of a run whose save the scheduler refused because its
+# claim no longer holds the task.
+REASON_SUPERSEDED = "superseded"
+
+
+class Stopped(Exception):
+    """Raised by a Run's boundaries once a stop check said stop (the task or
+    an ancestor is terminal, or the task is gone), once a save was refused
+    because the claim no longer holds the task (``superseded``), or while
+    the worker shuts down. The handler should let it propagate."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"taskledger: run stopped ({reason})")
+
+
+Handler = Callable[["Run"], str]
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _truncate(s: str, n: int) -> str:
+    """The longest prefix of s of at most n UTF-8 bytes."""
+    b = s.encode()
+    return s if len(b) <= n else b[:n].decode(errors="ignore")
+
+
+def _content(content: str | list[ContentPart]) -> list[ContentPart]:
+    return [ContentPart("text", content)] if isinstance(content, str) else list(content)
+
+
+class Worker:
+    """Claims tasks from one queue and runs ``handler(run) -> summary`` on
+    each, ``concurrency`` at a time, each in a thread of its own.
+
+    A handler that returns reports success with the summary; one that
+    raises reports failure with the error (Stopped reports nothing: the
+    task ended, or another claim holds it). ``executor_id`` names this
+    executor in claims: keep it stable across restarts, so a restarted
+    worker resumes the runs it still holds (running tasks of its queue
+    claimed under its id). ``check_interval`` is the period of the
+    background stop check, ``poll_wait`` the long poll of a claim (stop()
+    takes effect when the poll in flight ends).
+    """
+
+    def __init__(self, client: Client, handler: Handler, *, queue: str = DEFAULT_QUEUE, executor_id: str = "",
+                 concurrency: int = 4, check_interval: float = 2.0, poll_wait: float = 30.0) -> None:
+        self.client = client
+        self.handler = handler
+        self.queue = queue or DEFAULT_QUEUE
+        self.executor_id = executor_id or "executor-" + socket.gethostname()
+        self.concurrency = max(concurrency, 1)
+        self.check_interval = check_interval if check_interval > 0 else 2.0
+        self.poll_wait = poll_wait if poll_wait > 0 else 30.0
+        self._stopping = threading.Event()
+        self._mu = threading.Lock()
+        self._runs: set[Run] = set()  # the runs in progress
+
+    def stop(self) -> None:
+        """Asks run() to return. Runs in progress stop at their next
+        boundary and are left, unreported, for a restarted worker to
+        resume. Safe to call from any thread, and more than once."""
+        self._stopping.set()
+        with self._mu:
+            for r in self._runs:
+                r._halt.set()
+
+    def run(self) -> None:
+        """Resumes the runs this executor still holds, then claims and runs
+        tasks until stop(). Returns once every run it started returned.
+        Raises TaskledgerError or OSError when the runs it holds cannot be
+        listed; a failed claim is logged and retried with a backoff."""
+        slots = threading.BoundedSemaphore(self.concurrency)
+        threads: list[threading.Thread] = []
+
+        def start(task: Task, state: RunState, revision: int) -> None:
+            def go() -> None:
+                try:
+                    self._execute(task, state, revision)
+                finally:
+                    self.client.close_thread()
+                    slots.release()
+
+            th = threading.Thread(target=go, name=f"taskledger-run-{task.id}", daemon=True)
+            threads[:] = [t for t in threads if t.is_alive()] + [th]
+            th.start()
+
+        try:
+            for task, state, revision in self._held():
+                while not slots.acquire(timeout=self.check_interval):
+                    if self._stopping.is_set():
+                        return
+                log.info("resuming run of %s at turn %d", task.id, state.turn)
+                start(task, state, revision)
+            backoff = 0.1
+            while not self._stopping.is_set():
+                if not slots.acquire(timeout=self.check_interval):
+                    continue
+                free = 1
+                while free < self.concurrency and slots.acquire(blocking=False):
+                    free += 1
+                try:
+                    tasks = self._poll(free)
+                    backoff = 0.1
+                except (TaskledgerError, OSError) as e:
+                    log.warning("claiming from %s failed; retrying: %s", self.queue, e)
+                    tasks = []
+                    self._stopping.wait(backoff)
+                    backoff = min(2 * backoff, 5.0)
+                for t in tasks:
+                    start(t, RunState(executor_id=self.executor_id), 0)
+                for _ in range(free - len(tasks)):
+                    slots.release()
+        finally:
+            for th in threads:
+                th.join()
+
+    def _held(self) -> list[tuple[Task, RunState, int]]:
+        """The running tasks of the queue claimed under this executor id,
+        each with its saved Run and revision (an empty Run, revision 0,
+        when it saved none)."""
+        out = []
+        for t in self.client.list_all(status=STATUS_RUNNING, queue=self.queue, limit=1000):
+            if t.claim is None or t.claim.executor_id != self.executor_id:
+                continue
+            try:
+                doc = self.client.get_run(t.id)
+                out.append((t, doc.run, doc.revision))
+            except NotFound:
+                out.append((t, RunState(executor_id=self.executor_id), 0))
+        return out
+
+    def _poll(self, free: int) -> list[Task]:
+        if free > 1:
+            return self.client.claim_batch(self.executor_id, self.queue, min(free, MAX_BATCH_ITEMS), self.poll_wait)
+        t = self.client.claim_next(self.executor_id, self.queue, self.poll_wait)
+        return [] if t is None else [t]
+
+    def _execute(self, task: Task, state: RunState, revision: int) -> None:
+        run = Run(self, task, state, revision)
+        with self._mu:
+            self._runs.add(run)
+            if self._stopping.is_set():
+                run._halt.set()
+        try:
+            self._execute_run(run)
+        finally:
+            with self._mu:
+                self._runs.discard(run)
+
+    def _execute_run(self, run: Run) -> None:
+        task = run.task
+        if task.mailbox.count > 0:
+            # Resumed, or mail came before the claim: the transcript keeps
+            # message ids only, so reload the content, and let messages
+            # handed out but not yet in the transcript join it now.
+            try:
+                run._receive(self.client.mailbox(task.id).messages)
+            except (TaskledgerError, OSError) as e:
+                log.warning("mailbox of %s not read: %s", task.id, e)
+        checking = threading.Thread(target=run._check_loop, name=f"taskledger-check-{task.id}", daemon=True)
+        checking.start()
+        summary, error = "", ""
+        try:
+            summary = str(self.handler(run) or "")
+        except Exception as e:  # a failure of the handler fails the task, unless it stopped
+            error = str(e) or type(e).__name__
+        finally:
+            run._done.set()
+            checking.join()
+        if run.stop_reason:
+            if run.stop_reason == REASON_ANCESTOR_TERMINAL:
+                try:
+                    self.client.cancel(task.id, "an ancestor task is terminal")
+                except (TaskledgerError, OSError) as e:
+                    log.warning("cancel of %s after an ancestor stop: %s", task.id, e)
+            log.info("run of %s stopped: %s", task.id, run.stop_reason)
+            return
+        if self._stopping.is_set():
+            log.info("worker shutting down; run of %s left to resume", task.id)
+            return
+        res = ResultRequest(success=not error, summary=_truncate(summary, MAX_SUMMARY_BYTES),
+                            error=_truncate(error, MAX_ERROR_BYTES), effects=run._effects()[:MAX_EFFECTS],
+                            delivery_id=run.delivery_id)
+        try:
+            self.client.record_result(task.id, res)
+        except (TaskledgerError, OSError) as e:
+            log.warning("result of %s not recorded: %s", task.id, e)
+
+
+class Run:
+    """A handler's handle on one claimed task: its durable progress, saved
+    in the scheduler after every change. Safe for use from several
+    threads (tools may be dispatched in parallel)."""
+
+    def __init__(self, worker: Worker, task: Task, state: RunState, revision: int) -> None:
+        self.task = task
+        self._w = worker
+        self._client = worker.client
+        self._state = state
+        self._revision = revision
+        self._mu = threading.RLock()
+        self._save_mu = threading.Lock()  # orders saves: a later state is never overwritten by an older one
+        self._items: dict[str, MailItem] = {}  # mailbox messages known, by id
+        self._inbox: list[str] = []  # ids of mailbox messages not yet in the transcript
+        self._in_turn = 0  # Turns running now; mailbox messages wait for a boundary
+        self._turns = 0  # calls of turn() so far
+        self._stop_reason = ""
+        self._halt = threading.Event()  # set once stopped, or when the worker shuts down
+        self._done = threading.Event()  # set when the handler returned
+
+    @property
+    def delivery_id(self) -> str:
+        """The delivery token of the claim this run works under."""
+        return self.task.claim.delivery_id if self.task.claim else ""
+
+    @property
+    def state(self) -> RunState:
+        """A copy of the run's state as it is saved."""
+        with self._mu:
+            return copy.deepcopy(self._state)
+
+    @property
+    def stop_reason(self) -> str:
+        """Why the run stopped ("" while it runs)."""
+        with self._mu:
+            return self._stop_reason
+
+    @property
+    def stopped(self) -> bool:
+        """Whether a stop check said stop, the run was superseded or the
+        worker is shutting down: long work should end then."""
+        return bool(self.stop_reason) or self._w._stopping.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        """Waits up to timeout seconds or until the run stops; reports
+        whether it stopped. For handlers that wait on something."""
+        return self._halt.wait(timeout)
+
+    def _stop(self, reason: str) -> None:
+        with self._mu:
+            if not self._stop_reason:
+                self._stop_reason = reason
+        self._halt.set()
+
+    def _raise_if_stopped(self) -> None:
+        if self.stop_reason:
+            raise Stopped(self.stop_reason)
+        if self._w._stopping.is_set():
+            raise Stopped("worker shutting down")
+
+    def _interrupted(self, err: BaseException) -> BaseException:
+        """err, or Stopped (caused by err) when a stop cut the work short,
+        so a handler can tell a stop from a failure."""
+        if self.stopped:
+            s = Stopped(self.stop_reason or "worker shutting down")
+            s.__cause__ = err
+            return s
+        return err
+
+    # -- saving --
+
+    def _update(self, fn: Callable[[RunState], R]) -> R:
+        """Changes the state with fn and saves it; returns fn's value. A
+        save that fails while the run is stopping raises Stopped."""
+        with self._mu:
+            out = fn(self._state)
+        try:
+            self._save()
+        except (TaskledgerError, OSError) as e:
+            raise self._interrupted(e)
+        return out
+
+    def _save(self) -> None:
+        """Saves the state (PUT /run). A refused claim (token_mismatch,
+        terminal, not found) or a document of another claim stops the run
+        as superseded and raises Stopped; nothing more is saved then. A
+        stale revision (a lost answer, an earlier process of this executor)
+        is read again and, while the document is this claim's, retried."""
+        with self._save_mu:
+            if self.stop_reason == REASON_SUPERSEDED:
+                raise Stopped(REASON_SUPERSEDED)
+            state = self.state
+            if self._revision == 0 and _empty_run(state):
+                return  # nothing worth a write yet
+            for _ in range(2):
+                try:
+                    doc = self._client.save_run(self.task.id, self.delivery_id, self._revision, state)
+                    self._revision = doc.revision
+                    return
+                except (TokenMismatch, Terminal, NotFound) as e:
+                    self._stop(REASON_SUPERSEDED)
+                    raise Stopped(REASON_SUPERSEDED) from e
+                except StaleRevision:
+                    doc = self._client.get_run(self.task.id)
+                    if doc.delivery_id != self.delivery_id:
+                        self._stop(REASON_SUPERSEDED)
+                        raise Stopped(REASON_SUPERSEDED) from None
+                    self._revision = doc.revision
+            raise StaleRevision(409, "conflict", "stale_revision", f"run of {self.task.id} kept moving")
+
+    # -- checks and the mailbox --
+
+    def check(self) -> None:
+        """Asks the scheduler whether to stop and collects new mailbox
+        messages (outside a Turn they join the transcript at once, inside
+        one at its end). A failed check keeps the run going (fail-open).
+        Raises Stopped once stopped."""
+        self._raise_if_stopped()
+        try:
+            res = self._client.check(self.task.id)
+        except (TaskledgerError, OSError) as e:
+            log.warning("stop check of %s failed; continuing (fail-open): %s", self.task.id, e)
+            return
+        if self._receive(res.messages):
+            try:
+                self._save()
+            except Stopped:
+                raise
+            except (TaskledgerError, OSError) as e:
+                log.warning("run of %s not saved: %s", self.task.id, e)
+        if res.should_stop:
+            self._stop(res.reason)
+            raise Stopped(res.reason)
+
+    def _check_loop(self) -> None:
+        try:
+            while not self._done.wait(self._w.check_interval):
+                self.check()
+        except Stopped:
+            pass
+        finally:
+            self._client.close_thread()
+
+    def _receive(self, msgs: list[MailItem]) -> bool:
+        """Takes messages not seen before (by id) and, outside a Turn, joins
+        them to the transcript; reports whether the transcript grew."""
+        with self._mu:
+            for m in msgs:
+                if m.id in self._items:
+                    continue
+                self._items[m.id] = m
+                if _item(self._state, m.id) is None:
+                    self._inbox.append(m.id)
+            return self._in_turn == 0 and self._join()
+
+    def _join(self) -> bool:
+        """Adds the waiting mailbox messages to the transcript (a Turn
+        boundary); self._mu is held."""
+        for mid in self._inbox:
+            self._state.transcript.append(TranscriptItem(id=mid, kind=ITEM_MAILBOX, turn=self._state.turn, at=_now()))
+        joined = bool(self._inbox)
+        self._inbox = []
+        return joined
+
+    def messages(self) -> list[MailItem]:
+        """The mailbox messages in the transcript, in order, with their
+        content."""
+        with self._mu:
+            return [self._items[i.id] for i in self._state.transcript if i.kind == ITEM_MAILBOX and i.id in self._items]
+
+    def transcript(self) -> list[TranscriptItem]:
+        """A copy of the transcript."""
+        return self.state.transcript
+
+    # -- phase, contexts, steps --
+
+    def set_phase(self, phase: str) -> None:
+        """Sets the run's phase (free text) and saves it."""
+        self._update(lambda s: setattr(s, "phase", phase))
+
+    def context(self, name: str) -> RunContext | None:
+        """The named context snapshot, or None."""
+        with self._mu:
+            c = self._state.contexts.get(name)
+            return copy.deepcopy(c)
+
+    def save_context(self, name: str, value: Any) -> RunContext:
+        """Saves value (JSON) as the named context snapshot: version 1 for
+        the first save, the next version for each replacement."""
+        json.dumps(value)  # refuse what cannot be saved before changing anything
+
+        def put(s: RunState) -> RunContext:
+            old = s.contexts.get(name)
+            c = RunContext(version=(old.version if old else 0) + 1, value=value, saved_at=_now())
+            s.contexts[name] = c
+            return copy.deepcopy(c)
+
+        return self._update(put)
+
+    def step(self, name: str, fn: Callable[[], None]) -> None:
+        """Runs fn as the named step unless the saved Run has it done (a
+        resumed run skips it). Checks stop first."""
+        with self._mu:
+            if name in self._state.steps:
+                return
+        self.check()
+        try:
+            fn()
+        except Stopped:
+            raise
+        except Exception as e:
+            raise self._interrupted(e)
+        self._update(lambda s: s.steps.append(name))
+
+    # -- Turns --
+
+    def turn(self, fn: Callable[[Turn], None]) -> None:
+        """Runs fn as the run's next Turn (see the module doc): skipped when
+        the saved Run has its end. A Turn begins at a boundary: it checks
+        stop first (Stopped), mailbox messages received so far join the
+        transcript, and the Run is saved with this Turn as the current
+        one; messages arriving during the Turn join at its end. The Turn
+        ends when fn returns with every dispatched tool settled: its end
+        (transcript item "t<k>.end") is saved. An exception from fn
+        propagates (as Stopped when a stop cut it short) and the Turn stays
+        open, to be run again by a resumed handler."""
+        with self._mu:
+            self._turns += 1
+            k = self._turns
+            if self._state.turn > k or _item(self._state, _turn_end_id(k)) is not None:
+                return
+        self.check()
+
+        def begin(s: RunState) -> None:
+            s.turn = k
+            self._join()
+            self._in_turn += 1
+
+        try:
+            self._update(begin)
+        except BaseException:
+            self._leave_turn()
+            raise
+        try:
+            fn(Turn(self, k))
+            self._raise_if_stopped()
+        except Stopped:
+            self._leave_turn()
+            raise
+        except BaseException as e:
+            self._leave_turn()
+            raise self._interrupted(e) if isinstance(e, Exception) else e
+
+        def end(s: RunState) -> list[str]:
+            self._in_turn -= 1  # with the end and the join, so no check joins a message before the end
+            pending = [c.id for c in s.pending_tools if c.turn == k]
+            if not pending:
+                s.transcript.append(TranscriptItem(id=_turn_end_id(k), kind=ITEM_NOTE, turn=k, at=_now(),
+                                                   content=[ContentPart("text", f"turn {k} ended")]))
+            self._join()
+            return pending
+
+        pending = self._update(end)
+        if pending:
+            raise RuntimeError(f"turn {k}: fn returned with tools {pending} not settled")
+
+    def _leave_turn(self) -> None:
+        with self._mu:
+            self._in_turn -= 1
+
+    # -- effects and children --
+
+    def effect(self, key: str, do: Callable[[], Effect], lookup: Callable[[], Effect | None] | None = None) -> Effect:
+        """Performs an external write (a pull request, a comment) at most
+        once per key. The intent is saved before do runs; the outcome is
+        reported to the scheduler (POST /v1/tasks/{id}/effects) as soon as
+        it is known, then saved. A resumed run that finds an intent without
+        an outcome does not repeat do blindly: lookup (e.g. find the pull
+        request by its branch) returns the effect if it happened (None: do
+        runs); without a lookup the effect settles as uncertain. The
+        task's result carries every outcome too."""
+        with self._mu:
+            rec = self._state.effects.get(key)
+        if rec is not None and rec.outcome is not None:
+            return copy.deepcopy(rec.outcome)
+        if rec is not None:  # intent without outcome: the last attempt was cut off
+            if lookup is None:
+                return self._settle_effect(key, Effect(kind="unknown", ref=key, uncertain=True))
+            try:
+                found = lookup()
+            except Exception as e:
+                raise self._interrupted(e)
+            if found is not None:
+                return self._settle_effect(key, found)
+        self.check()
+        self._update(lambda s: s.effects.__setitem__(key, EffectRecord()))
+        try:
+            outcome = do()
+        except Stopped:
+            raise
+        except Exception as err:
+            raise self._interrupted(err)
+        return self._settle_effect(key, outcome)
+
+    def _settle_effect(self, key: str, e: Effect) -> Effect:
+        try:
+            self._client.report_effects(self.task.id, self.delivery_id, [e])
+        except (TaskledgerError, OSError) as err:
+            log.warning("effect %s of %s not reported; the result will carry it: %s", key, self.task.id, err)
+        self._update(lambda s: s.effects.__setitem__(key, EffectRecord(outcome=copy.deepcopy(e), uncertain=e.uncertain)))
+        return e
+
+    def _effects(self) -> list[Effect]:
+        """The outcomes recorded so far, by key, for the result."""
+        out = []
+        with self._mu:
+            for key in sorted(self._state.effects):
+                rec = self._state.effects[key]
+                if rec.outcome is not None:
+                    e = copy.deepcopy(rec.outcome)
+                    e.uncertain = e.uncertain or rec.uncertain
+                    out.append(e)
+        return out
+
+    def delegate(self, key: str, req: ScheduleRequest) -> Task:
+        """Schedules a child task under this one. Its request id is derived
+        from (this task, key), so a retried delegation, in this run or a
+        resumed one, finds the same child instead of creating another."""
+        self.check()
+        req = copy.copy(req)
+        req.parent_id, req.customer_id = self.task.id, self.task.customer_id
+        req.request_id = derive_id("d", self.task.id, key)
+        child, _ = self._client.schedule(req)
+        self._update(lambda s: s.children.__setitem__(key, child.id))
+        return child
+
+    def await_child(self, child_id: str, timeout: float | None = None) -> ChildResult:
+        """Waits until the child's terminal result reaches this task's
+        mailbox and returns it, checking stop while it waits (Stopped).
+        Raises TimeoutError after timeout seconds (None: no limit)."""
+        item_id = child_result_id(child_id)
+        wait, waited = 0.02, 0.0
+        while True:
+            with self._mu:
+                m = self._items.get(item_id)
+            if m is not None and m.content:
+                return ChildResult.from_json(json.loads(m.content[0].text))
+            self.check()
+            if timeout is not None and waited >= timeout:
+                raise TimeoutError(f"taskledger: child {child_id} did not end within {timeout}s")
+            if self.wait(wait):
+                self._raise_if_stopped()
+            waited += wait
+            wait = min(2 * wait, self._w.check_interval)
+
+
+class Turn:
+    """One model iteration and its tool cycle, inside Run.turn: the model
+    input, the model's response, the tools it dispatches and their
+    results. Safe for use from several threads (give parallel tool calls
+    their own ids)."""
+
+    def __init__(self, run: Run, number: int) -> None:
+        self.run = run
+        self.number = number  # the Turn's index in the run, from 1
+        self._mu = threading.Lock()
+        self._records = 0
+        self._calls = 0
+
+    def record(self, kind: str, content: str | list[ContentPart], *, id: str = "") -> TranscriptItem:
+        """Adds a model input or output, or a note, to the transcript, saves
+        it, and returns the item as saved. Its id is ``id``, or "t<k>.i<j>"
+        for the j-th record of Turn k. In a Turn run again after a crash, an
+        id already in the transcript answers with the saved item and
+        records nothing: go on with what was recorded the first time (the
+        model's earlier answer, which the tools already dispatched came
+        from). Raises Stopped once the run is stopped."""
+        with self._mu:
+            self._records += 1
+            j = self._records
+        item = TranscriptItem(id=id or f"t{self.number}.i{j}", kind=kind or ITEM_NOTE, turn=self.number,
+                              content=_content(content))
+        if item.kind not in (ITEM_MODEL_INPUT, ITEM_MODEL_OUTPUT, ITEM_NOTE):
+            raise ValueError(f"record {item.id}: kind {item.kind!r} is not a model input, output or note")
+        r = self.run
+        with r._mu:
+            saved = _item(r._state, item.id)
+            if saved is not None:
+                return copy.deepcopy(saved)
+        r._raise_if_stopped()
+        item.at = _now()
+        r._update(lambda s: s.transcript.append(copy.deepcopy(item)))
+        return item
+
+    def dispatch(self, call: ToolCall, do: Callable[[], Any],
+                 lookup: Callable[[], tuple[Any, bool]] | None = None) -> ToolCall:
+        """Calls a tool at most once and returns the settled call (status
+        ok with its output, error, timeout, or uncertain). Its id is
+        ``call.id``, or "t<k>.c<j>" for the j-th dispatch of Turn k.
+
+        Before do runs, dispatch checks stop and saves the call as pending
+        (in pendingTools and as a tool_call item); after do returns it
+        saves the settled call (a tool_result item "<id>.result") and drops
+        it from pendingTools. do returns the output (JSON); an exception
+        settles the call as error, TimeoutError as timeout. In a Turn run
+        again after a crash a settled call answers with its saved result
+        (do is not called); a call still pending was cut off: lookup, if
+        given, returns (output, found) (found: settled ok; not found: do
+        runs); without a lookup do runs again only if call.idempotent,
+        else the call settles as uncertain and the handler decides.
+
+        Raises Stopped (the call stays pending when a stop cut do short)
+        or the error of a failed save; the tool's own error is in the
+        returned call."""
+        with self._mu:
+            self._calls += 1
+            j = self._calls
+        call = copy.deepcopy(call)
+        call.id = call.id or f"t{self.number}.c{j}"
+        call.turn, call.status, call.output, call.error = self.number, TOOL_PENDING, None, ""
+        r = self.run
+        with r._mu:
+            settled = _item(r._state, _tool_result_id(call.id))
+            pending = any(c.id == call.id for c in r._state.pending_tools)
+        if settled is not None and settled.tool is not None:
+            return copy.deepcopy(settled.tool)
+        if pending:  # cut off by a crash
+            if lookup is not None:
+                try:
+                    out, found = lookup()
+                except Exception as e:
+                    raise r._interrupted(e)
+                if found:
+                    call.status, call.output = TOOL_OK, out
+                    return self._settle(call)
+            elif not call.idempotent:
+                call.status, call.error = TOOL_UNCERTAIN, "cut off by a crash; not repeated"
+                return self._settle(call)
+        r.check()
+        if not pending:
+            def dispatched(s: RunState) -> None:
+                s.pending_tools.append(copy.deepcopy(call))
+                s.transcript.append(TranscriptItem(id=call.id, kind=ITEM_TOOL_CALL, turn=self.number, at=_now(),
+                                                   tool=copy.deepcopy(call)))
+
+            r._update(dispatched)
+        try:
+            call.output = do()
+            call.status = TOOL_OK
+        except Stopped:
+            raise
+        except TimeoutError as e:
+            if r.stopped:
+                raise r._interrupted(e)
+            call.status, call.error = TOOL_TIMEOUT, str(e) or "timeout"
+        except Exception as e:
+            if r.stopped:
+                raise r._interrupted(e)
+            call.status, call.error = TOOL_ERROR, _truncate(str(e) or type(e).__name__, MAX_ERROR_BYTES)
+        return self._settle(call)
+
+    def _settle(self, call: ToolCall) -> ToolCall:
+        def settle(s: RunState) -> None:
+            s.pending_tools = [c for c in s.pending_tools if c.id != call.id]
+            s.transcript.append(TranscriptItem(id=_tool_result_id(call.id), kind=ITEM_TOOL_RESULT, turn=self.number,
+                                               at=_now(), tool=copy.deepcopy(call)))
+
+        self.run._update(settle)
+        return call
+
+
+def _item(state: RunState, item_id: str) -> TranscriptItem | None:
+    for it in state.transcript:
+        if it.id == item_id:
+            return it
+    return None
+
+
+def _turn_end_id(k: int) -> str:
+    return f"t{k}.end"
+
+
+def _tool_result_id(call_id: str) -> str:
+    return call_id + ".result"
+
+
+def _empty_run(s: RunState) -> bool:
+    """Whether s holds nothing but its executor id."""
+    return not (s.phase or s.turn or s.transcript or s.contexts or s.pending_tools or s.steps or s.effects
+                or s.children or s.extra)

@@ -1,0 +1,326 @@
+"""The Worker, Run and Turn in this process against a real taskledger
+serve: Turns, tools, effects, children, the mailbox, stops, supersession
+and resuming a saved Run."""
+
+from __future__ import annotations
+
+import queue as queuelib
+import threading
+import unittest
+from collections.abc import Callable
+from typing import Any
+
+from tests.harness import ACME, Server, eventually, unique
+
+import taskledger
+from taskledger import Effect, Run, ScheduleRequest, Stopped, ToolCall, Turn, Worker
+from taskledger.types import (
+    ITEM_MODEL_INPUT,
+    ITEM_MODEL_OUTPUT,
+    EffectRecord,
+    Message,
+    RunState,
+    Task,
+    TranscriptItem,
+)
+
+srv: Server
+
+
+def setUpModule() -> None:
+    global srv
+    srv = Server()
+
+
+def tearDownModule() -> None:
+    srv.stop()
+
+
+class WorkerTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.api = srv.client(ACME)
+        self.addCleanup(self.api.close)
+        self.queue = unique("q")
+
+    def start(self, handler: Any, queue: str = "", executor_id: str = "py-w", check_interval: float = 0.1) -> Worker:
+        """Runs a worker in a thread until the test ends."""
+        w = Worker(self.api, handler, queue=queue or self.queue, executor_id=executor_id, concurrency=2,
+                   check_interval=check_interval, poll_wait=1)
+        th = threading.Thread(target=w.run, daemon=True)
+        th.start()
+
+        def stop() -> None:
+            w.stop()
+            th.join(30)
+            self.assertFalse(th.is_alive(), "worker did not stop")
+
+        self.addCleanup(stop)
+        return w
+
+    def schedule(self, **fields: Any) -> Task:
+        fields.setdefault("queue", self.queue)
+        return self.api.schedule(**fields)[0]
+
+    def ended(self, task_id: str) -> Task:
+        return eventually(lambda: (lambda t: t if t.terminal else None)(self.api.get(task_id)), what=f"{task_id} ends")
+
+    def test_run_end_to_end(self) -> None:
+        calls: list[str] = []
+        seen_pending: list[list[str]] = []
+
+        def search() -> Any:
+            # The call is saved as pending before the tool runs.
+            seen_pending.append([c.id for c in self.api.get_run(run_ids[0]).run.pending_tools])
+            calls.append("search")
+            return {"hits": 3}
+
+        def broken() -> Any:
+            raise ValueError("no such file")
+
+        def slow() -> Any:
+            raise TimeoutError("tool took too long")
+
+        run_ids: list[str] = []
+
+        def handler(run: Run) -> str:
+            run_ids.append(run.task.id)
+            run.set_phase("planning")
+            run.save_context("issue", {"title": "flaky"})
+            self.assertEqual(run.save_context("issue", {"title": "flaky test"}).version, 2)
+            run.step("plan", lambda: calls.append("plan"))
+
+            def turn(t: Turn) -> None:
+                self.assertEqual(t.record(ITEM_MODEL_INPUT, "what next?").id, "t1.i1")
+                t.record(ITEM_MODEL_OUTPUT, "search, read, build")
+                self.assertEqual(t.dispatch(ToolCall(name="search", input={"q": "flaky"}), search).output, {"hits": 3})
+                failed = t.dispatch(ToolCall(name="read"), broken)
+                self.assertEqual((failed.status, failed.error), ("error", "no such file"))
+                self.assertEqual(t.dispatch(ToolCall(id="build-1", name="build"), slow).status, "timeout")
+
+            run.turn(turn)
+            pr = run.effect("open-pr", lambda: Effect(kind="pull_request", ref="#7", url="https://example.test/pr/7"))
+            child = run.delegate("review", ScheduleRequest(queue=self.queue + "-review"))
+            self.assertEqual(run.delegate("review", ScheduleRequest(queue=self.queue + "-review")).id, child.id)
+            verdict = run.await_child(child.id, timeout=30)
+            return f"opened {pr.ref}, review {verdict.status}: {verdict.result.summary if verdict.result else ''}"
+
+        self.start(handler)
+        self.start(lambda run: "looks good", queue=self.queue + "-review", executor_id="py-reviewer")
+        t = self.ended(self.schedule(message=Message(content=[taskledger.ContentPart("text", "fix it")])).id)
+        assert t.result is not None
+        self.assertEqual((t.status, t.result.summary), ("succeeded", "opened #7, review succeeded: looks good"))
+        self.assertEqual([(e.kind, e.ref) for e in t.result.effects], [("pull_request", "#7")])
+        self.assertEqual([(e.kind, e.ref) for e in t.effects], [("pull_request", "#7")])  # reported mid-run too
+        self.assertEqual((calls, seen_pending), (["plan", "search"], [["t1.c1"]]))
+
+        run = self.api.get_run(t.id).run
+        self.assertEqual((run.executor_id, run.phase, run.turn, run.steps), ("py-w", "planning", 1, ["plan"]))
+        self.assertEqual((run.contexts["issue"].version, run.contexts["issue"].value), (2, {"title": "flaky test"}))
+        self.assertEqual(run.pending_tools, [])
+        ids = [i.id for i in run.transcript if i.kind != "mailbox"]
+        self.assertEqual(ids, ["t1.i1", "t1.i2", "t1.c1", "t1.c1.result", "t1.c2", "t1.c2.result", "build-1",
+                               "build-1.result", "t1.end"])
+        statuses = {i.id: i.tool.status for i in run.transcript if i.tool}
+        self.assertEqual(statuses, {"t1.c1": "pending", "t1.c1.result": "ok", "t1.c2": "pending", "t1.c2.result": "error",
+                                    "build-1": "pending", "build-1.result": "timeout"})
+        self.assertEqual(run.effects["open-pr"].outcome, t.result.effects[0])
+        review = self.api.get(run.children["review"])
+        self.assertEqual((review.parent_id, review.status), (t.id, "succeeded"))
+        # The child's report joined the transcript under its message id.
+        self.assertIn(taskledger.types.child_result_id(review.id), [i.id for i in run.transcript if i.kind == "mailbox"])
+
+    def test_parallel_dispatch(self) -> None:
+        """Tools of one Turn dispatched from several threads: each is saved
+        pending and settled, and the Turn ends once all have settled."""
+        release = threading.Barrier(3, timeout=30)
+
+        def tool(n: int) -> Callable[[], Any]:
+            def do() -> Any:
+                release.wait()  # all three are in flight at once
+                return n
+
+            return do
+
+        def handler(run: Run) -> str:
+            def turn(t: Turn) -> None:
+                out: dict[int, Any] = {}
+
+                def call(n: int) -> None:
+                    out[n] = t.dispatch(ToolCall(id=f"tool-{n}", name="tool"), tool(n))
+                    self.api.close_thread()
+
+                threads = [threading.Thread(target=call, args=(n,)) for n in range(3)]
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join()
+                self.assertEqual(sorted((c.id, c.status, c.output) for c in out.values()),
+                                 [("tool-0", "ok", 0), ("tool-1", "ok", 1), ("tool-2", "ok", 2)])
+
+            run.turn(turn)
+            return "parallel"
+
+        self.start(handler)
+        t = self.ended(self.schedule().id)
+        self.assertEqual((t.status, t.result.error if t.result else ""), ("succeeded", ""))
+        run = self.api.get_run(t.id).run
+        self.assertEqual(run.pending_tools, [])
+        self.assertEqual(sorted(i.id for i in run.transcript),
+                         sorted(["tool-0", "tool-1", "tool-2", "tool-0.result", "tool-1.result", "tool-2.result", "t1.end"]))
+
+    def test_mailbox_joins_at_turn_boundaries(self) -> None:
+        seen: queuelib.Queue[Any] = queuelib.Queue()
+
+        def handler(run: Run) -> str:
+            def turn(t: Turn) -> None:
+                self.api.append_mail(run.task.id, Message(id="m1", content=[taskledger.ContentPart("text", "also")]))
+                run.check()
+                seen.put([i.id for i in run.transcript()])  # not in the middle of a Turn
+
+            run.turn(turn)
+            seen.put([(i.id, i.turn) for i in run.transcript() if i.kind == "mailbox"])
+            self.api.append_mail(run.task.id, Message(id="m1", content=[taskledger.ContentPart("text", "again")]))
+            self.api.append_mail(run.task.id, Message(id="m2", content=[taskledger.ContentPart("text", "more")]))
+            run.check()
+            run.check()
+            seen.put([(i.id, i.turn) for i in run.transcript() if i.kind == "mailbox"])
+            return ",".join(m.content[0].text for m in run.messages())
+
+        self.start(handler)
+        t = self.ended(self.schedule().id)
+        self.assertEqual(seen.get(timeout=5), [])
+        self.assertEqual(seen.get(timeout=5), [("m1", 1)])  # joined at the Turn's end
+        self.assertEqual(seen.get(timeout=5), [("m1", 1), ("m2", 1)])  # once each, by id
+        self.assertEqual(t.result.summary if t.result else "", "also,more")
+
+    def test_stop_when_canceled(self) -> None:
+        in_turn, outcome = threading.Event(), queuelib.Queue[Any]()
+
+        def handler(run: Run) -> str:
+            run.turn(lambda t: None)
+            in_turn.set()
+            run.wait(30)  # until the background check sees the cancel
+            try:
+                run.turn(lambda t: None)
+            except Stopped as e:
+                outcome.put(e.reason)
+                raise
+            outcome.put("not stopped")
+            return "done"
+
+        self.start(handler)
+        task = self.schedule()
+        self.assertTrue(in_turn.wait(30))
+        self.api.cancel(task.id, "changed my mind")
+        self.assertEqual(outcome.get(timeout=30), "terminal")
+        t = self.api.get(task.id)
+        self.assertEqual((t.status, t.result), ("canceled", None))
+        self.assertEqual(self.api.get_run(task.id).run.turn, 1)  # the second Turn never began
+
+    def test_child_stopped_when_ancestor_ends(self) -> None:
+        running = threading.Event()
+
+        def handler(run: Run) -> str:
+            running.set()
+            run.wait(30)
+            run.check()
+            return "not reached"
+
+        self.start(handler)
+        parent = self.schedule(queue=self.queue + "-parent")
+        child = self.schedule(parent_id=parent.id)
+        self.assertTrue(running.wait(30))
+        self.api.cancel(parent.id)
+        t = self.ended(child.id)
+        self.assertEqual((t.status, t.reason), ("canceled", "an ancestor task is terminal"))
+
+    def test_superseded_run_stops(self) -> None:
+        outcome: queuelib.Queue[Any] = queuelib.Queue()
+
+        def handler(run: Run) -> str:
+            run.set_phase("working")
+            self.api.record_result(run.task.id, success=False, summary="ended elsewhere")  # another claim's answer
+            try:
+                run.set_phase("still working")
+            except Stopped as e:
+                outcome.put((e.reason, run.stop_reason))
+                raise
+            return "not reached"
+
+        self.start(handler, check_interval=600)  # no background check sees the end first
+        task = self.schedule()
+        self.assertEqual(outcome.get(timeout=30), ("superseded", "superseded"))
+        t = self.api.get(task.id)
+        self.assertEqual(t.result.summary if t.result else "", "ended elsewhere")  # no second result
+        self.assertEqual(self.api.get_run(task.id).run.phase, "working")  # the refused save changed nothing
+
+    def test_handler_failure_fails_the_task(self) -> None:
+        def handler(run: Run) -> str:
+            raise RuntimeError("model unavailable")
+
+        self.start(handler)
+        t = self.ended(self.schedule().id)
+        self.assertEqual((t.status, t.result.error if t.result else ""), ("failed", "model unavailable"))
+
+    def test_resume_saved_run(self) -> None:
+        """A worker resumes a Run an earlier process of its executor id left
+        cut off: a completed Turn is skipped, pending tools are looked up,
+        repeated only when idempotent, or settled uncertain, and effects
+        with an intent but no outcome are looked up or settled uncertain."""
+        self.schedule()
+        t = self.api.claim_next("py-resume", self.queue, wait_seconds=10)
+        assert t is not None and t.claim is not None
+
+        def pending(call_id: str, idempotent: bool = False) -> ToolCall:
+            return ToolCall(id=call_id, name="tool", turn=2, status="pending", idempotent=idempotent)
+
+        calls = [pending("t2.c1"), pending("t2.c2", idempotent=True), pending("t2.c3")]
+        saved = RunState(executor_id="py-resume", turn=2, pending_tools=calls,
+                         transcript=[TranscriptItem(id="t1.end", kind="note", turn=1),
+                                     TranscriptItem(id="t2.i1", kind=ITEM_MODEL_OUTPUT, turn=2,
+                                                    content=[taskledger.ContentPart("text", "call three tools")])]
+                         + [TranscriptItem(id=c.id, kind="tool_call", turn=2, tool=c) for c in calls],
+                         effects={"pr": EffectRecord(), "comment": EffectRecord()})
+        self.api.save_run(t.id, t.claim.delivery_id, 0, saved)
+        ran: list[str] = []
+        got: dict[str, Any] = {}
+
+        def called(name: str, answer: Any = None) -> Callable[[], Any]:
+            def do() -> Any:
+                ran.append(name)
+                return answer
+
+            return do
+
+        def handler(run: Run) -> str:
+            run.turn(lambda turn: ran.append("turn 1"))  # its end is saved: skipped
+
+            def turn2(turn: Turn) -> None:
+                got["model"] = turn.record(ITEM_MODEL_OUTPUT, "a different answer").content[0].text
+                got["c1"] = turn.dispatch(ToolCall(name="tool"), called("c1"), lambda: ({"found": 1}, True))
+                got["c2"] = turn.dispatch(ToolCall(name="tool", idempotent=True), called("c2", "again"))
+                got["c3"] = turn.dispatch(ToolCall(name="tool"), called("c3"))
+
+            run.turn(turn2)
+            got["pr"] = run.effect("pr", called("pr", Effect(kind="pull_request", ref="#1")),
+                                   lambda: Effect(kind="pull_request", ref="#9"))
+            got["comment"] = run.effect("comment", called("comment", Effect(kind="comment")))
+            return "resumed"
+
+        self.start(handler, executor_id="py-resume")
+        done = self.ended(t.id)
+        self.assertEqual((done.status, ran), ("succeeded", ["c2"]))
+        self.assertEqual(got["model"], "call three tools")  # the saved answer, not a new one
+        self.assertEqual([(got[c].status, got[c].output) for c in ("c1", "c2", "c3")],
+                         [("ok", {"found": 1}), ("ok", "again"), ("uncertain", None)])
+        self.assertEqual((got["pr"].ref, got["comment"]), ("#9", Effect(kind="unknown", ref="comment", uncertain=True)))
+        self.assertEqual({(e.kind, e.ref, e.uncertain) for e in done.effects},
+                         {("pull_request", "#9", False), ("unknown", "comment", True)})
+        run = self.api.get_run(t.id).run
+        self.assertEqual((run.turn, run.pending_tools), (2, []))
+        self.assertEqual([i.id for i in run.transcript][-4:], ["t2.c1.result", "t2.c2.result", "t2.c3.result", "t2.end"])
+        self.assertEqual([e.type for e in self.api.history(t.id)].count("Claimed"), 1)  # resumed, not claimed again
+
+
+if __name__ == "__main__":
+    unittest.main()
