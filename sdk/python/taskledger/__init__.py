@@ -19,6 +19,7 @@ from .errors import (
     LineageLimit,
     NotClaimable,
     NotFound,
+    NotTerminal,
     ParentTerminal,
     PayloadTooLarge,
     RequestTimeout,
@@ -47,7 +48,7 @@ from .worker import REASON_SUPERSEDED, Run, Stopped, Turn, Worker
 
 __all__ = [
     "AdmissionRejected", "Client", "Conflict", "ContentPart", "Effect", "Forbidden", "HeaderTooLarge",
-    "Internal", "InvalidArgument", "LineageLimit", "Message", "NotClaimable", "NotFound", "ParentTerminal",
+    "Internal", "InvalidArgument", "LineageLimit", "Message", "NotClaimable", "NotFound", "NotTerminal", "ParentTerminal",
     "PayloadTooLarge", "REASON_SUPERSEDED", "RequestTimeout", "ResultItem", "ResultRequest", "Run", "RunState",
     "ScheduleRequest", "Signal", "StaleRevision", "Stopped", "Task", "TaskledgerError", "Terminal",
     "TokenMismatch", "ToolCall", "TooManyPolls", "TranscriptItem", "Turn", "Unauthenticated", "Unavailable",

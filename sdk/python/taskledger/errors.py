@@ -111,6 +111,12 @@ class StaleRevision(Conflict):
     reason = "stale_revision"
 
 
+class NotTerminal(Conflict):
+    """409 ``not_terminal``: a retry of a task that has not ended."""
+
+    reason = "not_terminal"
+
+
 class PayloadTooLarge(TaskledgerError):
     """413: the body is over its limit, or the event it makes is larger
     than the log takes. The same request cannot succeed."""
@@ -160,7 +166,8 @@ _BY_CODE: dict[str, type[TaskledgerError]] = {
 }
 _BY_REASON: dict[tuple[str, str], type[TaskledgerError]] = {
     (c.code, c.reason): c
-    for c in (Terminal, TokenMismatch, NotClaimable, ParentTerminal, LineageLimit, StaleRevision, TooManyPolls)
+    for c in (Terminal, TokenMismatch, NotClaimable, ParentTerminal, LineageLimit, StaleRevision, NotTerminal,
+              TooManyPolls)
 }
 
 

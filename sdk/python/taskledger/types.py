@@ -261,6 +261,8 @@ class Task(Wire):
     signal: Signal | None = None
     repo: str = ""
     message: Message = field(default_factory=Message)
+    labels: dict[str, str] = field(default_factory=dict)
+    retry_of: str = ""
     status: str = ""
     created_at: str = ""
     run_at: str = ""
@@ -363,6 +365,7 @@ class ScheduleRequest(Wire):
     run_at: str = ""
     delay_seconds: float | None = None
     timeout_seconds: int | None = None
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
