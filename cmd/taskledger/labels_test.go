@@ -1,8 +1,12 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
+
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/internal/crashpoint"
 )
 
 // TestCLILabelsAndRetry drives the real binary: schedule with labels,
@@ -51,4 +55,49 @@ func TestCLILabelsAndRetry(t *testing.T) {
 	if out := run(0, "history", first[3]); !strings.Contains(out, "retry of "+id) {
 		t.Fatalf("history of the retry:\n%s", out)
 	}
+}
+
+// TestCrashAtRetry kills the server right after a retry's new task is
+// appended, before the answer: after a restart the repeated retry (same
+// requestId) answers that one task, not a second, and the log verifies.
+func TestCrashAtRetry(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t, "crashpoints")
+	data, addr := t.TempDir(), freeAddr(t)
+	// The first Scheduled hit is the old task's; the second, the retry's, crashes.
+	srv := mustLaunch(t, bin, data, addr, "TASKLEDGER_CRASH_AT="+crashpoint.Scheduled, "TASKLEDGER_CRASH_AFTER=1")
+	ctx := context.Background()
+	old, _, err := srv.client.Schedule(ctx, api.ScheduleRequest{Queue: "crash-retry", Labels: map[string]string{"repo": "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.client.Cancel(ctx, old.ID, "retry it"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := srv.client.Retry(ctx, old.ID, api.RetryRequest{RequestID: "crash-retry"}); err == nil {
+		t.Fatal("the retry was answered; the server should have died first")
+	}
+	<-srv.done
+	if !srv.killedBySIGKILL() {
+		t.Fatalf("the server exited with %v, not by SIGKILL\n%s", srv.cmd.ProcessState, srv.out)
+	}
+	srv = mustLaunch(t, bin, data, addr)
+	retry, created, err := srv.client.Retry(ctx, old.ID, api.RetryRequest{RequestID: "crash-retry"})
+	if err != nil || created || retry.RetryOf != old.ID || retry.Labels["repo"] != "x" {
+		t.Fatalf("repeated retry after the crash: created=%v %+v %v; want the task stored before the crash", created, retry, err)
+	}
+	l, err := srv.client.List(ctx, api.ListOptions{Queue: "crash-retry"})
+	if err != nil || len(l.Tasks) != 2 {
+		t.Fatalf("tasks after the crash: %v %v, want the old one and one retry", taskIDsOf(l.Tasks), err)
+	}
+	srv.mustStop(t)
+	mustVerify(t, bin, data)
+}
+
+func taskIDsOf(tasks []api.Task) []string {
+	ids := make([]string, len(tasks))
+	for i, t := range tasks {
+		ids[i] = t.ID
+	}
+	return ids
 }
