@@ -3,6 +3,7 @@ package httpapi
 import (
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,7 +18,9 @@ import (
 // (repeatable, at most api.MaxLabelFilters, each key once), requestId,
 // createdAfter and createdBefore (RFC 3339). A bad one is a 400.
 func searchFilter(p scheduler.Principal, q url.Values, f *projections.Filter) error {
-	if labels := q["label"]; len(labels) > 0 {
+	// An empty label= is as if left out, as every empty parameter is.
+	labels := slices.DeleteFunc(slices.Clone(q["label"]), func(l string) bool { return l == "" })
+	if len(labels) > 0 {
 		if len(labels) > api.MaxLabelFilters {
 			return invalidArg("%d label filters, at most %d", len(labels), api.MaxLabelFilters)
 		}

@@ -113,6 +113,10 @@ func TestLabelsAndSearch(t *testing.T) {
 		} {
 			requireErrorBody(t, rawDo(t, b, http.MethodGet, "/v1/tasks?"+query, ""), http.StatusBadRequest, "invalid_argument")
 		}
+		// An empty label= is as if left out.
+		if a := rawDo(t, b, http.MethodGet, "/v1/tasks?label=&queue=s2", ""); a.status != http.StatusOK || !strings.Contains(string(a.body), r2.ID) {
+			t.Fatalf("empty label filter: %d %s", a.status, a.body)
+		}
 		// The longest accepted filter values work.
 		q := "label=" + strings.Repeat("k", 63) + "=" + strings.Repeat("v", 256) + "&createdAfter=" + url.QueryEscape(time.Now().Add(-time.Hour).Format(time.RFC3339))
 		if a := rawDo(t, b, http.MethodGet, "/v1/tasks?"+q, ""); a.status != http.StatusOK {
