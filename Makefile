@@ -34,6 +34,7 @@ test-python: ## the Python SDK's unittest suite against a real taskledger serve 
 fuzz: ## run every fuzz target for FUZZTIME each
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./events
 	$(GO) test -run '^$$' -fuzz '^FuzzValidID$$' -fuzztime $(FUZZTIME) ./events
+	$(GO) test -run '^$$' -fuzz '^FuzzUnmarshalReady$$' -fuzztime $(FUZZTIME) ./events
 	$(GO) test -run '^$$' -fuzz '^FuzzScheduleBody$$' -fuzztime $(FUZZTIME) ./internal/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzClaimBody$$' -fuzztime $(FUZZTIME) ./internal/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzResultBody$$' -fuzztime $(FUZZTIME) ./internal/httpapi

@@ -49,10 +49,17 @@ var (
 // this file; Decide accepts no others.
 type Command interface{ command() }
 
-// Schedule accepts a new task. A zero Spec.RunAt means now.
+// Schedule accepts a new task. A zero Spec.RunAt means now. With a
+// DeliveryID (fresh, chosen by the caller) a task due at once is also
+// released in the same event, with that delivery token: its notification
+// is due at NextAt (now if zero), the time the caller leaves itself to
+// publish it and record that before the alarm does. A DeliveryID on a task
+// not yet due is ignored: the alarm releases it at runAt.
 type Schedule struct {
 	TaskID, CustomerID string
 	Spec               events.TaskSpec
+	DeliveryID         string
+	NextAt             time.Time
 }
 
 // Reject persists a candidate task that admission refused, as canceled.
@@ -152,8 +159,20 @@ func (ReadMail) command()           {}
 // store to fill in.
 func Decide(s State, cmd Command, now time.Time) ([]events.Event, error) {
 	if c, ok := cmd.(Schedule); ok {
+		if c.DeliveryID != "" && !s.Exists() {
+			if err := events.ValidID(c.DeliveryID); err != nil {
+				return nil, fmt.Errorf("%w: delivery id: %w", ErrInvalid, err)
+			}
+		}
 		return decideNew(s, c.TaskID, c.CustomerID, c.Spec, now, func(spec events.TaskSpec) events.Payload {
-			return events.TaskScheduled{Spec: spec}
+			if c.DeliveryID == "" || now.Before(spec.RunAt) {
+				return events.TaskScheduled{Spec: spec}
+			}
+			nextAt := c.NextAt
+			if nextAt.IsZero() {
+				nextAt = now
+			}
+			return events.TaskScheduled{Spec: spec, DeliveryID: c.DeliveryID, NextAt: nextAt}
 		})
 	}
 	if c, ok := cmd.(Reject); ok {

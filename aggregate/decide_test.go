@@ -198,6 +198,13 @@ func TestDecideTransitions(t *testing.T) {
 			want: []events.Payload{events.TaskScheduled{Spec: spec()}}, wantStatus: aggregate.StatusScheduled},
 		{name: "ScheduleZeroRunAtMeansNow", cmd: aggregate.Schedule{TaskID: taskID, CustomerID: custID, Spec: noRunAt}, now: t0,
 			want: []events.Payload{events.TaskScheduled{Spec: nowRunAt}}, wantStatus: aggregate.StatusScheduled},
+		// — → scheduled and released at once, when due
+		{name: "ScheduleDueReleased", cmd: aggregate.Schedule{TaskID: taskID, CustomerID: custID, Spec: nowRunAt, DeliveryID: d1, NextAt: later}, now: t0,
+			want: []events.Payload{events.TaskScheduled{Spec: nowRunAt, DeliveryID: d1, NextAt: later}}, wantStatus: aggregate.StatusScheduled},
+		{name: "ScheduleDueReleasedNextAtNow", cmd: aggregate.Schedule{TaskID: taskID, CustomerID: custID, Spec: noRunAt, DeliveryID: d1}, now: t0,
+			want: []events.Payload{events.TaskScheduled{Spec: nowRunAt, DeliveryID: d1, NextAt: t0}}, wantStatus: aggregate.StatusScheduled},
+		{name: "ScheduleNotDueNotReleased", cmd: aggregate.Schedule{TaskID: taskID, CustomerID: custID, Spec: spec(), DeliveryID: d1, NextAt: later}, now: t0,
+			want: []events.Payload{events.TaskScheduled{Spec: spec()}}, wantStatus: aggregate.StatusScheduled},
 		// — → canceled
 		{name: "RejectNew", cmd: aggregate.Reject{TaskID: taskID, CustomerID: custID, Spec: spec(), Reason: "quota"}, now: t0,
 			want: []events.Payload{events.AdmissionRejected{Spec: spec(), Reason: "quota"}}, wantStatus: aggregate.StatusCanceled},
@@ -649,6 +656,30 @@ func TestApplyReplayCounters(t *testing.T) {
 
 // TestApplyLateReadyPublished: a ReadyPublished after the claim never moves
 // the task back to queued.
+// TestScheduleReleased: a task released by its TaskScheduled is
+// claimable with that token, in the delivery queue's state (pending, not
+// published), and an invalid delivery id is refused before anything.
+func TestScheduleReleased(t *testing.T) {
+	t.Parallel()
+	sp := spec()
+	sp.RunAt = t0
+	evs, err := aggregate.Decide(aggregate.State{}, aggregate.Schedule{TaskID: taskID, CustomerID: custID, Spec: sp, DeliveryID: d1, NextAt: later}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := apply(aggregate.State{}, evs)
+	want := aggregate.Delivery{ID: d1, Attempt: 1, NextAt: later, FirstAt: t0}
+	if !st.Claimable() || st.Status != aggregate.StatusScheduled || st.Delivery != want {
+		t.Fatalf("released task: status %s, delivery %+v, want scheduled with %+v", st.Status, st.Delivery, want)
+	}
+	if _, err := aggregate.Decide(st, aggregate.ReleaseDue{DeliveryID: d2}, later); !errors.Is(err, aggregate.ErrStale) {
+		t.Fatalf("ReleaseDue after a release in TaskScheduled: %v, want ErrStale", err)
+	}
+	if _, err := aggregate.Decide(aggregate.State{}, aggregate.Schedule{TaskID: taskID, CustomerID: custID, Spec: sp, DeliveryID: "a.b"}, t0); !errors.Is(err, aggregate.ErrInvalid) {
+		t.Fatalf("Schedule with delivery id a.b: %v, want ErrInvalid", err)
+	}
+}
+
 func TestApplyLateReadyPublished(t *testing.T) {
 	t.Parallel()
 	before := replay(runningUnpublished)

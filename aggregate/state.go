@@ -140,6 +140,9 @@ func Apply(s State, ev events.Event) State {
 		if s.Version == 1 {
 			s.TaskID, s.CustomerID, s.Spec = ev.TaskID, ev.CustomerID, p.Spec
 			s.Status, s.CreatedAt = StatusScheduled, ev.At
+			if p.DeliveryID != "" { // released at once, as a DeliveryPending would
+				s.Delivery = Delivery{ID: p.DeliveryID, Attempt: 1, NextAt: p.NextAt, FirstAt: ev.At}
+			}
 		}
 	case events.AdmissionRejected:
 		if s.Version == 1 {

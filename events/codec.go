@@ -23,15 +23,34 @@ var (
 	ErrUnknownVersion = errors.New("events: unknown schema version")
 )
 
-// currentVersion is the schema version Encode writes for every type. When a
-// payload changes shape, bump the version of that type only and teach
-// upcast to turn the older bytes into the new struct.
+// currentVersion is the schema version Encode writes for every type that
+// has no newer one in payloadVersions. When a payload changes shape, bump
+// the version of that type only (payloadVersions) and teach upcast to
+// turn the older bytes into the new struct.
 //
 // Version 2 changed the envelope, not a payload: it adds "prev", the
 // SHA-256 of the task's previous event. Every payload reads the same at
 // versions 1 and 2, so both decode with the current structs; a v1 event
 // has no prev and starts a hash chain.
 const currentVersion = 2
+
+// payloadVersions are the types whose payload changed after version 2,
+// with the version Encode writes for them. An older build refuses them as
+// ErrUnknownVersion instead of silently dropping the new fields.
+//
+// TaskScheduled v3 adds the optional deliveryId and nextAt: a task due
+// when it was scheduled is released in the same event. Its v1 and v2
+// bytes have neither and decode as a task not yet released.
+var payloadVersions = map[Type]wireVersion{TypeTaskScheduled: 3}
+
+// versionOf is the schema version Encode writes for type t, and the
+// newest Decode reads.
+func versionOf(t Type) wireVersion {
+	if v, ok := payloadVersions[t]; ok {
+		return v
+	}
+	return currentVersion
+}
 
 // wire is the stored shape of an event. Field names are short and fixed:
 // they are part of the log format.
@@ -66,7 +85,7 @@ func (d payload) EncodeMsgpack(enc *msgpack.Encoder) error {
 }
 
 func (d *payload) DecodeMsgpack(dec *msgpack.Decoder) error {
-	if d.w != nil && d.w.Version >= 1 && d.w.Version <= currentVersion {
+	if d.w != nil && d.w.Version >= 1 && d.w.Version <= versionOf(d.w.Type) {
 		if decode := decoders[d.w.Type]; decode != nil {
 			p, err := decode(dec)
 			if err != nil {
@@ -138,7 +157,7 @@ func Encode(ev Event) ([]byte, error) {
 	b, err := e.marshal(wire{
 		ID:         ev.ID,
 		Type:       ev.Type(),
-		Version:    currentVersion,
+		Version:    versionOf(ev.Type()),
 		TaskID:     ev.TaskID,
 		CustomerID: ev.CustomerID,
 		Number:     int64(ev.Number),
@@ -214,10 +233,12 @@ func Decode(b []byte) (Event, error) {
 
 // upcast decodes the payload bytes of an event of type t written with
 // schema version v into the current payload struct. It is the one place
-// that knows about old versions; today the payloads of versions 1 and 2
-// are the same.
+// that knows about old versions. Today every older payload reads as the
+// current struct: versions 1 and 2 of every type are the same, and a
+// TaskScheduled before v3 lacks only the optional release fields, which
+// decode as absent (not released).
 func upcast(t Type, v uint8, data []byte) (Payload, error) {
-	if v == 0 || v > currentVersion {
+	if v == 0 || wireVersion(v) > versionOf(t) {
 		return nil, fmt.Errorf("%w: %s v%d", ErrUnknownVersion, t, v)
 	}
 	decode := decoders[t]

@@ -46,7 +46,7 @@ func sampleSpec() TaskSpec {
 // samplePayloads returns one payload of every type with every field set.
 func samplePayloads() []Payload {
 	return []Payload{
-		TaskScheduled{Spec: sampleSpec()},
+		TaskScheduled{Spec: sampleSpec(), DeliveryID: "dlv-0", NextAt: base.Add(time.Second)},
 		AdmissionRejected{Spec: sampleSpec(), Reason: "quota exceeded"},
 		DeliveryPending{DeliveryID: "dlv-1", Attempt: 1, NextAt: base.Add(2 * time.Second)},
 		DeliveryRetryScheduled{DeliveryID: "dlv-1", Attempt: 3, NextAt: base.Add(8 * time.Second), Error: "nats: timeout"},
@@ -107,7 +107,7 @@ func utc(ev Event) Event {
 	}
 	switch p := ev.Data.(type) {
 	case TaskScheduled:
-		p.Spec = spec(p.Spec)
+		p.Spec, p.NextAt = spec(p.Spec), p.NextAt.UTC()
 		ev.Data = p
 	case AdmissionRejected:
 		p.Spec = spec(p.Spec)
@@ -215,7 +215,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 				t.Fatalf("Decode: %v", err)
 			}
 			want := in
-			want.Version = currentVersion
+			want.Version = uint8(versionOf(p.EventType()))
 			want.Seq = 0
 			if got, want := utc(got), utc(want); !reflect.DeepEqual(got, want) {
 				t.Fatalf("round trip mismatch\n got: %#v\nwant: %#v", got, want)
@@ -272,6 +272,41 @@ func TestEncodeStoresInstantNotZone(t *testing.T) {
 	}
 	if !got.At.Equal(base) {
 		t.Fatalf("At = %v, want %v", got.At, base)
+	}
+}
+
+// TestTaskScheduledVersion: TaskScheduled alone is written at v3 (its
+// release fields), an unreleased one leaves them out, and v4 is unknown.
+func TestTaskScheduledVersion(t *testing.T) {
+	t.Parallel()
+	b := mustEncode(t, sampleEvent(TaskScheduled{Spec: sampleSpec()}))
+	var env map[string]any
+	if err := msgpack.Unmarshal(b, &env); err != nil {
+		t.Fatal(err)
+	}
+	if v := env["v"]; v != uint8(3) {
+		t.Fatalf("TaskScheduled written at version %v (%T), want 3", v, v)
+	}
+	data := env["data"].(map[string]any)
+	if _, ok := data["deliveryId"]; ok {
+		t.Fatalf("an unreleased TaskScheduled writes deliveryId: %v", data)
+	}
+	if _, ok := data["nextAt"]; ok {
+		t.Fatalf("an unreleased TaskScheduled writes nextAt: %v", data)
+	}
+	w := validWire(t)
+	w.Type, w.Version = TypeTaskScheduled, 4
+	w.Data = payload{raw: rawPayload(t, map[string]any{"spec": map[string]any{"rootId": "r"}})}
+	if _, err := Decode(rawEnvelope(t, w)); !errors.Is(err, ErrUnknownVersion) {
+		t.Fatalf("TaskScheduled v4: %v, want ErrUnknownVersion", err)
+	}
+	w.Version = 2
+	ev, err := Decode(rawEnvelope(t, w))
+	if err != nil {
+		t.Fatalf("TaskScheduled v2: %v", err)
+	}
+	if p := ev.Data.(TaskScheduled); p.DeliveryID != "" || !p.NextAt.IsZero() {
+		t.Fatalf("TaskScheduled v2 decodes released: %+v", p)
 	}
 }
 

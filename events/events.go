@@ -147,9 +147,16 @@ type TaskSpec struct {
 	RetryOf string `json:"retryOf,omitempty"`
 }
 
-// TaskScheduled records that a task was accepted. It waits for RunAt to be released.
+// TaskScheduled records that a task was accepted. It waits for RunAt to be
+// released, unless DeliveryID is set (since v3): a task due when it was
+// scheduled is released in the same event, as a DeliveryPending would,
+// with the delivery token DeliveryID (attempt 1) whose notification the
+// alarm publishes at NextAt if the scheduler that wrote the event has not
+// recorded it published by then.
 type TaskScheduled struct {
-	Spec TaskSpec `json:"spec"`
+	Spec       TaskSpec  `json:"spec"`
+	DeliveryID string    `json:"deliveryId,omitempty"`
+	NextAt     time.Time `json:"nextAt,omitempty,omitzero"` // omitempty for msgpack, omitzero for JSON
 }
 
 // AdmissionRejected records that admission refused a new task. The candidate is kept

@@ -240,7 +240,12 @@ func TestGoldenV2LogDecodes(t *testing.T) {
 		}
 		last[got.TaskID] = got.Hash
 		got.Seq, got.Hash = 0, events.Hash{}
-		if g, w := inUTC(got), inUTC(want[i]); !reflect.DeepEqual(g, w) {
+		// The links were checked against the stored bytes above; the
+		// expected values' own links would re-encode TaskScheduled at its
+		// newer version (v3) and so hash other bytes.
+		w := want[i]
+		w.Prev = got.Prev
+		if g, w := inUTC(got), inUTC(w); !reflect.DeepEqual(g, w) {
 			t.Errorf("event %d (%s) decodes to\n%#v\nwant\n%#v", i, want[i].Type(), g, w)
 		}
 	}

@@ -60,8 +60,9 @@ func (s Subjects) Ready(queue string) string { return s.Root + ".ready." + queue
 // AllReady matches the ready notifications of every queue.
 func (s Subjects) AllReady() string { return s.Root + ".ready.>" }
 
-// ReadyNotification is the JSON body of a ready notification on
-// <root>.ready.<queue>. It is permission to try a claim with
+// ReadyNotification is the body of a ready notification on
+// <root>.ready.<queue>, msgpack or JSON with the same field names
+// (MarshalReady, UnmarshalReady). It is permission to try a claim with
 // DeliveryID, not ownership: notifications are at-least-once.
 type ReadyNotification struct {
 	TaskID     string `json:"taskId"`

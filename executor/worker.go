@@ -34,7 +34,6 @@ package executor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -271,8 +270,8 @@ func (w *Worker) pollNATS(ctx context.Context, cons jetstream.Consumer) ([]api.T
 		return nil, err
 	}
 	for msg := range batch.Messages() {
-		var n events.ReadyNotification
-		if err := json.Unmarshal(msg.Data(), &n); err != nil {
+		n, err := events.UnmarshalReady(msg.Data(), msg.Headers().Get(events.ContentTypeHeader))
+		if err != nil {
 			msg.Term()
 			continue
 		}

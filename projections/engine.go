@@ -66,6 +66,11 @@ type Engine struct {
 	sigMu     sync.Mutex
 	queuedSig map[string]chan struct{}
 
+	// owned are the sequences ApplyOwn folded in that the tail has not
+	// reached yet: it skips them without decoding.
+	ownMu sync.Mutex
+	owned map[uint64]struct{}
+
 	applied  atomic.Uint64
 	wanted   atomic.Uint64 // the highest sequence a caller waited for
 	caughtUp atomic.Bool
@@ -101,7 +106,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg.Retain = DefaultRetain
 	}
 	return &Engine{cfg: cfg, js: cfg.JS, v: newViews(cfg.Retain), kick: make(chan struct{}, 1), ready: make(chan struct{}),
-		queuedSig: make(map[string]chan struct{})}, nil
+		queuedSig: make(map[string]chan struct{}), owned: make(map[uint64]struct{})}, nil
 }
 
 // Run consumes the log until ctx ends, then returns nil. It returns
@@ -131,7 +136,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.want(target)
 	var tails sync.WaitGroup
 	defer tails.Wait()
-	t := e.follow(e.applied.Load() + 1)
+	t := e.follow(e.applied.Load()+1, e.isOwned)
 	defer func() { t.stop(&tails) }()
 	watch := time.NewTicker(time.Second)
 	defer watch.Stop()
@@ -147,7 +152,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			if ended || stalled {
 				e.cfg.Logger.Warn().Uint64("applied", e.applied.Load()).Bool("stalled", stalled).Msg("projections: following the log with a new consumer")
 				t.stop(&tails)
-				t, progressAt, ended = e.follow(e.applied.Load()+1), time.Now(), false
+				t, progressAt, ended = e.follow(e.applied.Load()+1, e.isOwned), time.Now(), false
 			}
 			continue
 		case m = <-t.next:
@@ -163,14 +168,24 @@ func (e *Engine) Run(ctx context.Context) error {
 		if m.seq <= e.applied.Load() {
 			continue
 		}
-		if from := e.applied.Load() + 1; m.seq > from {
+		from := e.applied.Load() + 1
+		if m.owned && !e.passOwned(m.seq) {
+			// A rebuild swapped the views in after the tail skipped
+			// this event: the fresh views need it, so read it again.
+			t.stop(&tails)
+			t, ended = e.follow(from, e.isOwned), false
+			continue
+		}
+		if m.seq > from {
 			// The event stream denies deletes: a skipped sequence is a
 			// message the server dropped or someone removed.
 			e.missing.Add(m.seq - from)
 			e.cfg.Logger.Warn().Uint64("from", from).Uint64("to", m.seq-1).Msg("projections: sequences missing from the log; run taskledger replay verify")
 		}
 		progressAt = time.Now()
-		e.apply(m.ev, m.bad)
+		if !m.owned {
+			e.apply(m.ev, m.bad)
+		}
 		if !e.caughtUp.Load() && m.seq >= target {
 			e.markCaughtUp()
 			e.cfg.Logger.Info().Uint64("applied", m.seq).Msg("projections caught up")
@@ -279,7 +294,7 @@ func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) e
 	fresh := newViews(e.cfg.Retain)
 	var tails sync.WaitGroup
 	defer tails.Wait()
-	t := e.follow(1)
+	t := e.follow(1, nil)
 	defer t.stop(&tails)
 	var seq uint64
 	// next applies the following event to fresh.
@@ -315,6 +330,12 @@ func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) e
 		}
 	}
 	e.v = fresh
+	// What ApplyOwn folded into the old views beyond the applied
+	// sequence the fresh ones get from the tail (which reads again what
+	// it skipped and had not handed over yet: passOwned).
+	e.ownMu.Lock()
+	clear(e.owned)
+	e.ownMu.Unlock()
 	if progress != nil {
 		progress(seq, seq)
 	}
@@ -334,7 +355,9 @@ func (e *Engine) Apply(seq uint64, data []byte) {
 	e.apply(events.DecodeAt(data, seq))
 }
 
-// apply folds ev, which is at ev.Seq; bad says why it did not decode.
+// apply folds ev, which is at ev.Seq; bad says why it did not decode. An
+// event ApplyOwn folded in already changes nothing again (views.apply
+// skips what a task record holds).
 func (e *Engine) apply(ev events.Event, bad error) {
 	e.mu.Lock()
 	kick := false
@@ -344,15 +367,32 @@ func (e *Engine) apply(ev events.Event, bad error) {
 	} else {
 		kick = e.v.apply(ev)
 	}
-	var customer, queue string // of a task that became queued
+	customer, queue := e.queuedBy(ev)
+	e.applied.Store(ev.Seq) // under mu: a snapshot pairs views and sequence
+	e.ownMu.Lock()
+	delete(e.owned, ev.Seq) // folded in by ApplyOwn after the tail looked
+	e.ownMu.Unlock()
+	e.mu.Unlock()
+	e.after(ev.Seq, customer, queue, kick)
+}
+
+// queuedBy returns the customer and queue of the task ev made queued, if
+// it is a ReadyPublished of a task the views hold.
+func (e *Engine) queuedBy(ev events.Event) (customer, queue string) {
 	if _, ok := ev.Data.(events.ReadyPublished); ok {
 		if t := e.v.tasks[ev.TaskID]; t != nil {
 			customer, queue = t.customer, t.queue
 		}
 	}
-	e.applied.Store(ev.Seq) // under mu: a snapshot pairs views and sequence
-	e.mu.Unlock()
-	e.wake(ev.Seq)
+	return customer, queue
+}
+
+// after wakes what an applied event concerns: WaitFor callers up to
+// applied (0: none), the customer's queued signal, the alarm.
+func (e *Engine) after(applied uint64, customer, queue string, kick bool) {
+	if applied > 0 {
+		e.wake(applied)
+	}
 	if customer != "" {
 		e.signalQueued(customer, queue)
 	}
@@ -362,6 +402,74 @@ func (e *Engine) apply(ev events.Event, bad error) {
 		default:
 		}
 	}
+}
+
+// isOwned reports whether ApplyOwn folded in the event at seq before the
+// tail reached it.
+func (e *Engine) isOwned(seq uint64) bool {
+	e.ownMu.Lock()
+	defer e.ownMu.Unlock()
+	_, ok := e.owned[seq]
+	return ok
+}
+
+// passOwned moves the applied sequence over seq, an event ApplyOwn
+// folded in: the tail skipped it without decoding. It reports false, and
+// moves nothing, when the views no longer hold it (a rebuild swapped in
+// fresh views since the tail looked).
+func (e *Engine) passOwned(seq uint64) bool {
+	e.mu.Lock()
+	e.ownMu.Lock()
+	_, held := e.owned[seq]
+	delete(e.owned, seq)
+	e.ownMu.Unlock()
+	if held {
+		e.applied.Store(seq)
+	}
+	e.mu.Unlock()
+	if held {
+		e.wake(seq)
+	}
+	return held
+}
+
+// ApplyOwn folds into the projections, ahead of the tail, events the
+// caller has just appended (in order, each with the Seq and Hash its ack
+// gave), so the caller's next read sees them without waiting for the
+// tail's round trip, and reports whether all of them are in the views
+// now. An event is folded in only when that cannot change what the log's
+// order gives: its task is in the views exactly at the event before it
+// (or, for a root task's TaskScheduled, not there yet), and the event
+// neither creates a child, ends a task nor appends mail (lineage order,
+// reports and retention follow the log's order across tasks). Others
+// wait for the tail, and so does every event after one that waits:
+// ApplyOwn reports false, and the caller waits with WaitFor. The tail
+// skips what ApplyOwn folded in, without decoding it; Applied still moves
+// only with the tail. Safe for concurrent use with Run.
+func (e *Engine) ApplyOwn(evs []events.Event) bool {
+	all, kick := true, false
+	var customer, queue string
+	e.mu.Lock()
+	for _, ev := range evs {
+		if ev.Seq <= e.applied.Load() || e.v.holds(ev) {
+			continue // the tail was first, or a call before this one
+		}
+		if !e.v.ownable(ev) {
+			all = false
+			break
+		}
+		ev.At = unnanos(nanos(ev.At)) // as the tail decodes it: no monotonic reading, local
+		kick = e.v.apply(ev) || kick
+		if c, q := e.queuedBy(ev); c != "" {
+			customer, queue = c, q
+		}
+		e.ownMu.Lock()
+		e.owned[ev.Seq] = struct{}{}
+		e.ownMu.Unlock()
+	}
+	e.mu.Unlock()
+	e.after(0, customer, queue, kick)
+	return all
 }
 
 // Applied returns the stream sequence of the last event applied.

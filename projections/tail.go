@@ -56,20 +56,24 @@ type tailMsg struct {
 	bad   error
 	err   error
 	ended bool
+	// owned: the event at seq was folded in already (ApplyOwn), so it
+	// was not decoded.
+	owned bool
 }
 
-// follow starts a tail from stream sequence from.
-func (e *Engine) follow(from uint64) *tail {
+// follow starts a tail from stream sequence from. owned, if set, says
+// which sequences need no decoding: ApplyOwn folded them in already.
+func (e *Engine) follow(from uint64, owned func(seq uint64) bool) *tail {
 	t := &tail{next: make(chan tailMsg, tailBuffer), done: make(chan struct{}), exited: make(chan struct{})}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{e.cfg.Subjects.Events()}}
 	if from > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
 	}
-	go t.run(e.js, e.cfg.Stream, cfg)
+	go t.run(e.js, e.cfg.Stream, cfg, owned)
 	return t
 }
 
-func (t *tail) run(js jetstream.JetStream, stream string, cfg jetstream.OrderedConsumerConfig) {
+func (t *tail) run(js jetstream.JetStream, stream string, cfg jetstream.OrderedConsumerConfig, owned func(seq uint64) bool) {
 	defer close(t.exited)
 	send := func(m tailMsg) bool {
 		select {
@@ -117,6 +121,12 @@ func (t *tail) run(js jetstream.JetStream, stream string, cfg jetstream.OrderedC
 		default:
 			var meta *jetstream.MsgMetadata
 			if meta, err = msg.Metadata(); err == nil {
+				if seq := meta.Sequence.Stream; owned != nil && owned(seq) {
+					if !send(tailMsg{seq: seq, owned: true}) {
+						return
+					}
+					continue
+				}
 				ev, bad := events.DecodeAt(msg.Data(), meta.Sequence.Stream)
 				if !send(tailMsg{seq: ev.Seq, ev: ev, bad: bad}) {
 					return

@@ -114,6 +114,11 @@ func newViews(retain int) *views {
 // into a timer queue or moved its due time: what the alarm must wake for.
 // Removals do not wake it; an item leaving a queue needs no action.
 func (v *views) apply(ev events.Event) (timersChanged bool) {
+	if v.holds(ev) {
+		// Folded in already, ahead of the tail (Engine.ApplyOwn), and
+		// so in a snapshot taken before the tail got here.
+		return false
+	}
 	t := v.tasks[ev.TaskID]
 	if t == nil {
 		if !creates(ev) {
@@ -135,6 +140,32 @@ func (v *views) apply(ev events.Event) (timersChanged bool) {
 	changed = v.relink(t, &before, &after) || changed
 	v.evict()
 	return changed
+}
+
+// holds reports whether ev's task record has folded in ev already (an
+// event without a stream sequence is never held).
+func (v *views) holds(ev events.Event) bool {
+	t := v.tasks[ev.TaskID]
+	return t != nil && ev.Seq != 0 && ev.Seq <= t.lastSeq
+}
+
+// ownable reports whether ev may be folded in ahead of the log's order
+// (Engine.ApplyOwn): its task is at the event before it, or it is a root
+// task's TaskScheduled of a task not there yet, and it is one of the
+// events that change only their own task's views. Creating a child (the
+// parent's children in creation order, a lineage reopened), ending a task
+// (reports, lineages closing and retention) and mail (reports settling)
+// depend on the order of other tasks' events, so they wait for the tail.
+func (v *views) ownable(ev events.Event) bool {
+	t := v.tasks[ev.TaskID]
+	switch p := ev.Data.(type) {
+	case events.TaskScheduled:
+		return t == nil && ev.Number == 1 && p.Spec.ParentID == ""
+	case events.DeliveryPending, events.DeliveryRetryScheduled, events.ReadyPublished, events.ReadyRepublished,
+		events.Claimed, events.MailboxRead:
+		return t != nil && int(t.version) == ev.Number-1 && !t.terminal()
+	}
+	return false
 }
 
 func creates(ev events.Event) bool {

@@ -281,8 +281,11 @@ func TestAlarmDelivery(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var n events.ReadyNotification
-		if err := json.Unmarshal(msg.Data, &n); err != nil {
+		if ct := msg.Header.Get(events.ContentTypeHeader); ct != events.ContentTypeMsgpack {
+			t.Fatalf("notification published as %q, want %s", ct, events.ContentTypeMsgpack)
+		}
+		n, err := events.UnmarshalReady(msg.Data, msg.Header.Get(events.ContentTypeHeader))
+		if err != nil {
 			t.Fatal(err)
 		}
 		if n.TaskID != task.TaskID || n.DeliveryID != pending.DeliveryID || n.CustomerID != "cust" || n.Queue != "q" ||

@@ -40,6 +40,18 @@ type ReadyPublisher struct {
 	JS       jetstream.JetStream
 	Subjects events.Subjects
 	Stream   jetstream.Stream // the ready stream, for ReadyStored
+	// JSON publishes JSON bodies (ContentTypeJSON) for consumers that
+	// read only JSON; default msgpack (ContentTypeMsgpack). Either way the
+	// Content-Type header names the encoding.
+	JSON bool
+}
+
+// contentType is the encoding p publishes.
+func (p ReadyPublisher) contentType() string {
+	if p.JSON {
+		return events.ContentTypeJSON
+	}
+	return events.ContentTypeMsgpack
 }
 
 // PublishReady publishes the notification for s's current delivery with
@@ -48,16 +60,20 @@ type ReadyPublisher struct {
 // under the same msgID within the dedupe window is dropped, and its
 // acknowledgement names the first copy's sequence.
 func (p ReadyPublisher) PublishReady(ctx context.Context, s aggregate.State, msgID string) (uint64, error) {
-	body, err := json.Marshal(events.ReadyNotification{
+	ct := p.contentType()
+	body, err := events.MarshalReady(events.ReadyNotification{
 		TaskID: s.TaskID, CustomerID: s.CustomerID, RootID: s.Spec.RootID, ParentID: s.Spec.ParentID,
 		Queue: s.Spec.Queue, DeliveryID: s.Delivery.ID, Signal: s.Spec.Signal, Labels: s.Spec.Labels,
-	})
+	}, ct)
 	if err != nil {
 		return 0, err
 	}
-	msg := &nats.Msg{Subject: p.Subjects.Ready(s.Spec.Queue), Data: body, Header: nats.Header{}}
+	// The message id as a header, not a publish option: nats.go then
+	// allocates no options.
+	msg := &nats.Msg{Subject: p.Subjects.Ready(s.Spec.Queue), Data: body,
+		Header: nats.Header{events.ContentTypeHeader: {ct}, jetstream.MsgIDHeader: {msgID}}}
 	for attempt := 1; ; attempt++ {
-		ack, err := p.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
+		ack, err := p.JS.PublishMsg(ctx, msg)
 		if err == nil {
 			return ack.Sequence, nil
 		}
@@ -89,10 +105,10 @@ func (p ReadyPublisher) ReadyStored(ctx context.Context, s aggregate.State) (boo
 	if err != nil {
 		return false, err
 	}
-	var n events.ReadyNotification
 	// A stream deleted and created again reuses sequences: the message
 	// there must be this delivery's.
-	return json.Unmarshal(msg.Data, &n) == nil && n.TaskID == s.TaskID && n.DeliveryID == s.Delivery.ID, nil
+	n, err := events.UnmarshalReady(msg.Data, msg.Header.Get(events.ContentTypeHeader))
+	return err == nil && n.TaskID == s.TaskID && n.DeliveryID == s.Delivery.ID, nil
 }
 
 // errCodeDuplicateInProcess is a replicated stream's answer to a message

@@ -2,7 +2,6 @@ package reactors_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,8 +62,8 @@ func (p *alProc) readyNotes() map[string][]events.ReadyNotification {
 		if err != nil {
 			continue // deleted
 		}
-		var n events.ReadyNotification
-		if err := json.Unmarshal(msg.Data, &n); err != nil {
+		n, err := events.UnmarshalReady(msg.Data, msg.Header.Get(events.ContentTypeHeader))
+		if err != nil {
 			p.t.Fatal(err)
 		}
 		out[n.TaskID] = append(out[n.TaskID], n)

@@ -74,6 +74,9 @@ func Describe(ev events.Event) string {
 		if l := labelText(p.Spec.Labels); l != "" {
 			s += ", labels " + l
 		}
+		if p.DeliveryID != "" {
+			s += "; released, delivery " + p.DeliveryID + " attempt 1"
+		}
 		if t := text(p.Spec.Message.Content); t != "" {
 			s += ": " + t
 		}

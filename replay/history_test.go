@@ -154,8 +154,8 @@ func TestHistory(t *testing.T) {
 
 	t.Run("RootTimeline", func(t *testing.T) {
 		checkTimeline(t, "root", rootEntries, []step{
-			{events.TypeTaskScheduled, aggregate.StatusScheduled, []string{"queue hist", "timeout 3600s", "investigate the flaky test"}},
-			{events.TypeDeliveryPending, aggregate.StatusScheduled, []string{"released; delivery " + l.rootClaim + " attempt 1"}},
+			{events.TypeTaskScheduled, aggregate.StatusScheduled, []string{"queue hist", "timeout 3600s", "investigate the flaky test",
+				"released, delivery " + l.rootClaim + " attempt 1"}}, // due at once: released in the same event
 			{events.TypeReadyPublished, aggregate.StatusQueued, []string{l.rootClaim}},
 			{events.TypeClaimed, aggregate.StatusRunning, []string{"claimed by exec-root with delivery " + l.rootClaim, "deadline"}},
 			{events.TypeMailboxAppended, aggregate.StatusRunning, []string{"mailbox #1 (follow-up-1): also check the retry path"}},
@@ -163,7 +163,7 @@ func TestHistory(t *testing.T) {
 			{events.TypeMailboxAppended, aggregate.StatusRunning, []string{"mailbox #2 (" + events.ChildResultID(l.child) + ")", l.child, "found the race"}},
 			{events.TypeCanceled, aggregate.StatusCanceled, []string{"canceled: done by hand"}},
 		})
-		if a := rootEntries[3].Actor; a != "exec-root" {
+		if a := rootEntries[2].Actor; a != "exec-root" {
 			t.Errorf("claim actor %q, want exec-root", a)
 		}
 		for _, e := range rootEntries {
@@ -175,8 +175,7 @@ func TestHistory(t *testing.T) {
 
 	t.Run("ChildTimeline", func(t *testing.T) {
 		checkTimeline(t, "child", replay.Timeline(l.history(t, l.child)), []step{
-			{events.TypeTaskScheduled, aggregate.StatusScheduled, []string{"parent " + l.root, "reproduce it"}},
-			{events.TypeDeliveryPending, aggregate.StatusScheduled, nil},
+			{events.TypeTaskScheduled, aggregate.StatusScheduled, []string{"parent " + l.root, "reproduce it", "released, delivery " + l.childClaim}},
 			{events.TypeReadyPublished, aggregate.StatusQueued, nil},
 			{events.TypeClaimed, aggregate.StatusRunning, []string{"claimed by exec-child", l.childClaim}},
 			{events.TypeEffectsReported, aggregate.StatusRunning, []string{"reported 2 effects: pull_request #12 (uncertain), comment c-7"}},

@@ -243,7 +243,7 @@ func describe(st aggregate.State) string {
 func commandFor(ev events.Event) aggregate.Command {
 	switch p := ev.Data.(type) {
 	case events.TaskScheduled:
-		return aggregate.Schedule{TaskID: ev.TaskID, CustomerID: ev.CustomerID, Spec: p.Spec}
+		return aggregate.Schedule{TaskID: ev.TaskID, CustomerID: ev.CustomerID, Spec: p.Spec, DeliveryID: p.DeliveryID, NextAt: p.NextAt}
 	case events.AdmissionRejected:
 		return aggregate.Reject{TaskID: ev.TaskID, CustomerID: ev.CustomerID, Spec: p.Spec, Reason: p.Reason}
 	case events.DeliveryPending:

@@ -396,6 +396,11 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	retried, _ = p.exec(retried.TaskID, aggregate.ReleaseDue{DeliveryID: events.NewID()})
 	retried, _ = p.exec(retried.TaskID, aggregate.RetryDelivery{DeliveryID: retried.Delivery.ID, NextAt: p.clock().Add(time.Second), Error: "nats: timeout"})
 	p.exec(retried.TaskID, aggregate.ExhaustDelivery{DeliveryID: retried.Delivery.ID, Reason: "gave up"})
+	releasedID := events.NewID() // released in its TaskScheduled, then published and claimed
+	released, _ := p.exec(releasedID, aggregate.Schedule{TaskID: releasedID, CustomerID: "acme", Spec: events.TaskSpec{RootID: releasedID, Queue: "q", TimeoutSeconds: 60},
+		DeliveryID: events.NewID(), NextAt: p.clock().Add(time.Second)})
+	released, _ = p.exec(releasedID, aggregate.MarkReadyPublished{DeliveryID: released.Delivery.ID, ReadySeq: 3})
+	p.exec(releasedID, aggregate.Claim{DeliveryID: released.Delivery.ID, ExecutorID: "exec-1"})
 	republished := p.queued("acme")
 	p.exec(republished.TaskID, aggregate.RepublishReady{DeliveryID: republished.Delivery.ID, LostSeq: 1, ReadySeq: 12})
 	rejectedID := events.NewID()
@@ -484,7 +489,12 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	l := p.scheduled("beta")
 	l.LastHash = events.HashOf([]byte("some other event"))
 	expect(p.plant(p.subject(l), p.encode(l, l.Version+1, events.Canceled{Reason: "relinked"})), l.TaskID, replay.BrokenLink)
-	// (m) Retries of a live task, of another customer's task and of a
+	// (m) A TaskScheduled that releases a task whose runAt is still ahead.
+	m := aggregate.State{TaskID: events.NewID(), CustomerID: "beta"}
+	early := events.TaskScheduled{Spec: events.TaskSpec{RootID: m.TaskID, Queue: "q", TimeoutSeconds: 60, RunAt: p.clock().Add(time.Hour)},
+		DeliveryID: events.NewID(), NextAt: p.clock()}
+	expect(p.plant(p.subject(m), p.encode(m, 1, early)), m.TaskID, replay.IllegalEvent)
+	// (n) Retries of a live task, of another customer's task and of a
 	// task the log does not hold; (a clean retry is above).
 	retry := func(of aggregate.State, cust string) uint64 {
 		spec := of.Spec

@@ -15,12 +15,14 @@ import (
 type limitFlags struct {
 	budget, retryMax, republishAfter, queueIdle            time.Duration
 	maxAttempts, maxPolls, maxQueues, lineTasks, lineDepth int
+	readyJSON                                              bool
 }
 
 func (f *limitFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.budget, "delivery-budget", reactors.DefaultDeliveryBudget, "how long a ready notification may keep failing to publish before its task fails")
 	fs.DurationVar(&f.retryMax, "delivery-retry-max", reactors.DefaultRetryMax, "longest wait between two publish attempts of a ready notification (backoff from 100ms)")
 	fs.IntVar(&f.maxAttempts, "delivery-max-attempts", 0, "also fail a task after this many failed publish attempts (0 = the budget alone decides)")
+	fs.BoolVar(&f.readyJSON, "ready-json", false, "publish ready notifications as JSON (Content-Type: application/json) for NATS consumers that read only JSON; default msgpack")
 	fs.DurationVar(&f.republishAfter, "republish-after", reactors.DefaultRepublishAfter, "how long a queued task's notification waits before the server checks it is still in the ready stream, and publishes it again if not")
 	fs.IntVar(&f.maxPolls, "max-polls-per-customer", scheduler.DefaultMaxPollsPerCustomer, "long polls (claims/next, batch claims) one customer may hold at once; more answer 429 (-1: no limit)")
 	fs.IntVar(&f.maxQueues, "max-queues-per-customer", scheduler.DefaultMaxQueuesPerCustomer, "queues one customer may have live tasks on; a task on another answers 400 (-1: no limit)")

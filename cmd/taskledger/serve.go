@@ -220,7 +220,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	cfg := node.Config{
 		NC: nc, Stream: nf.stream, Replicas: nf.replicas, Name: *name, Tokens: tokens, Admission: admission, MaxInFlight: *maxInFlight,
 		HTTP: limits, BodyTimeout: *bodyTimeout, MaxBodyMemory: *maxBodyMemory, LogRepeatInterval: *logRepeat,
-		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain, Alarm: alarm, Limits: bounds,
+		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain, Alarm: alarm, Limits: bounds, ReadyJSON: lf.readyJSON,
 		MaxEventBytes: int32(*maxEventBytes), WriteTimeout: *writeTimeout, StorageRetry: *storageRetry,
 		RunRetention: *runRetention,
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/scheduler"
@@ -27,6 +28,9 @@ type stuckViews struct {
 }
 
 func (stuckViews) WaitFor(context.Context, uint64) error { return context.DeadlineExceeded }
+
+// ApplyOwn folds nothing in either: every write waits, and times out.
+func (stuckViews) ApplyOwn([]events.Event) bool { return false }
 
 var _ scheduler.Views = stuckViews{}
 

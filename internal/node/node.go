@@ -40,9 +40,12 @@ type Config struct {
 	Admission   scheduler.Admission
 	Limits      scheduler.Limits // per-customer polls and queues, lineage bounds, queue expiry
 	Alarm       reactors.AlarmConfig
-	Logger      zerolog.Logger
-	Registry    *prometheus.Registry // default a new one with runtime and projection metrics
-	Now         func() time.Time
+	// ReadyJSON publishes ready notifications as JSON, for NATS consumers
+	// that read only JSON; default msgpack (reactors.ReadyPublisher.JSON).
+	ReadyJSON bool
+	Logger    zerolog.Logger
+	Registry  *prometheus.Registry // default a new one with runtime and projection metrics
+	Now       func() time.Time
 	// NoSnapshots turns projection snapshots off: every start rebuilds
 	// the projections from the log.
 	NoSnapshots      bool
@@ -191,8 +194,9 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 	if cfg.Registry == nil {
 		cfg.Registry = newRegistry(eng)
 	}
+	publisher := reactors.ReadyPublisher{JS: st.JetStream(), Subjects: cfg.Subjects, Stream: ready, JSON: cfg.ReadyJSON}
 	svc, err := scheduler.New(scheduler.Config{
-		Store: st, Views: eng, Runs: runs, JS: st.JetStream(), ReadyStream: cfg.ReadyStream, Subjects: cfg.Subjects,
+		Store: st, Views: eng, Runs: runs, JS: st.JetStream(), Publisher: publisher, ReadyStream: cfg.ReadyStream, Subjects: cfg.Subjects,
 		Usage: eng, Admission: cfg.Admission, Logger: cfg.Logger, Metrics: scheduler.NewMetrics(cfg.Registry),
 		Limits: cfg.Limits,
 	})
@@ -202,7 +206,7 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 	errorLog := ratelog.New(cfg.Logger, cfg.LogRepeatInterval)
 	alarmCfg := cfg.Alarm
 	alarmCfg.Store, alarmCfg.Projection, alarmCfg.Repeats = st, eng, errorLog
-	alarmCfg.Publisher = reactors.ReadyPublisher{JS: st.JetStream(), Subjects: cfg.Subjects, Stream: ready}
+	alarmCfg.Publisher = publisher
 	alarmCfg.Logger, alarmCfg.Now = cfg.Logger, cfg.Now
 	if alarmCfg.Observe == nil {
 		alarmCfg.Observe = observeAlarm(cfg.Registry)

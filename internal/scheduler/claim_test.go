@@ -97,7 +97,7 @@ func TestClaimAndResult(t *testing.T) {
 		requireIs(t, err, aggregate.ErrTerminal)
 		_, err = n.Service.Claim(ctx, acme, run.TaskID, run.Claim.DeliveryID, "w1")
 		requireIs(t, err, aggregate.ErrNotClaimable)
-		want := []events.Type{events.TypeTaskScheduled, events.TypeDeliveryPending, events.TypeReadyPublished,
+		want := []events.Type{events.TypeTaskScheduled, events.TypeReadyPublished, // released in TaskScheduled
 			events.TypeClaimed, events.TypeResultRecorded}
 		if got := types(history(t, n, run.TaskID)); !slices.Equal(got, want) {
 			t.Fatalf("history %v, want %v", got, want)

@@ -242,12 +242,12 @@ func (s *Service) claimQueued(ctx context.Context, p Principal, queue, executorI
 	errs := make([]error, len(cands))
 	inParallel(len(cands), func(i int) {
 		crashpoint.Hit(crashpoint.ClaimReceived)
-		st, _, err := s.cfg.Store.Execute(ctx, cands[i].TaskID, executorID, aggregate.Claim{DeliveryID: cands[i].Delivery.ID, ExecutorID: executorID})
+		st, evs, err := s.cfg.Store.Execute(ctx, cands[i].TaskID, executorID, aggregate.Claim{DeliveryID: cands[i].Delivery.ID, ExecutorID: executorID})
 		switch {
 		case err == nil:
 			crashpoint.Hit(crashpoint.Claimed)
 			s.dropNotification(ctx, st)
-			claimed[i], errs[i] = st, s.settle(ctx, st)
+			claimed[i], errs[i] = st, s.settle(ctx, st, evs)
 		case !errors.Is(err, aggregate.ErrNotClaimable) && !errors.Is(err, aggregate.ErrTokenMismatch) && !errors.Is(err, aggregate.ErrNotFound):
 			errs[i] = s.unavailable(err)
 		}
@@ -340,12 +340,12 @@ func untilClosed(ctx context.Context, sig <-chan struct{}) (context.Context, con
 // log could not answer.
 func (s *Service) claimNotified(ctx context.Context, msg jetstream.Msg, n events.ReadyNotification, executorID string) (aggregate.State, bool, error) {
 	crashpoint.Hit(crashpoint.ClaimReceived)
-	st, _, err := s.cfg.Store.Execute(ctx, n.TaskID, executorID, aggregate.Claim{DeliveryID: n.DeliveryID, ExecutorID: executorID})
+	st, evs, err := s.cfg.Store.Execute(ctx, n.TaskID, executorID, aggregate.Claim{DeliveryID: n.DeliveryID, ExecutorID: executorID})
 	switch {
 	case err == nil:
 		crashpoint.Hit(crashpoint.Claimed)
 		msg.Ack()
-		return st, true, s.settle(ctx, st)
+		return st, true, s.settle(ctx, st, evs)
 	case errors.Is(err, aggregate.ErrNotClaimable), errors.Is(err, aggregate.ErrTokenMismatch), errors.Is(err, aggregate.ErrNotFound):
 		msg.Ack() // stale notification: the task moved on
 		return st, false, nil

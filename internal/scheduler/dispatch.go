@@ -3,7 +3,6 @@ package scheduler
 import (
 	"container/list"
 	"context"
-	"encoding/json"
 	"errors"
 	"sync"
 	"time"
@@ -230,8 +229,11 @@ func (d *dispatcher) fetch(cons jetstream.Consumer, n int) {
 
 // receive decodes a pulled notification and gives it to a waiter.
 func (d *dispatcher) receive(msg jetstream.Msg) {
-	var n events.ReadyNotification
-	if err := json.Unmarshal(msg.Data(), &n); err != nil || events.ValidID(n.TaskID) != nil {
+	n, err := events.UnmarshalReady(msg.Data(), msg.Headers().Get(events.ContentTypeHeader))
+	if err == nil {
+		err = events.ValidID(n.TaskID)
+	}
+	if err != nil {
 		d.log.Error().Err(err).Msg("claims/next: malformed ready notification dropped")
 		msg.Term()
 		return

@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,7 +70,7 @@ func TestLostNotificationIsRepublished(t *testing.T) {
 	if st.TaskID != q.TaskID || st.Claim.DeliveryID != q.Delivery.ID {
 		t.Fatalf("claimed %s with %s, want %s with %s", st.TaskID, st.Claim.DeliveryID, q.TaskID, q.Delivery.ID)
 	}
-	want := []events.Type{events.TypeTaskScheduled, events.TypeDeliveryPending, events.TypeReadyPublished,
+	want := []events.Type{events.TypeTaskScheduled, events.TypeReadyPublished, // released in TaskScheduled
 		events.TypeReadyRepublished, events.TypeClaimed}
 	if got := types(history(t, n, q.TaskID)); !slices.Equal(got, want) {
 		t.Fatalf("history %v, want %v", got, want)
@@ -134,4 +135,88 @@ func metric(t *testing.T, n *testnode.Node, name string) float64 {
 	}
 	t.Fatalf("metric %s not in /metrics (%v)", name, sc.Err())
 	return 0
+}
+
+// A task due at once is released in its TaskScheduled and its
+// notification published before Schedule answers: queued, two events,
+// the notification in the ready stream under the delivery id. A delayed
+// task waits unreleased for the alarm.
+func TestScheduleDuePublishedAtOnce(t *testing.T) {
+	t.Parallel()
+	n := setup(t)
+	ctx := context.Background()
+	st := mustSchedule(t, n, acme, scheduler.ScheduleRequest{Queue: "direct"})
+	if st.Status != aggregate.StatusQueued || !st.Delivery.Published || st.Delivery.ReadySeq == 0 {
+		t.Fatalf("task due at once answered %s with delivery %+v, want queued and published", st.Status, st.Delivery)
+	}
+	evs := history(t, n, st.TaskID)
+	if got, want := types(evs), []events.Type{events.TypeTaskScheduled, events.TypeReadyPublished}; !slices.Equal(got, want) {
+		t.Fatalf("history %v, want %v", got, want)
+	}
+	if ts := evs[0].Data.(events.TaskScheduled); ts.DeliveryID != st.Delivery.ID || ts.NextAt.IsZero() {
+		t.Fatalf("TaskScheduled released %q (next at %v), want %q", ts.DeliveryID, ts.NextAt, st.Delivery.ID)
+	}
+	rs, err := n.Store.JetStream().Stream(ctx, n.NS.ReadyStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := rs.GetMsg(ctx, st.Delivery.ReadySeq)
+	if err != nil {
+		t.Fatalf("notification at ready sequence %d: %v", st.Delivery.ReadySeq, err)
+	}
+	if id := msg.Header.Get("Nats-Msg-Id"); id != st.Delivery.ID {
+		t.Fatalf("notification's message id %q, want the delivery id %q", id, st.Delivery.ID)
+	}
+	if got := claimNext(t, n, acme, "direct", 10*time.Second); got.TaskID != st.TaskID || got.Claim.DeliveryID != st.Delivery.ID {
+		t.Fatalf("claimed %s with %s, want %s with %s", got.TaskID, got.Claim.DeliveryID, st.TaskID, st.Delivery.ID)
+	}
+
+	delay := 3600.0
+	later := mustSchedule(t, n, acme, scheduler.ScheduleRequest{Queue: "direct", DelaySeconds: &delay})
+	if later.Status != aggregate.StatusScheduled || later.Delivery.ID != "" {
+		t.Fatalf("delayed task answered %s with delivery %+v, want scheduled and not released", later.Status, later.Delivery)
+	}
+	if ts := history(t, n, later.TaskID)[0].Data.(events.TaskScheduled); ts.DeliveryID != "" {
+		t.Fatalf("delayed task released in its TaskScheduled: %+v", ts)
+	}
+}
+
+// Notifications are msgpack by default; with ReadyJSON they are JSON for
+// consumers that read only JSON. Either way the Content-Type header names
+// the encoding, and claims/next reads both.
+func TestReadyNotificationEncoding(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		json bool
+		want string
+	}{{"Msgpack", false, events.ContentTypeMsgpack}, {"JSON", true, events.ContentTypeJSON}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			n := setup(t, func(cfg *node.Config) { cfg.ReadyJSON = c.json })
+			ctx := context.Background()
+			st := mustSchedule(t, n, acme, scheduler.ScheduleRequest{Queue: "enc"})
+			rs, err := n.Store.JetStream().Stream(ctx, n.NS.ReadyStream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg, err := rs.GetMsg(ctx, st.Delivery.ReadySeq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ct := msg.Header.Get(events.ContentTypeHeader); ct != c.want {
+				t.Fatalf("Content-Type %q, want %q", ct, c.want)
+			}
+			if c.json && !json.Valid(msg.Data) {
+				t.Fatalf("JSON notification %q is not JSON", msg.Data)
+			}
+			note, err := events.UnmarshalReady(msg.Data, c.want)
+			if err != nil || note.TaskID != st.TaskID || note.DeliveryID != st.Delivery.ID || note.CustomerID != "acme" || note.Queue != "enc" {
+				t.Fatalf("notification %+v (%v), want task %s with %s", note, err, st.TaskID, st.Delivery.ID)
+			}
+			if got := claimNext(t, n, acme, "enc", 10*time.Second); got.TaskID != st.TaskID {
+				t.Fatalf("claimed %s, want %s", got.TaskID, st.TaskID)
+			}
+		})
+	}
 }

@@ -43,6 +43,9 @@ var (
 // Store is the log as the service uses it.
 type Store interface {
 	Execute(ctx context.Context, taskID, actor string, cmd aggregate.Command) (aggregate.State, []events.Event, error)
+	// ExecuteSeen is Execute for a command chosen from the task as it
+	// stood at sequence seen.
+	ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggregate.Command, seen uint64) (aggregate.State, []events.Event, error)
 	Load(ctx context.Context, taskID string) (aggregate.State, error)
 	History(ctx context.Context, taskID string) ([]events.Event, error)
 	Event(ctx context.Context, seq uint64) (events.Event, error)
@@ -57,6 +60,9 @@ type Store interface {
 // Views is what the service reads from the projections.
 type Views interface {
 	WaitFor(ctx context.Context, seq uint64) error
+	// ApplyOwn folds events just appended into the views where it may
+	// ahead of their tail, and reports whether all of them are in.
+	ApplyOwn(evs []events.Event) bool
 	Task(id string) (aggregate.State, bool)
 	// Lineage returns how many levels below its root a task sits and
 	// how many tasks its lineage has; ok is false for a task the views
@@ -78,13 +84,32 @@ type Views interface {
 	QueuedSignal(customerID, queue string) <-chan struct{}
 }
 
+// Publisher publishes ready notifications (reactors.ReadyPublisher).
+type Publisher interface {
+	// PublishReady publishes the notification of s's current delivery
+	// with message id msgID, waits for the stream's acknowledgement and
+	// returns the ready stream sequence it is stored at.
+	PublishReady(ctx context.Context, s aggregate.State, msgID string) (uint64, error)
+}
+
 // Config configures a Service.
 type Config struct {
-	Store       Store
-	Views       Views
-	Runs        Runs                // the tasks' Run state; nil: the run calls are ErrUnavailable
-	JS          jetstream.JetStream // for claims/next
-	ReadyStream string              // the ready notification stream; default events.DefaultStream's
+	Store Store
+	Views Views
+	Runs  Runs                // the tasks' Run state; nil: the run calls are ErrUnavailable
+	JS    jetstream.JetStream // for claims/next
+	// Publisher, if set, lets Schedule release a task due at once in its
+	// TaskScheduled and publish its ready notification itself (then
+	// record ReadyPublished) before it answers, instead of leaving both
+	// to the alarm: two writes and two alarm hops fewer. Without it the
+	// alarm releases and publishes every task.
+	Publisher Publisher
+	// ReadyGrace is how long the alarm leaves a task Schedule released
+	// to Schedule's own publish before it publishes the notification
+	// itself (the retry path, after a failed publish or a crash); default
+	// DefaultReadyGrace.
+	ReadyGrace  time.Duration
+	ReadyStream string // the ready notification stream; default events.DefaultStream's
 	Subjects    events.Subjects
 	Usage       Usage // for admission quotas; nil disables them
 	Admission   Admission
@@ -120,6 +145,12 @@ type Limits struct {
 	// without a pull; default executor.ReadyConsumerIdle.
 	QueueIdle time.Duration
 }
+
+// DefaultReadyGrace is the default Config.ReadyGrace: longer than the
+// publish and the append after it normally take. A shorter one costs only
+// work: the alarm's copy of the notification is dropped by the ready
+// stream as a duplicate, and one of the two ReadyPublished is stale.
+const DefaultReadyGrace = time.Second
 
 // Defaults of the bounds.
 const (
@@ -162,6 +193,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.AckWait <= 0 {
 		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.ReadyGrace <= 0 {
+		cfg.ReadyGrace = DefaultReadyGrace
 	}
 	if cfg.MaxLineageTasks == 0 {
 		cfg.MaxLineageTasks = DefaultMaxLineageTasks
@@ -314,7 +348,11 @@ func (s *Service) create(ctx context.Context, p Principal, customerID string, sp
 	} else {
 		spec.RootID = taskID
 	}
-	var cmd aggregate.Command = aggregate.Schedule{TaskID: taskID, CustomerID: customerID, Spec: spec}
+	sc := aggregate.Schedule{TaskID: taskID, CustomerID: customerID, Spec: spec}
+	if now := s.cfg.Store.Now(); s.cfg.Publisher != nil && !spec.RunAt.After(now) {
+		sc.DeliveryID, sc.NextAt = events.NewID(), now.Add(s.cfg.ReadyGrace)
+	}
+	var cmd aggregate.Command = sc
 	if spec.ParentID == "" && s.cfg.Usage != nil {
 		// A replay is not charged again: look before admitting.
 		if spec.RequestID != "" {
@@ -327,7 +365,7 @@ func (s *Service) create(ctx context.Context, p Principal, customerID string, sp
 			cmd = aggregate.Reject{TaskID: taskID, CustomerID: customerID, Spec: spec, Reason: reason}
 		}
 	}
-	st, _, err = s.cfg.Store.Execute(ctx, taskID, "", cmd)
+	st, evs, err := s.cfg.Store.Execute(ctx, taskID, "", cmd)
 	err = s.fromStore(err)
 	if err == nil {
 		crashpoint.Hit(crashpoint.Scheduled)
@@ -339,13 +377,43 @@ func (s *Service) create(ctx context.Context, p Principal, customerID string, sp
 	if err != nil {
 		return st, false, err
 	}
-	if err := s.settle(ctx, st); err != nil {
+	if st.Version == 1 && st.Delivery.ID != "" {
+		var published []events.Event
+		st, published = s.publishReleased(ctx, st)
+		evs = append(evs, published...)
+	}
+	if err := s.settle(ctx, st, evs); err != nil {
 		return st, false, err
 	}
 	if st.Rejected {
 		return st, false, &AdmissionError{Task: st}
 	}
 	return st, true, nil
+}
+
+// publishReleased publishes the ready notification of st, a task its
+// TaskScheduled released, records it (ReadyPublished) as the alarm would,
+// and returns the task after that and the event appended. A failure is
+// left to the alarm: the task waits in its delivery queue until the grace
+// ends, and a notification published twice is dropped by the ready stream
+// (same message id) or stale for its claim. A claim that got there first
+// makes ReadyPublished stale, which needs no write.
+func (s *Service) publishReleased(ctx context.Context, st aggregate.State) (aggregate.State, []events.Event) {
+	crashpoint.Hit(crashpoint.Released)
+	// Past the grace the alarm publishes anyway: a ready stream that does
+	// not answer delays the answer by no more than that.
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyGrace)
+	seq, err := s.cfg.Publisher.PublishReady(pctx, st, st.Delivery.ID)
+	cancel()
+	if err != nil {
+		return st, nil
+	}
+	crashpoint.Hit(crashpoint.Published)
+	cmd := aggregate.MarkReadyPublished{DeliveryID: st.Delivery.ID, ReadySeq: seq}
+	if next, evs, err := s.cfg.Store.ExecuteSeen(ctx, st.TaskID, "", cmd, st.LastSeq); err == nil {
+		return next, evs
+	}
+	return st, nil
 }
 
 // lineageRoom fails with ErrLineageLimit when a new child of parentID
@@ -374,7 +442,7 @@ func (s *Service) repeated(ctx context.Context, taskID string) (st aggregate.Sta
 	if !st.Exists() {
 		return st, false, nil
 	}
-	if err := s.settle(ctx, st); err != nil {
+	if err := s.settle(ctx, st, nil); err != nil {
 		return st, true, err
 	}
 	if st.Rejected {
@@ -470,9 +538,14 @@ func checkRunAt(runAt, now time.Time) error {
 // longest timeouts (a year).
 const maxDelaySeconds = events.MaxTimeoutSeconds * 52
 
-// settle waits until the projections have applied st, so the caller's
-// next read (a list, a tree) sees its write.
-func (s *Service) settle(ctx context.Context, st aggregate.State) error {
+// settle makes the projections show st, the task after the caller's
+// write appended evs, so the caller's next read (a list, a tree) sees it:
+// at once where the views may fold evs in themselves (Views.ApplyOwn),
+// else once the projections' tail has applied st.
+func (s *Service) settle(ctx context.Context, st aggregate.State, evs []events.Event) error {
+	if len(evs) > 0 && s.cfg.Views.ApplyOwn(evs) {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
 	defer cancel()
 	if err := s.cfg.Views.WaitFor(ctx, st.LastSeq); err != nil {
@@ -535,11 +608,11 @@ func (s *Service) execute(ctx context.Context, p Principal, id, actor string, cm
 	if err := s.authorize(ctx, p, id); err != nil {
 		return aggregate.State{}, err
 	}
-	st, _, err := s.cfg.Store.Execute(ctx, id, actor, cmd)
+	st, evs, err := s.cfg.Store.Execute(ctx, id, actor, cmd)
 	if err != nil {
 		return st, s.fromStore(err)
 	}
-	return st, s.settle(ctx, st)
+	return st, s.settle(ctx, st, evs)
 }
 
 // Claim consumes deliveryID and starts the run for executorID.

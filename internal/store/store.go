@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -450,9 +451,12 @@ const publishAttempts = 4
 const maxPipelined = 4096
 
 // publishOnce sends msg through the pipeline and waits for its ack, the
-// pipeline's error for it, or the end of ctx.
-func (s *Store) publishOnce(ctx context.Context, msg *nats.Msg, id string, expected uint64) (uint64, error) {
-	fut, err := s.js.PublishMsgAsync(msg, jetstream.WithMsgID(id), jetstream.WithExpectLastSequencePerSubject(expected))
+// pipeline's error for it (ErrAsyncPublishTimeout once the write timeout
+// passed without an ack), or the end of ctx. msg carries its message id
+// and expected subject sequence as headers already (eventMsg), so no
+// publish options are needed: nats.go then allocates none.
+func (s *Store) publishOnce(ctx context.Context, msg *nats.Msg) (uint64, error) {
+	fut, err := s.js.PublishMsgAsync(msg)
 	if err != nil {
 		return 0, err
 	}
@@ -486,8 +490,7 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 	if err != nil {
 		return err
 	}
-	msg := &nats.Msg{Subject: s.cfg.Subjects.Event(ev.CustomerID, ev.TaskID), Data: data, Header: nats.Header{}}
-	msg.Header.Set(TypeHeader, string(ev.Type()))
+	msg := s.eventMsg(ev, data, expected)
 	tooLarge := func() error {
 		return fmt.Errorf("%w: the %s event is %d bytes, and the log takes at most %d bytes a message (headers included)",
 			aggregate.ErrTooLarge, ev.Type(), len(data), s.MaxEventBytes())
@@ -495,10 +498,12 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 	if int64(len(data)) > s.MaxEventBytes() {
 		return tooLarge()
 	}
-	wctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
-	defer cancel()
+	// The first attempt is bounded by the pipeline's ack timeout, which is
+	// the write timeout; retries (rare) by a deadline of their own.
+	deadline := time.Now().Add(s.cfg.WriteTimeout)
+	wctx := ctx
 	for attempt := 1; ; attempt++ {
-		seq, err := s.publishOnce(wctx, msg, ev.ID, expected)
+		seq, err := s.publishOnce(wctx, msg)
 		if err == nil {
 			ev.Seq, ev.Hash = seq, events.HashOf(data)
 			s.wrote()
@@ -521,7 +526,13 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 			apiErr.ErrorCode != errCodeAccountResources {
 			return fmt.Errorf("append %s: %w", ev.Type(), err)
 		}
-		if attempt < publishAttempts && wctx.Err() == nil {
+		late := func() bool { return errors.Is(err, jetstream.ErrAsyncPublishTimeout) || !time.Now().Before(deadline) }
+		if attempt < publishAttempts && !late() {
+			if wctx == ctx {
+				var cancel context.CancelFunc
+				wctx, cancel = context.WithDeadline(ctx, deadline)
+				defer cancel()
+			}
 			select {
 			case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
 				continue
@@ -529,13 +540,24 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 			}
 		}
 		if ctx.Err() == nil { // the log failed, not the caller
-			if wctx.Err() != nil {
+			if late() {
 				err = fmt.Errorf("not acknowledged within the write timeout (%s): %w", s.cfg.WriteTimeout, err)
 			}
 			s.writeFailed(err)
 		}
 		return fmt.Errorf("%w: append %s: %w", ErrUnavailable, ev.Type(), err)
 	}
+}
+
+// eventMsg is the append of ev, encoded as data, after sequence expected:
+// its subject, the TypeHeader, and the message id and expected subject
+// sequence headers JetStream checks, in one map.
+func (s *Store) eventMsg(ev *events.Event, data []byte, expected uint64) *nats.Msg {
+	return &nats.Msg{Subject: s.cfg.Subjects.Event(ev.CustomerID, ev.TaskID), Data: data, Header: nats.Header{
+		TypeHeader:                          {string(ev.Type())},
+		jetstream.MsgIDHeader:               {ev.ID},
+		jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(expected, 10)},
+	}}
 }
 
 // wrote records that the log took a write.
