@@ -21,10 +21,11 @@ import (
 // SnapshotFormat is the version of the snapshot encoding. A snapshot of
 // another format is ignored (and the projections rebuilt from the log).
 // Format 3 added the State's Effects, which a format 2 snapshot lacks even
-// for tasks whose results had effects.
-// Format 4 added the concurrency keys' states and the spec's concurrency,
-// and the schedules.
-const SnapshotFormat = 4
+// for tasks whose results had effects. Format 4 added the concurrency
+// keys' states, the spec's concurrency and the schedules; format 5 added
+// the spec's labels, which the search index is rebuilt from (a build with
+// labels and without keys also wrote a format 4, which is ignored too).
+const SnapshotFormat = 5
 
 // Snapshot errors; a snapshot that fails any check is ignored.
 var (
@@ -104,7 +105,7 @@ func decodeSnapshot(data []byte, lastSeq uint64) (applied uint64, b body, err er
 func (v *views) body() body {
 	b := body{Tasks: make([]record, 0, len(v.tasks)), Admissions: make(map[string][]time.Time, len(v.admissions))}
 	for _, t := range v.tasks {
-		b.Tasks = append(b.Tasks, record{State: t.state(), Children: slices.Clone(t.children), ClosedSeq: t.closedSeq})
+		b.Tasks = append(b.Tasks, record{State: v.state(t), Children: slices.Clone(t.children), ClosedSeq: t.closedSeq})
 	}
 	slices.SortFunc(b.Tasks, func(a, b record) int { return cmp.Compare(a.State.FirstSeq, b.State.FirstSeq) })
 	for c, at := range v.admissions {
@@ -124,6 +125,7 @@ func restore(b body, retain int) *views {
 		t := &task{children: r.Children, closedSeq: r.ClosedSeq}
 		t.set(&r.State)
 		v.tasks[r.State.TaskID] = t
+		v.labels.add(r.State.TaskID, r.State.Spec.Labels)
 	}
 	var zero aggregate.State
 	for _, r := range records {

@@ -66,6 +66,8 @@ func scheduleCommand(ctx context.Context, args []string, stdout io.Writer) error
 	fs.StringVar(&req.RequestID, "request-id", "", "idempotency key: a repeat returns the existing task")
 	fs.StringVar(&req.RelatedTaskID, "related", "", "id of a related (e.g. finished) task this one follows up")
 	fs.StringVar(&req.Repo, "repo", "", "repository the task works on")
+	labels := labelFlag{}
+	fs.Var(labels, "label", "a label key=value (repeat for several)")
 	text := fs.String("message", "", "the task's objective (text)")
 	delay := fs.Duration("delay", 0, "run after this delay (e.g. 30s)")
 	runAt := fs.String("run-at", "", "run at this RFC 3339 time")
@@ -81,12 +83,14 @@ func scheduleCommand(ctx context.Context, args []string, stdout io.Writer) error
 		return nil
 	})
 	file := fs.String("file", "", "schedule every task of this NDJSON file (one schedule body per line; - for stdin) in batches")
-	if err := parse(fs, args); err != nil {
+	err := parse(fs, args)
+	if err != nil {
 		return err
 	}
 	if *file != "" {
 		return scheduleFile(ctx, cf, *file, stdout)
 	}
+	req.Labels = labels.orNil()
 	if *text != "" {
 		req.Message.Content = []events.ContentPart{{Type: "text", Text: *text}}
 	}
@@ -94,12 +98,8 @@ func scheduleCommand(ctx context.Context, args []string, stdout io.Writer) error
 		d := delay.Seconds()
 		req.DelaySeconds = &d
 	}
-	if *runAt != "" {
-		t, err := time.Parse(time.RFC3339, *runAt)
-		if err != nil {
-			return fmt.Errorf("%w: --run-at: %w", errUsage, err)
-		}
-		req.RunAt = &t
+	if req.RunAt, err = optionalTime("run-at", *runAt); err != nil {
+		return err
 	}
 	if *timeout > 0 {
 		s := int(timeout.Seconds())
@@ -182,6 +182,8 @@ func printTask(w io.Writer, t api.Task) {
 	row("root", t.RootID)
 	row("parent", t.ParentID)
 	row("related", t.RelatedTaskID)
+	row("retry of", t.RetryOf)
+	row("labels", labelFlag(t.Labels).String())
 	row("request", t.RequestID)
 	row("repo", t.Repo)
 	if c := t.Concurrency; c != nil {
@@ -252,8 +254,26 @@ func listCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.RootID, "root", "", "only tasks under this root")
 	fs.StringVar(&o.After, "after", "", "cursor from a previous page")
 	fs.IntVar(&o.Limit, "limit", 100, "page size (at most 1000)")
+	fs.StringVar(&o.RequestID, "request-id", "", "only the task scheduled with this request id")
+	labels := labelFlag{}
+	fs.Var(labels, "label", "only tasks with this label key=value (repeat: all of them, at most 4)")
+	after := fs.String("created-after", "", "only tasks created after this RFC 3339 time")
+	before := fs.String("created-before", "", "only tasks created before this RFC 3339 time")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	o.Labels = labels.orNil()
+	for _, b := range []struct {
+		name, s string
+		t       *time.Time
+	}{{"created-after", *after, &o.CreatedAfter}, {"created-before", *before, &o.CreatedBefore}} {
+		at, err := optionalTime(b.name, b.s)
+		if err != nil {
+			return err
+		}
+		if at != nil {
+			*b.t = *at
+		}
 	}
 	l, err := cf.client().List(ctx, o)
 	if err != nil {

@@ -321,6 +321,8 @@ class Task(Wire):
     signal: Signal | None = None
     repo: str = ""
     message: Message = field(default_factory=Message)
+    labels: dict[str, str] = field(default_factory=dict)
+    retry_of: str = ""
     status: str = ""
     created_at: str = ""
     run_at: str = ""
@@ -431,6 +433,7 @@ class ScheduleRequest(Wire):
     timeout_seconds: int | None = None
     concurrency: Concurrency | None = None
     retry: RetryRequest | None = None
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
