@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +16,8 @@ import (
 )
 
 // TestManualRetry: POST /v1/tasks/{id}/retry makes a new root task with the
-// terminal task's spec, related to it; a requestId makes it idempotent,
+// terminal task's spec (queue, message, repo, labels, signal, timeout,
+// retry policy, concurrency), related to it, from attempt 1; a requestId makes it idempotent,
 // a live task is 409 not_terminal, and bad input is 400 with nothing
 // written.
 func TestManualRetry(t *testing.T) {
@@ -27,9 +29,12 @@ func TestManualRetry(t *testing.T) {
 	old := runningTask(t, b, api.ScheduleRequest{
 		Queue: "retry", Message: text("m", "flaky job"), Repo: "https://example.com/repo", Signal: sig,
 		Labels: map[string]string{"repo": "example/storefront"}, TimeoutSeconds: &timeout, RequestID: "first",
+		Retry:       &api.RetryRequest{MaxAttempts: refOf(3), BackoffSeconds: refOf(5), On: []string{"failed", "timed_out"}},
+		Concurrency: &events.Concurrency{Key: "repo:example/storefront", Limit: 1000},
 	})
-	if _, err := b.client.RecordResult(ctx, old.ID, api.ResultRequest{DeliveryID: old.Claim.DeliveryID, Error: "tool flaked"}); err != nil {
-		t.Fatal(err)
+	// Not retryable: the policy's attempts are not used, the task fails.
+	if done, err := b.client.RecordResult(ctx, old.ID, api.ResultRequest{DeliveryID: old.Claim.DeliveryID, Error: "tool flaked", Retryable: refOf(false)}); err != nil || done.Status != "failed" {
+		t.Fatalf("result: %v %+v", err, done)
 	}
 
 	t.Run("SameSpec", func(t *testing.T) {
@@ -38,11 +43,29 @@ func TestManualRetry(t *testing.T) {
 		if err != nil || !created {
 			t.Fatalf("retry: created=%v %v", created, err)
 		}
-		if task.ID == old.ID || task.RootID != task.ID || task.ParentID != "" || task.RelatedTaskID != old.ID || task.RetryOf != old.ID ||
-			task.Queue != "retry" || task.Repo != old.Repo || task.TimeoutSeconds != 90 || task.Signal == nil || *task.Signal != sig ||
-			!equalLabels(task.Labels, old.Labels) || task.RequestID != "" ||
-			len(task.Message.Content) != 1 || task.Message.Content[0].Text != "flaky job" {
-			t.Fatalf("retry task %+v\nof %+v", task, old)
+		wantRetry := events.RetryPolicy{MaxAttempts: 3, BackoffSeconds: 5, MaxBackoffSeconds: events.DefaultMaxBackoffSeconds, On: []string{"failed", "timed_out"}}
+		for _, c := range []struct {
+			field string
+			ok    bool
+		}{
+			{"id", task.ID != old.ID},
+			{"rootId", task.RootID == task.ID && task.ParentID == ""},
+			{"relatedTaskId", task.RelatedTaskID == old.ID},
+			{"retryOf", task.RetryOf == old.ID},
+			{"requestId", task.RequestID == ""},
+			{"queue", task.Queue == "retry"},
+			{"message", len(task.Message.Content) == 1 && task.Message.Content[0].Text == "flaky job"},
+			{"repo", task.Repo == old.Repo},
+			{"labels", equalLabels(task.Labels, old.Labels)},
+			{"signal", task.Signal != nil && *task.Signal == sig},
+			{"timeoutSeconds", task.TimeoutSeconds == 90},
+			{"retry", task.Retry != nil && reflect.DeepEqual(*task.Retry, wantRetry) && task.MaxAttempts == 3},
+			{"attempt", task.Attempt == 1 && len(task.Attempts) == 0},
+			{"concurrency", task.Concurrency != nil && *task.Concurrency == *old.Concurrency},
+		} {
+			if !c.ok {
+				t.Errorf("the retry's %s: retry task %+v\nof %+v", c.field, task, old)
+			}
 		}
 		b.waitStatus(t, task.ID, "queued") // a new run
 		h, err := b.client.History(ctx, task.ID)
