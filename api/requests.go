@@ -1,6 +1,7 @@
 package api
 
 import (
+	"slices"
 	"time"
 
 	"github.com/taskledger/taskledger/events"
@@ -65,6 +66,17 @@ type RetryRequest struct {
 	BackoffSeconds    *int     `json:"backoffSeconds,omitempty"`
 	MaxBackoffSeconds *int     `json:"maxBackoffSeconds,omitempty"`
 	On                []string `json:"on,omitempty"`
+}
+
+// RetryRequestOf returns a stored retry policy as a request that asks for
+// exactly it (every field set); nil for none.
+func RetryRequestOf(p *events.RetryPolicy) *RetryRequest {
+	if p == nil {
+		return nil
+	}
+	c := *p // the request's pointers are to its own copy
+	return &RetryRequest{MaxAttempts: &c.MaxAttempts, BackoffSeconds: &c.BackoffSeconds,
+		MaxBackoffSeconds: &c.MaxBackoffSeconds, On: slices.Clone(p.On)}
 }
 
 // MaxLabelFilters is how many label filters one GET /v1/tasks may give.

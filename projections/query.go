@@ -380,10 +380,13 @@ func (e *Engine) Digest() string {
 	for _, st := range sortedKeys(e.v.byStatus) {
 		fmt.Fprintf(h, "status %s %v\n", st, sortedKeys(e.v.byStatus[st]))
 	}
+	enc := msgpack.NewEncoder(h)
+	enc.SetSortMapKeys(true) // a task spec's labels hash the same every time
 	for _, k := range sortedKeys(e.v.scheds) {
 		sc := e.v.scheds[k]
-		state, _ := msgpack.Marshal(sc.state) // its exported fields: not the parsed timing's pointers
-		fmt.Fprintf(h, "schedule %s %x %+v %s\n", k, state, sc.runs, sc.pending)
+		fmt.Fprintf(h, "schedule %s ", k)
+		_ = enc.Encode(sc.state) // its exported fields: not the parsed timing's pointers
+		fmt.Fprintf(h, " %+v %s\n", sc.runs, sc.pending)
 	}
 	for _, p := range sortedKeys(e.v.labels.byPair) {
 		fmt.Fprintf(h, "label %s %v\n", p, sortedKeys(e.v.labels.byPair[p]))
