@@ -9,9 +9,11 @@ import (
 	"github.com/taskledger/taskledger/internal/crashpoint"
 )
 
-// TestCLILabelsAndRetry drives the real binary: schedule with labels,
-// list by label, retry a canceled task (idempotent with --request-id),
-// and the new task's show and history say where it came from.
+// TestCLILabelsAndRetry drives the real binary: schedule with labels, a
+// retry policy and a concurrency key, list by label, retry a canceled task
+// (idempotent with --request-id), the new task's show and history say
+// where it came from and that it keeps the policy and the key; a periodic
+// schedule's task takes the same flags and passes them to its runs.
 func TestCLILabelsAndRetry(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t, t.TempDir(), freeAddr(t))
@@ -24,14 +26,16 @@ func TestCLILabelsAndRetry(t *testing.T) {
 		}
 		return out + errOut
 	}
-	out := run(0, "schedule", "--queue", "cli-labels", "--delay", "1h", "--label", "repo=example/storefront", "--label", "team=red", "--message", "flaky")
+	out := run(0, "schedule", "--queue", "cli-labels", "--delay", "1h", "--label", "repo=example/storefront", "--label", "team=red", "--message", "flaky",
+		"--max-attempts", "3", "--retry-on", "failed,timed_out", "--concurrency-key", "repo:example/storefront", "--concurrency-limit", "5")
+	const policy, key = "attempt 1 of 3, backoff 10s up to 3600s, on failed,timed_out", "repo:example/storefront (limit 5)"
 	id := strings.Fields(out)[1]
 	run(0, "schedule", "--queue", "cli-labels", "--delay", "1h", "--label", "repo=example/other")
 	if out := run(0, "list", "--label", "repo=example/storefront", "--label", "team=red"); !strings.Contains(out, id) || strings.Count(out, "\n") != 2 {
 		t.Fatalf("list by labels:\n%s", out)
 	}
-	if out := run(0, "show", id); !strings.Contains(out, "repo=example/storefront,team=red") {
-		t.Fatalf("show lacks the labels:\n%s", out)
+	if out := run(0, "show", id); !strings.Contains(out, "repo=example/storefront,team=red") || !strings.Contains(out, policy) || !strings.Contains(out, key) {
+		t.Fatalf("show lacks the labels, the policy or the key:\n%s", out)
 	}
 	run(2, "list", "--label", "no-equals")
 	if out := run(1, "list", "--label", "Bad=key"); !strings.Contains(out, "invalid_argument") {
@@ -49,11 +53,29 @@ func TestCLILabelsAndRetry(t *testing.T) {
 	if again[0] != "exists" || again[6] != first[3] {
 		t.Fatalf("repeated retry: %v, want the task %s", again, first[3])
 	}
-	if out := run(0, "show", first[3]); !strings.Contains(out, "retry of") || !strings.Contains(out, "try again") || !strings.Contains(out, "team=red") {
+	if out := run(0, "show", first[3]); !strings.Contains(out, "retry of") || !strings.Contains(out, "try again") || !strings.Contains(out, "team=red") ||
+		!strings.Contains(out, policy) || !strings.Contains(out, key) {
 		t.Fatalf("show of the retry:\n%s", out)
 	}
 	if out := run(0, "history", first[3]); !strings.Contains(out, "retry of "+id) {
 		t.Fatalf("history of the retry:\n%s", out)
+	}
+	if out := run(0, "list", "--request-id", "cli-retry"); !strings.Contains(out, first[3]) || strings.Count(out, "\n") != 2 {
+		t.Fatalf("list by request id:\n%s", out)
+	}
+
+	run(0, "schedules", "create", "cli-spec", "--every", "1h", "--paused", "--queue", "cli-labels", "--label", "kind=nightly",
+		"--max-attempts", "3", "--retry-on", "failed,timed_out", "--concurrency-key", "repo:example/storefront", "--concurrency-limit", "5")
+	if out := run(0, "schedules", "show", "cli-spec"); !strings.Contains(out, "kind=nightly") ||
+		!strings.Contains(out, "3 attempts, backoff 10s up to 3600s, on failed,timed_out") || !strings.Contains(out, key) {
+		t.Fatalf("schedules show lacks the task's labels, policy or key:\n%s", out)
+	}
+	fired := strings.Fields(run(0, "schedules", "trigger", "cli-spec"))[3]
+	if out := run(0, "show", fired); !strings.Contains(out, "kind=nightly") || !strings.Contains(out, policy) || !strings.Contains(out, key) {
+		t.Fatalf("show of a run's task:\n%s", out)
+	}
+	if out := run(1, "schedules", "create", "cli-bad", "--every", "1h", "--label", "Bad=key"); !strings.Contains(out, "invalid_argument") {
+		t.Fatalf("a schedule with a bad label:\n%s", out)
 	}
 }
 
