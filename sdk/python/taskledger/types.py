@@ -592,13 +592,18 @@ def schedule_request_id(schedule_id: str, at: str) -> str:
 
 @dataclass
 class ScheduleTask(Wire):
-    """The task each run of a schedule schedules."""
+    """The task each run of a schedule schedules; every run's task gets its
+    labels, retry policy and concurrency. In a Schedule, retry has every
+    field set (the server's defaults filled in)."""
 
     queue: str = ""
     message: Message | None = None
     repo: str = ""
     signal: Signal | None = None
     timeout_seconds: int | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    retry: RetryRequest | None = None
+    concurrency: Concurrency | None = None
 
 
 @dataclass

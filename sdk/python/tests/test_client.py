@@ -238,7 +238,8 @@ class ClientTest(unittest.TestCase):
             self.acme.schedule(queue=self.queue, labels={f"k{i}": "v" for i in range(17)})
 
     def test_retry_task(self) -> None:
-        old = self.schedule(labels={"repo": "example/storefront"}, message=text("flaky"), timeout_seconds=90)
+        old = self.schedule(labels={"repo": "example/storefront"}, message=text("flaky"), timeout_seconds=90,
+                            retry=RetryRequest(max_attempts=2), concurrency=taskledger.Concurrency(key=unique("k"), limit=1000))
         with self.assertRaises(errors.NotTerminal) as cm:
             self.acme.retry_task(old.id)
         self.assertEqual((cm.exception.status, cm.exception.reason), (409, "not_terminal"))
@@ -248,6 +249,7 @@ class ClientTest(unittest.TestCase):
         self.assertNotEqual(new.id, old.id)
         self.assertEqual((new.related_task_id, new.retry_of, new.queue, new.timeout_seconds, new.labels, new.message.text()),
                          (old.id, old.id, self.queue, 90, old.labels, "flaky"))
+        self.assertEqual((new.retry, new.concurrency, new.attempt), (old.retry, old.concurrency, 1))  # the policy and the key too
         key = unique("retry")
         first, created = self.acme.retry_task(old.id, request_id=key, message=text("again"))
         self.assertTrue(created)
