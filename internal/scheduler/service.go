@@ -341,7 +341,7 @@ func requestTaskID(customerID, requestID string) string {
 
 // create schedules the task spec describes for customerID (whose id its
 // RequestID names, when it has one): Schedule's work once the request is
-// checked, shared with Retry.
+// checked, shared with RetryTask.
 func (s *Service) create(ctx context.Context, p Principal, customerID string, spec events.TaskSpec) (st aggregate.State, created bool, err error) {
 	taskID := events.NewID()
 	if spec.RequestID != "" {
