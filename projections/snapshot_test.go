@@ -93,6 +93,16 @@ func snapshotLog(t *testing.T) [][]byte {
 	add("s3", "b", events.ScheduleDeleted{})
 	add("s4", "b", events.ScheduleCreated{Spec: every})
 	add("s4", "b", events.ScheduleFired{At: at, TaskID: "r4", RequestID: "f4", Manual: true})
+	// A schedule whose runs' task has labels (enough that map order shows
+	// in an encoding that does not sort them), a retry policy and a key.
+	withLabels := every
+	withLabels.Task.Labels = map[string]string{}
+	for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		withLabels.Task.Labels[k] = "v" + k
+	}
+	withLabels.Task.Retry = &events.RetryPolicy{MaxAttempts: 3, BackoffSeconds: 10, MaxBackoffSeconds: 60, On: []string{events.RetryOnFailed}}
+	withLabels.Task.Concurrency = &events.Concurrency{Key: "k", Limit: 2}
+	add("s5", "c", events.ScheduleCreated{Spec: withLabels})
 	return out
 }
 
