@@ -65,7 +65,7 @@ func TestSoakKillNine(t *testing.T) {
 	c.HTTP.Timeout = 30 * time.Second
 	led := newSoakLedger()
 	if _, _, err := c.CreateSchedule(context.Background(), api.ScheduleCreateRequest{ID: soakSchedule, Every: "1s",
-		Overlap: events.OverlapAllow, Task: api.ScheduleTask{Queue: soakQueue, Message: soakMessage("periodic")}}); err != nil {
+		Overlap: events.OverlapAllow, Task: api.ScheduleTask{Queue: soakQueue, Message: soakMessage("periodic"), Labels: map[string]string{"kind": "periodic"}}}); err != nil {
 		t.Fatal(err)
 	}
 
