@@ -583,7 +583,8 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request, p scheduler.Princi
 
 func (h *handler) list(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
 	q := r.URL.Query()
-	f := projections.Filter{Status: aggregate.Status(q.Get("status")), Queue: q.Get("queue"), CustomerID: q.Get("customerId"), RootID: q.Get("rootId")}
+	f := projections.Filter{Status: aggregate.Status(q.Get("status")), Queue: q.Get("queue"), CustomerID: q.Get("customerId"), RootID: q.Get("rootId"),
+		IDPrefix: q.Get("idPrefix")}
 	switch f.Status {
 	case "", aggregate.StatusScheduled, aggregate.StatusQueued, aggregate.StatusRunning, aggregate.StatusSucceeded,
 		aggregate.StatusFailed, aggregate.StatusCanceled, aggregate.StatusTimedOut:
@@ -591,7 +592,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request, p scheduler.Princ
 		h.fail(w, r, invalidArg("unknown status %q", f.Status))
 		return
 	}
-	for name, v := range map[string]string{"queue": f.Queue, "customerId": f.CustomerID, "rootId": f.RootID, "after": q.Get("after")} {
+	for name, v := range map[string]string{"queue": f.Queue, "customerId": f.CustomerID, "rootId": f.RootID, "after": q.Get("after"), "idPrefix": f.IDPrefix} {
 		if v == "" {
 			continue
 		}
