@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -50,4 +51,26 @@ func TestIDIndex(t *testing.T) {
 			t.Fatalf("ascend(%q, %q) stopping at %d: %v, want %v", prefix, after, stop, got, want)
 		}
 	})
+}
+
+// checkIDIndex fails the test unless v's id index holds exactly each
+// customer's tasks, in order (so evictions left it too).
+func checkIDIndex(t *testing.T, v *views) {
+	t.Helper()
+	want := map[string][]string{}
+	for id, task := range v.tasks {
+		want[task.customer] = append(want[task.customer], id)
+	}
+	for _, ids := range want {
+		slices.Sort(ids)
+	}
+	got := map[string][]string{}
+	for c, x := range v.ids {
+		for _, b := range x.blocks {
+			got[c] = append(got[c], b...)
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("id index %v, the tasks %v", got, want)
+	}
 }

@@ -336,7 +336,7 @@ func (v *views) walk(x *idIndex, f *Filter, after string, limit int, add func(*t
 	}
 	n := 0
 	x.ascend(f.IDPrefix, after, func(id string) bool {
-		if t := v.tasks[id]; f.match(t) {
+		if t := v.tasks[id]; t != nil && f.match(t) {
 			add(t)
 			n++
 		}
