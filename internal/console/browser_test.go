@@ -406,6 +406,9 @@ func TestConsole(t *testing.T) {
 		if _, _, err := c.acme.CreateSchedule(ctx, nightly); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := c.acme.TriggerSchedule(ctx, "nightly", api.ScheduleOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		schedule(t, c.acme, storefront("deploy the storefront"))
 		schedule(t, c.acme, storefront("deploy it again"))
 		root := schedule(t, c.acme, api.ScheduleRequest{Queue: "release", Message: text("review the storefront release")})
@@ -437,7 +440,7 @@ func TestConsole(t *testing.T) {
 			{"console-overview.png", "#/", `[data-page="overview"] table`},
 			{"console-tasks.png", "#/tasks", row(child.ID)},
 			{"console-task.png", "#/task/" + child.ID, `#tree li li[data-id="` + child.ID + `"] [data-status="failed"]`},
-			{"console-schedules.png", "#/schedules", `tr[data-schedule="nightly"] li`},
+			{"console-schedules.png", "#/schedules", `tr[data-schedule="nightly"] li[data-task] [data-status]`},
 			{"console-concurrency.png", "#/concurrency", `tr[data-key] li[data-role="holder"]`},
 		}
 		for _, s := range shots {
