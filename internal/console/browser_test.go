@@ -351,8 +351,10 @@ func TestConsole(t *testing.T) {
 		sel := `tr[data-schedule="nightly"]`
 		c.run(t, chromedp.Click(chromedp.CSS("#nav-schedules")), chromedp.WaitVisible(chromedp.CSS(sel+`[data-paused="false"]`)))
 		c.poll(t, fmt.Sprintf(`document.querySelectorAll(%q).length === 5`, sel+" td:nth-child(5) li")) // the next instants
-		c.click(t, sel+` button[data-action="pause"]`)
-		c.run(t, chromedp.WaitVisible(chromedp.CSS(sel+`[data-paused="true"] button[data-action="resume"]`)))
+		// By keyboard: the focus stays on the row's action across redraws.
+		c.poll(t, fmt.Sprintf(`(() => { const b = document.querySelector(%q); b?.focus(); return b !== null && document.activeElement === b })()`, sel+` button[data-action="pause"]`))
+		c.run(t, chromedp.KeyEvent("\r"), chromedp.WaitVisible(chromedp.CSS(sel+`[data-paused="true"] button[data-action="resume"]`)))
+		c.poll(t, fmt.Sprintf(`document.activeElement === document.querySelector(%q)`, sel+` button[data-action="resume"]`))
 		if s, err := c.acme.GetSchedule(ctx, "nightly", api.ScheduleOptions{}); err != nil || !s.Paused {
 			t.Fatalf("after Pause in the console: paused %v, %v", s.Paused, err)
 		}

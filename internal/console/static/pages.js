@@ -33,8 +33,16 @@ export function schedulesPage(main) {
     const q = new URLSearchParams({ limit: "50" });
     if (after) q.set("after", after);
     const list = await get("/v1/schedules?" + q);
+    // A redraw keeps the keyboard focus on its row's action (the first
+    // one when it changed: Pause became Resume).
+    const focused = document.activeElement;
+    const was = tbody.contains(focused) ? focused.closest("tr") : null;
     tbody.replaceChildren(...list.schedules.map(row));
     if (!list.schedules.length) tbody.append(el("tr", {}, el("td", { colSpan: 7, class: "muted" }, "No schedules.")));
+    if (was) {
+      const now = [...tbody.rows].find((r) => r.dataset.schedule === was.dataset.schedule && r.dataset.customer === was.dataset.customer);
+      (now?.querySelector(`button[data-action="${focused.dataset.action}"]`) || now?.querySelector("button"))?.focus();
+    }
     return list.next;
   });
   main.replaceChildren(el("h1", {}, "Schedules"), el("div", { class: "toolbar" }, pages.buttons),
