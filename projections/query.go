@@ -304,10 +304,12 @@ func (e *Engine) List(f Filter, after string, limit int) []aggregate.State {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	var out []aggregate.State
-	add := func(t *task) {
-		if t.id > after && f.match(t) {
-			out = append(out, t.state())
+	add := func(t *task) bool {
+		if t == nil || t.id <= after || !f.match(t) {
+			return false
 		}
+		out = append(out, t.state())
+		return true
 	}
 	switch {
 	case f.Status != "" && f.IDPrefix == "":
@@ -328,16 +330,15 @@ func (e *Engine) List(f Filter, after string, limit int) []aggregate.State {
 	return out
 }
 
-// walk hands add the tasks of x (nil: none) after after that match f, in
-// id order, until limit of them matched.
-func (v *views) walk(x *idIndex, f *Filter, after string, limit int, add func(*task)) {
+// walk offers add the tasks of x (nil: none) after after, in id order,
+// until add took limit of them.
+func (v *views) walk(x *idIndex, f *Filter, after string, limit int, add func(*task) bool) {
 	if x == nil {
 		return
 	}
 	n := 0
 	x.ascend(f.IDPrefix, after, func(id string) bool {
-		if t := v.tasks[id]; t != nil && f.match(t) {
-			add(t)
+		if add(v.tasks[id]) {
 			n++
 		}
 		return n < limit

@@ -304,13 +304,13 @@ func (h *handler) stats(w http.ResponseWriter, r *http.Request, p scheduler.Prin
 		return
 	}
 	applied := h.Ready.Applied()
-	st := h.Service.Stats(p, api.MaxStatsRows)
+	stats := h.Service.Stats(p, api.MaxStatsRows)
 	out := api.Stats{
-		At: st.At.UTC(), Applied: applied, LastSeq: last, Lag: last - min(last, applied), CaughtUp: h.Ready.CaughtUp(),
-		Queues: []api.QueueStats{}, Alarm: h.alarmStats(), Keys: []api.KeyStats{}, KeysTruncated: st.KeysTruncated,
-		Schedules: []api.ScheduleStats{}, SchedulesTruncated: st.SchedulesTruncated,
+		At: stats.At.UTC(), Applied: applied, LastSeq: last, Lag: last - min(last, applied), CaughtUp: h.Ready.CaughtUp(),
+		Queues: []api.QueueStats{}, Alarm: h.alarmStats(), Keys: []api.KeyStats{}, KeysTruncated: stats.KeysTruncated,
+		Schedules: []api.ScheduleStats{}, SchedulesTruncated: stats.SchedulesTruncated,
 	}
-	for _, q := range st.Queues {
+	for _, q := range stats.Queues {
 		row := api.QueueStats{
 			CustomerID: q.CustomerID, Queue: q.Queue, Counts: make(map[string]int, len(q.Counts)),
 			OldestQueuedSeconds: q.OldestQueued.Seconds(),
@@ -323,10 +323,10 @@ func (h *handler) stats(w http.ResponseWriter, r *http.Request, p scheduler.Prin
 		}
 		out.Queues = append(out.Queues, row)
 	}
-	for _, k := range st.Keys {
+	for _, k := range stats.Keys {
 		out.Keys = append(out.Keys, api.KeyStats{CustomerID: k.CustomerID, Key: k.Key, Limit: k.Limit, Holders: k.Holders, Waiting: k.Waiting})
 	}
-	for _, sc := range st.Schedules {
+	for _, sc := range stats.Schedules {
 		row := api.ScheduleStats{CustomerID: sc.CustomerID, ID: sc.ID, Paused: sc.Paused, Next: utc(sc.Next), RunCount: sc.Runs}
 		if r := sc.LastRun; r != nil {
 			row.LastRun = &api.ScheduleRun{At: r.At.UTC(), TaskID: r.TaskID, RequestID: r.RequestID, Status: string(r.Status), Missed: r.Missed, Manual: r.Manual}
