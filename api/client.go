@@ -117,12 +117,15 @@ func (c *Client) Get(ctx context.Context, id string) (t Task, err error) {
 type ListOptions struct {
 	Status, Queue, CustomerID, RootID, After string
 	Limit                                    int
+	// IDPrefix lists only the tasks whose id starts with it (up to
+	// events.MaxIDLen characters of [A-Za-z0-9_-]).
+	IDPrefix string
 }
 
 // List returns one page of tasks.
 func (c *Client) List(ctx context.Context, o ListOptions) (l TaskList, err error) {
 	q := url.Values{}
-	for k, v := range map[string]string{"status": o.Status, "queue": o.Queue, "customerId": o.CustomerID, "rootId": o.RootID, "after": o.After} {
+	for k, v := range map[string]string{"status": o.Status, "queue": o.Queue, "customerId": o.CustomerID, "rootId": o.RootID, "after": o.After, "idPrefix": o.IDPrefix} {
 		if v != "" {
 			q.Set(k, v)
 		}

@@ -229,3 +229,76 @@ func (e *Engine) Waiters(customerID, key string, now time.Time, limit int) []agg
 func Waiting(s aggregate.State, now time.Time) bool {
 	return s.Spec.Concurrency != nil && s.Status == aggregate.StatusScheduled && s.Delivery.ID == "" && !now.Before(s.Spec.RunAt)
 }
+
+// KeyStats are one concurrency key's counts (GET /v1/stats).
+type KeyStats struct {
+	CustomerID, Key string
+	// Limit is the concurrency limit of the first holder, else of one of
+	// the key's unfinished tasks.
+	Limit int
+	// Holders counts the tasks holding a slot; Waiting the unfinished
+	// tasks holding none (due or not).
+	Holders, Waiting int
+}
+
+// KeyStats returns the concurrency keys of customerID ("": every
+// customer's) with a task holding a slot or waiting, ordered by customer
+// then key, at most limit of them; more reports that there were others.
+// It costs the keys and their holders, not their waiting tasks. It is
+// safe for concurrent use.
+func (e *Engine) KeyStats(customerID string, limit int) (out []KeyStats, more bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	v := &e.v.keys
+	row := func(kid string) (KeyStats, bool) {
+		var ks KeyStats
+		live := v.live[kid]
+		if k := v.byKey[kid]; k != nil {
+			ks.CustomerID, ks.Key, ks.Holders = k.CustomerID, k.Key, len(k.Holders)
+			for _, id := range k.Holders {
+				if _, ok := live[id]; ok {
+					ks.Waiting--
+				}
+				if ks.Limit == 0 {
+					if t := e.v.tasks[id]; t != nil && t.conc != nil {
+						ks.Limit = t.conc.Limit
+					} else if s, ok := v.freeing[id]; ok {
+						ks.Limit = s.Spec.Concurrency.Limit
+					}
+				}
+			}
+		}
+		ks.Waiting += len(live)
+		for id := range live { // one is enough: any unfinished task names the key
+			if t := e.v.tasks[id]; t != nil && t.conc != nil {
+				ks.CustomerID, ks.Key = t.customer, t.conc.Key
+				if ks.Limit == 0 {
+					ks.Limit = t.conc.Limit
+				}
+			}
+			break
+		}
+		return ks, (ks.Holders > 0 || ks.Waiting > 0) && (customerID == "" || ks.CustomerID == customerID)
+	}
+	for kid, k := range v.byKey {
+		if len(k.Holders) > 0 {
+			if ks, ok := row(kid); ok {
+				out = append(out, ks)
+			}
+		}
+	}
+	for kid := range v.live {
+		if k := v.byKey[kid]; k == nil || len(k.Holders) == 0 {
+			if ks, ok := row(kid); ok {
+				out = append(out, ks)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b KeyStats) int {
+		return cmp.Or(cmp.Compare(a.CustomerID, b.CustomerID), cmp.Compare(a.Key, b.Key))
+	})
+	if len(out) > limit {
+		return out[:limit], true
+	}
+	return out, false
+}

@@ -281,34 +281,46 @@ type Filter struct {
 	Queue      string
 	CustomerID string
 	RootID     string
+	// IDPrefix selects the tasks whose id starts with it.
+	IDPrefix string
 }
 
 func (f Filter) match(t *task) bool {
 	return (f.Status == "" || statuses[t.status] == f.Status) &&
 		(f.Queue == "" || t.queue == f.Queue) &&
 		(f.CustomerID == "" || t.customer == f.CustomerID) &&
-		(f.RootID == "" || t.root == f.RootID)
+		(f.RootID == "" || t.root == f.RootID) &&
+		strings.HasPrefix(t.id, f.IDPrefix)
 }
 
 // List returns up to limit tasks matching f with ids greater than after,
 // ordered by id (task ids are time-ordered, so this is creation order for
-// generated ids).
+// generated ids). A filter on a status reads that status's tasks; any
+// other walks the customers' ordered ids from after (and IDPrefix) and
+// stops at limit matches, so it reads only the ids it passes (for an
+// operator naming no customer, up to limit matches of each customer).
+// It is safe for concurrent use.
 func (e *Engine) List(f Filter, after string, limit int) []aggregate.State {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	var out []aggregate.State
-	add := func(t *task) {
-		if t.id > after && f.match(t) {
-			out = append(out, t.state())
+	add := func(t *task) bool {
+		if t == nil || t.id <= after || !f.match(t) {
+			return false
 		}
+		out = append(out, t.state())
+		return true
 	}
-	if f.Status != "" {
+	switch {
+	case f.Status != "" && f.IDPrefix == "":
 		for id := range e.v.byStatus[f.Status] {
 			add(e.v.tasks[id])
 		}
-	} else {
-		for _, t := range e.v.tasks {
-			add(t)
+	case f.CustomerID != "":
+		e.v.walk(e.v.ids[f.CustomerID], &f, after, limit, add)
+	default:
+		for _, x := range e.v.ids {
+			e.v.walk(x, &f, after, limit, add)
 		}
 	}
 	slices.SortFunc(out, func(a, b aggregate.State) int { return strings.Compare(a.TaskID, b.TaskID) })
@@ -316,6 +328,21 @@ func (e *Engine) List(f Filter, after string, limit int) []aggregate.State {
 		out = out[:limit]
 	}
 	return out
+}
+
+// walk offers add the tasks of x (nil: none) after after, in id order,
+// until add took limit of them.
+func (v *views) walk(x *idIndex, f *Filter, after string, limit int, add func(*task) bool) {
+	if x == nil {
+		return
+	}
+	n := 0
+	x.ascend(f.IDPrefix, after, func(id string) bool {
+		if add(v.tasks[id]) {
+			n++
+		}
+		return n < limit
+	})
 }
 
 // Digest returns a deterministic hash of every projected fact, so a

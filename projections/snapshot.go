@@ -124,6 +124,7 @@ func restore(b body, retain int) *views {
 		t := &task{children: r.Children, closedSeq: r.ClosedSeq}
 		t.set(&r.State)
 		v.tasks[r.State.TaskID] = t
+		v.indexID(t)
 	}
 	var zero aggregate.State
 	for _, r := range records {

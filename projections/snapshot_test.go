@@ -143,6 +143,8 @@ func testSnapshotRestores(t *testing.T, retain int) {
 	if live.Digest() != restored.Digest() {
 		t.Fatalf("digest differs")
 	}
+	checkIDIndex(t, live.v)
+	checkIDIndex(t, restored.v)
 	if q := restored.v.timers[Fire]; !q.has(ScheduleKey("a", "s1")) || q.has(ScheduleKey("a", "s2")) || q.has(ScheduleKey("b", "s3")) || !q.has(ScheduleKey("b", "s4")) ||
 		restored.v.scheds[ScheduleKey("a", "s1")].pending != "rnotyet" || restored.LiveSchedules("a") != 2 || restored.LiveSchedules("b") != 1 {
 		t.Fatalf("schedules restored: fire queue %v", q.owner)
