@@ -385,7 +385,7 @@ func (a *Alarm) outcome(t projections.Timer, s, st aggregate.State, err error) f
 	case projections.Republish:
 		due = s.Delivery.NextAt.Add(a.cfg.RepublishAfter)
 	case projections.Free:
-		due = s.CompletedAt
+		due = projections.FreeAt(s)
 	}
 	return a.settled(t, due, s, st.LastSeq, err)
 }
@@ -562,12 +562,15 @@ func (a *Alarm) report(ctx context.Context, child aggregate.State) flight {
 }
 
 // release releases a due task. A task with a concurrency key first takes
-// a slot of it (or finds it holds one: a release a crash interrupted);
-// while the key is full it stays scheduled, and is tried again when the
-// projections show a slot free.
+// a slot of it for its attempt (or finds it holds one: a release a crash
+// interrupted), and is released only at that attempt; while the key is
+// full it stays scheduled, and is tried again when the projections show a
+// slot free.
 func (a *Alarm) release(ctx context.Context, s aggregate.State) flight {
+	cmd := aggregate.ReleaseDue{DeliveryID: events.NewID()}
 	if c := s.Spec.Concurrency; c != nil {
-		k, _, err := a.store.ExecuteKey(ctx, aggregate.AcquireSlot{CustomerID: s.CustomerID, Key: c.Key, TaskID: s.TaskID, Limit: c.Limit})
+		cmd.Attempt = s.Attempt()
+		k, _, err := a.store.ExecuteKey(ctx, aggregate.AcquireSlot{CustomerID: s.CustomerID, Key: c.Key, TaskID: s.TaskID, Limit: c.Limit, Attempt: cmd.Attempt})
 		if errors.Is(err, aggregate.ErrKeyFull) {
 			// The projection lagged another acquisition; once it has
 			// seen it, the key's room decides again.
@@ -578,7 +581,7 @@ func (a *Alarm) release(ctx context.Context, s aggregate.State) flight {
 		}
 		crashpoint.Hit(crashpoint.SlotAcquired)
 	}
-	st, _, err := a.store.ExecuteSeen(ctx, s.TaskID, "", aggregate.ReleaseDue{DeliveryID: events.NewID()}, s.LastSeq)
+	st, _, err := a.store.ExecuteSeen(ctx, s.TaskID, "", cmd, s.LastSeq)
 	if err == nil {
 		crashpoint.Hit(crashpoint.Released)
 	}
@@ -587,13 +590,17 @@ func (a *Alarm) release(ctx context.Context, s aggregate.State) flight {
 
 // free releases the slot of a terminal task that holds one of its
 // concurrency key (or of one whose release failed after it acquired its
-// slot: canceled in between). A task that holds none any more (another
-// process freed it) appends nothing. Having freed the slot, it hands it
-// to the first waiter at once rather than after the projections have
-// seen it free; the Release queue would release that task too (a second
-// attempt then appends nothing).
+// slot: canceled in between), or of a retried task that holds the slot of
+// an earlier attempt (never one taken for its current attempt). A task
+// that holds none any more (another process freed it) appends nothing.
+// Having freed the slot, it hands it to the first waiter at once rather
+// than after the projections have seen it free; the Release queue would
+// release that task too (a second attempt then appends nothing).
 func (a *Alarm) free(ctx context.Context, s aggregate.State) flight {
 	cmd := aggregate.ReleaseSlot{CustomerID: s.CustomerID, Key: s.Spec.Concurrency.Key, TaskID: s.TaskID, Status: s.Status}
+	if s.Status != "" && !s.Status.Terminal() {
+		cmd.Before = s.Attempt()
+	}
 	k, evs, err := a.store.ExecuteKey(ctx, cmd)
 	if err == nil && len(evs) > 0 {
 		for _, w := range a.proj.Waiters(s.CustomerID, cmd.Key, a.cfg.Now(), 1) {
