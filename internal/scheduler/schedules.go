@@ -271,11 +271,14 @@ func (s *Service) TriggerSchedule(ctx context.Context, p Principal, customerID, 
 // an overlap, or is passed over, and schedules the run's task under the
 // request id derived from the instant. Two processes firing one instant
 // append one ScheduleFired (the schedule's OCC) and schedule one task (the
-// derived id). It returns the last sequence it appended or read.
-func (s *Service) FireSchedule(ctx context.Context, customerID, id string) (uint64, error) {
+// derived id). It returns the last sequence it appended or read and, when
+// the log has nothing due (the projections lag it, or were early), the
+// log's next due instant, for the alarm to come back then rather than at
+// once (zero when it fired, or when nothing will be due).
+func (s *Service) FireSchedule(ctx context.Context, customerID, id string) (seq uint64, notBefore time.Time, err error) {
 	st, err := s.cfg.ScheduleStore.LoadSchedule(ctx, customerID, id)
 	if err != nil {
-		return 0, s.unavailable(err)
+		return 0, time.Time{}, s.unavailable(err)
 	}
 	prevLive := false
 	if run := st.LastRun; run.TaskID != "" {
@@ -286,35 +289,35 @@ func (s *Service) FireSchedule(ctx context.Context, customerID, id string) (uint
 		task, ok := s.cfg.Views.Task(run.TaskID)
 		if !ok || !task.Status.Terminal() && st.Spec.Overlap != events.OverlapAllow {
 			if task, err = s.cfg.Store.Load(ctx, run.TaskID); err != nil {
-				return st.LastSeq, s.unavailable(err)
+				return st.LastSeq, time.Time{}, s.unavailable(err)
 			}
 		}
 		if !task.Exists() {
 			t, err := s.runTask(ctx, st, run)
-			return max(st.LastSeq, t.LastSeq), err
+			return max(st.LastSeq, t.LastSeq), time.Time{}, err
 		}
 		s.cfg.Schedules.SettleRun(customerID, id)
 		prevLive = !task.Status.Terminal()
 	}
 	if next := st.Next(); next.IsZero() || next.After(s.cfg.Store.Now()) {
-		return st.LastSeq, nil // nothing due; the projections may lag
+		return st.LastSeq, next, nil // nothing due; the projections lag, or were early
 	}
 	st, evs, err := s.cfg.ScheduleStore.ExecuteSchedule(ctx, customerID, id, "", aggregate.FireSchedule{PrevLive: prevLive})
 	if errors.Is(err, aggregate.ErrStale) {
 		// Another process fired it (or paused it) first. If it died before
 		// the run's task, the projections put the schedule back at once.
-		return st.LastSeq, nil
+		return st.LastSeq, time.Time{}, nil
 	}
 	if err != nil || len(evs) == 0 {
-		return st.LastSeq, s.fromStore(err)
+		return st.LastSeq, time.Time{}, s.fromStore(err)
 	}
 	f := evs[0].Data.(events.ScheduleFired)
 	if f.TaskID == "" {
-		return st.LastSeq, nil
+		return st.LastSeq, time.Time{}, nil
 	}
 	crashpoint.Hit(crashpoint.Fired)
 	t, err := s.runTask(ctx, st, f)
-	return max(st.LastSeq, t.LastSeq), err
+	return max(st.LastSeq, t.LastSeq), time.Time{}, err
 }
 
 // runTask schedules the task of run f of schedule st (idempotent: its id
