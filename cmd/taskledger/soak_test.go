@@ -21,10 +21,17 @@ import (
 )
 
 // soakQueue is the queue of the soak's tasks; soakAbandonTimeout is the
-// run timeout of the tasks whose claimer walks away.
+// run timeout of the tasks whose claimer walks away; soakAttempts is the
+// retry policy's maxAttempts of the retrying tasks; soakKeys and
+// soakKeyLimit are the concurrency keys of the keyed tasks and their
+// limit; soakSchedule is the periodic schedule firing into soakQueue.
 const (
 	soakQueue          = "soak"
 	soakAbandonTimeout = 2
+	soakAttempts       = 3
+	soakKeys           = 3
+	soakKeyLimit       = 2
+	soakSchedule       = "soak-every-second"
 )
 
 // TestSoakKillNine runs a mixed load against `taskledger serve` and kills
@@ -35,7 +42,11 @@ const (
 // At the end the log must verify clean offline, every acknowledged write
 // must be in it (tasks, claims with their token, results and cancels with
 // their outcome, mailbox messages at their index) and nothing may be there
-// twice (a message id in a mailbox, a Claimed in a task).
+// twice (a message id in a mailbox, a Claimed in a task attempt). Some
+// tasks retry on failure and some share a concurrency key (replay verify
+// checks a key never has more holders than its limit), and a periodic
+// schedule fires every second through the kills: each fired instant must
+// have exactly one task.
 func TestSoakKillNine(t *testing.T) {
 	t.Parallel()
 	duration := envDuration(t, "SOAK_SECONDS", 30*time.Second)
@@ -53,6 +64,10 @@ func TestSoakKillNine(t *testing.T) {
 	c := api.NewClient("http://"+addr, "")
 	c.HTTP.Timeout = 30 * time.Second
 	led := newSoakLedger()
+	if _, _, err := c.CreateSchedule(context.Background(), api.ScheduleCreateRequest{ID: soakSchedule, Every: "1s",
+		Overlap: events.OverlapAllow, Task: api.ScheduleTask{Queue: soakQueue, Message: soakMessage("periodic")}}); err != nil {
+		t.Fatal(err)
+	}
 
 	loadCtx, stopLoad := context.WithCancel(context.Background())
 	defer stopLoad()
@@ -113,6 +128,7 @@ func TestSoakKillNine(t *testing.T) {
 	cur = srv
 	curMu.Unlock()
 	tasks := led.check(t, srv.client)
+	led.checkSchedule(t, srv.client)
 	led.report(t, rep.Events, tasks)
 	if verr != nil {
 		t.Fatal(verr)
@@ -157,10 +173,10 @@ type soakLedger struct {
 	parent    map[string]string // requestId → parent task ("" for a root)
 	tasks     []string          // acknowledged tasks, in order
 	roots     []string
-	parents   []string       // roots held back (runAt far ahead) to take children
-	children  map[string]int // root → acknowledged children
-	unclaimed []string       // acknowledged tasks nobody claimed yet
-	claims    map[string]soakClaim
+	parents   []string               // roots held back (runAt far ahead) to take children
+	children  map[string]int         // root → acknowledged children
+	unclaimed []string               // acknowledged tasks nobody claimed yet
+	claims    map[string][]soakClaim // acknowledged claims of each task, one per attempt
 	outcomes  map[string]soakOutcome // acknowledged results and cancels
 	canceling map[string]bool        // roots a cancel was sent for
 	abandoned map[string]bool        // claimed runs never reported
@@ -171,13 +187,14 @@ type soakLedger struct {
 	claimsWon, claimsLost, claimsRecovered, claimsNext         atomic.Int64
 	results, resultsRefused, cancels, cancelsRefused, messages atomic.Int64
 	mailReplays, mailRefused, retries, kills                   atomic.Int64
-	violations                                                 int
+	retrying, keyed, attemptsFailed                            atomic.Int64
+	violations, fires                                          int
 }
 
 func newSoakLedger() *soakLedger {
 	return &soakLedger{
 		requests: map[string]string{}, parent: map[string]string{}, children: map[string]int{},
-		claims: map[string]soakClaim{}, outcomes: map[string]soakOutcome{}, canceling: map[string]bool{},
+		claims: map[string][]soakClaim{}, outcomes: map[string]soakOutcome{}, canceling: map[string]bool{},
 		abandoned: map[string]bool{}, mail: map[string]soakMail{},
 	}
 }
@@ -272,6 +289,16 @@ func (g *soakGen) scheduleRoot(ctx context.Context) error {
 	if g.r.IntN(10) == 0 {
 		timeout := soakAbandonTimeout
 		req.TimeoutSeconds = &timeout
+	}
+	if req.DelaySeconds == nil || *req.DelaySeconds < 60 {
+		if g.r.IntN(4) == 0 {
+			req.Retry = &api.RetryRequest{MaxAttempts: new(soakAttempts), BackoffSeconds: new(1), MaxBackoffSeconds: new(1)}
+			g.led.retrying.Add(1)
+		}
+		if g.r.IntN(4) == 0 {
+			req.Concurrency = &events.Concurrency{Key: fmt.Sprintf("soak-%d", g.r.IntN(soakKeys)), Limit: soakKeyLimit}
+			g.led.keyed.Add(1)
+		}
 	}
 	return g.schedule(ctx, req)
 }
@@ -416,13 +443,15 @@ func (g *soakGen) claimTwice(ctx context.Context) error {
 	}
 	task = answers[winner].task
 	l.mu.Lock()
-	l.claims[id] = soakClaim{token: token, executor: answers[winner].executor}
+	l.claims[id] = append(l.claims[id], soakClaim{token: token, executor: answers[winner].executor})
 	l.mu.Unlock()
 	return soakFinish(ctx, g.c, l, task, g.r.IntN(4) != 0)
 }
 
 // soakFinish reports the result of a claimed run, or abandons it when its
-// timeout marks it as one whose executor walks away.
+// timeout marks it as one whose executor walks away. A failure with
+// attempts left is acknowledged as a retry, not an outcome: the task goes
+// back to scheduled and claims/next takes its next attempt.
 func soakFinish(ctx context.Context, c *api.Client, l *soakLedger, task api.Task, success bool) error {
 	if task.TimeoutSeconds == soakAbandonTimeout {
 		l.mu.Lock()
@@ -439,6 +468,8 @@ func soakFinish(ctx context.Context, c *api.Client, l *soakLedger, task api.Task
 		return err
 	})
 	switch {
+	case err == nil && !success && task.Attempt < task.MaxAttempts:
+		l.attemptsFailed.Add(1)
 	case err == nil:
 		status := "succeeded"
 		if !success {
@@ -624,7 +655,7 @@ func soakClaimNext(ctx context.Context, c *api.Client, l *soakLedger) error {
 		}
 		l.claimsNext.Add(1)
 		l.mu.Lock()
-		l.claims[task.ID] = soakClaim{token: task.Claim.DeliveryID, executor: executor}
+		l.claims[task.ID] = append(l.claims[task.ID], soakClaim{token: task.Claim.DeliveryID, executor: executor})
 		l.mu.Unlock()
 		if err := soakFinish(ctx, c, l, task, r.IntN(4) != 0); err != nil {
 			return err
@@ -710,11 +741,20 @@ func (l *soakLedger) checkTask(t *testing.T, c *api.Client, id string, mailIDs [
 		}
 	}
 	claims := claimedEvents(t, c, id)
-	if len(claims) > 1 {
-		t.Errorf("task %s claimed %d times: %+v", id, len(claims), claims)
+	tokens := map[string]string{} // delivery token → executor, from the log
+	for _, ce := range claims {
+		if _, dup := tokens[ce.DeliveryID]; dup {
+			t.Errorf("task %s: token %s claimed twice: %+v", id, ce.DeliveryID, claims)
+		}
+		tokens[ce.DeliveryID] = ce.ExecutorID
 	}
-	if want, ok := l.claims[id]; ok && (len(claims) != 1 || claims[0].DeliveryID != want.token || claims[0].ExecutorID != want.executor) {
-		t.Errorf("task %s: acknowledged claim %+v, log has %+v", id, want, claims)
+	if len(claims) > max(1, task.MaxAttempts) || len(claims) > task.Attempt {
+		t.Errorf("task %s claimed %d times in %d of %d attempts: %+v", id, len(claims), task.Attempt, task.MaxAttempts, claims)
+	}
+	for _, want := range l.claims[id] {
+		if got, ok := tokens[want.token]; !ok || got != want.executor {
+			t.Errorf("task %s: acknowledged claim %+v, log has %+v", id, want, claims)
+		}
 	}
 	if task.Mailbox.Count == 0 && len(mailIDs) == 0 {
 		return
@@ -741,15 +781,62 @@ func (l *soakLedger) checkTask(t *testing.T, c *api.Client, id string, mailIDs [
 	}
 }
 
+// checkSchedule pauses the soak's periodic schedule and checks its log:
+// every fired instant once, each run's task in the log, as many runs as
+// the schedule counts, and at least one.
+func (l *soakLedger) checkSchedule(t *testing.T, c *api.Client) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := c.PauseSchedule(ctx, soakSchedule, api.ScheduleOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.ScheduleHistory(ctx, soakSchedule, api.ScheduleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	instants, tasks, runs := map[string]bool{}, map[string]bool{}, 0
+	for _, e := range h.Events {
+		if e.Type != string(events.TypeScheduleFired) {
+			continue
+		}
+		var f struct {
+			At     string `json:"at"`
+			TaskID string `json:"taskId"`
+		}
+		if err := remarshal(e.Data, &f); err != nil {
+			t.Fatalf("ScheduleFired %v: %v", e.Data, err)
+		}
+		if instants[f.At] || (f.TaskID != "" && tasks[f.TaskID]) {
+			t.Errorf("schedule fired %s (task %s) twice", f.At, f.TaskID)
+		}
+		instants[f.At], tasks[f.TaskID] = true, true
+		if f.TaskID == "" {
+			continue // skipped
+		}
+		runs++
+		if _, err := c.Get(ctx, f.TaskID); err != nil {
+			t.Errorf("fire at %s: task %s: %v", f.At, f.TaskID, err)
+		}
+	}
+	s, err := c.GetSchedule(ctx, soakSchedule, api.ScheduleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs == 0 || runs != s.RunCount {
+		t.Errorf("schedule %s: %d runs with a task in its log, run count %d", soakSchedule, runs, s.RunCount)
+	}
+	l.fires = runs
+}
+
 // report prints the totals, to the test log and to stdout for `make soak`.
 func (l *soakLedger) report(t *testing.T, events, tasks int) {
 	line := fmt.Sprintf("soak: kills=%d schedules=%d children=%d (refused %d) scheduleReplays=%d "+
 		"claimsWon=%d claimsLost=%d claimsRecovered=%d claimsNext=%d results=%d (refused %d) "+
-		"cancels=%d (refused %d) messages=%d (refused %d) mailReplays=%d retries=%d tasks=%d events=%d violations=%d",
+		"cancels=%d (refused %d) messages=%d (refused %d) mailReplays=%d retries=%d retrying=%d attemptsFailed=%d keyed=%d fires=%d tasks=%d events=%d violations=%d",
 		l.kills.Load(), l.schedules.Load(), l.children2.Load(), l.childrenRefused.Load(), l.scheduleReplays.Load(),
 		l.claimsWon.Load(), l.claimsLost.Load(), l.claimsRecovered.Load(), l.claimsNext.Load(), l.results.Load(), l.resultsRefused.Load(),
 		l.cancels.Load(), l.cancelsRefused.Load(), l.messages.Load(), l.mailRefused.Load(), l.mailReplays.Load(), l.retries.Load(),
-		tasks, events, l.violations)
+		l.retrying.Load(), l.attemptsFailed.Load(), l.keyed.Load(), l.fires, tasks, events, l.violations)
 	t.Log(line)
 	fmt.Println(line)
 }

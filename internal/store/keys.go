@@ -33,14 +33,8 @@ func (s *Store) rememberKey(k aggregate.KeyState) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.keys[k.KeyID]; !ok && len(s.keys) >= s.cfg.CacheSize {
-		for id := range s.keys { // evict one arbitrary entry
-			delete(s.keys, id)
-			break
-		}
-	}
 	if k.LastSeq > s.keys[k.KeyID].LastSeq {
-		s.keys[k.KeyID] = k
+		putBounded(s.keys, s.cfg.CacheSize, k.KeyID, k)
 	}
 }
 
@@ -55,24 +49,7 @@ func (s *Store) KeyHistory(ctx context.Context, customerID, key string) ([]event
 // keyEvents calls fn for each event of the key stored at or after
 // sequence from.
 func (s *Store) keyEvents(ctx context.Context, customerID, key string, from uint64, fn func(events.Event)) error {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.ReadTimeout)
-		defer cancel()
-	}
-	fetch := s.get.fetch
-	if s.cfg.Replicas > 1 {
-		fetch = s.get.fetchCurrent
-	}
-	subject := s.cfg.Subjects.Key(customerID, events.KeyID(customerID, key))
-	return fetch(ctx, subject, from, func(seq uint64, data []byte) error {
-		ev, err := events.DecodeHashed(data, seq)
-		if err != nil {
-			return fmt.Errorf("store: key %s seq %d: %w", subject, seq, err)
-		}
-		fn(ev)
-		return nil
-	})
+	return s.readSubject(ctx, s.cfg.Subjects.Key(customerID, events.KeyID(customerID, key)), from, fn)
 }
 
 // ExecuteKey decides cmd against the key's state, loaded from the log

@@ -32,23 +32,7 @@ func (s *Store) readSchedule(ctx context.Context, customerID, scheduleID string,
 	if err := events.ValidID(scheduleID); err != nil {
 		return err
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.ReadTimeout)
-		defer cancel()
-	}
-	fetch := s.get.fetch
-	if s.cfg.Replicas > 1 {
-		fetch = s.get.fetchCurrent
-	}
-	return fetch(ctx, s.cfg.Subjects.Schedule(customerID, scheduleID), 0, func(seq uint64, data []byte) error {
-		ev, err := events.DecodeHashed(data, seq)
-		if err != nil {
-			return fmt.Errorf("store: schedule %s seq %d: %w", scheduleID, seq, err)
-		}
-		fn(ev)
-		return nil
-	})
+	return s.readSubject(ctx, s.cfg.Subjects.Schedule(customerID, scheduleID), 0, fn)
 }
 
 // ExecuteSchedule decides cmd against the customer's schedule as the log

@@ -243,6 +243,13 @@ func (s *Store) replay(ctx context.Context, taskID string, fn func(events.Event)
 			subject = s.cfg.Subjects.Event(customerID, taskID)
 		}
 	}
+	return s.readSubject(ctx, subject, 0, fn)
+}
+
+// readSubject calls fn for each event stored on subject at or after
+// sequence from, within ReadTimeout unless ctx has a deadline; on a
+// replicated stream it asks the leader (see Load).
+func (s *Store) readSubject(ctx context.Context, subject string, from uint64, fn func(events.Event)) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.ReadTimeout)
@@ -252,10 +259,10 @@ func (s *Store) replay(ctx context.Context, taskID string, fn func(events.Event)
 	if s.cfg.Replicas > 1 {
 		fetch = s.get.fetchCurrent
 	}
-	return fetch(ctx, subject, 0, func(seq uint64, data []byte) error {
+	return fetch(ctx, subject, from, func(seq uint64, data []byte) error {
 		ev, err := events.DecodeHashed(data, seq)
 		if err != nil {
-			return fmt.Errorf("store: task %s seq %d: %w", taskID, seq, err)
+			return fmt.Errorf("store: %s seq %d: %w", subject, seq, err)
 		}
 		fn(ev)
 		return nil
@@ -408,13 +415,19 @@ func (s *Store) remember(st aggregate.State) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.cache[st.TaskID]; !ok && len(s.cache) >= s.cfg.CacheSize {
-		for k := range s.cache { // evict one arbitrary entry
-			delete(s.cache, k)
+	putBounded(s.cache, s.cfg.CacheSize, st.TaskID, st)
+}
+
+// putBounded stores v under id in m, first evicting one arbitrary entry
+// when m is full at size and does not hold id yet.
+func putBounded[V any](m map[string]V, size int, id string, v V) {
+	if _, ok := m[id]; !ok && len(m) >= size {
+		for k := range m {
+			delete(m, k)
 			break
 		}
 	}
-	s.cache[st.TaskID] = st
+	m[id] = v
 }
 
 func (s *Store) forget(taskID string) {
