@@ -354,16 +354,19 @@ func (e *Engine) Digest() string {
 	for _, id := range sortedKeys(e.v.tasks) {
 		t := e.v.tasks[id]
 		st := t.state()
-		st.Result, st.Spec.Concurrency = nil, nil // pointers: printed by value
+		st.Result, st.Spec.Concurrency, st.Spec.Retry = nil, nil, nil // pointers: printed by value
 		fmt.Fprintf(h, "%+v|%+v|%v|%d %d %d", st, t.result, t.children, t.members, t.open, t.closedSeq)
 		if t.conc != nil {
 			fmt.Fprintf(h, "|%+v", *t.conc)
+		}
+		if t.retry != nil {
+			fmt.Fprintf(h, "|retry %+v", *t.retry)
 		}
 		fmt.Fprintln(h)
 	}
 	for _, id := range sortedKeys(e.v.byKey) {
 		k := e.v.byKey[id]
-		fmt.Fprintf(h, "key %s %s %q %v %d\n", id, k.CustomerID, k.Key, k.Holders, k.LastSeq)
+		fmt.Fprintf(h, "key %s %s %q %v %v %d\n", id, k.CustomerID, k.Key, k.Holders, k.Attempts, k.LastSeq)
 	}
 	fmt.Fprintf(h, "retention kept %d\n", e.v.kept)
 	for i, q := range e.v.timers {

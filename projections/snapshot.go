@@ -24,7 +24,9 @@ import (
 // for tasks whose results had effects.
 // Format 4 added the concurrency keys' states and the spec's concurrency,
 // and the schedules.
-const SnapshotFormat = 4
+// Format 5 added each key holder's attempt and the retried holders of
+// the Free queue, which a format 4 snapshot lacks.
+const SnapshotFormat = 5
 
 // Snapshot errors; a snapshot that fails any check is ignored.
 var (
