@@ -77,8 +77,12 @@ type Reject struct {
 // ReleaseDue releases a scheduled task whose runAt (after a retry, the
 // retry's nextAt) has come, creating the delivery token DeliveryID
 // (fresh, chosen by the caller; one an earlier attempt was claimed with
-// is ErrInvalid).
-type ReleaseDue struct{ DeliveryID string }
+// is ErrInvalid). Attempt, when not 0, is the attempt the caller took
+// the task's concurrency slot for: a task at another attempt is ErrStale.
+type ReleaseDue struct {
+	DeliveryID string
+	Attempt    int
+}
 
 // MarkReadyPublished records that the notification for DeliveryID went
 // out, stored at ReadySeq in the ready stream.
@@ -483,6 +487,9 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 		}
 		if due := s.DueAt(); now.Before(due) {
 			return nil, fmt.Errorf("%w: not due until %s", ErrStale, due.Format(time.RFC3339Nano))
+		}
+		if c.Attempt != 0 && c.Attempt != s.Attempt() {
+			return nil, fmt.Errorf("%w: at attempt %d, not %d", ErrStale, s.Attempt(), c.Attempt)
 		}
 		if err := events.ValidID(c.DeliveryID); err != nil {
 			return nil, fmt.Errorf("%w: delivery id: %w", ErrInvalid, err)

@@ -3,6 +3,7 @@ package aggregate
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -23,6 +24,10 @@ type KeyState struct {
 	Key        string
 	// Holders are the tasks holding a slot, in the order they acquired it.
 	Holders []string `msgpack:",omitempty"`
+	// Attempts holds, for each holder whose slot is for a later attempt
+	// than its first, that attempt (SlotAcquired's Attempt). Nil when
+	// every holder's slot is for its first attempt.
+	Attempts map[string]int `msgpack:",omitempty"`
 
 	Version  int    // number of events applied
 	LastSeq  uint64 // stream sequence of the last event applied
@@ -34,6 +39,15 @@ func (k KeyState) Exists() bool { return k.Version > 0 }
 
 // Holds reports whether task taskID holds a slot of the key.
 func (k KeyState) Holds(taskID string) bool { return slices.Contains(k.Holders, taskID) }
+
+// HeldFor returns the attempt (from 1) of task taskID that its slot of the
+// key is for, 0 when it holds none.
+func (k KeyState) HeldFor(taskID string) int {
+	if !k.Holds(taskID) {
+		return 0
+	}
+	return max(k.Attempts[taskID], 1)
+}
 
 // ApplyKey returns k with ev applied. Like Apply it accepts any event: a
 // SlotAcquired for a holder or a SlotReleased for a task that holds
@@ -49,10 +63,23 @@ func ApplyKey(k KeyState, ev events.Event) KeyState {
 		}
 		if !k.Holds(p.TaskID) {
 			k.Holders = append(slices.Clip(k.Holders), p.TaskID)
+			if p.Attempt > 1 {
+				k.Attempts = maps.Clone(k.Attempts)
+				if k.Attempts == nil {
+					k.Attempts = make(map[string]int)
+				}
+				k.Attempts[p.TaskID] = p.Attempt
+			}
 		}
 	case events.SlotReleased:
 		if i := slices.Index(k.Holders, p.TaskID); i >= 0 {
 			k.Holders = slices.Delete(slices.Clone(k.Holders), i, i+1)
+			if _, ok := k.Attempts[p.TaskID]; ok {
+				k.Attempts = maps.Clone(k.Attempts)
+				if delete(k.Attempts, p.TaskID); len(k.Attempts) == 0 {
+					k.Attempts = nil
+				}
+			}
 		}
 	}
 	return k
@@ -66,17 +93,23 @@ type KeyCommand interface {
 	Target() (customerID, key string)
 }
 
-// AcquireSlot takes a slot of Key for TaskID, whose limit is Limit.
+// AcquireSlot takes a slot of Key for attempt Attempt (from 1; 0 means
+// 1) of TaskID, whose limit is Limit.
 type AcquireSlot struct {
 	CustomerID, Key, TaskID string
 	Limit                   int
+	Attempt                 int
 }
 
 // ReleaseSlot gives TaskID's slot of Key back; Status is the task's
-// status, for the record.
+// status, for the record. Before, when not 0, gives back only a slot taken
+// for an attempt before it: a retried task at attempt Before frees the
+// slot of its last attempt, never one it took for attempt Before itself
+// (another process may have released it with that slot already).
 type ReleaseSlot struct {
 	CustomerID, Key, TaskID string
 	Status                  Status
+	Before                  int
 }
 
 func (AcquireSlot) keyCommand()                      {}
@@ -86,9 +119,11 @@ func (c ReleaseSlot) Target() (customer, key string) { return c.CustomerID, c.Ke
 
 // DecideKey returns the events cmd appends to key k at time now, or an
 // error wrapping ErrKeyFull or ErrInvalid. An empty slice and a nil error
-// mean the command is already satisfied: the task holds a slot already
-// (AcquireSlot) or holds none (ReleaseSlot). Event IDs are left empty for
-// the store to fill in.
+// mean the command is already satisfied: the task holds a slot for the
+// attempt or a later one already (AcquireSlot), or holds none, or only
+// one for an attempt not before Before (ReleaseSlot). A task holding the
+// slot of an earlier attempt is ErrKeyFull until that slot is released.
+// Event IDs are left empty for the store to fill in.
 func DecideKey(k KeyState, cmd KeyCommand, now time.Time) ([]events.Event, error) {
 	customerID, key := cmd.Target()
 	if err := ValidConcurrency(events.Concurrency{Key: key, Limit: events.MinConcurrencyLimit}); err != nil {
@@ -108,22 +143,35 @@ func DecideKey(k KeyState, cmd KeyCommand, now time.Time) ([]events.Event, error
 		if err := ValidConcurrency(events.Concurrency{Key: key, Limit: c.Limit}); err != nil {
 			return nil, err
 		}
-		if k.Holds(c.TaskID) {
+		attempt := max(c.Attempt, 1)
+		switch held := k.HeldFor(c.TaskID); {
+		case held >= attempt:
 			return nil, nil
-		}
-		if len(k.Holders) >= c.Limit {
+		case held > 0:
+			return nil, fmt.Errorf("%w: task %s holds the slot of its attempt %d, not yet released", ErrKeyFull, c.TaskID, held)
+		case len(k.Holders) >= c.Limit:
 			return nil, fmt.Errorf("%w: %d of %d slots held", ErrKeyFull, len(k.Holders), c.Limit)
 		}
-		p = events.SlotAcquired{Key: key, TaskID: c.TaskID, Limit: c.Limit}
+		p = events.SlotAcquired{Key: key, TaskID: c.TaskID, Limit: c.Limit, Attempt: firstAsZero(attempt)}
 	case ReleaseSlot:
-		if !k.Holds(c.TaskID) {
+		held := k.HeldFor(c.TaskID)
+		if held == 0 || c.Before > 0 && held >= c.Before {
 			return nil, nil
 		}
-		p = events.SlotReleased{Key: key, TaskID: c.TaskID, Status: string(c.Status)}
+		p = events.SlotReleased{Key: key, TaskID: c.TaskID, Status: string(c.Status), Attempt: firstAsZero(held)}
 	default:
 		return nil, fmt.Errorf("%w: unknown key command %T", ErrInvalid, cmd)
 	}
 	return []events.Event{{TaskID: events.KeyID(customerID, key), CustomerID: customerID, Number: k.Version + 1, At: now, Data: p}}, nil
+}
+
+// firstAsZero returns attempt as slot events store it: 0 for the first,
+// so they are stored as before retries released slots.
+func firstAsZero(attempt int) int {
+	if attempt == 1 {
+		return 0
+	}
+	return attempt
 }
 
 func taskOf(cmd KeyCommand) string {

@@ -32,6 +32,11 @@ func TestDecideKey(t *testing.T) {
 	one := []events.Event{keyEv(events.SlotAcquired{Key: repoKey, TaskID: "a", Limit: 2})}
 	two := append(slices.Clone(one), keyEv(events.SlotAcquired{Key: repoKey, TaskID: "b", Limit: 2}))
 	freed := append(slices.Clone(two), keyEv(events.SlotReleased{Key: repoKey, TaskID: "a", Status: "succeeded"}))
+	second := []events.Event{keyEv(events.SlotAcquired{Key: repoKey, TaskID: "a", Limit: 2, Attempt: 2})}
+	retried := func(before int) aggregate.ReleaseSlot {
+		return aggregate.ReleaseSlot{CustomerID: custID, Key: repoKey, TaskID: "a", Status: aggregate.StatusScheduled, Before: before}
+	}
+	forAttempt := func(cmd aggregate.AcquireSlot, attempt int) aggregate.AcquireSlot { cmd.Attempt = attempt; return cmd }
 	for _, tc := range []struct {
 		name  string
 		given []events.Event
@@ -49,6 +54,14 @@ func TestDecideKey(t *testing.T) {
 		{"Release", two, releaseSlot("a"), events.SlotReleased{Key: repoKey, TaskID: "a", Status: "succeeded"}, nil},
 		{"ReleaseOfNoHolderIsSatisfied", freed, releaseSlot("a"), nil, nil},
 		{"ReleaseOnEmptyKey", nil, releaseSlot("a"), nil, nil},
+		{"RetriedReleasesItsLastAttemptsSlot", one, retried(2), events.SlotReleased{Key: repoKey, TaskID: "a", Status: "scheduled"}, nil},
+		{"RetriedKeepsItsCurrentAttemptsSlot", second, retried(2), nil, nil},
+		{"RetriedReleaseOfALaterAttemptsSlot", second, retried(3), events.SlotReleased{Key: repoKey, TaskID: "a", Status: "scheduled", Attempt: 2}, nil},
+		{"TerminalReleasesAnyAttemptsSlot", second, releaseSlot("a"), events.SlotReleased{Key: repoKey, TaskID: "a", Status: "succeeded", Attempt: 2}, nil},
+		{"SlotForASecondAttempt", freed, forAttempt(acquire("a", 2), 2), events.SlotAcquired{Key: repoKey, TaskID: "a", Limit: 2, Attempt: 2}, nil},
+		{"FirstAttemptStoredAsZero", nil, forAttempt(acquire("a", 1), 1), events.SlotAcquired{Key: repoKey, TaskID: "a", Limit: 1}, nil},
+		{"HolderOfAnEarlierAttemptWaits", one, forAttempt(acquire("a", 5), 2), nil, aggregate.ErrKeyFull},
+		{"HolderOfALaterAttemptIsSatisfied", second, acquire("a", 2), nil, nil},
 		{"EmptyKey", nil, aggregate.AcquireSlot{CustomerID: custID, TaskID: "a", Limit: 1}, nil, aggregate.ErrInvalid},
 		{"HugeKey", nil, aggregate.AcquireSlot{CustomerID: custID, Key: strings.Repeat("k", 257), TaskID: "a", Limit: 1}, nil, aggregate.ErrInvalid},
 		{"LimitZero", nil, acquire("a", 0), nil, aggregate.ErrInvalid},
@@ -106,7 +119,14 @@ func TestKeyModel(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		var k aggregate.KeyState
-		var holders []string // the model: holders in acquisition order
+		var holders []string              // the model: holders in acquisition order
+		held := map[string]int{}          // and the attempt each holder's slot is for
+		stored := func(attempt int) int { // as slot events store it: 0 for the first
+			if attempt == 1 {
+				return 0
+			}
+			return attempt
+		}
 		tasks := []string{"a", "b", "c", "d", "e", "f"}
 		for range rapid.IntRange(1, 60).Draw(t, "steps") {
 			task := rapid.SampledFrom(tasks).Draw(t, "task")
@@ -115,22 +135,30 @@ func TestKeyModel(t *testing.T) {
 			var wantErr error
 			if rapid.Bool().Draw(t, "acquire") {
 				limit := rapid.IntRange(0, 4).Draw(t, "limit")
-				cmd = acquire(task, limit)
+				attempt := rapid.IntRange(1, 3).Draw(t, "attempt")
+				c := acquire(task, limit)
+				c.Attempt = attempt
+				cmd = c
 				switch {
 				case limit < 1:
 					wantErr = aggregate.ErrInvalid
-				case slices.Contains(holders, task):
+				case held[task] >= attempt:
+				case held[task] > 0:
+					wantErr = aggregate.ErrKeyFull
 				case len(holders) >= limit:
 					wantErr = aggregate.ErrKeyFull
 				default:
-					want = events.SlotAcquired{Key: repoKey, TaskID: task, Limit: limit}
-					holders = append(holders, task)
+					want = events.SlotAcquired{Key: repoKey, TaskID: task, Limit: limit, Attempt: stored(attempt)}
+					holders, held[task] = append(holders, task), attempt
 				}
 			} else {
-				cmd = releaseSlot(task)
-				if i := slices.Index(holders, task); i >= 0 {
-					want = events.SlotReleased{Key: repoKey, TaskID: task, Status: "succeeded"}
+				c := releaseSlot(task)
+				c.Before = rapid.IntRange(0, 3).Draw(t, "before") // 0: terminal
+				cmd = c
+				if i := slices.Index(holders, task); i >= 0 && (c.Before == 0 || held[task] < c.Before) {
+					want = events.SlotReleased{Key: repoKey, TaskID: task, Status: "succeeded", Attempt: stored(held[task])}
 					holders = slices.Delete(holders, i, i+1)
+					delete(held, task)
 				}
 			}
 			evs, err := aggregate.DecideKey(k, cmd, t0)
@@ -145,6 +173,11 @@ func TestKeyModel(t *testing.T) {
 			}
 			if !slices.Equal(k.Holders, holders) {
 				t.Fatalf("holders %v, model %v", k.Holders, holders)
+			}
+			for _, id := range tasks {
+				if k.HeldFor(id) != held[id] {
+					t.Fatalf("%s holds for attempt %d, model %d", id, k.HeldFor(id), held[id])
+				}
 			}
 			if a, ok := want.(events.SlotAcquired); ok && len(k.Holders) > a.Limit {
 				t.Fatalf("%d holders past limit %d", len(k.Holders), a.Limit)

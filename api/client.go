@@ -127,13 +127,16 @@ type ListOptions struct {
 	// exclusive; zero is no bound.
 	CreatedAfter, CreatedBefore time.Time
 	Limit                       int
+	// IDPrefix lists only the tasks whose id starts with it (up to
+	// events.MaxIDLen characters of [A-Za-z0-9_-]).
+	IDPrefix string
 }
 
 // List returns one page of tasks.
 func (c *Client) List(ctx context.Context, o ListOptions) (l TaskList, err error) {
 	q := url.Values{}
 	for k, v := range map[string]string{"status": o.Status, "queue": o.Queue, "customerId": o.CustomerID, "rootId": o.RootID,
-		"after": o.After, "requestId": o.RequestID} {
+		"after": o.After, "requestId": o.RequestID, "idPrefix": o.IDPrefix} {
 		if v != "" {
 			q.Set(k, v)
 		}

@@ -55,6 +55,73 @@ type Stats struct {
 	// Queues is one row per customer and queue, ordered by customer then
 	// queue.
 	Queues []QueueStats `json:"queues"`
+	// Alarm is how late the alarm acted on its timers lately.
+	Alarm AlarmStats `json:"alarm"`
+	// Keys is one row per concurrency key with a task holding or
+	// waiting for a slot, ordered by customer then key: at most
+	// MaxStatsRows, KeysTruncated set when there were more.
+	Keys          []KeyStats `json:"keys"`
+	KeysTruncated bool       `json:"keysTruncated,omitempty"`
+	// Schedules is one row per live schedule, ordered by customer then
+	// id: at most MaxStatsRows, SchedulesTruncated set when there were
+	// more.
+	Schedules          []ScheduleStats `json:"schedules"`
+	SchedulesTruncated bool            `json:"schedulesTruncated,omitempty"`
+}
+
+// MaxStatsRows bounds the keys and the schedules of one Stats answer.
+const MaxStatsRows = 1000
+
+// AlarmStats is the lateness of the alarm's actions (releases,
+// deliveries, timeouts, child reports, republishes, slot releases,
+// schedule fires) over the last 5 minutes, from the last 256 actions of
+// each timer queue this process kept: over every queue, and per queue
+// (by name; a queue with no action in the window is left out). It is
+// the process's, the same for every caller.
+type AlarmStats struct {
+	Lateness Lateness            `json:"lateness"`
+	Timers   map[string]Lateness `json:"timers"`
+}
+
+// Lateness is how late after their due time some actions ran: their
+// count, the median, the 99th percentile (nearest rank) and the most.
+// All are 0 with no samples.
+type Lateness struct {
+	Samples    int     `json:"samples"`
+	P50Seconds float64 `json:"p50Seconds"`
+	P99Seconds float64 `json:"p99Seconds"`
+	MaxSeconds float64 `json:"maxSeconds"`
+}
+
+// KeyStats is one concurrency key (GET /v1/concurrency lists its tasks).
+type KeyStats struct {
+	CustomerID string `json:"customerId"`
+	Key        string `json:"key"`
+	// Limit is the concurrency limit of the key's tasks (of the first
+	// holder, else of a waiting task: the tasks of a key normally agree).
+	Limit int `json:"limit"`
+	// Holders counts the tasks holding a slot (a finished one until the
+	// alarm releases its slot).
+	Holders int `json:"holders"`
+	// Waiting counts the key's unfinished tasks that hold no slot: those
+	// due wait for one, the others for their runAt.
+	Waiting int `json:"waiting"`
+}
+
+// ScheduleStats is one live schedule (GET /v1/schedules/{id} has the
+// rest).
+type ScheduleStats struct {
+	CustomerID string `json:"customerId"`
+	ID         string `json:"id"`
+	Paused     bool   `json:"paused"`
+	// Next is the next instant due; left out while paused.
+	Next time.Time `json:"next,omitzero"`
+	// LastRun is the latest fire that made a task (a trigger too), with
+	// the task's status ("" while the server has not seen it); left out
+	// before the first.
+	LastRun *ScheduleRun `json:"lastRun,omitempty"`
+	// RunCount counts the fires that made a task.
+	RunCount int `json:"runCount"`
 }
 
 // QueueStats are one customer's statistics on one queue, as the

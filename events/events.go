@@ -289,19 +289,25 @@ type EffectsReported struct {
 
 // SlotAcquired records that task TaskID took one of the slots of the
 // concurrency key Key, whose limit for it was Limit: the key then had
-// fewer than Limit holders. Only a holder is released.
+// fewer than Limit holders. Only a holder is released. Attempt is the
+// task's attempt the slot is for, 0 (left out of the stored bytes, as in
+// every event written before retries released slots) for the first.
 type SlotAcquired struct {
-	Key    string `json:"key"`
-	TaskID string `json:"taskId"`
-	Limit  int    `json:"limit"`
+	Key     string `json:"key"`
+	TaskID  string `json:"taskId"`
+	Limit   int    `json:"limit"`
+	Attempt int    `json:"attempt,omitempty"`
 }
 
 // SlotReleased records that task TaskID, a holder of Key, gave its slot
-// back (it became terminal), with the task's status then.
+// back, with the task's status then: terminal, or scheduled for a retry
+// (RetryScheduled). Attempt is the attempt the slot was taken for, as in
+// SlotAcquired (0 for the first).
 type SlotReleased struct {
-	Key    string `json:"key"`
-	TaskID string `json:"taskId"`
-	Status string `json:"status,omitempty"`
+	Key     string `json:"key"`
+	TaskID  string `json:"taskId"`
+	Status  string `json:"status,omitempty"`
+	Attempt int    `json:"attempt,omitempty"`
 }
 
 // RetryScheduled records that attempt Attempt-1 ended without success and

@@ -353,7 +353,19 @@ func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) e
 // applied sequence still advances. Offline tools may call Apply; Run
 // folds the events its tail decoded.
 func (e *Engine) Apply(seq uint64, data []byte) {
-	e.apply(events.DecodeAt(data, seq))
+	e.apply(decode(data, seq))
+}
+
+// decode decodes the event stored at seq. A schedule's event also gets
+// its Hash, so the schedule's state in the views carries its chain's
+// last hash, and a fire decided on it can be appended without reading
+// the log (store.ExecuteScheduleOn).
+func decode(data []byte, seq uint64) (events.Event, error) {
+	ev, err := events.DecodeAt(data, seq)
+	if err == nil && events.IsSchedule(ev.Type()) {
+		ev.Hash = events.HashOf(data)
+	}
+	return ev, err
 }
 
 // apply folds ev, which is at ev.Seq; bad says why it did not decode. An

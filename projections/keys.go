@@ -10,15 +10,17 @@ import (
 )
 
 // keys is the concurrency-key view: each key's state, folded with the
-// aggregate's ApplyKey, the live tasks of each key, and the terminal
-// holders waiting in the Free queue for their slot to be released.
+// aggregate's ApplyKey, the live tasks of each key, and the holders
+// waiting in the Free queue for their slot to be released: terminal ones,
+// and retried ones holding the slot of an attempt they have left.
 type keys struct {
 	byKey map[string]*aggregate.KeyState // by key id (events.KeyID)
 	// live holds each key's non-terminal tasks: its holders and waiters.
 	live map[string]map[string]struct{}
 	// freeing holds the tasks in the Free queue as the alarm needs them
-	// (id, customer, key, status): a finished lineage's task may be
-	// evicted from tasks before its slot is released.
+	// (id, customer, key, status, a retried one's attempts): a finished
+	// lineage's task may be evicted from tasks before its slot is
+	// released.
 	freeing map[string]aggregate.State
 }
 
@@ -37,8 +39,8 @@ func keyOf(customerID string, c *events.Concurrency) (string, bool) {
 }
 
 // applyKey folds a key's event and reports whether the alarm must wake: a
-// slot was released (a waiter may now take it) or a terminal task
-// acquired one (it must be released).
+// slot was released (a waiter may now take it) or a terminal task, or one
+// past the attempt the slot is for, acquired one (it must be released).
 func (v *views) applyKey(ev events.Event) bool {
 	k := v.byKey[ev.TaskID]
 	if k == nil {
@@ -49,7 +51,7 @@ func (v *views) applyKey(ev events.Event) bool {
 	*k = aggregate.ApplyKey(before, ev)
 	switch p := ev.Data.(type) {
 	case events.SlotAcquired:
-		if t := v.tasks[p.TaskID]; !before.Holds(p.TaskID) && (t == nil || t.terminal()) {
+		if t := v.tasks[p.TaskID]; !before.Holds(p.TaskID) && (t == nil || t.terminal() || t.attemptNo() > max(p.Attempt, 1)) {
 			v.free(k, p.TaskID)
 			return true
 		}
@@ -64,7 +66,8 @@ func (v *views) applyKey(ev events.Event) bool {
 }
 
 // rekey keeps a keyed task in its key's live set and, when it finishes
-// holding a slot, puts it in the Free queue.
+// holding a slot (it ended, or was retried: RetryScheduled), puts it in
+// the Free queue.
 func (v *views) rekey(before, after *aggregate.State) bool {
 	kid, ok := keyOf(after.CustomerID, after.Spec.Concurrency)
 	if !ok {
@@ -72,6 +75,18 @@ func (v *views) rekey(before, after *aggregate.State) bool {
 	}
 	wasLive, isLive := before.Exists() && !before.Status.Terminal(), !after.Status.Terminal()
 	switch {
+	case wasLive && isLive && after.Attempt() > before.Attempt():
+		if k := v.byKey[kid]; k != nil && k.Holds(after.TaskID) && k.HeldFor(after.TaskID) < after.Attempt() {
+			v.free(k, after.TaskID)
+			return true
+		}
+	case wasLive && isLive && before.Delivery.ID == "" && after.Delivery.ID != "":
+		// Released holding its last attempt's slot (by a scheduler from
+		// before retries gave slots back): the slot is in use again.
+		if _, ok := v.freeing[after.TaskID]; ok {
+			v.timers[Free].remove(after.TaskID)
+			delete(v.freeing, after.TaskID)
+		}
 	case isLive && !wasLive:
 		set := v.keys.live[kid]
 		if set == nil {
@@ -94,7 +109,8 @@ func (v *views) rekey(before, after *aggregate.State) bool {
 }
 
 // free puts taskID, a holder of k that is terminal (or evicted, so
-// terminal), in the Free queue.
+// terminal) or retried past the attempt its slot is for, in the Free
+// queue.
 func (v *views) free(k *aggregate.KeyState, taskID string) {
 	s := aggregate.State{TaskID: taskID, CustomerID: k.CustomerID, Spec: events.TaskSpec{Concurrency: &events.Concurrency{Key: k.Key}}}
 	if t := v.tasks[taskID]; t != nil {
@@ -102,18 +118,33 @@ func (v *views) free(k *aggregate.KeyState, taskID string) {
 		if t.conc != nil {
 			s.Spec.Concurrency.Limit = t.conc.Limit
 		}
+		if t.retries != nil {
+			s.Retries = *t.retries
+		}
 	}
 	v.freeing[taskID] = s
-	v.timers[Free].set(taskID, k.CustomerID, s.CompletedAt)
+	v.timers[Free].set(taskID, k.CustomerID, FreeAt(s))
+}
+
+// FreeAt is when a task of the Free queue, s, began to wait for its
+// slot's release: when it ended or, live, when its last attempt ended
+// (RetryScheduled).
+func FreeAt(s aggregate.State) time.Time {
+	if n := len(s.Retries); n > 0 && !s.Status.Terminal() {
+		return s.Retries[n-1].EndedAt
+	}
+	return s.CompletedAt
 }
 
 // releasable wraps the alarm's skip for the Release queue, whose items
 // come in due order per customer: a task with a concurrency key is
-// released only when it holds a slot already (a release interrupted by a
-// crash) or its key has room for it, counting the slots of the earlier
-// due tasks of this call (dispatched, or being acquired in flight). So the
-// first due take the free slots, and the rest wait without being counted
-// against the alarm's batch; tasks of other keys and without one pass.
+// released only when it holds a slot for its attempt already (a release
+// interrupted by a crash) or its key has room for it, counting the slots
+// of the earlier due tasks of this call (dispatched, or being acquired in
+// flight). So the first due take the free slots, and the rest wait
+// without being counted against the alarm's batch; a retried task still
+// holding its last attempt's slot waits for the Free queue to release
+// it; tasks of other keys and without one pass.
 func (v *views) releasable(skip func(taskID string) bool) func(taskID string) bool {
 	granted := make(map[string]int)
 	return func(id string) bool {
@@ -129,8 +160,11 @@ func (v *views) releasable(skip func(taskID string) bool) func(taskID string) bo
 		k := v.byKey[kid]
 		held := granted[kid]
 		if k != nil {
-			if k.Holds(id) {
+			switch attempt := k.HeldFor(id); {
+			case attempt >= t.attemptNo():
 				return skipped
+			case attempt > 0:
+				return true
 			}
 			held += len(k.Holders)
 		}
@@ -157,7 +191,7 @@ func (v *views) restoreKeys(ks []aggregate.KeyState, freeing []aggregate.State) 
 	}
 	for _, s := range freeing {
 		v.freeing[s.TaskID] = s
-		v.timers[Free].set(s.TaskID, s.CustomerID, s.CompletedAt)
+		v.timers[Free].set(s.TaskID, s.CustomerID, FreeAt(s))
 	}
 }
 
@@ -210,7 +244,7 @@ func (e *Engine) ConcurrencyKey(customerID, key string, now time.Time) (k aggreg
 		}
 	}
 	slices.SortFunc(waiters, func(a, b aggregate.State) int {
-		return cmp.Or(a.Spec.RunAt.Compare(b.Spec.RunAt), cmp.Compare(a.TaskID, b.TaskID))
+		return cmp.Or(a.DueAt().Compare(b.DueAt()), cmp.Compare(a.TaskID, b.TaskID))
 	})
 	return k, holders, waiters
 }
@@ -224,8 +258,82 @@ func (e *Engine) Waiters(customerID, key string, now time.Time, limit int) []agg
 }
 
 // Waiting reports whether s is a task with a concurrency key that is due
-// at now and not released: it waits for a slot of its key (or, for the
-// moment between its runAt and the alarm's release, for the alarm).
+// at now (its runAt, or a retry's nextAt) and not released: it waits for
+// a slot of its key (or, for the moment between its due time and the
+// alarm's release, for the alarm).
 func Waiting(s aggregate.State, now time.Time) bool {
-	return s.Spec.Concurrency != nil && s.Status == aggregate.StatusScheduled && s.Delivery.ID == "" && !now.Before(s.Spec.RunAt)
+	return s.Spec.Concurrency != nil && s.Status == aggregate.StatusScheduled && s.Delivery.ID == "" && !now.Before(s.DueAt())
+}
+
+// KeyStats are one concurrency key's counts (GET /v1/stats).
+type KeyStats struct {
+	CustomerID, Key string
+	// Limit is the concurrency limit of the first holder, else of one of
+	// the key's unfinished tasks.
+	Limit int
+	// Holders counts the tasks holding a slot; Waiting the unfinished
+	// tasks holding none (due or not).
+	Holders, Waiting int
+}
+
+// KeyStats returns the concurrency keys of customerID ("": every
+// customer's) with a task holding a slot or waiting, ordered by customer
+// then key, at most limit of them; more reports that there were others.
+// It costs the keys and their holders, not their waiting tasks. It is
+// safe for concurrent use.
+func (e *Engine) KeyStats(customerID string, limit int) (out []KeyStats, more bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	v := &e.v.keys
+	row := func(kid string) (KeyStats, bool) {
+		var ks KeyStats
+		live := v.live[kid]
+		if k := v.byKey[kid]; k != nil {
+			ks.CustomerID, ks.Key, ks.Holders = k.CustomerID, k.Key, len(k.Holders)
+			for _, id := range k.Holders {
+				if _, ok := live[id]; ok {
+					ks.Waiting--
+				}
+				if ks.Limit == 0 {
+					if t := e.v.tasks[id]; t != nil && t.conc != nil {
+						ks.Limit = t.conc.Limit
+					} else if s, ok := v.freeing[id]; ok {
+						ks.Limit = s.Spec.Concurrency.Limit
+					}
+				}
+			}
+		}
+		ks.Waiting += len(live)
+		for id := range live { // one is enough: any unfinished task names the key
+			if t := e.v.tasks[id]; t != nil && t.conc != nil {
+				ks.CustomerID, ks.Key = t.customer, t.conc.Key
+				if ks.Limit == 0 {
+					ks.Limit = t.conc.Limit
+				}
+			}
+			break
+		}
+		return ks, (ks.Holders > 0 || ks.Waiting > 0) && (customerID == "" || ks.CustomerID == customerID)
+	}
+	for kid, k := range v.byKey {
+		if len(k.Holders) > 0 {
+			if ks, ok := row(kid); ok {
+				out = append(out, ks)
+			}
+		}
+	}
+	for kid := range v.live {
+		if k := v.byKey[kid]; k == nil || len(k.Holders) == 0 {
+			if ks, ok := row(kid); ok {
+				out = append(out, ks)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b KeyStats) int {
+		return cmp.Or(cmp.Compare(a.CustomerID, b.CustomerID), cmp.Compare(a.Key, b.Key))
+	})
+	if len(out) > limit {
+		return out[:limit], true
+	}
+	return out, false
 }

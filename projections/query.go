@@ -288,6 +288,8 @@ type Filter struct {
 	// CreatedAfter and CreatedBefore select tasks created strictly
 	// after and strictly before them; zero is no bound.
 	CreatedAfter, CreatedBefore time.Time
+	// IDPrefix selects the tasks whose id starts with it.
+	IDPrefix string
 }
 
 func (v *views) match(f *Filter, t *task) bool {
@@ -298,19 +300,21 @@ func (v *views) match(f *Filter, t *task) bool {
 		(f.TaskID == "" || t.id == f.TaskID) &&
 		(f.CreatedAfter.IsZero() || t.created > f.CreatedAfter.UnixNano()) &&
 		(f.CreatedBefore.IsZero() || t.created < f.CreatedBefore.UnixNano()) &&
+		strings.HasPrefix(t.id, f.IDPrefix) &&
 		v.labels.has(t.id, f.Labels)
 }
 
 // candidates returns the ids List must check for f: the one task of a
-// TaskID, the tasks of f's rarest label pair, those of its status, or
-// (nil, false) for every task.
+// TaskID, the tasks of f's rarest label pair, those of its status (without
+// an IDPrefix, which the ordered ids serve better), or (nil, false) for
+// a walk of the ordered ids.
 func (v *views) candidates(f *Filter) (map[string]struct{}, bool) {
 	switch {
 	case f.TaskID != "":
 		return map[string]struct{}{f.TaskID: {}}, true
 	case len(f.Labels) > 0:
 		return v.labels.smallest(f.Labels), true
-	case f.Status != "":
+	case f.Status != "" && f.IDPrefix == "":
 		return v.byStatus[f.Status], true
 	}
 	return nil, false
@@ -319,23 +323,33 @@ func (v *views) candidates(f *Filter) (map[string]struct{}, bool) {
 // List returns up to limit tasks matching f with ids greater than after,
 // ordered by id (task ids are time-ordered, so this is creation order for
 // generated ids). A filter on a task id or on labels reads only the
-// tasks the index names for it, not every task.
+// tasks the index names for it, a filter on a status that status's tasks;
+// any other walks the customers' ordered ids from after (and IDPrefix) and
+// stops at limit matches, so it reads only the ids it passes (for an
+// operator naming no customer, up to limit matches of each customer).
+// It is safe for concurrent use.
 func (e *Engine) List(f Filter, after string, limit int) []aggregate.State {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	var out []aggregate.State
-	add := func(t *task) {
-		if t != nil && t.id > after && e.v.match(&f, t) {
-			out = append(out, e.v.state(t))
+	add := func(t *task) bool {
+		if t == nil || t.id <= after || !e.v.match(&f, t) {
+			return false
 		}
+		out = append(out, e.v.state(t))
+		return true
 	}
-	if ids, ok := e.v.candidates(&f); ok {
+	ids, indexed := e.v.candidates(&f)
+	switch {
+	case indexed:
 		for id := range ids {
 			add(e.v.tasks[id])
 		}
-	} else {
-		for _, t := range e.v.tasks {
-			add(t)
+	case f.CustomerID != "":
+		e.v.walk(e.v.ids[f.CustomerID], &f, after, limit, add)
+	default:
+		for _, x := range e.v.ids {
+			e.v.walk(x, &f, after, limit, add)
 		}
 	}
 	slices.SortFunc(out, func(a, b aggregate.State) int { return strings.Compare(a.TaskID, b.TaskID) })
@@ -343,6 +357,21 @@ func (e *Engine) List(f Filter, after string, limit int) []aggregate.State {
 		out = out[:limit]
 	}
 	return out
+}
+
+// walk offers add the tasks of x (nil: none) after after, in id order,
+// until add took limit of them.
+func (v *views) walk(x *idIndex, f *Filter, after string, limit int, add func(*task) bool) {
+	if x == nil {
+		return
+	}
+	n := 0
+	x.ascend(f.IDPrefix, after, func(id string) bool {
+		if add(v.tasks[id]) {
+			n++
+		}
+		return n < limit
+	})
 }
 
 // Digest returns a deterministic hash of every projected fact, so a
@@ -353,17 +382,20 @@ func (e *Engine) Digest() string {
 	h := sha256.New()
 	for _, id := range sortedKeys(e.v.tasks) {
 		t := e.v.tasks[id]
-		st := e.v.state(t)                        // labels included
-		st.Result, st.Spec.Concurrency = nil, nil // pointers: printed by value
+		st := e.v.state(t)                                            // labels included
+		st.Result, st.Spec.Concurrency, st.Spec.Retry = nil, nil, nil // pointers: printed by value
 		fmt.Fprintf(h, "%+v|%+v|%v|%d %d %d", st, t.result, t.children, t.members, t.open, t.closedSeq)
 		if t.conc != nil {
 			fmt.Fprintf(h, "|%+v", *t.conc)
+		}
+		if t.retry != nil {
+			fmt.Fprintf(h, "|retry %+v", *t.retry)
 		}
 		fmt.Fprintln(h)
 	}
 	for _, id := range sortedKeys(e.v.byKey) {
 		k := e.v.byKey[id]
-		fmt.Fprintf(h, "key %s %s %q %v %d\n", id, k.CustomerID, k.Key, k.Holders, k.LastSeq)
+		fmt.Fprintf(h, "key %s %s %q %v %v %d\n", id, k.CustomerID, k.Key, k.Holders, k.Attempts, k.LastSeq)
 	}
 	fmt.Fprintf(h, "retention kept %d\n", e.v.kept)
 	for i, q := range e.v.timers {

@@ -349,7 +349,7 @@ func TestSnapshotRecovery(t *testing.T) {
 	})
 
 	t.Run("OlderFormat", func(t *testing.T) {
-		// The snapshot as a build of format 4 (without the labels) wrote it.
+		// The snapshot as the build before labels (format 5) wrote it.
 		var old map[string]any
 		if err := msgpack.Unmarshal(good, &old); err != nil {
 			t.Fatal(err)

@@ -22,10 +22,12 @@ import (
 // another format is ignored (and the projections rebuilt from the log).
 // Format 3 added the State's Effects, which a format 2 snapshot lacks even
 // for tasks whose results had effects. Format 4 added the concurrency
-// keys' states, the spec's concurrency and the schedules; format 5 added
-// the spec's labels, which the search index is rebuilt from (a build with
-// labels and without keys also wrote a format 4, which is ignored too).
-const SnapshotFormat = 5
+// keys' states, the spec's concurrency and the schedules; format 5 each
+// key holder's attempt and the retried holders of the Free queue; format
+// 6 the spec's labels, which the search index is rebuilt from (a build
+// with labels and without the holders' attempts wrote a format 4 or 5 of
+// its own: those are ignored too).
+const SnapshotFormat = 6
 
 // Snapshot errors; a snapshot that fails any check is ignored.
 var (
@@ -126,6 +128,7 @@ func restore(b body, retain int) *views {
 		t.set(&r.State)
 		v.tasks[r.State.TaskID] = t
 		v.labels.add(r.State.TaskID, r.State.Spec.Labels)
+		v.indexID(t)
 	}
 	var zero aggregate.State
 	for _, r := range records {

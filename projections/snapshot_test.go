@@ -83,6 +83,27 @@ func snapshotLog(t *testing.T) [][]byte {
 	add("r8", "a", events.Canceled{})
 	add("r9", "a", events.Canceled{})
 	add(kid, "a", events.SlotAcquired{Key: "k", TaskID: "r9", Limit: 3})
+	// Key k2, limit 1, and retried tasks: r11 gave its first attempt's
+	// slot back and took one for its second, not yet released; r12
+	// failed its first attempt and still holds that attempt's slot (in
+	// the Free queue).
+	k2 := events.KeyID("a", "k2")
+	for i, id := range []string{"r11", "r12"} {
+		sp := spec(id, "")
+		sp.Concurrency = &events.Concurrency{Key: "k2", Limit: 1}
+		sp.Retry = &events.RetryPolicy{MaxAttempts: 3, MaxBackoffSeconds: 60, On: []string{events.RetryOnFailed}}
+		add(id, "a", events.TaskScheduled{Spec: sp})
+		add(k2, "a", events.SlotAcquired{Key: "k2", TaskID: id, Limit: 1})
+		d := fmt.Sprint("d", id)
+		add(id, "a", events.DeliveryPending{DeliveryID: d, Attempt: 1, NextAt: at})
+		add(id, "a", events.ReadyPublished{DeliveryID: d})
+		add(id, "a", events.Claimed{DeliveryID: d, ExecutorID: "w", Deadline: at.Add(time.Minute)})
+		add(id, "a", events.RetryScheduled{Attempt: 2, NextAt: at, Cause: events.RetryOnFailed, DeliveryID: d, Result: &events.Result{Error: "flaky"}})
+		if i == 0 {
+			add(k2, "a", events.SlotReleased{Key: "k2", TaskID: id, Status: "scheduled"})
+		}
+	}
+	add(k2, "a", events.SlotAcquired{Key: "k2", TaskID: "r11", Limit: 1, Attempt: 2})
 	// Schedules: one whose last run's task is not in the log yet (due at
 	// once), one paused, one deleted, one whose run's task exists.
 	every := events.ScheduleSpec{Every: "1h", Timezone: "UTC", Overlap: events.OverlapSkip, Catchup: events.CatchupOne, Task: events.TaskSpec{Queue: "q", TimeoutSeconds: 60}}
@@ -169,6 +190,8 @@ func testSnapshotRestores(t *testing.T, retain int) {
 	if live.Digest() != restored.Digest() {
 		t.Fatalf("digest differs")
 	}
+	checkIDIndex(t, live.v)
+	checkIDIndex(t, restored.v)
 	if q := restored.v.timers[Fire]; !q.has(ScheduleKey("a", "s1")) || q.has(ScheduleKey("a", "s2")) || q.has(ScheduleKey("b", "s3")) || !q.has(ScheduleKey("b", "s4")) ||
 		restored.v.scheds[ScheduleKey("a", "s1")].pending != "rnotyet" || restored.LiveSchedules("a") != 2 || restored.LiveSchedules("b") != 1 {
 		t.Fatalf("schedules restored: fire queue %v", q.owner)
@@ -185,6 +208,39 @@ func closedNow(v *views) []closedLineage {
 		}
 	}
 	return out
+}
+
+// TestRetriedHoldersFromTheLog checks the retried holders of snapshotLog's
+// key k2: r12, holding its first attempt's slot at its second attempt, is
+// in the Free queue (due when that attempt ended) and not offered for
+// release; r11, holding a slot for its second attempt, is offered.
+func TestRetriedHoldersFromTheLog(t *testing.T) {
+	t.Parallel()
+	e, _ := New(Config{Retain: -1})
+	for i, b := range snapshotLog(t) {
+		e.Apply(uint64(i+1), b)
+	}
+	now := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	k, _, _ := e.ConcurrencyKey("a", "k2", now)
+	if !slices.Equal(k.Holders, []string{"r12", "r11"}) || k.HeldFor("r11") != 2 || k.HeldFor("r12") != 1 {
+		t.Fatalf("k2 holders %v attempts %v", k.Holders, k.Attempts)
+	}
+	var freed []aggregate.State
+	for _, s := range e.Due(Free, now, 10, nil) {
+		if s.Spec.Concurrency.Key == "k2" {
+			freed = append(freed, s)
+		}
+	}
+	r12, _ := e.Task("r12")
+	if len(freed) != 1 || freed[0].TaskID != "r12" || freed[0].Status != aggregate.StatusScheduled || freed[0].Attempt() != 2 ||
+		!FreeAt(freed[0]).Equal(r12.Retries[0].EndedAt) {
+		t.Fatalf("k2's Free queue %+v", freed)
+	}
+	due := e.Due(Release, now, 10, nil)
+	if !slices.ContainsFunc(due, func(s aggregate.State) bool { return s.TaskID == "r11" }) ||
+		slices.ContainsFunc(due, func(s aggregate.State) bool { return s.TaskID == "r12" }) {
+		t.Fatalf("release offers %v, want r11 and not r12", due)
+	}
 }
 
 // TestKeysFromTheLog checks the key view of snapshotLog: holders in the
@@ -211,7 +267,7 @@ func TestKeysFromTheLog(t *testing.T) {
 	if !slices.Equal(ids(waiters), []string{"r7"}) || !slices.Equal(ids(e.Waiters("a", "k", now, 5)), []string{"r7"}) {
 		t.Fatalf("waiters %v", ids(waiters))
 	}
-	if free := ids(e.Due(Free, now, 10, nil)); !slices.Equal(free, []string{"r8", "r9"}) {
+	if free := ids(e.Due(Free, now, 10, nil)); !slices.Equal(free, []string{"r8", "r9", "r12"}) { // r12: key k2's
 		t.Fatalf("free queue %v", free)
 	}
 	// Full (3 holders, r7's limit 2): r7 is not offered for release.

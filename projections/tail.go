@@ -127,7 +127,7 @@ func (t *tail) run(js jetstream.JetStream, stream string, cfg jetstream.OrderedC
 					}
 					continue
 				}
-				ev, bad := events.DecodeAt(msg.Data(), meta.Sequence.Stream)
+				ev, bad := decode(msg.Data(), meta.Sequence.Stream)
 				if !send(tailMsg{seq: ev.Seq, ev: ev, bad: bad}) {
 					return
 				}

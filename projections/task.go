@@ -143,6 +143,14 @@ func (t *task) state() aggregate.State {
 
 func (t *task) terminal() bool { return statuses[t.status].Terminal() }
 
+// attemptNo is the State's Attempt: the number of the current attempt.
+func (t *task) attemptNo() int {
+	if t.retries == nil {
+		return 1
+	}
+	return len(*t.retries) + 1
+}
+
 // reuse returns s, as one copy shared by every task that repeats it
 // (customers, queues, executors) unless it equals old, whose copy is
 // already shared; a copy no task uses any more is garbage collected.

@@ -95,6 +95,9 @@ type views struct {
 	// liveQueues counts each customer's non-terminal tasks per queue, for
 	// the bound on a customer's queues.
 	liveQueues map[string]map[string]int
+	// ids holds each customer's task ids in order, for listing by id
+	// prefix.
+	ids map[string]*idIndex
 	keys
 	schedules
 	// stats are the counters of GET /v1/stats, per customer and queue.
@@ -113,6 +116,7 @@ func newViews(retain int) *views {
 		admissions:  make(map[string][]time.Time),
 		queueCounts: make(map[string]map[aggregate.Status]int),
 		liveQueues:  make(map[string]map[string]int),
+		ids:         make(map[string]*idIndex),
 		keys:        newKeys(),
 		schedules:   newSchedules(),
 		stats:       make(map[string]map[string]*queueCounters),
@@ -257,6 +261,7 @@ func (v *views) created(t *task, s *aggregate.State, at time.Time) {
 	v.join(t)
 	v.admit(s, at)
 	v.labels.add(t.id, s.Spec.Labels)
+	v.indexID(t)
 }
 
 // admit remembers an admitted root task's creation for per-minute quotas,

@@ -55,6 +55,8 @@ type Projection interface {
 	// DueSchedules returns up to limit schedules of the Fire queue due at
 	// or before now, skipping the keys skip reports.
 	DueSchedules(now time.Time, limit int, skip func(key string) bool) []projections.ScheduleDue
+	// Schedule returns a customer's schedule as the projections hold it.
+	Schedule(customerID, scheduleID string) (projections.Schedule, bool)
 }
 
 // Firer fires schedules (the scheduler service).
@@ -62,9 +64,10 @@ type Firer interface {
 	// FireSchedule does what is due of a customer's schedule: schedules
 	// the task of its last run if the log lacks it (a crash after the
 	// fire), else fires, skips or passes over its due instant. It returns
-	// the last sequence it appended or read; errors are the store's and
-	// the aggregate's.
-	FireSchedule(ctx context.Context, customerID, scheduleID string) (uint64, error)
+	// the last sequence it appended or read and, when the log had nothing
+	// due, the log's next due instant (zero otherwise); errors are the
+	// store's and the aggregate's.
+	FireSchedule(ctx context.Context, customerID, scheduleID string) (seq uint64, notBefore time.Time, err error)
 }
 
 // Publisher publishes ready notifications.
@@ -183,11 +186,22 @@ type key struct {
 // flight says until when a dispatched item is skipped: while running, then
 // until the projection applied untilSeq, or until retryAt after a failure,
 // or for as long as the process runs once parked (a permanent failure).
+// A schedule the log had nothing due of is skipped until notDue.until,
+// unless the projections' schedule changes first.
 type flight struct {
 	running  bool
 	parked   bool
 	untilSeq uint64
 	retryAt  time.Time
+	notDue   *notDue
+}
+
+// notDue is a fire the log found early: the schedule (customerID, id), as
+// the log had it at seq, has nothing due until until.
+type notDue struct {
+	customerID, id string
+	seq            uint64
+	until          time.Time
 }
 
 type result struct {
@@ -307,6 +321,9 @@ func (a *Alarm) wait(now time.Time, dispatched int, full bool) time.Duration {
 		if !f.running && f.retryAt.After(now) {
 			d = min(d, f.retryAt.Sub(now))
 		}
+		if f.waiting(now) {
+			d = min(d, f.notDue.until.Sub(now))
+		}
 	}
 	return d
 }
@@ -323,14 +340,26 @@ func (a *Alarm) delay(t projections.Timer) time.Duration {
 
 func (a *Alarm) skip(k key, now time.Time) bool {
 	f, ok := a.inflight[k]
-	return ok && (f.running || f.parked || f.untilSeq > a.proj.Applied() || now.Before(f.retryAt))
+	return ok && (f.running || f.parked || f.untilSeq > a.proj.Applied() || now.Before(f.retryAt) || f.waiting(now))
 }
 
-// settle forgets flights whose effect the projection has applied.
+// waiting reports whether f is a fire the log found early, until its
+// next instant.
+func (f flight) waiting(now time.Time) bool { return f.notDue != nil && now.Before(f.notDue.until) }
+
+// settle forgets flights whose effect the projection has applied, and
+// early fires whose schedule the projections have changed since.
 func (a *Alarm) settle(now time.Time) {
 	applied := a.proj.Applied()
 	for k, f := range a.inflight {
-		if !f.running && !f.parked && f.untilSeq <= applied && !now.Before(f.retryAt) {
+		if f.waiting(now) && f.untilSeq <= applied {
+			if sc, ok := a.proj.Schedule(f.notDue.customerID, f.notDue.id); ok && sc.State.LastSeq == f.notDue.seq {
+				continue
+			}
+			f.notDue = nil
+			a.inflight[k] = f
+		}
+		if !f.running && !f.parked && f.untilSeq <= applied && !now.Before(f.retryAt) && !f.waiting(now) {
 			delete(a.inflight, k)
 		}
 	}
@@ -364,11 +393,20 @@ func (a *Alarm) act(ctx context.Context, t projections.Timer, s aggregate.State)
 }
 
 // fire fires a due schedule through the Firer, with the outcomes of any
-// other action.
+// other action. When the log had nothing due yet, the schedule is skipped
+// until the log's next instant rather than fired again at once (unless
+// the projections' schedule changes meanwhile: an update may bring it
+// forward).
 func (a *Alarm) fire(ctx context.Context, d projections.ScheduleDue) flight {
-	seq, err := a.cfg.Schedules.FireSchedule(ctx, d.CustomerID, d.ID)
+	seq, notBefore, err := a.cfg.Schedules.FireSchedule(ctx, d.CustomerID, d.ID)
 	s := aggregate.State{TaskID: d.ID, CustomerID: d.CustomerID}
-	return a.settled(projections.Fire, d.Due, s, max(seq, d.Seq), err)
+	f := a.settled(projections.Fire, d.Due, s, max(seq, d.Seq), err)
+	if err == nil && !notBefore.IsZero() {
+		// seq is the schedule's last event in the log: the projections
+		// hold the log's state once their schedule is at it.
+		f.notDue = &notDue{customerID: d.CustomerID, id: d.ID, seq: max(seq, d.Seq), until: notBefore}
+	}
+	return f
 }
 
 func (a *Alarm) outcome(t projections.Timer, s, st aggregate.State, err error) flight {
@@ -385,7 +423,7 @@ func (a *Alarm) outcome(t projections.Timer, s, st aggregate.State, err error) f
 	case projections.Republish:
 		due = s.Delivery.NextAt.Add(a.cfg.RepublishAfter)
 	case projections.Free:
-		due = s.CompletedAt
+		due = projections.FreeAt(s)
 	}
 	return a.settled(t, due, s, st.LastSeq, err)
 }
@@ -562,12 +600,15 @@ func (a *Alarm) report(ctx context.Context, child aggregate.State) flight {
 }
 
 // release releases a due task. A task with a concurrency key first takes
-// a slot of it (or finds it holds one: a release a crash interrupted);
-// while the key is full it stays scheduled, and is tried again when the
-// projections show a slot free.
+// a slot of it for its attempt (or finds it holds one: a release a crash
+// interrupted), and is released only at that attempt; while the key is
+// full it stays scheduled, and is tried again when the projections show a
+// slot free.
 func (a *Alarm) release(ctx context.Context, s aggregate.State) flight {
+	cmd := aggregate.ReleaseDue{DeliveryID: events.NewID()}
 	if c := s.Spec.Concurrency; c != nil {
-		k, _, err := a.store.ExecuteKey(ctx, aggregate.AcquireSlot{CustomerID: s.CustomerID, Key: c.Key, TaskID: s.TaskID, Limit: c.Limit})
+		cmd.Attempt = s.Attempt()
+		k, _, err := a.store.ExecuteKey(ctx, aggregate.AcquireSlot{CustomerID: s.CustomerID, Key: c.Key, TaskID: s.TaskID, Limit: c.Limit, Attempt: cmd.Attempt})
 		if errors.Is(err, aggregate.ErrKeyFull) {
 			// The projection lagged another acquisition; once it has
 			// seen it, the key's room decides again.
@@ -578,7 +619,7 @@ func (a *Alarm) release(ctx context.Context, s aggregate.State) flight {
 		}
 		crashpoint.Hit(crashpoint.SlotAcquired)
 	}
-	st, _, err := a.store.ExecuteSeen(ctx, s.TaskID, "", aggregate.ReleaseDue{DeliveryID: events.NewID()}, s.LastSeq)
+	st, _, err := a.store.ExecuteSeen(ctx, s.TaskID, "", cmd, s.LastSeq)
 	if err == nil {
 		crashpoint.Hit(crashpoint.Released)
 	}
@@ -587,13 +628,17 @@ func (a *Alarm) release(ctx context.Context, s aggregate.State) flight {
 
 // free releases the slot of a terminal task that holds one of its
 // concurrency key (or of one whose release failed after it acquired its
-// slot: canceled in between). A task that holds none any more (another
-// process freed it) appends nothing. Having freed the slot, it hands it
-// to the first waiter at once rather than after the projections have
-// seen it free; the Release queue would release that task too (a second
-// attempt then appends nothing).
+// slot: canceled in between), or of a retried task that holds the slot of
+// an earlier attempt (never one taken for its current attempt). A task
+// that holds none any more (another process freed it) appends nothing.
+// Having freed the slot, it hands it to the first waiter at once rather
+// than after the projections have seen it free; the Release queue would
+// release that task too (a second attempt then appends nothing).
 func (a *Alarm) free(ctx context.Context, s aggregate.State) flight {
 	cmd := aggregate.ReleaseSlot{CustomerID: s.CustomerID, Key: s.Spec.Concurrency.Key, TaskID: s.TaskID, Status: s.Status}
+	if s.Status != "" && !s.Status.Terminal() {
+		cmd.Before = s.Attempt()
+	}
 	k, evs, err := a.store.ExecuteKey(ctx, cmd)
 	if err == nil && len(evs) > 0 {
 		for _, w := range a.proj.Waiters(s.CustomerID, cmd.Key, a.cfg.Now(), 1) {

@@ -166,11 +166,23 @@ func Describe(ev events.Event) string {
 	case events.MailboxRead:
 		return fmt.Sprintf("messages up to #%d handed out", p.Cursor)
 	case events.SlotAcquired:
-		return fmt.Sprintf("took a slot of concurrency key %q (limit %d)", p.Key, p.Limit)
+		return fmt.Sprintf("took a slot of concurrency key %q (limit %d)", p.Key, p.Limit) + attemptText(p.Attempt)
 	case events.SlotReleased:
-		return fmt.Sprintf("gave back its slot of concurrency key %q (task %s)", p.Key, p.Status)
+		if p.Status == string(aggregate.StatusScheduled) {
+			return fmt.Sprintf("gave back its slot of concurrency key %q (retried)", p.Key) + attemptText(p.Attempt)
+		}
+		return fmt.Sprintf("gave back its slot of concurrency key %q (task %s)", p.Key, p.Status) + attemptText(p.Attempt)
 	}
 	return describeSchedule(ev)
+}
+
+// attemptText names a slot's attempt, stored as 0 for the first: nothing
+// for the first, "for attempt N" for a later one.
+func attemptText(attempt int) string {
+	if attempt <= 1 {
+		return ""
+	}
+	return fmt.Sprintf(" for attempt %d", attempt)
 }
 
 // SlotTask returns the task a concurrency key's event is about, "" for

@@ -8,9 +8,11 @@ import (
 )
 
 // Concurrency is the kind of violation of a concurrency key's promise: a
-// slot taken past its limit, a keyed task released without holding a
-// slot, a slot given back by a task that is still live, or a slot event
-// for a task that is not the key's customer's.
+// slot taken past its limit or for an attempt the task has not reached, a
+// keyed task released without holding a slot, a slot given back by a task
+// that is still live and not waiting for a later attempt's release (the
+// slot of a retried task's earlier attempt), or a slot event for a task
+// that is not the key's customer's.
 const Concurrency = "concurrency"
 
 // addKey checks a concurrency key's event: on its key's subject, numbered
@@ -19,12 +21,13 @@ const Concurrency = "concurrency"
 func (v *Verifier) addKey(ev events.Event, subject string) {
 	var cmd aggregate.KeyCommand
 	var taskID, key string
+	var attempt int // the slot's attempt
 	switch p := ev.Data.(type) {
 	case events.SlotAcquired:
-		taskID, key = p.TaskID, p.Key
-		cmd = aggregate.AcquireSlot{CustomerID: ev.CustomerID, Key: p.Key, TaskID: p.TaskID, Limit: p.Limit}
+		taskID, key, attempt = p.TaskID, p.Key, max(p.Attempt, 1)
+		cmd = aggregate.AcquireSlot{CustomerID: ev.CustomerID, Key: p.Key, TaskID: p.TaskID, Limit: p.Limit, Attempt: p.Attempt}
 	case events.SlotReleased:
-		taskID, key = p.TaskID, p.Key
+		taskID, key, attempt = p.TaskID, p.Key, max(p.Attempt, 1)
 		cmd = aggregate.ReleaseSlot{CustomerID: ev.CustomerID, Key: p.Key, TaskID: p.TaskID, Status: aggregate.Status(p.Status)}
 	}
 	if _, dup := v.ids[ev.ID]; dup {
@@ -55,9 +58,17 @@ func (v *Verifier) addKey(ev events.Event, subject string) {
 	case st.Spec.Concurrency == nil || st.Spec.Concurrency.Key != key:
 		v.fail(ev.Seq, ev.TaskID, Concurrency, "%s for task %s, which has no concurrency key %q", ev.Type(), taskID, key)
 		return
-	case ev.Type() == events.TypeSlotReleased && !st.Status.Terminal():
-		v.fail(ev.Seq, ev.TaskID, Concurrency, "task %s gave its slot back while %s", taskID, st.Status)
+	case ev.Type() == events.TypeSlotReleased && !st.Status.Terminal() &&
+		(attempt >= st.Attempt() || st.Status != aggregate.StatusScheduled || st.Delivery.ID != ""):
+		v.fail(ev.Seq, ev.TaskID, Concurrency, "task %s gave the slot of its attempt %d back while %s at attempt %d", taskID, attempt, st.Status, st.Attempt())
 		return
+	case ev.Type() == events.TypeSlotAcquired && attempt > st.Attempt():
+		v.fail(ev.Seq, ev.TaskID, Concurrency, "task %s took a slot for attempt %d at attempt %d", taskID, attempt, st.Attempt())
+		return
+	}
+	if c, ok := cmd.(aggregate.ReleaseSlot); ok && !st.Status.Terminal() {
+		c.Before = st.Attempt()
+		cmd = c
 	}
 	got, err := aggregate.DecideKey(*k, cmd, ev.At)
 	switch {
@@ -67,11 +78,15 @@ func (v *Verifier) addKey(ev events.Event, subject string) {
 		v.fail(ev.Seq, ev.TaskID, IllegalEvent, "%s: %v", ev.Type(), err)
 	case len(got) != 1:
 		v.fail(ev.Seq, ev.TaskID, IllegalEvent, "%s for task %s changes nothing (a duplicate)", ev.Type(), taskID)
+	case got[0].Data != ev.Data:
+		v.fail(ev.Seq, ev.TaskID, IllegalEvent, "%s for task %s is %+v, its key decides %+v", ev.Type(), taskID, ev.Data, got[0].Data)
 	}
 }
 
 // checkSlot reports a keyed task released (DeliveryPending) without
-// holding a slot of its key at that point of the log.
+// holding a slot of its key at that point of the log. (The slot is for
+// the task's attempt, except in logs written before a retried task gave
+// its last attempt's slot back, where it kept that slot.)
 func (v *Verifier) checkSlot(st aggregate.State, ev events.Event) {
 	c := st.Spec.Concurrency
 	if _, ok := ev.Data.(events.DeliveryPending); !ok || c == nil {

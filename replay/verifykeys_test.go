@@ -57,6 +57,25 @@ func (l *keyLog) releaseSlot(task, key, status string) {
 	l.add(events.KeyID(keyCust, key), events.SlotReleased{Key: key, TaskID: task, Status: status})
 }
 
+// scheduleRetried schedules task with a retry policy of two attempts.
+func (l *keyLog) scheduleRetried(task, key string, limit int) {
+	l.add(task, events.TaskScheduled{Spec: events.TaskSpec{RootID: task, Queue: "q", RunAt: l.at, TimeoutSeconds: 60,
+		Concurrency: &events.Concurrency{Key: key, Limit: limit},
+		Retry:       &events.RetryPolicy{MaxAttempts: 2, MaxBackoffSeconds: 60, On: []string{events.RetryOnFailed}}}})
+}
+
+// run releases task under delivery and claims it.
+func (l *keyLog) run(task, delivery string) {
+	l.add(task, events.DeliveryPending{DeliveryID: delivery, Attempt: 1, NextAt: l.at})
+	l.add(task, events.ReadyPublished{DeliveryID: delivery})
+	l.add(task, events.Claimed{DeliveryID: delivery, ExecutorID: "w", Deadline: l.at.Add(time.Minute)})
+}
+
+// retry fails task's running attempt under delivery, to attempt 2.
+func (l *keyLog) retry(task, delivery string) {
+	l.add(task, events.RetryScheduled{Attempt: 2, NextAt: l.at, Cause: events.RetryOnFailed, DeliveryID: delivery, Result: &events.Result{Error: "flaky"}})
+}
+
 func (l *keyLog) kinds() []string {
 	var out []string
 	for _, v := range l.v.Report().Violations {
@@ -83,6 +102,41 @@ func TestVerifyConcurrency(t *testing.T) {
 			t.Fatalf("violations %v", l.v.Report().Violations)
 		}
 	})
+	t.Run("CleanRetry", func(t *testing.T) {
+		t.Parallel()
+		l := newKeyLog(t)
+		l.scheduleRetried("a", key, 1)
+		l.schedule("b", key, 1)
+		l.acquire("a", key, 1)
+		l.run("a", "d1")
+		l.retry("a", "d1")
+		l.releaseSlot("a", key, "scheduled") // its first attempt's slot, for the backoff
+		l.acquire("b", key, 1)
+		l.add("b", events.DeliveryPending{DeliveryID: "d2", Attempt: 1, NextAt: l.at})
+		l.add("b", events.Canceled{})
+		l.releaseSlot("b", key, "canceled")
+		l.add(events.KeyID(keyCust, key), events.SlotAcquired{Key: key, TaskID: "a", Limit: 1, Attempt: 2})
+		l.run("a", "d3")
+		l.add("a", events.ResultRecorded{DeliveryID: "d3", Result: events.Result{Success: true}})
+		l.add(events.KeyID(keyCust, key), events.SlotReleased{Key: key, TaskID: "a", Status: "succeeded", Attempt: 2})
+		if k := l.kinds(); len(k) != 0 {
+			t.Fatalf("violations %v", l.v.Report().Violations)
+		}
+	})
+	t.Run("CleanRetryKeepingItsSlot", func(t *testing.T) { // as logged before retries gave slots back
+		t.Parallel()
+		l := newKeyLog(t)
+		l.scheduleRetried("a", key, 1)
+		l.acquire("a", key, 1)
+		l.run("a", "d1")
+		l.retry("a", "d1")
+		l.run("a", "d2")
+		l.add("a", events.ResultRecorded{DeliveryID: "d2", Result: events.Result{Success: true}})
+		l.releaseSlot("a", key, "succeeded")
+		if k := l.kinds(); len(k) != 0 {
+			t.Fatalf("violations %v", l.v.Report().Violations)
+		}
+	})
 	for _, tc := range []struct {
 		name  string
 		build func(l *keyLog)
@@ -101,6 +155,27 @@ func TestVerifyConcurrency(t *testing.T) {
 			l.schedule("a", key, 1)
 			l.acquire("a", key, 1)
 			l.releaseSlot("a", key, "")
+		}},
+		{"SlotGivenBackWhileRunningTheNextAttempt", func(l *keyLog) {
+			l.scheduleRetried("a", key, 1)
+			l.acquire("a", key, 1)
+			l.run("a", "d1")
+			l.retry("a", "d1")
+			l.run("a", "d2") // released with its first attempt's slot (before retries gave slots back)
+			l.releaseSlot("a", key, "scheduled")
+		}},
+		{"SlotOfTheCurrentAttemptGivenBack", func(l *keyLog) {
+			l.scheduleRetried("a", key, 1)
+			l.acquire("a", key, 1)
+			l.run("a", "d1")
+			l.retry("a", "d1")
+			l.releaseSlot("a", key, "scheduled")
+			l.add(events.KeyID(keyCust, key), events.SlotAcquired{Key: key, TaskID: "a", Limit: 1, Attempt: 2})
+			l.add(events.KeyID(keyCust, key), events.SlotReleased{Key: key, TaskID: "a", Status: "scheduled", Attempt: 2})
+		}},
+		{"SlotForAnAttemptNotReached", func(l *keyLog) {
+			l.scheduleRetried("a", key, 1)
+			l.add(events.KeyID(keyCust, key), events.SlotAcquired{Key: key, TaskID: "a", Limit: 1, Attempt: 2})
 		}},
 		{"SlotForAnUnknownTask", func(l *keyLog) {
 			l.acquire("ghost", key, 1)

@@ -276,6 +276,7 @@ func listCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.Queue, "queue", "", "only tasks of this queue")
 	fs.StringVar(&o.CustomerID, "customer", "", "only tasks of this customer")
 	fs.StringVar(&o.RootID, "root", "", "only tasks under this root")
+	fs.StringVar(&o.IDPrefix, "id-prefix", "", "only tasks whose id starts with this")
 	fs.StringVar(&o.After, "after", "", "cursor from a previous page")
 	fs.IntVar(&o.Limit, "limit", 100, "page size (at most 1000)")
 	fs.StringVar(&o.RequestID, "request-id", "", "only the task scheduled with this request id")

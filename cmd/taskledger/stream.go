@@ -13,8 +13,9 @@ import (
 	"github.com/taskledger/taskledger/api"
 )
 
-// statsCommand prints GET /v1/stats: the log position, then one line per
-// customer and queue.
+// statsCommand prints GET /v1/stats: the log position and the alarm's
+// lateness, then one line per customer and queue, per busy concurrency
+// key and per live schedule.
 func statsCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("stats")
 	var cf clientFlags
@@ -30,6 +31,8 @@ func statsCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		return printJSON(stdout, s)
 	}
 	fmt.Fprintf(stdout, "applied %d of %d (lag %d, caught up %v)\n", s.Applied, s.LastSeq, s.Lag, s.CaughtUp)
+	l := s.Alarm.Lateness
+	fmt.Fprintf(stdout, "alarm lateness, last 5 min: p50 %.1fms p99 %.1fms max %.1fms (%d actions)\n", l.P50Seconds*1e3, l.P99Seconds*1e3, l.MaxSeconds*1e3, l.Samples)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CUSTOMER\tQUEUE\tCOUNTS\tOLDEST QUEUED\tCLAIMS/S 1M 5M\tRESULTS/S 1M 5M\tNEAR TIMEOUT\tRETRIES\tREJECTIONS")
 	for _, q := range s.Queues {
@@ -40,6 +43,25 @@ func statsCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		sort.Strings(counts)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1fs\t%.2f %.2f\t%.2f %.2f\t%d\t%d\t%d\n", q.CustomerID, q.Queue, strings.Join(counts, ","),
 			q.OldestQueuedSeconds, q.Claims.Last1m, q.Claims.Last5m, q.Results.Last1m, q.Results.Last5m, q.NearTimeout, q.Retries, q.Rejections)
+	}
+	if len(s.Keys) > 0 {
+		fmt.Fprintln(tw, "\nCUSTOMER\tKEY\tLIMIT\tHOLDERS\tWAITING")
+		for _, k := range s.Keys {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\n", k.CustomerID, k.Key, k.Limit, k.Holders, k.Waiting)
+		}
+	}
+	if len(s.Schedules) > 0 {
+		fmt.Fprintln(tw, "\nCUSTOMER\tSCHEDULE\tNEXT\tLAST RUN\tRUNS")
+		for _, sc := range s.Schedules {
+			next, last := "paused", "-"
+			if !sc.Paused {
+				next = stamp(sc.Next)
+			}
+			if r := sc.LastRun; r != nil {
+				last = stamp(r.At) + " " + r.TaskID + " " + r.Status
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", sc.CustomerID, sc.ID, next, last, sc.RunCount)
+		}
 	}
 	return tw.Flush()
 }

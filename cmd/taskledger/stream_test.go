@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/testnode"
 )
 
 // lineWriter hands each Write to a channel until done is closed.
@@ -33,12 +35,31 @@ func TestStatsAndEventsCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stats strings.Builder
-	if err := run(ctx, []string{"stats", "--server", c.BaseURL}, &stats); err != nil {
+	if _, _, err := c.Schedule(ctx, api.ScheduleRequest{Queue: "keyed", Concurrency: &events.Concurrency{Key: "repo:cli", Limit: 3}}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(stats.String(), "cli") || !strings.Contains(stats.String(), "queued=1") {
-		t.Fatalf("stats:\n%s", stats.String())
+	if _, _, err := c.CreateSchedule(ctx, api.ScheduleCreateRequest{ID: "hourly", Every: "1h", Task: api.ScheduleTask{Queue: "cron"}}); err != nil {
+		t.Fatal(err)
+	}
+	var stats strings.Builder
+	testnode.Eventually(t, "the key and the schedule in the stats", func() bool {
+		stats.Reset()
+		if err := run(ctx, []string{"stats", "--server", c.BaseURL}, &stats); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Contains(stats.String(), "repo:cli")
+	})
+	for _, want := range []string{"cli", "queued=1", "alarm lateness", "repo:cli", "hourly"} {
+		if !strings.Contains(stats.String(), want) {
+			t.Fatalf("stats without %q:\n%s", want, stats.String())
+		}
+	}
+	var list strings.Builder
+	if err := run(ctx, []string{"list", "--server", c.BaseURL, "--id-prefix", task.ID}, &list); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(list.String()), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[1], task.ID) {
+		t.Fatalf("list --id-prefix %s:\n%s", task.ID, list.String())
 	}
 
 	follow, interrupt := context.WithCancel(ctx)

@@ -185,6 +185,14 @@ func (c *console) open(t *testing.T, hash, sel string) {
 	c.run(t, chromedp.Navigate(c.url+"/ui/"+hash), chromedp.WaitVisible(chromedp.CSS(sel)))
 }
 
+// click clicks the element sel names inside the page in one step, once
+// it is there: live updates may redraw it between chromedp finding a node
+// and clicking it (the node id goes stale).
+func (c *console) click(t *testing.T, sel string) {
+	t.Helper()
+	c.poll(t, fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true })()`, sel))
+}
+
 // poll waits until the JavaScript expression is true in the page.
 func (c *console) poll(t *testing.T, expr string) {
 	t.Helper()
@@ -205,6 +213,16 @@ func text(s string) events.Message {
 }
 
 func row(id string) string { return fmt.Sprintf(`tr[data-id=%q]`, id) }
+
+// nightly is the console tests' schedule.
+var nightly = api.ScheduleCreateRequest{ID: "nightly", Cron: "0 2 * * *", Task: api.ScheduleTask{Queue: "nightly", Message: text("run the nightly build")}}
+
+// storefrontKey is the concurrency key of storefront tasks, one at a time.
+const storefrontKey = "repo:acme/storefront"
+
+func storefront(msg string) api.ScheduleRequest {
+	return api.ScheduleRequest{Queue: "deploy", Message: text(msg), Concurrency: &events.Concurrency{Key: storefrontKey, Limit: 1}}
+}
 
 // TestConsole drives the console in one headless Chromium, as a
 // customer: its scenarios share the browser and the server, in order.
@@ -304,8 +322,97 @@ func TestConsole(t *testing.T) {
 		c.poll(t, fmt.Sprintf(`location.hash === "#/tasks?queue=other" && document.querySelectorAll("#tasks tbody tr").length === 1 && document.querySelector(%q) !== null`, row(other.ID)))
 	})
 
+	t.Run("SearchByIDPrefix", func(t *testing.T) {
+		prefix := live.ID[:20]
+		want, err := c.acme.List(ctx, api.ListOptions{IDPrefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := c.acme.List(ctx, api.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(want.Tasks) == 0 || len(want.Tasks) >= len(all.Tasks) {
+			t.Fatalf("prefix %q matches %d of %d tasks: no narrowing to see", prefix, len(want.Tasks), len(all.Tasks))
+		}
+		c.open(t, "#/tasks", "#f-idPrefix")
+		c.run(t,
+			chromedp.SetValue(chromedp.CSS("#f-idPrefix"), prefix),
+			chromedp.Click(chromedp.CSS(`form.filters button[type="submit"]`)),
+		)
+		c.poll(t, fmt.Sprintf(`location.hash === "#/tasks?idPrefix=%s" && document.querySelectorAll("#tasks tbody tr").length === %d && document.querySelector(%q) !== null`,
+			prefix, len(want.Tasks), row(live.ID)))
+	})
+
+	t.Run("SchedulesPage", func(t *testing.T) {
+		if _, _, err := c.acme.CreateSchedule(ctx, nightly); err != nil {
+			t.Fatal(err)
+		}
+		sel := `tr[data-schedule="nightly"]`
+		c.run(t, chromedp.Click(chromedp.CSS("#nav-schedules")), chromedp.WaitVisible(chromedp.CSS(sel+`[data-paused="false"]`)))
+		c.poll(t, fmt.Sprintf(`document.querySelectorAll(%q).length === 5`, sel+" td:nth-child(5) li")) // the next instants
+		// By keyboard: the focus stays on the row's action across redraws.
+		c.poll(t, fmt.Sprintf(`(() => { const b = document.querySelector(%q); b?.focus(); return b !== null && document.activeElement === b })()`, sel+` button[data-action="pause"]`))
+		c.run(t, chromedp.KeyEvent("\r"), chromedp.WaitVisible(chromedp.CSS(sel+`[data-paused="true"] button[data-action="resume"]`)))
+		c.poll(t, fmt.Sprintf(`document.activeElement === document.querySelector(%q)`, sel+` button[data-action="resume"]`))
+		if s, err := c.acme.GetSchedule(ctx, "nightly", api.ScheduleOptions{}); err != nil || !s.Paused {
+			t.Fatalf("after Pause in the console: paused %v, %v", s.Paused, err)
+		}
+		c.click(t, sel+` button[data-action="trigger"]`)
+		c.poll(t, fmt.Sprintf(`document.querySelector(%q) !== null`, sel+` li[data-task] a[href^="#/task/"]`))
+		s, err := c.acme.GetSchedule(ctx, "nightly", api.ScheduleOptions{})
+		if err != nil || len(s.Runs) != 1 || !s.Runs[0].Manual {
+			t.Fatalf("after Trigger in the console: runs %+v, %v", s.Runs, err)
+		}
+		c.poll(t, fmt.Sprintf(`document.querySelector(%q) !== null`, sel+fmt.Sprintf(` li[data-task=%q] [data-status]`, s.Runs[0].TaskID)))
+	})
+
+	var holder, waiter api.Task
+	t.Run("ConcurrencyPage", func(t *testing.T) {
+		holder = schedule(t, c.acme, storefront("deploy the storefront"))
+		waiter = schedule(t, c.acme, storefront("deploy it again"))
+		c.open(t, "#/concurrency", `[data-page="concurrency"]`)
+		key := fmt.Sprintf(`tr[data-key=%q]`, storefrontKey)
+		c.poll(t, fmt.Sprintf(`!document.querySelector('[data-page="concurrency"]').textContent.includes("null") && document.querySelector(%q) !== null && document.querySelector(%q) !== null`,
+			key+fmt.Sprintf(` li[data-role="holder"][data-task=%q] a[href="#/task/%s"]`, holder.ID, holder.ID),
+			key+fmt.Sprintf(` li[data-role="waiter"][data-task=%q] a[href="#/task/%s"]`, waiter.ID, waiter.ID)))
+		if got := value(t, c, chromedp.Text(chromedp.CSS(key+" td:nth-child(3)"))); got != "1" {
+			t.Fatalf("limit cell %q, want 1", got)
+		}
+	})
+
+	t.Run("OverviewShowsLatenessAndLag", func(t *testing.T) {
+		c.open(t, "#/", `[data-page="overview"] [data-stat="lateness"]`)
+		c.poll(t, `/ ms$/.test(document.querySelector('[data-stat="lateness"] b').textContent) &&
+			/^[0-9]+$/.test(document.querySelector('[data-stat="lag"] b').textContent) &&
+			document.querySelector('[data-stat="claims"] svg polyline') !== null &&
+			document.querySelector('[data-stat="keys"] a[href="#/concurrency"]').textContent === "1" &&
+			document.querySelector('[data-stat="schedules"] a[href="#/schedules"]').textContent === "1"`)
+	})
+
+	t.Run("EveryPageWithoutErrors", func(t *testing.T) {
+		for _, p := range []struct{ hash, wait string }{
+			{"#/", `[data-page="overview"] .cards`},
+			{"#/tasks", row(live.ID)},
+			{"#/task/" + waiter.ID, `#timeline [data-type="TaskScheduled"]`},
+			{"#/schedules", `tr[data-schedule="nightly"]`},
+			{"#/concurrency", `tr[data-key]`},
+		} {
+			c.open(t, p.hash, p.wait)
+		}
+		c.noErrors(t)
+	})
+
 	t.Run("Screenshots", func(t *testing.T) {
 		c.login(t, acmeToken) // also when run alone (make screenshots)
+		if _, _, err := c.acme.CreateSchedule(ctx, nightly); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.acme.TriggerSchedule(ctx, "nightly", api.ScheduleOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		schedule(t, c.acme, storefront("deploy the storefront"))
+		schedule(t, c.acme, storefront("deploy it again"))
 		root := schedule(t, c.acme, api.ScheduleRequest{Queue: "release", Message: text("review the storefront release")})
 		child := schedule(t, c.acme, api.ScheduleRequest{ParentID: root.ID, Queue: "review", Message: text("run the checkout tests")})
 		schedule(t, c.acme, api.ScheduleRequest{ParentID: root.ID, Queue: "review", Message: text("check the changelog")})
@@ -335,6 +442,8 @@ func TestConsole(t *testing.T) {
 			{"console-overview.png", "#/", `[data-page="overview"] table`},
 			{"console-tasks.png", "#/tasks", row(child.ID)},
 			{"console-task.png", "#/task/" + child.ID, `#tree li li[data-id="` + child.ID + `"] [data-status="failed"]`},
+			{"console-schedules.png", "#/schedules", `tr[data-schedule="nightly"] li[data-task] [data-status]`},
+			{"console-concurrency.png", "#/concurrency", `tr[data-key] li[data-role="holder"]`},
 		}
 		for _, s := range shots {
 			c.open(t, s.hash, s.wait)

@@ -21,9 +21,10 @@ import (
 // TestConcurrencyTwoSchedulers runs two schedulers on one stream, each
 // with its own connection, store, projections and alarm, and 200 tasks of
 // one key with limit 3, scheduled through both and run by executors of
-// both. Folding the log afterwards, no more than 3 tasks ever hold a slot
-// or a delivery token at once, every task succeeded, and the verifier
-// finds the log clean.
+// both; every fifth task fails its first attempt and is retried (its slot
+// given back for the backoff and taken again). Folding the log
+// afterwards, no more than 3 tasks ever hold a slot or a delivery token
+// at once, every task succeeded, and the verifier finds the log clean.
 func TestConcurrencyTwoSchedulers(t *testing.T) {
 	t.Parallel()
 	const total, limit, key = 200, 3, "repo:example/storefront"
@@ -42,6 +43,9 @@ func TestConcurrencyTwoSchedulers(t *testing.T) {
 			id := fmt.Sprintf("t%03d", half*total/2+i)
 			reqs[i] = api.ScheduleRequest{Queue: "conc2", RequestID: id, Message: text("objective", id),
 				Concurrency: &events.Concurrency{Key: key, Limit: limit}}
+			if i%5 == 0 {
+				reqs[i].Retry = &api.RetryRequest{MaxAttempts: refOf(2), BackoffSeconds: refOf(0)}
+			}
 		}
 		items, err := clients[half].ScheduleBatch(ctx, reqs)
 		if err != nil {
@@ -54,8 +58,8 @@ func TestConcurrencyTwoSchedulers(t *testing.T) {
 		}
 	}
 
-	// Two executors per scheduler claim and succeed at once, until every
-	// task has succeeded.
+	// Two executors per scheduler claim and succeed at once (or fail a
+	// retried task's first attempt), until every task has succeeded.
 	var done atomic.Int64
 	work, stop := context.WithCancel(ctx)
 	defer stop()
@@ -74,10 +78,15 @@ func TestConcurrencyTwoSchedulers(t *testing.T) {
 				if !ok {
 					continue
 				}
-				if _, err := c.RecordResult(gctx, task.ID, api.ResultRequest{DeliveryID: task.Claim.DeliveryID, Success: true}); err != nil {
+				res := api.ResultRequest{DeliveryID: task.Claim.DeliveryID, Success: true}
+				flaky := task.MaxAttempts > 1 && task.Attempt == 1
+				if flaky {
+					res = api.ResultRequest{DeliveryID: task.Claim.DeliveryID, Error: "flaky tool"}
+				}
+				if _, err := c.RecordResult(gctx, task.ID, res); err != nil {
 					return err
 				}
-				if done.Add(1) == total {
+				if !flaky && done.Add(1) == total {
 					stop()
 				}
 			}
@@ -99,7 +108,7 @@ func TestConcurrencyTwoSchedulers(t *testing.T) {
 	// delivery token or running (released, not yet terminal).
 	v := replay.NewVerifier(st.Subjects())
 	holders, active := map[string]bool{}, map[string]bool{}
-	maxHolders, maxActive, succeeded := 0, 0, 0
+	maxHolders, maxActive, succeeded, retried := 0, 0, 0, 0
 	err := store.Log{JS: st.JetStream(), Stream: st.Config().Stream, Subjects: st.Subjects()}.Read(ctx, store.ReadOptions{}, func(m store.Message) error {
 		v.Add(m.Seq, m.Subject, m.Data)
 		ev, err := events.DecodeAt(m.Data, m.Seq)
@@ -118,6 +127,9 @@ func TestConcurrencyTwoSchedulers(t *testing.T) {
 			if p.Result.Success {
 				succeeded++
 			}
+		case events.RetryScheduled:
+			delete(active, ev.TaskID)
+			retried++
 		case events.Canceled, events.TimedOut, events.DeliveryExhausted:
 			delete(active, ev.TaskID)
 		}
@@ -133,8 +145,8 @@ func TestConcurrencyTwoSchedulers(t *testing.T) {
 	if maxActive < 2 {
 		t.Fatalf("never more than %d task released at once: the limit of %d was not used", maxActive, limit)
 	}
-	if succeeded != total || len(holders) != 0 {
-		t.Fatalf("%d tasks succeeded, %d still hold a slot", succeeded, len(holders))
+	if succeeded != total || retried != total/5 || len(holders) != 0 {
+		t.Fatalf("%d tasks succeeded, %d were retried, %d still hold a slot", succeeded, retried, len(holders))
 	}
 	if r := v.Report(); !r.Clean() {
 		t.Fatalf("verifier: %+v", r.Violations)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/replay"
 )
 
 const storefront = "repo:example/storefront"
@@ -169,38 +171,87 @@ func TestConcurrencyTenancy(t *testing.T) {
 	}
 }
 
-// TestConcurrencyWithRetry: a keyed task retried after a failure runs its
-// next attempt under the same key without ever letting a second holder
-// in: the waiter is released only when the retried task has finished.
-// (A task in its retry backoff keeps its slot; docs/API.md says so.)
+// TestConcurrencyWithRetry: a keyed task retried after a failure gives
+// its slot back for its backoff, so the key's waiter, due first, takes it;
+// the retried task then waits for a slot (waitingFor "concurrency") and
+// runs its next attempt under a slot of its own once the waiter ends.
+// Never two holders; history shows each slot taken and given back.
 func TestConcurrencyWithRetry(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	req := keyed("flaky", "repo:example/retried", 1)
+	const key = "repo:example/retried"
+	req := keyed("flaky", key, 1)
 	req.Retry = &api.RetryRequest{MaxAttempts: refOf(2), BackoffSeconds: refOf(0)}
 	first := runningTask(t, b, req)
-	waiter := mustSchedule(t, b, keyed("waiter", "repo:example/retried", 1))
-	waitKey(t, b.client, "repo:example/retried", []string{first.ID}, []string{waiter.ID})
+	waiter := mustSchedule(t, b, keyed("waiter", key, 1))
+	waitKey(t, b.client, key, []string{first.ID}, []string{waiter.ID})
 
 	if _, err := b.client.RecordResult(ctx, first.ID, api.ResultRequest{DeliveryID: first.Claim.DeliveryID, Error: "flaky tool"}); err != nil {
 		t.Fatal(err)
 	}
-	again := b.waitStatus(t, first.ID, "queued") // attempt 2, released under its slot
-	if again.Attempt != 2 {
-		t.Fatalf("attempt %d after one failure, want 2", again.Attempt)
+	queued := b.waitStatus(t, waiter.ID, "queued") // the retried task's slot, given back
+	waitKey(t, b.client, key, []string{waiter.ID}, []string{first.ID})
+	if got, err := b.client.Get(ctx, first.ID); err != nil || got.Status != "scheduled" || got.Attempt != 2 || got.WaitingFor != api.WaitingForConcurrency {
+		t.Fatalf("retried task %s attempt %d waitingFor %q (%v), want scheduled attempt 2 waiting for concurrency", got.Status, got.Attempt, got.WaitingFor, err)
 	}
-	waitKey(t, b.client, "repo:example/retried", []string{first.ID}, []string{waiter.ID})
-	claimed, err := b.client.Claim(ctx, again.ID, again.Delivery.ID, "w2")
+	claimed, err := b.client.Claim(ctx, queued.ID, queued.Delivery.ID, "w2")
 	if err != nil {
 		t.Fatal(err)
-	}
-	if got, err := b.client.Get(ctx, waiter.ID); err != nil || got.Status != "scheduled" {
-		t.Fatalf("waiter %s %v while the retried task runs, want scheduled", got.Status, err)
 	}
 	if _, err := b.client.RecordResult(ctx, claimed.ID, api.ResultRequest{DeliveryID: claimed.Claim.DeliveryID, Success: true}); err != nil {
 		t.Fatal(err)
 	}
-	b.waitStatus(t, waiter.ID, "queued")
-	waitKey(t, b.client, "repo:example/retried", []string{waiter.ID}, nil)
+	again := b.waitStatus(t, first.ID, "queued")
+	if again.Attempt != 2 {
+		t.Fatalf("attempt %d after one failure, want 2", again.Attempt)
+	}
+	waitKey(t, b.client, key, []string{first.ID}, nil)
+	claimed, err = b.client.Claim(ctx, again.ID, again.Delivery.ID, "w3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.RecordResult(ctx, claimed.ID, api.ResultRequest{DeliveryID: claimed.Claim.DeliveryID, Success: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitKey(t, b.client, key, nil, nil)
+
+	h, err := b.client.History(ctx, first.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slots []string
+	for _, ev := range h.Events {
+		if strings.HasPrefix(ev.Type, "Slot") || ev.Type == string(events.TypeRetryScheduled) {
+			slots = append(slots, ev.Type+": "+ev.Detail)
+		}
+	}
+	want := []string{
+		`SlotAcquired: took a slot of concurrency key "repo:example/retried" (limit 1)`,
+		"RetryScheduled: " + h.Events[slices.IndexFunc(h.Events, func(e api.Event) bool { return e.Type == string(events.TypeRetryScheduled) })].Detail,
+		`SlotReleased: gave back its slot of concurrency key "repo:example/retried" (retried)`,
+		`SlotAcquired: took a slot of concurrency key "repo:example/retried" (limit 1) for attempt 2`,
+		`SlotReleased: gave back its slot of concurrency key "repo:example/retried" (task succeeded) for attempt 2`,
+	}
+	if !slices.Equal(slots, want) {
+		t.Fatalf("slot history\n%s\nwant\n%s", strings.Join(slots, "\n"), strings.Join(want, "\n"))
+	}
+	verifyStore(t, b)
+}
+
+// verifyStore runs replay verify over the whole log of b's node.
+func verifyStore(t *testing.T, b *bundle) {
+	t.Helper()
+	st := b.node.Store
+	v := replay.NewVerifier(st.Subjects())
+	err := store.Log{JS: st.JetStream(), Stream: st.Config().Stream, Subjects: st.Subjects()}.Read(context.Background(), store.ReadOptions{}, func(m store.Message) error {
+		v.Add(m.Seq, m.Subject, m.Data)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := v.Report(); !r.Clean() {
+		t.Fatalf("replay verify: %+v", r.Violations)
+	}
 }

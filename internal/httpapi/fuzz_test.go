@@ -228,6 +228,8 @@ func FuzzListQuery(f *testing.F) {
 		"status=bogus", "status=RUNNING", "status=", "limit=0", "limit=-1", "limit=1.5", "limit=1e3", "limit=99999999999999999999",
 		"limit=9223372036854775807", "after=-1", "after=a.b", "queue=a.>", "customerId=*", "rootId=%3E", "queue=%00",
 		"a=%zz", ";;&&==", "queue=a&queue=b.c", "status=queued&status=bogus", "%", "&", "=", "limit=%2B5", "customerId=" + strings.Repeat("c", 65),
+		"idPrefix=" + q.TaskID[:4], "idPrefix=" + q.TaskID + "&status=queued", "idPrefix=" + q.TaskID[:2] + "&after=" + q.TaskID, "idPrefix=a.b",
+		"idPrefix=%00", "idPrefix=" + strings.Repeat("0", 65),
 	} {
 		f.Add(s)
 	}

@@ -2,10 +2,15 @@ package httpapi_test
 
 import (
 	"context"
+	"net/http"
+	"net/url"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/node"
 )
 
 func TestList(t *testing.T) {
@@ -107,6 +112,94 @@ func TestList(t *testing.T) {
 					t.Fatalf("list %+v: tasks is null, want []", tc.opts)
 				}
 			})
+		}
+	})
+}
+
+// TestListIDPrefix: idPrefix lists exactly the caller's tasks whose id
+// starts with it, in id order, page by page and with the other filters;
+// another customer's task is not found by its id; a prefix that is no id
+// is a 400.
+func TestListIDPrefix(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *node.Config) { c.Tokens = tenantTokens })
+	ctx := context.Background()
+	a, bc, op := api.NewClient(b.url, "tok-a"), api.NewClient(b.url, "tok-b"), api.NewClient(b.url, "tok-op")
+	mine := append(scheduleN(t, a, "qa", 6), scheduleN(t, a, "qb", 3)...)
+	theirs := scheduleN(t, bc, "qa", 2)
+	if _, err := a.Cancel(ctx, mine[0].ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	settled(t, b)
+	// want lists mine that start with prefix (and pass keep), sorted.
+	want := func(prefix string, keep func(api.Task) bool) []string {
+		var out []string
+		for _, task := range mine {
+			if strings.HasPrefix(task.ID, prefix) && (keep == nil || keep(task)) {
+				out = append(out, task.ID)
+			}
+		}
+		return sorted(out...)
+	}
+	// Ids are time-ordered: the 10 leading characters are the millisecond,
+	// the 11th random, so a prefix of 11 picks out about one task, of 9 the
+	// tasks of about 32 ms.
+	target := mine[4].ID
+	for _, n := range []int{len(target), 11, 9, 1} {
+		prefix := target[:n]
+		var got []string
+		after := ""
+		for page := 0; ; page++ {
+			if page > len(mine) {
+				t.Fatalf("prefix %q: pagination does not end", prefix)
+			}
+			l, err := a.List(ctx, api.ListOptions{IDPrefix: prefix, Limit: 2, After: after})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, taskIDs(l.Tasks)...)
+			if after = l.Next; after == "" {
+				break
+			}
+		}
+		if w := want(prefix, nil); !slices.Equal(got, w) || !slices.Contains(got, target) {
+			t.Fatalf("prefix %q: %v, want %v", prefix, got, w)
+		}
+	}
+
+	t.Run("WithFilters", func(t *testing.T) {
+		t.Parallel()
+		prefix := target[:1]
+		l, err := a.List(ctx, api.ListOptions{IDPrefix: prefix, Queue: "qb"})
+		if w := want(prefix, func(t api.Task) bool { return t.Queue == "qb" }); err != nil || !slices.Equal(taskIDs(l.Tasks), w) {
+			t.Fatalf("queue qb: %v %v, want %v", err, taskIDs(l.Tasks), w)
+		}
+		l, err = a.List(ctx, api.ListOptions{IDPrefix: mine[0].ID[:1], Status: "canceled"})
+		if err != nil || !slices.Equal(taskIDs(l.Tasks), []string{mine[0].ID}) {
+			t.Fatalf("canceled: %v %v, want %s", err, taskIDs(l.Tasks), mine[0].ID)
+		}
+	})
+
+	t.Run("OtherCustomer", func(t *testing.T) {
+		t.Parallel()
+		l, err := a.List(ctx, api.ListOptions{IDPrefix: theirs[0].ID})
+		if err != nil || len(l.Tasks) != 0 {
+			t.Fatalf("A found B's task by its id: %v %v", err, taskIDs(l.Tasks))
+		}
+		l, err = op.List(ctx, api.ListOptions{IDPrefix: theirs[0].ID})
+		if err != nil || !slices.Equal(taskIDs(l.Tasks), []string{theirs[0].ID}) {
+			t.Fatalf("the operator's search: %v %v", err, taskIDs(l.Tasks))
+		}
+		l, err = op.List(ctx, api.ListOptions{IDPrefix: theirs[0].ID, CustomerID: "A"})
+		if err != nil || len(l.Tasks) != 0 {
+			t.Fatalf("B's task listed as A's: %v %v", err, taskIDs(l.Tasks))
+		}
+	})
+
+	t.Run("Invalid", func(t *testing.T) {
+		t.Parallel()
+		for _, prefix := range []string{strings.Repeat("a", events.MaxIDLen+1), "a.b", "a b", "ü", "a/b"} {
+			requireErrorBody(t, authDo(t, b, "Bearer tok-a", http.MethodGet, "/v1/tasks?idPrefix="+url.QueryEscape(prefix), ""), http.StatusBadRequest, "invalid_argument")
 		}
 	})
 }

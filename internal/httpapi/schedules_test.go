@@ -40,7 +40,8 @@ func waitRuns(t *testing.T, c *api.Client, id, what string, cond func(api.Schedu
 }
 
 // checkRunTasks checks that every run of s made the task its request id
-// derives, as POST /v1/tasks with that requestId would.
+// derives, as POST /v1/tasks with that requestId would. A run's task is
+// scheduled right after its ScheduleFired, so it may not be there yet.
 func checkRunTasks(t *testing.T, c *api.Client, s api.Schedule) {
 	t.Helper()
 	for _, r := range s.Runs {
@@ -50,10 +51,14 @@ func checkRunTasks(t *testing.T, c *api.Client, s api.Schedule) {
 		if !r.Manual && r.RequestID != events.ScheduleRequestID(s.ID, r.At) {
 			t.Fatalf("run at %v has request id %s, want it derived from the instant", r.At, r.RequestID)
 		}
-		task, err := c.Get(context.Background(), r.TaskID)
-		if err != nil {
-			t.Fatalf("the task of run %+v: %v", r, err)
-		}
+		var task api.Task
+		testnode.Eventually(t, "the task of run "+r.TaskID, func() bool {
+			var err error
+			if task, err = c.Get(context.Background(), r.TaskID); err != nil && !errors.Is(err, api.ErrNotFound) {
+				t.Fatalf("the task of run %+v: %v", r, err)
+			}
+			return err == nil
+		})
 		if task.RequestID != r.RequestID || task.ID != events.DeriveID("r", s.CustomerID, r.RequestID) || task.Queue != "sched" ||
 			task.ParentID != "" || len(task.Message.Content) != 1 || task.Message.Content[0].Text != "nightly triage" {
 			t.Fatalf("run %+v made task %+v", r, task)

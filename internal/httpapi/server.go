@@ -30,6 +30,7 @@ import (
 	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/projections"
+	"github.com/taskledger/taskledger/reactors"
 	"github.com/taskledger/taskledger/replay"
 )
 
@@ -52,11 +53,22 @@ type LogHealth interface {
 	LogWarning() string
 }
 
+// AlarmLateness reports how late the alarm acted on its timers lately
+// (reactors.LatenessWindow), for GET /v1/stats.
+type AlarmLateness interface {
+	Summary() (all reactors.Lateness, byTimer [projections.NumTimers]reactors.Lateness)
+}
+
+var _ AlarmLateness = (*reactors.LatenessWindow)(nil)
+
 // ServerConfig configures the HTTP handler.
 type ServerConfig struct {
 	Service *scheduler.Service
 	Ready   Readiness
 	Health  LogHealth // optional
+	// Lateness is the alarm's recent lateness for GET /v1/stats;
+	// optional (nil: no samples).
+	Lateness AlarmLateness
 	// Tokens maps bearer tokens to customer ids ("*" for an operator).
 	// Nil means no auth: every request acts as an operator, and only
 	// requests for a loopback Host are served (DNS rebinding).
@@ -590,7 +602,8 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request, p scheduler.Princi
 
 func (h *handler) list(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
 	q := r.URL.Query()
-	f := projections.Filter{Status: aggregate.Status(q.Get("status")), Queue: q.Get("queue"), CustomerID: q.Get("customerId"), RootID: q.Get("rootId")}
+	f := projections.Filter{Status: aggregate.Status(q.Get("status")), Queue: q.Get("queue"), CustomerID: q.Get("customerId"), RootID: q.Get("rootId"),
+		IDPrefix: q.Get("idPrefix")}
 	switch f.Status {
 	case "", aggregate.StatusScheduled, aggregate.StatusQueued, aggregate.StatusRunning, aggregate.StatusSucceeded,
 		aggregate.StatusFailed, aggregate.StatusCanceled, aggregate.StatusTimedOut:
@@ -598,7 +611,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request, p scheduler.Princ
 		h.fail(w, r, invalidArg("unknown status %q", f.Status))
 		return
 	}
-	for name, v := range map[string]string{"queue": f.Queue, "customerId": f.CustomerID, "rootId": f.RootID, "after": q.Get("after")} {
+	for name, v := range map[string]string{"queue": f.Queue, "customerId": f.CustomerID, "rootId": f.RootID, "after": q.Get("after"), "idPrefix": f.IDPrefix} {
 		if v == "" {
 			continue
 		}

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"maps"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -124,5 +125,93 @@ func TestStats(t *testing.T) {
 	}
 	if len(mine.Queues) != 1 || mine.Queues[0].CustomerID != "B" {
 		t.Fatalf("B's stats: %+v", mine.Queues)
+	}
+}
+
+// TestStatsKeysSchedulesAlarm: GET /v1/stats counts a concurrency key's
+// holder and waiters, shows each live schedule's next instant and last
+// run with its task's status (none while paused, gone once deleted), and
+// the alarm's lateness once it acted; a customer sees only its own keys
+// and schedules.
+func TestStatsKeysSchedulesAlarm(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *node.Config) { c.Tokens = tenantTokens })
+	ctx := context.Background()
+	a, bc, op := api.NewClient(b.url, "tok-a"), api.NewClient(b.url, "tok-b"), api.NewClient(b.url, "tok-op")
+	keyedOn := func(c *api.Client, key string) api.Task {
+		task, _, err := c.Schedule(ctx, api.ScheduleRequest{Queue: "kq", Concurrency: &events.Concurrency{Key: key, Limit: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return task
+	}
+	holder := keyedOn(a, "repo:a")
+	keyedOn(a, "repo:a")
+	keyedOn(a, "repo:a")
+	keyedOn(bc, "repo:b")
+	every := api.ScheduleTask{Queue: "sq", Message: events.Message{Content: []events.ContentPart{{Type: "text", Text: "nightly"}}}}
+	for _, id := range []string{"nightly", "paused"} {
+		if _, _, err := a.CreateSchedule(ctx, api.ScheduleCreateRequest{ID: id, Every: "1h", Task: every, Paused: id == "paused"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := bc.CreateSchedule(ctx, api.ScheduleCreateRequest{ID: "theirs", Every: "1h", Task: every}); err != nil {
+		t.Fatal(err)
+	}
+	run, err := a.TriggerSchedule(ctx, "nightly", api.ScheduleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Cancel(ctx, run.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+
+	var stats api.Stats
+	eventually(t, "the key's holder, the run's status and the alarm's lateness in the stats", func() bool {
+		if stats, err = a.Stats(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return len(stats.Keys) == 1 && stats.Keys[0].Holders == 1 && len(stats.Schedules) == 2 &&
+			stats.Schedules[0].LastRun != nil && stats.Schedules[0].LastRun.Status == "canceled" && stats.Alarm.Lateness.Samples > 0
+	})
+	if k := stats.Keys[0]; k != (api.KeyStats{CustomerID: "A", Key: "repo:a", Limit: 1, Holders: 1, Waiting: 2}) {
+		t.Errorf("A's key: %+v", k)
+	}
+	k, err := a.Concurrency(ctx, "repo:a", "")
+	if err != nil || len(k.Holders) != 1 || k.Holders[0].TaskID != holder.ID {
+		t.Fatalf("the key's holder: %v %+v, want %s", err, k.Holders, holder.ID)
+	}
+	nightly, paused := stats.Schedules[0], stats.Schedules[1]
+	if nightly.ID != "nightly" || nightly.Paused || nightly.Next.IsZero() || nightly.RunCount != 1 || nightly.LastRun.TaskID != run.ID || !nightly.LastRun.Manual {
+		t.Errorf("nightly: %+v last run %+v", nightly, nightly.LastRun)
+	}
+	if paused.ID != "paused" || !paused.Paused || !paused.Next.IsZero() || paused.LastRun != nil {
+		t.Errorf("paused: %+v", paused)
+	}
+	if l := stats.Alarm.Lateness; l.P50Seconds > l.P99Seconds || l.P99Seconds > l.MaxSeconds || l.MaxSeconds < 0 {
+		t.Errorf("alarm lateness %+v", l)
+	}
+	if _, ok := stats.Alarm.Timers["release"]; !ok {
+		t.Errorf("no release lateness: %+v", stats.Alarm.Timers)
+	}
+
+	if _, err := a.DeleteSchedule(ctx, "paused", api.ScheduleOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deleted schedule gone from the stats", func() bool {
+		if stats, err = op.Stats(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return len(stats.Schedules) == 2
+	})
+	var keys, scheds []string
+	for _, k := range stats.Keys {
+		keys = append(keys, k.CustomerID+"/"+k.Key)
+	}
+	for _, s := range stats.Schedules {
+		scheds = append(scheds, s.CustomerID+"/"+s.ID)
+	}
+	if !slices.Equal(keys, []string{"A/repo:a", "B/repo:b"}) || !slices.Equal(scheds, []string{"A/nightly", "B/theirs"}) {
+		t.Errorf("the operator's keys %v and schedules %v", keys, scheds)
 	}
 }

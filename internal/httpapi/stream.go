@@ -19,6 +19,8 @@ import (
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/scheduler"
+	"github.com/taskledger/taskledger/projections"
+	"github.com/taskledger/taskledger/reactors"
 	"github.com/taskledger/taskledger/replay"
 )
 
@@ -302,9 +304,13 @@ func (h *handler) stats(w http.ResponseWriter, r *http.Request, p scheduler.Prin
 		return
 	}
 	applied := h.Ready.Applied()
-	at, queues := h.Service.Stats(p)
-	out := api.Stats{At: at.UTC(), Applied: applied, LastSeq: last, Lag: last - min(last, applied), CaughtUp: h.Ready.CaughtUp(), Queues: []api.QueueStats{}}
-	for _, q := range queues {
+	stats := h.Service.Stats(p, api.MaxStatsRows)
+	out := api.Stats{
+		At: stats.At.UTC(), Applied: applied, LastSeq: last, Lag: last - min(last, applied), CaughtUp: h.Ready.CaughtUp(),
+		Queues: []api.QueueStats{}, Alarm: h.alarmStats(), Keys: []api.KeyStats{}, KeysTruncated: stats.KeysTruncated,
+		Schedules: []api.ScheduleStats{}, SchedulesTruncated: stats.SchedulesTruncated,
+	}
+	for _, q := range stats.Queues {
 		row := api.QueueStats{
 			CustomerID: q.CustomerID, Queue: q.Queue, Counts: make(map[string]int, len(q.Counts)),
 			OldestQueuedSeconds: q.OldestQueued.Seconds(),
@@ -317,5 +323,34 @@ func (h *handler) stats(w http.ResponseWriter, r *http.Request, p scheduler.Prin
 		}
 		out.Queues = append(out.Queues, row)
 	}
+	for _, k := range stats.Keys {
+		out.Keys = append(out.Keys, api.KeyStats{CustomerID: k.CustomerID, Key: k.Key, Limit: k.Limit, Holders: k.Holders, Waiting: k.Waiting})
+	}
+	for _, sc := range stats.Schedules {
+		row := api.ScheduleStats{CustomerID: sc.CustomerID, ID: sc.ID, Paused: sc.Paused, Next: utc(sc.Next), RunCount: sc.Runs}
+		if r := sc.LastRun; r != nil {
+			row.LastRun = &api.ScheduleRun{At: r.At.UTC(), TaskID: r.TaskID, RequestID: r.RequestID, Status: string(r.Status), Missed: r.Missed, Manual: r.Manual}
+		}
+		out.Schedules = append(out.Schedules, row)
+	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// alarmStats renders the alarm's recent lateness.
+func (h *handler) alarmStats() api.AlarmStats {
+	out := api.AlarmStats{Timers: map[string]api.Lateness{}}
+	if h.Lateness == nil {
+		return out
+	}
+	render := func(l reactors.Lateness) api.Lateness {
+		return api.Lateness{Samples: l.Samples, P50Seconds: l.P50.Seconds(), P99Seconds: l.P99.Seconds(), MaxSeconds: l.Max.Seconds()}
+	}
+	all, byTimer := h.Lateness.Summary()
+	out.Lateness = render(all)
+	for t, l := range byTimer {
+		if l.Samples > 0 {
+			out.Timers[projections.Timer(t).String()] = render(l)
+		}
+	}
+	return out
 }

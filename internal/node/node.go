@@ -213,6 +213,12 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 	if alarmCfg.Observe == nil {
 		alarmCfg.Observe = observeAlarm(cfg.Registry)
 	}
+	lateness := reactors.NewLatenessWindow(cfg.Now)
+	observe := alarmCfg.Observe
+	alarmCfg.Observe = func(t projections.Timer, late time.Duration, err error) {
+		observe(t, late, err)
+		lateness.Observe(t, late, err)
+	}
 	if alarmCfg.Exhausted == nil {
 		alarmCfg.Exhausted = countExhausted(cfg.Registry)
 	}
@@ -222,7 +228,7 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 	}
 	n := &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, alarm: alarm, errorLog: errorLog}
 	n.Handler, err = httpapi.NewHandler(httpapi.ServerConfig{
-		Service: svc, Ready: eng, Health: n, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Registerer: cfg.Registry, Logger: cfg.Logger, ErrorLog: errorLog,
+		Service: svc, Ready: eng, Health: n, Lateness: lateness, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Registerer: cfg.Registry, Logger: cfg.Logger, ErrorLog: errorLog,
 		MaxInFlight: cfg.MaxInFlight, BodyTimeout: cfg.BodyTimeout, MaxBodyMemory: cfg.MaxBodyMemory, Streams: cfg.Streams,
 	})
 	if err != nil {

@@ -396,3 +396,31 @@ func TestGetScheduleBeforeProjections(t *testing.T) {
 		t.Fatalf("another customer's schedule: %v, want ErrNotFound", err)
 	}
 }
+
+// TestFireScheduleNothingDue: fired while the log has nothing due (the
+// alarm's projections were early, or lagged a fire), FireSchedule appends
+// nothing and answers the log's next instant, for the alarm to come back
+// then; a paused schedule has none.
+func TestFireScheduleNothingDue(t *testing.T) {
+	t.Parallel()
+	n := setup(t)
+	ctx := context.Background()
+	sc, _, err := n.Service.CreateSchedule(ctx, acme, scheduler.CreateScheduleRequest{ID: "hourly", Every: "1h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := streamMsgs(t, n)
+	seq, next, err := n.Service.FireSchedule(ctx, "acme", "hourly")
+	if err != nil || seq != sc.State.LastSeq || !next.Equal(sc.State.Next()) || next.IsZero() {
+		t.Fatalf("FireSchedule: seq %d next %v (%v), want seq %d next %v", seq, next, err, sc.State.LastSeq, sc.State.Next())
+	}
+	if after := streamMsgs(t, n); after != before {
+		t.Fatalf("FireSchedule with nothing due appended %d events", after-before)
+	}
+	if _, err := n.Service.ScheduleAction(ctx, acme, "", "hourly", aggregate.PauseSchedule{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, next, err := n.Service.FireSchedule(ctx, "acme", "hourly"); err != nil || !next.IsZero() {
+		t.Fatalf("FireSchedule of a paused schedule: next %v (%v), want none", next, err)
+	}
+}

@@ -26,6 +26,10 @@ type ScheduleStore interface {
 	LoadSchedule(ctx context.Context, customerID, scheduleID string) (aggregate.ScheduleState, error)
 	ScheduleHistory(ctx context.Context, customerID, scheduleID string) ([]events.Event, error)
 	ExecuteSchedule(ctx context.Context, customerID, scheduleID, actor string, cmd aggregate.Command) (aggregate.ScheduleState, []events.Event, error)
+	// ExecuteScheduleOn decides cmd on st, a state the caller holds, and
+	// appends after it only if the log has not moved on (else an error
+	// wrapping aggregate.ErrConflict), without reading the log.
+	ExecuteScheduleOn(ctx context.Context, st aggregate.ScheduleState, actor string, cmd aggregate.Command) (aggregate.ScheduleState, []events.Event, error)
 }
 
 // ScheduleViews is what the service reads of the schedules' projection
@@ -277,12 +281,38 @@ func (s *Service) TriggerSchedule(ctx context.Context, p Principal, customerID, 
 // an overlap, or is passed over, and schedules the run's task under the
 // request id derived from the instant. Two processes firing one instant
 // append one ScheduleFired (the schedule's OCC) and schedule one task (the
-// derived id). It returns the last sequence it appended or read.
-func (s *Service) FireSchedule(ctx context.Context, customerID, id string) (uint64, error) {
+// derived id). It returns the last sequence it appended or read and, when
+// the log has nothing due (the projections lag it, or were early), the
+// log's next due instant, for the alarm to come back then rather than at
+// once (zero when it fired, or when nothing will be due).
+//
+// The fire is decided first on the schedule as the projections hold it,
+// when they show an instant due, and appended without reading the log:
+// the append's expected sequence refuses it if the log has moved on, and
+// then the log's state decides. So an on-time fire reads nothing before
+// its ScheduleFired.
+func (s *Service) FireSchedule(ctx context.Context, customerID, id string) (seq uint64, notBefore time.Time, err error) {
+	if sc, ok := s.cfg.Schedules.Schedule(customerID, id); ok && sc.State.LastHash != (events.Hash{}) {
+		if next := sc.State.Next(); !next.IsZero() && !next.After(s.cfg.Store.Now()) {
+			seq, _, err := s.fire(ctx, sc.State, true)
+			if !errors.Is(err, aggregate.ErrConflict) {
+				return seq, time.Time{}, err
+			}
+		}
+	}
 	st, err := s.cfg.ScheduleStore.LoadSchedule(ctx, customerID, id)
 	if err != nil {
-		return 0, s.unavailable(err)
+		return 0, time.Time{}, s.unavailable(err)
 	}
+	return s.fire(ctx, st, false)
+}
+
+// fire is FireSchedule on st: the log's state, or (held) the projections',
+// which is appended after only if the log has not moved on (an error
+// wrapping aggregate.ErrConflict, before anything is appended, if it
+// has).
+func (s *Service) fire(ctx context.Context, st aggregate.ScheduleState, held bool) (uint64, time.Time, error) {
+	customerID, id := st.CustomerID, st.ID
 	prevLive := false
 	if run := st.LastRun; run.TaskID != "" {
 		// The projections answer without a read when what they hold
@@ -291,36 +321,46 @@ func (s *Service) FireSchedule(ctx context.Context, customerID, id string) (uint
 		// "skip" must read from the log.
 		task, ok := s.cfg.Views.Task(run.TaskID)
 		if !ok || !task.Status.Terminal() && st.Spec.Overlap != events.OverlapAllow {
+			var err error
 			if task, err = s.cfg.Store.Load(ctx, run.TaskID); err != nil {
-				return st.LastSeq, s.unavailable(err)
+				return st.LastSeq, time.Time{}, s.unavailable(err)
 			}
 		}
 		if !task.Exists() {
 			t, err := s.runTask(ctx, st, run)
-			return max(st.LastSeq, t.LastSeq), err
+			return max(st.LastSeq, t.LastSeq), time.Time{}, err
 		}
 		s.cfg.Schedules.SettleRun(customerID, id)
 		prevLive = !task.Status.Terminal()
 	}
 	if next := st.Next(); next.IsZero() || next.After(s.cfg.Store.Now()) {
-		return st.LastSeq, nil // nothing due; the projections may lag
+		return st.LastSeq, next, nil // nothing due; the projections lag, or were early
 	}
-	st, evs, err := s.cfg.ScheduleStore.ExecuteSchedule(ctx, customerID, id, "", aggregate.FireSchedule{PrevLive: prevLive})
+	cmd := aggregate.FireSchedule{PrevLive: prevLive}
+	var evs []events.Event
+	var err error
+	if held {
+		if st, evs, err = s.cfg.ScheduleStore.ExecuteScheduleOn(ctx, st, "", cmd); errors.Is(err, aggregate.ErrConflict) {
+			return st.LastSeq, time.Time{}, err
+		}
+	} else {
+		st, evs, err = s.cfg.ScheduleStore.ExecuteSchedule(ctx, customerID, id, "", cmd)
+	}
 	if errors.Is(err, aggregate.ErrStale) {
 		// Another process fired it (or paused it) first. If it died before
 		// the run's task, the projections put the schedule back at once.
-		return st.LastSeq, nil
+		return st.LastSeq, time.Time{}, nil
 	}
 	if err != nil || len(evs) == 0 {
-		return st.LastSeq, s.fromStore(err)
+		return st.LastSeq, time.Time{}, s.fromStore(err)
 	}
 	f := evs[0].Data.(events.ScheduleFired)
 	if f.TaskID == "" {
-		return st.LastSeq, nil
+		return st.LastSeq, time.Time{}, nil
 	}
 	crashpoint.Hit(crashpoint.Fired)
 	t, err := s.runTask(ctx, st, f)
-	return max(st.LastSeq, t.LastSeq), err
+	return max(st.LastSeq, t.LastSeq), time.Time{}, err
 }
 
 // runTask schedules the task of run f of schedule st (idempotent: its id

@@ -96,6 +96,10 @@ type Views interface {
 	// ConcurrencyKey returns a concurrency key's state, holders and the
 	// tasks waiting for a slot at now.
 	ConcurrencyKey(customerID, key string, now time.Time) (aggregate.KeyState, []aggregate.State, []aggregate.State)
+	// KeyStats returns up to limit of customerID's ("": all) concurrency
+	// keys with a task holding or waiting for a slot, by customer then
+	// key, and whether there were more.
+	KeyStats(customerID string, limit int) ([]projections.KeyStats, bool)
 }
 
 // Publisher publishes ready notifications (reactors.ReadyPublisher).

@@ -158,10 +158,55 @@ func (s *Service) LastSeq(ctx context.Context) (uint64, error) {
 	return seq, nil
 }
 
-// Stats returns, as of at, the statistics of the queues p may see (an
-// operator: every customer's), by customer then queue, from the
-// projections.
-func (s *Service) Stats(p Principal) (at time.Time, qs []projections.QueueStats) {
-	at = s.cfg.Store.Now()
-	return at, s.cfg.Views.Stats(p.customerFilter(), at)
+// Stats are the statistics of GET /v1/stats that the projections give,
+// as of At.
+type Stats struct {
+	At     time.Time
+	Queues []projections.QueueStats // by customer then queue
+	// Keys are the concurrency keys with a task holding or waiting for a
+	// slot, by customer then key; KeysTruncated says more were left out.
+	Keys          []projections.KeyStats
+	KeysTruncated bool
+	// Schedules are the live schedules, by customer then id;
+	// SchedulesTruncated says more were left out.
+	Schedules          []ScheduleStats
+	SchedulesTruncated bool
+}
+
+// ScheduleStats is a live schedule's next instant (zero while paused)
+// and its last run with its task's status (nil before the first).
+type ScheduleStats struct {
+	CustomerID, ID string
+	Paused         bool
+	Next           time.Time
+	LastRun        *ScheduleRun
+	Runs           int
+}
+
+// Stats returns the statistics p may see (an operator: every
+// customer's), from the projections: every queue, and up to maxRows
+// concurrency keys and schedules. It costs the queues, keys and
+// schedules, not the tasks.
+func (s *Service) Stats(p Principal, maxRows int) Stats {
+	customer := p.customerFilter()
+	out := Stats{At: s.cfg.Store.Now()}
+	out.Queues = s.cfg.Views.Stats(customer, out.At)
+	out.Keys, out.KeysTruncated = s.cfg.Views.KeyStats(customer, maxRows)
+	scheds := s.cfg.Schedules.Schedules(customer, "", maxRows+1, false)
+	if out.SchedulesTruncated = len(scheds) > maxRows; out.SchedulesTruncated {
+		scheds = scheds[:maxRows]
+	}
+	for _, sc := range scheds {
+		st := sc.State
+		row := ScheduleStats{CustomerID: st.CustomerID, ID: st.ID, Paused: st.Paused, Next: st.Next(), Runs: st.Runs}
+		if st.LastRun.TaskID != "" {
+			run := ScheduleRun{ScheduleFired: st.LastRun}
+			if t, ok := s.cfg.Views.Task(st.LastRun.TaskID); ok {
+				run.Status = t.Status
+			}
+			row.LastRun = &run
+		}
+		out.Schedules = append(out.Schedules, row)
+	}
+	return out
 }

@@ -43,33 +43,50 @@ func (s *Store) readSchedule(ctx context.Context, customerID, scheduleID string,
 // cached: every command reads the schedule's subject. Errors are as
 // Execute's.
 func (s *Store) ExecuteSchedule(ctx context.Context, customerID, scheduleID, actor string, cmd aggregate.Command) (aggregate.ScheduleState, []events.Event, error) {
-	if actor == "" {
-		actor = s.cfg.Actor
-	}
 	defer s.take("schedule/" + customerID + "/" + scheduleID)()
 	for attempt := 0; ; attempt++ {
 		st, err := s.LoadSchedule(ctx, customerID, scheduleID)
 		if err != nil {
 			return st, nil, fmt.Errorf("%w: load schedule %s: %w", ErrUnavailable, scheduleID, err)
 		}
-		evs, err := aggregate.DecideSchedule(st, cmd, s.cfg.Now())
-		if err != nil || len(evs) == 0 {
-			return st, nil, err
-		}
-		for i := range evs {
-			ev := &evs[i]
-			ev.ID, ev.Actor, ev.Prev = events.NewID(), actor, st.LastHash
-			if err = s.publish(ctx, ev, st.LastSeq); err != nil {
-				break
-			}
-			st = aggregate.ApplySchedule(st, *ev)
-		}
+		st, evs, err := s.decideSchedule(ctx, st, actor, cmd)
 		if errors.Is(err, aggregate.ErrConflict) && attempt < s.cfg.MaxRetries {
 			continue
 		}
-		if err != nil {
-			return st, nil, fmt.Errorf("store: %T on schedule %s: %w", cmd, scheduleID, err)
-		}
-		return st, evs, nil
+		return st, evs, err
 	}
+}
+
+// ExecuteScheduleOn is ExecuteSchedule on st, a state of the schedule the
+// caller holds (the projections'), without reading the log: it decides
+// cmd against st and appends with st's last sequence (and hash) as the
+// expected ones, once. If the log has moved on since st, it appends
+// nothing and returns an error wrapping aggregate.ErrConflict: the caller
+// decides again on the log's state.
+func (s *Store) ExecuteScheduleOn(ctx context.Context, st aggregate.ScheduleState, actor string, cmd aggregate.Command) (aggregate.ScheduleState, []events.Event, error) {
+	defer s.take("schedule/" + st.CustomerID + "/" + st.ID)()
+	return s.decideSchedule(ctx, st, actor, cmd)
+}
+
+// decideSchedule decides cmd against st and appends its events after st.
+func (s *Store) decideSchedule(ctx context.Context, st aggregate.ScheduleState, actor string, cmd aggregate.Command) (aggregate.ScheduleState, []events.Event, error) {
+	if actor == "" {
+		actor = s.cfg.Actor
+	}
+	evs, err := aggregate.DecideSchedule(st, cmd, s.cfg.Now())
+	if err != nil || len(evs) == 0 {
+		return st, nil, err
+	}
+	for i := range evs {
+		ev := &evs[i]
+		ev.ID, ev.Actor, ev.Prev = events.NewID(), actor, st.LastHash
+		if err = s.publish(ctx, ev, st.LastSeq); err != nil {
+			break
+		}
+		st = aggregate.ApplySchedule(st, *ev)
+	}
+	if err != nil {
+		return st, nil, fmt.Errorf("store: %T on schedule %s: %w", cmd, st.ID, err)
+	}
+	return st, evs, nil
 }

@@ -598,3 +598,29 @@ func TestScheduleEventsOnTheirSubject(t *testing.T) {
 		t.Fatalf("read %d events: %v", n, err)
 	}
 }
+
+// TestExecuteScheduleOn decides on a state the caller holds without
+// reading the log: after the schedule's last event it appends, chained to
+// it; after an older one (the log moved on) it appends nothing and
+// answers ErrConflict.
+func TestExecuteScheduleOn(t *testing.T) {
+	t.Parallel()
+	st := setup(t, testnats.Conn(t))
+	ctx := context.Background()
+	spec := events.ScheduleSpec{Every: "1h", Timezone: "UTC", Overlap: events.OverlapSkip, Catchup: events.CatchupOne,
+		Task: events.TaskSpec{Queue: "default", TimeoutSeconds: 60}}
+	created, _, err := st.ExecuteSchedule(ctx, "acme", "s1", "", aggregate.CreateSchedule{ID: "s1", CustomerID: "acme", Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	paused, evs, err := st.ExecuteScheduleOn(ctx, created, "", aggregate.PauseSchedule{})
+	if err != nil || len(evs) != 1 || evs[0].Prev != created.LastHash || !paused.Paused {
+		t.Fatalf("on the last state: %+v %v (%v)", paused, evs, err)
+	}
+	if _, evs, err := st.ExecuteScheduleOn(ctx, created, "", aggregate.DeleteSchedule{}); !errors.Is(err, aggregate.ErrConflict) || len(evs) != 0 {
+		t.Fatalf("on a state the log moved on from: %v (%v), want ErrConflict", evs, err)
+	}
+	if h, err := st.ScheduleHistory(ctx, "acme", "s1"); err != nil || len(h) != 2 || h[1].Hash != paused.LastHash {
+		t.Fatalf("history %d events (%v), want the creation and the pause", len(h), err)
+	}
+}

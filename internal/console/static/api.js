@@ -64,6 +64,9 @@ export async function features() {
     stats: !!(paths["/v1/stats"] || {}).get,
     stream: !!(paths["/v1/events/stream"] || {}).get,
     retry: !!(paths["/v1/tasks/{id}/retry"] || {}).post,
+    schedules: !!(paths["/v1/schedules"] || {}).get,
+    // The keys come from GET /v1/stats, their tasks from GET /v1/concurrency.
+    concurrency: !!(paths["/v1/concurrency"] || {}).get && !!(paths["/v1/stats"] || {}).get,
   };
 }
 

@@ -1,6 +1,9 @@
 // app.js: the console's pages (overview, tasks, task), routed by the URL
-// hash. Everything shown comes from the public API (api.js).
+// hash; pages.js holds the schedules and concurrency pages. Everything
+// shown comes from the public API (api.js).
 import { ApiError, Live, call, features, get, post, taskPath, token } from "./api.js";
+import { concurrencyPage, sampleThroughput, schedulesPage, sparkline } from "./pages.js";
+import { ago, copyButton, el, statusCell, taskLink, time, toast } from "./ui.js";
 
 const TERMINAL = new Set(["succeeded", "failed", "canceled", "timed_out"]);
 const STATUSES = ["scheduled", "queued", "running", "succeeded", "failed", "canceled", "timed_out"];
@@ -8,49 +11,6 @@ const main = document.getElementById("main");
 let feats = null;
 let live = null;
 let page = null; // the current page: {refresh(ev), stop()}
-
-/** el builds an element: attrs are properties (on* are listeners), the
- * rest are children (strings become text, never HTML). */
-function el(tag, attrs = {}, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs || {})) {
-    if (v === undefined || v === null || v === false) continue;
-    if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
-    else if (k === "class") e.className = v;
-    else if (k.startsWith("data-") || k.startsWith("aria-") || k === "role" || k === "for") e.setAttribute(k, v);
-    else e[k] = v;
-  }
-  for (const c of children.flat(Infinity)) if (c !== undefined && c !== null && c !== false) e.append(c instanceof Node ? c : String(c));
-  return e;
-}
-
-function toast(msg) {
-  const t = document.getElementById("toast");
-  t.textContent = msg;
-  t.classList.add("show");
-  clearTimeout(toast.timer);
-  toast.timer = setTimeout(() => t.classList.remove("show"), 5000);
-}
-
-const dot = (status) => el("span", { class: "dot s-" + status, "aria-hidden": "true" });
-const statusCell = (status) => el("span", { class: "status", "data-status": status }, dot(status), status);
-const taskLink = (id) => el("a", { href: "#/task/" + encodeURIComponent(id), class: "mono" }, id);
-
-function copyButton(text) {
-  return el("button", {
-    type: "button", class: "copy", title: "copy " + text, "aria-label": "copy id",
-    onclick: (e) => { e.stopPropagation(); navigator.clipboard?.writeText(text).then(() => toast("copied " + text), () => toast(text)); },
-  }, "copy");
-}
-
-function ago(t) {
-  if (!t) return "";
-  const s = Math.round((Date.now() - Date.parse(t)) / 1000);
-  const abs = Math.abs(s);
-  const v = abs < 90 ? abs + "s" : abs < 5400 ? Math.round(abs / 60) + "m" : abs < 172800 ? Math.round(abs / 3600) + "h" : Math.round(abs / 86400) + "d";
-  return s >= 0 ? v + " ago" : "in " + v;
-}
-const time = (t) => (t ? el("time", { dateTime: t, title: t }, ago(t)) : "");
 
 function duration(task) {
   if (!task.startedAt) return "";
@@ -97,15 +57,25 @@ function overviewPage() {
     const lastHour = (status) => list.tasks.filter((t) => t.status === status && t.completedAt && now - Date.parse(t.completedAt) < 3600e3).length;
     const rows = stats ? stats.queues : queueRows(list.tasks);
     const oldest = rows.reduce((a, r) => (r.oldestQueuedSeconds > (a?.oldestQueuedSeconds || 0) ? r : a), null);
-    const card = (value, label) => el("div", { class: "card" }, el("b", {}, value), label);
+    const card = (stat, value, label, ...extra) => el("div", { class: "card", "data-stat": stat }, el("b", {}, value), label, extra);
+    const ring = stats ? sampleThroughput(stats) : [];
+    const spark = (key, label) => sparkline(ring.map((s) => s[key]), `${label} over the last ${ring.length} samples, ${ring.length ? Math.max(...ring.map((s) => s[key])).toFixed(2) : 0} at most`);
+    const late = stats?.alarm?.lateness;
+    const keys = stats?.keys || [];
     const cards = el("div", { class: "cards" },
-      card(link({ status: "failed" }, lastHour("failed")), "failed in the last hour"),
-      card(link({ status: "timed_out" }, lastHour("timed_out")), "timed out in the last hour"),
-      card(oldest ? link({ status: "queued", queue: oldest.queue, customerId: oldest.customerId }, seconds(oldest.oldestQueuedSeconds)) : "—", "oldest queued"),
-      stats ? card(String(stats.lag), "projection lag (events)") : null,
-      stats ? card(rate(rows, "claims"), "claims/s, last minute") : null,
-      stats ? card(rate(rows, "results"), "results/s, last minute") : null,
-      stats ? card(String(rows.reduce((n, r) => n + (r.rejections || 0), 0)), "admission rejections") : null);
+      card("failed", link({ status: "failed" }, lastHour("failed")), "failed in the last hour"),
+      card("timed_out", link({ status: "timed_out" }, lastHour("timed_out")), "timed out in the last hour"),
+      card("oldest", oldest ? link({ status: "queued", queue: oldest.queue, customerId: oldest.customerId }, seconds(oldest.oldestQueuedSeconds)) : "—", "oldest queued"),
+      stats ? card("claims", rate(rows, "claims"), "claims/s, last minute", spark("claims", "claims per second")) : null,
+      stats ? card("results", rate(rows, "results"), "results/s, last minute", spark("results", "results per second")) : null,
+      stats ? card("lag", String(stats.lag), "projection lag (events)") : null,
+      late ? card("lateness", late.samples ? millis(late.p99Seconds) : "—", "alarm lateness p99, 5 min",
+        el("div", { class: "muted" }, late.samples ? `p50 ${millis(late.p50Seconds)} · max ${millis(late.maxSeconds)} · ${late.samples} actions` : "no timer fired")) : null,
+      stats ? card("rejections", String(rows.reduce((n, r) => n + (r.rejections || 0), 0)), "admission rejections") : null,
+      feats.concurrency ? card("keys", el("a", { href: "#/concurrency" }, String(keys.length)), "busy concurrency keys",
+        el("div", { class: "muted" }, `${keys.reduce((n, k) => n + k.holders, 0)} holding · ${keys.reduce((n, k) => n + k.waiting, 0)} waiting`)) : null,
+      feats.schedules && stats?.schedules ? card("schedules", el("a", { href: "#/schedules" }, String(stats.schedules.length)), "live schedules",
+        el("div", { class: "muted" }, `${stats.schedules.filter((s) => s.paused).length} paused`)) : null);
     const extra = stats ? ["claims/s 1m", "results/s 1m", "near timeout", "retries", "rejections"] : [];
     const table = el("table", { class: "counts", "aria-label": "tasks by queue and status" },
       el("thead", {}, el("tr", {}, el("th", {}, "customer"), el("th", {}, "queue"), STATUSES.map((s) => el("th", { class: "num" }, s)), extra.map((h) => el("th", { class: "num" }, h)))),
@@ -118,7 +88,10 @@ function overviewPage() {
       })));
     body.replaceChildren(cards, el("h2", {}, "Queues"), rows.length ? table : el("p", { class: "muted" }, "No tasks yet."));
   }
-  return { refresh, stop() {} };
+  // The stream reloads the page on events; the timer samples the
+  // throughput while nothing happens.
+  const timer = feats.stats ? setInterval(() => onLive(null), 5000) : null;
+  return { refresh, stop() { clearInterval(timer); } };
 }
 
 /** queueRows counts tasks per customer and queue, in the shape of
@@ -136,6 +109,7 @@ function queueRows(tasks) {
 }
 
 const seconds = (s) => (s < 90 ? Math.round(s) + "s" : s < 5400 ? Math.round(s / 60) + "m" : Math.round(s / 3600) + "h");
+const millis = (s) => (s * 1000).toFixed(s < 0.01 ? 2 : 1) + " ms";
 const rate = (rows, key) => rows.reduce((n, r) => n + r[key].last1m, 0).toFixed(2);
 
 // ---- tasks ----
@@ -159,7 +133,9 @@ function tasksPage(query) {
     const id = "f-" + p.name;
     const input = p.enum
       ? el("select", { id, name: p.name }, el("option", { value: "" }, "any"), p.enum.map((v) => el("option", { value: v }, v)))
-      : el("input", { id, name: p.name, size: 14, placeholder: p.format === "date-time" ? "RFC 3339" : p.many ? "key=value …" : "" });
+      : p.name === "idPrefix"
+        ? el("input", { id, name: p.name, type: "search", size: 28, maxLength: 64, pattern: "[A-Za-z0-9_\\-]+", placeholder: "id starts with…", title: "letters, digits, _ and -" })
+        : el("input", { id, name: p.name, size: 14, placeholder: p.format === "date-time" ? "RFC 3339" : p.many ? "key=value …" : "" });
     input.value = query.getAll(p.name).join(" ");
     inputs[p.name] = input;
     return el("label", { for: id }, p.name, input);
@@ -398,8 +374,11 @@ async function route() {
   for (const a of document.querySelectorAll("nav a")) a.removeAttribute("aria-current");
   if (path.startsWith("/task/")) page = taskPage(decodeURIComponent(path.slice(6)));
   else if (path === "/tasks") page = tasksPage(query);
+  else if (path === "/schedules" && feats.schedules) page = schedulesPage(main);
+  else if (path === "/concurrency" && feats.concurrency) page = concurrencyPage(main);
   else page = overviewPage();
-  const current = document.querySelector(`nav a[href="#${path === "/tasks" ? "/tasks" : path.startsWith("/task/") ? "/tasks" : "/"}"]`);
+  const nav = path.startsWith("/task/") ? "/tasks" : ["/tasks", "/schedules", "/concurrency"].includes(path) ? path : "/";
+  const current = document.querySelector(`nav a[href="#${nav}"]`);
   current?.setAttribute("aria-current", "page");
   await show(page.refresh());
 }
@@ -432,6 +411,8 @@ async function start() {
     return;
   }
   document.getElementById("logout").hidden = !token.get();
+  document.getElementById("nav-schedules").hidden = !feats.schedules;
+  document.getElementById("nav-concurrency").hidden = !feats.concurrency;
   if (!live) {
     const state = document.getElementById("live");
     live = new Live((s) => { state.textContent = s; state.dataset.state = s; });
