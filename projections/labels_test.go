@@ -10,7 +10,7 @@ import (
 )
 
 // TestListSearch: label, task id and creation-time filters, alone and
-// with the others, and paging through a label's tasks.
+// with the others (an id prefix too), and paging through a label's tasks.
 func TestListSearch(t *testing.T) {
 	t.Parallel()
 	e, _ := New(Config{Retain: -1})
@@ -67,6 +67,10 @@ func TestListSearch(t *testing.T) {
 		{"CreatedBefore", Filter{CreatedBefore: at.Add(3 * time.Second)}, []string{"t1", "t2"}},
 		{"CreatedBetween", Filter{CreatedAfter: at.Add(time.Second), CreatedBefore: at.Add(5 * time.Second)}, []string{"t2", "t3", "t4"}},
 		{"CreatedAndLabel", Filter{CreatedAfter: at.Add(time.Second), Labels: map[string]string{"team": "red"}}, []string{"t4"}},
+		{"LabelAndIDPrefix", Filter{Labels: map[string]string{"repo": "x"}, IDPrefix: "t4"}, []string{"t4"}},
+		{"TaskIDAndOtherIDPrefix", Filter{TaskID: "t3", IDPrefix: "t1"}, nil},
+		{"CreatedAndIDPrefixOfACustomer", Filter{CreatedAfter: at.Add(time.Second), IDPrefix: "t", CustomerID: "a"}, []string{"t2", "t3", "t5"}},
+		{"StatusAndIDPrefix", Filter{Status: aggregate.StatusScheduled, IDPrefix: "t5"}, []string{"t5"}},
 	} {
 		if got := ids(tc.f, "", 100); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: List = %v, want %v", tc.name, got, tc.want)
