@@ -227,7 +227,7 @@ var routes = []route{
 	{"POST /v1/tasks/{id}/result", limited((*handler).result)},
 	{"POST /v1/tasks/{id}/effects", limited((*handler).effects)},
 	{"POST /v1/tasks/{id}/cancel", limited((*handler).cancel)},
-	{"POST /v1/tasks/{id}/retry", limited((*handler).retry)},
+	{"POST /v1/tasks/{id}/retry", limited((*handler).retryTask)},
 	{"POST /v1/tasks/{id}/mailbox", limited((*handler).appendMail)},
 	{"GET /v1/tasks/{id}/mailbox", limited((*handler).mailbox)},
 	{"GET /v1/tasks/{id}/history", limited((*handler).history)},
