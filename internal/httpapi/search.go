@@ -65,8 +65,8 @@ func searchFilter(p scheduler.Principal, q url.Values, f *projections.Filter) er
 // trim shortens a client's text quoted in an error.
 func trim(s string) string { return events.Truncate(s, 80) }
 
-// retryTask answers POST /v1/tasks/{id}/retry (a manual retry): 201 with the new task, 200
-// with the one a repeated requestId made.
+// retryTask answers POST /v1/tasks/{id}/retry (a manual retry): 201
+// with the new task, 200 with the one a repeated requestId made.
 func (h *handler) retryTask(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
 	id, err := pathID(r)
 	var b api.RetryTaskRequest
