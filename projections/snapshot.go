@@ -106,7 +106,7 @@ func decodeSnapshot(data []byte, lastSeq uint64) (applied uint64, b body, err er
 func (v *views) body() body {
 	b := body{Tasks: make([]record, 0, len(v.tasks)), Admissions: make(map[string][]time.Time, len(v.admissions))}
 	for _, t := range v.tasks {
-		b.Tasks = append(b.Tasks, record{State: t.state(), Children: slices.Clone(t.children), ClosedSeq: t.closedSeq})
+		b.Tasks = append(b.Tasks, record{State: t.state(), Children: slices.Clone(t.children()), ClosedSeq: t.closedSeq})
 	}
 	slices.SortFunc(b.Tasks, func(a, b record) int { return cmp.Compare(a.State.FirstSeq, b.State.FirstSeq) })
 	for c, at := range v.admissions {
@@ -123,7 +123,8 @@ func restore(b body, retain int) *views {
 	v := newViews(retain)
 	records := b.Tasks
 	for _, r := range records {
-		t := &task{children: r.Children, closedSeq: r.ClosedSeq}
+		t := &task{closedSeq: r.ClosedSeq}
+		t.setLists(nil, r.Children)
 		t.set(&r.State)
 		v.tasks[r.State.TaskID] = t
 		v.indexID(t)
