@@ -36,7 +36,7 @@ func (e *Engine) Children(id string) []string {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if t := e.v.tasks[id]; t != nil {
-		return slices.Clone(t.children)
+		return slices.Clone(t.children())
 	}
 	return nil
 }
@@ -384,7 +384,7 @@ func (e *Engine) Digest() string {
 		t := e.v.tasks[id]
 		st := e.v.state(t)                                            // labels included
 		st.Result, st.Spec.Concurrency, st.Spec.Retry = nil, nil, nil // pointers: printed by value
-		fmt.Fprintf(h, "%+v|%+v|%v|%d %d %d", st, t.result, t.children, t.members, t.open, t.closedSeq)
+		fmt.Fprintf(h, "%+v|%+v|%v|%d %d %d", st, t.result, t.children(), t.members, t.open, t.closedSeq)
 		if t.conc != nil {
 			fmt.Fprintf(h, "|%+v", *t.conc)
 		}

@@ -118,7 +118,7 @@ func (v *views) drop(h *task) {
 			}
 		}
 		v.evicted++
-		for _, c := range t.children {
+		for _, c := range t.children() {
 			if ct := v.tasks[c]; ct != nil {
 				stack = append(stack, ct)
 			}

@@ -107,7 +107,7 @@ func decodeSnapshot(data []byte, lastSeq uint64) (applied uint64, b body, err er
 func (v *views) body() body {
 	b := body{Tasks: make([]record, 0, len(v.tasks)), Admissions: make(map[string][]time.Time, len(v.admissions))}
 	for _, t := range v.tasks {
-		b.Tasks = append(b.Tasks, record{State: v.state(t), Children: slices.Clone(t.children), ClosedSeq: t.closedSeq})
+		b.Tasks = append(b.Tasks, record{State: v.state(t), Children: slices.Clone(t.children()), ClosedSeq: t.closedSeq})
 	}
 	slices.SortFunc(b.Tasks, func(a, b record) int { return cmp.Compare(a.State.FirstSeq, b.State.FirstSeq) })
 	for c, at := range v.admissions {
@@ -124,7 +124,8 @@ func restore(b body, retain int) *views {
 	v := newViews(retain)
 	records := b.Tasks
 	for _, r := range records {
-		t := &task{children: r.Children, closedSeq: r.ClosedSeq}
+		t := &task{closedSeq: r.ClosedSeq}
+		t.setLists(nil, r.Children)
 		t.set(&r.State)
 		v.tasks[r.State.TaskID] = t
 		v.labels.add(r.State.TaskID, r.State.Spec.Labels)

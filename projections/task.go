@@ -37,10 +37,12 @@ type task struct {
 	effects *[]events.Effect
 	// retry and retries are the spec's retry policy and the State's
 	// Retries, nil for the tasks without.
-	retry    *events.RetryPolicy
-	retries  *[]aggregate.Attempt
-	mail     []string
-	children []string
+	retry   *events.RetryPolicy
+	retries *[]aggregate.Attempt
+	// lists holds the mailbox ids and the children, nil for the many
+	// tasks with neither: 8 bytes rather than two slices' 48, which
+	// keeps the record in a smaller size class.
+	lists *taskLists
 
 	// Unix nanoseconds, 0 for the zero time.
 	runAt, created, started, completed, deadline, nextAt, firstAt int64
@@ -53,6 +55,36 @@ type task struct {
 	status                      uint8 // index in statuses
 	published                   bool
 	rejected                    bool
+}
+
+// taskLists are a task's mailbox message ids (the State's MailIDs) and
+// children, in the order they came.
+type taskLists struct{ mail, children []string }
+
+func (t *task) mail() []string {
+	if t.lists == nil {
+		return nil
+	}
+	return t.lists.mail
+}
+
+func (t *task) children() []string {
+	if t.lists == nil {
+		return nil
+	}
+	return t.lists.children
+}
+
+// setLists sets t's lists, dropping the pointer when both are empty.
+func (t *task) setLists(mail, children []string) {
+	switch {
+	case len(mail) == 0 && len(children) == 0:
+		t.lists = nil
+	case t.lists == nil:
+		t.lists = &taskLists{mail: mail, children: children}
+	default:
+		t.lists.mail, t.lists.children = mail, children
+	}
 }
 
 var statuses = [...]aggregate.Status{"", aggregate.StatusScheduled, aggregate.StatusQueued, aggregate.StatusRunning,
@@ -107,7 +139,8 @@ func (t *task) set(s *aggregate.State) {
 		r := s.Retries // Apply only appends to a copy: a new length is a new list
 		t.retries = &r
 	}
-	t.mail, t.cursor = s.MailIDs, int32(s.Cursor)
+	t.setLists(s.MailIDs, t.children())
+	t.cursor = int32(s.Cursor)
 	t.version, t.firstSeq, t.lastSeq = int32(s.Version), s.FirstSeq, s.LastSeq
 }
 
@@ -123,7 +156,7 @@ func (t *task) state() aggregate.State {
 			Published: t.published, ReadySeq: t.readySeq,
 		},
 		Result: t.result, Reason: t.reason, Rejected: t.rejected,
-		MailIDs: t.mail, Cursor: int(t.cursor),
+		MailIDs: t.mail(), Cursor: int(t.cursor),
 		Version: int(t.version), FirstSeq: t.firstSeq, LastSeq: t.lastSeq,
 	}
 	if t.signal != nil {

@@ -230,7 +230,7 @@ func (v *views) relink(t *task, before, s *aggregate.State) bool {
 		}
 	}
 	if finished {
-		for _, c := range t.children {
+		for _, c := range t.children() {
 			v.reported(c)
 		}
 	}
@@ -249,13 +249,13 @@ func (v *views) reported(childID string) {
 // awaitsReport reports whether parent p still waits for child's result in
 // its mailbox: it is live and has not got it.
 func awaitsReport(p *task, childID string) bool {
-	return !p.terminal() && !slices.Contains(p.mail, events.ChildResultID(childID))
+	return !p.terminal() && !slices.Contains(p.mail(), events.ChildResultID(childID))
 }
 
 func (v *views) created(t *task, s *aggregate.State, at time.Time) {
 	if s.Spec.ParentID != "" {
 		if p := v.tasks[s.Spec.ParentID]; p != nil {
-			p.children = append(p.children, s.TaskID)
+			p.setLists(p.mail(), append(p.children(), s.TaskID))
 		}
 	}
 	v.join(t)

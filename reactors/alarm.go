@@ -92,7 +92,7 @@ type AlarmConfig struct {
 	Schedules Firer
 
 	Batch       int // due items taken per queue per round; default 64
-	Concurrency int // actions in flight; default 16
+	Concurrency int // actions in flight; default 128 (a burst of due items is acted on together: the appends pipeline)
 	// DeliveryBudget is how long after its first attempt a ready
 	// notification may keep failing to publish before DeliveryExhausted
 	// fails the task; default 24h.
@@ -128,7 +128,7 @@ func (c AlarmConfig) withDefaults() AlarmConfig {
 		c.Batch = 64
 	}
 	if c.Concurrency <= 0 {
-		c.Concurrency = 16
+		c.Concurrency = 128
 	}
 	if c.DeliveryBudget <= 0 {
 		c.DeliveryBudget = DefaultDeliveryBudget
