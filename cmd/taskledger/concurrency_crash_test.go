@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -27,14 +26,7 @@ func TestCrashAtSlotAcquired(t *testing.T) {
 	second := api.ScheduleRequest{Queue: "cc", RequestID: "second", Concurrency: conc}
 	ctx := context.Background()
 	srv.client.Schedule(ctx, first) // the crash may cut the answer off: retried below
-	select {
-	case <-srv.done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the server did not crash at %s within 30s\n%s", crashpoint.SlotAcquired, srv.out)
-	}
-	if !srv.killedBySIGKILL() || !strings.Contains(srv.out.String(), "crashpoint: killing the process at "+crashpoint.SlotAcquired) {
-		t.Fatalf("the server did not die at the crash point: %v\n%s", srv.cmd.ProcessState, srv.out)
-	}
+	srv.mustCrashAt(t, crashpoint.SlotAcquired)
 
 	srv = mustLaunch(t, bin, data, addr)
 	c := srv.client
@@ -115,14 +107,7 @@ func TestCrashAtRetryScheduledKeyed(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Abandoned: the alarm times the attempt out, retries it and dies.
-	select {
-	case <-srv.done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the server did not crash at %s within 30s\n%s", crashpoint.RetryScheduled, srv.out)
-	}
-	if !srv.killedBySIGKILL() || !strings.Contains(srv.out.String(), "crashpoint: killing the process at "+crashpoint.RetryScheduled) {
-		t.Fatalf("the server exited with %v, not at the crash point\n%s", srv.cmd.ProcessState, srv.out)
-	}
+	srv.mustCrashAt(t, crashpoint.RetryScheduled)
 
 	srv = mustLaunch(t, bin, data, addr)
 	c := srv.client

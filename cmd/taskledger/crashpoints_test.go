@@ -591,6 +591,20 @@ func (p *serveProc) mustStop(t *testing.T) {
 	}
 }
 
+// mustCrashAt waits up to 30s for the process to die of SIGKILL at the
+// crash point, failing the test otherwise.
+func (p *serveProc) mustCrashAt(t *testing.T, point string) {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the server did not crash at %s within 30s\n%s", point, p.out)
+	}
+	if !p.killedBySIGKILL() || !strings.Contains(p.out.String(), "crashpoint: killing the process at "+point) {
+		t.Fatalf("the server exited with %v, not at the crash point %s\n%s", p.cmd.ProcessState, point, p.out)
+	}
+}
+
 // killedBySIGKILL reports whether the exited process died of SIGKILL.
 func (p *serveProc) killedBySIGKILL() bool {
 	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
@@ -665,14 +679,7 @@ func TestCrashPointFired(t *testing.T) {
 		Task: api.ScheduleTask{Queue: cpQueue}}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-srv.done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the server did not crash at %s within 30s\n%s", crashpoint.Fired, srv.out)
-	}
-	if !srv.killedBySIGKILL() || !strings.Contains(srv.out.String(), "crashpoint: killing the process at "+crashpoint.Fired) {
-		t.Fatalf("the server did not die at the crash point: %v\n%s", srv.cmd.ProcessState, srv.out)
-	}
+	srv.mustCrashAt(t, crashpoint.Fired)
 	srv = mustLaunch(t, bin, data, addr)
 	settledRuns := func(least int) func() bool {
 		return func() bool {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -35,14 +34,7 @@ func TestCrashAtRetryScheduled(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Abandoned: the alarm times it out, retries it and dies.
-	select {
-	case <-srv.done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the server did not crash at %s within 30s\n%s", crashpoint.RetryScheduled, srv.out)
-	}
-	if !srv.killedBySIGKILL() || !strings.Contains(srv.out.String(), "crashpoint: killing the process at "+crashpoint.RetryScheduled) {
-		t.Fatalf("the server exited with %v, not at the crash point\n%s", srv.cmd.ProcessState, srv.out)
-	}
+	srv.mustCrashAt(t, crashpoint.RetryScheduled)
 
 	srv = mustLaunch(t, bin, data, addr)
 	srv.mustStop(t)
