@@ -99,10 +99,7 @@ func TestCrashAtRetry(t *testing.T) {
 	if _, _, err := srv.client.RetryTask(ctx, old.ID, api.RetryTaskRequest{RequestID: "crash-retry"}); err == nil {
 		t.Fatal("the retry was answered; the server should have died first")
 	}
-	<-srv.done
-	if !srv.killedBySIGKILL() {
-		t.Fatalf("the server exited with %v, not by SIGKILL\n%s", srv.cmd.ProcessState, srv.out)
-	}
+	srv.mustCrashAt(t, crashpoint.Scheduled)
 	srv = mustLaunch(t, bin, data, addr)
 	retry, created, err := srv.client.RetryTask(ctx, old.ID, api.RetryTaskRequest{RequestID: "crash-retry"})
 	if err != nil || created || retry.RetryOf != old.ID || retry.Labels["repo"] != "x" {
