@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/taskledger/taskledger/events"
 )
@@ -31,6 +33,8 @@ var (
 	// longer applies because the task moved on or is not due yet. Reactors
 	// drop it: a duplicated or late action is harmless by construction.
 	ErrStale = errors.New("aggregate: command no longer applies")
+	// ErrNotTerminal: RetrySpec for a task that has not finished.
+	ErrNotTerminal = errors.New("aggregate: task is not terminal")
 	// ErrInvalid: the command's own arguments are unacceptable.
 	ErrInvalid = errors.New("aggregate: invalid command")
 	// ErrConflict: another writer appended to the task between load and
@@ -214,6 +218,10 @@ func decideNew(s State, taskID, customerID string, spec events.TaskSpec, now tim
 	if spec.RunAt.IsZero() {
 		spec.RunAt = now
 	}
+	spec.Labels = maps.Clone(spec.Labels) // the event's own copy; no labels is nil
+	if len(spec.Labels) == 0 {
+		spec.Labels = nil
+	}
 	if err := validateNew(taskID, customerID, spec); err != nil {
 		return nil, err
 	}
@@ -237,6 +245,9 @@ func validateNew(taskID, customerID string, spec events.TaskSpec) error {
 		if err := events.ValidID(id.v); err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrInvalid, id.name, err)
 		}
+	}
+	if spec.RetryOf != "" && (spec.RetryOf != spec.RelatedTaskID || spec.ParentID != "") {
+		return fmt.Errorf("%w: a retry is a root task whose relatedTaskId is the task it retries", ErrInvalid)
 	}
 	if (spec.ParentID == "") != (spec.RootID == taskID) {
 		return fmt.Errorf("%w: rootId must be the task's own id exactly when it has no parent", ErrInvalid)
@@ -266,6 +277,9 @@ func validateContent(spec events.TaskSpec) error {
 		if err := ValidConcurrency(*spec.Concurrency); err != nil {
 			return err
 		}
+	}
+	if err := ValidateLabels(spec.Labels); err != nil {
+		return err
 	}
 	return validateMessage(spec.Message)
 }
@@ -302,6 +316,27 @@ func validateRetry(p *events.RetryPolicy) error {
 	return nil
 }
 
+// ValidateLabels checks a task's labels: at most events.MaxLabels pairs,
+// each key events.ValidLabelKey, each value valid UTF-8 of at most
+// events.MaxLabelValueBytes bytes. It fails with ErrInvalid.
+func ValidateLabels(labels map[string]string) error {
+	if len(labels) > events.MaxLabels {
+		return fmt.Errorf("%w: %d labels, at most %d", ErrInvalid, len(labels), events.MaxLabels)
+	}
+	for _, k := range slices.Sorted(maps.Keys(labels)) { // the same error for the same labels
+		v := labels[k]
+		switch {
+		case !events.ValidLabelKey(k):
+			return fmt.Errorf("%w: label key %q must match [a-z0-9][a-z0-9_./-]{0,62}", ErrInvalid, events.Truncate(k, events.MaxLabelKeyBytes+1))
+		case len(v) > events.MaxLabelValueBytes:
+			return fmt.Errorf("%w: label %s: value is %d bytes, more than %d", ErrInvalid, k, len(v), events.MaxLabelValueBytes)
+		case !utf8.ValidString(v):
+			return fmt.Errorf("%w: label %s: value is not valid UTF-8", ErrInvalid, k)
+		}
+	}
+	return nil
+}
+
 // retryOn reports whether the task's policy gives an attempt ended by
 // cause another one.
 func retryOn(s State, cause string) bool {
@@ -324,6 +359,26 @@ func retryAt(s State, now time.Time) time.Time {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s/%d", s.TaskID, s.Attempt())
 	return now.Add(d - time.Duration(h.Sum64()%uint64(d/5+1)))
+}
+
+// RetrySpec returns the spec of a new root task that repeats the
+// terminal task of: of's spec (queue, message, repo, labels, signal,
+// timeout, retry policy, concurrency and every other field a caller chose) with RelatedTaskID and
+// RetryOf set to of's id, and no root, parent, request id or runAt: the
+// caller sets those for the new task. It fails with ErrNotFound for a
+// task that does not exist and ErrNotTerminal for one still live. of
+// must be the task's full state, as the store loads it.
+func RetrySpec(of State) (events.TaskSpec, error) {
+	switch {
+	case !of.Exists():
+		return events.TaskSpec{}, ErrNotFound
+	case !of.Status.Terminal():
+		return events.TaskSpec{}, fmt.Errorf("%w: task %s is %s", ErrNotTerminal, of.TaskID, of.Status)
+	}
+	spec := of.Spec
+	spec.RootID, spec.ParentID, spec.RequestID, spec.RunAt = "", "", "", time.Time{}
+	spec.RelatedTaskID, spec.RetryOf = of.TaskID, of.TaskID
+	return spec, nil
 }
 
 // field is a client-given text and its limit in bytes.

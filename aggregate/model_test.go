@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"pgregory.net/rapid"
 
@@ -250,16 +251,33 @@ func (m model) admit(taskID, custID string, spec events.TaskSpec, now time.Time)
 		spec.TimeoutSeconds < 1 || spec.TimeoutSeconds > 604800 || !validRetry(spec.Retry) ||
 		!validContent(spec.Message) || len(spec.Repo) > 4<<10 || len(spec.Signal.URI) > 4<<10 ||
 		slices.ContainsFunc([]string{spec.Signal.ID, spec.Signal.RequestID, spec.Signal.EventType, spec.Signal.EventAction},
-			func(v string) bool { return len(v) > 256 }) {
+			func(v string) bool { return len(v) > 256 }) || !modelLabels(spec.Labels) ||
+		spec.RetryOf != "" && (spec.RetryOf != spec.RelatedTaskID || spec.ParentID != "") {
 		return spec, aggregate.ErrInvalid
 	}
 	if c := spec.Concurrency; c != nil && (c.Key == "" || len(c.Key) > 256 || c.Limit < 1 || c.Limit > 1000) {
 		return spec, aggregate.ErrInvalid
 	}
+	if len(spec.Labels) == 0 {
+		spec.Labels = nil
+	}
 	if spec.RunAt.IsZero() {
 		spec.RunAt = now
 	}
 	return spec, nil
+}
+
+var modelLabelKey = regexp.MustCompile(`^[a-z0-9][a-z0-9_./-]{0,62}$`)
+
+// modelLabels: at most 16 pairs, keys as modelLabelKey, values of at
+// most 256 bytes of UTF-8.
+func modelLabels(labels map[string]string) bool {
+	for k, v := range labels {
+		if !modelLabelKey.MatchString(k) || len(v) > 256 || !utf8.ValidString(v) {
+			return false
+		}
+	}
+	return len(labels) <= 16
 }
 
 // validContent: at most 64 parts, each with a type of at most 256 bytes
@@ -492,7 +510,7 @@ func drawSpec(t *rapid.T, taskID string, now time.Time) events.TaskSpec {
 		spec.RunAt = now.Add(time.Duration(off) * time.Second)
 	} // else zero, which means now
 	spec.Retry = drawRetry(t)
-	switch rapid.IntRange(0, 18).Draw(t, "specVariant") {
+	switch rapid.IntRange(0, 23).Draw(t, "specVariant") {
 	case 1:
 		spec.ParentID, spec.RootID = "parent-1", "root-9" // a valid child
 	case 2:
@@ -526,6 +544,23 @@ func drawSpec(t *rapid.T, taskID string, now time.Time) events.TaskSpec {
 			Key:   strings.Repeat("k", rapid.SampledFrom([]int{1, 256, 0, 257}).Draw(t, "keyLen")),
 			Limit: rapid.SampledFrom([]int{1, 3, 1000, 0, 1001, -1}).Draw(t, "limit"),
 		}
+	case 16:
+		spec.Labels = map[string]string{"repo": "example/storefront", "team.a/b_c-d": ""} // valid
+	case 17:
+		spec.Labels = map[string]string{rapid.SampledFrom([]string{"Repo", "-x", "", strings.Repeat("k", 64), strings.Repeat("k", 63), "a b"}).Draw(t, "labelKey"): "v"}
+	case 18:
+		spec.Labels = map[string]string{"k": rapid.SampledFrom([]string{strings.Repeat("v", 256), strings.Repeat("v", 257), "\xff", "ü"}).Draw(t, "labelValue")}
+	case 19:
+		spec.Labels = map[string]string{}
+		for i := range rapid.SampledFrom([]int{16, 17}).Draw(t, "labelCount") {
+			spec.Labels[fmt.Sprint("k", i)] = "v"
+		}
+	case 20:
+		spec.RetryOf, spec.RelatedTaskID = "old-1", "old-1" // a valid retry
+	case 21:
+		spec.RetryOf, spec.RelatedTaskID = "old-1", "old-2"
+	case 22:
+		spec.RetryOf, spec.RelatedTaskID, spec.ParentID, spec.RootID = "old-1", "old-1", "parent-1", "root-9"
 	}
 	return spec
 }

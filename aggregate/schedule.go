@@ -250,7 +250,7 @@ func ValidateScheduleSpec(id, customerID string, spec events.ScheduleSpec) error
 		return fmt.Errorf("%w: catchup must be %q, %q or %q", ErrInvalid, events.CatchupOne, events.CatchupNone, events.CatchupAll)
 	}
 	t := spec.Task
-	if t.RootID != "" || t.ParentID != "" || t.RequestID != "" || t.RelatedTaskID != "" || !t.RunAt.IsZero() {
+	if t.RootID != "" || t.ParentID != "" || t.RequestID != "" || t.RelatedTaskID != "" || t.RetryOf != "" || !t.RunAt.IsZero() {
 		return fmt.Errorf("%w: a schedule's task has no ids or runAt of its own", ErrInvalid)
 	}
 	return validateContent(t)

@@ -250,6 +250,12 @@ func TestScheduleInvalid(t *testing.T) {
 			s.Task.Message.Content[0].Text = strings.Repeat("x", events.MaxMessageBytes+1)
 		},
 		"every in zone": func(s *events.ScheduleSpec) { s.Timezone = "Europe/Berlin" },
+		"retry of":      func(s *events.ScheduleSpec) { s.Task.RetryOf, s.Task.RelatedTaskID = "old", "old" },
+		"label key":     func(s *events.ScheduleSpec) { s.Task.Labels = map[string]string{"-x": ""} },
+		"retry policy": func(s *events.ScheduleSpec) {
+			s.Task.Retry = &events.RetryPolicy{MaxAttempts: 0, On: []string{events.RetryOnFailed}}
+		},
+		"concurrency": func(s *events.ScheduleSpec) { s.Task.Concurrency = &events.Concurrency{Key: "k", Limit: 1001} },
 	} {
 		_, err := aggregate.DecideSchedule(aggregate.ScheduleState{}, aggregate.CreateSchedule{ID: schedID, CustomerID: custID, Spec: schedSpec(mod)}, t0)
 		if !errors.Is(err, aggregate.ErrInvalid) {
@@ -258,6 +264,14 @@ func TestScheduleInvalid(t *testing.T) {
 	}
 	if _, err := aggregate.DecideSchedule(aggregate.ScheduleState{}, aggregate.CreateSchedule{ID: "a.b", CustomerID: custID, Spec: schedSpec(nil)}, t0); !errors.Is(err, aggregate.ErrInvalid) {
 		t.Errorf("bad id: %v", err)
+	}
+	full := schedSpec(func(s *events.ScheduleSpec) {
+		s.Task.Labels = map[string]string{"kind": "nightly"}
+		s.Task.Retry = &events.RetryPolicy{MaxAttempts: 3, BackoffSeconds: 10, MaxBackoffSeconds: 60, On: []string{events.RetryOnFailed}}
+		s.Task.Concurrency = &events.Concurrency{Key: "repo:x", Limit: 1}
+	})
+	if _, err := aggregate.DecideSchedule(aggregate.ScheduleState{}, aggregate.CreateSchedule{ID: schedID, CustomerID: custID, Spec: full}, t0); err != nil {
+		t.Errorf("a task with labels, a policy and a key: %v", err)
 	}
 }
 

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,7 +118,15 @@ func (c *Client) Get(ctx context.Context, id string) (t Task, err error) {
 // ListOptions filter GET /v1/tasks. Empty fields are left out.
 type ListOptions struct {
 	Status, Queue, CustomerID, RootID, After string
-	Limit                                    int
+	// RequestID selects the task the caller's customer scheduled with
+	// that request id.
+	RequestID string
+	// Labels select tasks carrying every pair (at most MaxLabelFilters).
+	Labels map[string]string
+	// CreatedAfter and CreatedBefore bound the creation time, both
+	// exclusive; zero is no bound.
+	CreatedAfter, CreatedBefore time.Time
+	Limit                       int
 	// IDPrefix lists only the tasks whose id starts with it (up to
 	// events.MaxIDLen characters of [A-Za-z0-9_-]).
 	IDPrefix string
@@ -125,9 +135,18 @@ type ListOptions struct {
 // List returns one page of tasks.
 func (c *Client) List(ctx context.Context, o ListOptions) (l TaskList, err error) {
 	q := url.Values{}
-	for k, v := range map[string]string{"status": o.Status, "queue": o.Queue, "customerId": o.CustomerID, "rootId": o.RootID, "after": o.After, "idPrefix": o.IDPrefix} {
+	for k, v := range map[string]string{"status": o.Status, "queue": o.Queue, "customerId": o.CustomerID, "rootId": o.RootID,
+		"after": o.After, "requestId": o.RequestID, "idPrefix": o.IDPrefix} {
 		if v != "" {
 			q.Set(k, v)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(o.Labels)) {
+		q.Add("label", k+"="+o.Labels[k])
+	}
+	for k, t := range map[string]time.Time{"createdAfter": o.CreatedAfter, "createdBefore": o.CreatedBefore} {
+		if !t.IsZero() {
+			q.Set(k, t.UTC().Format(time.RFC3339Nano))
 		}
 	}
 	if o.Limit > 0 {
@@ -147,6 +166,14 @@ func (c *Client) Concurrency(ctx context.Context, key, customerID string) (k Con
 	}
 	_, err = c.do(ctx, http.MethodGet, "/v1/concurrency?"+q.Encode(), nil, &k)
 	return k, err
+}
+
+// RetryTask schedules a new task repeating the terminal task id (POST
+// /v1/tasks/{id}/retry). created is false when r's RequestID named a task
+// made before, which comes back then. A live task is ErrNotTerminal.
+func (c *Client) RetryTask(ctx context.Context, id string, r RetryTaskRequest) (t Task, created bool, err error) {
+	code, err := c.do(ctx, http.MethodPost, taskPath(id, "/retry"), r, &t)
+	return t, code == http.StatusCreated, err
 }
 
 // Claim consumes deliveryID for executorID.

@@ -47,6 +47,8 @@ var (
 	// ErrTokenMismatch (409): the delivery token is not the current one;
 	// another executor holds the task, or the notification was stale.
 	ErrTokenMismatch = &Error{Status: http.StatusConflict, Code: "conflict", Reason: "token_mismatch", Message: "delivery token mismatch"}
+	// ErrNotTerminal (409): a retry of a task that has not finished.
+	ErrNotTerminal = &Error{Status: http.StatusConflict, Code: "conflict", Reason: "not_terminal", Message: "task is not terminal"}
 	// ErrNotClaimable (409): the task is not queued for a claim.
 	ErrNotClaimable = &Error{Status: http.StatusConflict, Code: "conflict", Reason: "not_claimable", Message: "task is not claimable"}
 	// ErrParentTerminal (409): a child was scheduled under an ended parent.

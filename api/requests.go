@@ -1,6 +1,7 @@
 package api
 
 import (
+	"slices"
 	"time"
 
 	"github.com/taskledger/taskledger/events"
@@ -49,6 +50,11 @@ type ScheduleRequest struct {
 	// the same Key to hold a delivery token or run at once.
 	Concurrency *events.Concurrency `json:"concurrency,omitempty"`
 	Retry       *RetryRequest       `json:"retry,omitempty"`
+	// Labels are key=value pairs to search tasks by: at most
+	// events.MaxLabels, keys as events.ValidLabelKey, values of at most
+	// events.MaxLabelValueBytes bytes. A child does not inherit its
+	// parent's.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // RetryRequest is a task's retry policy as a schedule request gives it;
@@ -60,6 +66,32 @@ type RetryRequest struct {
 	BackoffSeconds    *int     `json:"backoffSeconds,omitempty"`
 	MaxBackoffSeconds *int     `json:"maxBackoffSeconds,omitempty"`
 	On                []string `json:"on,omitempty"`
+}
+
+// RetryRequestOf returns a stored retry policy as a request that asks for
+// exactly it (every field set); nil for none.
+func RetryRequestOf(p *events.RetryPolicy) *RetryRequest {
+	if p == nil {
+		return nil
+	}
+	c := *p // the request's pointers are to its own copy
+	return &RetryRequest{MaxAttempts: &c.MaxAttempts, BackoffSeconds: &c.BackoffSeconds,
+		MaxBackoffSeconds: &c.MaxBackoffSeconds, On: slices.Clone(p.On)}
+}
+
+// MaxLabelFilters is how many label filters one GET /v1/tasks may give.
+const MaxLabelFilters = 4
+
+// RetryTaskRequest is the body of POST /v1/tasks/{id}/retry, a manual
+// retry (not the retry policy, RetryRequest): every field is optional.
+// Without a RequestID every call makes another task; with one,
+// a repeat answers the task it made (the id shares the request ids of
+// POST /v1/tasks). Message replaces the retried task's objective; RunAt
+// defaults to now.
+type RetryTaskRequest struct {
+	RequestID string          `json:"requestId,omitempty"`
+	Message   *events.Message `json:"message,omitempty"`
+	RunAt     *time.Time      `json:"runAt,omitempty"`
 }
 
 // ClaimRequest is the body of POST /v1/tasks/{id}/claim.

@@ -15,13 +15,18 @@ import (
 var ErrScheduleLimit = &Error{Status: http.StatusConflict, Code: "conflict", Reason: "schedule_limit", Message: "schedule limit reached"}
 
 // ScheduleTask is the task each run of a schedule schedules: the fields of
-// POST /v1/tasks that a periodic task may set.
+// POST /v1/tasks that a periodic task may set, with their rules there.
+// Every run's task gets the same labels, retry policy and concurrency. In
+// the schedule resource Retry has every field set (the defaults filled in).
 type ScheduleTask struct {
-	Queue          string         `json:"queue,omitempty"`
-	Message        events.Message `json:"message"`
-	Repo           string         `json:"repo,omitempty"`
-	Signal         events.Signal  `json:"signal"`
-	TimeoutSeconds *int           `json:"timeoutSeconds,omitempty"`
+	Queue          string              `json:"queue,omitempty"`
+	Message        events.Message      `json:"message"`
+	Repo           string              `json:"repo,omitempty"`
+	Signal         events.Signal       `json:"signal"`
+	TimeoutSeconds *int                `json:"timeoutSeconds,omitempty"`
+	Labels         map[string]string   `json:"labels,omitempty"`
+	Retry          *RetryRequest       `json:"retry,omitempty"`
+	Concurrency    *events.Concurrency `json:"concurrency,omitempty"`
 }
 
 // ScheduleCreateRequest is the body of POST /v1/schedules. Exactly one of

@@ -11,16 +11,21 @@ import (
 
 // Task is the task resource.
 type Task struct {
-	ID             string         `json:"id"`
-	RootID         string         `json:"rootId"`
-	ParentID       string         `json:"parentId,omitempty"`
-	RelatedTaskID  string         `json:"relatedTaskId,omitempty"`
-	CustomerID     string         `json:"customerId"`
-	RequestID      string         `json:"requestId,omitempty"`
-	Queue          string         `json:"queue"`
-	Signal         *events.Signal `json:"signal,omitempty"`
-	Repo           string         `json:"repo,omitempty"`
-	Message        events.Message `json:"message"`
+	ID            string         `json:"id"`
+	RootID        string         `json:"rootId"`
+	ParentID      string         `json:"parentId,omitempty"`
+	RelatedTaskID string         `json:"relatedTaskId,omitempty"`
+	CustomerID    string         `json:"customerId"`
+	RequestID     string         `json:"requestId,omitempty"`
+	Queue         string         `json:"queue"`
+	Signal        *events.Signal `json:"signal,omitempty"`
+	Repo          string         `json:"repo,omitempty"`
+	Message       events.Message `json:"message"`
+	// Labels are the task's key=value pairs, as scheduled.
+	Labels map[string]string `json:"labels,omitempty"`
+	// RetryOf is the task this one retries (POST /v1/tasks/{id}/retry);
+	// RelatedTaskID names it too.
+	RetryOf        string         `json:"retryOf,omitempty"`
 	Status         string         `json:"status"`
 	CreatedAt      time.Time      `json:"createdAt,omitzero"`
 	RunAt          time.Time      `json:"runAt,omitzero"`

@@ -119,6 +119,7 @@ var encoders = sync.Pool{New: func() any {
 	var buf bytes.Buffer
 	enc := msgpack.NewEncoder(&buf)
 	enc.SetCustomStructTag("json")
+	enc.SetSortMapKeys(true) // a spec's labels encode the same way every time
 	return &encoder{buf: &buf, enc: enc}
 }}
 

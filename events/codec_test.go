@@ -38,6 +38,8 @@ func sampleSpec() TaskSpec {
 		},
 		RunAt:          base.Add(time.Hour),
 		TimeoutSeconds: 900,
+		Labels:         map[string]string{"repo": "example/repo", "team": "ünïcode", "a.b/c-d_e": ""},
+		RetryOf:        "related-1",
 	}
 }
 
@@ -222,6 +224,28 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 				t.Fatalf("Type() = %s, want %s", got.Type(), p.EventType())
 			}
 		})
+	}
+}
+
+// TestEncodeLabelsDeterministic: a spec's labels encode in key order, so
+// one spec always has the same bytes, and a spec without labels or
+// retryOf has the bytes it had before those fields existed.
+func TestEncodeLabelsDeterministic(t *testing.T) {
+	t.Parallel()
+	in := sampleEvent(TaskScheduled{Spec: sampleSpec()})
+	first := mustEncode(t, in)
+	for range 20 {
+		if b := mustEncode(t, in); !bytes.Equal(b, first) {
+			t.Fatal("the same spec encoded to different bytes")
+		}
+	}
+	bare := sampleSpec()
+	bare.Labels, bare.RetryOf = nil, ""
+	b := mustEncode(t, sampleEvent(TaskScheduled{Spec: bare}))
+	for _, key := range []string{"labels", "retryOf"} {
+		if bytes.Contains(b, []byte(key)) {
+			t.Fatalf("a spec without %s stores the key", key)
+		}
 	}
 }
 

@@ -174,6 +174,15 @@ type TaskSpec struct {
 	// the same key hold a delivery token or run at once. Absent from the
 	// stored bytes when nil, so older events encode as before.
 	Concurrency *Concurrency `json:"concurrency,omitempty"`
+	// Labels are the caller's key=value pairs for search (GET
+	// /v1/tasks?label=); nil when there are none. Added after v1 as an
+	// optional key: a spec without labels encodes, and old specs decode,
+	// as before.
+	Labels map[string]string `json:"labels,omitempty"`
+	// RetryOf is the terminal task this one retries (POST
+	// /v1/tasks/{id}/retry); it equals RelatedTaskID. Empty for any other
+	// task, and left out of the stored bytes then, as Labels is.
+	RetryOf string `json:"retryOf,omitempty"`
 }
 
 // Concurrency is a task's concurrency limit: at most Limit tasks of its

@@ -34,7 +34,30 @@ const (
 	// concurrency limit; its key has 1 to MaxNameBytes bytes.
 	MinConcurrencyLimit = 1
 	MaxConcurrencyLimit = 1000
+
+	MaxLabels          = 16  // label pairs of one task
+	MaxLabelKeyBytes   = 63  // a label key: [a-z0-9][a-z0-9_./-]{0,62}
+	MaxLabelValueBytes = 256 // a label value: valid UTF-8, may be empty
 )
+
+// ValidLabelKey reports whether k is a label key: 1 to MaxLabelKeyBytes
+// of lower-case letters, digits and _ . / -, starting with a letter or
+// digit.
+func ValidLabelKey(k string) bool {
+	if k == "" || len(k) > MaxLabelKeyBytes {
+		return false
+	}
+	for i := range len(k) {
+		c := k[i]
+		switch {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		case i > 0 && (c == '_' || c == '.' || c == '/' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // Truncate returns the longest prefix of s of at most n bytes that does
 // not split a UTF-8 sequence.

@@ -84,4 +84,6 @@ type ReadyNotification struct {
 	// Attempt is the task's attempt this delivery is for, from 1 (see
 	// TaskSpec.Retry); left out by servers before retries.
 	Attempt int `json:"attempt,omitempty"`
+	// Labels are the task's labels; left out when it has none.
+	Labels map[string]string `json:"labels,omitempty"`
 }

@@ -230,7 +230,7 @@ func (e *Engine) ConcurrencyKey(customerID, key string, now time.Time) (k aggreg
 	for _, id := range k.Holders {
 		s, ok := e.v.freeing[id]
 		if t := e.v.tasks[id]; t != nil {
-			s, ok = t.state(), true
+			s, ok = e.v.state(t), true
 		}
 		if !ok {
 			s = aggregate.State{TaskID: id, CustomerID: customerID}
@@ -238,7 +238,7 @@ func (e *Engine) ConcurrencyKey(customerID, key string, now time.Time) (k aggreg
 		holders = append(holders, s)
 	}
 	for id := range e.v.keys.live[kid] {
-		s := e.v.tasks[id].state()
+		s := e.v.state(e.v.tasks[id])
 		if Waiting(s, now) && !k.Holds(id) {
 			waiters = append(waiters, s)
 		}

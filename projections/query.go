@@ -28,7 +28,7 @@ func (e *Engine) Task(id string) (aggregate.State, bool) {
 	if t == nil {
 		return aggregate.State{}, false
 	}
-	return t.state(), true
+	return e.v.state(t), true
 }
 
 // Children returns the ids of a task's children in creation order.
@@ -79,7 +79,7 @@ func (e *Engine) Ancestors(id string) ([]aggregate.State, error) {
 		}
 		seen[pid] = true
 		if t = e.v.tasks[pid]; t != nil {
-			out = append(out, t.state())
+			out = append(out, e.v.state(t))
 		}
 	}
 	return out, nil
@@ -127,7 +127,7 @@ func (e *Engine) Due(t Timer, now time.Time, limit int, skip func(taskID string)
 			out[i] = e.v.freeing[k]
 			continue
 		}
-		out[i] = e.v.tasks[k].state()
+		out[i] = e.v.state(e.v.tasks[k])
 	}
 	return out
 }
@@ -226,7 +226,7 @@ func (e *Engine) Queued(customerID, queue string, limit int, skip func(taskID st
 	it := h.ascending(math.MaxInt64)
 	for item, ok := it.next(); ok && len(out) < limit; item, ok = it.next() {
 		if !skip(item.key) {
-			out = append(out, e.v.tasks[item.key].state())
+			out = append(out, e.v.state(e.v.tasks[item.key]))
 		}
 	}
 	return out
@@ -281,22 +281,50 @@ type Filter struct {
 	Queue      string
 	CustomerID string
 	RootID     string
+	// TaskID selects the one task with that id (a request id's task).
+	TaskID string
+	// Labels selects tasks carrying every one of these key=value pairs.
+	Labels map[string]string
+	// CreatedAfter and CreatedBefore select tasks created strictly
+	// after and strictly before them; zero is no bound.
+	CreatedAfter, CreatedBefore time.Time
 	// IDPrefix selects the tasks whose id starts with it.
 	IDPrefix string
 }
 
-func (f Filter) match(t *task) bool {
+func (v *views) match(f *Filter, t *task) bool {
 	return (f.Status == "" || statuses[t.status] == f.Status) &&
 		(f.Queue == "" || t.queue == f.Queue) &&
 		(f.CustomerID == "" || t.customer == f.CustomerID) &&
 		(f.RootID == "" || t.root == f.RootID) &&
-		strings.HasPrefix(t.id, f.IDPrefix)
+		(f.TaskID == "" || t.id == f.TaskID) &&
+		(f.CreatedAfter.IsZero() || t.created > f.CreatedAfter.UnixNano()) &&
+		(f.CreatedBefore.IsZero() || t.created < f.CreatedBefore.UnixNano()) &&
+		strings.HasPrefix(t.id, f.IDPrefix) &&
+		v.labels.has(t.id, f.Labels)
+}
+
+// candidates returns the ids List must check for f: the one task of a
+// TaskID, the tasks of f's rarest label pair, those of its status (without
+// an IDPrefix, which the ordered ids serve better), or (nil, false) for
+// a walk of the ordered ids.
+func (v *views) candidates(f *Filter) (map[string]struct{}, bool) {
+	switch {
+	case f.TaskID != "":
+		return map[string]struct{}{f.TaskID: {}}, true
+	case len(f.Labels) > 0:
+		return v.labels.smallest(f.Labels), true
+	case f.Status != "" && f.IDPrefix == "":
+		return v.byStatus[f.Status], true
+	}
+	return nil, false
 }
 
 // List returns up to limit tasks matching f with ids greater than after,
 // ordered by id (task ids are time-ordered, so this is creation order for
-// generated ids). A filter on a status reads that status's tasks; any
-// other walks the customers' ordered ids from after (and IDPrefix) and
+// generated ids). A filter on a task id or on labels reads only the
+// tasks the index names for it, a filter on a status that status's tasks;
+// any other walks the customers' ordered ids from after (and IDPrefix) and
 // stops at limit matches, so it reads only the ids it passes (for an
 // operator naming no customer, up to limit matches of each customer).
 // It is safe for concurrent use.
@@ -305,15 +333,16 @@ func (e *Engine) List(f Filter, after string, limit int) []aggregate.State {
 	defer e.mu.RUnlock()
 	var out []aggregate.State
 	add := func(t *task) bool {
-		if t == nil || t.id <= after || !f.match(t) {
+		if t == nil || t.id <= after || !e.v.match(&f, t) {
 			return false
 		}
-		out = append(out, t.state())
+		out = append(out, e.v.state(t))
 		return true
 	}
+	ids, indexed := e.v.candidates(&f)
 	switch {
-	case f.Status != "" && f.IDPrefix == "":
-		for id := range e.v.byStatus[f.Status] {
+	case indexed:
+		for id := range ids {
 			add(e.v.tasks[id])
 		}
 	case f.CustomerID != "":
@@ -353,7 +382,7 @@ func (e *Engine) Digest() string {
 	h := sha256.New()
 	for _, id := range sortedKeys(e.v.tasks) {
 		t := e.v.tasks[id]
-		st := t.state()
+		st := e.v.state(t)                                            // labels included
 		st.Result, st.Spec.Concurrency, st.Spec.Retry = nil, nil, nil // pointers: printed by value
 		fmt.Fprintf(h, "%+v|%+v|%v|%d %d %d", st, t.result, t.children(), t.members, t.open, t.closedSeq)
 		if t.conc != nil {
@@ -383,10 +412,16 @@ func (e *Engine) Digest() string {
 	for _, st := range sortedKeys(e.v.byStatus) {
 		fmt.Fprintf(h, "status %s %v\n", st, sortedKeys(e.v.byStatus[st]))
 	}
+	enc := msgpack.NewEncoder(h)
+	enc.SetSortMapKeys(true) // a task spec's labels hash the same every time
 	for _, k := range sortedKeys(e.v.scheds) {
 		sc := e.v.scheds[k]
-		state, _ := msgpack.Marshal(sc.state) // its exported fields: not the parsed timing's pointers
-		fmt.Fprintf(h, "schedule %s %x %+v %s\n", k, state, sc.runs, sc.pending)
+		fmt.Fprintf(h, "schedule %s ", k)
+		_ = enc.Encode(sc.state) // its exported fields: not the parsed timing's pointers
+		fmt.Fprintf(h, " %+v %s\n", sc.runs, sc.pending)
+	}
+	for _, p := range sortedKeys(e.v.labels.byPair) {
+		fmt.Fprintf(h, "label %s %v\n", p, sortedKeys(e.v.labels.byPair[p]))
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }

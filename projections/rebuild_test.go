@@ -64,6 +64,9 @@ func (tr *traffic) schedule(customer, queue, parent string, delay float64, timeo
 		CustomerID: customer, ParentID: parent, Queue: queue,
 		Message: events.Message{Content: []events.ContentPart{{Type: "text", Text: "work for " + customer}}},
 	}
+	if parent == "" { // children carry none: the index holds labeled and unlabeled tasks
+		req.Labels = map[string]string{"customer": customer, "queue": queue}
+	}
 	if delay > 0 {
 		req.DelaySeconds = &delay
 	}
@@ -242,7 +245,7 @@ func (tr *traffic) run() {
 // parent, queue, runAt and, until the ready notification is published,
 // the signal; no LastHash.
 func projected(s aggregate.State) aggregate.State {
-	spec := events.TaskSpec{RootID: s.Spec.RootID, ParentID: s.Spec.ParentID, Queue: s.Spec.Queue, RunAt: s.Spec.RunAt}
+	spec := events.TaskSpec{RootID: s.Spec.RootID, ParentID: s.Spec.ParentID, Queue: s.Spec.Queue, RunAt: s.Spec.RunAt, Labels: s.Spec.Labels}
 	if s.Status == aggregate.StatusScheduled {
 		spec.Signal = s.Spec.Signal
 	}
@@ -289,6 +292,12 @@ func sameProjection(t *testing.T, live, fresh *projections.Engine) {
 	all := live.List(projections.Filter{}, "", 1<<30)
 	if got := fresh.List(projections.Filter{}, "", 1<<30); !slices.Equal(taskIDs(all), taskIDs(got)) {
 		t.Fatalf("List: live %d tasks, rebuilt %d", len(all), len(got))
+	}
+	for _, c := range customers {
+		f := projections.Filter{Labels: map[string]string{"customer": c, "queue": queues[0]}}
+		if l, r := live.List(f, "", 1<<30), fresh.List(f, "", 1<<30); !slices.Equal(taskIDs(l), taskIDs(r)) {
+			t.Errorf("List by labels of %s: live %v, rebuilt %v", c, taskIDs(l), taskIDs(r))
+		}
 	}
 	for _, s := range all {
 		l, _ := live.Task(s.TaskID)
@@ -358,6 +367,22 @@ func TestRebuildEqualsLive(t *testing.T) {
 		}
 		if want = projected(want); !reflect.DeepEqual(s, want) {
 			t.Errorf("task %s:\nprojected %+v\nreplayed  %+v", s.TaskID, s, want)
+		}
+	}
+	// The label index answers what a scan of every task would.
+	for _, c := range customers {
+		for _, q := range queues {
+			want := map[string]string{"customer": c, "queue": q}
+			var scanned []string
+			for _, s := range all {
+				if reflect.DeepEqual(s.Spec.Labels, want) {
+					scanned = append(scanned, s.TaskID)
+				}
+			}
+			indexed := taskIDs(live.List(projections.Filter{Labels: want}, "", 1<<30))
+			if len(scanned) == 0 || !slices.Equal(indexed, scanned) {
+				t.Errorf("labels %v: index %v, scan %v", want, indexed, scanned)
+			}
 		}
 	}
 	for _, want := range []aggregate.Status{aggregate.StatusScheduled, aggregate.StatusQueued, aggregate.StatusRunning,

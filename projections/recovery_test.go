@@ -177,8 +177,8 @@ func snapshotApplied(t *testing.T, data []byte) uint64 {
 
 // TestSnapshotRecovery runs a node with frequent snapshots, then restarts
 // it on the same log with a corrupted snapshot, a snapshot of a longer
-// stream and a valid one: the first two are ignored and the projections
-// rebuilt, the last is loaded and caught up from; every time the result
+// stream, one of an older format and a valid one: the first three are
+// ignored and the projections rebuilt (labels included), the last is loaded and caught up from; every time the result
 // equals a fresh rebuild of the log.
 func TestSnapshotRecovery(t *testing.T) {
 	t.Parallel()
@@ -201,6 +201,16 @@ func TestSnapshotRecovery(t *testing.T) {
 		if err := first.Store.Log().Check(ctx, h); err != nil {
 			t.Fatalf("the log does not hold its own chain head: %v", err)
 		}
+	}
+	labeled := events.NewID() // a labeled task in the snapshot
+	lst, _, err := first.Store.Execute(ctx, labeled, "", aggregate.Schedule{TaskID: labeled, CustomerID: "late", Spec: events.TaskSpec{
+		RootID: labeled, Queue: "snap", TimeoutSeconds: 60, RunAt: time.Now().Add(time.Hour), Labels: map[string]string{"kind": "snap"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Engine.WaitFor(ctx, lst.LastSeq); err != nil {
+		t.Fatal(err)
 	}
 	if err := first.Engine.SaveSnapshot(ctx); err != nil {
 		t.Fatal(err)
@@ -336,6 +346,24 @@ func TestSnapshotRecovery(t *testing.T) {
 			t.Fatalf("other stream's snapshot: %v", err)
 		}
 		ignored(t, restart(t, data), "ahead of the stream")
+	})
+
+	t.Run("OlderFormat", func(t *testing.T) {
+		// The snapshot as the build before labels (format 5) wrote it.
+		var old map[string]any
+		if err := msgpack.Unmarshal(good, &old); err != nil {
+			t.Fatal(err)
+		}
+		old["format"] = projections.SnapshotFormat - 1
+		data, err := msgpack.Marshal(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := restart(t, data)
+		ignored(t, r, "unknown snapshot format")
+		if l := r.Engine.List(projections.Filter{Labels: map[string]string{"kind": "snap"}}, "", 10); len(l) != 1 || l[0].TaskID != labeled {
+			t.Fatalf("the rebuilt label index lists %+v, want %s", l, labeled)
+		}
 	})
 
 	t.Run("Valid", func(t *testing.T) {

@@ -105,6 +105,7 @@ func (v *views) drop(h *task) {
 		st := t.state()
 		v.count(&st, &aggregate.State{})
 		delete(v.tasks, t.id)
+		v.labels.remove(t.id)
 		v.unindexID(t)
 		if set := v.byStatus[status]; set != nil {
 			if delete(set, t.id); len(set) == 0 {

@@ -21,12 +21,13 @@ import (
 // SnapshotFormat is the version of the snapshot encoding. A snapshot of
 // another format is ignored (and the projections rebuilt from the log).
 // Format 3 added the State's Effects, which a format 2 snapshot lacks even
-// for tasks whose results had effects.
-// Format 4 added the concurrency keys' states and the spec's concurrency,
-// and the schedules.
-// Format 5 added each key holder's attempt and the retried holders of
-// the Free queue, which a format 4 snapshot lacks.
-const SnapshotFormat = 5
+// for tasks whose results had effects. Format 4 added the concurrency
+// keys' states, the spec's concurrency and the schedules; format 5 each
+// key holder's attempt and the retried holders of the Free queue; format
+// 6 the spec's labels, which the search index is rebuilt from (a build
+// with labels and without the holders' attempts wrote a format 4 or 5 of
+// its own: those are ignored too).
+const SnapshotFormat = 6
 
 // Snapshot errors; a snapshot that fails any check is ignored.
 var (
@@ -106,7 +107,7 @@ func decodeSnapshot(data []byte, lastSeq uint64) (applied uint64, b body, err er
 func (v *views) body() body {
 	b := body{Tasks: make([]record, 0, len(v.tasks)), Admissions: make(map[string][]time.Time, len(v.admissions))}
 	for _, t := range v.tasks {
-		b.Tasks = append(b.Tasks, record{State: t.state(), Children: slices.Clone(t.children()), ClosedSeq: t.closedSeq})
+		b.Tasks = append(b.Tasks, record{State: v.state(t), Children: slices.Clone(t.children()), ClosedSeq: t.closedSeq})
 	}
 	slices.SortFunc(b.Tasks, func(a, b record) int { return cmp.Compare(a.State.FirstSeq, b.State.FirstSeq) })
 	for c, at := range v.admissions {
@@ -127,6 +128,7 @@ func restore(b body, retain int) *views {
 		t.setLists(nil, r.Children)
 		t.set(&r.State)
 		v.tasks[r.State.TaskID] = t
+		v.labels.add(r.State.TaskID, r.State.Spec.Labels)
 		v.indexID(t)
 	}
 	var zero aggregate.State

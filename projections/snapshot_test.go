@@ -31,16 +31,23 @@ func snapshotLog(t *testing.T) [][]byte {
 		return events.TaskSpec{RootID: root, ParentID: parent, Queue: "q", RunAt: at, TimeoutSeconds: 60,
 			Message: events.Message{CreatedAt: at, Content: []events.ContentPart{{Type: "text", Text: "x"}}}}
 	}
-	add("r1", "a", events.TaskScheduled{Spec: spec("r1", "")})
+	labeled := func(s events.TaskSpec, kv ...string) events.TaskSpec {
+		s.Labels = map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			s.Labels[kv[i]] = kv[i+1]
+		}
+		return s
+	}
+	add("r1", "a", events.TaskScheduled{Spec: labeled(spec("r1", ""), "repo", "x", "team", "a")})
 	add("r1", "a", events.DeliveryPending{DeliveryID: "d1", Attempt: 1, NextAt: at})
 	add("r1", "a", events.ReadyPublished{DeliveryID: "d1"})
 	add("r1", "a", events.Claimed{DeliveryID: "d1", ExecutorID: "w", Deadline: at.Add(time.Minute)})
-	add("c1", "a", events.TaskScheduled{Spec: spec("r1", "r1")})
+	add("c1", "a", events.TaskScheduled{Spec: labeled(spec("r1", "r1"), "repo", "x")})
 	add("c1", "a", events.Canceled{Reason: "no"})
 	add("r1", "a", events.MailboxAppended{Index: 1, Message: events.Message{ID: "m1", CreatedAt: at}})
 	add("r2", "b", events.TaskScheduled{Spec: spec("r2", "")})
 	add("r3", "b", events.AdmissionRejected{Spec: spec("r3", ""), Reason: "quota"})
-	add("r4", "b", events.TaskScheduled{Spec: spec("r4", "")})
+	add("r4", "b", events.TaskScheduled{Spec: labeled(spec("r4", ""), "repo", "y")})
 	add("r4", "b", events.DeliveryPending{DeliveryID: "d4", Attempt: 1, NextAt: at})
 	add("r4", "b", events.ReadyPublished{DeliveryID: "d4"})
 	add("r4", "b", events.Claimed{DeliveryID: "d4", ExecutorID: "w", Deadline: at.Add(time.Minute)})
@@ -107,6 +114,16 @@ func snapshotLog(t *testing.T) [][]byte {
 	add("s3", "b", events.ScheduleDeleted{})
 	add("s4", "b", events.ScheduleCreated{Spec: every})
 	add("s4", "b", events.ScheduleFired{At: at, TaskID: "r4", RequestID: "f4", Manual: true})
+	// A schedule whose runs' task has labels (enough that map order shows
+	// in an encoding that does not sort them), a retry policy and a key.
+	withLabels := every
+	withLabels.Task.Labels = map[string]string{}
+	for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		withLabels.Task.Labels[k] = "v" + k
+	}
+	withLabels.Task.Retry = &events.RetryPolicy{MaxAttempts: 3, BackoffSeconds: 10, MaxBackoffSeconds: 60, On: []string{events.RetryOnFailed}}
+	withLabels.Task.Concurrency = &events.Concurrency{Key: "k", Limit: 2}
+	add("s5", "c", events.ScheduleCreated{Spec: withLabels})
 	return out
 }
 
@@ -160,6 +177,15 @@ func testSnapshotRestores(t *testing.T, retain int) {
 	}
 	if !reflect.DeepEqual(live.v.keys, restored.v.keys) {
 		t.Fatalf("keys differ:\nlive     %+v\nrestored %+v", live.v.keys, restored.v.keys)
+	}
+	if !reflect.DeepEqual(live.v.labels, restored.v.labels) {
+		t.Fatalf("label index differs:\nlive     %v\nrestored %v", live.v.labels, restored.v.labels)
+	}
+	if want := map[string]string{"repo": "x", "team": "a"}; !reflect.DeepEqual(restored.v.labels.of["r1"], want) {
+		t.Fatalf("r1's labels = %v, want %v", restored.v.labels.of["r1"], want)
+	}
+	if _, ok := restored.v.labels.of["r4"]; ok == (retain == 2) {
+		t.Fatalf("evicted r4 in the label index: %v (retain %d)", ok, retain)
 	}
 	if live.Digest() != restored.Digest() {
 		t.Fatalf("digest differs")

@@ -102,6 +102,8 @@ type views struct {
 	schedules
 	// stats are the counters of GET /v1/stats, per customer and queue.
 	stats map[string]map[string]*queueCounters
+	// labels indexes the labeled tasks' labels, for search.
+	labels labelIndex
 	retention
 }
 
@@ -118,6 +120,7 @@ func newViews(retain int) *views {
 		keys:        newKeys(),
 		schedules:   newSchedules(),
 		stats:       make(map[string]map[string]*queueCounters),
+		labels:      newLabelIndex(),
 	}
 	for i := range v.timers {
 		v.timers[i] = newTimerQueue()
@@ -257,6 +260,7 @@ func (v *views) created(t *task, s *aggregate.State, at time.Time) {
 	}
 	v.join(t)
 	v.admit(s, at)
+	v.labels.add(t.id, s.Spec.Labels)
 	v.indexID(t)
 }
 

@@ -107,6 +107,7 @@ type alSpec struct {
 	parent   *aggregate.State
 	runAt    time.Time // zero: now
 	timeout  int       // seconds; zero: 60
+	labels   map[string]string
 }
 
 func (p *alProc) schedule(s alSpec) aggregate.State {
@@ -118,7 +119,7 @@ func (p *alProc) schedule(s alSpec) aggregate.State {
 	if s.timeout == 0 {
 		s.timeout = 60
 	}
-	spec := events.TaskSpec{RootID: id, Queue: "q", TimeoutSeconds: s.timeout, RunAt: s.runAt}
+	spec := events.TaskSpec{RootID: id, Queue: "q", TimeoutSeconds: s.timeout, RunAt: s.runAt, Labels: s.labels}
 	if s.parent != nil {
 		spec.ParentID, spec.RootID = s.parent.TaskID, s.parent.Spec.RootID
 	}
@@ -240,7 +241,9 @@ func TestAlarmDelivery(t *testing.T) {
 		p := alStart(t, testnats.NewNamespace(t))
 		pub := &flaky{failures: 2, next: p.ready}
 		p.startAlarm(reactors.AlarmConfig{RetryBase: 5 * time.Millisecond, RetryMax: 20 * time.Millisecond}, pub)
-		task := p.schedule(alSpec{})
+		// The publish that succeeds works from the projection's state,
+		// which must still carry the labels.
+		task := p.schedule(alSpec{labels: map[string]string{"repo": "example/storefront"}})
 		p.waitStatus(task.TaskID, aggregate.StatusQueued)
 
 		h := p.history(task.TaskID)
@@ -288,7 +291,8 @@ func TestAlarmDelivery(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n.TaskID != task.TaskID || n.DeliveryID != pending.DeliveryID || n.CustomerID != "cust" || n.Queue != "q" {
+		if n.TaskID != task.TaskID || n.DeliveryID != pending.DeliveryID || n.CustomerID != "cust" || n.Queue != "q" ||
+			n.Labels["repo"] != "example/storefront" || len(n.Labels) != 1 {
 			t.Fatalf("notification = %+v", n)
 		}
 	})

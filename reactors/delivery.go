@@ -63,7 +63,7 @@ func (p ReadyPublisher) PublishReady(ctx context.Context, s aggregate.State, msg
 	ct := p.contentType()
 	body, err := events.MarshalReady(events.ReadyNotification{
 		TaskID: s.TaskID, CustomerID: s.CustomerID, RootID: s.Spec.RootID, ParentID: s.Spec.ParentID,
-		Queue: s.Spec.Queue, DeliveryID: s.Delivery.ID, Signal: s.Spec.Signal, Attempt: s.Attempt(),
+		Queue: s.Spec.Queue, DeliveryID: s.Delivery.ID, Signal: s.Spec.Signal, Attempt: s.Attempt(), Labels: s.Spec.Labels,
 	}, ct)
 	if err != nil {
 		return 0, err

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -90,6 +92,12 @@ func Describe(ev events.Event) string {
 		}
 		if p.Spec.ParentID != "" {
 			s += ", parent " + p.Spec.ParentID
+		}
+		if p.Spec.RetryOf != "" {
+			s += ", retry of " + p.Spec.RetryOf
+		}
+		if l := labelText(p.Spec.Labels); l != "" {
+			s += ", labels " + l
 		}
 		if p.DeliveryID != "" {
 			s += "; released, delivery " + p.DeliveryID + " attempt 1"
@@ -197,6 +205,15 @@ func EffectText(e events.Effect) string {
 		s += " (uncertain)"
 	}
 	return s
+}
+
+// labelText lists labels as k=v in key order, "" for none.
+func labelText(labels map[string]string) string {
+	pairs := make([]string, 0, len(labels))
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		pairs = append(pairs, k+"="+oneLine(labels[k]))
+	}
+	return strings.Join(pairs, " ")
 }
 
 func text(parts []events.ContentPart) string {

@@ -31,7 +31,11 @@ func describeSchedule(ev events.Event) string {
 		if s.Cron != "" {
 			w = fmt.Sprintf("cron %q in %s", s.Cron, s.Timezone)
 		}
-		return fmt.Sprintf("%s, queue %s, overlap %s, catchup %s", w, s.Task.Queue, s.Overlap, s.Catchup)
+		w = fmt.Sprintf("%s, queue %s, overlap %s, catchup %s", w, s.Task.Queue, s.Overlap, s.Catchup)
+		if l := labelText(s.Task.Labels); l != "" {
+			w += ", labels " + l
+		}
+		return w
 	}
 	switch p := ev.Data.(type) {
 	case events.ScheduleCreated:

@@ -29,6 +29,7 @@ const (
 	Missing        = "missing"        // stream sequences absent from an append-only log
 	Truncated      = "truncated"      // the log ends before its saved chain head
 	HeadMismatch   = "head_mismatch"  // the message at the saved chain head is not the one saved
+	BadRetry       = "bad_retry"      // a retry of a task that was not the same customer's terminal task
 	// Concurrency (verifykeys.go): a concurrency key's promise broken.
 )
 
@@ -174,6 +175,7 @@ func (v *Verifier) checkTransition(st aggregate.State, ev events.Event) {
 			v.fail(ev.Seq, ev.TaskID, IllegalEvent, "%s for a task that already exists", ev.Type())
 			return
 		}
+		v.checkRetry(ev)
 	case events.MailboxRead: // a check may read the mailbox of a terminal task
 		if !st.Exists() {
 			v.fail(ev.Seq, ev.TaskID, NoCreation, "%s before the task was scheduled", ev.Type())
@@ -209,6 +211,30 @@ func (v *Verifier) checkTransition(st aggregate.State, ev events.Event) {
 		v.fail(ev.Seq, ev.TaskID, IllegalEvent, "%s changes nothing from status %s (a duplicate)", ev.Type(), describe(st))
 	case !reflect.DeepEqual(got[0].Data, ev.Data):
 		v.fail(ev.Seq, ev.TaskID, IllegalEvent, "%s is not what the transition decides: logged %+v, expected %+v", ev.Type(), ev.Data, got[0].Data)
+	}
+}
+
+// checkRetry reports a new task that retries (spec.RetryOf) a task the
+// log does not hold before it, another customer's, or one not terminal
+// then: the service retries only the caller's terminal tasks.
+func (v *Verifier) checkRetry(ev events.Event) {
+	var spec events.TaskSpec
+	switch p := ev.Data.(type) {
+	case events.TaskScheduled:
+		spec = p.Spec
+	case events.AdmissionRejected:
+		spec = p.Spec
+	}
+	if spec.RetryOf == "" {
+		return
+	}
+	switch of := v.tasks[spec.RetryOf]; {
+	case of == nil || !of.Exists():
+		v.fail(ev.Seq, ev.TaskID, BadRetry, "retries task %s, which the log does not hold before it", spec.RetryOf)
+	case of.CustomerID != ev.CustomerID:
+		v.fail(ev.Seq, ev.TaskID, BadRetry, "retries task %s of another customer", spec.RetryOf)
+	case !of.Status.Terminal():
+		v.fail(ev.Seq, ev.TaskID, BadRetry, "retries task %s while it is %s", spec.RetryOf, of.Status)
 	}
 }
 

@@ -444,6 +444,17 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	childID := events.NewID()
 	p.exec(childID, aggregate.Schedule{TaskID: childID, CustomerID: "beta", Spec: events.TaskSpec{RootID: child.TaskID, ParentID: child.TaskID, Queue: "q", TimeoutSeconds: 60}})
 
+	// A clean retry, with labels, of a finished task.
+	finished := p.scheduled("beta")
+	finished, _ = p.exec(finished.TaskID, aggregate.Cancel{Reason: "retry me"})
+	retrySpec, err := aggregate.RetrySpec(finished)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retryID := events.NewID()
+	retrySpec.RootID, retrySpec.Labels = retryID, map[string]string{"repo": "example/storefront"}
+	p.exec(retryID, aggregate.Schedule{TaskID: retryID, CustomerID: "beta", Spec: retrySpec})
+
 	var want []replay.Violation
 	expect := func(seq uint64, taskID, kind string) {
 		want = append(want, replay.Violation{Seq: seq, TaskID: taskID, Kind: kind})
@@ -528,6 +539,20 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	early := events.TaskScheduled{Spec: events.TaskSpec{RootID: m.TaskID, Queue: "q", TimeoutSeconds: 60, RunAt: p.clock().Add(time.Hour)},
 		DeliveryID: events.NewID(), NextAt: p.clock()}
 	expect(p.plant(p.subject(m), p.encode(m, 1, early)), m.TaskID, replay.IllegalEvent)
+	// (n) Retries of a live task, of another customer's task and of a
+	// task the log does not hold; (a clean retry is above).
+	retry := func(of aggregate.State, cust string) uint64 {
+		spec := of.Spec
+		spec.ParentID, spec.RequestID, spec.RelatedTaskID, spec.RetryOf = "", "", of.TaskID, of.TaskID
+		id := events.NewID()
+		spec.RootID = id
+		st, _ := p.exec(id, aggregate.Schedule{TaskID: id, CustomerID: cust, Spec: spec})
+		expect(st.LastSeq, id, replay.BadRetry)
+		return st.LastSeq
+	}
+	retry(p.scheduled("beta"), "beta")
+	retry(expired, "acme")
+	retry(aggregate.State{TaskID: events.NewID(), Spec: events.TaskSpec{Queue: "q", TimeoutSeconds: 60}}, "beta")
 	// A v1 event (no prev) is accepted as the start of a chain, and a v2
 	// event after it links to its bytes: nothing to report.
 	old := p.scheduled("beta")

@@ -66,27 +66,21 @@ func scheduleCommand(ctx context.Context, args []string, stdout io.Writer) error
 	fs.StringVar(&req.RequestID, "request-id", "", "idempotency key: a repeat returns the existing task")
 	fs.StringVar(&req.RelatedTaskID, "related", "", "id of a related (e.g. finished) task this one follows up")
 	fs.StringVar(&req.Repo, "repo", "", "repository the task works on")
+	var spec specFlags
+	spec.register(fs)
 	text := fs.String("message", "", "the task's objective (text)")
 	delay := fs.Duration("delay", 0, "run after this delay (e.g. 30s)")
 	runAt := fs.String("run-at", "", "run at this RFC 3339 time")
 	timeout := fs.Duration("timeout", 0, "running timeout (default 1h)")
-	concKey := fs.String("concurrency-key", "", "concurrency key: at most --concurrency-limit tasks with it hold a delivery or run at once")
-	concLimit := fs.Int("concurrency-limit", 1, "slots of --concurrency-key (1-1000)")
-	var retry api.RetryRequest
-	fs.Func("max-attempts", "attempts in all, 1 to 100 (default 1: no retry)", intFlag(&retry.MaxAttempts))
-	fs.Func("backoff", "delay before the first retry, whole seconds (default 10s)", secondsFlag(&retry.BackoffSeconds))
-	fs.Func("max-backoff", "longest delay between attempts, whole seconds (default 1h)", secondsFlag(&retry.MaxBackoffSeconds))
-	fs.Func("retry-on", "what is retried: failed, timed_out or failed,timed_out (default failed)", func(v string) error {
-		retry.On = strings.Split(v, ",")
-		return nil
-	})
 	file := fs.String("file", "", "schedule every task of this NDJSON file (one schedule body per line; - for stdin) in batches")
-	if err := parse(fs, args); err != nil {
+	err := parse(fs, args)
+	if err != nil {
 		return err
 	}
 	if *file != "" {
 		return scheduleFile(ctx, cf, *file, stdout)
 	}
+	req.Labels, req.Retry, req.Concurrency = spec.labels.orNil(), spec.retryPolicy(), spec.concurrency()
 	if *text != "" {
 		req.Message.Content = []events.ContentPart{{Type: "text", Text: *text}}
 	}
@@ -94,22 +88,12 @@ func scheduleCommand(ctx context.Context, args []string, stdout io.Writer) error
 		d := delay.Seconds()
 		req.DelaySeconds = &d
 	}
-	if *runAt != "" {
-		t, err := time.Parse(time.RFC3339, *runAt)
-		if err != nil {
-			return fmt.Errorf("%w: --run-at: %w", errUsage, err)
-		}
-		req.RunAt = &t
+	if req.RunAt, err = optionalTime("run-at", *runAt); err != nil {
+		return err
 	}
 	if *timeout > 0 {
 		s := int(timeout.Seconds())
 		req.TimeoutSeconds = &s
-	}
-	if *concKey != "" {
-		req.Concurrency = &events.Concurrency{Key: *concKey, Limit: *concLimit}
-	}
-	if retry.MaxAttempts != nil || retry.BackoffSeconds != nil || retry.MaxBackoffSeconds != nil || retry.On != nil {
-		req.Retry = &retry
 	}
 	t, created, err := cf.client().Schedule(ctx, req)
 	if err != nil {
@@ -124,6 +108,46 @@ func scheduleCommand(ctx context.Context, args []string, stdout io.Writer) error
 	}
 	fmt.Fprintf(stdout, "%s %s  status=%s queue=%s runAt=%s\n", verb, t.ID, t.Status, t.Queue, t.RunAt.Format(time.RFC3339))
 	return nil
+}
+
+// specFlags are the flags of a task's labels, retry policy and
+// concurrency limit, which schedule and schedules create share.
+type specFlags struct {
+	labels    labelFlag
+	concKey   string
+	concLimit int
+	retry     api.RetryRequest
+}
+
+func (f *specFlags) register(fs *flag.FlagSet) {
+	f.labels = labelFlag{}
+	fs.Var(f.labels, "label", "a label key=value (repeat for several)")
+	fs.StringVar(&f.concKey, "concurrency-key", "", "concurrency key: at most --concurrency-limit tasks with it hold a delivery or run at once")
+	fs.IntVar(&f.concLimit, "concurrency-limit", 1, "slots of --concurrency-key (1-1000)")
+	fs.Func("max-attempts", "attempts in all, 1 to 100 (default 1: no retry)", intFlag(&f.retry.MaxAttempts))
+	fs.Func("backoff", "delay before the first retry, whole seconds (default 10s)", secondsFlag(&f.retry.BackoffSeconds))
+	fs.Func("max-backoff", "longest delay between attempts, whole seconds (default 1h)", secondsFlag(&f.retry.MaxBackoffSeconds))
+	fs.Func("retry-on", "what is retried: failed, timed_out or failed,timed_out (default failed)", func(v string) error {
+		f.retry.On = strings.Split(v, ",")
+		return nil
+	})
+}
+
+// retryPolicy is the policy the retry flags ask for: nil when none is
+// given, else the given fields (the server fills the others).
+func (f *specFlags) retryPolicy() *api.RetryRequest {
+	if r := f.retry; r.MaxAttempts != nil || r.BackoffSeconds != nil || r.MaxBackoffSeconds != nil || r.On != nil {
+		return &r
+	}
+	return nil
+}
+
+// concurrency is the limit --concurrency-key asks for; nil without one.
+func (f *specFlags) concurrency() *events.Concurrency {
+	if f.concKey == "" {
+		return nil
+	}
+	return &events.Concurrency{Key: f.concKey, Limit: f.concLimit}
 }
 
 // intFlag sets *p to a flag's integer value.
@@ -182,6 +206,8 @@ func printTask(w io.Writer, t api.Task) {
 	row("root", t.RootID)
 	row("parent", t.ParentID)
 	row("related", t.RelatedTaskID)
+	row("retry of", t.RetryOf)
+	row("labels", labelFlag(t.Labels).String())
 	row("request", t.RequestID)
 	row("repo", t.Repo)
 	if c := t.Concurrency; c != nil {
@@ -253,8 +279,26 @@ func listCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.IDPrefix, "id-prefix", "", "only tasks whose id starts with this")
 	fs.StringVar(&o.After, "after", "", "cursor from a previous page")
 	fs.IntVar(&o.Limit, "limit", 100, "page size (at most 1000)")
+	fs.StringVar(&o.RequestID, "request-id", "", "only the task scheduled with this request id")
+	labels := labelFlag{}
+	fs.Var(labels, "label", "only tasks with this label key=value (repeat: all of them, at most 4)")
+	after := fs.String("created-after", "", "only tasks created after this RFC 3339 time")
+	before := fs.String("created-before", "", "only tasks created before this RFC 3339 time")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	o.Labels = labels.orNil()
+	for _, b := range []struct {
+		name, s string
+		t       *time.Time
+	}{{"created-after", *after, &o.CreatedAfter}, {"created-before", *before, &o.CreatedBefore}} {
+		at, err := optionalTime(b.name, b.s)
+		if err != nil {
+			return err
+		}
+		if at != nil {
+			*b.t = *at
+		}
 	}
 	l, err := cf.client().List(ctx, o)
 	if err != nil {

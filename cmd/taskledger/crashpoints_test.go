@@ -183,7 +183,8 @@ func crashAt(t *testing.T, bin, point string) {
 
 // cpTraffic schedules tasks (some delayed), claims them through
 // claims/next or through POST /claim with the delivery id read by GET,
-// reports results, and leaves every fifth run abandoned with a 1s timeout.
+// reports results, retries every third finished task (manual retry, with
+// a request id), and leaves every fifth run abandoned with a 1s timeout.
 // It returns when ctx ends or the server stops answering; a request cut
 // off by the crash is recorded as pending.
 func cpTraffic(ctx context.Context, c *api.Client, worker int, led *cpLedger) error {
@@ -251,6 +252,16 @@ func cpTraffic(ctx context.Context, c *api.Client, worker int, led *cpLedger) er
 			return cpCutOff(led, err, cpPending{op: "result", taskID: claimed.ID, token: claimed.Claim.DeliveryID})
 		}
 		led.set(done.ID, done.Status)
+		if i%3 == 1 { // a manual retry of the finished task: a new task on the queue
+			retryID := "retry-" + reqID
+			retry, _, err := c.RetryTask(ctx, done.ID, api.RetryTaskRequest{RequestID: retryID})
+			if err != nil {
+				return cpCutOff(led, err, cpPending{op: "retry", taskID: done.ID, requestID: retryID})
+			}
+			led.mu.Lock()
+			led.status[retry.ID], led.requests[retryID] = retry.Status, retry.ID
+			led.mu.Unlock()
+		}
 	}
 	return nil
 }
@@ -310,6 +321,14 @@ func cpResolve(t *testing.T, c *api.Client, led *cpLedger, p cpPending) {
 			t.Fatalf("retrying schedule %s: %v", p.requestID, err)
 		}
 		t.Logf("cut-off schedule %s retried: task %s, created by the retry %v", p.requestID, task.ID, created)
+		led.set(task.ID, task.Status)
+	case "retry":
+		// As for schedule: the retry's requestId names one new task.
+		task, created, err := c.RetryTask(bg, p.taskID, api.RetryTaskRequest{RequestID: p.requestID})
+		if err != nil || task.RetryOf != p.taskID {
+			t.Fatalf("retrying the retry %s of %s: %+v %v", p.requestID, p.taskID, task, err)
+		}
+		t.Logf("cut-off retry %s retried: task %s, created by the retry %v", p.requestID, task.ID, created)
 		led.set(task.ID, task.Status)
 	case "claim":
 		task, err := c.Get(bg, p.taskID)

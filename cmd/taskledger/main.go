@@ -1,5 +1,5 @@
 // Command taskledger runs the scheduler (serve) and talks to a running one
-// (schedule, show, list, cancel, history, tree, run). `taskledger help` lists the
+// (schedule, show, list, cancel, retry, history, tree, run). `taskledger help` lists the
 // subcommands; `taskledger CMD -h` lists a subcommand's flags.
 package main
 
@@ -29,6 +29,7 @@ var commands = []command{
 	{"show", "show one task: show ID", showCommand},
 	{"list", "list tasks", listCommand},
 	{"cancel", "cancel a task: cancel ID", cancelCommand},
+	{"retry", "schedule a finished task again as a new task: retry ID [--message text] [--request-id key]", retryCommand},
 	{"history", "show a task's event history: history ID", historyCommand},
 	{"concurrency", "show a concurrency key's holders and waiters: concurrency KEY", concurrencyCommand},
 	{"tree", "show a task's lineage from its root: tree ID", treeCommand},

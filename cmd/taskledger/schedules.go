@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -115,11 +116,14 @@ func scheduleCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, cust
 	fs.StringVar(&req.Task.Repo, "repo", "", "repository the runs work on")
 	text := fs.String("message", "", "the runs' objective (text)")
 	timeout := fs.Duration("timeout", 0, "the runs' running timeout (default 1h)")
+	var spec specFlags
+	spec.register(fs)
 	id, err := oneID(fs, args)
 	if err != nil {
 		return err
 	}
 	req.ID, req.CustomerID = id, *customer
+	req.Task.Labels, req.Task.Retry, req.Task.Concurrency = spec.labels.orNil(), spec.retryPolicy(), spec.concurrency()
 	if *text != "" {
 		req.Task.Message.Content = []events.ContentPart{{Type: "text", Text: *text}}
 	}
@@ -170,6 +174,15 @@ func printSchedule(w io.Writer, s api.Schedule) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "id\t%s\ncustomer\t%s\nwhen\t%s\nstate\t%s\noverlap\t%s\ncatchup\t%s\nqueue\t%s\nruns\t%d\n",
 		s.ID, s.CustomerID, scheduleWhen(s), scheduleState(s), s.Overlap, s.Catchup, s.Task.Queue, s.RunCount)
+	if len(s.Task.Labels) > 0 {
+		fmt.Fprintf(tw, "labels\t%s\n", labelFlag(s.Task.Labels))
+	}
+	if r := s.Task.Retry; r != nil && r.MaxAttempts != nil && r.BackoffSeconds != nil && r.MaxBackoffSeconds != nil {
+		fmt.Fprintf(tw, "retry\t%d attempts, backoff %ds up to %ds, on %s\n", *r.MaxAttempts, *r.BackoffSeconds, *r.MaxBackoffSeconds, strings.Join(r.On, ","))
+	}
+	if c := s.Task.Concurrency; c != nil {
+		fmt.Fprintf(tw, "concurrency\t%s (limit %d)\n", c.Key, c.Limit)
+	}
 	for i, n := range s.Next {
 		label := ""
 		if i == 0 {

@@ -65,7 +65,7 @@ func TestSoakKillNine(t *testing.T) {
 	c.HTTP.Timeout = 30 * time.Second
 	led := newSoakLedger()
 	if _, _, err := c.CreateSchedule(context.Background(), api.ScheduleCreateRequest{ID: soakSchedule, Every: "1s",
-		Overlap: events.OverlapAllow, Task: api.ScheduleTask{Queue: soakQueue, Message: soakMessage("periodic")}}); err != nil {
+		Overlap: events.OverlapAllow, Task: api.ScheduleTask{Queue: soakQueue, Message: soakMessage("periodic"), Labels: map[string]string{"kind": "periodic"}}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -277,6 +277,9 @@ func soakMessage(text string) events.Message {
 
 func (g *soakGen) scheduleRoot(ctx context.Context) error {
 	req := api.ScheduleRequest{RequestID: fmt.Sprintf("s%d-%d", g.w, g.n), Queue: soakQueue, Message: soakMessage("root")}
+	if g.r.IntN(2) == 0 { // labeled specs in the log the kills cut through
+		req.Labels = map[string]string{"worker": strconv.Itoa(g.w), "kind": "root"}
+	}
 	if g.r.IntN(5) == 0 {
 		// A parent: due in an hour, so it stays live to take children,
 		// mail and a cancel.

@@ -164,7 +164,7 @@ func TestAbuseRefusedChangeNothing(t *testing.T) {
 		for _, route := range []struct{ method, suffix string }{
 			{http.MethodGet, ""}, {http.MethodPost, "/claim"}, {http.MethodPost, "/check"},
 			{http.MethodPost, "/result"}, {http.MethodPost, "/effects"}, {http.MethodPost, "/cancel"}, {http.MethodPost, "/mailbox"},
-			{http.MethodGet, "/mailbox"}, {http.MethodGet, "/history"}, {http.MethodGet, "/history?tree=1"}, {http.MethodGet, "/tree"},
+			{http.MethodPost, "/retry"}, {http.MethodGet, "/mailbox"}, {http.MethodGet, "/history"}, {http.MethodGet, "/history?tree=1"}, {http.MethodGet, "/tree"},
 		} {
 			if p == "" {
 				break

@@ -15,6 +15,7 @@ func scheduleRequest(b api.ScheduleRequest) scheduler.ScheduleRequest {
 		CustomerID: b.CustomerID, ParentID: b.ParentID, RequestID: b.RequestID, RelatedTaskID: b.RelatedTaskID,
 		Signal: b.Signal, Repo: b.Repo, Queue: b.Queue, Message: b.Message,
 		RunAt: b.RunAt, DelaySeconds: b.DelaySeconds, TimeoutSeconds: b.TimeoutSeconds, Concurrency: b.Concurrency, Retry: b.Retry,
+		Labels: b.Labels,
 	}
 }
 

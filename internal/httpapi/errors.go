@@ -22,6 +22,7 @@ var wireErrors = []struct {
 	{aggregate.ErrTerminal, api.ErrTerminal},
 	{aggregate.ErrTokenMismatch, api.ErrTokenMismatch},
 	{aggregate.ErrNotClaimable, api.ErrNotClaimable},
+	{aggregate.ErrNotTerminal, api.ErrNotTerminal},
 	{scheduler.ErrParentTerminal, api.ErrParentTerminal},
 	{scheduler.ErrLineageLimit, api.ErrLineageLimit},
 	{scheduler.ErrScheduleLimit, api.ErrScheduleLimit},

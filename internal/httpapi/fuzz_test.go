@@ -252,6 +252,7 @@ var taskRoutes = []struct{ method, suffix, body string }{
 	{http.MethodGet, "/mailbox", ""}, {http.MethodGet, "/mailbox?after=0", ""}, {http.MethodGet, "/history", ""},
 	{http.MethodGet, "/history?tree=1", ""}, {http.MethodGet, "/tree", ""},
 	{http.MethodGet, "/run", ""}, {http.MethodPut, "/run", `{"deliveryId":"d1","run":{}}`},
+	{http.MethodPost, "/retry", `{}`},
 }
 
 func FuzzTaskPath(f *testing.F) {

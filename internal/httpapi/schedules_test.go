@@ -3,7 +3,9 @@ package httpapi_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +77,8 @@ func TestSchedulesEndToEnd(t *testing.T) {
 	if s.Timezone != "UTC" || s.Catchup != "one" || len(s.Next) != 5 || !s.Next[1].Equal(s.Next[0].Add(time.Second)) || *s.Task.TimeoutSeconds != 3600 {
 		t.Fatalf("created %+v", s)
 	}
-	if again, created, err := b.client.CreateSchedule(ctx, everySecond("triage")); err != nil || created || again.Version != s.Version {
+	// Not changed (a run may have fired in between: the version is no measure).
+	if again, created, err := b.client.CreateSchedule(ctx, everySecond("triage")); err != nil || created || !again.UpdatedAt.IsZero() {
 		t.Fatalf("repeat: %v %v %+v", created, err, again)
 	}
 	s = waitRuns(t, b.client, "triage", "two runs", func(s api.Schedule) bool { return s.RunCount >= 2 })
@@ -160,6 +163,55 @@ func TestScheduleOverlapSkip(t *testing.T) {
 	}
 }
 
+// TestScheduleTaskSpec: a schedule's task takes labels, a retry policy and
+// a concurrency limit, shows them (the policy's defaults filled in), and
+// every run's task gets them.
+func TestScheduleTaskSpec(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	req := everySecond("spec")
+	req.Every, req.Paused = "1h", true // runs only when triggered
+	req.Task.Labels = map[string]string{"repo": "example/storefront", "kind": "triage"}
+	req.Task.Retry = &api.RetryRequest{MaxAttempts: refOf(3), On: []string{"failed", "timed_out"}}
+	req.Task.Concurrency = &events.Concurrency{Key: "repo:example/storefront", Limit: 2}
+	wantRetry := events.RetryPolicy{MaxAttempts: 3, BackoffSeconds: events.DefaultBackoffSeconds,
+		MaxBackoffSeconds: events.DefaultMaxBackoffSeconds, On: []string{"failed", "timed_out"}}
+	s, created, err := b.client.CreateSchedule(ctx, req)
+	if err != nil || !created {
+		t.Fatalf("create: %v %v", created, err)
+	}
+	if !equalLabels(s.Task.Labels, req.Task.Labels) || !reflect.DeepEqual(s.Task.Retry, api.RetryRequestOf(&wantRetry)) ||
+		s.Task.Concurrency == nil || *s.Task.Concurrency != *req.Task.Concurrency {
+		t.Fatalf("the schedule's task: %+v", s.Task)
+	}
+	if again, created, err := b.client.CreateSchedule(ctx, req); err != nil || created || !again.UpdatedAt.IsZero() {
+		t.Fatalf("the same spec again changed it: %v %v %+v", created, err, again)
+	}
+	for i := range 2 {
+		task, err := b.client.TriggerSchedule(ctx, "spec", api.ScheduleOptions{})
+		if err != nil {
+			t.Fatalf("trigger %d: %v", i, err)
+		}
+		if !equalLabels(task.Labels, req.Task.Labels) || task.Retry == nil || !reflect.DeepEqual(*task.Retry, wantRetry) ||
+			task.MaxAttempts != 3 || task.Concurrency == nil || *task.Concurrency != *req.Task.Concurrency {
+			t.Fatalf("run %d's task: %+v", i, task)
+		}
+	}
+	l, err := b.client.List(ctx, api.ListOptions{Labels: map[string]string{"kind": "triage"}})
+	if err != nil || len(l.Tasks) != 2 {
+		t.Fatalf("the runs by label: %v %+v", err, l)
+	}
+	// A changed label is a changed spec: the next run's task has the new one.
+	req.Task.Labels = map[string]string{"kind": "nightly"}
+	if s2, created, err := b.client.CreateSchedule(ctx, req); err != nil || created || s2.Version == s.Version || !equalLabels(s2.Task.Labels, req.Task.Labels) {
+		t.Fatalf("update: %v %v %+v", created, err, s2)
+	}
+	if task, err := b.client.TriggerSchedule(ctx, "spec", api.ScheduleOptions{}); err != nil || !equalLabels(task.Labels, req.Task.Labels) {
+		t.Fatalf("run after the update: %v %+v", err, task)
+	}
+}
+
 func TestScheduleHostile(t *testing.T) {
 	t.Parallel()
 	b := authSetup(t)
@@ -185,6 +237,18 @@ func TestScheduleHostile(t *testing.T) {
 			r.Task.Message = text("", strings.Repeat("x", events.MaxMessageBytes+1))
 		},
 		"other customer": func(r *api.ScheduleCreateRequest) { r.CustomerID = "B" },
+		"label key":      func(r *api.ScheduleCreateRequest) { r.Task.Labels = map[string]string{"Repo": "x"} },
+		"label value":    func(r *api.ScheduleCreateRequest) { r.Task.Labels = map[string]string{"k": strings.Repeat("v", 257)} },
+		"17 labels": func(r *api.ScheduleCreateRequest) {
+			r.Task.Labels = map[string]string{}
+			for i := range 17 {
+				r.Task.Labels[fmt.Sprint("k", i)] = "v"
+			}
+		},
+		"retry attempts":    func(r *api.ScheduleCreateRequest) { r.Task.Retry = &api.RetryRequest{MaxAttempts: refOf(101)} },
+		"retry on":          func(r *api.ScheduleCreateRequest) { r.Task.Retry = &api.RetryRequest{On: []string{"canceled"}} },
+		"concurrency limit": func(r *api.ScheduleCreateRequest) { r.Task.Concurrency = &events.Concurrency{Key: "k", Limit: 0} },
+		"concurrency key":   func(r *api.ScheduleCreateRequest) { r.Task.Concurrency = &events.Concurrency{Limit: 1} },
 	} {
 		req := everySecond("h")
 		mod(&req)
@@ -193,6 +257,9 @@ func TestScheduleHostile(t *testing.T) {
 		} else {
 			apiError(t, err, http.StatusBadRequest, "")
 		}
+	}
+	if _, err := a.GetSchedule(ctx, "h", api.ScheduleOptions{}); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("a refused schedule was written: %v", err)
 	}
 	// A task body over 1 MiB is 413; fields of a task a schedule may not set are 400.
 	huge := authDo(t, b, "Bearer tok-a", http.MethodPost, "/v1/schedules", `{"id":"h","every":"1s","task":{"repo":"`+strings.Repeat("x", api.MaxBodyBytes)+`"}}`)

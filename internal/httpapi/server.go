@@ -227,6 +227,7 @@ var routes = []route{
 	{"POST /v1/tasks/{id}/result", limited((*handler).result)},
 	{"POST /v1/tasks/{id}/effects", limited((*handler).effects)},
 	{"POST /v1/tasks/{id}/cancel", limited((*handler).cancel)},
+	{"POST /v1/tasks/{id}/retry", limited((*handler).retryTask)},
 	{"POST /v1/tasks/{id}/mailbox", limited((*handler).appendMail)},
 	{"GET /v1/tasks/{id}/mailbox", limited((*handler).mailbox)},
 	{"GET /v1/tasks/{id}/history", limited((*handler).history)},
@@ -568,6 +569,12 @@ func (h *handler) schedule(w http.ResponseWriter, r *http.Request, p scheduler.P
 		return
 	}
 	st, created, err := h.Service.Schedule(r.Context(), p, scheduleRequest(b))
+	h.scheduled(w, r, st, created, err)
+}
+
+// scheduled answers a new task (201), the one a repeated requestId made
+// (200), or err.
+func (h *handler) scheduled(w http.ResponseWriter, r *http.Request, st aggregate.State, created bool, err error) {
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -612,6 +619,10 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request, p scheduler.Princ
 			h.fail(w, r, invalidArg("%s: %v", name, err))
 			return
 		}
+	}
+	if err := searchFilter(p, q, &f); err != nil {
+		h.fail(w, r, err)
+		return
 	}
 	limit, err := listLimit(q.Get("limit"))
 	if err != nil {

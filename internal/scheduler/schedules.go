@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
 	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/crashpoint"
 	"github.com/taskledger/taskledger/projections"
@@ -40,8 +42,9 @@ type ScheduleViews interface {
 }
 
 // CreateScheduleRequest is a request for a schedule (POST /v1/schedules).
-// Task is the body of each run: its queue, message, repo, signal and
-// timeoutSeconds; ids, runAt and delaySeconds are refused.
+// Task is the body of each run: its queue, message, repo, signal,
+// timeoutSeconds, labels, retry policy and concurrency; ids, runAt and
+// delaySeconds are refused.
 type CreateScheduleRequest struct {
 	CustomerID, ID        string
 	Cron, Every, Timezone string
@@ -90,15 +93,18 @@ func scheduleCustomer(p Principal, customerID string) (string, error) {
 func scheduleSpec(req CreateScheduleRequest) (events.ScheduleSpec, error) {
 	t := req.Task
 	if t.CustomerID != "" || t.ParentID != "" || t.RequestID != "" || t.RelatedTaskID != "" || t.RunAt != nil || t.DelaySeconds != nil {
-		return events.ScheduleSpec{}, invalid("task: a schedule's task takes queue, message, repo, signal and timeoutSeconds only")
+		return events.ScheduleSpec{}, invalid("task: a schedule's task takes queue, message, repo, signal, timeoutSeconds, labels, retry and concurrency only")
 	}
 	spec := events.ScheduleSpec{
 		Cron: req.Cron, Every: req.Every, Timezone: cmp.Or(req.Timezone, "UTC"),
 		Overlap: cmp.Or(req.Overlap, events.OverlapSkip), Catchup: cmp.Or(req.Catchup, events.CatchupOne),
 		Task: events.TaskSpec{
 			Queue: cmp.Or(t.Queue, events.DefaultQueue), Signal: t.Signal, Repo: t.Repo, Message: t.Message,
-			TimeoutSeconds: events.DefaultTimeoutSeconds,
+			TimeoutSeconds: events.DefaultTimeoutSeconds, Retry: retryPolicy(t.Retry), Concurrency: t.Concurrency,
 		},
+	}
+	if len(t.Labels) > 0 { // no labels is nil, so an equal spec is the same spec
+		spec.Task.Labels = maps.Clone(t.Labels)
 	}
 	if t.TimeoutSeconds != nil {
 		spec.Task.TimeoutSeconds = *t.TimeoutSeconds
@@ -376,6 +382,7 @@ func (s *Service) scheduleRun(ctx context.Context, st aggregate.ScheduleState, f
 	t.Message.CreatedAt = f.At // each run's objective is of its instant
 	task, _, err := s.Schedule(ctx, Principal{CustomerID: st.CustomerID}, ScheduleRequest{
 		RequestID: f.RequestID, Signal: t.Signal, Repo: t.Repo, Queue: t.Queue, Message: t.Message, TimeoutSeconds: &timeout,
+		Labels: t.Labels, Retry: api.RetryRequestOf(t.Retry), Concurrency: t.Concurrency,
 	})
 	var refused *AdmissionError
 	if errors.As(err, &refused) {

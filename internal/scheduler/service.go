@@ -322,6 +322,7 @@ type ScheduleRequest struct {
 	TimeoutSeconds *int
 	Concurrency    *events.Concurrency
 	Retry          *api.RetryRequest // nil: one attempt
+	Labels         map[string]string
 }
 
 // Schedule accepts a task. created is false when the customer's requestId
@@ -333,9 +334,22 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 	if err != nil {
 		return st, false, err
 	}
+	return s.create(ctx, p, customerID, spec)
+}
+
+// requestTaskID is the id of the task a customer's request id names:
+// derived from both, so racing retries land on one task.
+func requestTaskID(customerID, requestID string) string {
+	return events.DeriveID("r", customerID, requestID)
+}
+
+// create schedules the task spec describes for customerID (whose id its
+// RequestID names, when it has one): Schedule's work once the request is
+// checked, shared with RetryTask.
+func (s *Service) create(ctx context.Context, p Principal, customerID string, spec events.TaskSpec) (st aggregate.State, created bool, err error) {
 	taskID := events.NewID()
-	if req.RequestID != "" {
-		taskID = events.DeriveID("r", customerID, req.RequestID)
+	if spec.RequestID != "" {
+		taskID = requestTaskID(customerID, spec.RequestID)
 	}
 	if spec.RelatedTaskID != "" {
 		if _, err := s.Get(ctx, p, spec.RelatedTaskID); err != nil {
@@ -353,7 +367,7 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 		if parent.Status.Terminal() {
 			// A repeated requestId answers the child it created before the
 			// parent ended (answered 200 with the existing task), not a conflict.
-			if req.RequestID != "" {
+			if spec.RequestID != "" {
 				if st, found, err := s.repeated(ctx, taskID); found || err != nil {
 					return st, false, err
 				}
@@ -362,7 +376,7 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 		}
 		if err := s.lineageRoom(spec.ParentID); err != nil {
 			// As for a terminal parent: a repeat answers the child it made.
-			if req.RequestID != "" {
+			if spec.RequestID != "" {
 				if st, found, rerr := s.repeated(ctx, taskID); found || rerr != nil {
 					return st, false, rerr
 				}
@@ -380,7 +394,7 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 	var cmd aggregate.Command = sc
 	if spec.ParentID == "" && s.cfg.Usage != nil {
 		// A replay is not charged again: look before admitting.
-		if req.RequestID != "" {
+		if spec.RequestID != "" {
 			if st, found, err := s.repeated(ctx, taskID); found || err != nil {
 				return st, false, err
 			}
@@ -501,8 +515,8 @@ func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, s
 	runAt := now
 	if req.RunAt != nil {
 		runAt = *req.RunAt
-		if runAt.Before(time.Unix(0, 0)) || runAt.After(now.Add(maxDelaySeconds*time.Second)) {
-			return events.TaskSpec{}, "", invalid("runAt must be after 1970 and at most %d seconds ahead", maxDelaySeconds)
+		if err := checkRunAt(runAt, now); err != nil {
+			return events.TaskSpec{}, "", err
 		}
 	}
 	if req.DelaySeconds != nil {
@@ -533,6 +547,7 @@ func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, s
 		ParentID: req.ParentID, RequestID: req.RequestID, RelatedTaskID: req.RelatedTaskID,
 		Queue: queue, Signal: req.Signal, Repo: req.Repo, Message: msg,
 		RunAt: runAt.UTC(), TimeoutSeconds: timeout, Concurrency: req.Concurrency, Retry: retryPolicy(req.Retry),
+		Labels: req.Labels,
 	}, customerID, nil
 }
 
@@ -570,6 +585,15 @@ func (s *Service) checkQueues(customerID, queue string) error {
 	}
 	if live, n := s.cfg.Views.CustomerQueue(customerID, queue); !live && n >= max {
 		return invalid("customer %s has live tasks on %d queues, at most %d: use one of those, or wait for their tasks to finish", customerID, n, max)
+	}
+	return nil
+}
+
+// checkRunAt fails with ErrInvalid for a runAt before 1970 or more than
+// maxDelaySeconds after now.
+func checkRunAt(runAt, now time.Time) error {
+	if runAt.Before(time.Unix(0, 0)) || runAt.After(now.Add(maxDelaySeconds*time.Second)) {
+		return invalid("runAt must be after 1970 and at most %d seconds ahead", maxDelaySeconds)
 	}
 	return nil
 }

@@ -130,9 +130,10 @@ class Client:
     def _url(self, path: str, query: dict[str, Any] | None = None) -> str:
         url = self._prefix + path
         if query:
-            q = {k: str(v) for k, v in query.items() if v not in (None, "")}
+            # A list is a repeated parameter (label=a=1&label=b=2).
+            q = {k: v if isinstance(v, builtins.list) else str(v) for k, v in query.items() if v not in (None, "", [])}
             if q:
-                url += "?" + urllib.parse.urlencode(q)
+                url += "?" + urllib.parse.urlencode(q, doseq=True)
         return url
 
     def _request(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None,
@@ -192,11 +193,16 @@ class Client:
         return Task.from_json(self._json("GET", _task(task_id))[1])
 
     def list(self, *, status: str = "", queue: str = "", customer_id: str = "", root_id: str = "",
-             limit: int | None = None, after: str = "") -> TaskList:
+             labels: dict[str, str] | None = None, request_id: str = "", created_after: str = "",
+             created_before: str = "", limit: int | None = None, after: str = "") -> TaskList:
         """GET /v1/tasks: one page (``next`` is the cursor of the next, empty
-        on the last)."""
+        on the last). ``labels`` selects tasks carrying every pair (at most
+        4), ``request_id`` the task the caller's customer scheduled with it,
+        ``created_after``/``created_before`` (RFC 3339, exclusive) bound the
+        creation time. Raises InvalidArgument for a bad filter."""
         q = {"status": status, "queue": queue, "customerId": customer_id, "rootId": root_id,
-             "limit": limit, "after": after}
+             "label": [f"{k}={v}" for k, v in sorted((labels or {}).items())], "requestId": request_id,
+             "createdAfter": created_after, "createdBefore": created_before, "limit": limit, "after": after}
         return TaskList.from_json(self._json("GET", "/v1/tasks", query=q)[1])
 
     def list_all(self, **filters: Any) -> Iterator[Task]:
@@ -249,6 +255,19 @@ class Client:
     def cancel(self, task_id: str, reason: str = "") -> Task:
         """POST /v1/tasks/{id}/cancel. Raises Terminal, NotFound."""
         return Task.from_json(self._json("POST", _task(task_id, "/cancel"), {"reason": reason})[1])
+
+    def retry_task(self, task_id: str, *, request_id: str = "", message: Message | None = None,
+                   run_at: str = "") -> tuple[Task, bool]:
+        """POST /v1/tasks/{id}/retry: schedules a new task with the terminal
+        task's spec (message replaced when given; run_at RFC 3339, default
+        now), related to it. Returns the new task and whether it was created
+        (False when request_id repeated). Raises NotTerminal, NotFound,
+        AdmissionRejected, InvalidArgument."""
+        body: dict[str, Any] = {"requestId": request_id, "runAt": run_at}
+        if message is not None:
+            body["message"] = message.to_json()
+        status, data = self._json("POST", _task(task_id, "/retry"), {k: v for k, v in body.items() if v})
+        return Task.from_json(data), status == 201
 
     def append_mail(self, task_id: str, message: Message) -> MailAccepted:
         """POST /v1/tasks/{id}/mailbox: appends a follow-up message (a

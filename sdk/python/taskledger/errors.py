@@ -118,6 +118,12 @@ class ScheduleLimit(Conflict):
     reason = "schedule_limit"
 
 
+class NotTerminal(Conflict):
+    """409 ``not_terminal``: a retry of a task that has not ended."""
+
+    reason = "not_terminal"
+
+
 class PayloadTooLarge(TaskledgerError):
     """413: the body is over its limit, or the event it makes is larger
     than the log takes. The same request cannot succeed."""
@@ -167,7 +173,8 @@ _BY_CODE: dict[str, type[TaskledgerError]] = {
 }
 _BY_REASON: dict[tuple[str, str], type[TaskledgerError]] = {
     (c.code, c.reason): c
-    for c in (Terminal, TokenMismatch, NotClaimable, ParentTerminal, LineageLimit, StaleRevision, ScheduleLimit, TooManyPolls)
+    for c in (Terminal, TokenMismatch, NotClaimable, ParentTerminal, LineageLimit, StaleRevision, ScheduleLimit, NotTerminal,
+              TooManyPolls)
 }
 
 

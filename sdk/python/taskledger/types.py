@@ -321,6 +321,8 @@ class Task(Wire):
     signal: Signal | None = None
     repo: str = ""
     message: Message = field(default_factory=Message)
+    labels: dict[str, str] = field(default_factory=dict)
+    retry_of: str = ""
     status: str = ""
     created_at: str = ""
     run_at: str = ""
@@ -431,6 +433,7 @@ class ScheduleRequest(Wire):
     timeout_seconds: int | None = None
     concurrency: Concurrency | None = None
     retry: RetryRequest | None = None
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -589,13 +592,18 @@ def schedule_request_id(schedule_id: str, at: str) -> str:
 
 @dataclass
 class ScheduleTask(Wire):
-    """The task each run of a schedule schedules."""
+    """The task each run of a schedule schedules; every run's task gets its
+    labels, retry policy and concurrency. In a Schedule, retry has every
+    field set (the server's defaults filled in)."""
 
     queue: str = ""
     message: Message | None = None
     repo: str = ""
     signal: Signal | None = None
     timeout_seconds: int | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    retry: RetryRequest | None = None
+    concurrency: Concurrency | None = None
 
 
 @dataclass

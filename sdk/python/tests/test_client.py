@@ -220,6 +220,45 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(self.queued(second.id).waiting_for, "")
         types = [e.type for e in self.acme.history(second.id)]
         self.assertEqual(types[:3], ["TaskScheduled", "SlotAcquired", "DeliveryPending"])
+    def test_labels_and_search(self) -> None:
+        labels = {"repo": "example/storefront", "team": unique("team")}
+        t = self.schedule(labels=labels, request_id=unique("req"))
+        plain = self.schedule()
+        self.assertEqual(t.labels, labels)
+        self.assertEqual(self.acme.get(plain.id).labels, {})
+        self.assertEqual([x.id for x in self.acme.list(labels=labels).tasks], [t.id])
+        self.assertEqual([x.id for x in self.acme.list(labels={"team": labels["team"]}, queue=self.queue).tasks], [t.id])
+        self.assertEqual([x.id for x in self.acme.list(request_id=t.request_id).tasks], [t.id])
+        self.assertEqual([x.id for x in self.acme.list(queue=self.queue, created_after=t.created_at).tasks], [plain.id])
+        self.assertEqual([x.id for x in self.acme.list(queue=self.queue, created_before=plain.created_at).tasks], [t.id])
+        self.assertEqual(self.client(OTHER).list(labels=labels).tasks, [])  # another customer's labels
+        with self.assertRaises(errors.InvalidArgument):
+            self.acme.list(labels={"Bad": "key"})
+        with self.assertRaises(errors.InvalidArgument):
+            self.acme.schedule(queue=self.queue, labels={f"k{i}": "v" for i in range(17)})
+
+    def test_retry_task(self) -> None:
+        old = self.schedule(labels={"repo": "example/storefront"}, message=text("flaky"), timeout_seconds=90,
+                            retry=RetryRequest(max_attempts=2), concurrency=taskledger.Concurrency(key=unique("k"), limit=1000))
+        with self.assertRaises(errors.NotTerminal) as cm:
+            self.acme.retry_task(old.id)
+        self.assertEqual((cm.exception.status, cm.exception.reason), (409, "not_terminal"))
+        self.acme.cancel(old.id, "retry it")
+        new, created = self.acme.retry_task(old.id)
+        self.assertTrue(created)
+        self.assertNotEqual(new.id, old.id)
+        self.assertEqual((new.related_task_id, new.retry_of, new.queue, new.timeout_seconds, new.labels, new.message.text()),
+                         (old.id, old.id, self.queue, 90, old.labels, "flaky"))
+        self.assertEqual((new.retry, new.concurrency, new.attempt), (old.retry, old.concurrency, 1))  # the policy and the key too
+        key = unique("retry")
+        first, created = self.acme.retry_task(old.id, request_id=key, message=text("again"))
+        self.assertTrue(created)
+        self.assertEqual(first.message.text(), "again")
+        again, created = self.acme.retry_task(old.id, request_id=key)
+        self.assertFalse(created)  # the request id repeated
+        self.assertEqual(again.id, first.id)
+        with self.assertRaises(errors.NotFound):
+            self.client(OTHER).retry_task(old.id)
 
     def test_batches(self) -> None:
         items = self.acme.schedule_batch([ScheduleRequest(queue=self.queue), ScheduleRequest(queue=self.queue),

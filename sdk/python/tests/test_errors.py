@@ -23,6 +23,7 @@ class ErrorsTest(unittest.TestCase):
             (409, "conflict", "parent_terminal", errors.ParentTerminal),
             (409, "conflict", "lineage_limit", errors.LineageLimit),
             (409, "conflict", "stale_revision", errors.StaleRevision),
+            (409, "conflict", "not_terminal", errors.NotTerminal),
             (409, "conflict", "a_new_reason", errors.Conflict),
             (413, "payload_too_large", "", errors.PayloadTooLarge),
             (429, "admission_rejected", "", errors.AdmissionRejected),

@@ -11,8 +11,10 @@ from tests.harness import ACME, OPERATOR, OTHER, Server, eventually, unique
 import taskledger
 from taskledger import errors
 from taskledger.types import (
+    Concurrency,
     ContentPart,
     Message,
+    RetryRequest,
     Schedule,
     ScheduleCreateRequest,
     ScheduleTask,
@@ -51,7 +53,7 @@ class SchedulesTest(unittest.TestCase):
         self.assertEqual(len(s.next), 5)
         again, created = self.acme.create_schedule(self.request(sid))
         self.assertFalse(created)
-        self.assertEqual(again.version, s.version)
+        self.assertEqual(again.updated_at, "")  # unchanged (a run may have fired in between)
 
         def two_runs() -> Schedule | None:
             got = self.acme.get_schedule(sid)
@@ -84,6 +86,28 @@ class SchedulesTest(unittest.TestCase):
         self.assertTrue(self.acme.get_schedule(sid).deleted)  # history kept
         with self.assertRaises(errors.NotFound):
             self.acme.pause_schedule(sid)
+
+    def test_task_spec(self) -> None:
+        sid = unique("s")
+        req = self.request(sid, paused=True)
+        req.every = "1h"  # runs only when triggered
+        assert req.task is not None
+        req.task.labels = {"kind": "nightly", "repo": "example/storefront"}
+        req.task.retry = RetryRequest(max_attempts=3, on=["failed", "timed_out"])
+        req.task.concurrency = Concurrency(key=unique("repo:"), limit=2)
+        s, created = self.acme.create_schedule(req)
+        self.assertTrue(created)
+        self.assertEqual((s.task.labels, s.task.concurrency), (req.task.labels, req.task.concurrency))
+        self.assertEqual(s.task.retry, RetryRequest(max_attempts=3, backoff_seconds=10, max_backoff_seconds=3600, on=["failed", "timed_out"]))
+        task = self.acme.trigger_schedule(sid)
+        assert task.retry is not None
+        self.assertEqual((task.labels, task.concurrency, task.max_attempts, task.retry.on),
+                         (req.task.labels, req.task.concurrency, 3, ["failed", "timed_out"]))
+        self.assertEqual([t.id for t in self.acme.list(labels={"kind": "nightly"}, queue=self.queue).tasks], [task.id])
+        for bad in (ScheduleTask(labels={"Bad": "key"}), ScheduleTask(retry=RetryRequest(max_attempts=101)),
+                    ScheduleTask(concurrency=Concurrency(key="k", limit=0))):
+            with self.assertRaises(errors.InvalidArgument, msg=str(bad)):
+                self.acme.create_schedule(ScheduleCreateRequest(id=unique("bad"), every="1h", task=bad))
 
     def test_refusals_and_tenancy(self) -> None:
         sid = unique("s")

@@ -1,0 +1,81 @@
+package scheduler
+
+import (
+	"context"
+	"time"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/projections"
+)
+
+// RetryTaskRequest asks for a new task repeating a terminal one (POST
+// /v1/tasks/{id}/retry, a manual retry; not the retry policy). Every field
+// is optional.
+type RetryTaskRequest struct {
+	// RequestID makes the retry idempotent, as for Schedule: a repeat
+	// answers the task the first call made. It shares Schedule's request
+	// ids.
+	RequestID string
+	// Message replaces the retried task's objective.
+	Message *events.Message
+	// RunAt is when the new task is due; default now.
+	RunAt *time.Time
+}
+
+// RetryTask schedules a new root task with the spec of the terminal task
+// id (queue, message unless req gives one, repo, labels, signal, timeout,
+// retry policy and concurrency),
+// whose relatedTaskId and retryOf name id. It is admitted, and counted
+// against the customer's quotas, as a new root task is. created is false
+// when req's RequestID was seen before; the existing task comes back
+// then. Errors: aggregate.ErrNotFound (no such task for p),
+// aggregate.ErrNotTerminal (the task is live), aggregate.ErrInvalid (a
+// bad request id, message or runAt), an *AdmissionError, ErrUnavailable.
+func (s *Service) RetryTask(ctx context.Context, p Principal, id string, req RetryTaskRequest) (st aggregate.State, created bool, err error) {
+	old, err := s.Get(ctx, p, id)
+	if err != nil {
+		return st, false, err
+	}
+	spec, err := aggregate.RetrySpec(old)
+	if err != nil {
+		return st, false, err
+	}
+	now := s.cfg.Store.Now()
+	spec.RequestID, spec.RunAt = req.RequestID, now.UTC()
+	if req.Message != nil {
+		spec.Message = *req.Message
+		if spec.Message.CreatedAt.IsZero() {
+			spec.Message.CreatedAt = now
+		}
+	}
+	if req.RunAt != nil {
+		if err := checkRunAt(*req.RunAt, now); err != nil {
+			return st, false, err
+		}
+		spec.RunAt = req.RunAt.UTC()
+	}
+	if err := s.checkQueues(old.CustomerID, spec.Queue); err != nil {
+		return st, false, err
+	}
+	return s.create(ctx, p, old.CustomerID, spec)
+}
+
+// RequestFilter returns f narrowed to the one task that p's customer
+// scheduled with requestID (for an operator, f.CustomerID's, or
+// events.DefaultCustomer's when f names none, as Schedule does). Errors:
+// aggregate.ErrInvalid for a malformed request id.
+func RequestFilter(p Principal, f projections.Filter, requestID string) (projections.Filter, error) {
+	if err := events.ValidID(requestID); err != nil {
+		return f, invalid("requestId: %v", err)
+	}
+	customerID := f.CustomerID
+	switch {
+	case !p.IsOperator():
+		customerID = p.CustomerID
+	case customerID == "":
+		customerID = events.DefaultCustomer
+	}
+	f.TaskID = requestTaskID(customerID, requestID)
+	return f, nil
+}
