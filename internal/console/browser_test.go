@@ -309,9 +309,8 @@ func TestConsole(t *testing.T) {
 		}
 	})
 
-	// Labels are not on the list route yet: the console offers a filter
-	// for every query parameter the list route documents, so this filters
-	// by queue, through the form.
+	// The console offers a filter for every query parameter the list
+	// route documents; queue and label, through the form.
 	t.Run("FilterByQueue", func(t *testing.T) {
 		other := schedule(t, c.acme, api.ScheduleRequest{Queue: "other", Message: text("on another queue")})
 		c.open(t, "#/tasks", "#f-queue")
@@ -320,6 +319,70 @@ func TestConsole(t *testing.T) {
 			chromedp.Click(chromedp.CSS(`form.filters button[type="submit"]`)),
 		)
 		c.poll(t, fmt.Sprintf(`location.hash === "#/tasks?queue=other" && document.querySelectorAll("#tasks tbody tr").length === 1 && document.querySelector(%q) !== null`, row(other.ID)))
+	})
+
+	t.Run("FilterByLabel", func(t *testing.T) {
+		ops := schedule(t, c.acme, api.ScheduleRequest{Queue: "labeled", Message: text("for ops"), Labels: map[string]string{"team": "ops", "env": "prod"}})
+		dev := schedule(t, c.acme, api.ScheduleRequest{Queue: "labeled", Message: text("for dev"), Labels: map[string]string{"team": "dev", "env": "prod"}})
+		c.open(t, "#/tasks?queue=labeled", row(dev.ID))
+		c.run(t,
+			chromedp.SetValue(chromedp.CSS("#f-label"), "team=ops env=prod"),
+			chromedp.Click(chromedp.CSS(`form.filters button[type="submit"]`)),
+		)
+		c.poll(t, fmt.Sprintf(`document.querySelectorAll("#tasks tbody tr").length === 1 && document.querySelector(%q) !== null && document.querySelector(%q).textContent.includes("team=ops")`,
+			row(ops.ID), row(ops.ID)))
+	})
+
+	// The issue's walk-through: a failed child of a canceled root is found
+	// from the root's page, its error and its effects read, and it is
+	// retried as a new task related to it.
+	t.Run("RetryFailedChildOfCanceledRoot", func(t *testing.T) {
+		hour := 3600.0
+		root := schedule(t, c.acme, api.ScheduleRequest{Queue: "walk", Message: text("investigate the outage"), DelaySeconds: &hour})
+		child := schedule(t, c.acme, api.ScheduleRequest{Queue: "walk-child", ParentID: root.ID, Message: text("check the load balancer")})
+		claimed, ok, err := c.acme.ClaimNext(ctx, "walk-child", "w-walk", 10*time.Second)
+		if err != nil || !ok || claimed.ID != child.ID {
+			t.Fatalf("claim the child: %s %v %v", claimed.ID, ok, err)
+		}
+		if _, err := c.acme.RecordResult(ctx, child.ID, api.ResultRequest{DeliveryID: claimed.Claim.DeliveryID, Success: false,
+			Error: "the health check timed out", Effects: []events.Effect{{Kind: "pull_request", Ref: "acme/lb#7", URL: "https://example.com/acme/lb/pull/7"}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.acme.Cancel(ctx, root.ID, "superseded by the incident review"); err != nil {
+			t.Fatal(err)
+		}
+		c.open(t, "#/task/"+root.ID, fmt.Sprintf(`#tree a[href="#/task/%s"]`, child.ID))
+		c.poll(t, `document.querySelector("h1 .status")?.dataset.status === "canceled"`)
+		c.click(t, fmt.Sprintf(`#tree a[href="#/task/%s"]`, child.ID))
+		c.poll(t, `document.querySelector("h1 .status")?.dataset.status === "failed" && document.querySelector("#result")?.textContent.includes("the health check timed out") && document.querySelector("#effects")?.textContent.includes("acme/lb#7")`)
+		c.click(t, "#retry")
+		c.poll(t, fmt.Sprintf(`location.hash.startsWith("#/task/") && location.hash !== "#/task/%s" && document.querySelector("h1 .status") !== null`, child.ID))
+		newID := value(t, c, chromedp.Evaluate[string](`decodeURIComponent(location.hash.slice("#/task/".length))`))
+		retried, err := c.acme.Get(ctx, newID)
+		if err != nil || retried.RelatedTaskID != child.ID || retried.Queue != "walk-child" || retried.Message.Content[0].Text != "check the load balancer" {
+			t.Fatalf("the retry %+v (%v), want a new task related to %s with its spec", retried, err, child.ID)
+		}
+	})
+
+	t.Run("BulkRetry", func(t *testing.T) {
+		task := schedule(t, c.acme, api.ScheduleRequest{Queue: "bulkretry", Message: text("retry me")})
+		if _, err := c.acme.Cancel(ctx, task.ID, "to retry"); err != nil {
+			t.Fatal(err)
+		}
+		c.open(t, "#/tasks?queue=bulkretry", row(task.ID)+` [data-status="canceled"]`)
+		c.poll(t, fmt.Sprintf(`(() => { const b = document.querySelector(%q); if (!b) return false; if (!b.checked) b.click(); return b.checked })()`,
+			row(task.ID)+` input[type="checkbox"]`))
+		c.click(t, "#bulk-retry")
+		c.poll(t, `document.querySelectorAll("#tasks tbody tr").length === 2`)
+		l, err := c.acme.List(ctx, api.ListOptions{Queue: "bulkretry"})
+		if err != nil || len(l.Tasks) != 2 {
+			t.Fatalf("list %+v %v", l, err)
+		}
+		for _, got := range l.Tasks {
+			if got.ID != task.ID && got.RelatedTaskID != task.ID {
+				t.Fatalf("task %s on the queue is not the retry of %s: %+v", got.ID, task.ID, got)
+			}
+		}
 	})
 
 	t.Run("SearchByIDPrefix", func(t *testing.T) {
