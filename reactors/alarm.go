@@ -107,7 +107,7 @@ type AlarmConfig struct {
 	// still holds it, and publishes it again with the same token if not;
 	// then again every RepublishAfter. Default 1m.
 	RepublishAfter time.Duration
-	ErrorBackoff   time.Duration // wait before retrying an action that failed; default 1s
+	ErrorBackoff   time.Duration // wait before retrying an action that failed, on the process's clock (not Now); default 1s
 	Logger         zerolog.Logger
 	// Repeats logs the failures that are retried: the first of a kind in
 	// full, then counts, so a broken log or ready stream does not write a
@@ -184,7 +184,8 @@ type key struct {
 }
 
 // flight says until when a dispatched item is skipped: while running, then
-// until the projection applied untilSeq, or until retryAt after a failure,
+// until the projection applied untilSeq, or until retryAt (on the
+// process's clock, not Config.Now) after a failure,
 // or for as long as the process runs once parked (a permanent failure).
 // A schedule the log had nothing due of is skipped until notDue.until,
 // unless the projections' schedule changes first.
@@ -240,8 +241,11 @@ func (a *Alarm) Run(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		now := a.cfg.Now()
-		a.settle(now)
+		// now is the clock the due times are on (Config.Now); wall is the
+		// process's own, for the pause after a failed action: a clock that
+		// stands still or jumps must not hold a retry back.
+		now, wall := a.cfg.Now(), time.Now()
+		a.settle(now, wall)
 		dispatched := 0
 		dispatch := func(k key, act func() flight) {
 			sem <- struct{}{}
@@ -264,7 +268,7 @@ func (a *Alarm) Run(ctx context.Context) error {
 			if free == 0 {
 				break
 			}
-			skip := func(id string) bool { return a.skip(key{t, id}, now) }
+			skip := func(id string) bool { return a.skip(key{t, id}, now, wall) }
 			if t == projections.Fire {
 				if a.cfg.Schedules != nil {
 					for _, d := range a.proj.DueSchedules(now, free, skip) {
@@ -277,7 +281,7 @@ func (a *Alarm) Run(ctx context.Context) error {
 				dispatch(key{t, s.TaskID}, func() flight { return a.act(ctx, t, s) })
 			}
 		}
-		timer.Reset(a.wait(now, dispatched, len(sem) == cap(sem)))
+		timer.Reset(a.wait(now, wall, dispatched, len(sem) == cap(sem)))
 		select {
 		case <-ctx.Done():
 			go func() { // drain results so actions in flight can finish
@@ -300,7 +304,7 @@ func (a *Alarm) Run(ctx context.Context) error {
 // must not hide a later one), or until a failed action may be retried.
 // Items in flight leave the queue through the projection, which wakes the
 // alarm, so there is no polling interval.
-func (a *Alarm) wait(now time.Time, dispatched int, full bool) time.Duration {
+func (a *Alarm) wait(now, wall time.Time, dispatched int, full bool) time.Duration {
 	switch {
 	case full:
 		return time.Hour // nothing can start before an action ends, which wakes the alarm
@@ -312,14 +316,14 @@ func (a *Alarm) wait(now time.Time, dispatched int, full bool) time.Duration {
 		if t == projections.Fire && a.cfg.Schedules == nil {
 			continue
 		}
-		next, ok := a.proj.EarliestExcept(t, func(id string) bool { return a.skip(key{t, id}, now) })
+		next, ok := a.proj.EarliestExcept(t, func(id string) bool { return a.skip(key{t, id}, now, wall) })
 		if next = next.Add(a.delay(t)); ok && next.After(now) {
 			d = min(d, next.Sub(now))
 		}
 	}
 	for _, f := range a.inflight {
-		if !f.running && f.retryAt.After(now) {
-			d = min(d, f.retryAt.Sub(now))
+		if !f.running && f.retryAt.After(wall) {
+			d = min(d, f.retryAt.Sub(wall))
 		}
 		if f.waiting(now) {
 			d = min(d, f.notDue.until.Sub(now))
@@ -338,9 +342,9 @@ func (a *Alarm) delay(t projections.Timer) time.Duration {
 	return 0
 }
 
-func (a *Alarm) skip(k key, now time.Time) bool {
+func (a *Alarm) skip(k key, now, wall time.Time) bool {
 	f, ok := a.inflight[k]
-	return ok && (f.running || f.parked || f.untilSeq > a.proj.Applied() || now.Before(f.retryAt) || f.waiting(now))
+	return ok && (f.running || f.parked || f.untilSeq > a.proj.Applied() || wall.Before(f.retryAt) || f.waiting(now))
 }
 
 // waiting reports whether f is a fire the log found early, until its
@@ -349,7 +353,7 @@ func (f flight) waiting(now time.Time) bool { return f.notDue != nil && now.Befo
 
 // settle forgets flights whose effect the projection has applied, and
 // early fires whose schedule the projections have changed since.
-func (a *Alarm) settle(now time.Time) {
+func (a *Alarm) settle(now, wall time.Time) {
 	applied := a.proj.Applied()
 	for k, f := range a.inflight {
 		if f.waiting(now) && f.untilSeq <= applied {
@@ -359,7 +363,7 @@ func (a *Alarm) settle(now time.Time) {
 			f.notDue = nil
 			a.inflight[k] = f
 		}
-		if !f.running && !f.parked && f.untilSeq <= applied && !now.Before(f.retryAt) && !f.waiting(now) {
+		if !f.running && !f.parked && f.untilSeq <= applied && !wall.Before(f.retryAt) && !f.waiting(now) {
 			delete(a.inflight, k)
 		}
 	}
@@ -442,7 +446,7 @@ func (a *Alarm) settled(t projections.Timer, due time.Time, s aggregate.State, s
 	case IsSettled(err):
 		// The projection lagged the log; it will drop the item once it has
 		// seen what the decision saw. The pause is a safety net only.
-		return flight{untilSeq: seq, retryAt: a.cfg.Now().Add(a.cfg.ErrorBackoff)}
+		return flight{untilSeq: seq, retryAt: time.Now().Add(a.cfg.ErrorBackoff)}
 	case IsPermanent(err):
 		// Retrying cannot help: the item stays parked (in its timer queue,
 		// not acted on) until this process restarts. Observe counts it.
@@ -450,7 +454,7 @@ func (a *Alarm) settled(t projections.Timer, due time.Time, s aggregate.State, s
 		return flight{parked: true}
 	default:
 		a.warn("alarm "+t.String()+" failed; will retry", s, err)
-		return flight{retryAt: a.cfg.Now().Add(a.cfg.ErrorBackoff)}
+		return flight{retryAt: time.Now().Add(a.cfg.ErrorBackoff)}
 	}
 }
 
