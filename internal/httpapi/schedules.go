@@ -115,7 +115,11 @@ func (h *handler) listSchedules(w http.ResponseWriter, r *http.Request, p schedu
 		h.fail(w, r, err)
 		return
 	}
-	views := h.Service.ListSchedules(p, customerID, after, limit+1)
+	views, err := h.Service.ListSchedules(p, customerID, after, limit+1)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	out := api.ScheduleList{Schedules: []api.Schedule{}}
 	for i, v := range views {
 		if i == limit {

@@ -365,7 +365,8 @@ func TestListLimit(t *testing.T) {
 // TestGetScheduleBeforeProjections reads a schedule through a service
 // whose projections have not applied the log yet (a node catching up
 // after a restart): it is answered from the log, without runs, instead
-// of a false not_found; one the log does not hold either is not_found.
+// of a false not_found; one the log does not hold either is not_found;
+// the listings are unavailable until the views catch up.
 func TestGetScheduleBeforeProjections(t *testing.T) {
 	t.Parallel()
 	n := setup(t)
@@ -394,6 +395,17 @@ func TestGetScheduleBeforeProjections(t *testing.T) {
 	}
 	if _, err := svc.GetSchedule(ctx, scheduler.Principal{CustomerID: "globex"}, "", "early"); !errors.Is(err, aggregate.ErrNotFound) {
 		t.Fatalf("another customer's schedule: %v, want ErrNotFound", err)
+	}
+	// The listings read only the views: refused until they catch up,
+	// rather than answered without what they have not applied yet.
+	if _, err := svc.ListSchedules(acme, "", "", 10); !errors.Is(err, scheduler.ErrUnavailable) {
+		t.Fatalf("schedules listed before the projections caught up: %v, want ErrUnavailable", err)
+	}
+	if _, _, err := svc.List(ctx, acme, projections.Filter{}, "", 10); !errors.Is(err, scheduler.ErrUnavailable) {
+		t.Fatalf("tasks listed before the projections caught up: %v, want ErrUnavailable", err)
+	}
+	if l, err := n.Service.ListSchedules(acme, "", "", 10); err != nil || len(l) != 1 {
+		t.Fatalf("the caught-up node's schedules: %d, %v", len(l), err)
 	}
 }
 

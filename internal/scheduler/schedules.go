@@ -203,8 +203,12 @@ func (s *Service) GetSchedule(ctx context.Context, p Principal, customerID, id s
 
 // ListSchedules returns up to limit live schedules after the id after:
 // the customer's, or for an operator who names none every customer's
-// (after is then "customer/id").
-func (s *Service) ListSchedules(p Principal, customerID, after string, limit int) []ScheduleView {
+// (after is then "customer/id"). It is ErrUnavailable while the views
+// catch up after a start.
+func (s *Service) ListSchedules(p Principal, customerID, after string, limit int) ([]ScheduleView, error) {
+	if err := s.caughtUp(); err != nil {
+		return nil, err
+	}
 	filter := customerID
 	if !p.IsOperator() {
 		filter = p.CustomerID
@@ -216,7 +220,7 @@ func (s *Service) ListSchedules(p Principal, customerID, after string, limit int
 	for _, sc := range s.cfg.Schedules.Schedules(filter, after, limit, false) {
 		out = append(out, s.scheduleView(sc))
 	}
-	return out
+	return out, nil
 }
 
 // ScheduleHistory returns every event of a customer's schedule, from the

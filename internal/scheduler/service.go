@@ -67,6 +67,9 @@ type Store interface {
 
 // Views is what the service reads from the projections.
 type Views interface {
+	// CaughtUp reports whether the views have applied everything the log
+	// held when they started: before, a listing would miss tasks.
+	CaughtUp() bool
 	WaitFor(ctx context.Context, seq uint64) error
 	// ApplyOwn folds events just appended into the views where it may
 	// ahead of their tail, and reports whether all of them are in.
@@ -631,6 +634,19 @@ func (s *Service) fromStore(err error) error {
 	return err
 }
 
+// errCatchingUp is why a listing is refused while the views catch up.
+var errCatchingUp = errors.New("the projections are catching up with the log after a start (GET /readyz says when they are done); a listing now would miss tasks")
+
+// caughtUp fails with ErrUnavailable until the views have caught up with
+// the log: the listings read only the views, so before that they would
+// leave out what the views have not applied yet, without saying so.
+func (s *Service) caughtUp() error {
+	if !s.cfg.Views.CaughtUp() {
+		return s.unavailable(errCatchingUp)
+	}
+	return nil
+}
+
 // Get returns a task as the log has it now.
 func (s *Service) Get(ctx context.Context, p Principal, id string) (aggregate.State, error) {
 	if err := events.ValidID(id); err != nil {
@@ -815,9 +831,13 @@ func (s *Service) CustomerEvents(ctx context.Context, p Principal, customerID st
 
 // List returns up to limit tasks matching f after the cursor, with the
 // cursor of the next page ("" at the end). A customer sees only its own.
+// It is ErrUnavailable while the views catch up after a start.
 func (s *Service) List(ctx context.Context, p Principal, f projections.Filter, after string, limit int) ([]aggregate.State, string, error) {
 	if limit < 1 || limit > api.MaxListLimit {
 		return nil, "", invalid("limit must be a whole number from 1 to %d", api.MaxListLimit)
+	}
+	if err := s.caughtUp(); err != nil {
+		return nil, "", err
 	}
 	if !p.IsOperator() {
 		if f.CustomerID != "" && f.CustomerID != p.CustomerID {
