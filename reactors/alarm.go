@@ -47,6 +47,8 @@ type Projection interface {
 	EarliestExcept(t projections.Timer, skip func(taskID string) bool) (time.Time, bool)
 	TimersChanged() <-chan struct{}
 	Applied() uint64
+	// WaitFor returns once the projection has applied seq, or ctx ends.
+	WaitFor(ctx context.Context, seq uint64) error
 	// Postpone moves a task's due time in timer queue t, if it is there.
 	Postpone(t projections.Timer, taskID string, due time.Time)
 	// Waiters returns up to limit tasks due at now waiting for a slot of
@@ -256,6 +258,7 @@ func (a *Alarm) Run(ctx context.Context) error {
 				defer wg.Done()
 				r := result{key: k, flight: act()}
 				<-sem
+				a.awaitApplied(ctx, r.untilSeq)
 				a.done <- r
 			}()
 		}
@@ -296,6 +299,17 @@ func (a *Alarm) Run(ctx context.Context) error {
 		case <-a.proj.TimersChanged():
 		case <-timer.C:
 		}
+	}
+}
+
+// awaitApplied returns once the projection has applied seq (or ctx ends):
+// the item is skipped until then, and the event at seq may change no
+// timer queue (a ReadyPublished), so nothing else would wake the alarm
+// when it is applied. Its result, sent after this, does. The action's
+// slot is free meanwhile; the item stays in flight.
+func (a *Alarm) awaitApplied(ctx context.Context, seq uint64) {
+	if seq > a.proj.Applied() {
+		a.proj.WaitFor(ctx, seq) // an error is ctx's end: Run is stopping
 	}
 }
 
