@@ -91,10 +91,7 @@ func scheduleCommand(ctx context.Context, args []string, stdout io.Writer) error
 	if req.RunAt, err = optionalTime("run-at", *runAt); err != nil {
 		return err
 	}
-	if *timeout > 0 {
-		s := int(timeout.Seconds())
-		req.TimeoutSeconds = &s
-	}
+	req.TimeoutSeconds = wholeSeconds(*timeout)
 	t, created, err := cf.client().Schedule(ctx, req)
 	if err != nil {
 		return err
@@ -399,4 +396,14 @@ func concurrencyCommand(ctx context.Context, args []string, stdout io.Writer) er
 		fmt.Fprintf(stdout, "waits  %s  runAt=%s\n", w.TaskID, stamp(w.RunAt))
 	}
 	return nil
+}
+
+// wholeSeconds is a --timeout flag as a request's timeoutSeconds: nil
+// (the server's default) when it is not set.
+func wholeSeconds(d time.Duration) *int {
+	if d <= 0 {
+		return nil
+	}
+	n := int(d.Seconds())
+	return &n
 }

@@ -127,10 +127,7 @@ func scheduleCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, cust
 	if *text != "" {
 		req.Task.Message.Content = []events.ContentPart{{Type: "text", Text: *text}}
 	}
-	if *timeout > 0 {
-		n := int(timeout.Seconds())
-		req.Task.TimeoutSeconds = &n
-	}
+	req.Task.TimeoutSeconds = wholeSeconds(*timeout)
 	s, created, err := cf.client().CreateSchedule(ctx, req)
 	if err != nil {
 		return err

@@ -47,8 +47,12 @@ func batchItems(outs []scheduler.Outcome, okStatus func(scheduler.Outcome) int) 
 	return api.BatchAnswer{Results: items}
 }
 
-func createdStatus(o scheduler.Outcome) int {
-	if o.Created {
+func createdStatus(o scheduler.Outcome) int { return createdCode(o.Created) }
+
+// createdCode is 201 for a new task or schedule, 200 for the one a
+// repeated request found.
+func createdCode(created bool) int {
+	if created {
 		return http.StatusCreated
 	}
 	return http.StatusOK

@@ -73,11 +73,7 @@ func (h *handler) createSchedule(w http.ResponseWriter, r *http.Request, p sched
 		h.fail(w, r, err)
 		return
 	}
-	status := http.StatusOK
-	if created {
-		status = http.StatusCreated
-	}
-	writeJSON(w, status, NewSchedule(v))
+	writeJSON(w, createdCode(created), NewSchedule(v))
 }
 
 func (h *handler) listSchedules(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {

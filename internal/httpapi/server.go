@@ -579,11 +579,7 @@ func (h *handler) scheduled(w http.ResponseWriter, r *http.Request, st aggregate
 		h.fail(w, r, err)
 		return
 	}
-	status := http.StatusOK
-	if created {
-		status = http.StatusCreated
-	}
-	writeJSON(w, status, NewTask(st))
+	writeJSON(w, createdCode(created), NewTask(st))
 }
 
 func (h *handler) get(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
