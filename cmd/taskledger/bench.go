@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/taskledger/taskledger/internal/bench"
 )
@@ -20,6 +21,7 @@ func benchCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of a table")
 	dir := fs.String("dir", "", "put the servers' files in a fresh directory under this one (default the system temp directory)")
 	profiles := fs.String("profile", "", "write one CPU profile per section (lifecycle.pprof, ...) into this directory")
+	only := fs.String("only", "", "run only these comma-separated sections after the ceiling: "+strings.Join(bench.Sections, ","))
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -38,6 +40,10 @@ func benchCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	if !(*scale >= 0) || math.IsInf(*scale, 0) {
 		return fmt.Errorf("%w: --scale %v: want a positive number", errUsage, *scale)
 	}
-	_, err := bench.Run(ctx, bench.Config{Scale: *scale, JSON: *asJSON, Dir: *dir, ProfileDir: *profiles, Progress: os.Stderr}, stdout)
+	cfg := bench.Config{Scale: *scale, JSON: *asJSON, Dir: *dir, ProfileDir: *profiles, Progress: os.Stderr}
+	if *only != "" {
+		cfg.Only = strings.Split(*only, ",")
+	}
+	_, err := bench.Run(ctx, cfg, stdout)
 	return err
 }

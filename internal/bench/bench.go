@@ -25,6 +25,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -52,6 +54,12 @@ type Config struct {
 	// Progress receives a line per step while Run works; default
 	// os.Stderr.
 	Progress io.Writer
+	// Only, if set, names the sections to run (lifecycle, http, latency,
+	// timers, replay, memory, overload, sync-always); the ceiling always
+	// runs, for the ratios, and lifecycle runs with latency or timers,
+	// whose rates follow its own. The report then lacks the other
+	// figures.
+	Only []string
 }
 
 // Figure is one measured value.
@@ -191,6 +199,14 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 	if cfg.Dir == "" {
 		cfg.Dir = os.TempDir()
 	}
+	for _, name := range cfg.Only {
+		if !slices.Contains(Sections, name) {
+			return Report{}, fmt.Errorf("bench: no section %q: want one of %s", name, strings.Join(Sections, ", "))
+		}
+	}
+	if slices.Contains(cfg.Only, "latency") || slices.Contains(cfg.Only, "timers") {
+		cfg.Only = append(slices.Clone(cfg.Only), "lifecycle")
+	}
 	dir, err := os.MkdirTemp(cfg.Dir, "taskledger-bench-")
 	if err != nil {
 		return Report{}, fmt.Errorf("bench: data directory: %w", err)
@@ -263,8 +279,15 @@ func (r *run) all(ctx context.Context) error {
 	return r.section(ctx, "sync-always", r.syncAlways)
 }
 
-// section runs fn under a CPU profile when profiles are asked for.
+// Sections are the sections of a run after the ceiling, in order.
+var Sections = []string{"lifecycle", "http", "latency", "timers", "replay", "memory", "overload", "sync-always"}
+
+// section runs fn under a CPU profile when profiles are asked for, unless
+// Config.Only leaves it out.
 func (r *run) section(ctx context.Context, name string, fn func(context.Context) error) error {
+	if name != "ceiling" && len(r.cfg.Only) > 0 && !slices.Contains(r.cfg.Only, name) {
+		return nil
+	}
 	r.say("— %s", name)
 	if r.cfg.ProfileDir != "" {
 		f, err := os.Create(filepath.Join(r.cfg.ProfileDir, name+".pprof"))
