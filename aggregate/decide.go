@@ -82,6 +82,10 @@ type Reject struct {
 type ReleaseDue struct {
 	DeliveryID string
 	Attempt    int
+	// NextAt, if after the decision's time, is when the delivery is due
+	// instead of at once: the releaser publishes the notification itself
+	// and leaves the delivery queue (the retry path) until then.
+	NextAt time.Time
 }
 
 // MarkReadyPublished records that the notification for DeliveryID went
@@ -497,7 +501,11 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 		if i := slices.IndexFunc(s.Retries, func(a Attempt) bool { return a.DeliveryID == c.DeliveryID }); i >= 0 {
 			return nil, fmt.Errorf("%w: delivery id %s was attempt %d's", ErrInvalid, c.DeliveryID, s.Retries[i].Number)
 		}
-		return events.DeliveryPending{DeliveryID: c.DeliveryID, Attempt: 1, NextAt: now}, nil
+		next := now
+		if c.NextAt.After(now) {
+			next = c.NextAt
+		}
+		return events.DeliveryPending{DeliveryID: c.DeliveryID, Attempt: 1, NextAt: next}, nil
 	case MarkReadyPublished:
 		if err := pendingDelivery(s, c.DeliveryID); err != nil {
 			return nil, err

@@ -56,7 +56,7 @@ type Config struct {
 	Progress io.Writer
 	// Only, if set, names the sections to run (lifecycle, http, latency,
 	// timers, replay, memory, overload, sync-always); the ceiling always
-	// runs, for the ratios, and lifecycle runs with latency or timers,
+	// runs, for the ratios, and lifecycle runs with latency, timers or burst,
 	// whose rates follow its own. The report then lacks the other
 	// figures.
 	Only []string
@@ -118,12 +118,15 @@ const (
 	FigClaimP50         = "claim request p50"
 	FigClaimP99         = "claim request p99"
 	FigClaimP999        = "claim request p999"
+	FigReleaseEarly     = "releases before runAt"
 	FigReleaseP50       = "release lateness p50"
 	FigReleaseP99       = "release lateness p99"
 	FigReleaseMax       = "release lateness max"
 	FigTimeoutP50       = "timeout lateness p50"
 	FigTimeoutP99       = "timeout lateness p99"
 	FigTimeoutMax       = "timeout lateness max"
+	FigBurstP99         = "burst due at one instant, claimed p99"
+	FigBurstMax         = "burst due at one instant, claimed max"
 	FigRebuild          = "projection rebuild"
 	FigReplayRead       = "raw read of the same stream"
 	FigLoadP50          = "aggregate load p50"
@@ -159,7 +162,7 @@ var FigureNames = []string{
 	FigDrainBatch, FigDrainBatchCPU, FigDrainBatchGarb,
 	FigWaitingPolls, FigWaitingMemory, FigWaiterMemory, FigWaitingClaimP99, FigWaitingErrors,
 	FigSchedClaimP50, FigSchedClaimP99, FigSchedClaimP999, FigClaimP50, FigClaimP99, FigClaimP999,
-	FigReleaseP50, FigReleaseP99, FigReleaseMax, FigTimeoutP50, FigTimeoutP99, FigTimeoutMax, FigFireP50, FigFireP99, FigFireMax,
+	FigReleaseEarly, FigReleaseP50, FigReleaseP99, FigReleaseMax, FigTimeoutP50, FigTimeoutP99, FigTimeoutMax, FigBurstP99, FigBurstMax, FigFireP50, FigFireP99, FigFireMax,
 	FigRebuild, FigReplayRead, FigStartCold, FigStartSnapshot, FigLoadP50, FigLoadP99,
 	FigMemory, FigOverloadGrowth, FigOverloadHeap,
 	FigSyncAlways1, FigSyncAlways16, FigSyncAlwaysCost,
@@ -204,7 +207,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 			return Report{}, fmt.Errorf("bench: no section %q: want one of %s", name, strings.Join(Sections, ", "))
 		}
 	}
-	if slices.Contains(cfg.Only, "latency") || slices.Contains(cfg.Only, "timers") {
+	if slices.ContainsFunc(cfg.Only, func(s string) bool { return s == "latency" || s == "timers" || s == "burst" }) {
 		cfg.Only = append(slices.Clone(cfg.Only), "lifecycle")
 	}
 	dir, err := os.MkdirTemp(cfg.Dir, "taskledger-bench-")
@@ -258,7 +261,7 @@ func (r *run) all(ctx context.Context) error {
 		for _, s := range []struct {
 			name string
 			fn   func(context.Context, *node.Node) error
-		}{{"lifecycle", r.lifecycle}, {"http", r.httpSection}, {"latency", r.latency}, {"timers", r.timers}} {
+		}{{"lifecycle", r.lifecycle}, {"http", r.httpSection}, {"latency", r.latency}, {"timers", r.timers}, {"burst", r.burst}} {
 			if err := r.section(ctx, s.name, func(ctx context.Context) error { return s.fn(ctx, nd) }); err != nil {
 				return err
 			}
@@ -280,7 +283,7 @@ func (r *run) all(ctx context.Context) error {
 }
 
 // Sections are the sections of a run after the ceiling, in order.
-var Sections = []string{"lifecycle", "http", "latency", "timers", "replay", "memory", "overload", "sync-always"}
+var Sections = []string{"lifecycle", "http", "latency", "timers", "burst", "replay", "memory", "overload", "sync-always"}
 
 // section runs fn under a CPU profile when profiles are asked for, unless
 // Config.Only leaves it out.
