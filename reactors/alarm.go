@@ -83,6 +83,13 @@ type Publisher interface {
 	ReadyStored(ctx context.Context, s aggregate.State) (bool, error)
 }
 
+// DefaultReadyGrace is the default AlarmConfig.ReadyGrace (and the
+// scheduler's): longer than a publish and the append after it normally
+// take. A shorter one costs only work: the Deliver queue's copy of the
+// notification is dropped by the ready stream as a duplicate, and one of
+// the two ReadyPublished is stale.
+const DefaultReadyGrace = time.Second
+
 // AlarmConfig configures an Alarm. Store, Projection and Publisher are
 // required; zero values elsewhere mean the defaults.
 type AlarmConfig struct {
@@ -110,7 +117,12 @@ type AlarmConfig struct {
 	// then again every RepublishAfter. Default 1m.
 	RepublishAfter time.Duration
 	ErrorBackoff   time.Duration // wait before retrying an action that failed, on the process's clock (not Now); default 1s
-	Logger         zerolog.Logger
+	// ReadyGrace is how long after a release the Deliver queue leaves
+	// the notification to the release's own publish (and its retries)
+	// before it acts itself: the path after a crash; default
+	// DefaultReadyGrace.
+	ReadyGrace time.Duration
+	Logger     zerolog.Logger
 	// Repeats logs the failures that are retried: the first of a kind in
 	// full, then counts, so a broken log or ready stream does not write a
 	// line per task per retry. Default one on Logger of the Alarm's own,
@@ -146,6 +158,9 @@ func (c AlarmConfig) withDefaults() AlarmConfig {
 	}
 	if c.ErrorBackoff <= 0 {
 		c.ErrorBackoff = time.Second
+	}
+	if c.ReadyGrace <= 0 {
+		c.ReadyGrace = DefaultReadyGrace
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -392,7 +407,8 @@ func (a *Alarm) act(ctx context.Context, t projections.Timer, s aggregate.State)
 	case projections.Free:
 		return a.free(ctx, s)
 	case projections.Deliver:
-		cmd = a.deliver(ctx, s)
+		st, err := a.deliverNow(ctx, s)
+		return a.outcome(t, s, st, err)
 	case projections.Expire:
 		cmd = aggregate.TimeOut{}
 	case projections.Report:
@@ -404,10 +420,19 @@ func (a *Alarm) act(ctx context.Context, t projections.Timer, s aggregate.State)
 	if err == nil && t == projections.Expire && st.Status == aggregate.StatusScheduled {
 		crashpoint.Hit(crashpoint.RetryScheduled)
 	}
+	return a.outcome(t, s, st, err)
+}
+
+// deliverNow publishes the notification of s's pending delivery and
+// records what happened: ReadyPublished, a retry later, or, past the
+// budget, DeliveryExhausted.
+func (a *Alarm) deliverNow(ctx context.Context, s aggregate.State) (aggregate.State, error) {
+	cmd := a.deliver(ctx, s)
+	st, _, err := a.store.ExecuteSeen(ctx, s.TaskID, "", cmd, s.LastSeq)
 	if ex, ok := cmd.(aggregate.ExhaustDelivery); ok && err == nil {
 		a.exhausted(s, ex.Reason)
 	}
-	return a.outcome(t, s, st, err)
+	return st, err
 }
 
 // fire fires a due schedule through the Firer, with the outcomes of any
@@ -637,11 +662,19 @@ func (a *Alarm) release(ctx context.Context, s aggregate.State) flight {
 		}
 		crashpoint.Hit(crashpoint.SlotAcquired)
 	}
+	// The notification is published here, at once, rather than by the
+	// Deliver queue once the projections have seen the release; the
+	// Deliver queue, due ReadyGrace later, is the path after a crash.
+	cmd.NextAt = a.cfg.Now().Add(a.cfg.ReadyGrace)
 	st, _, err := a.store.ExecuteSeen(ctx, s.TaskID, "", cmd, s.LastSeq)
-	if err == nil {
-		crashpoint.Hit(crashpoint.Released)
+	if err != nil {
+		return a.outcome(projections.Release, s, st, err)
 	}
-	return a.outcome(projections.Release, s, st, err)
+	crashpoint.Hit(crashpoint.Released)
+	if next, err := a.deliverNow(ctx, st); err == nil {
+		st = next
+	}
+	return a.outcome(projections.Release, s, st, nil)
 }
 
 // free releases the slot of a terminal task that holds one of its

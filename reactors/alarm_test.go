@@ -339,7 +339,9 @@ func TestAlarmTimers(t *testing.T) {
 		p := alStart(t, testnats.NewNamespace(t))
 		var mu sync.Mutex
 		var late []time.Duration
-		p.startAlarm(reactors.AlarmConfig{Observe: func(tm projections.Timer, d time.Duration, err error) {
+		// The Deliver queue waits an hour: only the release's own
+		// publish can queue the task.
+		p.startAlarm(reactors.AlarmConfig{ReadyGrace: time.Hour, Observe: func(tm projections.Timer, d time.Duration, err error) {
 			if tm == projections.Release && err == nil {
 				mu.Lock()
 				late = append(late, d)
@@ -364,6 +366,9 @@ func TestAlarmTimers(t *testing.T) {
 		}
 		if due := h[0].Data.(events.TaskScheduled).Spec.RunAt; h[1].At.Before(due) {
 			t.Fatalf("released at %v, before runAt %v", h[1].At, due)
+		}
+		if next := h[1].Data.(events.DeliveryPending).NextAt; next.Sub(h[1].At) < 59*time.Minute {
+			t.Fatalf("delivery due %v after the release, want the grace (1h)", next.Sub(h[1].At))
 		}
 		mu.Lock()
 		t.Logf("release lateness: %v", late)

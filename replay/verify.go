@@ -261,7 +261,7 @@ func commandFor(ev events.Event) aggregate.Command {
 	case events.AdmissionRejected:
 		return aggregate.Reject{TaskID: ev.TaskID, CustomerID: ev.CustomerID, Spec: p.Spec, Reason: p.Reason}
 	case events.DeliveryPending:
-		return aggregate.ReleaseDue{DeliveryID: p.DeliveryID}
+		return aggregate.ReleaseDue{DeliveryID: p.DeliveryID, NextAt: p.NextAt}
 	case events.DeliveryRetryScheduled:
 		return aggregate.RetryDelivery{DeliveryID: p.DeliveryID, NextAt: p.NextAt, Error: p.Error}
 	case events.DeliveryExhausted:

@@ -24,6 +24,7 @@ import (
 	"github.com/taskledger/taskledger/internal/crashpoint"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
+	"github.com/taskledger/taskledger/reactors"
 )
 
 // Errors the service adds to the aggregate's.
@@ -174,11 +175,8 @@ type Limits struct {
 	MaxSchedules int
 }
 
-// DefaultReadyGrace is the default Config.ReadyGrace: longer than the
-// publish and the append after it normally take. A shorter one costs only
-// work: the alarm's copy of the notification is dropped by the ready
-// stream as a duplicate, and one of the two ReadyPublished is stale.
-const DefaultReadyGrace = time.Second
+// DefaultReadyGrace is the default Config.ReadyGrace, the alarm's own.
+const DefaultReadyGrace = reactors.DefaultReadyGrace
 
 // Defaults of the bounds.
 const (
