@@ -147,10 +147,7 @@ func (e *Engine) TimerLen(t Timer) int {
 func (e *Engine) Postpone(t Timer, taskID string, due time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	q := e.v.timers[t]
-	if customer, ok := q.owner[taskID]; ok {
-		q.set(taskID, customer, due)
-	}
+	e.v.timers[t].postpone(taskID, due)
 }
 
 // Repair makes sure a task that s (freshly loaded from the log) says is
@@ -384,7 +381,7 @@ func (e *Engine) Digest() string {
 		t := e.v.tasks[id]
 		st := e.v.state(t)                                            // labels included
 		st.Result, st.Spec.Concurrency, st.Spec.Retry = nil, nil, nil // pointers: printed by value
-		fmt.Fprintf(h, "%+v|%+v|%v|%d %d %d", st, t.result, t.children(), t.members, t.open, t.closedSeq)
+		fmt.Fprintf(h, "%+v|%+v|%v|%d %d %d", st, t.extras().result, t.children(), t.members, t.open, t.closedSeq())
 		if t.conc != nil {
 			fmt.Fprintf(h, "|%+v", *t.conc)
 		}
@@ -399,8 +396,9 @@ func (e *Engine) Digest() string {
 	}
 	fmt.Fprintf(h, "retention kept %d\n", e.v.kept)
 	for i, q := range e.v.timers {
-		for _, id := range sortedKeys(q.owner) {
-			fmt.Fprintf(h, "timer %d %s %s %d\n", i, id, q.owner[id], q.dueOf(id))
+		items := q.entries()
+		for _, id := range sortedKeys(items) {
+			fmt.Fprintf(h, "timer %d %s %s %d\n", i, id, items[id].bucket, items[id].due)
 		}
 	}
 	for _, c := range sortedKeys(e.v.activeRoots) {

@@ -123,9 +123,23 @@ func newViews(retain int) *views {
 		labels:      newLabelIndex(),
 	}
 	for i := range v.timers {
-		v.timers[i] = newTimerQueue()
+		switch Timer(i) {
+		case Release, Deliver, Expire, Republish: // timerOf's, of which a task is in one at a time
+			v.timers[i] = newSlotQueue(v.slotOf)
+		default:
+			v.timers[i] = newTimerQueue()
+		}
 	}
 	return v
+}
+
+// slotOf returns the timer slot of task id's record, nil if the views do
+// not hold the task.
+func (v *views) slotOf(id string) *timerSlot {
+	if t := v.tasks[id]; t != nil {
+		return &t.timer
+	}
+	return nil
 }
 
 // apply folds one event into every view and reports whether it put a task
