@@ -107,11 +107,7 @@ func (v *views) drop(h *task) {
 		delete(v.tasks, t.id)
 		v.labels.remove(t.id)
 		v.unindexID(t)
-		if set := v.byStatus[status]; set != nil {
-			if delete(set, t.id); len(set) == 0 {
-				delete(v.byStatus, status)
-			}
-		}
+		v.byStatus[t.status].remove(t)
 		if qc := v.queueCounts[t.queue]; qc != nil {
 			if qc[status]--; qc[status] <= 0 {
 				delete(qc, status)

@@ -135,7 +135,7 @@ func restore(b body, retain int) *views {
 	var zero aggregate.State
 	for _, r := range records {
 		t, s := v.tasks[r.State.TaskID], &r.State
-		v.reindex(&zero, s)
+		v.reindex(t, &zero, s)
 		if s.Status.Terminal() && s.Spec.ParentID != "" {
 			if p := v.tasks[s.Spec.ParentID]; p != nil && awaitsReport(p, s.TaskID) {
 				v.timers[Report].set(s.TaskID, s.CustomerID, s.CompletedAt)

@@ -48,6 +48,7 @@ type task struct {
 	firstSeq, lastSeq, readySeq uint64
 	version, attempt            int32
 	members, open               int32
+	statusAt                    int32 // the index in its status's set (views.byStatus)
 	status                      uint8 // index in statuses
 	published                   bool
 	rejected                    bool
@@ -147,6 +148,10 @@ func (l *taskLists) with(mail, children []string) *taskLists {
 var statuses = [...]aggregate.Status{"", aggregate.StatusScheduled, aggregate.StatusQueued, aggregate.StatusRunning,
 	aggregate.StatusSucceeded, aggregate.StatusFailed, aggregate.StatusCanceled, aggregate.StatusTimedOut}
 
+// statusIndex returns the index of s in statuses, which holds every
+// status the aggregate gives.
+func statusIndex(s aggregate.Status) uint8 { return uint8(slices.Index(statuses[:], s)) }
+
 // set packs s into t.
 func (t *task) set(s *aggregate.State) {
 	t.id = s.TaskID
@@ -164,7 +169,7 @@ func (t *task) set(s *aggregate.State) {
 		t.signal = &sig
 	}
 	t.conc = s.Spec.Concurrency
-	t.status = uint8(slices.Index(statuses[:], s.Status))
+	t.status = statusIndex(s.Status)
 	t.runAt, t.created, t.started = nanos(s.Spec.RunAt), nanos(s.CreatedAt), nanos(s.StartedAt)
 	t.completed, t.deadline = nanos(s.CompletedAt), nanos(s.Deadline)
 	t.delivery, t.attempt, t.nextAt, t.published = s.Delivery.ID, int32(s.Delivery.Attempt), nanos(s.Delivery.NextAt), s.Delivery.Published
