@@ -422,10 +422,9 @@ func (e *Engine) Digest() string {
 	for _, c := range sortedKeys(e.v.admissions) {
 		fmt.Fprintf(h, "admissions %s %v\n", c, e.v.admissions[c])
 	}
-	for i, set := range e.v.byStatus {
-		if len(set) > 0 {
-			fmt.Fprintf(h, "status %s %v\n", statuses[i], set.ids())
-		}
+	byStatus := e.v.statusIDs()
+	for _, st := range sortedKeys(byStatus) {
+		fmt.Fprintf(h, "status %s %v\n", st, byStatus[st])
 	}
 	enc := msgpack.NewEncoder(h)
 	enc.SetSortMapKeys(true) // a task spec's labels hash the same every time

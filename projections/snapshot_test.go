@@ -168,9 +168,9 @@ func testSnapshotRestores(t *testing.T, retain int) {
 		}
 	}
 	if !reflect.DeepEqual(live.v.admissions, restored.v.admissions) || !reflect.DeepEqual(live.v.activeRoots, restored.v.activeRoots) ||
-		!reflect.DeepEqual(statusIDs(live.v), statusIDs(restored.v)) || !reflect.DeepEqual(live.v.queueCounts, restored.v.queueCounts) {
-		t.Fatalf("derived views differ:\nlive     %v %v %v %v\nrestored %v %v %v %v", live.v.admissions, live.v.activeRoots, statusIDs(live.v), live.v.queueCounts,
-			restored.v.admissions, restored.v.activeRoots, statusIDs(restored.v), restored.v.queueCounts)
+		!reflect.DeepEqual(live.v.statusIDs(), restored.v.statusIDs()) || !reflect.DeepEqual(live.v.queueCounts, restored.v.queueCounts) {
+		t.Fatalf("derived views differ:\nlive     %v %v %v %v\nrestored %v %v %v %v", live.v.admissions, live.v.activeRoots, live.v.statusIDs(), live.v.queueCounts,
+			restored.v.admissions, restored.v.activeRoots, restored.v.statusIDs(), restored.v.queueCounts)
 	}
 	for i := range live.v.timers {
 		if !reflect.DeepEqual(live.v.timers[i].entries(), restored.v.timers[i].entries()) {
@@ -282,15 +282,4 @@ func TestKeysFromTheLog(t *testing.T) {
 	if _, _, w := e.ConcurrencyKey("b", "k", now); len(w) != 0 {
 		t.Fatalf("another customer's key of the same name has waiters %v", ids(w))
 	}
-}
-
-// statusIDs returns the sorted ids of each status's tasks in v.
-func statusIDs(v *views) map[aggregate.Status][]string {
-	out := make(map[aggregate.Status][]string)
-	for i, set := range v.byStatus {
-		if len(set) > 0 {
-			out[statuses[i]] = set.ids()
-		}
-	}
-	return out
 }

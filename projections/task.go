@@ -35,8 +35,8 @@ type task struct {
 	retry *events.RetryPolicy
 	// extra holds the fields a live task mostly leaves empty, nil for
 	// the tasks with none of them (a queued task has none): 8 bytes
-	// rather than 52, which with timer keeps the record in the 256-byte
-	// size class.
+	// rather than 60, which with timer and statusAt keeps the record in
+	// the 256-byte size class.
 	extra *taskExtra
 	// timer is the task's place in the timer queue of its status
 	// (timerOf): those queues keep it here rather than in maps.

@@ -390,12 +390,20 @@ func (s *statusSet) remove(t *task) {
 	*s = set
 }
 
-// ids returns the ids of s's tasks, sorted.
-func (s statusSet) ids() []string {
-	out := make([]string, len(s))
-	for i, t := range s {
-		out[i] = t.id
+// statusIDs returns the sorted ids of each status's tasks, for digests
+// and tests.
+func (v *views) statusIDs() map[aggregate.Status][]string {
+	out := make(map[aggregate.Status][]string)
+	for i, set := range v.byStatus {
+		if len(set) == 0 {
+			continue
+		}
+		ids := make([]string, len(set))
+		for j, t := range set {
+			ids[j] = t.id
+		}
+		slices.Sort(ids)
+		out[statuses[i]] = ids
 	}
-	slices.Sort(out)
 	return out
 }
