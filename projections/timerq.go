@@ -128,7 +128,7 @@ func (f *frontier) Pop() any {
 type TimerQueue struct {
 	byCustomer map[string]*dueHeap
 	customers  *dueHeap // key: customer, due: its earliest item
-	n          int
+	n          int      // items held
 	// slotOf, if set, returns the slot of key (nil for none), kept
 	// outside the queue: a task's record holds one slot, shared by the
 	// queues of tasks by status, of which a task is in one at a time
