@@ -118,9 +118,7 @@ func (v *views) free(k *aggregate.KeyState, taskID string) {
 		if t.conc != nil {
 			s.Spec.Concurrency.Limit = t.conc.Limit
 		}
-		if t.retries != nil {
-			s.Retries = *t.retries
-		}
+		s.Retries = t.retries()
 	}
 	v.freeing[taskID] = s
 	v.timers[Free].set(taskID, k.CustomerID, FreeAt(s))

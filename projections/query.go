@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -147,10 +149,7 @@ func (e *Engine) TimerLen(t Timer) int {
 func (e *Engine) Postpone(t Timer, taskID string, due time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	q := e.v.timers[t]
-	if customer, ok := q.owner[taskID]; ok {
-		q.set(taskID, customer, due)
-	}
+	e.v.timers[t].postpone(taskID, due)
 }
 
 // Repair makes sure a task that s (freshly loaded from the log) says is
@@ -304,18 +303,31 @@ func (v *views) match(f *Filter, t *task) bool {
 		v.labels.has(t.id, f.Labels)
 }
 
-// candidates returns the ids List must check for f: the one task of a
-// TaskID, the tasks of f's rarest label pair, those of its status (without
-// an IDPrefix, which the ordered ids serve better), or (nil, false) for
-// a walk of the ordered ids.
-func (v *views) candidates(f *Filter) (map[string]struct{}, bool) {
+// candidates returns the tasks List must check for f (nil for an id the
+// views do not hold): the one task of a TaskID, the tasks of f's rarest
+// label pair, those of its status (without an IDPrefix, which the ordered
+// ids serve better), or (nil, false) for a walk of the ordered ids.
+func (v *views) candidates(f *Filter) (iter.Seq[*task], bool) {
+	byID := func(ids iter.Seq[string]) iter.Seq[*task] {
+		return func(yield func(*task) bool) {
+			for id := range ids {
+				if !yield(v.tasks[id]) {
+					return
+				}
+			}
+		}
+	}
 	switch {
 	case f.TaskID != "":
-		return map[string]struct{}{f.TaskID: {}}, true
+		return byID(slices.Values([]string{f.TaskID})), true
 	case len(f.Labels) > 0:
-		return v.labels.smallest(f.Labels), true
+		return byID(maps.Keys(v.labels.smallest(f.Labels))), true
 	case f.Status != "" && f.IDPrefix == "":
-		return v.byStatus[f.Status], true
+		var set statusSet // none for a status the aggregate does not give
+		if i := statusIndex(f.Status); int(i) < len(v.byStatus) {
+			set = v.byStatus[i]
+		}
+		return slices.Values(set), true
 	}
 	return nil, false
 }
@@ -339,11 +351,11 @@ func (e *Engine) List(f Filter, after string, limit int) []aggregate.State {
 		out = append(out, e.v.state(t))
 		return true
 	}
-	ids, indexed := e.v.candidates(&f)
+	tasks, indexed := e.v.candidates(&f)
 	switch {
 	case indexed:
-		for id := range ids {
-			add(e.v.tasks[id])
+		for t := range tasks {
+			add(t)
 		}
 	case f.CustomerID != "":
 		e.v.walk(e.v.ids[f.CustomerID], &f, after, limit, add)
@@ -384,7 +396,7 @@ func (e *Engine) Digest() string {
 		t := e.v.tasks[id]
 		st := e.v.state(t)                                            // labels included
 		st.Result, st.Spec.Concurrency, st.Spec.Retry = nil, nil, nil // pointers: printed by value
-		fmt.Fprintf(h, "%+v|%+v|%v|%d %d %d", st, t.result, t.children(), t.members, t.open, t.closedSeq)
+		fmt.Fprintf(h, "%+v|%+v|%v|%d %d %d", st, t.extras().result, t.children(), t.members, t.open, t.closedSeq())
 		if t.conc != nil {
 			fmt.Fprintf(h, "|%+v", *t.conc)
 		}
@@ -399,8 +411,9 @@ func (e *Engine) Digest() string {
 	}
 	fmt.Fprintf(h, "retention kept %d\n", e.v.kept)
 	for i, q := range e.v.timers {
-		for _, id := range sortedKeys(q.owner) {
-			fmt.Fprintf(h, "timer %d %s %s %d\n", i, id, q.owner[id], q.dueOf(id))
+		items := q.entries()
+		for _, id := range sortedKeys(items) {
+			fmt.Fprintf(h, "timer %d %s %s %d\n", i, id, items[id].bucket, items[id].due)
 		}
 	}
 	for _, c := range sortedKeys(e.v.activeRoots) {
@@ -409,8 +422,9 @@ func (e *Engine) Digest() string {
 	for _, c := range sortedKeys(e.v.admissions) {
 		fmt.Fprintf(h, "admissions %s %v\n", c, e.v.admissions[c])
 	}
-	for _, st := range sortedKeys(e.v.byStatus) {
-		fmt.Fprintf(h, "status %s %v\n", st, sortedKeys(e.v.byStatus[st]))
+	byStatus := e.v.statusIDs()
+	for _, st := range sortedKeys(byStatus) {
+		fmt.Fprintf(h, "status %s %v\n", st, byStatus[st])
 	}
 	enc := msgpack.NewEncoder(h)
 	enc.SetSortMapKeys(true) // a task spec's labels hash the same every time

@@ -53,9 +53,9 @@ func (v *views) ancestry(t *task) (head *task, depth int) {
 // that raced its parent's end).
 func (v *views) join(t *task) {
 	h := v.head(t)
-	if h.closedSeq != 0 {
+	if h.closedSeq() != 0 {
 		v.kept -= int(h.members)
-		h.closedSeq = 0
+		h.setClosedSeq(0)
 	}
 	h.members++
 	if !t.terminal() {
@@ -76,7 +76,7 @@ func (v *views) closeOne(t *task) {
 }
 
 func (v *views) closeLineage(h *task) {
-	h.closedSeq = v.seq
+	h.setClosedSeq(v.seq)
 	v.closed = append(v.closed, closedLineage{head: h.id, seq: v.seq})
 	v.kept += int(h.members)
 }
@@ -87,7 +87,7 @@ func (v *views) evict() {
 	for v.limit >= 0 && v.kept > v.limit && len(v.closed) > 0 {
 		c := v.closed[0]
 		v.closed = v.closed[1:]
-		if h := v.tasks[c.head]; h != nil && h.closedSeq == c.seq {
+		if h := v.tasks[c.head]; h != nil && h.closedSeq() == c.seq {
 			v.kept -= int(h.members)
 			v.drop(h)
 		}
@@ -107,11 +107,7 @@ func (v *views) drop(h *task) {
 		delete(v.tasks, t.id)
 		v.labels.remove(t.id)
 		v.unindexID(t)
-		if set := v.byStatus[status]; set != nil {
-			if delete(set, t.id); len(set) == 0 {
-				delete(v.byStatus, status)
-			}
-		}
+		v.byStatus[t.status].remove(t)
 		if qc := v.queueCounts[t.queue]; qc != nil {
 			if qc[status]--; qc[status] <= 0 {
 				delete(qc, status)

@@ -107,7 +107,7 @@ func decodeSnapshot(data []byte, lastSeq uint64) (applied uint64, b body, err er
 func (v *views) body() body {
 	b := body{Tasks: make([]record, 0, len(v.tasks)), Admissions: make(map[string][]time.Time, len(v.admissions))}
 	for _, t := range v.tasks {
-		b.Tasks = append(b.Tasks, record{State: v.state(t), Children: slices.Clone(t.children()), ClosedSeq: t.closedSeq})
+		b.Tasks = append(b.Tasks, record{State: v.state(t), Children: slices.Clone(t.children()), ClosedSeq: t.closedSeq()})
 	}
 	slices.SortFunc(b.Tasks, func(a, b record) int { return cmp.Compare(a.State.FirstSeq, b.State.FirstSeq) })
 	for c, at := range v.admissions {
@@ -124,8 +124,9 @@ func restore(b body, retain int) *views {
 	v := newViews(retain)
 	records := b.Tasks
 	for _, r := range records {
-		t := &task{closedSeq: r.ClosedSeq}
+		t := &task{}
 		t.setLists(nil, r.Children)
+		t.setClosedSeq(r.ClosedSeq)
 		t.set(&r.State)
 		v.tasks[r.State.TaskID] = t
 		v.labels.add(r.State.TaskID, r.State.Spec.Labels)
@@ -134,7 +135,7 @@ func restore(b body, retain int) *views {
 	var zero aggregate.State
 	for _, r := range records {
 		t, s := v.tasks[r.State.TaskID], &r.State
-		v.reindex(&zero, s)
+		v.reindex(t, &zero, s)
 		if s.Status.Terminal() && s.Spec.ParentID != "" {
 			if p := v.tasks[s.Spec.ParentID]; p != nil && awaitsReport(p, s.TaskID) {
 				v.timers[Report].set(s.TaskID, s.CustomerID, s.CompletedAt)
@@ -147,8 +148,8 @@ func restore(b body, retain int) *views {
 		}
 	}
 	for _, r := range records {
-		if t := v.tasks[r.State.TaskID]; t.closedSeq != 0 {
-			v.closed = append(v.closed, closedLineage{head: r.State.TaskID, seq: t.closedSeq})
+		if t := v.tasks[r.State.TaskID]; t.closedSeq() != 0 {
+			v.closed = append(v.closed, closedLineage{head: r.State.TaskID, seq: t.closedSeq()})
 			v.kept += int(t.members)
 		}
 	}

@@ -27,34 +27,84 @@ import (
 // sequence at which the last of them closed.
 type task struct {
 	id, customer, queue, root, parent string
+	delivery                          string
 	signal                            *events.Signal
 	conc                              *events.Concurrency // the spec's concurrency limit, nil for none
-	delivery, reason                  string
-	claim                             *aggregate.Owner // nil until claimed
-	result                            *events.Result
-	// effects are the State's Effects behind a pointer: nil, 8 bytes
-	// rather than a slice's 24, for the tasks that have none.
-	effects *[]events.Effect
-	// retry and retries are the spec's retry policy and the State's
-	// Retries, nil for the tasks without.
-	retry   *events.RetryPolicy
-	retries *[]aggregate.Attempt
-	// lists holds the mailbox ids and the children, nil for the many
-	// tasks with neither: 8 bytes rather than two slices' 48, which
-	// keeps the record in a smaller size class.
-	lists *taskLists
+	claim                             *aggregate.Owner    // nil until claimed
+	// retry is the spec's retry policy, nil for the tasks without.
+	retry *events.RetryPolicy
+	// extra holds the fields a live task mostly leaves empty, nil for
+	// the tasks with none of them (a queued task has none): 8 bytes
+	// rather than 60, which with timer and statusAt keeps the record in
+	// the 256-byte size class.
+	extra *taskExtra
+	// timer is the task's place in the timer queue of its status
+	// (timerOf): those queues keep it here rather than in maps.
+	timer timerSlot
 
 	// Unix nanoseconds, 0 for the zero time.
 	runAt, created, started, completed, deadline, nextAt, firstAt int64
 
 	firstSeq, lastSeq, readySeq uint64
-	closedSeq                   uint64 // 0 while the lineage is open
-	version, cursor             int32
-	attempt                     int32
+	version, attempt            int32
 	members, open               int32
+	statusAt                    int32 // the index in its status's set (views.byStatus)
 	status                      uint8 // index in statuses
 	published                   bool
 	rejected                    bool
+}
+
+// taskExtra holds a task's rarely set fields: the State's Reason, Result,
+// Effects (behind a pointer: 8 bytes rather than a slice's 24, for the
+// tasks that have none), Retries, mailbox ids and Cursor, the children,
+// and, for a lineage's head, the sequence at which the lineage closed.
+type taskExtra struct {
+	reason    string
+	result    *events.Result
+	effects   *[]events.Effect
+	retries   *[]aggregate.Attempt
+	lists     *taskLists
+	closedSeq uint64 // 0 while the lineage is open
+	cursor    int32
+}
+
+// extras returns a copy of t's extra fields (the zero value for none).
+func (t *task) extras() taskExtra {
+	if t.extra == nil {
+		return taskExtra{}
+	}
+	return *t.extra
+}
+
+// setExtras sets t's extra fields, dropping the pointer when all are
+// empty.
+func (t *task) setExtras(x taskExtra) {
+	switch {
+	case x == (taskExtra{}):
+		t.extra = nil
+	case t.extra == nil:
+		t.extra = &x
+	default:
+		*t.extra = x
+	}
+}
+
+// closedSeq is the sequence at which t's lineage closed, if t is its
+// head; 0 while it is open.
+func (t *task) closedSeq() uint64 { return t.extras().closedSeq }
+
+func (t *task) setClosedSeq(seq uint64) {
+	x := t.extras()
+	x.closedSeq = seq
+	t.setExtras(x)
+}
+
+// retries returns the State's Retries.
+func (t *task) retries() []aggregate.Attempt {
+	if x := t.extras(); x.retries != nil {
+		return *x.retries
+	}
+	return nil
 }
 
 // taskLists are a task's mailbox message ids (the State's MailIDs) and
@@ -62,33 +112,45 @@ type task struct {
 type taskLists struct{ mail, children []string }
 
 func (t *task) mail() []string {
-	if t.lists == nil {
+	if t.extra == nil || t.extra.lists == nil {
 		return nil
 	}
-	return t.lists.mail
+	return t.extra.lists.mail
 }
 
 func (t *task) children() []string {
-	if t.lists == nil {
+	if t.extra == nil || t.extra.lists == nil {
 		return nil
 	}
-	return t.lists.children
+	return t.extra.lists.children
 }
 
-// setLists sets t's lists, dropping the pointer when both are empty.
+// setLists sets t's lists.
 func (t *task) setLists(mail, children []string) {
+	x := t.extras()
+	x.lists = x.lists.with(mail, children)
+	t.setExtras(x)
+}
+
+// with returns l set to mail and children: nil when both are empty, l
+// itself when it is not nil.
+func (l *taskLists) with(mail, children []string) *taskLists {
 	switch {
 	case len(mail) == 0 && len(children) == 0:
-		t.lists = nil
-	case t.lists == nil:
-		t.lists = &taskLists{mail: mail, children: children}
-	default:
-		t.lists.mail, t.lists.children = mail, children
+		return nil
+	case l == nil:
+		return &taskLists{mail: mail, children: children}
 	}
+	l.mail, l.children = mail, children
+	return l
 }
 
 var statuses = [...]aggregate.Status{"", aggregate.StatusScheduled, aggregate.StatusQueued, aggregate.StatusRunning,
 	aggregate.StatusSucceeded, aggregate.StatusFailed, aggregate.StatusCanceled, aggregate.StatusTimedOut}
+
+// statusIndex returns the index of s in statuses, which holds every
+// status the aggregate gives.
+func statusIndex(s aggregate.Status) uint8 { return uint8(slices.Index(statuses[:], s)) }
 
 // set packs s into t.
 func (t *task) set(s *aggregate.State) {
@@ -107,7 +169,7 @@ func (t *task) set(s *aggregate.State) {
 		t.signal = &sig
 	}
 	t.conc = s.Spec.Concurrency
-	t.status = uint8(slices.Index(statuses[:], s.Status))
+	t.status = statusIndex(s.Status)
 	t.runAt, t.created, t.started = nanos(s.Spec.RunAt), nanos(s.CreatedAt), nanos(s.StartedAt)
 	t.completed, t.deadline = nanos(s.CompletedAt), nanos(s.Deadline)
 	t.delivery, t.attempt, t.nextAt, t.published = s.Delivery.ID, int32(s.Delivery.Attempt), nanos(s.Delivery.NextAt), s.Delivery.Published
@@ -123,24 +185,27 @@ func (t *task) set(s *aggregate.State) {
 		c.ExecutorID = reuse("", c.ExecutorID)
 		t.claim = &c
 	}
-	t.result, t.reason, t.rejected = s.Result, s.Reason, s.Rejected
+	t.rejected = s.Rejected
+	x := t.extras()
+	x.result, x.reason = s.Result, s.Reason
 	switch {
 	case len(s.Effects) == 0:
-		t.effects = nil
-	case t.effects == nil || len(*t.effects) != len(s.Effects) || &(*t.effects)[0] != &s.Effects[0]:
+		x.effects = nil
+	case x.effects == nil || len(*x.effects) != len(s.Effects) || &(*x.effects)[0] != &s.Effects[0]:
 		e := s.Effects // Apply never writes into a list it was given: the same array is the same list
-		t.effects = &e
+		x.effects = &e
 	}
 	t.retry = s.Spec.Retry // a spec never changes: the pointer is the first event's
 	switch {
 	case len(s.Retries) == 0:
-		t.retries = nil
-	case t.retries == nil || len(*t.retries) != len(s.Retries):
+		x.retries = nil
+	case x.retries == nil || len(*x.retries) != len(s.Retries):
 		r := s.Retries // Apply only appends to a copy: a new length is a new list
-		t.retries = &r
+		x.retries = &r
 	}
-	t.setLists(s.MailIDs, t.children())
-	t.cursor = int32(s.Cursor)
+	x.lists = x.lists.with(s.MailIDs, t.children())
+	x.cursor = int32(s.Cursor)
+	t.setExtras(x)
 	t.version, t.firstSeq, t.lastSeq = int32(s.Version), s.FirstSeq, s.LastSeq
 }
 
@@ -155,21 +220,20 @@ func (t *task) state() aggregate.State {
 			ID: t.delivery, Attempt: int(t.attempt), NextAt: unnanos(t.nextAt), FirstAt: unnanos(t.firstAt),
 			Published: t.published, ReadySeq: t.readySeq,
 		},
-		Result: t.result, Reason: t.reason, Rejected: t.rejected,
-		MailIDs: t.mail(), Cursor: int(t.cursor),
+		Rejected: t.rejected, MailIDs: t.mail(), Retries: t.retries(),
 		Version: int(t.version), FirstSeq: t.firstSeq, LastSeq: t.lastSeq,
+	}
+	if x := t.extra; x != nil {
+		s.Result, s.Reason, s.Cursor = x.result, x.reason, int(x.cursor)
+		if x.effects != nil {
+			s.Effects = *x.effects
+		}
 	}
 	if t.signal != nil {
 		s.Spec.Signal = *t.signal
 	}
 	if t.claim != nil {
 		s.Claim = *t.claim
-	}
-	if t.effects != nil {
-		s.Effects = *t.effects
-	}
-	if t.retries != nil {
-		s.Retries = *t.retries
 	}
 	return s
 }
@@ -178,10 +242,7 @@ func (t *task) terminal() bool { return statuses[t.status].Terminal() }
 
 // attemptNo is the State's Attempt: the number of the current attempt.
 func (t *task) attemptNo() int {
-	if t.retries == nil {
-		return 1
-	}
-	return len(*t.retries) + 1
+	return len(t.retries()) + 1
 }
 
 // reuse returns s, as one copy shared by every task that repeats it

@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -49,8 +50,39 @@ func TestTaskRecordKeepsState(t *testing.T) {
 		}
 	}
 	var tk task
+	tk.set(&full)
 	tk.set(&aggregate.State{})
-	if got := tk.state(); !reflect.DeepEqual(got, aggregate.State{}) {
-		t.Errorf("zero state came back as %+v", got)
+	if got := tk.state(); !reflect.DeepEqual(got, aggregate.State{}) || tk.extra != nil {
+		t.Errorf("zero state came back as %+v (extra %+v)", got, tk.extra)
+	}
+}
+
+func TestStatusSet(t *testing.T) {
+	t.Parallel()
+	var set statusSet
+	tasks := make([]*task, 100)
+	for i := range tasks {
+		tasks[i] = &task{id: fmt.Sprintf("t%03d", i)}
+		set.add(tasks[i])
+	}
+	other := &task{id: "other", statusAt: 3} // another set's task, at an index this one uses
+	set.remove(other)
+	for _, tk := range tasks[:90] {
+		set.remove(tk)
+		set.remove(tk) // twice is harmless
+	}
+	if len(set) != 10 || cap(set) >= 100 {
+		t.Fatalf("after removes: %d tasks (cap %d), want 10", len(set), cap(set))
+	}
+	for i, tk := range set {
+		if tk.id < "t090" || int(tk.statusAt) != i {
+			t.Fatalf("%s at %d says %d", tk.id, i, tk.statusAt)
+		}
+	}
+	for _, tk := range tasks[90:] {
+		set.remove(tk)
+	}
+	if set != nil {
+		t.Fatalf("emptied set = %v", set)
 	}
 }

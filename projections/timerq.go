@@ -6,20 +6,30 @@ import (
 	"time"
 )
 
-// dueHeap is a min-heap of keys by due time with an index for updates. Ties
-// break by key so the order is deterministic.
+// timerSlot is where one item of a TimerQueue is: the heap that holds it
+// (nil while none does) and its index in that heap's items, kept up to
+// date as the heap moves items. A queue of tasks by status keeps the slot
+// in the task's record, so it needs no map of its own (see
+// TimerQueue.slotOf); the other queues keep theirs in a map.
+type timerSlot struct {
+	h *dueHeap
+	i int32
+}
+
+// dueHeap is a min-heap of keys by due time; each item's slot follows its
+// index. Ties break by key so the order is deterministic.
 type dueHeap struct {
 	items []dueItem
-	pos   map[string]int
-	name  string // the bucket's key in a TimerQueue
+	name  string      // the bucket's key in its TimerQueue
+	q     *TimerQueue // the queue whose bucket it is; nil for a queue's heap of buckets
+	at    timerSlot   // the bucket's place in its queue's heap of buckets
 }
 
 type dueItem struct {
-	key string
-	due int64 // unix nanoseconds
+	key  string
+	due  int64 // unix nanoseconds
+	slot *timerSlot
 }
-
-func newDueHeap() *dueHeap { return &dueHeap{pos: make(map[string]int)} }
 
 func (h *dueHeap) Len() int { return len(h.items) }
 func (h *dueHeap) Less(i, j int) bool {
@@ -28,35 +38,34 @@ func (h *dueHeap) Less(i, j int) bool {
 }
 func (h *dueHeap) Swap(i, j int) {
 	h.items[i], h.items[j] = h.items[j], h.items[i]
-	h.pos[h.items[i].key] = i
-	h.pos[h.items[j].key] = j
+	h.items[i].slot.i, h.items[j].slot.i = int32(i), int32(j)
 }
 func (h *dueHeap) Push(x any) {
 	it := x.(dueItem)
-	h.pos[it.key] = len(h.items)
+	*it.slot = timerSlot{h: h, i: int32(len(h.items))}
 	h.items = append(h.items, it)
 }
 func (h *dueHeap) Pop() any {
 	it := h.items[len(h.items)-1]
+	h.items[len(h.items)-1] = dueItem{}
 	h.items = h.items[:len(h.items)-1]
-	delete(h.pos, it.key)
+	*it.slot = timerSlot{}
 	return it
 }
 
-func (h *dueHeap) set(key string, due int64) {
-	if i, ok := h.pos[key]; ok {
-		h.items[i].due = due
-		heap.Fix(h, i)
+// set puts key, whose slot is s, in h at due, or moves it there if h
+// holds it already. s must not be in another heap.
+func (h *dueHeap) set(key string, due int64, s *timerSlot) {
+	if s.h == h {
+		h.items[s.i].due = due
+		heap.Fix(h, int(s.i))
 		return
 	}
-	heap.Push(h, dueItem{key: key, due: due})
+	heap.Push(h, dueItem{key: key, due: due, slot: s})
 }
 
-func (h *dueHeap) remove(key string) {
-	if i, ok := h.pos[key]; ok {
-		heap.Remove(h, i)
-	}
-}
+// remove takes the item in slot s, which h holds, out of h.
+func (h *dueHeap) remove(s *timerSlot) { heap.Remove(h, int(s.i)) }
 
 func (h *dueHeap) min() (dueItem, bool) {
 	if len(h.items) == 0 {
@@ -119,52 +128,132 @@ func (f *frontier) Pop() any {
 type TimerQueue struct {
 	byCustomer map[string]*dueHeap
 	customers  *dueHeap // key: customer, due: its earliest item
-	owner      map[string]string
+	n          int      // items held
+	// slotOf, if set, returns the slot of key (nil for none), kept
+	// outside the queue: a task's record holds one slot, shared by the
+	// queues of tasks by status, of which a task is in one at a time
+	// (set moves it). Without it the queue keeps its slots in own.
+	slotOf func(key string) *timerSlot
+	own    map[string]*timerSlot
 }
 
 func newTimerQueue() *TimerQueue {
-	return &TimerQueue{byCustomer: make(map[string]*dueHeap), customers: newDueHeap(), owner: make(map[string]string)}
+	return &TimerQueue{byCustomer: make(map[string]*dueHeap), customers: &dueHeap{}, own: make(map[string]*timerSlot)}
+}
+
+// newSlotQueue returns a TimerQueue whose items' slots slotOf keeps.
+func newSlotQueue(slotOf func(key string) *timerSlot) *TimerQueue {
+	q := newTimerQueue()
+	q.slotOf, q.own = slotOf, nil
+	return q
 }
 
 // Len is the number of tasks in the queue.
-func (q *TimerQueue) Len() int { return len(q.owner) }
+func (q *TimerQueue) Len() int { return q.n }
 
+// slot returns key's slot if q holds key, else nil.
+func (q *TimerQueue) slot(key string) *timerSlot {
+	var s *timerSlot
+	if q.slotOf != nil {
+		s = q.slotOf(key)
+	} else {
+		s = q.own[key]
+	}
+	if s == nil || s.h == nil || s.h.q != q {
+		return nil
+	}
+	return s
+}
+
+// set puts taskID in customerID's bucket at due, or moves it there. A
+// task whose slot another queue holds leaves that queue: a projection
+// behind the log has it in the queue of its old status when Repair puts
+// it in the one its fresh state names. A key slotOf has no slot for is
+// not queued.
 func (q *TimerQueue) set(taskID, customerID string, due time.Time) {
+	s := q.slotFor(taskID)
+	if s == nil {
+		return
+	}
 	h := q.byCustomer[customerID]
 	if h == nil {
-		h = newDueHeap()
-		h.name = customerID
+		h = &dueHeap{name: customerID, q: q}
 		q.byCustomer[customerID] = h
 	}
-	h.set(taskID, due.UnixNano())
-	q.owner[taskID] = h.name // one string per bucket, whatever the caller built
-	q.customers.set(h.name, h.items[0].due)
+	if s.h != nil && s.h != h {
+		s.h.q.drop(s)
+	}
+	if s.h == nil {
+		q.n++
+	}
+	h.set(taskID, due.UnixNano(), s)
+	q.customers.set(h.name, h.items[0].due, &h.at)
+}
+
+// slotFor returns key's slot, making one if q keeps its own.
+func (q *TimerQueue) slotFor(key string) *timerSlot {
+	if q.slotOf != nil {
+		return q.slotOf(key)
+	}
+	s := q.own[key]
+	if s == nil {
+		s = &timerSlot{}
+		q.own[key] = s
+	}
+	return s
+}
+
+// postpone moves taskID's due time to due if q holds it.
+func (q *TimerQueue) postpone(taskID string, due time.Time) {
+	if s := q.slot(taskID); s != nil {
+		q.set(taskID, s.h.name, due)
+	}
 }
 
 func (q *TimerQueue) remove(taskID string) {
-	customerID, ok := q.owner[taskID]
-	if !ok {
-		return
+	if s := q.slot(taskID); s != nil {
+		q.drop(s)
+		delete(q.own, taskID)
 	}
-	delete(q.owner, taskID)
-	h := q.byCustomer[customerID]
-	h.remove(taskID)
+}
+
+// drop takes the item in slot s, which q holds, out of q (its own slot,
+// if q keeps them, stays).
+func (q *TimerQueue) drop(s *timerSlot) {
+	h := s.h
+	h.remove(s)
+	q.n--
 	if head, ok := h.min(); ok {
-		q.customers.set(customerID, head.due)
+		q.customers.set(h.name, head.due, &h.at)
 	} else {
-		delete(q.byCustomer, customerID)
-		q.customers.remove(customerID)
+		delete(q.byCustomer, h.name)
+		q.customers.remove(&h.at)
 	}
 }
 
-func (q *TimerQueue) has(taskID string) bool {
-	_, ok := q.owner[taskID]
-	return ok
+func (q *TimerQueue) has(taskID string) bool { return q.slot(taskID) != nil }
+
+// dueOf returns the due time of taskID, which q must hold.
+func (q *TimerQueue) dueOf(taskID string) int64 {
+	s := q.slot(taskID)
+	return s.h.items[s.i].due
 }
 
-func (q *TimerQueue) dueOf(taskID string) int64 {
-	h := q.byCustomer[q.owner[taskID]]
-	return h.items[h.pos[taskID]].due
+// timerEntry is an item of a TimerQueue as entries reports it.
+type timerEntry struct {
+	bucket string
+	due    int64
+}
+
+// entries returns every item of q by key: for digests and tests.
+func (q *TimerQueue) entries() map[string]timerEntry {
+	out := make(map[string]timerEntry, q.n)
+	for name, h := range q.byCustomer {
+		for _, it := range h.items {
+			out[it.key] = timerEntry{bucket: name, due: it.due}
+		}
+	}
+	return out
 }
 
 // earliest returns the earliest due time in the queue.

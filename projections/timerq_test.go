@@ -300,10 +300,32 @@ func (m *model) due(now int64, limit int, skip func(string) bool) []string {
 	return out
 }
 
+// TestTimerQueueModel checks a queue that keeps its own slots and one
+// whose slots are kept outside (as task records keep them) against the
+// model.
 func TestTimerQueueModel(t *testing.T) {
 	t.Parallel()
-	rapid.Check(t, func(t *rapid.T) {
-		q, m := newTimerQueue(), &model{items: map[string]modelItem{}}
+	t.Run("OwnSlots", func(t *testing.T) {
+		t.Parallel()
+		rapid.Check(t, func(t *rapid.T) { checkTimerQueueModel(t, newTimerQueue()) })
+	})
+	t.Run("OutsideSlots", func(t *testing.T) {
+		t.Parallel()
+		rapid.Check(t, func(t *rapid.T) {
+			slots := map[string]*timerSlot{}
+			checkTimerQueueModel(t, newSlotQueue(func(key string) *timerSlot {
+				if slots[key] == nil {
+					slots[key] = &timerSlot{}
+				}
+				return slots[key]
+			}))
+		})
+	})
+}
+
+func checkTimerQueueModel(t *rapid.T, q *TimerQueue) {
+	m := &model{items: map[string]modelItem{}}
+	{
 		nTasks := rapid.IntRange(1, 30).Draw(t, "tasks")
 		customers := []string{"A", "B", "C", "D"}
 		owner := make([]string, nTasks) // a task's customer never changes
@@ -314,11 +336,18 @@ func TestTimerQueueModel(t *testing.T) {
 		for range steps {
 			i := rapid.IntRange(0, nTasks-1).Draw(t, "task")
 			key := fmt.Sprintf("t%02d", i)
-			switch rapid.IntRange(0, 3).Draw(t, "op") {
+			switch rapid.IntRange(0, 4).Draw(t, "op") {
 			case 0, 1:
 				d := rapid.IntRange(0, 20).Draw(t, "due")
 				q.set(key, owner[i], at(d))
 				m.items[key] = modelItem{key: key, customer: owner[i], due: at(d).UnixNano()}
+			case 4:
+				d := rapid.IntRange(0, 20).Draw(t, "due")
+				q.postpone(key, at(d))
+				if it, ok := m.items[key]; ok {
+					it.due = at(d).UnixNano()
+					m.items[key] = it
+				}
 			case 2:
 				q.remove(key)
 				delete(m.items, key)
@@ -358,5 +387,42 @@ func TestTimerQueueModel(t *testing.T) {
 				}
 			}
 		}
-	})
+	}
+}
+
+// TestTimerQueueSharedSlot checks queues that share their items' slots, as
+// the queues of tasks by status share a task record's: setting an item in
+// one takes it out of the other, and a remove from a queue that does not
+// hold it changes nothing.
+func TestTimerQueueSharedSlot(t *testing.T) {
+	t.Parallel()
+	slots := map[string]*timerSlot{"a": {}, "b": {}}
+	slotOf := func(key string) *timerSlot { return slots[key] }
+	q1, q2 := newSlotQueue(slotOf), newSlotQueue(slotOf)
+	q1.set("a", "A", at(1))
+	q1.set("b", "A", at(2))
+	q2.set("a", "B", at(3))
+	if q1.has("a") || !q2.has("a") || q1.Len() != 1 || q2.Len() != 1 || q2.dueOf("a") != at(3).UnixNano() {
+		t.Fatalf("after the move: q1 has a %v (Len %d), q2 has a %v (Len %d)", q1.has("a"), q1.Len(), q2.has("a"), q2.Len())
+	}
+	if e, _ := q1.earliest(); !e.Equal(at(2)) {
+		t.Fatalf("q1 earliest = %v, want %v", e, at(2))
+	}
+	q1.remove("a") // q2's
+	q1.postpone("a", at(9))
+	if !q2.has("a") || q2.dueOf("a") != at(3).UnixNano() {
+		t.Fatal("q1 changed q2's item")
+	}
+	q2.set("a", "C", at(4)) // another bucket of the same queue
+	if got := q2.entries(); len(got) != 1 || got["a"] != (timerEntry{bucket: "C", due: at(4).UnixNano()}) || len(q2.byCustomer) != 1 {
+		t.Fatalf("q2 after a bucket move: %v, buckets %v", got, q2.byCustomer)
+	}
+	q2.remove("a")
+	if q2.Len() != 0 || *slots["a"] != (timerSlot{}) {
+		t.Fatalf("q2 after remove: Len %d, slot %+v", q2.Len(), *slots["a"])
+	}
+	q3 := newSlotQueue(slotOf)
+	if q3.set("unknown", "A", at(1)); q3.Len() != 0 || q3.has("unknown") {
+		t.Fatal("a key without a slot was queued")
+	}
 }

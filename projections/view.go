@@ -81,9 +81,10 @@ const AdmissionWindow = time.Minute
 // views holds every projection. It is not safe for concurrent use; the
 // Engine guards it.
 type views struct {
-	tasks    map[string]*task
-	timers   [NumTimers]*TimerQueue
-	byStatus map[aggregate.Status]map[string]struct{}
+	tasks  map[string]*task
+	timers [NumTimers]*TimerQueue
+	// byStatus holds the tasks of each status, by its index in statuses.
+	byStatus [len(statuses)]statusSet
 	// activeRoots counts each customer's non-terminal root tasks.
 	activeRoots map[string]int
 	// admissions holds, per customer, the creation times of recent root
@@ -111,7 +112,6 @@ func newViews(retain int) *views {
 	v := &views{
 		retention:   retention{limit: retain},
 		tasks:       make(map[string]*task),
-		byStatus:    make(map[aggregate.Status]map[string]struct{}),
 		activeRoots: make(map[string]int),
 		admissions:  make(map[string][]time.Time),
 		queueCounts: make(map[string]map[aggregate.Status]int),
@@ -123,9 +123,23 @@ func newViews(retain int) *views {
 		labels:      newLabelIndex(),
 	}
 	for i := range v.timers {
-		v.timers[i] = newTimerQueue()
+		switch Timer(i) {
+		case Release, Deliver, Expire, Republish: // timerOf's, of which a task is in one at a time
+			v.timers[i] = newSlotQueue(v.slotOf)
+		default:
+			v.timers[i] = newTimerQueue()
+		}
 	}
 	return v
+}
+
+// slotOf returns the timer slot of task id's record, nil if the views do
+// not hold the task.
+func (v *views) slotOf(id string) *timerSlot {
+	if t := v.tasks[id]; t != nil {
+		return &t.timer
+	}
+	return nil
 }
 
 // apply folds one event into every view and reports whether it put a task
@@ -165,7 +179,7 @@ func (v *views) apply(ev events.Event) (timersChanged bool) {
 	if !before.Exists() && after.Exists() {
 		v.created(t, &after, ev.At)
 	}
-	changed := v.reindex(&before, &after)
+	changed := v.reindex(t, &before, &after)
 	v.rate(ev, &after)
 	changed = v.relink(t, &before, &after) || changed
 	changed = v.rekey(&before, &after) || changed
@@ -281,8 +295,8 @@ func (v *views) admit(s *aggregate.State, at time.Time) {
 	v.admissions[s.CustomerID] = recent
 }
 
-// reindex moves a task between the derived views as its state changes.
-func (v *views) reindex(before, after *aggregate.State) bool {
+// reindex moves task t between the derived views as its state changes.
+func (v *views) reindex(t *task, before, after *aggregate.State) bool {
 	id, changed := after.TaskID, false
 	bt, bdue, bok := timerOf(before)
 	at, adue, aok := timerOf(after)
@@ -295,21 +309,13 @@ func (v *views) reindex(before, after *aggregate.State) bool {
 	}
 	if before.Status != after.Status {
 		if before.Status != "" {
-			set := v.byStatus[before.Status]
-			if delete(set, id); len(set) == 0 {
-				delete(v.byStatus, before.Status)
-			}
+			v.byStatus[statusIndex(before.Status)].remove(t)
 			qc := v.queueCounts[before.Spec.Queue]
 			if qc[before.Status]--; qc[before.Status] == 0 {
 				delete(qc, before.Status)
 			}
 		}
-		set := v.byStatus[after.Status]
-		if set == nil {
-			set = make(map[string]struct{})
-			v.byStatus[after.Status] = set
-		}
-		set[id] = struct{}{}
+		v.byStatus[statusIndex(after.Status)].add(t)
 		qc := v.queueCounts[after.Spec.Queue]
 		if qc == nil {
 			qc = make(map[aggregate.Status]int)
@@ -353,4 +359,51 @@ func (v *views) countLive(customer, queue string, in bool) {
 			delete(v.liveQueues, customer)
 		}
 	}
+}
+
+// statusSet holds the tasks of one status in no order; each task's
+// statusAt is its index in the set, so adding and removing cost O(1) and
+// no map entry.
+type statusSet []*task
+
+func (s *statusSet) add(t *task) {
+	t.statusAt = int32(len(*s))
+	*s = append(*s, t)
+}
+
+// remove takes t out of s if s holds it, giving back the set's array once
+// it is a quarter full.
+func (s *statusSet) remove(t *task) {
+	set, i := *s, int(t.statusAt)
+	if i >= len(set) || set[i] != t {
+		return
+	}
+	last := set[len(set)-1]
+	set[i], last.statusAt = last, t.statusAt
+	set[len(set)-1] = nil
+	switch set = set[:len(set)-1]; {
+	case len(set) == 0:
+		set = nil
+	case len(set) < cap(set)/4:
+		set = slices.Clone(set)
+	}
+	*s = set
+}
+
+// statusIDs returns the sorted ids of each status's tasks, for digests
+// and tests.
+func (v *views) statusIDs() map[aggregate.Status][]string {
+	out := make(map[aggregate.Status][]string)
+	for i, set := range v.byStatus {
+		if len(set) == 0 {
+			continue
+		}
+		ids := make([]string, len(set))
+		for j, t := range set {
+			ids[j] = t.id
+		}
+		slices.Sort(ids)
+		out[statuses[i]] = ids
+	}
+	return out
 }
