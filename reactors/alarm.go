@@ -178,7 +178,8 @@ const (
 // Alarm keeps one timer armed for the earliest due item across the timer
 // queues and, when it fires, runs the due releases, deliveries, timeouts,
 // child reports and checks of queued notifications in bounded batches
-// that take turns across customers.
+// that take turns across customers: with Partitions, only the items of
+// the partitions held.
 type Alarm struct {
 	cfg   AlarmConfig
 	store Store
