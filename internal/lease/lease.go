@@ -116,6 +116,23 @@ func Open(ctx context.Context, cfg Config) (*Leases, error) {
 	if cfg.TTL <= 0 {
 		cfg.TTL = DefaultTTL
 	}
+	kv, ttl, err := openBucket(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if ttl != cfg.TTL {
+		cfg.Logger.Warn().Dur("bucket", ttl).Dur("configured", cfg.TTL).Str("bucket", cfg.Bucket).
+			Msg("the lease bucket's TTL differs from this process's; the bucket's holds")
+	}
+	l := &Leases{cfg: cfg, kv: kv, ttl: ttl, margin: ttl / 5, changed: make(chan struct{}, 1), revs: make([]uint64, cfg.Partitions)}
+	none := make([]time.Time, cfg.Partitions)
+	l.until.Store(&none)
+	return l, nil
+}
+
+// openBucket opens the bucket of cfg, creating it if it is missing, and
+// returns its TTL; it refuses a bucket of another partition count.
+func openBucket(ctx context.Context, cfg Config) (jetstream.KeyValue, time.Duration, error) {
 	// Memory storage: a lease outlives no server restart, and a restarted
 	// server has no stale owners to wait for.
 	kv, err := cfg.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -127,32 +144,24 @@ func Open(ctx context.Context, cfg Config) (*Leases, error) {
 		kv, err = cfg.JS.KeyValue(ctx, cfg.Bucket)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("lease: bucket %s: %w", cfg.Bucket, err)
+		return nil, 0, fmt.Errorf("lease: bucket %s: %w", cfg.Bucket, err)
 	}
 	status, err := kv.Status(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("lease: bucket %s: %w", cfg.Bucket, err)
+		return nil, 0, fmt.Errorf("lease: bucket %s: %w", cfg.Bucket, err)
 	}
 	var meta map[string]string
 	if s, ok := status.(*jetstream.KeyValueBucketStatus); ok {
 		meta = s.StreamInfo().Config.Metadata
 	}
 	if p := meta[partitionsMeta]; p != strconv.Itoa(cfg.Partitions) {
-		return nil, fmt.Errorf("lease: bucket %s splits the timers into %q partitions, not %d: start every process with the same count (to change it, stop them all and delete the bucket)",
+		return nil, 0, fmt.Errorf("lease: bucket %s splits the timers into %q partitions, not %d: start every process with the same count (to change it, stop them all and delete the bucket)",
 			cfg.Bucket, p, cfg.Partitions)
 	}
-	ttl := status.TTL()
-	if ttl <= 0 {
-		return nil, fmt.Errorf("lease: bucket %s has no TTL", cfg.Bucket)
+	if status.TTL() <= 0 {
+		return nil, 0, fmt.Errorf("lease: bucket %s has no TTL", cfg.Bucket)
 	}
-	if ttl != cfg.TTL {
-		cfg.Logger.Warn().Dur("bucket", ttl).Dur("configured", cfg.TTL).Str("bucket", cfg.Bucket).
-			Msg("the lease bucket's TTL differs from this process's; the bucket's holds")
-	}
-	l := &Leases{cfg: cfg, kv: kv, ttl: ttl, margin: ttl / 5, changed: make(chan struct{}, 1), revs: make([]uint64, cfg.Partitions)}
-	none := make([]time.Time, cfg.Partitions)
-	l.until.Store(&none)
-	return l, nil
+	return kv, status.TTL(), nil
 }
 
 func badKeyRune(r rune) bool {
@@ -248,7 +257,7 @@ func (l *Leases) round(ctx context.Context) error {
 		return err
 	}
 	if _, err := l.kv.Put(ctx, memberKey(l.cfg.Instance), me); err != nil {
-		return fmt.Errorf("heartbeat: %w", err)
+		return errors.Join(fmt.Errorf("heartbeat: %w", err), l.reopen(ctx))
 	}
 	entries, err := l.entries(ctx)
 	if err != nil {
@@ -331,6 +340,26 @@ func (l *Leases) round(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// reopen opens the bucket again, creating it if it is gone (a memory
+// stream does not outlive a NATS server or JetStream restart, such as
+// the embedded server's storage recovery), for the next round.
+func (l *Leases) reopen(ctx context.Context) error {
+	// Its own time: the failed write may have used up the round's.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttl/4)
+	defer cancel()
+	cfg := l.cfg
+	cfg.TTL = l.ttl
+	kv, ttl, err := openBucket(ctx, cfg)
+	switch {
+	case err != nil:
+		return err
+	case ttl != l.ttl:
+		return fmt.Errorf("lease: bucket %s was made again with a TTL of %s, not %s: restart this process", l.cfg.Bucket, ttl, l.ttl)
+	}
+	l.kv = kv
+	return nil
+}
+
 // entries reads the bucket's live keys (deleted and expired ones left out).
 func (l *Leases) entries(ctx context.Context) (map[string]jetstream.KeyValueEntry, error) {
 	w, err := l.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
@@ -371,9 +400,18 @@ func (l *Leases) publish(until []time.Time) {
 	}
 }
 
-// release gives back every lease held and the member key.
+// release gives back every lease held and the member key: at the
+// revisions the bucket shows (a write the end of Run's context cut off
+// may have landed), or, if it cannot be read, at those last known.
 func (l *Leases) release(ctx context.Context) {
 	l.publish(make([]time.Time, l.cfg.Partitions))
+	if entries, err := l.entries(ctx); err == nil {
+		for i := range l.revs {
+			if e, ok := entries[partitionKey(i)]; ok && string(e.Value()) == l.cfg.Instance {
+				l.revs[i] = e.Revision()
+			}
+		}
+	}
 	for i, rev := range l.revs {
 		if rev != 0 {
 			l.kv.Delete(ctx, partitionKey(i), jetstream.LastRevision(rev))

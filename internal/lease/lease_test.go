@@ -273,6 +273,30 @@ func TestLeasesSplitAndTakeover(t *testing.T) {
 	eventually(t, "a took b's partitions", func() bool { return slices.Equal(a.Owned(), all(parts)) })
 }
 
+// TestLeasesBucketMadeAgain: a bucket that disappears (a memory stream
+// after a NATS or JetStream restart) is made again, and its leases taken
+// again.
+func TestLeasesBucketMadeAgain(t *testing.T) {
+	t.Parallel()
+	const parts = 4
+	bucket := bucketName(t)
+	l, nc := open(t, bucket, "a", parts, time.Second)
+	run(t, l)
+	eventually(t, "every partition owned", func() bool { return slices.Equal(l.Owned(), all(parts)) })
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(context.Background(), bucket); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the leases lapsed with the bucket", func() bool { return len(l.Owned()) == 0 })
+	eventually(t, "every partition owned again", func() bool { return slices.Equal(l.Owned(), all(parts)) })
+	if _, err := js.KeyValue(context.Background(), bucket); err != nil {
+		t.Fatalf("bucket not made again: %v", err)
+	}
+}
+
 // TestOpenRefusesOtherPartitionCount: every process of a bucket must
 // split the timers alike; a second TTL yields to the bucket's.
 func TestOpenRefusesOtherPartitionCount(t *testing.T) {
