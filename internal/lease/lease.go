@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -302,40 +303,56 @@ func (l *Leases) round(ctx context.Context) error {
 		}
 	}
 	var errs []error
-	for _, i := range mine {
-		sent := time.Now()
-		rev, err := l.kv.Update(ctx, partitionKey(i), []byte(l.cfg.Instance), entries[partitionKey(i)].Revision())
-		switch {
-		case err == nil:
-			held(i, sent, rev)
-		case errors.Is(err, jetstream.ErrKeyRevisionMismatch):
-			lost(i) // it expired (and may have been taken since)
-		default:
-			errs = append(errs, fmt.Errorf("renew %s: %w", partitionKey(i), err))
-		}
+	var mu sync.Mutex // errs; each write sets only its own partition's until and revs
+	fail := func(what string, i int, err error) {
+		mu.Lock()
+		errs = append(errs, fmt.Errorf("%s %s: %w", what, partitionKey(i), err))
+		mu.Unlock()
 	}
+	// The writes of a round go out at once: a round takes one round trip,
+	// not one per partition.
+	var wg sync.WaitGroup
+	for _, i := range mine {
+		wg.Go(func() {
+			sent := time.Now()
+			rev, err := l.kv.Update(ctx, partitionKey(i), []byte(l.cfg.Instance), entries[partitionKey(i)].Revision())
+			switch {
+			case err == nil:
+				held(i, sent, rev)
+			case errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+				lost(i) // it expired (and may have been taken since)
+			default:
+				fail("renew", i, err)
+			}
+		})
+	}
+	wg.Wait()
 	l.publish(slices.Clone(until)) // published slices are never written
 	for _, i := range extras {
-		if err := l.kv.Delete(ctx, partitionKey(i), jetstream.LastRevision(entries[partitionKey(i)].Revision())); err != nil {
-			errs = append(errs, fmt.Errorf("give back %s: %w", partitionKey(i), err))
-		}
+		wg.Go(func() {
+			if err := l.kv.Delete(ctx, partitionKey(i), jetstream.LastRevision(entries[partitionKey(i)].Revision())); err != nil {
+				fail("give back", i, err)
+			}
+		})
 	}
-	// Take free ones, from a random one on: processes starting together
-	// then seldom race for the same key.
-	n := len(mine)
-	for j, off := 0, rand.N(len(free)+1); j < len(free) && n < share; j++ {
+	// Take free ones up to the share, from a random one on: processes
+	// starting together then seldom race for the same key.
+	off := rand.N(len(free) + 1)
+	for j := range min(len(free), max(share-len(mine), 0)) {
 		i := free[(off+j)%len(free)]
-		sent := time.Now()
-		rev, err := l.kv.Create(ctx, partitionKey(i), []byte(l.cfg.Instance))
-		switch {
-		case err == nil:
-			held(i, sent, rev)
-			n++
-		case errors.Is(err, jetstream.ErrKeyExists): // another process took it first
-		default:
-			errs = append(errs, fmt.Errorf("take %s: %w", partitionKey(i), err))
-		}
+		wg.Go(func() {
+			sent := time.Now()
+			rev, err := l.kv.Create(ctx, partitionKey(i), []byte(l.cfg.Instance))
+			switch {
+			case err == nil:
+				held(i, sent, rev)
+			case errors.Is(err, jetstream.ErrKeyExists): // another process took it first
+			default:
+				fail("take", i, err)
+			}
+		})
 	}
+	wg.Wait()
 	l.publish(until)
 	return errors.Join(errs...)
 }
@@ -385,12 +402,13 @@ func (l *Leases) entries(ctx context.Context) (map[string]jetstream.KeyValueEntr
 }
 
 // publish makes until the leases Owns and Owned see, and signals Changed
-// when a partition was taken or given up.
+// when a partition became held or stopped being held (a lapsed lease
+// renewed included).
 func (l *Leases) publish(until []time.Time) {
-	old := *l.until.Load()
+	old, now := *l.until.Load(), time.Now()
 	l.until.Store(&until)
 	for i := range until {
-		if until[i].IsZero() != old[i].IsZero() {
+		if now.Before(until[i]) != now.Before(old[i]) {
 			select {
 			case l.changed <- struct{}{}:
 			default:

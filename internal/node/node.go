@@ -95,10 +95,6 @@ type Config struct {
 	// LeaseTTL is how long a partition's lease lives unrenewed; default
 	// lease.DefaultTTL (the lease bucket's, once it exists, wins).
 	LeaseTTL time.Duration
-	// Instance names this process in the lease bucket; default a fresh
-	// id. Two processes running at once must never share one; a process
-	// started again under its old one takes its leases back at once.
-	Instance string
 	// NoLeases makes the alarm act on every timer item and hold no lease:
 	// correct beside processes that hold leases (OCC decides), only
 	// wasteful.
@@ -197,12 +193,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	var leases *lease.Leases
 	if !cfg.NoLeases {
-		if cfg.Instance == "" {
-			cfg.Instance = events.NewID()
-		}
+		// A fresh instance per start: a restarted process never takes
+		// the leases of the one before it for its own.
 		leases, err = lease.Open(ctx, lease.Config{
 			JS: st.JetStream(), Bucket: lease.Bucket(cfg.Stream), Partitions: cfg.Partitions, TTL: cfg.LeaseTTL,
-			Replicas: cfg.Replicas, Instance: cfg.Instance, Name: cfg.Name, Logger: cfg.Logger,
+			Replicas: cfg.Replicas, Instance: events.NewID(), Name: cfg.Name, Logger: cfg.Logger,
 		})
 		if err != nil {
 			st.Close()
