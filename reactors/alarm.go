@@ -690,11 +690,11 @@ func (a *Alarm) free(ctx context.Context, s aggregate.State) flight {
 	}
 	k, evs, err := a.store.ExecuteKey(ctx, cmd)
 	if err == nil && len(evs) > 0 {
-		owns := a.owns()
+		// Whichever partition the waiter is in: the slot is this
+		// process's to hand on, and its owner's release then appends
+		// nothing.
 		for _, w := range a.proj.Waiters(s.CustomerID, cmd.Key, a.cfg.Now(), 1) {
-			if owns(w.TaskID) { // else its partition's owner releases it
-				a.release(ctx, w)
-			}
+			a.release(ctx, w)
 		}
 	}
 	return a.outcome(projections.Free, s, aggregate.State{LastSeq: k.LastSeq}, err)

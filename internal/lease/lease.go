@@ -90,10 +90,10 @@ type Leases struct {
 // partitionsMeta is the bucket metadata that records the partition count.
 const partitionsMeta = "taskledger_partitions"
 
-// member is the value of a process's member key.
+// member is the value of a process's member key, for an operator
+// reading the bucket.
 type member struct {
-	Name       string `json:"name,omitempty"`
-	Partitions int    `json:"partitions"`
+	Name string `json:"name,omitempty"`
 }
 
 // Open opens (creating if needed) the bucket of cfg and returns Leases
@@ -205,7 +205,8 @@ func (l *Leases) Owned() []int {
 	return out
 }
 
-// Changed is signalled after Run took or gave up a partition.
+// Changed is signalled after Run took or gave up a partition, renewed a
+// lapsed lease, or found the NATS connection back (or gone).
 func (l *Leases) Changed() <-chan struct{} { return l.changed }
 
 func (l *Leases) connected() bool {
@@ -221,7 +222,7 @@ func (l *Leases) connected() bool {
 func (l *Leases) Run(ctx context.Context) error {
 	tick := time.NewTicker(l.ttl / 4)
 	defer tick.Stop()
-	failing := false
+	failing, connected := false, l.connected()
 	for {
 		// Logged when rounds start failing and when they work again,
 		// not once a round.
@@ -232,6 +233,12 @@ func (l *Leases) Run(ctx context.Context) error {
 		case err == nil && failing:
 			l.cfg.Logger.Info().Str("bucket", l.cfg.Bucket).Ints("owned", l.Owned()).Msg("lease rounds work again")
 			failing = false
+		}
+		// Owns holds nothing while the connection is down: an alarm that
+		// slept through it must hear that it is back.
+		if c := l.connected(); c != connected {
+			connected = c
+			l.signal()
 		}
 		select {
 		case <-ctx.Done():
@@ -253,7 +260,7 @@ func partitionKey(i int) string        { return "p." + strconv.Itoa(i) }
 func (l *Leases) round(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, l.ttl/4)
 	defer cancel()
-	me, err := json.Marshal(member{Name: l.cfg.Name, Partitions: l.cfg.Partitions})
+	me, err := json.Marshal(member{Name: l.cfg.Name})
 	if err != nil {
 		return err
 	}
@@ -409,12 +416,16 @@ func (l *Leases) publish(until []time.Time) {
 	l.until.Store(&until)
 	for i := range until {
 		if now.Before(until[i]) != now.Before(old[i]) {
-			select {
-			case l.changed <- struct{}{}:
-			default:
-			}
+			l.signal()
 			return
 		}
+	}
+}
+
+func (l *Leases) signal() {
+	select {
+	case l.changed <- struct{}{}:
+	default:
 	}
 }
 

@@ -101,6 +101,12 @@ type Config struct {
 	NoLeases bool
 }
 
+// Leases are the alarm's partitions and what the API shows of them.
+var (
+	_ reactors.Partitions     = (*lease.Leases)(nil)
+	_ httpapi.TimerPartitions = (*lease.Leases)(nil)
+)
+
 // SnapshotBucket is the object store bucket of a stream's projection
 // snapshots.
 func SnapshotBucket(stream string) string { return stream + "_SNAPSHOTS" }
