@@ -67,6 +67,22 @@ type Stats struct {
 	// more.
 	Schedules          []ScheduleStats `json:"schedules"`
 	SchedulesTruncated bool            `json:"schedulesTruncated,omitempty"`
+	// Partitions is the timer partitions this process holds a lease on;
+	// absent on a process that holds no leases (it acts on every timer).
+	Partitions *PartitionStats `json:"partitions,omitempty"`
+}
+
+// PartitionStats is which of the Count timer partitions this process
+// holds a lease on, and so acts on (releases, deliveries, timeouts,
+// child reports, republishes, slot releases, schedule fires): Owned, in
+// order, empty while it holds none. Instance names the process in the
+// lease bucket; LeaseTTLSeconds is the leases' lifetime unrenewed. It is
+// the process's, the same for every caller.
+type PartitionStats struct {
+	Count           int     `json:"count"`
+	Owned           []int   `json:"owned"`
+	Instance        string  `json:"instance"`
+	LeaseTTLSeconds float64 `json:"leaseTtlSeconds"`
 }
 
 // MaxStatsRows bounds the keys and the schedules of one Stats answer.

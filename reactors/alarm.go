@@ -90,6 +90,16 @@ type Publisher interface {
 // the two ReadyPublished is stale.
 const DefaultReadyGrace = time.Second
 
+// Partitions says which timer items this process acts on: those of the
+// timer partitions it holds a lease on (internal/lease.Leases).
+type Partitions interface {
+	// Owns returns a test of whether this process acts, now, on the item
+	// of a key: a task's id, or a schedule's projections.ScheduleKey.
+	Owns() func(key string) bool
+	// Changed is signalled when the partitions held change.
+	Changed() <-chan struct{}
+}
+
 // AlarmConfig configures an Alarm. Store, Projection and Publisher are
 // required; zero values elsewhere mean the defaults.
 type AlarmConfig struct {
@@ -99,6 +109,9 @@ type AlarmConfig struct {
 	// Schedules, if set, fires the due schedules of the Fire timer queue;
 	// without it schedules do not fire.
 	Schedules Firer
+	// Partitions, if set, limits the alarm to the items of the
+	// partitions this process holds; nil: it acts on every item.
+	Partitions Partitions
 
 	Batch       int // due items taken per queue per round; default 64
 	Concurrency int // actions in flight; default 128 (a burst of due items is acted on together: the appends pipeline)
@@ -180,7 +193,8 @@ const (
 // Alarm keeps one timer armed for the earliest due item across the timer
 // queues and, when it fires, runs the due releases, deliveries, timeouts,
 // child reports and checks of queued notifications in bounded batches
-// that take turns across customers.
+// that take turns across customers: with Partitions, only the items of
+// the partitions held.
 type Alarm struct {
 	cfg   AlarmConfig
 	store Store
@@ -261,7 +275,7 @@ func (a *Alarm) Run(ctx context.Context) error {
 		// now is the clock the due times are on (Config.Now); wall is the
 		// process's own, for the pause after a failed action: a clock that
 		// stands still or jumps must not hold a retry back.
-		now, wall := a.cfg.Now(), time.Now()
+		now, wall, owns := a.cfg.Now(), time.Now(), a.owns()
 		a.settle(now, wall)
 		dispatched := 0
 		dispatch := func(k key, act func() flight) {
@@ -286,7 +300,7 @@ func (a *Alarm) Run(ctx context.Context) error {
 			if free == 0 {
 				break
 			}
-			skip := func(id string) bool { return a.skip(key{t, id}, now, wall) }
+			skip := func(id string) bool { return !owns(id) || a.skip(key{t, id}, now, wall) }
 			if t == projections.Fire {
 				if a.cfg.Schedules != nil {
 					for _, d := range a.proj.DueSchedules(now, free, skip) {
@@ -299,7 +313,7 @@ func (a *Alarm) Run(ctx context.Context) error {
 				dispatch(key{t, s.TaskID}, func() flight { return a.act(ctx, t, s) })
 			}
 		}
-		timer.Reset(a.wait(now, wall, dispatched, len(sem) == cap(sem)))
+		timer.Reset(a.wait(now, wall, owns, dispatched, len(sem) == cap(sem)))
 		select {
 		case <-ctx.Done():
 			go func() { // drain results so actions in flight can finish
@@ -312,6 +326,7 @@ func (a *Alarm) Run(ctx context.Context) error {
 		case r := <-a.done:
 			a.inflight[r.key] = r.flight
 		case <-a.proj.TimersChanged():
+		case <-a.partitionsChanged():
 		case <-timer.C:
 		}
 	}
@@ -333,7 +348,7 @@ func (a *Alarm) awaitApplied(ctx context.Context, seq uint64) {
 // must not hide a later one), or until a failed action may be retried.
 // Items in flight leave the queue through the projection, which wakes the
 // alarm, so there is no polling interval.
-func (a *Alarm) wait(now, wall time.Time, dispatched int, full bool) time.Duration {
+func (a *Alarm) wait(now, wall time.Time, owns func(string) bool, dispatched int, full bool) time.Duration {
 	switch {
 	case full:
 		return time.Hour // nothing can start before an action ends, which wakes the alarm
@@ -345,7 +360,7 @@ func (a *Alarm) wait(now, wall time.Time, dispatched int, full bool) time.Durati
 		if t == projections.Fire && a.cfg.Schedules == nil {
 			continue
 		}
-		next, ok := a.proj.EarliestExcept(t, func(id string) bool { return a.skip(key{t, id}, now, wall) })
+		next, ok := a.proj.EarliestExcept(t, func(id string) bool { return !owns(id) || a.skip(key{t, id}, now, wall) })
 		if next = next.Add(a.delay(t)); ok && next.After(now) {
 			d = min(d, next.Sub(now))
 		}
@@ -369,6 +384,22 @@ func (a *Alarm) delay(t projections.Timer) time.Duration {
 		return a.cfg.RepublishAfter
 	}
 	return 0
+}
+
+// owns is Partitions.Owns, or true for every item without Partitions.
+func (a *Alarm) owns() func(key string) bool {
+	if a.cfg.Partitions == nil {
+		return func(string) bool { return true }
+	}
+	return a.cfg.Partitions.Owns()
+}
+
+// partitionsChanged is Partitions.Changed; nil (never ready) without.
+func (a *Alarm) partitionsChanged() <-chan struct{} {
+	if a.cfg.Partitions == nil {
+		return nil
+	}
+	return a.cfg.Partitions.Changed()
 }
 
 func (a *Alarm) skip(k key, now, wall time.Time) bool {
@@ -692,6 +723,9 @@ func (a *Alarm) free(ctx context.Context, s aggregate.State) flight {
 	}
 	k, evs, err := a.store.ExecuteKey(ctx, cmd)
 	if err == nil && len(evs) > 0 {
+		// Whichever partition the waiter is in: the slot is this
+		// process's to hand on, and its owner's release then appends
+		// nothing.
 		for _, w := range a.proj.Waiters(s.CustomerID, cmd.Key, a.cfg.Now(), 1) {
 			a.release(ctx, w)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/broker"
 	"github.com/taskledger/taskledger/internal/httpapi"
+	"github.com/taskledger/taskledger/internal/lease"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/scheduler"
@@ -166,6 +167,8 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	maxEventBytes := fs.Int("max-event-bytes", 0, "largest event the log takes, as the event stream's max message size (0: the NATS server's max_payload, 1 MiB by default); a larger one answers 413")
 	var lf limitFlags
 	lf.register(fs)
+	partitions := fs.Int("timer-partitions", lease.DefaultPartitions, "timer work is split into this many partitions, each acted on by the process holding its lease; every process of a stream must agree")
+	leaseTTL := fs.Duration("lease-ttl", lease.DefaultTTL, "a partition lease lives this long unrenewed (renewed every quarter of it): a lost process's timers are taken over within about this")
 	name := fs.String("name", "", "this scheduler's name in the events it writes (default: hostname)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "auto", "text, json, or auto (text on a terminal)")
@@ -216,6 +219,12 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		h, _ := os.Hostname()
 		*name = "scheduler-" + sanitize(h)
 	}
+	if *partitions < 1 || *partitions > lease.MaxPartitions {
+		return fmt.Errorf("%w: --timer-partitions %d: want 1 to %d", errUsage, *partitions, lease.MaxPartitions)
+	}
+	if *leaseTTL < time.Second || *leaseTTL > time.Hour {
+		return fmt.Errorf("%w: --lease-ttl %s: want 1s to 1h", errUsage, *leaseTTL)
+	}
 	if *writeTimeout <= 0 || *storageRetry <= 0 || *runRetention <= 0 {
 		return fmt.Errorf("%w: --write-timeout, --storage-retry and --run-retention must be positive", errUsage)
 	}
@@ -230,7 +239,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		HTTP:    limits, BodyTimeout: *bodyTimeout, MaxBodyMemory: *maxBodyMemory, LogRepeatInterval: *logRepeat,
 		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain, Alarm: alarm, Limits: bounds, ReadyJSON: lf.readyJSON,
 		MaxEventBytes: int32(*maxEventBytes), WriteTimeout: *writeTimeout, StorageRetry: *storageRetry,
-		RunRetention: *runRetention,
+		RunRetention: *runRetention, Partitions: *partitions, LeaseTTL: *leaseTTL,
 	}
 	if embedded != nil {
 		cfg.StorageError, cfg.RecoverStorage = embedded.StorageError, embedded.RestartJetStream

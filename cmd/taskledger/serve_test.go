@@ -264,6 +264,7 @@ func TestServeRefusesBadLimits(t *testing.T) {
 		{"--max-event-bytes", "-1"}, {"--max-event-bytes", "4294967296"},
 		{"--run-retention", "0s"}, {"--run-retention", "-1h"},
 		{"--max-streams", "0"}, {"--max-streams-per-customer", "-2"},
+		{"--timer-partitions", "0"}, {"--timer-partitions", "1025"}, {"--lease-ttl", "500ms"}, {"--lease-ttl", "2h"},
 	} {
 		code, stderr := serveOutput(t, nil, args...)
 		if code != 2 || !strings.Contains(stderr, args[0]) {

@@ -61,6 +61,15 @@ type AlarmLateness interface {
 
 var _ AlarmLateness = (*reactors.LatenessWindow)(nil)
 
+// TimerPartitions reports the timer partitions this process holds a lease
+// on (internal/lease.Leases), for /readyz and GET /v1/stats.
+type TimerPartitions interface {
+	Partitions() int
+	Owned() []int
+	Instance() string
+	TTL() time.Duration
+}
+
 // ServerConfig configures the HTTP handler.
 type ServerConfig struct {
 	Service *scheduler.Service
@@ -69,6 +78,9 @@ type ServerConfig struct {
 	// Lateness is the alarm's recent lateness for GET /v1/stats;
 	// optional (nil: no samples).
 	Lateness AlarmLateness
+	// Partitions is the timer partitions this process holds; optional
+	// (nil: /readyz and GET /v1/stats show none, the alarm acts on all).
+	Partitions TimerPartitions
 	// Tokens maps bearer tokens to customer ids ("*" for an operator).
 	// Nil means no auth: every request acts as an operator, and only
 	// requests for a loopback Host are served (DNS rebinding).
@@ -476,6 +488,9 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 		body["digest"] = h.Ready.Digest()
 	}
+	if p := h.partitionStats(); p != nil {
+		body["partitions"] = p
+	}
 	status := http.StatusOK
 	if !h.Ready.CaughtUp() {
 		status = http.StatusServiceUnavailable
@@ -489,6 +504,15 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, status, body)
+}
+
+// partitionStats renders the timer partitions held; nil without.
+func (h *handler) partitionStats() *api.PartitionStats {
+	if h.Partitions == nil {
+		return nil
+	}
+	return &api.PartitionStats{Count: h.Partitions.Partitions(), Owned: h.Partitions.Owned(),
+		Instance: h.Partitions.Instance(), LeaseTTLSeconds: h.Partitions.TTL().Seconds()}
 }
 
 // decode reads the JSON body (which route has read and bounded) into v.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/httpapi"
+	"github.com/taskledger/taskledger/internal/lease"
 	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/store"
@@ -87,7 +88,24 @@ type Config struct {
 	// (a full disk) and refuses its writes until the stream is reopened.
 	StorageError   func() error
 	RecoverStorage func() error
+	// Partitions splits the alarm's timer work into this many partitions,
+	// each acted on by the process that holds its lease; default
+	// lease.DefaultPartitions. Every process of a stream must agree.
+	Partitions int
+	// LeaseTTL is how long a partition's lease lives unrenewed; default
+	// lease.DefaultTTL (the lease bucket's, once it exists, wins).
+	LeaseTTL time.Duration
+	// NoLeases makes the alarm act on every timer item and hold no lease:
+	// correct beside processes that hold leases (OCC decides), only
+	// wasteful.
+	NoLeases bool
 }
+
+// Leases are the alarm's partitions and what the API shows of them.
+var (
+	_ reactors.Partitions     = (*lease.Leases)(nil)
+	_ httpapi.TimerPartitions = (*lease.Leases)(nil)
+)
 
 // SnapshotBucket is the object store bucket of a stream's projection
 // snapshots.
@@ -101,7 +119,9 @@ type Node struct {
 	Service *scheduler.Service
 	Handler http.Handler
 	// Server serves Handler within Config.HTTP; Serve it on a listener.
-	Server   *httpapi.Server
+	Server *httpapi.Server
+	// Leases holds this process's timer partitions; nil with NoLeases.
+	Leases   *lease.Leases
 	alarm    *reactors.Alarm
 	errorLog *ratelog.Limiter
 	heads    projections.SnapshotStore // nil without snapshots
@@ -177,7 +197,20 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			}
 		}
 	}
-	n, err := build(cfg, st, runs, pcfg, ready)
+	var leases *lease.Leases
+	if !cfg.NoLeases {
+		// A fresh instance per start: a restarted process never takes
+		// the leases of the one before it for its own.
+		leases, err = lease.Open(ctx, lease.Config{
+			JS: st.JetStream(), Bucket: lease.Bucket(cfg.Stream), Partitions: cfg.Partitions, TTL: cfg.LeaseTTL,
+			Replicas: cfg.Replicas, Instance: events.NewID(), Name: cfg.Name, Logger: cfg.Logger,
+		})
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+	}
+	n, err := build(cfg, st, runs, pcfg, ready, leases)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -188,7 +221,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 }
 
 // build makes the parts on an open store and ready stream.
-func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Config, ready jetstream.Stream) (*Node, error) {
+func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Config, ready jetstream.Stream, leases *lease.Leases) (*Node, error) {
 	eng, err := projections.New(pcfg)
 	if err != nil {
 		return nil, err
@@ -210,6 +243,10 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 	alarmCfg.Store, alarmCfg.Projection, alarmCfg.Repeats, alarmCfg.Schedules = st, eng, errorLog, svc
 	alarmCfg.Publisher = publisher
 	alarmCfg.Logger, alarmCfg.Now = cfg.Logger, cfg.Now
+	var partitions httpapi.TimerPartitions
+	if leases != nil {
+		alarmCfg.Partitions, partitions = leases, leases
+	}
 	if alarmCfg.Observe == nil {
 		alarmCfg.Observe = observeAlarm(cfg.Registry)
 	}
@@ -226,9 +263,9 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, alarm: alarm, errorLog: errorLog}
+	n := &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, Leases: leases, alarm: alarm, errorLog: errorLog}
 	n.Handler, err = httpapi.NewHandler(httpapi.ServerConfig{
-		Service: svc, Ready: eng, Health: n, Lateness: lateness, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Registerer: cfg.Registry, Logger: cfg.Logger, ErrorLog: errorLog,
+		Service: svc, Ready: eng, Health: n, Lateness: lateness, Partitions: partitions, Tokens: cfg.Tokens, Gatherer: cfg.Registry, Registerer: cfg.Registry, Logger: cfg.Logger, ErrorLog: errorLog,
 		MaxInFlight: cfg.MaxInFlight, BodyTimeout: cfg.BodyTimeout, MaxBodyMemory: cfg.MaxBodyMemory, Streams: cfg.Streams,
 	})
 	if err != nil {
@@ -247,8 +284,9 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 func (n *Node) Metrics() http.Handler { return httpapi.MetricsHandler(n.cfg.Registry) }
 
 // Run runs the projection engine and, once it has caught up with the log,
-// the alarm, until ctx ends: then the alarm stops first, the engine after
-// it, and Run returns nil. It returns early with an error if a part fails.
+// the leases and the alarm, until ctx ends: then the alarm stops first,
+// the leases after it (given back), the engine last, and Run returns nil.
+// It returns early with an error if a part fails.
 func (n *Node) Run(ctx context.Context) error {
 	defer n.Store.Close()
 	defer n.errorLog.Close() // the pending counts of repeated errors
@@ -272,6 +310,14 @@ func (n *Node) Run(ctx context.Context) error {
 		case <-n.Engine.Ready():
 		}
 		n.cfg.Logger.Info().Uint64("applied", n.Engine.Applied()).Msg("projections ready; alarm armed")
+		// Leases are taken only now: a process still rebuilding its
+		// projections must not hold partitions it cannot serve.
+		if n.Leases != nil {
+			leaseCtx, stopLeases := context.WithCancel(context.WithoutCancel(gctx))
+			leasesDone := make(chan struct{})
+			go func() { defer close(leasesDone); n.Leases.Run(leaseCtx) }()
+			defer func() { stopLeases(); <-leasesDone }()
+		}
 		return n.alarm.Run(gctx)
 	})
 	g.Go(func() error { n.watchStorage(gctx); return nil })
