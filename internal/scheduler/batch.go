@@ -11,6 +11,15 @@ import (
 	"github.com/taskledger/taskledger/events"
 )
 
+// batchParallelism bounds the items of one batch in flight at once. Each
+// item waits for its own appends' acks one after another, and no longer
+// for the projections (settleBatch waits once for all), so this many keep
+// the store's pipelined appender full; all 1,000 of a batch at once only
+// added contention on the connection's and the views' locks (+40 µs of
+// CPU a task in the bench's batch enqueue), and several such batches
+// would pass the appender's 4,096 in flight.
+const batchParallelism = 256
+
 // limitedParallelism bounds the items of one batch in flight at once that
 // count against a limit the projections count (limited): racing items may
 // overshoot such a limit by this many, as racing single requests may.
@@ -36,15 +45,6 @@ type ResultItem struct {
 	TaskID, DeliveryID string
 	Result             events.Result
 }
-
-// batchParallelism bounds the items of one batch in flight at once. Each
-// item waits for its own appends' acks one after another, and no longer
-// for the projections (settleBatch waits once for all), so this many keep
-// the store's pipelined appender full; all 1,000 of a batch at once only
-// added contention on the connection's and the views' locks (+40 µs of
-// CPU a task in the bench's batch enqueue), and several such batches
-// would pass the appender's 4,096 in flight.
-const batchParallelism = 256
 
 // inParallel runs fn(i) for i in [0, n), at most batchParallelism at once.
 func inParallel(n int, fn func(i int)) {
