@@ -210,7 +210,7 @@ func (s *Service) claimWaiting(ctx context.Context, p Principal, queue, executor
 		inParallel(len(offers), func(i int) {
 			claimed[i], ok[i], errs[i] = s.claimNotified(ctx, offers[i].msg, offers[i].note, executorID)
 		})
-		var out []aggregate.State
+		out := claimed[:0] // the claimed states, compacted in place: a State is large
 		for i := range offers {
 			if ok[i] {
 				out = append(out, claimed[i])
