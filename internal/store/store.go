@@ -504,7 +504,8 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 	if err != nil {
 		return err
 	}
-	msg := s.eventMsg(ev, data, expected)
+	am := s.eventMsg(ev, data, expected)
+	msg := &am.msg
 	tooLarge := func() error {
 		return fmt.Errorf("%w: the %s event is %d bytes, and the log takes at most %d bytes a message (headers included)",
 			aggregate.ErrTooLarge, ev.Type(), len(data), s.MaxEventBytes())
@@ -521,6 +522,7 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 		if err == nil {
 			ev.Seq, ev.Hash = seq, events.HashOf(data)
 			s.wrote()
+			am.release()
 			return nil
 		}
 		if IsConflict(err) {
@@ -567,12 +569,33 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 // its subject (events.Subjects.Of: the task's, the concurrency key's or
 // the schedule's), the TypeHeader, and the message id and expected subject
 // sequence headers JetStream checks, in one map.
-func (s *Store) eventMsg(ev *events.Event, data []byte, expected uint64) *nats.Msg {
-	return &nats.Msg{Subject: s.cfg.Subjects.Of(*ev), Data: data, Header: nats.Header{
-		TypeHeader:                          {string(ev.Type())},
-		jetstream.MsgIDHeader:               {ev.ID},
-		jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(expected, 10)},
-	}}
+func (s *Store) eventMsg(ev *events.Event, data []byte, expected uint64) *appendMsg {
+	m := appendMsgs.Get().(*appendMsg)
+	m.msg.Subject, m.msg.Data = s.cfg.Subjects.Of(*ev), data
+	m.vals = [3]string{string(ev.Type()), ev.ID, strconv.FormatUint(expected, 10)}
+	// Set every time (writing a key the map holds allocates nothing), so
+	// the headers are these even if a publish replaced a value.
+	m.msg.Header[TypeHeader] = m.vals[0:1:1]
+	m.msg.Header[jetstream.MsgIDHeader] = m.vals[1:2:2]
+	m.msg.Header[jetstream.ExpectedLastSubjSeqHeader] = m.vals[2:3:3]
+	return m
+}
+
+// appendMsg is an append's message, reused once its ack is in: its header
+// map and values are the same three for every append.
+type appendMsg struct {
+	msg  nats.Msg
+	vals [3]string // the values of msg.Header
+}
+
+var appendMsgs = sync.Pool{New: func() any { return &appendMsg{msg: nats.Msg{Header: make(nats.Header, 3)}} }}
+
+// release returns m for reuse. Call it only after m's ack came back: until
+// then nats.go may send m again (a retry after no responders, even after
+// the ack timeout), so an append that failed does not release its message.
+func (m *appendMsg) release() {
+	m.msg.Data, m.vals = nil, [3]string{}
+	appendMsgs.Put(m)
 }
 
 // wrote records that the log took a write.
