@@ -133,18 +133,23 @@ type encoder struct {
 	prev Hash
 }
 
-func (e *encoder) marshal(v any) ([]byte, error) {
+// marshal appends the encoding of v to dst.
+func (e *encoder) marshal(dst []byte, v any) ([]byte, error) {
 	e.buf.Reset()
 	if err := e.enc.Encode(v); err != nil {
 		return nil, err
 	}
-	return bytes.Clone(e.buf.Bytes()), nil
+	return append(dst, e.buf.Bytes()...), nil
 }
 
 // Encode returns the msgpack encoding of ev. It fails only when ev has no
 // payload or an invalid task or customer id. It is safe for concurrent
 // use.
-func Encode(ev Event) ([]byte, error) {
+func Encode(ev Event) ([]byte, error) { return AppendEncode(nil, ev) }
+
+// AppendEncode appends the encoding of ev to dst and returns the extended
+// buffer, for a caller that reuses its buffers; errors are Encode's.
+func AppendEncode(dst []byte, ev Event) ([]byte, error) {
 	if ev.Data == nil {
 		return nil, fmt.Errorf("events: encode %s: no payload", ev.ID)
 	}
@@ -171,7 +176,7 @@ func Encode(ev Event) ([]byte, error) {
 		e.prev = ev.Prev // a copy: ev.Prev[:] would move all of ev to the heap
 		e.w.Prev = e.prev[:]
 	}
-	b, err := e.marshal(e.w)
+	b, err := e.marshal(dst, e.w)
 	e.w = wire{} // hold no payload in the pool
 	if err != nil {
 		return nil, fmt.Errorf("events: encode %s: %w", ev.Type(), err)

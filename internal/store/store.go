@@ -500,17 +500,19 @@ func (s *Store) MaxEventBytes() int64 {
 // retries are spent, it fails as ErrUnavailable and marks writes failing
 // (WriteError) until an append or a Probe succeeds.
 func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) error {
-	data, err := events.Encode(*ev)
+	am := appendMsgs.Get().(*appendMsg)
+	data, err := events.AppendEncode(am.data[:0], *ev)
 	if err != nil {
 		return err
 	}
-	am := s.eventMsg(ev, data, expected)
+	s.fillMsg(am, ev, data, expected)
 	msg := &am.msg
 	tooLarge := func() error {
 		return fmt.Errorf("%w: the %s event is %d bytes, and the log takes at most %d bytes a message (headers included)",
 			aggregate.ErrTooLarge, ev.Type(), len(data), s.MaxEventBytes())
 	}
 	if int64(len(data)) > s.MaxEventBytes() {
+		am.release() // never sent
 		return tooLarge()
 	}
 	// The first attempt is bounded by the pipeline's ack timeout, which is
@@ -527,6 +529,7 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 		}
 		if IsConflict(err) {
 			s.wrote() // the log answered: it takes writes
+			am.release()
 			return fmt.Errorf("%w: %v", aggregate.ErrConflict, err)
 		}
 		// Within a header's length of the limit: the client (max
@@ -565,35 +568,43 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 	}
 }
 
-// eventMsg is the append of ev, encoded as data, after sequence expected:
-// its subject (events.Subjects.Of: the task's, the concurrency key's or
-// the schedule's), the TypeHeader, and the message id and expected subject
-// sequence headers JetStream checks, in one map.
-func (s *Store) eventMsg(ev *events.Event, data []byte, expected uint64) *appendMsg {
-	m := appendMsgs.Get().(*appendMsg)
-	m.msg.Subject, m.msg.Data = s.cfg.Subjects.Of(*ev), data
+// fillMsg makes m the append of ev, encoded as data, after sequence
+// expected: its subject (events.Subjects.Of: the task's, the concurrency
+// key's or the schedule's), the TypeHeader, and the message id and
+// expected subject sequence headers JetStream checks, in one map.
+func (s *Store) fillMsg(m *appendMsg, ev *events.Event, data []byte, expected uint64) {
+	m.data, m.msg.Subject, m.msg.Data = data, s.cfg.Subjects.Of(*ev), data
 	m.vals = [3]string{string(ev.Type()), ev.ID, strconv.FormatUint(expected, 10)}
 	// Set every time (writing a key the map holds allocates nothing), so
 	// the headers are these even if a publish replaced a value.
 	m.msg.Header[TypeHeader] = m.vals[0:1:1]
 	m.msg.Header[jetstream.MsgIDHeader] = m.vals[1:2:2]
 	m.msg.Header[jetstream.ExpectedLastSubjSeqHeader] = m.vals[2:3:3]
-	return m
 }
 
-// appendMsg is an append's message, reused once its ack is in: its header
-// map and values are the same three for every append.
+// appendMsg is an append's message, reused once its ack is in: its
+// encoded event's buffer, its header map and their values.
 type appendMsg struct {
 	msg  nats.Msg
+	data []byte    // msg.Data, kept for the next append to encode into
 	vals [3]string // the values of msg.Header
 }
 
+// maxPooledEvent is the largest encoded event whose buffer is reused: a
+// rare large one would otherwise keep its memory in the pool.
+const maxPooledEvent = 16 << 10
+
 var appendMsgs = sync.Pool{New: func() any { return &appendMsg{msg: nats.Msg{Header: make(nats.Header, 3)}} }}
 
-// release returns m for reuse. Call it only after m's ack came back: until
-// then nats.go may send m again (a retry after no responders, even after
-// the ack timeout), so an append that failed does not release its message.
+// release returns m for reuse. Call it only once the server answered m
+// (its ack or a conflict) or m was never sent: until then nats.go may
+// send m again (a retry after no responders, even after the ack timeout),
+// so an append that failed otherwise does not release its message.
+// The event's bytes are reused too: nothing may keep them.
 func (m *appendMsg) release() {
+	if cap(m.data) > maxPooledEvent {
+		m.data = nil
+	}
 	m.msg.Data, m.vals = nil, [3]string{}
 	appendMsgs.Put(m)
 }
