@@ -103,6 +103,7 @@ type Store struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	get    *directGetter
+	pipe   *pipeline
 
 	mu    sync.Mutex
 	cache map[string]aggregate.State
@@ -160,7 +161,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	// the one connection, each with its own expected subject sequence,
 	// and each caller waits for its own ack. The server checks every
 	// message's sequence on its own, so OCC is per message as before.
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxPipelined), jetstream.WithPublishAsyncTimeout(cfg.WriteTimeout))
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("store: jetstream: %w", err)
 	}
@@ -183,12 +184,17 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{cfg: cfg, js: js, stream: stream, get: get, cache: make(map[string]aggregate.State), keys: make(map[string]aggregate.KeyState), turns: make(map[string]*turn)}, nil
+	pipe, err := newPipeline(nc, maxPipelined, cfg.WriteTimeout)
+	if err != nil {
+		get.close()
+		return nil, err
+	}
+	return &Store{cfg: cfg, js: js, stream: stream, get: get, pipe: pipe, cache: make(map[string]aggregate.State), keys: make(map[string]aggregate.KeyState), turns: make(map[string]*turn)}, nil
 }
 
-// Close releases the Store's subscription. It does not close the
+// Close releases the Store's subscriptions. It does not close the
 // connection.
-func (s *Store) Close() error { return s.get.close() }
+func (s *Store) Close() error { return errors.Join(s.pipe.close(), s.get.close()) }
 
 // JetStream returns the JetStream context the store appends with.
 func (s *Store) JetStream() jetstream.JetStream { return s.js }
@@ -460,29 +466,10 @@ func (s *Store) append(ctx context.Context, st aggregate.State, evs []events.Eve
 const publishAttempts = 4
 
 // maxPipelined is how many appends await their acks at once in the append
-// pipeline (a further one waits for room). An ack not back within the
-// write timeout fails its append as unavailable (it may have landed).
+// pipeline (a further one waits for room, within the write timeout). An
+// ack not back within the write timeout fails its append as unavailable
+// (it may have landed).
 const maxPipelined = 4096
-
-// publishOnce sends msg through the pipeline and waits for its ack, the
-// pipeline's error for it (ErrAsyncPublishTimeout once the write timeout
-// passed without an ack), or the end of ctx. msg carries its message id
-// and expected subject sequence as headers already (eventMsg), so no
-// publish options are needed: nats.go then allocates none.
-func (s *Store) publishOnce(ctx context.Context, msg *nats.Msg) (uint64, error) {
-	fut, err := s.js.PublishMsgAsync(msg)
-	if err != nil {
-		return 0, err
-	}
-	select {
-	case ack := <-fut.Ok():
-		return ack.Sequence, nil
-	case err := <-fut.Err():
-		return 0, err
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
-}
 
 // MaxEventBytes is the largest message the log takes now: the NATS
 // server's max payload, or the stream's maximum message size when that is
@@ -501,6 +488,7 @@ func (s *Store) MaxEventBytes() int64 {
 // (WriteError) until an append or a Probe succeeds.
 func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) error {
 	am := appendMsgs.Get().(*appendMsg)
+	defer am.release() // the pipeline keeps no message past its publish
 	data, err := events.AppendEncode(am.data[:0], *ev)
 	if err != nil {
 		return err
@@ -512,7 +500,6 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 			aggregate.ErrTooLarge, ev.Type(), len(data), s.MaxEventBytes())
 	}
 	if int64(len(data)) > s.MaxEventBytes() {
-		am.release() // never sent
 		return tooLarge()
 	}
 	// The first attempt is bounded by the pipeline's ack timeout, which is
@@ -520,16 +507,14 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 	deadline := time.Now().Add(s.cfg.WriteTimeout)
 	wctx := ctx
 	for attempt := 1; ; attempt++ {
-		seq, err := s.publishOnce(wctx, msg)
+		seq, err := s.pipe.publish(wctx, msg)
 		if err == nil {
 			ev.Seq, ev.Hash = seq, events.HashOf(data)
 			s.wrote()
-			am.release()
 			return nil
 		}
 		if IsConflict(err) {
 			s.wrote() // the log answered: it takes writes
-			am.release()
 			return fmt.Errorf("%w: %v", aggregate.ErrConflict, err)
 		}
 		// Within a header's length of the limit: the client (max
@@ -545,7 +530,7 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 			apiErr.ErrorCode != errCodeAccountResources {
 			return fmt.Errorf("append %s: %w", ev.Type(), err)
 		}
-		late := func() bool { return errors.Is(err, jetstream.ErrAsyncPublishTimeout) || !time.Now().Before(deadline) }
+		late := func() bool { return errors.Is(err, errAckTimeout) || !time.Now().Before(deadline) }
 		if attempt < publishAttempts && !late() {
 			if wctx == ctx {
 				var cancel context.CancelFunc
@@ -575,14 +560,13 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 func (s *Store) fillMsg(m *appendMsg, ev *events.Event, data []byte, expected uint64) {
 	m.data, m.msg.Subject, m.msg.Data = data, s.cfg.Subjects.Of(*ev), data
 	m.vals = [3]string{string(ev.Type()), ev.ID, strconv.FormatUint(expected, 10)}
-	// Set every time (writing a key the map holds allocates nothing), so
-	// the headers are these even if a publish replaced a value.
+	// Writing a key the map holds allocates nothing.
 	m.msg.Header[TypeHeader] = m.vals[0:1:1]
 	m.msg.Header[jetstream.MsgIDHeader] = m.vals[1:2:2]
 	m.msg.Header[jetstream.ExpectedLastSubjSeqHeader] = m.vals[2:3:3]
 }
 
-// appendMsg is an append's message, reused once its ack is in: its
+// appendMsg is an append's message, reused once its publish returned: its
 // encoded event's buffer, its header map and their values.
 type appendMsg struct {
 	msg  nats.Msg
@@ -596,11 +580,8 @@ const maxPooledEvent = 16 << 10
 
 var appendMsgs = sync.Pool{New: func() any { return &appendMsg{msg: nats.Msg{Header: make(nats.Header, 3)}} }}
 
-// release returns m for reuse. Call it only once the server answered m
-// (its ack or a conflict) or m was never sent: until then nats.go may
-// send m again (a retry after no responders, even after the ack timeout),
-// so an append that failed otherwise does not release its message.
-// The event's bytes are reused too: nothing may keep them.
+// release returns m for reuse; the event's bytes are reused too, so
+// nothing may keep them.
 func (m *appendMsg) release() {
 	if cap(m.data) > maxPooledEvent {
 		m.data = nil
