@@ -150,11 +150,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	start := func(t api.Task, cp Checkpoint) {
+		r := &Run{Task: t, w: w, cp: cp} // the goroutine holds this, not copies of t and cp
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			w.execute(ctx, t, cp)
+			w.execute(ctx, r)
 		}()
 	}
 	if err := w.resume(ctx, slots, start); err != nil {
@@ -323,13 +324,14 @@ func ReadyConsumerConfig(subjects events.Subjects, queue string, ackWait time.Du
 }
 
 // execute runs the handler on one claimed task and reports its result.
-func (w *Worker) execute(ctx context.Context, t api.Task, cp Checkpoint) {
+func (w *Worker) execute(ctx context.Context, r *Run) {
+	t := r.Task // a copy: what the handler does to r.Task changes no report
 	// Each line names the task; its fields are built only when a line is
 	// written (a logger With the task would cost every run its buffer).
 	log := &w.cfg.Logger
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	r := &Run{Task: t, w: w, ctx: runCtx, cancel: cancel, cp: cp}
+	r.ctx, r.cancel = runCtx, cancel
 	if t.Mailbox.Count > 0 {
 		// Resumed, or mail came before the claim: the transcript keeps
 		// message ids only, so reload the content, and let messages
