@@ -101,13 +101,38 @@ func (p *pipeline) watch() {
 	}
 }
 
+// Like nats.go's, a publish that found no stream to take it (a stream
+// leader being elected) is sent again, noResponderRetries times
+// noResponderWait apart, within the write timeout.
+const (
+	noResponderRetries = 2
+	noResponderWait    = 250 * time.Millisecond
+)
+
 // publish sends msg (its Reply is set here) and waits for its ack, for
-// room in the pipeline, or for ctx; it returns the stream sequence the
-// ack names, the server's error (*jetstream.APIError), errAckTimeout, or
-// the transport's or ctx's error.
+// room in the pipeline, or for ctx, within the write timeout; it returns
+// the stream sequence the ack names, the server's error
+// (*jetstream.APIError), nats.ErrNoResponders, errAckTimeout, or the
+// transport's or ctx's error.
 func (p *pipeline) publish(ctx context.Context, msg *nats.Msg) (uint64, error) {
+	deadline := time.Now().Add(p.timeout)
+	for retries := 0; ; retries++ {
+		seq, err := p.send(ctx, msg, time.Until(deadline))
+		if !errors.Is(err, nats.ErrNoResponders) || retries == noResponderRetries || time.Until(deadline) < noResponderWait {
+			return seq, err
+		}
+		select {
+		case <-time.After(noResponderWait):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// send is one publish of msg, its ack awaited for at most timeout.
+func (p *pipeline) send(ctx context.Context, msg *nats.Msg, timeout time.Duration) (uint64, error) {
 	w := ackWaiters.Get().(*ackWaiter)
-	w.timer.Reset(p.timeout)
+	w.timer.Reset(timeout)
 	select {
 	case p.slots <- struct{}{}:
 	case <-w.timer.C:
