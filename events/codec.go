@@ -123,22 +123,33 @@ var encoders = sync.Pool{New: func() any {
 	return &encoder{buf: &buf, enc: enc}
 }}
 
+// encoder is a reusable encoding of one event: its buffer, and the
+// envelope and prev hash it encodes from, so an Encode allocates only the
+// bytes it returns.
 type encoder struct {
-	buf *bytes.Buffer
-	enc *msgpack.Encoder
+	buf  *bytes.Buffer
+	enc  *msgpack.Encoder
+	w    wire
+	prev Hash
 }
 
-func (e *encoder) marshal(v any) ([]byte, error) {
+// marshal appends the encoding of v to dst.
+func (e *encoder) marshal(dst []byte, v any) ([]byte, error) {
 	e.buf.Reset()
 	if err := e.enc.Encode(v); err != nil {
 		return nil, err
 	}
-	return bytes.Clone(e.buf.Bytes()), nil
+	return append(dst, e.buf.Bytes()...), nil
 }
 
 // Encode returns the msgpack encoding of ev. It fails only when ev has no
-// payload or an invalid task or customer id.
-func Encode(ev Event) ([]byte, error) {
+// payload or an invalid task or customer id. It is safe for concurrent
+// use.
+func Encode(ev Event) ([]byte, error) { return AppendEncode(nil, ev) }
+
+// AppendEncode appends the encoding of ev to dst and returns the extended
+// buffer, for a caller that reuses its buffers; errors are Encode's.
+func AppendEncode(dst []byte, ev Event) ([]byte, error) {
 	if ev.Data == nil {
 		return nil, fmt.Errorf("events: encode %s: no payload", ev.ID)
 	}
@@ -148,13 +159,9 @@ func Encode(ev Event) ([]byte, error) {
 	if err := ValidID(ev.CustomerID); err != nil {
 		return nil, fmt.Errorf("events: encode customer id: %w", err)
 	}
-	var prev []byte
-	if !ev.Prev.IsZero() {
-		prev = append(prev, ev.Prev[:]...) // a copy: ev[:] would move all of ev to the heap
-	}
 	e := encoders.Get().(*encoder)
 	defer encoders.Put(e)
-	b, err := e.marshal(wire{
+	e.w = wire{
 		ID:         ev.ID,
 		Type:       ev.Type(),
 		Version:    versionOf(ev.Type()),
@@ -163,9 +170,14 @@ func Encode(ev Event) ([]byte, error) {
 		Number:     int64(ev.Number),
 		At:         ev.At.UTC(),
 		Actor:      ev.Actor,
-		Prev:       prev,
 		Data:       payload{p: ev.Data},
-	})
+	}
+	if !ev.Prev.IsZero() {
+		e.prev = ev.Prev // a copy: ev.Prev[:] would move all of ev to the heap
+		e.w.Prev = e.prev[:]
+	}
+	b, err := e.marshal(dst, e.w)
+	e.w = wire{} // hold no payload in the pool
 	if err != nil {
 		return nil, fmt.Errorf("events: encode %s: %w", ev.Type(), err)
 	}
@@ -190,11 +202,18 @@ func DecodeHashed(b []byte, seq uint64) (Event, error) {
 
 // Decode parses an encoded event. It returns an error wrapping
 // ErrMalformed, ErrUnknownType or ErrUnknownVersion and never panics.
-// Older schema versions are upcast to the current payload structs.
+// Older schema versions are upcast to the current payload structs. It is
+// safe for concurrent use; the event shares no memory with b.
 func Decode(b []byte) (Event, error) {
-	var w wire
-	w.Data.w = &w
-	if err := unmarshal(b, func(dec *msgpack.Decoder) error { return dec.Decode(&w) }); err != nil {
+	d := envelopes.Get().(*envelope)
+	defer envelopes.Put(d)
+	// The envelope is reused: its prev buffer takes the hash in place.
+	d.w = wire{Prev: d.prev[:0]}
+	d.w.Data.w = &d.w
+	err := unmarshal(b, func(dec *msgpack.Decoder) error { return dec.Decode(&d.w) })
+	w := d.w
+	d.w = wire{} // hold no payload in the pool
+	if err != nil {
 		return Event{}, fmt.Errorf("%w: envelope: %v", ErrMalformed, err)
 	}
 	if err := ValidID(w.TaskID); err != nil {
@@ -230,6 +249,15 @@ func Decode(b []byte) (Event, error) {
 		Data:       data,
 	}, nil
 }
+
+// envelope is a reusable envelope to decode into, with room for its prev
+// hash, so a Decode allocates only what the event keeps.
+type envelope struct {
+	w    wire
+	prev Hash
+}
+
+var envelopes = sync.Pool{New: func() any { return new(envelope) }}
 
 // upcast decodes the payload bytes of an event of type t written with
 // schema version v into the current payload struct. It is the one place

@@ -636,7 +636,7 @@ func TestEffectZeroAtIsNotStored(t *testing.T) {
 		{Effect{Kind: "comment", Ref: "c-1"}, []string{"kind", "ref"}},
 		{Effect{Kind: "comment", At: base}, []string{"at", "kind"}},
 	} {
-		b, err := e.marshal(tc.effect)
+		b, err := e.marshal(nil, tc.effect)
 		if err != nil {
 			t.Fatal(err)
 		}

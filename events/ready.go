@@ -26,7 +26,7 @@ func MarshalReady(n ReadyNotification, contentType string) ([]byte, error) {
 	}
 	e := encoders.Get().(*encoder)
 	defer encoders.Put(e)
-	return e.marshal(&n)
+	return e.marshal(nil, &n)
 }
 
 // UnmarshalReady decodes a ready notification's body by the value of its

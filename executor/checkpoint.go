@@ -44,8 +44,13 @@ func (c *Checkpoint) hasItem(id string) bool {
 
 func (c *Checkpoint) stepDone(name string) bool { return slices.Contains(c.Steps, name) }
 
-// clone returns a deep copy of c.
+// clone returns a deep copy of c: c itself while it refers to nothing
+// (a run that recorded nothing yet, the usual first and last save), a
+// JSON round trip otherwise.
 func (c *Checkpoint) clone() Checkpoint {
+	if c.Transcript == nil && c.Contexts == nil && c.PendingTools == nil && c.Steps == nil && c.Effects == nil && c.Children == nil {
+		return *c
+	}
 	b, _ := json.Marshal(c)
 	var out Checkpoint
 	json.Unmarshal(b, &out)

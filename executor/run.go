@@ -38,7 +38,7 @@ type Run struct {
 	saveMu     sync.Mutex // orders saves: a later snapshot is never overwritten by an older one
 	mu         sync.Mutex
 	cp         Checkpoint
-	items      map[string]Item // mailbox messages known, by id
+	items      map[string]Item // mailbox messages known, by id; nil until the first
 	inbox      []string        // ids of mailbox messages not yet in the transcript
 	inTurn     int             // Turns running now; mailbox messages wait for a boundary
 	turns      int             // calls of Turn so far
@@ -139,6 +139,9 @@ func (r *Run) receive(msgs []api.MailItem) bool {
 	for _, m := range msgs {
 		if _, ok := r.items[m.ID]; ok {
 			continue
+		}
+		if r.items == nil {
+			r.items = make(map[string]Item)
 		}
 		r.items[m.ID] = Item{ID: m.ID, Index: m.Index, Content: m.Content}
 		if !r.cp.hasItem(m.ID) {

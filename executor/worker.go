@@ -150,11 +150,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	start := func(t api.Task, cp Checkpoint) {
+		r := &Run{Task: t, w: w, cp: cp} // the goroutine holds this, not copies of t and cp
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			w.execute(ctx, t, cp)
+			w.execute(ctx, r)
 		}()
 	}
 	if err := w.resume(ctx, slots, start); err != nil {
@@ -323,11 +324,14 @@ func ReadyConsumerConfig(subjects events.Subjects, queue string, ackWait time.Du
 }
 
 // execute runs the handler on one claimed task and reports its result.
-func (w *Worker) execute(ctx context.Context, t api.Task, cp Checkpoint) {
-	log := w.cfg.Logger.With().Str("task", t.ID).Logger()
+func (w *Worker) execute(ctx context.Context, r *Run) {
+	t := r.Task // a copy: what the handler does to r.Task changes no report
+	// Each line names the task; its fields are built only when a line is
+	// written (a logger With the task would cost every run its buffer).
+	log := &w.cfg.Logger
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	r := &Run{Task: t, w: w, ctx: runCtx, cancel: cancel, cp: cp, items: map[string]Item{}}
+	r.ctx, r.cancel = runCtx, cancel
 	if t.Mailbox.Count > 0 {
 		// Resumed, or mail came before the claim: the transcript keeps
 		// message ids only, so reload the content, and let messages
@@ -337,7 +341,7 @@ func (w *Worker) execute(ctx context.Context, t api.Task, cp Checkpoint) {
 		}
 	}
 	if err := r.save(ctx); err != nil {
-		log.Warn().Err(err).Msg("checkpoint not saved")
+		log.Warn().Str("task", t.ID).Err(err).Msg("checkpoint not saved")
 	}
 	checking := make(chan struct{})
 	go func() {
@@ -362,12 +366,12 @@ func (w *Worker) execute(ctx context.Context, t api.Task, cp Checkpoint) {
 	case r.stopped():
 		if r.StopReason() == api.ReasonAncestorTerminal {
 			if _, err := w.cfg.API.Cancel(bg, t.ID, "an ancestor task is terminal"); err != nil {
-				log.Warn().Err(err).Msg("cancel after ancestor stop")
+				log.Warn().Str("task", t.ID).Err(err).Msg("cancel after ancestor stop")
 			}
 		}
-		log.Info().Str("reason", r.StopReason()).Msg("run stopped")
+		log.Info().Str("task", t.ID).Str("reason", r.StopReason()).Msg("run stopped")
 	case ctx.Err() != nil:
-		log.Info().Msg("worker shutting down; run left to resume")
+		log.Info().Str("task", t.ID).Msg("worker shutting down; run left to resume")
 		return
 	default:
 		// Cut to the server's limits: a result over them would be refused.
@@ -380,7 +384,7 @@ func (w *Worker) execute(ctx context.Context, t api.Task, cp Checkpoint) {
 			res.Effects = res.Effects[:events.MaxEffects]
 		}
 		if _, rerr := w.cfg.API.RecordResult(bg, t.ID, res); rerr != nil {
-			log.Warn().Err(rerr).Msg("result not recorded")
+			log.Warn().Str("task", t.ID).Err(rerr).Msg("result not recorded")
 		}
 	}
 	r.Update(bg, func(cp *Checkpoint) { cp.Done = true })

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -119,15 +121,15 @@ func (t *tail) run(js jetstream.JetStream, stream string, cfg jetstream.OrderedC
 			return
 		case err != nil:
 		default:
-			var meta *jetstream.MsgMetadata
-			if meta, err = msg.Metadata(); err == nil {
-				if seq := meta.Sequence.Stream; owned != nil && owned(seq) {
+			var seq uint64
+			if seq, err = streamSeq(msg); err == nil {
+				if owned != nil && owned(seq) {
 					if !send(tailMsg{seq: seq, owned: true}) {
 						return
 					}
 					continue
 				}
-				ev, bad := decode(msg.Data(), meta.Sequence.Stream)
+				ev, bad := decode(msg.Data(), seq)
 				if !send(tailMsg{seq: ev.Seq, ev: ev, bad: bad}) {
 					return
 				}
@@ -156,4 +158,38 @@ func (t *tail) stop(wg *sync.WaitGroup) {
 		}
 		<-t.exited
 	}()
+}
+
+// streamSeq returns the stream sequence of a message a consumer
+// delivered, read from its reply subject in place: $JS.ACK.<stream>.
+// <consumer>.<delivered>.<stream seq>... (9 tokens), or with a domain and
+// an account hash after ACK (11 or more). Any other reply is left to
+// nats.go's Metadata, which allocates the whole metadata.
+func streamSeq(msg jetstream.Msg) (uint64, error) {
+	reply := msg.Reply()
+	pos := -1
+	switch n := strings.Count(reply, ".") + 1; {
+	case !strings.HasPrefix(reply, "$JS.ACK."):
+	case n == 9:
+		pos = 5
+	case n >= 11:
+		pos = 7
+	}
+	if pos >= 0 {
+		tok := reply
+		for range pos {
+			tok = tok[strings.IndexByte(tok, '.')+1:]
+		}
+		if i := strings.IndexByte(tok, '.'); i >= 0 {
+			tok = tok[:i]
+		}
+		if seq, err := strconv.ParseUint(tok, 10, 64); err == nil && seq > 0 {
+			return seq, nil
+		}
+	}
+	meta, err := msg.Metadata()
+	if err != nil {
+		return 0, err
+	}
+	return meta.Sequence.Stream, nil
 }

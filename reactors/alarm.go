@@ -271,11 +271,13 @@ func (a *Alarm) Run(ctx context.Context) error {
 	sem := make(chan struct{}, a.cfg.Concurrency)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	sk := a.newSkipper()
 	for {
 		// now is the clock the due times are on (Config.Now); wall is the
 		// process's own, for the pause after a failed action: a clock that
 		// stands still or jumps must not hold a retry back.
-		now, wall, owns := a.cfg.Now(), time.Now(), a.owns()
+		now, wall := a.cfg.Now(), time.Now()
+		sk.now, sk.wall, sk.owns = now, wall, a.owns()
 		a.settle(now, wall)
 		dispatched := 0
 		dispatch := func(k key, act func() flight) {
@@ -300,7 +302,8 @@ func (a *Alarm) Run(ctx context.Context) error {
 			if free == 0 {
 				break
 			}
-			skip := func(id string) bool { return !owns(id) || a.skip(key{t, id}, now, wall) }
+			sk.timer = t
+			skip := sk.skip
 			if t == projections.Fire {
 				if a.cfg.Schedules != nil {
 					for _, d := range a.proj.DueSchedules(now, free, skip) {
@@ -313,7 +316,7 @@ func (a *Alarm) Run(ctx context.Context) error {
 				dispatch(key{t, s.TaskID}, func() flight { return a.act(ctx, t, s) })
 			}
 		}
-		timer.Reset(a.wait(now, wall, owns, dispatched, len(sem) == cap(sem)))
+		timer.Reset(a.wait(sk, dispatched, len(sem) == cap(sem)))
 		select {
 		case <-ctx.Done():
 			go func() { // drain results so actions in flight can finish
@@ -348,7 +351,8 @@ func (a *Alarm) awaitApplied(ctx context.Context, seq uint64) {
 // must not hide a later one), or until a failed action may be retried.
 // Items in flight leave the queue through the projection, which wakes the
 // alarm, so there is no polling interval.
-func (a *Alarm) wait(now, wall time.Time, owns func(string) bool, dispatched int, full bool) time.Duration {
+func (a *Alarm) wait(sk *skipper, dispatched int, full bool) time.Duration {
+	now, wall := sk.now, sk.wall
 	switch {
 	case full:
 		return time.Hour // nothing can start before an action ends, which wakes the alarm
@@ -360,7 +364,8 @@ func (a *Alarm) wait(now, wall time.Time, owns func(string) bool, dispatched int
 		if t == projections.Fire && a.cfg.Schedules == nil {
 			continue
 		}
-		next, ok := a.proj.EarliestExcept(t, func(id string) bool { return !owns(id) || a.skip(key{t, id}, now, wall) })
+		sk.timer = t
+		next, ok := a.proj.EarliestExcept(t, sk.skip)
 		if next = next.Add(a.delay(t)); ok && next.After(now) {
 			d = min(d, next.Sub(now))
 		}
@@ -400,6 +405,23 @@ func (a *Alarm) partitionsChanged() <-chan struct{} {
 		return nil
 	}
 	return a.cfg.Partitions.Changed()
+}
+
+// skipper is Alarm.skip for one timer queue at one reading of the clocks,
+// and the partitions held, as one func value: Run keeps one and sets its
+// fields before each query, so asking the projection costs no allocation
+// a round. It is owned by Run's goroutine.
+type skipper struct {
+	timer     projections.Timer
+	now, wall time.Time
+	owns      func(key string) bool
+	skip      func(taskID string) bool
+}
+
+func (a *Alarm) newSkipper() *skipper {
+	sk := &skipper{}
+	sk.skip = func(id string) bool { return !sk.owns(id) || a.skip(key{sk.timer, id}, sk.now, sk.wall) }
+	return sk
 }
 
 func (a *Alarm) skip(k key, now, wall time.Time) bool {

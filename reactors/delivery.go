@@ -44,6 +44,28 @@ type ReadyPublisher struct {
 	// read only JSON; default msgpack (ContentTypeMsgpack). Either way the
 	// Content-Type header names the encoding.
 	JSON bool
+	// Acked, if set, publishes the notifications instead of JS (the
+	// store's append pipeline, which costs less a message).
+	Acked AckedPublisher
+}
+
+// AckedPublisher publishes a message to a stream once and returns the
+// sequence the stream's ack names, or its error (*jetstream.APIError for
+// the server's answer). store.Store implements it.
+type AckedPublisher interface {
+	PublishAcked(ctx context.Context, msg *nats.Msg) (uint64, error)
+}
+
+// publish sends msg through Acked, or else JS.
+func (p ReadyPublisher) publish(ctx context.Context, msg *nats.Msg) (uint64, error) {
+	if p.Acked != nil {
+		return p.Acked.PublishAcked(ctx, msg)
+	}
+	ack, err := p.JS.PublishMsg(ctx, msg)
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
 }
 
 // contentType is the encoding p publishes.
@@ -73,9 +95,9 @@ func (p ReadyPublisher) PublishReady(ctx context.Context, s aggregate.State, msg
 	msg := &nats.Msg{Subject: p.Subjects.Ready(s.Spec.Queue), Data: body,
 		Header: nats.Header{events.ContentTypeHeader: {ct}, jetstream.MsgIDHeader: {msgID}}}
 	for attempt := 1; ; attempt++ {
-		ack, err := p.JS.PublishMsg(ctx, msg)
+		seq, err := p.publish(ctx, msg)
 		if err == nil {
-			return ack.Sequence, nil
+			return seq, nil
 		}
 		// On a replicated stream a notification another scheduler is
 		// publishing at this moment answers "duplicate message id is in

@@ -220,6 +220,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	return n, nil
 }
 
+// The ready publisher sends its notifications through the store's pipeline.
+var _ reactors.AckedPublisher = (*store.Store)(nil)
+
 // build makes the parts on an open store and ready stream.
 func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Config, ready jetstream.Stream, leases *lease.Leases) (*Node, error) {
 	eng, err := projections.New(pcfg)
@@ -229,7 +232,7 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 	if cfg.Registry == nil {
 		cfg.Registry = newRegistry(eng)
 	}
-	publisher := reactors.ReadyPublisher{JS: st.JetStream(), Subjects: cfg.Subjects, Stream: ready, JSON: cfg.ReadyJSON}
+	publisher := reactors.ReadyPublisher{JS: st.JetStream(), Subjects: cfg.Subjects, Stream: ready, JSON: cfg.ReadyJSON, Acked: st}
 	svc, err := scheduler.New(scheduler.Config{
 		Store: st, Views: eng, Runs: runs, JS: st.JetStream(), Publisher: publisher, ReadyStream: cfg.ReadyStream, Subjects: cfg.Subjects,
 		Usage: eng, Admission: cfg.Admission, Logger: cfg.Logger, Metrics: scheduler.NewMetrics(cfg.Registry),

@@ -125,7 +125,7 @@ func (d *dispatcher) take(ctx context.Context, customer string, max int, linger 
 	d.wanted += max
 	d.pullLocked()
 	d.mu.Unlock()
-	var out []offer
+	out := make([]offer, 0, max) // max is bounded (api.MaxBatchItems)
 	var err error
 	select {
 	case o := <-w.got:

@@ -103,6 +103,7 @@ type Store struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	get    *directGetter
+	pipe   *pipeline
 
 	mu    sync.Mutex
 	cache map[string]aggregate.State
@@ -160,7 +161,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	// the one connection, each with its own expected subject sequence,
 	// and each caller waits for its own ack. The server checks every
 	// message's sequence on its own, so OCC is per message as before.
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxPipelined), jetstream.WithPublishAsyncTimeout(cfg.WriteTimeout))
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("store: jetstream: %w", err)
 	}
@@ -183,12 +184,17 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{cfg: cfg, js: js, stream: stream, get: get, cache: make(map[string]aggregate.State), keys: make(map[string]aggregate.KeyState), turns: make(map[string]*turn)}, nil
+	pipe, err := newPipeline(nc, maxPipelined, cfg.WriteTimeout)
+	if err != nil {
+		get.close()
+		return nil, err
+	}
+	return &Store{cfg: cfg, js: js, stream: stream, get: get, pipe: pipe, cache: make(map[string]aggregate.State), keys: make(map[string]aggregate.KeyState), turns: make(map[string]*turn)}, nil
 }
 
-// Close releases the Store's subscription. It does not close the
+// Close releases the Store's subscriptions. It does not close the
 // connection.
-func (s *Store) Close() error { return s.get.close() }
+func (s *Store) Close() error { return errors.Join(s.pipe.close(), s.get.close()) }
 
 // JetStream returns the JetStream context the store appends with.
 func (s *Store) JetStream() jetstream.JetStream { return s.js }
@@ -460,28 +466,19 @@ func (s *Store) append(ctx context.Context, st aggregate.State, evs []events.Eve
 const publishAttempts = 4
 
 // maxPipelined is how many appends await their acks at once in the append
-// pipeline (a further one waits for room). An ack not back within the
-// write timeout fails its append as unavailable (it may have landed).
+// pipeline (a further one waits for room, within the write timeout). An
+// ack not back within the write timeout fails its append as unavailable
+// (it may have landed).
 const maxPipelined = 4096
 
-// publishOnce sends msg through the pipeline and waits for its ack, the
-// pipeline's error for it (ErrAsyncPublishTimeout once the write timeout
-// passed without an ack), or the end of ctx. msg carries its message id
-// and expected subject sequence as headers already (eventMsg), so no
-// publish options are needed: nats.go then allocates none.
-func (s *Store) publishOnce(ctx context.Context, msg *nats.Msg) (uint64, error) {
-	fut, err := s.js.PublishMsgAsync(msg)
-	if err != nil {
-		return 0, err
-	}
-	select {
-	case ack := <-fut.Ok():
-		return ack.Sequence, nil
-	case err := <-fut.Err():
-		return 0, err
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
+// PublishAcked publishes msg (to any stream: a ready notification, say)
+// once through the store's append pipeline and returns the sequence the
+// stream's ack names. It sets msg.Reply and keeps nothing of msg once it
+// returns. Errors are the server's (*jetstream.APIError), the transport's,
+// ctx's, or the write timeout's; none is retried. It is safe for
+// concurrent use.
+func (s *Store) PublishAcked(ctx context.Context, msg *nats.Msg) (uint64, error) {
+	return s.pipe.publish(ctx, msg)
 }
 
 // MaxEventBytes is the largest message the log takes now: the NATS
@@ -500,11 +497,14 @@ func (s *Store) MaxEventBytes() int64 {
 // retries are spent, it fails as ErrUnavailable and marks writes failing
 // (WriteError) until an append or a Probe succeeds.
 func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) error {
-	data, err := events.Encode(*ev)
+	am := appendMsgs.Get().(*appendMsg)
+	defer am.release() // the pipeline keeps no message past its publish
+	data, err := events.AppendEncode(am.data[:0], *ev)
 	if err != nil {
 		return err
 	}
-	msg := s.eventMsg(ev, data, expected)
+	s.fillMsg(am, ev, data, expected)
+	msg := &am.msg
 	tooLarge := func() error {
 		return fmt.Errorf("%w: the %s event is %d bytes, and the log takes at most %d bytes a message (headers included)",
 			aggregate.ErrTooLarge, ev.Type(), len(data), s.MaxEventBytes())
@@ -517,7 +517,7 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 	deadline := time.Now().Add(s.cfg.WriteTimeout)
 	wctx := ctx
 	for attempt := 1; ; attempt++ {
-		seq, err := s.publishOnce(wctx, msg)
+		seq, err := s.pipe.publish(wctx, msg)
 		if err == nil {
 			ev.Seq, ev.Hash = seq, events.HashOf(data)
 			s.wrote()
@@ -540,7 +540,7 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 			apiErr.ErrorCode != errCodeAccountResources {
 			return fmt.Errorf("append %s: %w", ev.Type(), err)
 		}
-		late := func() bool { return errors.Is(err, jetstream.ErrAsyncPublishTimeout) || !time.Now().Before(deadline) }
+		late := func() bool { return errors.Is(err, errAckTimeout) || !time.Now().Before(deadline) }
 		if attempt < publishAttempts && !late() {
 			if wctx == ctx {
 				var cancel context.CancelFunc
@@ -563,16 +563,41 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 	}
 }
 
-// eventMsg is the append of ev, encoded as data, after sequence expected:
-// its subject (events.Subjects.Of: the task's, the concurrency key's or
-// the schedule's), the TypeHeader, and the message id and expected subject
-// sequence headers JetStream checks, in one map.
-func (s *Store) eventMsg(ev *events.Event, data []byte, expected uint64) *nats.Msg {
-	return &nats.Msg{Subject: s.cfg.Subjects.Of(*ev), Data: data, Header: nats.Header{
-		TypeHeader:                          {string(ev.Type())},
-		jetstream.MsgIDHeader:               {ev.ID},
-		jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(expected, 10)},
-	}}
+// fillMsg makes m the append of ev, encoded as data, after sequence
+// expected: its subject (events.Subjects.Of: the task's, the concurrency
+// key's or the schedule's), the TypeHeader, and the message id and
+// expected subject sequence headers JetStream checks, in one map.
+func (s *Store) fillMsg(m *appendMsg, ev *events.Event, data []byte, expected uint64) {
+	m.data, m.msg.Subject, m.msg.Data = data, s.cfg.Subjects.Of(*ev), data
+	m.vals = [3]string{string(ev.Type()), ev.ID, strconv.FormatUint(expected, 10)}
+	// Writing a key the map holds allocates nothing.
+	m.msg.Header[TypeHeader] = m.vals[0:1:1]
+	m.msg.Header[jetstream.MsgIDHeader] = m.vals[1:2:2]
+	m.msg.Header[jetstream.ExpectedLastSubjSeqHeader] = m.vals[2:3:3]
+}
+
+// appendMsg is an append's message, reused once its publish returned: its
+// encoded event's buffer, its header map and their values.
+type appendMsg struct {
+	msg  nats.Msg
+	data []byte    // msg.Data, kept for the next append to encode into
+	vals [3]string // the values of msg.Header
+}
+
+// maxPooledEvent is the largest encoded event whose buffer is reused: a
+// rare large one would otherwise keep its memory in the pool.
+const maxPooledEvent = 16 << 10
+
+var appendMsgs = sync.Pool{New: func() any { return &appendMsg{msg: nats.Msg{Header: make(nats.Header, 3)}} }}
+
+// release returns m for reuse; the event's bytes are reused too, so
+// nothing may keep them.
+func (m *appendMsg) release() {
+	if cap(m.data) > maxPooledEvent {
+		m.data = nil
+	}
+	m.msg.Data, m.vals = nil, [3]string{}
+	appendMsgs.Put(m)
 }
 
 // wrote records that the log took a write.
