@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -211,10 +210,10 @@ func (s *Service) claimWaiting(ctx context.Context, p Principal, queue, executor
 		inParallel(len(offers), func(i int) {
 			claimed[i], ok[i], errs[i] = s.claimNotified(ctx, offers[i].msg, offers[i].note, executorID)
 		})
-		out := claimed[:0] // in place: a State is ~750 bytes
-		for i, st := range claimed {
+		var out []aggregate.State
+		for i := range offers {
 			if ok[i] {
-				out = append(out, st)
+				out = append(out, claimed[i])
 			}
 		}
 		if len(out) > 0 {
@@ -248,12 +247,17 @@ func (s *Service) claimQueued(ctx context.Context, p Principal, queue, executorI
 		case err == nil:
 			crashpoint.Hit(crashpoint.Claimed)
 			s.dropNotification(ctx, st)
-			claimed[i], errs[i] = st, s.settle(ctx, st, evs, nil)
+			claimed[i], errs[i] = st, s.settle(ctx, st, evs)
 		case !errors.Is(err, aggregate.ErrNotClaimable) && !errors.Is(err, aggregate.ErrTokenMismatch) && !errors.Is(err, aggregate.ErrNotFound):
 			errs[i] = s.unavailable(err)
 		}
 	})
-	out := slices.DeleteFunc(claimed, func(st aggregate.State) bool { return !st.Exists() })
+	var out []aggregate.State
+	for _, st := range claimed {
+		if st.Exists() {
+			out = append(out, st)
+		}
+	}
 	if len(out) > 0 {
 		return out, nil
 	}
@@ -341,7 +345,7 @@ func (s *Service) claimNotified(ctx context.Context, msg jetstream.Msg, n events
 	case err == nil:
 		crashpoint.Hit(crashpoint.Claimed)
 		msg.Ack()
-		return st, true, s.settle(ctx, st, evs, nil)
+		return st, true, s.settle(ctx, st, evs)
 	case errors.Is(err, aggregate.ErrNotClaimable), errors.Is(err, aggregate.ErrTokenMismatch), errors.Is(err, aggregate.ErrNotFound):
 		msg.Ack() // stale notification: the task moved on
 		return st, false, nil
