@@ -128,25 +128,7 @@ func (r *run) timers(ctx context.Context, nd *node.Node) error {
 	}); err != nil {
 		return err
 	}
-	var claimed atomic.Int64
-	g, gctx := errgroup.WithContext(ctx)
-	for w := range concurrency {
-		g.Go(func() error {
-			deadline := time.Now().Add(time.Minute)
-			for claimed.Load() < int64(m) {
-				if time.Now().After(deadline) {
-					return fmt.Errorf("only %d of %d timeout tasks claimed in a minute", claimed.Load(), m)
-				}
-				if _, ok, err := a.ClaimNext(gctx, "timeouts", fmt.Sprintf("tmo-%d", w), claimWait); err != nil {
-					return err
-				} else if ok {
-					claimed.Add(1)
-				}
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	if err := claimAll(ctx, a, "timeouts", m, concurrency, time.Minute); err != nil {
 		return err
 	}
 	select {
@@ -193,25 +175,7 @@ func (r *run) burst(ctx context.Context, nd *node.Node) error {
 	if time.Now().After(at) {
 		return fmt.Errorf("burst: scheduling %d tasks outlasted their %s lead", n, lead)
 	}
-	var claimed atomic.Int64
-	g, gctx := errgroup.WithContext(ctx)
-	for w := range burstClaimers {
-		g.Go(func() error {
-			deadline := time.Now().Add(phaseTimeout)
-			for claimed.Load() < int64(n) {
-				if time.Now().After(deadline) {
-					return fmt.Errorf("burst: %d of %d tasks claimed", claimed.Load(), n)
-				}
-				if _, ok, err := a.ClaimNext(gctx, "burst", fmt.Sprintf("burst-%d", w), claimWait); err != nil {
-					return err
-				} else if ok {
-					claimed.Add(1)
-				}
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	if err := claimAll(ctx, a, "burst", n, burstClaimers, phaseTimeout); err != nil {
 		return err
 	}
 	late, err := lateness(ctx, nd, taskIDs, events.TypeClaimed, func(int, events.Event) time.Time { return at })
@@ -230,6 +194,30 @@ func (r *run) burst(ctx context.Context, nd *node.Node) error {
 	r.add(atMost(Figure{Section: "timers", Name: FigBurstP99, Value: p99, Unit: "ms"}, p99, 100, "≤ 100 ms"))
 	r.add(Figure{Section: "timers", Name: FigBurstMax, Value: mx, Unit: "ms"})
 	return nil
+}
+
+// claimAll claims n tasks of queue with claimers goroutines of claims/next
+// (leaving them running), failing if that takes longer than within.
+func claimAll(ctx context.Context, a *httpapi.Local, queue string, n, claimers int, within time.Duration) error {
+	var claimed atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	for w := range claimers {
+		g.Go(func() error {
+			deadline := time.Now().Add(within)
+			for claimed.Load() < int64(n) {
+				if time.Now().After(deadline) {
+					return fmt.Errorf("%s: only %d of %d tasks claimed in %s", queue, claimed.Load(), n, within)
+				}
+				if _, ok, err := a.ClaimNext(gctx, queue, fmt.Sprintf("%s-%d", queue, w), claimWait); err != nil {
+					return err
+				} else if ok {
+					claimed.Add(1)
+				}
+			}
+			return nil
+		})
+	}
+	return g.Wait()
 }
 
 // burstClaimers is how many claimers wait for the burst.
