@@ -256,12 +256,12 @@ func validateNew(taskID, customerID string, spec events.TaskSpec) error {
 	if (spec.ParentID == "") != (spec.RootID == taskID) {
 		return fmt.Errorf("%w: rootId must be the task's own id exactly when it has no parent", ErrInvalid)
 	}
-	return validateContent(spec)
+	return ValidateContent(spec)
 }
 
-// validateContent checks what a task's spec holds besides its ids: the
+// ValidateContent checks what a task's spec holds besides its ids: the
 // timeout, repo, signal and message limits.
-func validateContent(spec events.TaskSpec) error {
+func ValidateContent(spec events.TaskSpec) error {
 	if spec.TimeoutSeconds < events.MinTimeoutSeconds || spec.TimeoutSeconds > events.MaxTimeoutSeconds {
 		return fmt.Errorf("%w: timeoutSeconds must be %d..%d", ErrInvalid, events.MinTimeoutSeconds, events.MaxTimeoutSeconds)
 	}

@@ -253,7 +253,7 @@ func ValidateScheduleSpec(id, customerID string, spec events.ScheduleSpec) error
 	if t.RootID != "" || t.ParentID != "" || t.RequestID != "" || t.RelatedTaskID != "" || t.RetryOf != "" || !t.RunAt.IsZero() {
 		return fmt.Errorf("%w: a schedule's task has no ids or runAt of its own", ErrInvalid)
 	}
-	return validateContent(t)
+	return ValidateContent(t)
 }
 
 // ApplySchedule returns s with ev applied. It accepts any schedule event

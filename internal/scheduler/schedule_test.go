@@ -209,6 +209,16 @@ func TestScheduleIdempotent(t *testing.T) {
 		}
 	})
 
+	t.Run("InvalidRepeatRefused", func(t *testing.T) {
+		t.Parallel()
+		idle(t, n, acme, scheduler.ScheduleRequest{RequestID: "valid-once"})
+		zero := 0
+		_, _, err := n.Service.Schedule(ctx, acme, scheduler.ScheduleRequest{RequestID: "valid-once", TimeoutSeconds: &zero})
+		if !errors.Is(err, aggregate.ErrInvalid) {
+			t.Fatalf("repeat with timeoutSeconds 0: %v, want ErrInvalid", err)
+		}
+	})
+
 	t.Run("RequestIDPerCustomer", func(t *testing.T) {
 		t.Parallel()
 		a := idle(t, n, acme, scheduler.ScheduleRequest{RequestID: "shared"})

@@ -544,12 +544,19 @@ func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, s
 	if msg.CreatedAt.IsZero() {
 		msg.CreatedAt = now
 	}
-	return events.TaskSpec{
+	spec := events.TaskSpec{
 		ParentID: req.ParentID, RequestID: req.RequestID, RelatedTaskID: req.RelatedTaskID,
 		Queue: queue, Signal: req.Signal, Repo: req.Repo, Message: msg,
 		RunAt: runAt.UTC(), TimeoutSeconds: timeout, Concurrency: req.Concurrency, Retry: retryPolicy(req.Retry),
 		Labels: req.Labels,
-	}, customerID, nil
+	}
+	// Checked here, not only by the aggregate: a repeated request id
+	// answers its task before the aggregate sees the spec, and an invalid
+	// request is refused whether it repeats or not.
+	if err := aggregate.ValidateContent(spec); err != nil {
+		return events.TaskSpec{}, "", err
+	}
+	return spec, customerID, nil
 }
 
 // retryPolicy fills a requested retry policy's defaults (api.RetryRequest);
