@@ -250,8 +250,9 @@ func (e *Engine) restoreSnapshot(ctx context.Context, lastSeq uint64) {
 	e.v = v
 	e.applied.Store(applied)
 	e.mu.Unlock()
-	e.wake(applied)
+	// Logged before the wake, which can make the server ready.
 	e.cfg.Logger.Info().Uint64("applied", applied).Int("tasks", len(b.Tasks)).Msg("projection snapshot loaded")
+	e.wake(applied)
 }
 
 // SaveSnapshot writes a snapshot of the projections at the applied

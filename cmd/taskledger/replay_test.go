@@ -104,17 +104,24 @@ func replayStartServer(t *testing.T, dataDir, addr string) (*process, *testlog.B
 	}
 }
 
-// replayLogLine returns the first JSON log line with message msg.
-func replayLogLine(t *testing.T, logs string, msg string) (map[string]any, bool) {
+// replayLogLine returns the first JSON log line with message msg, waiting
+// up to 10 s for it: the server's stderr reaches logs through a pipe and
+// a copying goroutine, so a line written before the server answered ready
+// can still be on its way.
+func replayLogLine(t *testing.T, logs *testlog.Buffer, msg string) (map[string]any, bool) {
 	t.Helper()
-	sc := bufio.NewScanner(strings.NewReader(logs))
-	for sc.Scan() {
-		var line map[string]any
-		if json.Unmarshal(sc.Bytes(), &line) == nil && line["message"] == msg {
-			return line, true
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		sc := bufio.NewScanner(strings.NewReader(logs.String()))
+		for sc.Scan() {
+			var line map[string]any
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line["message"] == msg {
+				return line, true
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, false
 		}
 	}
-	return nil, false
 }
 
 // replayTraffic schedules 20 roots and a child on a server, sends mail,
@@ -279,7 +286,7 @@ func TestReplayCommands(t *testing.T) {
 		}
 		srv, logs, ready := replayStartServer(t, data, freeAddr(t))
 		defer replayStopServer(t, srv)
-		line, ok := replayLogLine(t, logs.String(), "projection snapshot loaded")
+		line, ok := replayLogLine(t, logs, "projection snapshot loaded")
 		if !ok || line["applied"] != float64(lastSeq) {
 			t.Fatalf("the rebuilt snapshot was not loaded (%v); log:\n%s", line, logs.String())
 		}

@@ -81,7 +81,7 @@ func startWarning(t *testing.T, data string) (readyzLog string, logged bool) {
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
 		t.Fatal(err)
 	}
-	_, logged = replayLogLine(t, logs.String(), "the log is damaged: events were lost or changed; run taskledger replay verify")
+	_, logged = replayLogLine(t, logs, "the log is damaged: events were lost or changed; run taskledger replay verify")
 	return body.Log, logged
 }
 

@@ -340,8 +340,20 @@ func TestStreamLimits(t *testing.T) {
 	if m := <-first.msgs; m.comment != "ping" {
 		t.Fatalf("idle stream sent %+v, want the heartbeat", m)
 	}
+	// A slot is given back once the server sees the client gone, which
+	// can come after the client's close returns.
 	second.close()
-	openStream(t, b.url, "tok-op", "", "").close() // a slot was given back
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		resp, cancel := streamRequest(t, b.url, "tok-op", "", "")
+		resp.Body.Close()
+		cancel()
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if resp.StatusCode != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("stream after one was closed: %d", resp.StatusCode)
+		}
+	}
 
 	b.node.Service.Close() // what shutdown does first
 	for m := range first.msgs {
