@@ -1,9 +1,11 @@
 // Package broker gives taskledger its NATS connection: either an embedded
-// nats-server with JetStream on a local data directory, reached through an
-// in-process connection, or an existing server or cluster by URL.
+// nats-server with JetStream on a local data directory, reached over
+// loopback TCP, or an existing server or cluster by URL.
 package broker
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -21,9 +23,11 @@ type EmbeddedConfig struct {
 	// Dir holds JetStream's files. Required: an empty StoreDir would make
 	// nats-server fall back to a shared temporary folder.
 	Dir string
-	// Listen, when set (host:port), also accepts NATS clients there, so an
-	// operator can inspect the stream with the nats CLI. Empty means
-	// in-process connections only.
+	// Listen, when set (host:port), also accepts NATS clients there
+	// without credentials, so an operator can inspect the stream with the
+	// nats CLI; taskledger's own connections use it too. Empty means a
+	// private listener: a random loopback port that takes only a token
+	// generated at start, which never leaves the process.
 	Listen string
 	// SyncAlways fsyncs every append before acknowledging it (about 7x
 	// slower). Without it an acknowledged append survives a killed
@@ -39,8 +43,16 @@ type EmbeddedConfig struct {
 }
 
 // Embedded is a running in-process nats-server with JetStream.
+//
+// Its clients connect over loopback TCP, not through nats.go's
+// in-process connection: that one is a net.Pipe, which has no buffer, so
+// every flush of a client waits until the server's read loop takes the
+// bytes, under the connection's lock. Measured with `taskledger bench
+// --scale 0.3 --only lifecycle,burst`: the p99 of a burst's claims 122 ms
+// in-process, 60–65 ms over loopback TCP.
 type Embedded struct {
 	srv      *server.Server
+	token    string     // the private listener's; "" when Listen was given
 	mu       sync.Mutex // serializes RestartJetStream and SetMaxStore
 	maxStore int64
 }
@@ -57,12 +69,21 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		SyncAlways: cfg.SyncAlways,
 		NoSigs:     true,
 		NoLog:      true,
-		DontListen: cfg.Listen == "",
+		Host:       "127.0.0.1",
+		Port:       server.RANDOM_PORT,
 	}
 	if opts.ServerName == "" {
 		opts.ServerName = "taskledger"
 	}
-	if cfg.Listen != "" {
+	var token string
+	if cfg.Listen == "" {
+		b := make([]byte, 32)
+		if _, err := rand.Read(b); err != nil {
+			return nil, fmt.Errorf("broker: token: %w", err)
+		}
+		token = hex.EncodeToString(b)
+		opts.Authorization = token
+	} else {
 		host, port, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {
 			return nil, fmt.Errorf("broker: listen address %q: %w", cfg.Listen, err)
@@ -70,6 +91,9 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		opts.Host = host
 		if opts.Port, err = strconv.Atoi(port); err != nil {
 			return nil, fmt.Errorf("broker: listen port %q: %w", port, err)
+		}
+		if opts.Port == 0 { // nats-server's 0 is its default port, 4222
+			opts.Port = server.RANDOM_PORT
 		}
 	}
 	srv, err := server.NewServer(opts)
@@ -81,7 +105,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		srv.Shutdown()
 		return nil, errors.New("broker: embedded server did not become ready in 30s")
 	}
-	e := &Embedded{srv: srv, maxStore: cfg.MaxStore}
+	e := &Embedded{srv: srv, token: token, maxStore: cfg.MaxStore}
 	if cfg.MaxStore > 0 {
 		if err := srv.GlobalAccount().UpdateJetStreamLimits(e.limits()); err != nil {
 			srv.Shutdown()
@@ -147,12 +171,15 @@ func (e *Embedded) SetMaxStore(n int64) error {
 	return e.srv.GlobalAccount().UpdateJetStreamLimits(e.limits())
 }
 
-// Connect opens an in-process connection to the server.
+// Connect opens a connection to the server.
 func (e *Embedded) Connect(opts ...nats.Option) (*nats.Conn, error) {
-	opts = append([]nats.Option{nats.InProcessServer(e.srv), nats.Name("taskledger")}, opts...)
-	nc, err := nats.Connect("", opts...)
+	opts = append([]nats.Option{nats.Name("taskledger")}, opts...)
+	if e.token != "" {
+		opts = append(opts, nats.Token(e.token))
+	}
+	nc, err := nats.Connect(e.srv.ClientURL(), opts...)
 	if err != nil {
-		return nil, fmt.Errorf("broker: in-process connect: %w", err)
+		return nil, fmt.Errorf("broker: connect to the embedded server: %w", err)
 	}
 	return nc, nil
 }
@@ -168,9 +195,9 @@ func (e *Embedded) Disconnect(nc *nats.Conn) error {
 }
 
 // ClientURL is where external clients reach the server, or "" when it
-// has no listener.
+// has only its private listener.
 func (e *Embedded) ClientURL() string {
-	if e.srv.Addr() == nil {
+	if e.token != "" {
 		return ""
 	}
 	return e.srv.ClientURL()
