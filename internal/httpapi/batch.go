@@ -35,14 +35,15 @@ func pollArgs(queue string, waitSeconds float64) (string, time.Duration, error) 
 // what its single route would have answered.
 func batchItems(outs []scheduler.Outcome, okStatus func(scheduler.Outcome) int) api.BatchAnswer {
 	items := make([]api.BatchItem, len(outs))
+	tasks := make([]api.Task, len(outs)) // one allocation, not one per item
 	for i, o := range outs {
 		if o.Err != nil {
 			e := wireError(o.Err)
 			items[i] = api.BatchItem{Status: e.Status, Code: e.Code, Reason: e.Reason, Message: e.Message, Task: e.Task}
 			continue
 		}
-		t := NewTask(o.State)
-		items[i] = api.BatchItem{Status: okStatus(o), Task: &t}
+		tasks[i] = NewTask(o.State)
+		items[i] = api.BatchItem{Status: okStatus(o), Task: &tasks[i]}
 	}
 	return api.BatchAnswer{Results: items}
 }

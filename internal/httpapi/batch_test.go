@@ -187,4 +187,40 @@ func TestClaimBatchAndResults(t *testing.T) {
 	if !errors.Is(res[n+1].Err(), api.ErrNotFound) {
 		t.Fatalf("an unknown task's result = %+v", res[n+1])
 	}
+	// The batch answered once the projections had applied every result
+	// (an ending event waits for their tail): a listing shows them all.
+	list, err := b.client.List(ctx, api.ListOptions{Queue: "drain", Status: api.StatusSucceeded, Limit: api.MaxListLimit})
+	if err != nil || len(list.Tasks) != n {
+		t.Fatalf("%d succeeded tasks listed right after the batch (%v), want %d", len(list.Tasks), err, n)
+	}
+}
+
+// TestScheduleBatchQuota: the items of a batch that admission counts run
+// at most 64 at once, each in the projections before the next looks, so
+// a batch overshoots a quota by no more than racing single requests do
+// (all of a batch's items at once would all be admitted).
+func TestScheduleBatchQuota(t *testing.T) {
+	t.Parallel()
+	const quota, limitedParallelism = 5, 64 // the latter scheduler's
+	b := setup(t, withAdmission(scheduler.Admission{PerCustomer: map[string]scheduler.Quota{"capped": {MaxActiveRoots: quota}}}))
+	reqs := make([]api.ScheduleRequest, 300)
+	for i := range reqs {
+		reqs[i] = api.ScheduleRequest{CustomerID: "capped", Queue: "quota", DelaySeconds: new(3600.0)}
+	}
+	items, err := b.client.ScheduleBatch(context.Background(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted := 0
+	for i, it := range items {
+		switch {
+		case it.Status == http.StatusCreated:
+			admitted++
+		case !errors.Is(it.Err(), api.ErrAdmissionRejected):
+			t.Fatalf("item %d = %+v (%v), want 201 or 429", i, it, it.Err())
+		}
+	}
+	if admitted < quota || admitted >= quota+limitedParallelism {
+		t.Fatalf("%d of %d items admitted at a quota of %d active roots, want %d to %d", admitted, len(reqs), quota, quota, quota+limitedParallelism-1)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -210,10 +211,10 @@ func (s *Service) claimWaiting(ctx context.Context, p Principal, queue, executor
 		inParallel(len(offers), func(i int) {
 			claimed[i], ok[i], errs[i] = s.claimNotified(ctx, offers[i].msg, offers[i].note, executorID)
 		})
-		var out []aggregate.State
-		for i := range offers {
+		out := claimed[:0] // in place: a State is ~750 bytes
+		for i, st := range claimed {
 			if ok[i] {
-				out = append(out, claimed[i])
+				out = append(out, st)
 			}
 		}
 		if len(out) > 0 {
@@ -247,17 +248,12 @@ func (s *Service) claimQueued(ctx context.Context, p Principal, queue, executorI
 		case err == nil:
 			crashpoint.Hit(crashpoint.Claimed)
 			s.dropNotification(ctx, st)
-			claimed[i], errs[i] = st, s.settle(ctx, st, evs)
+			claimed[i], errs[i] = st, s.settle(ctx, st, evs, nil)
 		case !errors.Is(err, aggregate.ErrNotClaimable) && !errors.Is(err, aggregate.ErrTokenMismatch) && !errors.Is(err, aggregate.ErrNotFound):
 			errs[i] = s.unavailable(err)
 		}
 	})
-	var out []aggregate.State
-	for _, st := range claimed {
-		if st.Exists() {
-			out = append(out, st)
-		}
-	}
+	out := slices.DeleteFunc(claimed, func(st aggregate.State) bool { return !st.Exists() })
 	if len(out) > 0 {
 		return out, nil
 	}
@@ -345,7 +341,7 @@ func (s *Service) claimNotified(ctx context.Context, msg jetstream.Msg, n events
 	case err == nil:
 		crashpoint.Hit(crashpoint.Claimed)
 		msg.Ack()
-		return st, true, s.settle(ctx, st, evs)
+		return st, true, s.settle(ctx, st, evs, nil)
 	case errors.Is(err, aggregate.ErrNotClaimable), errors.Is(err, aggregate.ErrTokenMismatch), errors.Is(err, aggregate.ErrNotFound):
 		msg.Ack() // stale notification: the task moved on
 		return st, false, nil

@@ -26,7 +26,7 @@ func (s *Service) AppendMail(ctx context.Context, p Principal, id string, msg ev
 		msg.ID = events.NewID()
 	}
 	msg.CreatedAt = msg.CreatedAt.UTC()
-	st, err := s.execute(ctx, p, id, "", aggregate.AppendMail{Message: msg})
+	st, err := s.execute(ctx, p, id, "", aggregate.AppendMail{Message: msg}, nil)
 	if err != nil {
 		return "", 0, err
 	}

@@ -58,7 +58,7 @@ func (s *Service) RetryTask(ctx context.Context, p Principal, id string, req Ret
 	if err := s.checkQueues(old.CustomerID, spec.Queue); err != nil {
 		return st, false, err
 	}
-	return s.create(ctx, p, old.CustomerID, spec)
+	return s.create(ctx, p, old.CustomerID, spec, nil)
 }
 
 // RequestFilter returns f narrowed to the one task that p's customer

@@ -331,11 +331,16 @@ type ScheduleRequest struct {
 // request said. A task's id is derived from (customer, requestId) when a
 // requestId is given, so racing retries land on one task.
 func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest) (st aggregate.State, created bool, err error) {
+	return s.schedule(ctx, p, req, nil)
+}
+
+// schedule is Schedule, settling as settle does with later.
+func (s *Service) schedule(ctx context.Context, p Principal, req ScheduleRequest, later *uint64) (st aggregate.State, created bool, err error) {
 	spec, customerID, err := s.validate(p, req)
 	if err != nil {
 		return st, false, err
 	}
-	return s.create(ctx, p, customerID, spec)
+	return s.create(ctx, p, customerID, spec, later)
 }
 
 // requestTaskID is the id of the task a customer's request id names:
@@ -346,8 +351,8 @@ func requestTaskID(customerID, requestID string) string {
 
 // create schedules the task spec describes for customerID (whose id its
 // RequestID names, when it has one): Schedule's work once the request is
-// checked, shared with RetryTask.
-func (s *Service) create(ctx context.Context, p Principal, customerID string, spec events.TaskSpec) (st aggregate.State, created bool, err error) {
+// checked, shared with RetryTask. It settles as settle does with later.
+func (s *Service) create(ctx context.Context, p Principal, customerID string, spec events.TaskSpec, later *uint64) (st aggregate.State, created bool, err error) {
 	taskID := events.NewID()
 	if spec.RequestID != "" {
 		taskID = requestTaskID(customerID, spec.RequestID)
@@ -369,7 +374,7 @@ func (s *Service) create(ctx context.Context, p Principal, customerID string, sp
 			// A repeated requestId answers the child it created before the
 			// parent ended (answered 200 with the existing task), not a conflict.
 			if spec.RequestID != "" {
-				if st, found, err := s.repeated(ctx, taskID); found || err != nil {
+				if st, found, err := s.repeated(ctx, taskID, later); found || err != nil {
 					return st, false, err
 				}
 			}
@@ -378,7 +383,7 @@ func (s *Service) create(ctx context.Context, p Principal, customerID string, sp
 		if err := s.lineageRoom(spec.ParentID); err != nil {
 			// As for a terminal parent: a repeat answers the child it made.
 			if spec.RequestID != "" {
-				if st, found, rerr := s.repeated(ctx, taskID); found || rerr != nil {
+				if st, found, rerr := s.repeated(ctx, taskID, later); found || rerr != nil {
 					return st, false, rerr
 				}
 			}
@@ -396,7 +401,7 @@ func (s *Service) create(ctx context.Context, p Principal, customerID string, sp
 	if spec.ParentID == "" && s.cfg.Usage != nil {
 		// A replay is not charged again: look before admitting.
 		if spec.RequestID != "" {
-			if st, found, err := s.repeated(ctx, taskID); found || err != nil {
+			if st, found, err := s.repeated(ctx, taskID, later); found || err != nil {
 				return st, false, err
 			}
 		}
@@ -411,7 +416,7 @@ func (s *Service) create(ctx context.Context, p Principal, customerID string, sp
 		crashpoint.Hit(crashpoint.Scheduled)
 	}
 	if errors.Is(err, aggregate.ErrExists) {
-		st, _, err = s.repeated(ctx, taskID)
+		st, _, err = s.repeated(ctx, taskID, later)
 		return st, false, err
 	}
 	if err != nil {
@@ -422,7 +427,7 @@ func (s *Service) create(ctx context.Context, p Principal, customerID string, sp
 		st, published = s.publishReleased(ctx, st)
 		evs = append(evs, published...)
 	}
-	if err := s.settle(ctx, st, evs); err != nil {
+	if err := s.settle(ctx, st, evs, later); err != nil {
 		return st, false, err
 	}
 	if st.Rejected {
@@ -474,15 +479,16 @@ func (s *Service) lineageRoom(parentID string) error {
 }
 
 // repeated answers a repeated request id with the task it named (found),
-// and a task admission rejected with the same rejection.
-func (s *Service) repeated(ctx context.Context, taskID string) (st aggregate.State, found bool, err error) {
+// and a task admission rejected with the same rejection. It settles as
+// settle does with later.
+func (s *Service) repeated(ctx context.Context, taskID string, later *uint64) (st aggregate.State, found bool, err error) {
 	if st, err = s.cfg.Store.Load(ctx, taskID); err != nil {
 		return st, false, s.unavailable(err)
 	}
 	if !st.Exists() {
 		return st, false, nil
 	}
-	if err := s.settle(ctx, st, nil); err != nil {
+	if err := s.settle(ctx, st, nil, later); err != nil {
 		return st, true, err
 	}
 	if st.Rejected {
@@ -613,14 +619,27 @@ const maxDelaySeconds = events.MaxTimeoutSeconds * 52
 // settle makes the projections show st, the task after the caller's
 // write appended evs, so the caller's next read (a list, a tree) sees it:
 // at once where the views may fold evs in themselves (Views.ApplyOwn),
-// else once the projections' tail has applied st.
-func (s *Service) settle(ctx context.Context, st aggregate.State, evs []events.Event) error {
+// else once the projections' tail has applied st. With a non-nil later
+// it does not wait for the tail: it raises *later to st.LastSeq and
+// returns nil, and the caller (a batch) waits once, with waitApplied, for
+// the highest sequence its items need.
+func (s *Service) settle(ctx context.Context, st aggregate.State, evs []events.Event, later *uint64) error {
 	if len(evs) > 0 && s.cfg.Views.ApplyOwn(evs) {
 		return nil
 	}
+	if later != nil {
+		*later = max(*later, st.LastSeq)
+		return nil
+	}
+	return s.waitApplied(ctx, st.LastSeq)
+}
+
+// waitApplied waits, up to WriteTimeout, until the projections' tail has
+// applied the event at seq; ErrUnavailable when it did not in time.
+func (s *Service) waitApplied(ctx context.Context, seq uint64) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
 	defer cancel()
-	if err := s.cfg.Views.WaitFor(ctx, st.LastSeq); err != nil {
+	if err := s.cfg.Views.WaitFor(ctx, seq); err != nil {
 		return s.unavailable(err)
 	}
 	return nil
@@ -687,9 +706,9 @@ func (s *Service) authorize(ctx context.Context, p Principal, id string) error {
 	return err
 }
 
-// execute runs cmd on a task the principal may see, then waits for the
-// projections to apply it.
-func (s *Service) execute(ctx context.Context, p Principal, id, actor string, cmd aggregate.Command) (aggregate.State, error) {
+// execute runs cmd on a task the principal may see, then settles it
+// (settle, with later).
+func (s *Service) execute(ctx context.Context, p Principal, id, actor string, cmd aggregate.Command, later *uint64) (aggregate.State, error) {
 	if err := s.authorize(ctx, p, id); err != nil {
 		return aggregate.State{}, err
 	}
@@ -697,7 +716,7 @@ func (s *Service) execute(ctx context.Context, p Principal, id, actor string, cm
 	if err != nil {
 		return st, s.fromStore(err)
 	}
-	return st, s.settle(ctx, st, evs)
+	return st, s.settle(ctx, st, evs, later)
 }
 
 // Claim consumes deliveryID and starts the run for executorID.
@@ -706,7 +725,7 @@ func (s *Service) Claim(ctx context.Context, p Principal, id, deliveryID, execut
 		return aggregate.State{}, err
 	}
 	crashpoint.Hit(crashpoint.ClaimReceived)
-	st, err := s.execute(ctx, p, id, executorID, aggregate.Claim{DeliveryID: deliveryID, ExecutorID: executorID})
+	st, err := s.execute(ctx, p, id, executorID, aggregate.Claim{DeliveryID: deliveryID, ExecutorID: executorID}, nil)
 	if err == nil {
 		crashpoint.Hit(crashpoint.Claimed)
 	}
@@ -715,13 +734,18 @@ func (s *Service) Claim(ctx context.Context, p Principal, id, deliveryID, execut
 
 // RecordResult finishes a task. A non-empty deliveryID must be the claim's.
 func (s *Service) RecordResult(ctx context.Context, p Principal, id, deliveryID string, r events.Result) (aggregate.State, error) {
+	return s.recordResult(ctx, p, id, deliveryID, r, nil)
+}
+
+// recordResult is RecordResult, settling as settle does with later.
+func (s *Service) recordResult(ctx context.Context, p Principal, id, deliveryID string, r events.Result, later *uint64) (aggregate.State, error) {
 	if deliveryID != "" {
 		if err := validIDs("deliveryId", deliveryID); err != nil {
 			return aggregate.State{}, err
 		}
 	}
 	crashpoint.Hit(crashpoint.ResultPending)
-	st, err := s.execute(ctx, p, id, "", aggregate.RecordResult{DeliveryID: deliveryID, Result: r})
+	st, err := s.execute(ctx, p, id, "", aggregate.RecordResult{DeliveryID: deliveryID, Result: r}, later)
 	if err == nil {
 		crashpoint.Hit(crashpoint.ResultStored)
 	}
@@ -738,12 +762,12 @@ func (s *Service) ReportEffects(ctx context.Context, p Principal, id, deliveryID
 	if err := validIDs("deliveryId", deliveryID); err != nil {
 		return aggregate.State{}, err
 	}
-	return s.execute(ctx, p, id, "", aggregate.ReportEffects{DeliveryID: deliveryID, Effects: effects})
+	return s.execute(ctx, p, id, "", aggregate.ReportEffects{DeliveryID: deliveryID, Effects: effects}, nil)
 }
 
 // Cancel cancels a non-terminal task.
 func (s *Service) Cancel(ctx context.Context, p Principal, id, reason string) (aggregate.State, error) {
-	return s.execute(ctx, p, id, "", aggregate.Cancel{Reason: reason})
+	return s.execute(ctx, p, id, "", aggregate.Cancel{Reason: reason}, nil)
 }
 
 func validIDs(nameValues ...string) error {

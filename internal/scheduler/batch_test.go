@@ -1,0 +1,62 @@
+package scheduler_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/scheduler"
+	"github.com/taskledger/taskledger/projections"
+)
+
+// waitCounter is a node's projections, counting the waits for their tail.
+type waitCounter struct {
+	*projections.Engine
+	waits atomic.Int64
+}
+
+func (w *waitCounter) WaitFor(ctx context.Context, seq uint64) error {
+	w.waits.Add(1)
+	return w.Engine.WaitFor(ctx, seq)
+}
+
+// TestRecordResultsWaitsOnce: a batch of results, whose ending events
+// wait for the projections' tail, waits once, for the last of them, and
+// answers only then: a listing right after shows every task finished.
+func TestRecordResultsWaitsOnce(t *testing.T) {
+	t.Parallel()
+	n := setup(t)
+	ctx := context.Background()
+	views := &waitCounter{Engine: n.Engine}
+	svc, err := scheduler.New(scheduler.Config{Store: n.Store, Views: views, JS: n.Store.JetStream(), Subjects: n.NS.Subjects, ReadyStream: n.NS.ReadyStream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	const tasks = 30
+	items := make([]scheduler.ResultItem, tasks)
+	for i := range items {
+		st := running(t, n, operator, scheduler.ScheduleRequest{Queue: "results"})
+		items[i] = scheduler.ResultItem{TaskID: st.TaskID, DeliveryID: st.Delivery.ID, Result: events.Result{Success: true}}
+	}
+	views.waits.Store(0)
+	outs, err := svc.RecordResults(ctx, operator, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range outs {
+		if o.Err != nil || o.State.Status != aggregate.StatusSucceeded {
+			t.Fatalf("result %d: %v, %s", i, o.Err, o.State.Status)
+		}
+	}
+	if got := views.waits.Load(); got != 1 {
+		t.Fatalf("a batch of %d results waited for the projections %d times, want once", tasks, got)
+	}
+	list, _, err := n.Service.List(ctx, operator, projections.Filter{Queue: "results", Status: aggregate.StatusSucceeded}, "", api.MaxListLimit)
+	if err != nil || len(list) != tasks {
+		t.Fatalf("%d succeeded tasks listed right after the batch (%v), want %d", len(list), err, tasks)
+	}
+}
