@@ -234,11 +234,30 @@ func decideNew(s State, taskID, customerID string, spec events.TaskSpec, now tim
 
 func validateNew(taskID, customerID string, spec events.TaskSpec) error {
 	for _, id := range []struct{ name, v string }{
-		{"taskId", taskID}, {"customerId", customerID}, {"rootId", spec.RootID}, {"queue", spec.Queue},
+		{"taskId", taskID}, {"customerId", customerID}, {"rootId", spec.RootID},
 	} {
 		if err := events.ValidID(id.v); err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrInvalid, id.name, err)
 		}
+	}
+	if err := ValidateRequest(spec); err != nil {
+		return err
+	}
+	if spec.RetryOf != "" && (spec.RetryOf != spec.RelatedTaskID || spec.ParentID != "") {
+		return fmt.Errorf("%w: a retry is a root task whose relatedTaskId is the task it retries", ErrInvalid)
+	}
+	if (spec.ParentID == "") != (spec.RootID == taskID) {
+		return fmt.Errorf("%w: rootId must be the task's own id exactly when it has no parent", ErrInvalid)
+	}
+	return nil
+}
+
+// ValidateRequest checks what a client gives for a new task: its queue,
+// the ids it names and its content (ValidateContent). The aggregate
+// checks it again with what it assigns, the task's own ids.
+func ValidateRequest(spec events.TaskSpec) error {
+	if err := events.ValidID(spec.Queue); err != nil {
+		return fmt.Errorf("%w: queue: %w", ErrInvalid, err)
 	}
 	for _, id := range []struct{ name, v string }{
 		{"parentId", spec.ParentID}, {"requestId", spec.RequestID}, {"relatedTaskId", spec.RelatedTaskID},
@@ -249,12 +268,6 @@ func validateNew(taskID, customerID string, spec events.TaskSpec) error {
 		if err := events.ValidID(id.v); err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrInvalid, id.name, err)
 		}
-	}
-	if spec.RetryOf != "" && (spec.RetryOf != spec.RelatedTaskID || spec.ParentID != "") {
-		return fmt.Errorf("%w: a retry is a root task whose relatedTaskId is the task it retries", ErrInvalid)
-	}
-	if (spec.ParentID == "") != (spec.RootID == taskID) {
-		return fmt.Errorf("%w: rootId must be the task's own id exactly when it has no parent", ErrInvalid)
 	}
 	return ValidateContent(spec)
 }

@@ -162,7 +162,7 @@ func FuzzScheduleBody(f *testing.F) {
 			`"message":{"id":"m1","content":[{"type":"text","text":"do it"}]},"timeoutSeconds":60}`,
 		// CI found it: a repeat of req-1 with a timeout the document
 		// refuses was answered 200 with the task.
-		`{"queue":"fz","requestId":"req-1","timeoutSeconds":0}`,
+		`{"queue":"fz","requestId":"req-1","timeoutSeconds":0}`, `{"queue":" 0","requestId":"req-1"}`,
 		`{"queue":"fz","delaySeconds":0.5}`, `{"queue":"fz","runAt":"2020-01-01T00:00:00Z"}`,
 		`{"queue":"fz","parentId":"`+parent.TaskID+`"}`, `{"parentId":"no-such-task"}`,
 		`{"queue":"fz","runAt":"2030-01-01T00:00:00Z","delaySeconds":5}`,

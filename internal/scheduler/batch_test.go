@@ -13,10 +13,14 @@ import (
 )
 
 // waitCounter is a node's projections, counting the waits for their tail.
+// It folds nothing in ahead of the tail (ApplyOwn), so every write that
+// must show in the views waits for it.
 type waitCounter struct {
 	*projections.Engine
 	waits atomic.Int64
 }
+
+func (w *waitCounter) ApplyOwn([]events.Event) bool { return false }
 
 func (w *waitCounter) WaitFor(ctx context.Context, seq uint64) error {
 	w.waits.Add(1)
@@ -24,7 +28,7 @@ func (w *waitCounter) WaitFor(ctx context.Context, seq uint64) error {
 }
 
 // TestRecordResultsWaitsOnce: a batch of results, whose ending events
-// wait for the projections' tail, waits once, for the last of them, and
+// wait for the projections' tail (waitCounter), waits once, for the last of them, and
 // answers only then: a listing right after shows every task finished.
 func TestRecordResultsWaitsOnce(t *testing.T) {
 	t.Parallel()

@@ -536,16 +536,6 @@ func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, s
 	if err := events.ValidID(customerID); err != nil {
 		return events.TaskSpec{}, "", invalid("customerId: %v", err)
 	}
-	if err := s.checkQueues(customerID, queue); err != nil {
-		return events.TaskSpec{}, "", err
-	}
-	// Checked before the parent is loaded: "*" or ">" would match every
-	// task's subject.
-	if req.ParentID != "" {
-		if err := events.ValidID(req.ParentID); err != nil {
-			return events.TaskSpec{}, "", invalid("parentId: %v", err)
-		}
-	}
 	msg := req.Message
 	if msg.CreatedAt.IsZero() {
 		msg.CreatedAt = now
@@ -558,8 +548,13 @@ func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, s
 	}
 	// Checked here, not only by the aggregate: a repeated request id
 	// answers its task before the aggregate sees the spec, and an invalid
-	// request is refused whether it repeats or not.
-	if err := aggregate.ValidateContent(spec); err != nil {
+	// request is refused whether it repeats or not. Before the parent is
+	// loaded, too: a parentId of "*" or ">" would match every task's
+	// subject.
+	if err := aggregate.ValidateRequest(spec); err != nil {
+		return events.TaskSpec{}, "", err
+	}
+	if err := s.checkQueues(customerID, queue); err != nil {
 		return events.TaskSpec{}, "", err
 	}
 	return spec, customerID, nil
