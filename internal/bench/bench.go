@@ -102,44 +102,49 @@ func (r *Report) Figure(name string) (Figure, bool) {
 
 // Names of the figures every complete report holds.
 const (
-	FigSync1            = "raw sync OCC append, 1 publisher"
-	FigSync16           = "raw sync OCC append, 16 publishers"
-	FigAsync            = "raw async append (≤ 4096 in flight)"
-	FigRead             = "raw ordered-consumer read"
-	FigLifecycleSDK     = "lifecycle, Go SDK in process"
-	FigWritesPerTask    = "JetStream writes per task"
-	FigLifecycleCPU     = "lifecycle CPU per task, Go SDK"
-	FigLifecycleGarbage = "lifecycle garbage per task, Go SDK"
-	FigLifecycleHTTP    = "lifecycle, HTTP keep-alive clients"
-	FigHTTPvsSDK        = "lifecycle HTTP ÷ Go SDK"
-	FigSchedClaimP50    = "schedule→claimable p50"
-	FigSchedClaimP99    = "schedule→claimable p99"
-	FigSchedClaimP999   = "schedule→claimable p999"
-	FigClaimP50         = "claim request p50"
-	FigClaimP99         = "claim request p99"
-	FigClaimP999        = "claim request p999"
-	FigReleaseEarly     = "releases before runAt"
-	FigReleaseP50       = "release lateness p50"
-	FigReleaseP99       = "release lateness p99"
-	FigReleaseMax       = "release lateness max"
-	FigTimeoutP50       = "timeout lateness p50"
-	FigTimeoutP99       = "timeout lateness p99"
-	FigTimeoutMax       = "timeout lateness max"
-	FigBurstP99         = "burst due at one instant, claimed p99"
-	FigBurstMax         = "burst due at one instant, claimed max"
-	FigRebuild          = "projection rebuild"
-	FigReplayRead       = "raw read of the same stream"
-	FigLoadP50          = "aggregate load p50"
-	FigLoadP99          = "aggregate load p99"
-	FigStartCold        = "start-up without a snapshot"
-	FigStartSnapshot    = "start-up from a snapshot"
-	FigMemory           = "projection memory per active task"
-	FigOverloadGrowth   = "overload: heap growth per task written"
-	FigOverloadHeap     = "overload: live heap at the end"
-	FigClaim            = "claim decide+append, 16 goroutines"
-	FigSyncAlways1      = "sync_always OCC append, 1 publisher"
-	FigSyncAlways16     = "sync_always OCC append, 16 publishers"
-	FigSyncAlwaysCost   = "sync_always cost (default ÷ sync_always, 16 pub.)"
+	FigSync1         = "raw sync OCC append, 1 publisher"
+	FigSync16        = "raw sync OCC append, 16 publishers"
+	FigAsync         = "raw async append (≤ 4096 in flight)"
+	FigRead          = "raw ordered-consumer read"
+	FigLifecycleSDK  = "lifecycle, Go SDK in process"
+	FigWritesPerTask = "JetStream writes per task"
+	// FigNATSMessagesPerTask counts the messages the node's NATS
+	// connection sent and received per task of the Go SDK lifecycle
+	// (appends, publishes, acks, tail deliveries, pulls, notifications);
+	// a raw async append is two (the publish and its ack).
+	FigNATSMessagesPerTask = "NATS messages per task, node connection"
+	FigLifecycleCPU        = "lifecycle CPU per task, Go SDK"
+	FigLifecycleGarbage    = "lifecycle garbage per task, Go SDK"
+	FigLifecycleHTTP       = "lifecycle, HTTP keep-alive clients"
+	FigHTTPvsSDK           = "lifecycle HTTP ÷ Go SDK"
+	FigSchedClaimP50       = "schedule→claimable p50"
+	FigSchedClaimP99       = "schedule→claimable p99"
+	FigSchedClaimP999      = "schedule→claimable p999"
+	FigClaimP50            = "claim request p50"
+	FigClaimP99            = "claim request p99"
+	FigClaimP999           = "claim request p999"
+	FigReleaseEarly        = "releases before runAt"
+	FigReleaseP50          = "release lateness p50"
+	FigReleaseP99          = "release lateness p99"
+	FigReleaseMax          = "release lateness max"
+	FigTimeoutP50          = "timeout lateness p50"
+	FigTimeoutP99          = "timeout lateness p99"
+	FigTimeoutMax          = "timeout lateness max"
+	FigBurstP99            = "burst due at one instant, claimed p99"
+	FigBurstMax            = "burst due at one instant, claimed max"
+	FigRebuild             = "projection rebuild"
+	FigReplayRead          = "raw read of the same stream"
+	FigLoadP50             = "aggregate load p50"
+	FigLoadP99             = "aggregate load p99"
+	FigStartCold           = "start-up without a snapshot"
+	FigStartSnapshot       = "start-up from a snapshot"
+	FigMemory              = "projection memory per active task"
+	FigOverloadGrowth      = "overload: heap growth per task written"
+	FigOverloadHeap        = "overload: live heap at the end"
+	FigClaim               = "claim decide+append, 16 goroutines"
+	FigSyncAlways1         = "sync_always OCC append, 1 publisher"
+	FigSyncAlways16        = "sync_always OCC append, 16 publishers"
+	FigSyncAlwaysCost      = "sync_always cost (default ÷ sync_always, 16 pub.)"
 )
 
 // References of Figure.RatioOf.
@@ -156,7 +161,7 @@ const (
 // holds.
 var FigureNames = []string{
 	FigSync1, FigSync16, FigAsync, FigRead, FigClaim,
-	FigLifecycleSDK, FigWritesPerTask, FigLifecycleCPU, FigLifecycleGarbage, FigLifecycleHTTP, FigHTTPvsSDK,
+	FigLifecycleSDK, FigWritesPerTask, FigNATSMessagesPerTask, FigLifecycleCPU, FigLifecycleGarbage, FigLifecycleHTTP, FigHTTPvsSDK,
 	FigHTTPCeilingEnqueue, FigHTTPCeilingDrain, FigHTTPCeilingCPU,
 	FigEnqueueHTTP, FigEnqueueBatch, FigDrainHTTP, FigDrainErrors, FigDrainCPU, FigDrainGarbage,
 	FigDrainBatch, FigDrainBatchCPU, FigDrainBatchGarb,

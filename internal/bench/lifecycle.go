@@ -156,6 +156,7 @@ type lifecycleResult struct {
 	schedRate  float64 // schedule calls/s while it ran
 	writes     float64 // JetStream writes per task
 	writesRate float64 // rate × writes
+	natsMsgs   float64 // NATS messages per task on the node's connection, in and out
 	use        usage   // CPU and allocations of the whole phase
 }
 
@@ -167,6 +168,8 @@ func (r *run) measureLifecycle(ctx context.Context, nd *node.Node, name string, 
 	if err != nil {
 		return lifecycleResult{}, err
 	}
+	nc := nd.Store.JetStream().Conn()
+	statsBefore := nc.Stats()
 	var lr lifecycleRun
 	use, err := measure(func() (err error) {
 		lr, err = r.runLifecycle(ctx, n, apiOf)
@@ -175,6 +178,7 @@ func (r *run) measureLifecycle(ctx context.Context, nd *node.Node, name string, 
 	if err != nil {
 		return lifecycleResult{}, fmt.Errorf("%s: %w", name, err)
 	}
+	statsAfter := nc.Stats()
 	after, err := lastSeq(ctx, nd)
 	if err != nil {
 		return lifecycleResult{}, err
@@ -196,6 +200,7 @@ func (r *run) measureLifecycle(ctx context.Context, nd *node.Node, name string, 
 		rate:      float64(n) / lr.elapsed.Seconds(),
 		schedRate: float64(n) / lr.scheduling.Seconds(),
 		writes:    float64(len(hist) + 1),
+		natsMsgs:  float64(statsAfter.InMsgs+statsAfter.OutMsgs-statsBefore.InMsgs-statsBefore.OutMsgs) / float64(n),
 		use:       use,
 	}
 	res.writesRate = res.rate * res.writes
@@ -268,6 +273,7 @@ func (r *run) lifecycle(ctx context.Context, nd *node.Node) error {
 	r.add(atLeast(Figure{Section: "lifecycle", Name: FigLifecycleSDK, Value: sdk.rate, Unit: "tasks/s",
 		Ratio: sdk.writesRate / r.asyncRate, RatioOf: ratioAsync}, sdk.writesRate/r.asyncRate, 0.5, "≥ 0.50× raw async"))
 	r.add(Figure{Section: "lifecycle", Name: FigWritesPerTask, Value: sdk.writes, Unit: "writes"})
+	r.add(Figure{Section: "lifecycle", Name: FigNATSMessagesPerTask, Value: sdk.natsMsgs, Unit: "messages"})
 	r.add(Figure{Section: "lifecycle", Name: FigLifecycleCPU, Value: float64(sdk.use.cpu.Microseconds()) / float64(sdk.n), Unit: "µs/task"})
 	r.add(Figure{Section: "lifecycle", Name: FigLifecycleGarbage, Value: float64(sdk.use.alloc) / float64(sdk.n), Unit: "bytes/task"})
 	r.add(Figure{Section: "lifecycle", Name: FigLifecycleHTTP, Value: httpRes.rate, Unit: "tasks/s",
