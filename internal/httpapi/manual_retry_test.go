@@ -112,6 +112,10 @@ func TestManualRetry(t *testing.T) {
 		if a.status != http.StatusOK {
 			t.Fatalf("repeat: %d %s, want 200", a.status, a.body)
 		}
+		a = rawDo(t, b, http.MethodPost, "/v1/tasks/"+old.ID+"/retry", `{"requestId": "retry-once", "message": {"content": [{"type": "text", "text": ""}]}}`)
+		if a.status != http.StatusBadRequest {
+			t.Fatalf("repeat with an invalid message: %d %s, want 400", a.status, a.body)
+		}
 		l, err := b.client.List(ctx, api.ListOptions{RequestID: "retry-once"})
 		if err != nil || len(l.Tasks) != 1 || l.Tasks[0].ID != ids[0] || l.Tasks[0].RequestID != "retry-once" {
 			t.Fatalf("list by the retry's request id: %v %+v", err, l)

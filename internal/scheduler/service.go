@@ -353,6 +353,14 @@ func requestTaskID(customerID, requestID string) string {
 // RequestID names, when it has one): Schedule's work once the request is
 // checked, shared with RetryTask. It settles as settle does with later.
 func (s *Service) create(ctx context.Context, p Principal, customerID string, spec events.TaskSpec, later *uint64) (st aggregate.State, created bool, err error) {
+	// Checked here, not only by the aggregate: a repeated request id
+	// answers its task before the aggregate sees the spec, and an invalid
+	// request is refused whether it repeats or not. Before the parent is
+	// loaded, too: a parentId of "*" or ">" would match every task's
+	// subject.
+	if err := aggregate.ValidateRequest(spec); err != nil {
+		return st, false, err
+	}
 	taskID := events.NewID()
 	if spec.RequestID != "" {
 		taskID = requestTaskID(customerID, spec.RequestID)
@@ -546,13 +554,8 @@ func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, s
 		RunAt: runAt.UTC(), TimeoutSeconds: timeout, Concurrency: req.Concurrency, Retry: retryPolicy(req.Retry),
 		Labels: req.Labels,
 	}
-	// Checked here, not only by the aggregate: a repeated request id
-	// answers its task before the aggregate sees the spec, and an invalid
-	// request is refused whether it repeats or not. Before the parent is
-	// loaded, too: a parentId of "*" or ">" would match every task's
-	// subject.
-	if err := aggregate.ValidateRequest(spec); err != nil {
-		return events.TaskSpec{}, "", err
+	if err := events.ValidID(queue); err != nil {
+		return events.TaskSpec{}, "", invalid("queue: %v", err)
 	}
 	if err := s.checkQueues(customerID, queue); err != nil {
 		return events.TaskSpec{}, "", err
