@@ -8,13 +8,15 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/internal/httpapi"
+	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/reactors"
 )
 
 // newRegistry returns a registry with the Go runtime and process metrics
-// (heap, GC pauses, RSS) and the projections' gauges.
-func newRegistry(eng *projections.Engine) *prometheus.Registry {
+// (heap, GC pauses, RSS), the projections' gauges and the store's OCC
+// conflicts.
+func newRegistry(eng *projections.Engine, st *store.Store) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -31,6 +33,10 @@ func newRegistry(eng *projections.Engine) *prometheus.Registry {
 			Name: "taskledger_projection_evicted_tasks_total",
 			Help: "Tasks of finished lineages this process evicted from the projections (--retain); the log keeps them.",
 		}, func() float64 { return float64(eng.Evicted()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "taskledger_occ_conflicts_total",
+			Help: "Appends the log refused because another writer had appended to the task, key or schedule first (each is decided again on the fresh state).",
+		}, func() float64 { return float64(st.Conflicts()) }),
 		taskGauges{eng},
 	)
 	for t := range projections.NumTimers {

@@ -116,7 +116,8 @@ type Store struct {
 	turnsMu sync.Mutex
 	turns   map[string]*turn
 
-	failing atomic.Pointer[writeFailure] // nil while appends succeed
+	failing   atomic.Pointer[writeFailure] // nil while appends succeed
+	conflicts atomic.Uint64                // appends refused for a wrong expected sequence
 }
 
 // writeFailure is the first failed append since the last one that
@@ -525,6 +526,7 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 		}
 		if IsConflict(err) {
 			s.wrote() // the log answered: it takes writes
+			s.conflicts.Add(1)
 			return fmt.Errorf("%w: %v", aggregate.ErrConflict, err)
 		}
 		// Within a header's length of the limit: the client (max
@@ -625,6 +627,14 @@ func (s *Store) WriteError() error {
 	}
 	return fmt.Errorf("%w: writes failing since %s: %v", ErrUnavailable, f.since.UTC().Format(time.RFC3339), f.err)
 }
+
+// Conflicts returns how many appends of this store the log refused
+// because the subject's last sequence was not the expected one: another
+// writer (a process acting on the same timer, a client racing a claim)
+// appended first, or a retried publish whose first attempt had landed.
+// Each refused append counts once, whether Execute then decided again or
+// gave up. It is safe for concurrent use.
+func (s *Store) Conflicts() uint64 { return s.conflicts.Load() }
 
 // ProbeStream is the stream Probe writes to: one message, replaced by each
 // probe, so its size stays constant.
