@@ -1,0 +1,469 @@
+//go:build cluster
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/bench"
+	"github.com/taskledger/taskledger/internal/lease"
+)
+
+// clockTicks is the kernel's USER_HZ, the unit of utime and stime in
+// /proc/<pid>/stat: 100 on every Linux architecture Go supports.
+const clockTicks = 100
+
+// benchWorkers is how many clients drive each row's load, as in the
+// failover test.
+const benchWorkers = 6
+
+// benchMaxTasks bounds the tasks one row schedules, whatever its length.
+const benchMaxTasks = 200_000
+
+// The timer-kill step: benchTimerTasks delayed tasks due over
+// benchTimerSpread, starting benchTimerLead after they are scheduled;
+// one of the two processes is killed benchTimerKill after that start.
+const (
+	benchTimerTasks  = 300
+	benchTimerLead   = 2 * time.Second
+	benchTimerSpread = 6 * time.Second
+	benchTimerKill   = 1 * time.Second
+)
+
+// benchRow is one load configuration: P taskledger processes on K shards,
+// with leased timer partitions or without (every process then does every
+// timer's work).
+type benchRow struct {
+	procs, shards int
+	leases        bool
+}
+
+func (r benchRow) String() string {
+	l := "leases"
+	if !r.leases {
+		l = "no leases"
+	}
+	return fmt.Sprintf("P=%d K=%d %s", r.procs, r.shards, l)
+}
+
+// flags are the serve flags of the row; --shards only when K > 1, so a
+// binary without sharding runs the K = 1 rows.
+func (r benchRow) flags() []string {
+	var f []string
+	if r.shards > 1 {
+		f = append(f, "--shards", strconv.Itoa(r.shards))
+	}
+	if !r.leases {
+		f = append(f, "--no-timer-leases")
+	}
+	return f
+}
+
+// benchRows are the rows of `make cluster-bench`, in order.
+var benchRows = []benchRow{
+	{1, 1, true}, {2, 1, true}, {2, 1, false}, {3, 1, true}, {3, 1, false},
+	{1, 3, true}, {2, 3, true}, {3, 3, true},
+}
+
+// benchEnv is the NATS cluster the bench runs on.
+type benchEnv struct {
+	t      *testing.T
+	dir    string
+	nodes  []*clusterNode
+	urls   string
+	nc     *nats.Conn
+	shards bool // the binary has serve --shards
+	rep    bench.Report
+}
+
+// TestClusterBench measures taskledger on a three-node NATS cluster (R3)
+// on loopback, with 1, 2 and 3 processes, K = 1 and 3 shards and leased
+// timer partitions on and off: claims/s, lifecycles/s, CPU per task of
+// each process and of the NATS nodes, OCC conflicts per 1,000 tasks and
+// NATS memory per task; then timer lateness while a process is killed
+// and unavailability while the event stream's leader node is killed. It
+// prints one table. CLUSTER_BENCH_SECONDS (default 8) is the length of
+// each row's load. `make cluster-bench` runs it.
+func TestClusterBench(t *testing.T) {
+	seconds := 8
+	if s := os.Getenv("CLUSTER_BENCH_SECONDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 600 {
+			t.Fatalf("CLUSTER_BENCH_SECONDS=%q: want a whole number from 1 to 600", s)
+		}
+		seconds = n
+	}
+	load := time.Duration(seconds) * time.Second
+	start := time.Now()
+	dir := t.TempDir()
+	e := &benchEnv{t: t, dir: dir, nodes: startNATSCluster(t, dir)}
+	e.urls = clusterURLs(e.nodes)
+	e.nc = connectCluster(t, e.nodes)
+	e.shards = serveHasFlag(t, "shards")
+	e.rep = bench.Report{Started: start, Scale: float64(seconds)}
+
+	for _, row := range benchRows {
+		if row.shards > 1 && !e.shards {
+			e.note(row, "needs --shards: this binary's `taskledger serve --help` has no such flag")
+			continue
+		}
+		e.row(row, load)
+	}
+	e.note(benchRow{}, "NATS memory per task of an epoch before and after sealing/removal: not built yet (epochs, issue 17 item 3)")
+	e.timerKill()
+	e.natsKill(load)
+
+	e.rep.Seconds = time.Since(start).Seconds()
+	e.rep.NumCPU, e.rep.GOMAXPROCS, e.rep.GoVersion = runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version()
+	fmt.Println("cluster bench: 3 NATS nodes (stream R3) on loopback; figures of one machine, where every process shares its cores")
+	if err := bench.WriteTable(os.Stdout, e.rep); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// add records a figure of the row.
+func (e *benchEnv) add(section, name string, v float64, unit string) {
+	e.rep.Figures = append(e.rep.Figures, bench.Figure{Section: section, Name: name, Value: v, Unit: unit})
+}
+
+// note prints a line in place of figures that cannot be measured.
+func (e *benchEnv) note(row benchRow, text string) {
+	if row.procs > 0 {
+		text = row.String() + ": " + text
+	}
+	fmt.Println("cluster bench: " + text)
+}
+
+// serveHasFlag reports whether `taskledger serve --help` lists --name.
+func serveHasFlag(t *testing.T, name string) bool {
+	t.Helper()
+	out, _ := exec.Command(taskledgerBinary(t), "serve", "--help").CombinedOutput() // exits 0 or 2 with the usage
+	if !strings.Contains(string(out), "-serve") && !strings.Contains(string(out), "-http") {
+		t.Fatalf("taskledger serve --help printed no flags:\n%s", out)
+	}
+	return strings.Contains(string(out), "-"+name+" ") || strings.Contains(string(out), "-"+name+"\n")
+}
+
+// startServers starts n taskledger processes with flags and returns them
+// with their addresses.
+func (e *benchEnv) startServers(n int, flags ...string) ([]*process, []string) {
+	servers := make([]*process, n)
+	addrs := make([]string, n)
+	for i := range servers {
+		addrs[i] = freeAddr(e.t)
+		name := fmt.Sprintf("tl-%c", 'a'+i)
+		servers[i] = startClusterServer(e.t, e.urls, addrs[i], name, filepath.Join(e.dir, name+".log"), flags...)
+	}
+	return servers, addrs
+}
+
+// reset kills servers and deletes every stream of the account (the log,
+// ready, probe and run streams, the lease and snapshot buckets), so the
+// next row starts on an empty cluster: every row's processes use the same
+// subjects, which two streams may not share.
+func (e *benchEnv) reset(servers []*process) {
+	e.t.Helper()
+	for _, s := range servers {
+		s.kill()
+	}
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	names := js.StreamNames(ctx)
+	var all []string
+	for n := range names.Name() {
+		all = append(all, n)
+	}
+	if err := names.Err(); err != nil {
+		e.t.Fatalf("listing streams: %v", err)
+	}
+	for _, n := range all {
+		if err := js.DeleteStream(ctx, n); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			e.t.Fatalf("deleting stream %s: %v", n, err)
+		}
+	}
+}
+
+// row runs one configuration's load for length and records its figures.
+func (e *benchEnv) row(row benchRow, length time.Duration) {
+	servers, addrs := e.startServers(row.procs, row.flags()...)
+	defer e.reset(servers)
+	l := newClusterLoad()
+	l.maxSchedules = benchMaxTasks
+	for _, s := range servers {
+		l.clients = append(l.clients, s.client)
+	}
+	idle, natsIdle := e.idleCPU(servers)
+	cpu0, natsCPU0 := e.serverCPU(servers), e.natsCPU()
+	stop, stopLoad := context.WithTimeout(context.Background(), length)
+	defer stopLoad()
+	g, gctx := errgroup.WithContext(stop)
+	began := time.Now()
+	for w := range benchWorkers {
+		g.Go(func() error { return l.worker(gctx, w) })
+	}
+	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		e.t.Fatalf("%s: load: %v", row, err)
+	}
+	elapsed := time.Since(began)
+	cpu1, natsCPU1 := e.serverCPU(servers), e.natsCPU()
+	conflicts := 0.0
+	for _, a := range addrs {
+		conflicts += metric(e.t, a, "taskledger_occ_conflicts_total")
+	}
+
+	l.mu.Lock()
+	claims, results, schedules := l.nextClaims+l.directClaims, l.results, l.schedules
+	l.mu.Unlock()
+	if results == 0 || schedules == 0 {
+		e.t.Fatalf("%s: no task went through its lifecycle in %s", row, elapsed)
+	}
+	sec := row.String()
+	e.add(sec, sec+": claims", float64(claims)/elapsed.Seconds(), "claims/s")
+	e.add(sec, sec+": lifecycles", float64(results)/elapsed.Seconds(), "tasks/s")
+	var total time.Duration
+	for i := range servers {
+		d := cpu1[i] - cpu0[i]
+		total += d
+		e.add(sec, fmt.Sprintf("%s: CPU per task, process %d", sec, i+1), micros(d)/float64(results), "µs/task")
+	}
+	if row.procs > 1 {
+		e.add(sec, sec+": CPU per task, all processes", micros(total)/float64(results), "µs/task")
+	}
+	e.add(sec, sec+": CPU per task, 3 NATS nodes", micros(natsCPU1-natsCPU0)/float64(results), "µs/task")
+	e.add(sec, sec+": CPU while idle, all processes", idle, "ms/s")
+	e.add(sec, sec+": CPU while idle, 3 NATS nodes", natsIdle, "ms/s")
+	e.add(sec, sec+": OCC conflicts", 1000*conflicts/float64(schedules), "per 1,000 tasks")
+	fmt.Printf("cluster bench: %s: %d tasks scheduled, %d claimed, %d finished in %s; %.0f OCC conflicts\n",
+		row, schedules, claims, results, elapsed.Round(time.Millisecond), conflicts)
+}
+
+// timerKill schedules delayed tasks through one of two processes, kills
+// the other (SIGKILL) while they fall due, and records how late each was
+// released (its DeliveryPending against its runAt): the killed process's
+// partitions are released by the survivor once their leases lapse.
+func (e *benchEnv) timerKill() {
+	servers, _ := e.startServers(2)
+	defer e.reset(servers)
+	survivor := servers[1].client
+	ctx := context.Background()
+	first := time.Now().Add(benchTimerLead)
+	ids := make([]string, benchTimerTasks)
+	for i := range ids {
+		runAt := first.Add(benchTimerSpread * time.Duration(i) / benchTimerTasks)
+		task, _, err := survivor.Schedule(ctx, api.ScheduleRequest{
+			RequestID: fmt.Sprintf("timer-%d", i), Queue: "timer-kill", RunAt: &runAt,
+			Message: events.Message{Content: []events.ContentPart{{Type: "text", Text: "timer"}}},
+		})
+		if err != nil {
+			e.t.Fatalf("timer step: schedule: %v", err)
+		}
+		ids[i] = task.ID
+	}
+	if time.Until(first) < benchTimerKill/2 {
+		e.t.Fatalf("timer step: scheduling %d tasks took past their first runAt; raise benchTimerLead", benchTimerTasks)
+	}
+	time.Sleep(time.Until(first.Add(benchTimerKill)))
+	servers[0].kill()
+	killedAt := time.Now()
+	// Every task is due by then, and every lease lapsed and was taken.
+	time.Sleep(time.Until(first.Add(benchTimerSpread + lease.DefaultTTL + 3*time.Second)))
+
+	var late []time.Duration
+	afterKill, byKilled := 0, 0
+	for _, id := range ids {
+		h, err := survivor.History(ctx, id)
+		if err != nil {
+			e.t.Fatalf("timer step: history of %s: %v", id, err)
+		}
+		task, err := survivor.Get(ctx, id)
+		if err != nil {
+			e.t.Fatalf("timer step: %s: %v", id, err)
+		}
+		i := slices.IndexFunc(h.Events, func(ev api.Event) bool { return ev.Type == string(events.TypeDeliveryPending) })
+		if i < 0 {
+			e.t.Fatalf("timer step: task %s (runAt %s) not released %s after its runAt", id, task.RunAt.Format(time.TimeOnly), time.Since(task.RunAt).Round(time.Millisecond))
+		}
+		if task.RunAt.After(killedAt) {
+			afterKill++
+			late = append(late, h.Events[i].At.Sub(task.RunAt))
+		}
+		if h.Events[i].Actor == "tl-a" {
+			byKilled++
+		}
+	}
+	slices.Sort(late)
+	sec := "process kill"
+	e.add(sec, "timer lateness p99 while a process is killed (P=2, TTL 5 s)", millis(late[len(late)*99/100]), "ms")
+	e.add(sec, "timer lateness max while a process is killed (P=2, TTL 5 s)", millis(late[len(late)-1]), "ms")
+	fmt.Printf("cluster bench: process kill: %d timers due after the kill (released late by a median of %s); %d of all %d released by the killed process before it died\n",
+		len(late), late[len(late)/2].Round(time.Millisecond), byKilled, benchTimerTasks)
+}
+
+// natsKill runs the failover test's load on two processes, SIGKILLs the
+// NATS node leading the event stream a third of the way in, and records
+// the longest pause between acknowledged writes; the node is restarted at
+// the end.
+func (e *benchEnv) natsKill(length time.Duration) {
+	servers, _ := e.startServers(2)
+	defer e.reset(servers)
+	l := newClusterLoad()
+	l.maxSchedules = benchMaxTasks
+	for _, s := range servers {
+		l.clients = append(l.clients, s.client)
+	}
+	length = max(length, 12*time.Second) // elections take seconds
+	stop, stopLoad := context.WithTimeout(context.Background(), length)
+	defer stopLoad()
+	g, gctx := errgroup.WithContext(stop)
+	for w := range benchWorkers {
+		g.Go(func() error { return l.worker(gctx, w) })
+	}
+	time.Sleep(length / 3)
+	leader := streamLeader(e.t, e.nc)
+	var killed *clusterNode
+	for _, n := range e.nodes {
+		if n.name == leader {
+			killed = n
+		}
+	}
+	if killed == nil {
+		e.t.Fatalf("stream leader %q is not a node of the cluster", leader)
+	}
+	killed.kill()
+	killedAt := time.Now()
+	err := g.Wait()
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		e.t.Fatalf("NATS kill: load: %v", err)
+	}
+	l.mu.Lock()
+	gap, gapEnd, kinds := l.writeGapMax, l.writeGapEnd, l.failureKinds
+	l.mu.Unlock()
+	killed.start(e.t)
+	sec := "NATS node kill"
+	e.add(sec, "longest pause between acked writes, stream leader's node killed (P=2)", gap.Seconds(), "s")
+	fmt.Printf("cluster bench: NATS kill: node %s (stream leader) killed; the longest pause between acknowledged writes ended %s after the kill; retried errors: %v\n",
+		killed.name, gapEnd.Sub(killedAt).Round(time.Millisecond), kinds)
+}
+
+// benchIdle is how long idleCPU watches the processes without load.
+const benchIdle = time.Second
+
+// idleCPU returns the CPU the servers (summed) and the NATS nodes use
+// without load, in ms per second: lease renewals, heartbeats, the
+// replicas' own chatter. It is part of every per-task figure, and the
+// larger part at a low rate.
+func (e *benchEnv) idleCPU(servers []*process) (procs, nats float64) {
+	sum := func(ds []time.Duration) (t time.Duration) {
+		for _, d := range ds {
+			t += d
+		}
+		return t
+	}
+	p0, n0, t0 := sum(e.serverCPU(servers)), e.natsCPU(), time.Now()
+	time.Sleep(benchIdle)
+	p1, n1, el := sum(e.serverCPU(servers)), e.natsCPU(), time.Since(t0).Seconds()
+	return millis(p1-p0) / el, millis(n1-n0) / el
+}
+
+// serverCPU returns each process's user and system CPU time so far.
+func (e *benchEnv) serverCPU(servers []*process) []time.Duration {
+	out := make([]time.Duration, len(servers))
+	for i, s := range servers {
+		out[i] = procCPU(e.t, s.cmd.Process.Pid)
+	}
+	return out
+}
+
+// natsCPU returns the NATS nodes' CPU time so far, summed.
+func (e *benchEnv) natsCPU() time.Duration {
+	var d time.Duration
+	for _, n := range e.nodes {
+		d += procCPU(e.t, n.cmd.Process.Pid)
+	}
+	return d
+}
+
+// natsRSS returns each NATS node's resident memory in bytes.
+func (e *benchEnv) natsRSS() []int64 {
+	out := make([]int64, len(e.nodes))
+	for i, n := range e.nodes {
+		out[i] = procStat(e.t, n.cmd.Process.Pid, 24) * int64(os.Getpagesize())
+	}
+	return out
+}
+
+// procCPU reads utime + stime of pid from /proc.
+func procCPU(t *testing.T, pid int) time.Duration {
+	ticks := procStat(t, pid, 14) + procStat(t, pid, 15)
+	return time.Duration(ticks) * time.Second / clockTicks
+}
+
+// procStat returns field n (from 1, as proc(5) numbers them) of
+// /proc/<pid>/stat.
+func procStat(t *testing.T, pid, n int) int64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatalf("reading the CPU time of process %d: %v", pid, err)
+	}
+	// The command name (field 2) is in parentheses and may hold spaces;
+	// field 3 starts after the last ')'.
+	s := string(data)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	v, err := strconv.ParseInt(fields[n-3], 10, 64)
+	if err != nil {
+		t.Fatalf("/proc/%d/stat field %d: %v", pid, n, err)
+	}
+	return v
+}
+
+// metric reads an unlabelled counter or gauge from the /metrics of the
+// taskledger process on addr.
+func metric(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("metrics of %s: %v", addr, err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s on %s: %v", name, addr, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("%s has no %s (%v)", addr, name, sc.Err())
+	return 0
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
