@@ -102,7 +102,8 @@ type benchEnv struct {
 // NATS memory per task; then timer lateness while a process is killed
 // and unavailability while the event stream's leader node is killed. It
 // prints one table. CLUSTER_BENCH_SECONDS (default 8) is the length of
-// each row's load. `make cluster-bench` runs it.
+// each row's load; CLUSTER_BENCH_ONLY (rows, process-kill, nats-kill,
+// comma-separated) runs only those steps. `make cluster-bench` runs it.
 func TestClusterBench(t *testing.T) {
 	seconds := 8
 	if s := os.Getenv("CLUSTER_BENCH_SECONDS"); s != "" {
@@ -121,16 +122,23 @@ func TestClusterBench(t *testing.T) {
 	e.shards = serveHasFlag(t, "shards")
 	e.rep = bench.Report{Started: start, Scale: float64(seconds)}
 
-	for _, row := range benchRows {
-		if row.shards > 1 && !e.shards {
-			e.note(row, "needs --shards: this binary's `taskledger serve --help` has no such flag")
-			continue
+	only := benchSteps(t)
+	if only["rows"] {
+		for _, row := range benchRows {
+			if row.shards > 1 && !e.shards {
+				e.note(row, "needs --shards: this binary's `taskledger serve --help` has no such flag")
+				continue
+			}
+			e.row(row, load)
 		}
-		e.row(row, load)
 	}
 	e.note(benchRow{}, "NATS memory per task of an epoch before and after sealing/removal: not built yet (epochs, issue 17 item 3)")
-	e.timerKill()
-	e.natsKill(load)
+	if only["process-kill"] {
+		e.timerKill()
+	}
+	if only["nats-kill"] {
+		e.natsKill()
+	}
 
 	e.rep.Seconds = time.Since(start).Seconds()
 	e.rep.NumCPU, e.rep.GOMAXPROCS, e.rep.GoVersion = runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version()
@@ -138,6 +146,26 @@ func TestClusterBench(t *testing.T) {
 	if err := bench.WriteTable(os.Stdout, e.rep); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// benchStepNames are the steps of the bench, in order.
+var benchStepNames = []string{"rows", "process-kill", "nats-kill"}
+
+// benchSteps returns the steps CLUSTER_BENCH_ONLY names (a comma-separated
+// list of benchStepNames), or all of them.
+func benchSteps(t *testing.T) map[string]bool {
+	steps := map[string]bool{}
+	only := os.Getenv("CLUSTER_BENCH_ONLY")
+	for _, name := range benchStepNames {
+		steps[name] = only == ""
+	}
+	for name := range strings.SplitSeq(only, ",") {
+		if _, ok := steps[name]; !ok && only != "" {
+			t.Fatalf("CLUSTER_BENCH_ONLY=%q: %q is not one of %v", only, name, benchStepNames)
+		}
+		steps[name] = true
+	}
+	return steps
 }
 
 // add records a figure of the row.
@@ -322,11 +350,15 @@ func (e *benchEnv) timerKill() {
 		len(late), late[len(late)/2].Round(time.Millisecond), byKilled, benchTimerTasks)
 }
 
-// natsKill runs the failover test's load on two processes, SIGKILLs the
-// NATS node leading the event stream a third of the way in, and records
-// the longest pause between acknowledged writes; the node is restarted at
-// the end.
-func (e *benchEnv) natsKill(length time.Duration) {
+// benchNATSKills is how many times natsKill kills the event stream's
+// leader: the election takes a random 4 to 9 s, so one kill says little.
+const benchNATSKills = 6
+
+// natsKill runs the failover test's load on two processes and, in turn
+// benchNATSKills times, SIGKILLs the NATS node leading the event stream,
+// records the longest pause between acknowledged writes until the load
+// is back, and restarts the node.
+func (e *benchEnv) natsKill() {
 	servers, _ := e.startServers(2)
 	defer e.reset(servers)
 	l := newClusterLoad()
@@ -334,38 +366,123 @@ func (e *benchEnv) natsKill(length time.Duration) {
 	for _, s := range servers {
 		l.clients = append(l.clients, s.client)
 	}
-	length = max(length, 12*time.Second) // elections take seconds
-	stop, stopLoad := context.WithTimeout(context.Background(), length)
+	stop, stopLoad := context.WithCancel(context.Background())
 	defer stopLoad()
 	g, gctx := errgroup.WithContext(stop)
 	for w := range benchWorkers {
 		g.Go(func() error { return l.worker(gctx, w) })
 	}
-	time.Sleep(length / 3)
-	leader := streamLeader(e.t, e.nc)
-	var killed *clusterNode
-	for _, n := range e.nodes {
-		if n.name == leader {
-			killed = n
+	var pauses []time.Duration
+	for k := range benchNATSKills {
+		if !e.writesSince(l, gctx, time.Now()) {
+			break
 		}
+		killed := e.leaderNode()
+		l.mu.Lock()
+		l.writeGapMax = 0
+		l.mu.Unlock()
+		killed.kill()
+		killedAt := time.Now()
+		if !e.writesSince(l, gctx, killedAt) {
+			break
+		}
+		l.mu.Lock()
+		gap, gapEnd := l.writeGapMax, l.writeGapEnd
+		l.mu.Unlock()
+		pauses = append(pauses, gap)
+		fmt.Printf("cluster bench: NATS kill %d: node %s (stream leader) SIGKILLed; longest pause between acked writes %s, ending %s after the kill\n",
+			k+1, killed.name, gap.Round(time.Millisecond), gapEnd.Sub(killedAt).Round(time.Millisecond))
+		killed.start(e.t)
+		e.replicasCurrent()
 	}
-	if killed == nil {
-		e.t.Fatalf("stream leader %q is not a node of the cluster", leader)
-	}
-	killed.kill()
-	killedAt := time.Now()
-	err := g.Wait()
-	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+	stopLoad()
+	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		e.t.Fatalf("NATS kill: load: %v", err)
 	}
+	if len(pauses) < benchNATSKills {
+		e.t.Fatalf("NATS kill: the load did not recover after kill %d", len(pauses)+1)
+	}
 	l.mu.Lock()
-	gap, gapEnd, kinds := l.writeGapMax, l.writeGapEnd, l.failureKinds
+	kinds := l.failureKinds
 	l.mu.Unlock()
-	killed.start(e.t)
 	sec := "NATS node kill"
-	e.add(sec, "longest pause between acked writes, stream leader's node killed (P=2)", gap.Seconds(), "s")
-	fmt.Printf("cluster bench: NATS kill: node %s (stream leader) killed; the longest pause between acknowledged writes ended %s after the kill; retried errors: %v\n",
-		killed.name, gapEnd.Sub(killedAt).Round(time.Millisecond), kinds)
+	n := len(pauses)
+	e.add(sec, fmt.Sprintf("pause between acked writes, stream leader's node killed (P=2), mean of %d", n), mean(pauses).Seconds(), "s")
+	e.add(sec, fmt.Sprintf("pause between acked writes, stream leader's node killed (P=2), max of %d", n), slices.Max(pauses).Seconds(), "s")
+	fmt.Printf("cluster bench: NATS kill: retried errors: %v\n", kinds)
+}
+
+// writesSince waits until the load has had clusterMinWrites acknowledged
+// writes after since, at least a second after it, within
+// clusterRecoverBudget; false if the load failed or the budget ran out.
+func (e *benchEnv) writesSince(l *clusterLoad, ctx context.Context, since time.Time) bool {
+	l.mu.Lock()
+	n0 := l.writes[l.phase]
+	l.mu.Unlock()
+	budget := time.After(clusterRecoverBudget)
+	settle := time.After(time.Until(since.Add(time.Second)))
+	settled := false
+	for {
+		l.mu.Lock()
+		n, last := l.writes[l.phase]-n0, l.lastWrite
+		l.mu.Unlock()
+		if settled && n >= clusterMinWrites && last.After(since) {
+			return true
+		}
+		select {
+		case <-l.progress:
+		case <-settle:
+			settled = true
+		case <-ctx.Done():
+			return false
+		case <-budget:
+			e.t.Errorf("%d writes acknowledged %s after a NATS kill", n, clusterRecoverBudget)
+			return false
+		}
+	}
+}
+
+func mean(ds []time.Duration) time.Duration {
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return sum / time.Duration(len(ds))
+}
+
+// leaderNode returns the node leading the event stream.
+func (e *benchEnv) leaderNode() *clusterNode {
+	leader := streamLeader(e.t, e.nc)
+	for _, n := range e.nodes {
+		if n.name == leader {
+			return n
+		}
+	}
+	e.t.Fatalf("stream leader %q is not a node of the cluster", leader)
+	return nil
+}
+
+// replicasCurrent waits, at most a minute, until every replica of the
+// event stream is current, so the next kill leaves a quorum.
+func (e *benchEnv) replicasCurrent() {
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s, err := js.Stream(ctx, events.DefaultStream)
+		cancel()
+		if err == nil && s.CachedInfo().Cluster != nil && len(s.CachedInfo().Cluster.Replicas) == 2 &&
+			!slices.ContainsFunc(s.CachedInfo().Cluster.Replicas, func(r *jetstream.PeerInfo) bool { return !r.Current || r.Offline }) {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("event stream replicas not current a minute after a NATS restart: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // benchIdle is how long idleCPU watches the processes without load.
