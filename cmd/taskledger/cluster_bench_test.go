@@ -260,9 +260,12 @@ func (e *benchEnv) row(row benchRow, length time.Duration) {
 	}
 	elapsed := time.Since(began)
 	cpu1, natsCPU1 := e.serverCPU(servers), e.natsCPU()
-	conflicts := 0.0
+	conflicts, byEvent := 0.0, map[string]float64{}
 	for _, a := range addrs {
-		conflicts += metric(e.t, a, "taskledger_occ_conflicts_total")
+		for labels, n := range metric(e.t, a, "taskledger_occ_conflicts_total") {
+			conflicts += n
+			byEvent[strings.TrimSuffix(strings.TrimPrefix(labels, `event="`), `"`)] += n
+		}
 	}
 
 	l.mu.Lock()
@@ -287,8 +290,8 @@ func (e *benchEnv) row(row benchRow, length time.Duration) {
 	e.add(sec, sec+": CPU while idle, all processes", idle, "ms/s")
 	e.add(sec, sec+": CPU while idle, 3 NATS nodes", natsIdle, "ms/s")
 	e.add(sec, sec+": OCC conflicts", 1000*conflicts/float64(schedules), "per 1,000 tasks")
-	fmt.Printf("cluster bench: %s: %d tasks scheduled, %d claimed, %d finished in %s; %.0f OCC conflicts\n",
-		row, schedules, claims, results, elapsed.Round(time.Millisecond), conflicts)
+	fmt.Printf("cluster bench: %s: %d tasks scheduled, %d claimed, %d finished in %s; %.0f OCC conflicts %v\n",
+		row, schedules, claims, results, elapsed.Round(time.Millisecond), conflicts, byEvent)
 }
 
 // benchMemoryTasks is how many waiting tasks the memory step schedules.
@@ -601,28 +604,38 @@ func procStat(t *testing.T, pid, n int) int64 {
 	return v
 }
 
-// metric reads an unlabelled counter or gauge from the /metrics of the
-// taskledger process on addr.
-func metric(t *testing.T, addr, name string) float64 {
+// metric reads every series of the counter or gauge name from the
+// /metrics of the taskledger process on addr, by its labels as written
+// ("" for none, `event="Claimed"` for one label).
+func metric(t *testing.T, addr, name string) map[string]float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatalf("metrics of %s: %v", addr, err)
 	}
 	defer resp.Body.Close()
+	series := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s on %s: %v", name, addr, err)
-			}
-			return f
+		rest, ok := strings.CutPrefix(sc.Text(), name)
+		if !ok || rest == "" || rest[0] != ' ' && rest[0] != '{' {
+			continue
 		}
+		labels := ""
+		if rest[0] == '{' {
+			labels, rest, _ = strings.Cut(rest[1:], "}")
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		if err != nil {
+			t.Fatalf("%s on %s: %v", name, addr, err)
+		}
+		series[labels] = v
 	}
-	t.Fatalf("%s has no %s (%v)", addr, name, sc.Err())
-	return 0
+	if err := sc.Err(); err != nil {
+		t.Fatalf("metrics of %s: %v", addr, err)
+	}
+	return series
 }
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

@@ -33,10 +33,7 @@ func newRegistry(eng *projections.Engine, st *store.Store) *prometheus.Registry 
 			Name: "taskledger_projection_evicted_tasks_total",
 			Help: "Tasks of finished lineages this process evicted from the projections (--retain); the log keeps them.",
 		}, func() float64 { return float64(eng.Evicted()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "taskledger_occ_conflicts_total",
-			Help: "Appends the log refused because another writer had appended to the task, key or schedule first (each is decided again on the fresh state).",
-		}, func() float64 { return float64(st.Conflicts()) }),
+		conflictCounts{st},
 		taskGauges{eng},
 	)
 	for t := range projections.NumTimers {
@@ -62,6 +59,21 @@ func registerServerMetrics(reg prometheus.Registerer, s *httpapi.Server) {
 			Help: "HTTP connections answered 503 and closed because --max-conns were open.",
 		}, func() float64 { return float64(s.RefusedConns()) }),
 	)
+}
+
+var conflictsDesc = prometheus.NewDesc("taskledger_occ_conflicts_total",
+	"Appends the log refused because another writer had appended to the task, key or schedule first, by the type of the event refused (each is decided again on the fresh state).",
+	[]string{"event"}, nil)
+
+// conflictCounts reports the store's OCC conflicts by event type.
+type conflictCounts struct{ st *store.Store }
+
+func (c conflictCounts) Describe(ch chan<- *prometheus.Desc) { ch <- conflictsDesc }
+
+func (c conflictCounts) Collect(ch chan<- prometheus.Metric) {
+	for typ, n := range c.st.Conflicts() {
+		ch <- prometheus.MustNewConstMetric(conflictsDesc, prometheus.CounterValue, float64(n), string(typ))
+	}
 }
 
 var tasksDesc = prometheus.NewDesc("taskledger_tasks", "Tasks by queue and status, from the projections (finished ones as far as --retain keeps them).", []string{"queue", "status"}, nil)
