@@ -260,6 +260,7 @@ func (e *benchEnv) row(row benchRow, length time.Duration) {
 	}
 	elapsed := time.Since(began)
 	cpu1, natsCPU1 := e.serverCPU(servers), e.natsCPU()
+	logBytes, logMsgs := e.logSize(row)
 	conflicts, byEvent := 0.0, map[string]float64{}
 	for _, a := range addrs {
 		for labels, n := range metric(e.t, a, "taskledger_occ_conflicts_total") {
@@ -287,6 +288,10 @@ func (e *benchEnv) row(row benchRow, length time.Duration) {
 		e.add(sec, sec+": CPU per task, all processes", micros(total)/float64(results), "µs/task")
 	}
 	e.add(sec, sec+": CPU per task, 3 NATS nodes", micros(natsCPU1-natsCPU0)/float64(results), "µs/task")
+	if logMsgs > 0 {
+		e.add(sec, sec+": log events per task", float64(logMsgs)/float64(schedules), "events/task")
+		e.add(sec, sec+": log bytes per task, one replica", float64(logBytes)/float64(schedules), "B/task")
+	}
 	e.add(sec, sec+": CPU while idle, all processes", idle, "ms/s")
 	e.add(sec, sec+": CPU while idle, 3 NATS nodes", natsIdle, "ms/s")
 	e.add(sec, sec+": OCC conflicts", 1000*conflicts/float64(schedules), "per 1,000 tasks")
@@ -530,6 +535,26 @@ func (e *benchEnv) replicasCurrent() {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// logSize returns the bytes and messages of the event stream, for a row
+// on one stream (0, 0 for a sharded row, whose stream names this bench
+// does not know).
+func (e *benchEnv) logSize(row benchRow) (bytes, msgs uint64) {
+	if row.shards > 1 {
+		return 0, 0
+	}
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, events.DefaultStream)
+	if err != nil {
+		e.t.Fatalf("event stream: %v", err)
+	}
+	return s.CachedInfo().State.Bytes, s.CachedInfo().State.Msgs
 }
 
 // benchIdle is how long idleCPU watches the processes without load.
