@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -295,6 +296,9 @@ func (e *benchEnv) row(row benchRow, length time.Duration) {
 	e.add(sec, sec+": CPU while idle, all processes", idle, "ms/s")
 	e.add(sec, sec+": CPU while idle, 3 NATS nodes", natsIdle, "ms/s")
 	e.add(sec, sec+": OCC conflicts", 1000*conflicts/float64(schedules), "per 1,000 tasks")
+	for _, typ := range slices.Sorted(maps.Keys(byEvent)) {
+		e.add(sec, fmt.Sprintf("%s: OCC conflicts on %s", sec, typ), 1000*byEvent[typ]/float64(schedules), "per 1,000 tasks")
+	}
 	fmt.Printf("cluster bench: %s: %d tasks scheduled, %d claimed, %d finished in %s; %.0f OCC conflicts %v\n",
 		row, schedules, claims, results, elapsed.Round(time.Millisecond), conflicts, byEvent)
 }
