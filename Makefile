@@ -66,6 +66,10 @@ lint: ## gofmt, go vet, staticcheck and golangci-lint
 cluster-test: ## 3-node NATS cluster failover test (CLUSTER_SECONDS, default 60)
 	CLUSTER_SECONDS=$${CLUSTER_SECONDS:-60} $(GO) test -tags cluster -count=1 -run TestClusterFailover -v -timeout 30m ./cmd/taskledger
 
+.PHONY: cluster-bench
+cluster-bench: ## scaling figures on a 3-node NATS cluster: 1-3 processes, K shards, leases on/off, kills (CLUSTER_BENCH_SECONDS per row, default 8)
+	CLUSTER_BENCH_SECONDS=$${CLUSTER_BENCH_SECONDS:-8} $(GO) test -tags cluster -count=1 -run '^TestClusterBench$$' -v -timeout 15m ./cmd/taskledger
+
 .PHONY: soak
 soak: ## kill -9 soak test (SOAK_SECONDS, default 120)
 	SOAK_SECONDS=$${SOAK_SECONDS:-120} $(GO) test -race -count=1 -run TestSoakKillNine -v -timeout 30m ./cmd/taskledger

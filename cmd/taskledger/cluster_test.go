@@ -177,17 +177,19 @@ func streamLeader(t *testing.T, nc *nats.Conn) string {
 	return s.CachedInfo().Cluster.Leader
 }
 
-// startClusterServer runs `taskledger serve` against the cluster and waits
-// until /readyz answers 200. Its log goes to logPath.
-func startClusterServer(t *testing.T, urls, addr, name, logPath string) *process {
+// startClusterServer runs `taskledger serve` against the cluster, with
+// flags added, and waits until /readyz answers 200. Its log goes to
+// logPath.
+func startClusterServer(t *testing.T, urls, addr, name, logPath string, flags ...string) *process {
 	t.Helper()
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logFile.Close()
-	cmd := exec.Command(taskledgerBinary(t), "serve", "--nats-url", urls, "--replicas", "3", "--name", name,
-		"--http", addr, "--log-format", "json", "--log-level", "warn")
+	args := append([]string{"serve", "--nats-url", urls, "--replicas", "3", "--name", name,
+		"--http", addr, "--log-format", "json", "--log-level", "warn"}, flags...)
+	cmd := exec.Command(taskledgerBinary(t), args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -222,11 +224,12 @@ const (
 
 var clusterPhaseNames = [clusterPhases]string{"healthy", "nats-node-down", "taskledger-down", "nats-node-back", "all-back"}
 
-// clusterLoad drives clients against the two taskledger servers and counts
+// clusterLoad drives clients against the taskledger servers and counts
 // what they acknowledged. It is safe for concurrent use.
 type clusterLoad struct {
-	clients [2]*api.Client
-	rec     *acked
+	clients      []*api.Client // set before the load starts
+	maxSchedules int           // if above 0, workers stop after this many schedules in all
+	rec          *acked
 
 	mu                                   sync.Mutex
 	phase                                int
@@ -237,8 +240,22 @@ type clusterLoad struct {
 	progress                             chan struct{} // a value after writes
 	gapTotal, gapMax                     time.Duration
 	gapMaxPhase                          int
+	lastWrite                            time.Time
+	writeGapMax                          time.Duration // the longest pause between acknowledged writes
+	writeGapEnd                          time.Time     // when it ended
 	failureKinds                         map[string]int
 	firstFailure                         map[string]string // an example of each kind
+}
+
+func newClusterLoad() *clusterLoad {
+	return &clusterLoad{rec: &acked{status: map[string]string{}}, failureKinds: map[string]int{}, firstFailure: map[string]string{}, progress: make(chan struct{}, 1)}
+}
+
+// full reports whether maxSchedules tasks were scheduled.
+func (l *clusterLoad) full() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.maxSchedules > 0 && l.schedules >= l.maxSchedules
 }
 
 func (l *clusterLoad) setPhase(p int) {
@@ -293,6 +310,11 @@ func (l *clusterLoad) wrote(t api.Task, counter *int) {
 	l.mu.Lock()
 	l.writes[l.phase]++
 	*counter++
+	now := time.Now()
+	if gap := now.Sub(l.lastWrite); !l.lastWrite.IsZero() && gap > l.writeGapMax {
+		l.writeGapMax, l.writeGapEnd = gap, now
+	}
+	l.lastWrite = now
 	l.mu.Unlock()
 	select {
 	case l.progress <- struct{}{}:
@@ -322,7 +344,7 @@ func (l *clusterLoad) do(first int, name string, op func(ctx context.Context, c 
 	backoff := 20 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), clusterAttemptTimeout)
-		err := op(ctx, l.clients[(first+attempt)%2])
+		err := op(ctx, l.clients[(first+attempt)%len(l.clients)])
 		cancel()
 		if err == nil {
 			l.ok()
@@ -350,11 +372,11 @@ func (l *clusterLoad) get(first int, id string) (t api.Task, err error) {
 
 // worker schedules tasks (one in seven delayed), claims them (one in three
 // directly with its delivery token, the others with claims/next) and
-// reports results, alternating between the servers, until stop ends.
+// reports results, going round the servers, until stop ends.
 func (l *clusterLoad) worker(stop context.Context, w int) error {
 	executor := fmt.Sprintf("w%d", w)
-	for i := 0; stop.Err() == nil; i++ {
-		first := (w + i) % 2
+	for i := 0; stop.Err() == nil && !l.full(); i++ {
+		first := (w + i) % len(l.clients)
 		direct := i%3 == 0
 		req := api.ScheduleRequest{
 			RequestID: fmt.Sprintf("w%d-%d", w, i), Queue: clusterNextQueue,
@@ -508,9 +530,9 @@ func TestClusterFailover(t *testing.T) {
 	for i := range servers {
 		servers[i] = startClusterServer(t, urls, addrs[i], names[i], logs[i])
 	}
-	l := &clusterLoad{rec: &acked{status: map[string]string{}}, failureKinds: map[string]int{}, firstFailure: map[string]string{}, progress: make(chan struct{}, 1)}
+	l := newClusterLoad()
 	for i := range servers {
-		l.clients[i] = servers[i].client
+		l.clients = append(l.clients, servers[i].client)
 	}
 
 	stop, stopLoad := context.WithCancel(context.Background())

@@ -8,13 +8,15 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/internal/httpapi"
+	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/reactors"
 )
 
 // newRegistry returns a registry with the Go runtime and process metrics
-// (heap, GC pauses, RSS) and the projections' gauges.
-func newRegistry(eng *projections.Engine) *prometheus.Registry {
+// (heap, GC pauses, RSS), the projections' gauges and the store's OCC
+// conflicts.
+func newRegistry(eng *projections.Engine, st *store.Store) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -31,6 +33,7 @@ func newRegistry(eng *projections.Engine) *prometheus.Registry {
 			Name: "taskledger_projection_evicted_tasks_total",
 			Help: "Tasks of finished lineages this process evicted from the projections (--retain); the log keeps them.",
 		}, func() float64 { return float64(eng.Evicted()) }),
+		conflictCounts{st},
 		taskGauges{eng},
 	)
 	for t := range projections.NumTimers {
@@ -56,6 +59,21 @@ func registerServerMetrics(reg prometheus.Registerer, s *httpapi.Server) {
 			Help: "HTTP connections answered 503 and closed because --max-conns were open.",
 		}, func() float64 { return float64(s.RefusedConns()) }),
 	)
+}
+
+var conflictsDesc = prometheus.NewDesc("taskledger_occ_conflicts_total",
+	"Appends the log refused because another writer had appended to the task, key or schedule first, by the type of the event refused (each is decided again on the fresh state).",
+	[]string{"event"}, nil)
+
+// conflictCounts reports the store's OCC conflicts by event type.
+type conflictCounts struct{ st *store.Store }
+
+func (c conflictCounts) Describe(ch chan<- *prometheus.Desc) { ch <- conflictsDesc }
+
+func (c conflictCounts) Collect(ch chan<- prometheus.Metric) {
+	for typ, n := range c.st.Conflicts() {
+		ch <- prometheus.MustNewConstMetric(conflictsDesc, prometheus.CounterValue, float64(n), string(typ))
+	}
 }
 
 var tasksDesc = prometheus.NewDesc("taskledger_tasks", "Tasks by queue and status, from the projections (finished ones as far as --retain keeps them).", []string{"queue", "status"}, nil)

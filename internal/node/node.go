@@ -230,7 +230,7 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 		return nil, err
 	}
 	if cfg.Registry == nil {
-		cfg.Registry = newRegistry(eng)
+		cfg.Registry = newRegistry(eng, st)
 	}
 	publisher := reactors.ReadyPublisher{JS: st.JetStream(), Subjects: cfg.Subjects, Stream: ready, JSON: cfg.ReadyJSON, Acked: st}
 	svc, err := scheduler.New(scheduler.Config{

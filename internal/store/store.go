@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"strconv"
 	"sync"
@@ -117,6 +118,9 @@ type Store struct {
 	turns   map[string]*turn
 
 	failing atomic.Pointer[writeFailure] // nil while appends succeed
+
+	conflictsMu sync.Mutex
+	conflicts   map[events.Type]uint64 // appends refused for a wrong expected sequence, by event type
 }
 
 // writeFailure is the first failed append since the last one that
@@ -525,6 +529,7 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 		}
 		if IsConflict(err) {
 			s.wrote() // the log answered: it takes writes
+			s.conflicted(ev.Type())
 			return fmt.Errorf("%w: %v", aggregate.ErrConflict, err)
 		}
 		// Within a header's length of the limit: the client (max
@@ -624,6 +629,29 @@ func (s *Store) WriteError() error {
 		return nil
 	}
 	return fmt.Errorf("%w: writes failing since %s: %v", ErrUnavailable, f.since.UTC().Format(time.RFC3339), f.err)
+}
+
+// Conflicts returns, by the type of the event refused, how many appends
+// of this store the log refused because the subject's last sequence was
+// not the expected one: another writer (a process acting on the same
+// timer, a claim racing the scheduling process's ReadyPublished) appended
+// first, or a retried publish whose first attempt had landed. Each
+// refused append counts once, whether Execute then decided again or gave
+// up. The map is the caller's. It is safe for concurrent use.
+func (s *Store) Conflicts() map[events.Type]uint64 {
+	s.conflictsMu.Lock()
+	defer s.conflictsMu.Unlock()
+	return maps.Clone(s.conflicts)
+}
+
+// conflicted counts a refused append of an event of type typ.
+func (s *Store) conflicted(typ events.Type) {
+	s.conflictsMu.Lock()
+	defer s.conflictsMu.Unlock()
+	if s.conflicts == nil {
+		s.conflicts = map[events.Type]uint64{}
+	}
+	s.conflicts[typ]++
 }
 
 // ProbeStream is the stream Probe writes to: one message, replaced by each

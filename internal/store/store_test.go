@@ -230,6 +230,39 @@ func TestStaleCacheIsCorrectedByOCC(t *testing.T) {
 	}
 }
 
+// TestConflictsCounted checks that an append refused for a stale expected
+// sequence is counted, under its event's type, by the store that made it,
+// and only there.
+func TestConflictsCounted(t *testing.T) {
+	t.Parallel()
+	nc := testnats.Conn(t)
+	a := setup(t, nc)
+	b := another(t, nc, a)
+	id := schedule(t, a)
+	mail := func(st *store.Store, msgID string) {
+		t.Helper()
+		if _, _, err := st.Execute(context.Background(), id, "", aggregate.AppendMail{Message: events.Message{ID: msgID, Content: []events.ContentPart{{Type: "text", Text: msgID}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mail(b, "m1") // b loads the task fresh; a's cached state is now stale
+	mailConflicts := func(st *store.Store) uint64 { return st.Conflicts()[events.TypeMailboxAppended] }
+	if len(a.Conflicts()) != 0 || len(b.Conflicts()) != 0 {
+		t.Fatalf("conflicts a=%v b=%v before any race, want none", a.Conflicts(), b.Conflicts())
+	}
+	mail(a, "m2") // refused once, caught up, decided again; b's cache is stale now
+	if mailConflicts(a) != 1 || len(a.Conflicts()) != 1 || len(b.Conflicts()) != 0 {
+		t.Fatalf("conflicts a=%v b=%v, want one MailboxAppended in a and none in b", a.Conflicts(), b.Conflicts())
+	}
+	mail(b, "m3")
+	if mailConflicts(a) != 1 || mailConflicts(b) != 1 {
+		t.Fatalf("conflicts a=%v b=%v, want one MailboxAppended in each", a.Conflicts(), b.Conflicts())
+	}
+	if n := countTypes(t, a, id, events.TypeMailboxAppended); n != 3 {
+		t.Fatalf("log has %d MailboxAppended events, want 3", n)
+	}
+}
+
 func TestLoadMissingTask(t *testing.T) {
 	t.Parallel()
 	st := setup(t, testnats.Conn(t))
