@@ -152,9 +152,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.StorageRetry = 5 * time.Second
 	}
 	var eng *projections.Engine
-	locate := func(taskID string) (string, bool) {
+	locate := func(taskID string) (string, string, bool) {
 		s, ok := eng.Task(taskID)
-		return s.CustomerID, ok
+		return s.CustomerID, s.Spec.RootID, ok
 	}
 	st, err := store.Open(ctx, cfg.NC, store.Config{
 		Stream: cfg.Stream, Subjects: cfg.Subjects, Replicas: cfg.Replicas, Actor: cfg.Name, Now: cfg.Now, Locate: locate,
