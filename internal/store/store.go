@@ -34,18 +34,18 @@ var ErrUnavailable = errors.New("store: log unavailable")
 // Config configures a Store. The zero value of every field means its
 // default.
 type Config struct {
-	Stream          string          // event stream name; default events.DefaultStream
-	Subjects        events.Subjects // default events.DefaultSubjects
+	Stream   string          // event stream name; default events.DefaultStream
+	Subjects events.Subjects // default events.DefaultSubjects
 	// Shards is the number of event streams the log is spread over
 	// (docs/DESIGN.md, "Sharded log"); default 1, the unsharded log. It
 	// is fixed when the log is created: Open refuses another one with
 	// ErrShardsMismatch.
-	Shards int
-	Replicas        int             // stream replicas; default 1
-	DuplicateWindow time.Duration   // server-side dedupe of retried appends; default 2m
-	MaxRetries      int             // reload-and-redecide rounds on a conflict; default 32
-	CacheSize       int             // tasks whose state is cached; default 65536, -1 disables
-	Actor           string          // actor of events this node decides; default "scheduler"
+	Shards          int
+	Replicas        int           // stream replicas; default 1
+	DuplicateWindow time.Duration // server-side dedupe of retried appends; default 2m
+	MaxRetries      int           // reload-and-redecide rounds on a conflict; default 32
+	CacheSize       int           // tasks whose state is cached; default 65536, -1 disables
+	Actor           string        // actor of events this node decides; default "scheduler"
 	Now             func() time.Time
 	// Locate, if set, returns the customer and the root of a task when
 	// they are known (from the projections), so a load reads the task's
