@@ -147,16 +147,17 @@ func testSnapshotRestores(t *testing.T, retain int) {
 			t.Errorf("task %s kept %v, want %v", id, ok, !evicted)
 		}
 	}
-	data, err := encodeSnapshot(live.Applied(), live.v.body())
+	data, err := encodeSnapshot(live.Positions(), live.v.body())
 	if err != nil {
 		t.Fatal(err)
 	}
-	applied, b, err := decodeSnapshot(data, live.Applied())
+	applied, b, err := decodeSnapshot(data, live.Positions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	restored, _ := New(Config{Retain: retain})
-	restored.v, _ = restore(b, retain), restored.applied.Swap(applied)
+	restored.v = restore(b, retain)
+	restored.setApplied(applied[0])
 	for id, lt := range live.v.tasks {
 		// The timer slot and statusAt are places in a heap and a set,
 		// which the order of insertions decides: the queues' and sets'

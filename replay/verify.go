@@ -61,6 +61,8 @@ func (r Report) Clean() bool { return len(r.Violations) == 0 }
 // concurrent use.
 type Verifier struct {
 	subjects events.Subjects
+	shards   events.Shards
+	lastSeqs []uint64 // by shard, the stream sequence of the last message added
 	tasks    map[string]*aggregate.State
 	keys     map[string]*aggregate.KeyState // concurrency keys by key id
 	// schedules are the schedules' states by scheduleKey.
@@ -81,7 +83,15 @@ type head struct {
 
 // NewVerifier returns a verifier for a log using subjects.
 func NewVerifier(subjects events.Subjects) *Verifier {
-	return &Verifier{subjects: subjects, tasks: map[string]*aggregate.State{}, keys: map[string]*aggregate.KeyState{}, schedules: map[string]*aggregate.ScheduleState{}, claimed: map[string]string{}, numbers: map[string]int{}, ids: map[string]struct{}{}}
+	return &Verifier{subjects: subjects, lastSeqs: make([]uint64, 1), tasks: map[string]*aggregate.State{}, keys: map[string]*aggregate.KeyState{}, schedules: map[string]*aggregate.ScheduleState{}, claimed: map[string]string{}, numbers: map[string]int{}, ids: map[string]struct{}{}}
+}
+
+// Shard tells the verifier how the log is sharded (one shard unless
+// called): Add then takes positions (docs/DESIGN.md, "Sharded log"),
+// looks for missing sequences in each shard and expects each event on
+// its shard's subject. Call it before the first Add.
+func (v *Verifier) Shard(shards events.Shards) {
+	v.shards, v.lastSeqs = shards, make([]uint64, shards.N())
 }
 
 // ExpectHead tells the verifier the log's saved chain head: the stream
@@ -114,9 +124,11 @@ func (v *Verifier) fail(seq uint64, taskID, kind, format string, args ...any) {
 // in stream order; a sequence skipped is reported as missing (the event
 // stream denies deletes, so nothing may leave a hole).
 func (v *Verifier) Add(seq uint64, subject string, data []byte) {
-	if seq > v.report.LastSeq+1 {
-		v.fail(seq, "", Missing, "sequences %d to %d are absent", v.report.LastSeq+1, seq-1)
+	shard, raw := v.shards.Split(seq)
+	if last := v.lastSeqs[shard]; raw > last+1 {
+		v.fail(seq, "", Missing, "sequences %d to %d are absent", last+1, raw-1)
 	}
+	v.lastSeqs[shard] = raw
 	v.report.Events++
 	v.report.LastSeq = seq
 	if seq == v.head.seq {
@@ -134,7 +146,7 @@ func (v *Verifier) Add(seq uint64, subject string, data []byte) {
 		v.addKey(ev, subject)
 		return
 	}
-	if want := v.subjects.Of(ev); subject != want {
+	if want := v.shards.Subjects(v.subjects, shard).Of(ev); subject != want {
 		v.fail(seq, ev.TaskID, WrongSubject, "stored on %s, belongs on %s", subject, want)
 	}
 	if _, dup := v.ids[ev.ID]; dup {

@@ -35,6 +35,9 @@ type Config struct {
 	ReadyStream string          // default Stream + "_READY"
 	Subjects    events.Subjects // default tl.evt.>, tl.ready.>
 	Replicas    int             // default 1
+	// Shards is the number of event streams the log is spread over
+	// (store.Config.Shards); default 1.
+	Shards int
 	Name        string          // actor name of this node's events; default "scheduler"
 	Tokens      map[string]string
 	MaxInFlight int // API requests served at once; default 1024, -1 no limit
@@ -157,7 +160,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return s.CustomerID, s.Spec.RootID, ok
 	}
 	st, err := store.Open(ctx, cfg.NC, store.Config{
-		Stream: cfg.Stream, Subjects: cfg.Subjects, Replicas: cfg.Replicas, Actor: cfg.Name, Now: cfg.Now, Locate: locate,
+		Stream: cfg.Stream, Subjects: cfg.Subjects, Replicas: cfg.Replicas, Shards: cfg.Shards, Actor: cfg.Name, Now: cfg.Now, Locate: locate,
 		MaxEventBytes: cfg.MaxEventBytes, WriteTimeout: cfg.WriteTimeout,
 	})
 	if err != nil {
@@ -176,9 +179,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	pcfg := projections.Config{
-		JS: st.JetStream(), Stream: cfg.Stream, Subjects: cfg.Subjects, Logger: cfg.Logger,
+		JS: st.JetStream(), Stream: cfg.Stream, Subjects: cfg.Subjects, Shards: st.Shards(), Logger: cfg.Logger,
 		SnapshotEvery: cfg.SnapshotEvery, SnapshotInterval: cfg.SnapshotInterval, Retain: cfg.Retain,
-		LastSeq: st.Log().LastSeq,
+		LastPositions: st.Log().LastPositions,
 	}
 	var heads projections.SnapshotStore
 	if !cfg.NoSnapshots {
