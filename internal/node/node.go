@@ -37,8 +37,8 @@ type Config struct {
 	Replicas    int             // default 1
 	// Shards is the number of event streams the log is spread over
 	// (store.Config.Shards); default 1.
-	Shards int
-	Name        string          // actor name of this node's events; default "scheduler"
+	Shards      int
+	Name        string // actor name of this node's events; default "scheduler"
 	Tokens      map[string]string
 	MaxInFlight int // API requests served at once; default 1024, -1 no limit
 	// Streams bounds the live event streams (httpapi.StreamLimits).
