@@ -267,19 +267,76 @@ func (l Log) Customer(ctx context.Context, customerID string, since time.Time, f
 // memory whatever the log's size.
 const followBatch = 32
 
-// Follow calls fn for every event stored after sequence after whose
-// subject matches one of filters (none: the whole log), in log order, and
-// then for each one stored later, until ctx ends (returning ctx.Err()) or
-// fn returns an error, which Follow returns. It reads with an ordered
-// consumer, so a lost connection resumes where it was; an event that does
-// not decode ends it with its sequence in the error.
-func (l Log) Follow(ctx context.Context, filters []string, after uint64, fn func(events.Event) error) error {
+// Follow calls fn for every event stored after the positions after (by
+// shard; nil or 0: from a shard's start) whose subject matches one of the
+// subjects filters gives for a shard's subjects (nil, or none: the whole
+// log), each shard in log order, and then for each one stored later,
+// until ctx ends (returning ctx.Err()) or fn returns an error, which
+// Follow returns. It reads each shard with an ordered consumer, so a lost
+// connection resumes where it was; with several shards their events
+// interleave as they arrive, and fn is called from one goroutine at a
+// time. An event that does not decode ends it with its sequence in the
+// error.
+func (l Log) Follow(ctx context.Context, filters func(events.Subjects) []string, after []uint64, fn func(events.Event) error) error {
 	l = l.withDefaults()
-	if len(filters) == 0 {
-		filters = []string{l.Subjects.Events()}
+	start := func(i int) uint64 {
+		if i >= len(after) {
+			return 1
+		}
+		_, seq := l.Shards.Split(after[i])
+		return seq + 1
 	}
-	cons, err := l.JS.OrderedConsumer(ctx, l.Stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: filters, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: after + 1,
+	if l.Shards.N() == 1 {
+		return l.followShard(ctx, 0, filters, start(0), fn)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	evs := make(chan events.Event)
+	errs := make(chan error, l.Shards.N())
+	for i := range l.Shards.N() {
+		go func() {
+			errs <- l.followShard(ctx, i, filters, start(i), func(ev events.Event) error {
+				select {
+				case evs <- ev:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			})
+		}()
+	}
+	var err error
+	for running := l.Shards.N(); running > 0; {
+		select {
+		case ev := <-evs:
+			if err == nil {
+				if err = fn(ev); err != nil {
+					cancel()
+				}
+			}
+		case ferr := <-errs:
+			running--
+			if err == nil {
+				err = ferr
+				cancel()
+			}
+		}
+	}
+	return err
+}
+
+// followShard is Follow of shard i from its stream sequence from.
+func (l Log) followShard(ctx context.Context, i int, filters func(events.Subjects) []string, from uint64, fn func(events.Event) error) error {
+	subjects := l.Shards.Subjects(l.Subjects, i)
+	var subs []string
+	if filters != nil {
+		subs = filters(subjects)
+	}
+	if len(subs) == 0 {
+		subs = []string{subjects.Events()}
+	}
+	cons, err := l.JS.OrderedConsumer(ctx, l.Shards.Stream(l.Stream, i), jetstream.OrderedConsumerConfig{
+		FilterSubjects: subs, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from,
 	})
 	if err != nil {
 		return fmt.Errorf("store: consumer: %w", err)
@@ -302,9 +359,9 @@ func (l Log) Follow(ctx context.Context, filters []string, after uint64, fn func
 		if err != nil {
 			return err
 		}
-		ev, err := events.DecodeAt(msg.Data(), meta.Sequence.Stream)
+		ev, err := events.DecodeAt(msg.Data(), l.Shards.Position(i, meta.Sequence.Stream))
 		if err != nil {
-			return fmt.Errorf("store: seq %d: %w", meta.Sequence.Stream, err)
+			return fmt.Errorf("store: seq %d of shard %d: %w", meta.Sequence.Stream, i, err)
 		}
 		if err := fn(ev); err != nil {
 			return err

@@ -772,19 +772,25 @@ func IsConflict(err error) bool {
 // Config returns the store's configuration with its defaults filled in.
 func (s *Store) Config() Config { return s.cfg }
 
-// Follow calls fn for every event stored after sequence after on one of
-// filters (none: every subject), then for each later one, until ctx ends
+// Follow calls fn for every event stored after the positions after on one
+// of the subjects filters gives, then for each later one, until ctx ends
 // or fn fails (Log.Follow).
-func (s *Store) Follow(ctx context.Context, filters []string, after uint64, fn func(events.Event) error) error {
+func (s *Store) Follow(ctx context.Context, filters func(events.Subjects) []string, after []uint64, fn func(events.Event) error) error {
 	return s.Log().Follow(ctx, filters, after, fn)
 }
 
-// LastSeq returns the position of the last event of shard 0 (of the log,
-// when it is not sharded), 0 for an empty one.
+// LastSeq returns the sum of the shards' last stream sequences: with one
+// shard, its last sequence (0 for an empty log). It counts what the log
+// holds, as projections.Engine.Applied counts what it applied.
 func (s *Store) LastSeq(ctx context.Context) (uint64, error) {
-	return s.lastOf(ctx, 0)
+	last, err := s.LastPositions(ctx)
+	var n uint64
+	for _, pos := range last {
+		_, seq := s.shards.Split(pos)
+		n += seq
+	}
+	return n, err
 }
-
 // LastPositions returns the position of every shard's last event, by
 // shard, 0 for an empty shard.
 func (s *Store) LastPositions(ctx context.Context) ([]uint64, error) {
