@@ -102,4 +102,3 @@ func TestShardedStreamResumesExactly(t *testing.T) {
 		}
 	}
 }
-

@@ -791,6 +791,7 @@ func (s *Store) LastSeq(ctx context.Context) (uint64, error) {
 	}
 	return n, err
 }
+
 // LastPositions returns the position of every shard's last event, by
 // shard, 0 for an empty shard.
 func (s *Store) LastPositions(ctx context.Context) ([]uint64, error) {
