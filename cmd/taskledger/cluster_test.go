@@ -158,8 +158,23 @@ func connectCluster(t *testing.T, nodes []*clusterNode) *nats.Conn {
 	return nc
 }
 
-// streamLeader names the node leading the event stream.
-func streamLeader(t *testing.T, nc *nats.Conn) string {
+// clusterShards is the number of event streams of the cluster test's log:
+// CLUSTER_SHARDS, default 3 (docs/DESIGN.md, "Sharded log").
+func clusterShards(t *testing.T) events.Shards {
+	t.Helper()
+	k := 3
+	if s := os.Getenv("CLUSTER_SHARDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("CLUSTER_SHARDS=%q: want a whole number ≥ 1", s)
+		}
+		k = n
+	}
+	return events.Shards{K: k}
+}
+
+// streamLeader names the node leading shard i's event stream.
+func streamLeader(t *testing.T, nc *nats.Conn, i int) string {
 	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -167,7 +182,7 @@ func streamLeader(t *testing.T, nc *nats.Conn) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, "TASKLEDGER")
+	s, err := js.Stream(ctx, clusterShards(t).Stream(events.DefaultStream, i))
 	if err != nil {
 		t.Fatalf("event stream: %v", err)
 	}
@@ -187,7 +202,7 @@ func startClusterServer(t *testing.T, urls, addr, name, logPath string) *process
 	}
 	defer logFile.Close()
 	cmd := exec.Command(taskledgerBinary(t), "serve", "--nats-url", urls, "--replicas", "3", "--name", name,
-		"--http", addr, "--log-format", "json", "--log-level", "warn")
+		"--shards", strconv.Itoa(clusterShards(t).N()), "--http", addr, "--log-format", "json", "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -508,6 +523,12 @@ func TestClusterFailover(t *testing.T) {
 	for i := range servers {
 		servers[i] = startClusterServer(t, urls, addrs[i], names[i], logs[i])
 	}
+	shards := clusterShards(t)
+	var leaders []string
+	for i := range shards.N() {
+		leaders = append(leaders, streamLeader(t, nc, i))
+	}
+	t.Logf("%d event streams, leaders %v", shards.N(), leaders)
 	l := &clusterLoad{rec: &acked{status: map[string]string{}}, failureKinds: map[string]int{}, firstFailure: map[string]string{}, progress: make(chan struct{}, 1)}
 	for i := range servers {
 		l.clients[i] = servers[i].client
@@ -546,7 +567,7 @@ func TestClusterFailover(t *testing.T) {
 			case <-gctx.Done():
 				return false
 			case <-budget:
-				t.Errorf("%d writes acknowledged in phase %s after %s: the service did not continue\n%s", n, clusterPhaseNames[phase], clusterRecoverBudget, clusterState(nc, addrs))
+				t.Errorf("%d writes acknowledged in phase %s after %s: the service did not continue\n%s", n, clusterPhaseNames[phase], clusterRecoverBudget, clusterState(nc, shards, addrs))
 				return false
 			}
 		}
@@ -559,7 +580,7 @@ func TestClusterFailover(t *testing.T) {
 		action     func()
 	}{
 		{0.2, false, clusterNATSDown, func() {
-			leader := streamLeader(t, nc)
+			leader := streamLeader(t, nc, 0)
 			for _, n := range nodes {
 				if n.name == leader {
 					killed = n
@@ -570,7 +591,7 @@ func TestClusterFailover(t *testing.T) {
 				killed = nodes[0]
 			}
 			killed.kill()
-			t.Logf("%.1fs: SIGKILLed NATS node %s (event stream leader)", time.Since(start).Seconds(), killed.name)
+			t.Logf("%.1fs: SIGKILLed NATS node %s (leader of shard 0's event stream)", time.Since(start).Seconds(), killed.name)
 		}},
 		{0.45, true, clusterServerDown, func() {
 			servers[0].kill()
@@ -612,7 +633,7 @@ func TestClusterFailover(t *testing.T) {
 	for p := clusterNATSDown; p < clusterPhases; p++ {
 		failoverErrors += l.failures[p]
 	}
-	fmt.Printf("cluster failover: %s of load, 6 clients, 2 taskledger processes, 3 NATS nodes (stream R3)\n", loadTime.Round(time.Millisecond))
+	fmt.Printf("cluster failover: %s of load, 6 clients, 2 taskledger processes, 3 NATS nodes (%d event streams, R3)\n", loadTime.Round(time.Millisecond), shards.N())
 	fmt.Printf("  acked: %d schedules, %d claims (%d claims/next, %d direct), %d results; %d writes resolved by a read after an ambiguous retry; %d direct claims lost\n",
 		l.schedules, l.nextClaims+l.directClaims, l.nextClaims, l.directClaims, l.results, l.ambiguousWrites, l.lostClaims)
 	for p := range clusterPhases {
@@ -797,15 +818,21 @@ func clusterDumpTail(t *testing.T, path string, n int) {
 
 // clusterState describes the event stream's replicas and each server's
 // projections, for a failure message.
-func clusterState(nc *nats.Conn, addrs [2]string) string {
+func clusterState(nc *nats.Conn, shards events.Shards, addrs [2]string) string {
 	var b strings.Builder
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if js, err := jetstream.New(nc); err == nil {
-		if s, err := js.Stream(ctx, "TASKLEDGER"); err != nil {
-			fmt.Fprintf(&b, "event stream: %v\n", err)
+	js, jsErr := jetstream.New(nc)
+	for i := range shards.N() {
+		if jsErr != nil {
+			fmt.Fprintf(&b, "jetstream: %v\n", jsErr)
+			break
+		}
+		name := shards.Stream(events.DefaultStream, i)
+		if s, err := js.Stream(ctx, name); err != nil {
+			fmt.Fprintf(&b, "event stream %s: %v\n", name, err)
 		} else if info := s.CachedInfo(); info.Cluster != nil {
-			fmt.Fprintf(&b, "event stream: last seq %d, leader %s\n", info.State.LastSeq, info.Cluster.Leader)
+			fmt.Fprintf(&b, "event stream %s: last seq %d, leader %s\n", name, info.State.LastSeq, info.Cluster.Leader)
 			for _, r := range info.Cluster.Replicas {
 				fmt.Fprintf(&b, "  replica %s: current %t, offline %t, lag %d, active %s\n", r.Name, r.Current, r.Offline, r.Lag, r.Active)
 			}
