@@ -63,6 +63,7 @@ type Verifier struct {
 	subjects events.Subjects
 	shards   events.Shards
 	lastSeqs []uint64 // by shard, the stream sequence of the last message added
+	retries  []retry  // on a sharded log, checked by Report
 	tasks    map[string]*aggregate.State
 	keys     map[string]*aggregate.KeyState // concurrency keys by key id
 	// schedules are the schedules' states by scheduleKey.
@@ -106,6 +107,11 @@ func (v *Verifier) ExpectHead(seq uint64, hash events.Hash) {
 func (v *Verifier) Report() Report {
 	r := v.report
 	r.Tasks, r.Schedules = len(v.tasks), len(v.schedules)
+	for _, rt := range v.retries { // a sharded log's, checked at its end
+		if detail := v.retryProblem(rt, "at its end"); detail != "" {
+			r.Violations = append(slices.Clip(r.Violations), Violation{Seq: rt.seq, TaskID: rt.taskID, Kind: BadRetry, Detail: detail})
+		}
+	}
 	if h := v.head; h.seq > 0 && !h.seen {
 		kind, detail := Truncated, fmt.Sprintf("the log ends at sequence %d, before its saved chain head at %d: its last events are gone", r.LastSeq, h.seq)
 		if r.LastSeq >= h.seq {
@@ -240,14 +246,35 @@ func (v *Verifier) checkRetry(ev events.Event) {
 	if spec.RetryOf == "" {
 		return
 	}
-	switch of := v.tasks[spec.RetryOf]; {
-	case of == nil || !of.Exists():
-		v.fail(ev.Seq, ev.TaskID, BadRetry, "retries task %s, which the log does not hold before it", spec.RetryOf)
-	case of.CustomerID != ev.CustomerID:
-		v.fail(ev.Seq, ev.TaskID, BadRetry, "retries task %s of another customer", spec.RetryOf)
-	case !of.Status.Terminal():
-		v.fail(ev.Seq, ev.TaskID, BadRetry, "retries task %s while it is %s", spec.RetryOf, of.Status)
+	r := retry{seq: ev.Seq, taskID: ev.TaskID, customerID: ev.CustomerID, of: spec.RetryOf}
+	if v.shards.N() > 1 {
+		// A retry is a root of its own, in its own shard: the task it
+		// retries may be in a shard read later.
+		v.retries = append(v.retries, r)
+	} else if detail := v.retryProblem(r, "before it"); detail != "" {
+		v.fail(ev.Seq, ev.TaskID, BadRetry, "%s", detail)
 	}
+}
+
+// retry is a new task that retries another.
+type retry struct {
+	seq                    uint64
+	taskID, customerID, of string
+}
+
+// retryProblem says what is wrong with r given the task it retries as
+// the verifier holds it now (when: "before it", or at the log's end), or
+// returns "".
+func (v *Verifier) retryProblem(r retry, when string) string {
+	switch of := v.tasks[r.of]; {
+	case of == nil || !of.Exists():
+		return fmt.Sprintf("retries task %s, which the log does not hold %s", r.of, when)
+	case of.CustomerID != r.customerID:
+		return fmt.Sprintf("retries task %s of another customer", r.of)
+	case !of.Status.Terminal():
+		return fmt.Sprintf("retries task %s while it is %s", r.of, of.Status)
+	}
+	return ""
 }
 
 // short abbreviates a hash for a violation's detail.
