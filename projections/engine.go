@@ -114,7 +114,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg.Retain = DefaultRetain
 	}
 	cfg.Shards.K = cfg.Shards.N()
-	return &Engine{cfg: cfg, js: cfg.JS, v: newViews(cfg.Retain), kick: make(chan struct{}, 1), ready: make(chan struct{}),
+	return &Engine{cfg: cfg, js: cfg.JS, v: newViews(cfg.Retain, cfg.Shards), kick: make(chan struct{}, 1), ready: make(chan struct{}),
 		queuedSig: make(map[string]chan struct{}), owned: make(map[uint64]bool),
 		applied: make([]atomic.Uint64, cfg.Shards.K), wanted: make([]atomic.Uint64, cfg.Shards.K)}, nil
 }
@@ -316,7 +316,7 @@ func (e *Engine) restoreSnapshot(ctx context.Context, last []uint64) {
 		e.cfg.Logger.Warn().Err(err).Msg("projection snapshot ignored; rebuilding from the log")
 		return
 	}
-	v := restore(b, e.cfg.Retain)
+	v := restore(b, e.cfg.Retain, e.cfg.Shards)
 	e.mu.Lock()
 	e.v = v
 	for _, pos := range applied {
@@ -369,7 +369,7 @@ func (e *Engine) RebuildTo(ctx context.Context, last []uint64, progress func(seq
 // live ones, which keep serving, and swaps them in atomically once they
 // have caught up. progress, if set, is called with the sequence reached.
 func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) error {
-	fresh := newViews(e.cfg.Retain)
+	fresh := newViews(e.cfg.Retain, e.cfg.Shards)
 	var tails sync.WaitGroup
 	defer tails.Wait()
 	t := e.follow(nil, nil)

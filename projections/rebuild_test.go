@@ -463,8 +463,19 @@ func rebuildEqualsLive(t *testing.T, shards int) {
 // evicts exactly the same tasks.
 func TestRetentionRebuildEqualsLive(t *testing.T) {
 	t.Parallel()
+	retentionRebuildEqualsLive(t, 1)
+}
+
+// With three shards retention evicts the same tasks live and in a
+// rebuild, though the shards' events interleave differently in each.
+func TestShardedRetentionRebuildEqualsLive(t *testing.T) {
+	t.Parallel()
+	retentionRebuildEqualsLive(t, 3)
+}
+
+func retentionRebuildEqualsLive(t *testing.T, shards int) {
 	const retain = 8
-	ln := startNode(t, retain, 1)
+	ln := startNode(t, retain, shards)
 	live, st := ln.node.Engine, ln.node.Store
 	(&traffic{t: t, svc: ln.node.Service, eng: live}).run()
 	eventually(t, "quiescence", func() bool { return quiescent(t, live, st) })
@@ -500,12 +511,13 @@ func TestRetentionRebuildEqualsLive(t *testing.T) {
 		t.Fatalf("the traffic finished only %d tasks' lineages; nothing to evict", finished)
 	}
 	// Whole lineages (of at most four tasks here) are evicted, so the
-	// finished ones kept are the newest that fit in retain.
+	// finished ones kept are the newest that fit in retain (in each
+	// shard, its even share of it).
 	all := live.List(projections.Filter{}, "", 1<<30)
-	if kept > retain || kept <= retain-4 || len(all) == len(states) {
+	if maxKept := (retain + shards - 1) / shards * shards; kept > maxKept || kept <= retain-4*shards || len(all) == len(states) {
 		t.Errorf("%d tasks of %d kept, %d of them of finished lineages (retain %d)", len(all), len(states), kept, retain)
 	}
-	sameProjection(t, live, rebuild(t, ln.ns, lastSeq(t, st.Stream()), retain))
+	sameProjection(t, live, rebuildShards(t, ln.ns, st.Shards(), logSeqs(t, st), retain))
 }
 
 func TestUndecodableEventSkipped(t *testing.T) {

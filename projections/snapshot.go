@@ -16,6 +16,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
 )
 
 // SnapshotFormat is the version of the snapshot encoding. A snapshot of
@@ -138,8 +139,8 @@ func (v *views) body() body {
 
 // restore builds views from task records, recomputing every derived view
 // exactly as applying the log would have.
-func restore(b body, retain int) *views {
-	v := newViews(retain)
+func restore(b body, retain int, shards events.Shards) *views {
+	v := newViews(retain, shards)
 	records := b.Tasks
 	for _, r := range records {
 		t := &task{}
@@ -167,11 +168,14 @@ func restore(b body, retain int) *views {
 	}
 	for _, r := range records {
 		if t := v.tasks[r.State.TaskID]; t.closedSeq() != 0 {
-			v.closed = append(v.closed, closedLineage{head: r.State.TaskID, seq: t.closedSeq()})
-			v.kept += int(t.members)
+			p := v.part(t.closedSeq())
+			p.closed = append(p.closed, closedLineage{head: r.State.TaskID, seq: t.closedSeq()})
+			v.account(t.closedSeq(), int(t.members))
 		}
 	}
-	slices.SortFunc(v.closed, func(a, b closedLineage) int { return cmp.Compare(a.seq, b.seq) })
+	for i := range v.parts {
+		slices.SortFunc(v.parts[i].closed, func(a, b closedLineage) int { return cmp.Compare(a.seq, b.seq) })
+	}
 	for c, at := range b.Admissions {
 		if len(at) > 0 {
 			v.admissions[c] = at

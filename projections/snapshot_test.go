@@ -156,7 +156,7 @@ func testSnapshotRestores(t *testing.T, retain int) {
 		t.Fatal(err)
 	}
 	restored, _ := New(Config{Retain: retain})
-	restored.v = restore(b, retain)
+	restored.v = restore(b, retain, events.Shards{})
 	restored.setApplied(applied[0])
 	for id, lt := range live.v.tasks {
 		// The timer slot and statusAt are places in a heap and a set,
@@ -208,7 +208,7 @@ func testSnapshotRestores(t *testing.T, retain int) {
 // in order: the live list may also hold entries a reopen made stale.
 func closedNow(v *views) []closedLineage {
 	var out []closedLineage
-	for _, c := range v.closed {
+	for _, c := range v.parts[0].closed {
 		if h := v.tasks[c.head]; h != nil && h.closedSeq() == c.seq {
 			out = append(out, c)
 		}
