@@ -58,6 +58,10 @@ func TestShardedReplayCommands(t *testing.T) {
 	if code != 0 || strings.Count(out, "TaskScheduled") != 2 {
 		t.Fatalf("tree history (exit %d):\n%s", code, out)
 	}
+	out, _, code = replayCLI(t, "history", "--customer", "default", "--offline", "--data", data, "--ndjson")
+	if n := strings.Count(out, "\n"); code != 0 || strconv.Itoa(n) != events {
+		t.Fatalf("customer history (exit %d): %d lines, want %s (every shard's)", code, n, events)
+	}
 
 	out, errOut, code = replayCLI(t, "replay", "rebuild", "--data", data)
 	rebuilt := regexp.MustCompile(`^rebuilt (\d+) events in .*; snapshot written; digest ([0-9a-f]{64})\n$`).FindStringSubmatch(out)
