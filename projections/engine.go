@@ -43,9 +43,9 @@ type Config struct {
 	// would wait for it forever.
 	LastPositions func(ctx context.Context) ([]uint64, error)
 	// AfterSnapshot, if set, is called after every snapshot written, with
-	// the position it covers in shard 0 (with one shard: the sequence; the
-	// node saves the log's chain head there).
-	AfterSnapshot func(ctx context.Context, applied uint64)
+	// the positions it covers, by shard (with one shard: the sequence; the
+	// node saves the log's chain heads there).
+	AfterSnapshot func(ctx context.Context, applied []uint64)
 	// Retain is how many tasks of finished lineages the projections keep
 	// for listing (default DefaultRetain; negative keeps all). Older
 	// ones are evicted, oldest finished first; the log keeps them.
@@ -346,7 +346,7 @@ func (e *Engine) SaveSnapshot(ctx context.Context) error {
 	}
 	e.withPositions(e.cfg.Logger.Info(), "positions", applied).Uint64("applied", e.sumSeqs(applied)).Int("tasks", len(b.Tasks)).Int("bytes", len(data)).Msg("projection snapshot written")
 	if e.cfg.AfterSnapshot != nil {
-		e.cfg.AfterSnapshot(ctx, applied[0])
+		e.cfg.AfterSnapshot(ctx, applied)
 	}
 	return nil
 }

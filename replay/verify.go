@@ -71,7 +71,7 @@ type Verifier struct {
 	claimed   map[string]string // delivery token → task that claimed it
 	numbers   map[string]int    // task → number of its previous event
 	ids       map[string]struct{}
-	head      head // the saved chain head, if any
+	heads     []head // the saved chain heads (a sharded log's: one a shard), if any
 	report    Report
 }
 
@@ -95,11 +95,12 @@ func (v *Verifier) Shard(shards events.Shards) {
 	v.shards, v.lastSeqs = shards, make([]uint64, shards.N())
 }
 
-// ExpectHead tells the verifier the log's saved chain head: the stream
-// must reach seq and hold there a message whose SHA-256 is hash. Call it
+// ExpectHead tells the verifier a saved chain head of the log: the
+// stream (of a sharded log: the shard of position seq) must reach seq and
+// hold there a message whose SHA-256 is hash. Call it, once per head,
 // before the first Add.
 func (v *Verifier) ExpectHead(seq uint64, hash events.Hash) {
-	v.head = head{seq: seq, hash: hash}
+	v.heads = append(v.heads, head{seq: seq, hash: hash})
 }
 
 // Report returns what the verifier found so far; once every message has
@@ -112,9 +113,14 @@ func (v *Verifier) Report() Report {
 			r.Violations = append(slices.Clip(r.Violations), Violation{Seq: rt.seq, TaskID: rt.taskID, Kind: BadRetry, Detail: detail})
 		}
 	}
-	if h := v.head; h.seq > 0 && !h.seen {
-		kind, detail := Truncated, fmt.Sprintf("the log ends at sequence %d, before its saved chain head at %d: its last events are gone", r.LastSeq, h.seq)
-		if r.LastSeq >= h.seq {
+	for _, h := range v.heads {
+		if h.seq == 0 || h.seen {
+			continue
+		}
+		shard, _ := v.shards.Split(h.seq)
+		last := v.shards.Position(shard, v.lastSeqs[shard]) // r.LastSeq with one shard
+		kind, detail := Truncated, fmt.Sprintf("the log ends at sequence %d, before its saved chain head at %d: its last events are gone", last, h.seq)
+		if last >= h.seq {
 			kind, detail = HeadMismatch, fmt.Sprintf("the message at the saved chain head's sequence %d is missing", h.seq)
 		}
 		r.Violations = append(slices.Clip(r.Violations), Violation{Seq: h.seq, Kind: kind, Detail: detail})
@@ -137,10 +143,12 @@ func (v *Verifier) Add(seq uint64, subject string, data []byte) {
 	v.lastSeqs[shard] = raw
 	v.report.Events++
 	v.report.LastSeq = seq
-	if seq == v.head.seq {
-		v.head.seen = true
-		if events.HashOf(data) != v.head.hash {
-			v.fail(seq, taskFromSubject(subject), HeadMismatch, "the message at the saved chain head is not the one saved")
+	for i := range v.heads {
+		if h := &v.heads[i]; seq == h.seq {
+			h.seen = true
+			if events.HashOf(data) != h.hash {
+				v.fail(seq, taskFromSubject(subject), HeadMismatch, "the message at the saved chain head is not the one saved")
+			}
 		}
 	}
 	ev, err := events.DecodeHashed(data, seq)

@@ -41,16 +41,37 @@ func TestVerifyShardedLog(t *testing.T) {
 	if crossed == 0 {
 		t.Fatal("no retry landed in a shard before its original's")
 	}
-	v := replay.NewVerifier(n.Store.Subjects())
-	v.Shard(shards)
-	err := n.Store.Log().Read(ctx, store.ReadOptions{}, func(m store.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	heads, err := n.Store.Log().HeadsAt(ctx, nil)
+	if err != nil || len(heads) != 3 {
+		t.Fatalf("%d chain heads (%v), want one a shard", len(heads), err)
 	}
-	if r := v.Report(); !r.Clean() || r.Tasks < 2 {
+	// verify reads the log with the chain heads expected.
+	verify := func(expect ...store.Head) replay.Report {
+		t.Helper()
+		v := replay.NewVerifier(n.Store.Subjects())
+		v.Shard(shards)
+		for _, h := range expect {
+			v.ExpectHead(h.Seq, h.Hash)
+		}
+		err := n.Store.Log().Read(ctx, store.ReadOptions{}, func(m store.Message) error {
+			v.Add(m.Seq, m.Subject, m.Data)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.Report()
+	}
+	if r := verify(heads...); !r.Clean() || r.Tasks < 2 {
 		t.Fatalf("report %+v", r)
+	}
+	changed := heads[2]
+	changed.Hash[0] ^= 1
+	beyond := heads[1]
+	beyond.Seq += 3 * 10 // ten sequences past shard 1's end
+	r := verify(heads[0], beyond, changed)
+	if len(r.Violations) != 2 || r.Violations[0].Kind != replay.HeadMismatch || r.Violations[0].Seq != changed.Seq ||
+		r.Violations[1].Kind != replay.Truncated || r.Violations[1].Seq != beyond.Seq {
+		t.Fatalf("violations %+v, want the changed head of shard 2 and the truncation of shard 1", r.Violations)
 	}
 }

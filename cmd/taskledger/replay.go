@@ -216,11 +216,11 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	v := replay.NewVerifier(events.DefaultSubjects)
 	v.Shard(log.Shards)
-	head, saved, err := node.LoadHead(ctx, js, off.nf.stream)
+	heads, err := node.LoadHeads(ctx, js, off.nf.stream)
 	if err != nil {
 		return err
 	}
-	if saved {
+	for _, head := range heads {
 		v.ExpectHead(head.Seq, head.Hash)
 	}
 	bar := newProgress("verify")
@@ -242,7 +242,7 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 			fmt.Fprintf(stdout, "seq %d task %s: %s: %s\n", v.Seq, v.TaskID, v.Kind, v.Detail)
 		}
 		fmt.Fprintf(stdout, "%d events, %d tasks, %d violations\n", report.Events, report.Tasks, len(report.Violations))
-		if saved {
+		for _, head := range heads {
 			fmt.Fprintf(stdout, "saved chain head: sequence %d, sha256 %x\n", head.Seq, head.Hash)
 		}
 	}

@@ -33,6 +33,9 @@ func TestShardedReplayCommands(t *testing.T) {
 		t.Fatalf("verify: exit %d, output %q, want N events, 21 tasks, 0 violations\nstderr:\n%s", code, out, errOut)
 	}
 	events := m[1]
+	if n := strings.Count(out, "saved chain head: "); n != 3 {
+		t.Fatalf("verify named %d saved chain heads, want one a shard:\n%s", n, out)
+	}
 
 	out, errOut, code = replayCLI(t, "history", roots[1], "--offline", "--data", data, "--ndjson")
 	if code != 0 {

@@ -194,7 +194,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 		pcfg.Snapshots = snaps
-		pcfg.AfterSnapshot = func(ctx context.Context, applied uint64) {
+		pcfg.AfterSnapshot = func(ctx context.Context, applied []uint64) {
 			if err := SaveHead(ctx, st.Log(), heads, applied); err != nil {
 				cfg.Logger.Warn().Err(err).Msg("chain head not saved")
 			}
@@ -332,7 +332,7 @@ func (n *Node) Run(ctx context.Context) error {
 	if err == nil && n.heads != nil {
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.Store.Config().WriteTimeout)
 		defer cancel()
-		if herr := SaveHead(hctx, n.Store.Log(), n.heads, 0); herr != nil {
+		if herr := SaveHead(hctx, n.Store.Log(), n.heads, nil); herr != nil {
 			n.cfg.Logger.Warn().Err(herr).Msg("chain head not saved at shutdown")
 		}
 	}

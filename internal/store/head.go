@@ -139,6 +139,42 @@ func (l Log) HeadAt(ctx context.Context, pos uint64) (Head, error) {
 	return Head{Seq: pos, Hash: events.HashOf(msg.Data)}, nil
 }
 
+// HeadsAt returns the chain head at each of positions (nil: at every
+// shard's last event), leaving out an empty shard's.
+func (l Log) HeadsAt(ctx context.Context, positions []uint64) ([]Head, error) {
+	if positions == nil {
+		var err error
+		if positions, err = l.LastPositions(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var heads []Head
+	for _, pos := range positions {
+		if pos == 0 {
+			continue
+		}
+		h, err := l.HeadAt(ctx, pos)
+		if err != nil {
+			return nil, err
+		}
+		heads = append(heads, h)
+	}
+	return heads, nil
+}
+
+// CheckHeads is Check of every head of hs (a sharded log's are one a
+// shard), looking for holes once.
+func (l Log) CheckHeads(ctx context.Context, hs []Head) error {
+	if len(hs) == 0 {
+		return l.Check(ctx, Head{})
+	}
+	errs := []error{l.Check(ctx, hs[0])}
+	for _, h := range hs[1:] {
+		errs = append(errs, l.checkHead(ctx, h))
+	}
+	return errors.Join(errs...)
+}
+
 // Check returns nil when the log has no hole and still holds h (the zero
 // Head: none saved): its stream reaches h.Seq and the message there
 // hashes to h.Hash. Otherwise it returns an error wrapping
@@ -161,18 +197,24 @@ func (l Log) Check(ctx context.Context, h Head) error {
 	if h.Seq == 0 {
 		return errors.Join(missing...)
 	}
+	return errors.Join(append(missing, l.checkHead(ctx, h))...)
+}
+
+// checkHead returns nil when the log reaches h (not the zero Head) and
+// holds it, else an error wrapping ErrLogTruncated or ErrHeadMismatch,
+// or the read's error.
+func (l Log) checkHead(ctx context.Context, h Head) error {
 	shard, _ := l.Shards.Split(h.Seq)
 	last, err := l.lastOf(ctx, shard)
 	if err != nil {
 		return err
 	}
-	var head error
 	if last < h.Seq {
-		head = fmt.Errorf("%w: the last event is at sequence %d, the head saved at %d", ErrLogTruncated, last, h.Seq)
+		return fmt.Errorf("%w: the last event is at sequence %d, the head saved at %d", ErrLogTruncated, last, h.Seq)
 	} else if got, err := l.HeadAt(ctx, h.Seq); err != nil {
-		head = fmt.Errorf("%w: %w", ErrHeadMismatch, err)
+		return fmt.Errorf("%w: %w", ErrHeadMismatch, err)
 	} else if got.Hash != h.Hash {
-		head = fmt.Errorf("%w: the message at sequence %d is not the one saved", ErrHeadMismatch, h.Seq)
+		return fmt.Errorf("%w: the message at sequence %d is not the one saved", ErrHeadMismatch, h.Seq)
 	}
-	return errors.Join(append(missing, head)...)
+	return nil
 }
