@@ -209,7 +209,18 @@ func (c *Client) Stats(ctx context.Context) (s Stats, err error) {
 // ends, ErrStreamEnded (wrapped) when the server ends the stream
 // otherwise, or the server's *Error.
 func (c *Client) Stream(ctx context.Context, f StreamFilter, after uint64, fn func(Event) error) error {
-	at := streamAt{seq: after}
+	return c.stream(ctx, f, streamAt{seq: after}, fn)
+}
+
+// StreamAfter is Stream from the resume token after: a stream sequence,
+// or on a sharded log an event's Cursor (docs/API.md, "Live event
+// stream"), "0" for the start.
+func (c *Client) StreamAfter(ctx context.Context, f StreamFilter, after string, fn func(Event) error) error {
+	return c.stream(ctx, f, streamAt{cursor: after}, fn)
+}
+
+// stream is Stream from at.
+func (c *Client) stream(ctx context.Context, f StreamFilter, at streamAt, fn func(Event) error) error {
 	for {
 		overflow, err := c.streamOnce(ctx, f, &at, fn)
 		if ctx.Err() != nil {

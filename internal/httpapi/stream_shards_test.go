@@ -55,11 +55,13 @@ func TestShardedStreamResumesExactly(t *testing.T) {
 	}
 	s := openStream(t, n.URL, "", "after=0-0-0", "")
 	var lastID string
+	var first []string
 	for range 5 {
 		m := s.next(t)
 		take(m)
 		lastID = m.id
 	}
+	first = slices.Clone(got)
 	s.close()
 	scheduleN(t, n.Client, "q", 6)
 	want := logEventIDs(t, n.Node)
@@ -91,6 +93,19 @@ func TestShardedStreamResumesExactly(t *testing.T) {
 	slices.Sort(client)
 	if !errors.Is(err, errDone) || !slices.Equal(client, want) {
 		t.Fatalf("the Go client streamed %d events (%v), the log holds %d", len(client), err, len(want))
+	}
+	// The Go client from a cursor: the rest of the log.
+	rest := slices.Clone(first)
+	err = n.Client.StreamAfter(context.Background(), api.StreamFilter{}, lastID, func(e api.Event) error {
+		rest = append(rest, e.ID)
+		if len(rest) == len(want) {
+			return errDone
+		}
+		return nil
+	})
+	slices.Sort(rest)
+	if !errors.Is(err, errDone) || !slices.Equal(rest, want) {
+		t.Fatalf("the Go client from %s streamed %d events with the first 5 (%v), the log holds %d", lastID, len(rest), err, len(want))
 	}
 
 	for _, bad := range []string{"after=5", "after=1-2", "after=1-x-3"} {
