@@ -46,6 +46,8 @@ type Report struct {
 	Events     int         `json:"events"`
 	Tasks      int         `json:"tasks"`
 	Schedules  int         `json:"schedules,omitempty"`
+	// LastSeq is the last sequence read; on a sharded log the sum of
+	// every shard's (so a log without holes has LastSeq = Events).
 	LastSeq    uint64      `json:"lastSeq"`
 	Violations []Violation `json:"violations"`
 }
@@ -140,9 +142,11 @@ func (v *Verifier) Add(seq uint64, subject string, data []byte) {
 	if last := v.lastSeqs[shard]; raw > last+1 {
 		v.fail(seq, "", Missing, "sequences %d to %d are absent", last+1, raw-1)
 	}
-	v.lastSeqs[shard] = raw
+	if raw > v.lastSeqs[shard] { // always, when added in stream order
+		v.report.LastSeq += raw - v.lastSeqs[shard]
+		v.lastSeqs[shard] = raw
+	}
 	v.report.Events++
-	v.report.LastSeq = seq
 	for i := range v.heads {
 		if h := &v.heads[i]; seq == h.seq {
 			h.seen = true

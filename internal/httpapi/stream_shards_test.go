@@ -36,7 +36,7 @@ func logEventIDs(t *testing.T, n *node.Node) []string {
 func TestShardedStreamResumesExactly(t *testing.T) {
 	t.Parallel()
 	n := validatedNode(t, func(c *node.Config) { c.Shards = 3 })
-	shards := n.Node.Store.Shards()
+	shards := n.Store.Shards()
 	scheduleN(t, n.Client, "q", 12)
 	var got []string
 	lastPos := make([]uint64, 3)
