@@ -43,9 +43,9 @@ type Violation struct {
 
 // Report summarises a verification.
 type Report struct {
-	Events     int         `json:"events"`
-	Tasks      int         `json:"tasks"`
-	Schedules  int         `json:"schedules,omitempty"`
+	Events    int `json:"events"`
+	Tasks     int `json:"tasks"`
+	Schedules int `json:"schedules,omitempty"`
 	// LastSeq is the last sequence read; on a sharded log the sum of
 	// every shard's (so a log without holes has LastSeq = Events).
 	LastSeq    uint64      `json:"lastSeq"`
