@@ -193,7 +193,8 @@ func (e *Engine) Run(ctx context.Context) error {
 			continue
 		}
 		shard, seq := e.cfg.Shards.Split(m.seq)
-		from := e.nextSeqs()[shard]
+		_, from := e.cfg.Shards.Split(e.applied[shard].Load())
+		from++
 		if m.owned && !e.passOwned(m.seq) {
 			// A rebuild swapped the views in after the tail skipped
 			// this event: the fresh views need it, so read it again.
@@ -580,7 +581,14 @@ func (e *Engine) ApplyOwn(evs []events.Event) bool {
 // Applied returns the stream sequence of the last event applied; with
 // several shards, the sum of every shard's (a count that grows with each
 // event applied, for statistics: wait with WaitFor or Covers).
-func (e *Engine) Applied() uint64 { return e.sumSeqs(e.Positions()) }
+func (e *Engine) Applied() uint64 {
+	var n uint64
+	for i := range e.applied {
+		_, seq := e.cfg.Shards.Split(e.applied[i].Load())
+		n += seq
+	}
+	return n
+}
 
 // sumSeqs returns the sum of the stream sequences of positions.
 func (e *Engine) sumSeqs(positions []uint64) uint64 {
