@@ -220,6 +220,9 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		h, _ := os.Hostname()
 		*name = "scheduler-" + sanitize(h)
 	}
+	if *shards < 1 || *shards > store.MaxShards {
+		return fmt.Errorf("%w: --shards %d: want 1 to %d", errUsage, *shards, store.MaxShards)
+	}
 	if *partitions < 1 || *partitions > lease.MaxPartitions {
 		return fmt.Errorf("%w: --timer-partitions %d: want 1 to %d", errUsage, *partitions, lease.MaxPartitions)
 	}

@@ -16,6 +16,10 @@ import (
 // is fixed when the log is created (docs/DESIGN.md, "Sharded log").
 var ErrShardsMismatch = errors.New("store: the log has another number of shards")
 
+// MaxShards is the most shards a log may have: each is a stream with a
+// leader of its own, and every process follows every one.
+const MaxShards = 64
+
 // MetaBucket is the KV bucket of a stream's metadata: the entry
 // shardsKey records the number of shards.
 func MetaBucket(stream string) string { return stream + "_META" }

@@ -183,8 +183,8 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: jetstream: %w", err)
 	}
-	if cfg.Shards < 1 {
-		return nil, fmt.Errorf("store: %d shards: at least 1", cfg.Shards)
+	if cfg.Shards < 1 || cfg.Shards > MaxShards {
+		return nil, fmt.Errorf("store: %d shards: want 1 to %d", cfg.Shards, MaxShards)
 	}
 	if err := agreeShards(ctx, js, cfg.Stream, cfg.Shards, cfg.Replicas); err != nil {
 		return nil, err
