@@ -37,7 +37,7 @@ func TestShardedStreamResumesExactly(t *testing.T) {
 	t.Parallel()
 	n := validatedNode(t, func(c *node.Config) { c.Shards = 3 })
 	shards := n.Store.Shards()
-	scheduleN(t, n.Client, "q", 12)
+	scheduleN(t, n.Client, "q", 30)
 	var got []string
 	lastPos := make([]uint64, 3)
 	take := func(m sseMsg) {
@@ -63,7 +63,7 @@ func TestShardedStreamResumesExactly(t *testing.T) {
 	}
 	first = slices.Clone(got)
 	s.close()
-	scheduleN(t, n.Client, "q", 6)
+	scheduleN(t, n.Client, "q", 10)
 	want := logEventIDs(t, n.Node)
 	s = openStream(t, n.URL, "", "after=0-0-0", lastID) // Last-Event-ID wins
 	for len(got) < len(want) {
