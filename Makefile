@@ -63,8 +63,8 @@ lint: ## gofmt, go vet, staticcheck and golangci-lint
 	$(GO) run $(GOLANGCI_LINT) run ./...
 
 .PHONY: cluster-test
-cluster-test: ## 3-node NATS cluster failover test (CLUSTER_SECONDS, default 60)
-	CLUSTER_SECONDS=$${CLUSTER_SECONDS:-60} $(GO) test -tags cluster -count=1 -run TestClusterFailover -v -timeout 30m ./cmd/taskledger
+cluster-test: ## 3-node NATS cluster failover test (CLUSTER_SECONDS, default 60; CLUSTER_SHARDS event streams, default 3)
+	CLUSTER_SECONDS=$${CLUSTER_SECONDS:-60} CLUSTER_SHARDS=$${CLUSTER_SHARDS:-3} $(GO) test -tags cluster -count=1 -run TestClusterFailover -v -timeout 30m ./cmd/taskledger
 
 .PHONY: cluster-bench
 cluster-bench: ## scaling figures on a 3-node NATS cluster: 1-3 processes, K shards, leases on/off, kills (CLUSTER_BENCH_SECONDS per row, default 8)

@@ -40,6 +40,10 @@ type StreamFilter struct {
 type StreamOverflow struct {
 	After  uint64 `json:"after"`
 	Reason string `json:"reason"`
+	// Cursor is, on a sharded log, the resume token to reconnect with
+	// (After then names one shard's position only); left out with one
+	// shard.
+	Cursor string `json:"cursor,omitempty"`
 }
 
 // Stats is the answer of GET /v1/stats: the process's view of the log and
@@ -205,8 +209,20 @@ func (c *Client) Stats(ctx context.Context) (s Stats, err error) {
 // ends, ErrStreamEnded (wrapped) when the server ends the stream
 // otherwise, or the server's *Error.
 func (c *Client) Stream(ctx context.Context, f StreamFilter, after uint64, fn func(Event) error) error {
+	return c.stream(ctx, f, streamAt{seq: after}, fn)
+}
+
+// StreamAfter is Stream from the resume token after: a stream sequence,
+// or on a sharded log an event's Cursor (docs/API.md, "Live event
+// stream"), "0" for the start.
+func (c *Client) StreamAfter(ctx context.Context, f StreamFilter, after string, fn func(Event) error) error {
+	return c.stream(ctx, f, streamAt{cursor: after}, fn)
+}
+
+// stream is Stream from at.
+func (c *Client) stream(ctx context.Context, f StreamFilter, at streamAt, fn func(Event) error) error {
 	for {
-		overflow, err := c.streamOnce(ctx, f, &after, fn)
+		overflow, err := c.streamOnce(ctx, f, &at, fn)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -214,16 +230,31 @@ func (c *Client) Stream(ctx context.Context, f StreamFilter, after uint64, fn fu
 			return err
 		}
 		if !overflow {
-			return fmt.Errorf("%w after sequence %d", ErrStreamEnded, after)
+			return fmt.Errorf("%w after %s", ErrStreamEnded, at.token())
 		}
 	}
 }
 
+// streamAt is where a stream client stands: the sequence of the last
+// event it got, or on a sharded log the server's resume token.
+type streamAt struct {
+	seq    uint64
+	cursor string
+}
+
+// token returns the after parameter that resumes from at.
+func (at streamAt) token() string {
+	if at.cursor != "" {
+		return at.cursor
+	}
+	return strconv.FormatUint(at.seq, 10)
+}
+
 // streamOnce reads one connection of a stream, moving *after past each
 // event fn got, and reports whether it ended with an overflow.
-func (c *Client) streamOnce(ctx context.Context, f StreamFilter, after *uint64, fn func(Event) error) (overflow bool, err error) {
+func (c *Client) streamOnce(ctx context.Context, f StreamFilter, after *streamAt, fn func(Event) error) (overflow bool, err error) {
 	q := f.Query()
-	q.Set("after", strconv.FormatUint(*after, 10))
+	q.Set("after", after.token())
 	resp, err := c.open(ctx, "/v1/events/stream?"+q.Encode())
 	if err != nil {
 		return false, err
@@ -244,7 +275,9 @@ func (c *Client) streamOnce(ctx context.Context, f StreamFilter, after *uint64, 
 				if err := json.Unmarshal([]byte(data), &o); err != nil {
 					return false, fmt.Errorf("decoding overflow: %w", err)
 				}
-				*after = max(*after, o.After)
+				if after.seq = max(after.seq, o.After); o.Cursor != "" {
+					after.cursor = o.Cursor
+				}
 				return true, nil
 			}
 			var e Event
@@ -255,7 +288,7 @@ func (c *Client) streamOnce(ctx context.Context, f StreamFilter, after *uint64, 
 			if err := fn(e); err != nil {
 				return false, err
 			}
-			*after = e.Seq
+			after.seq, after.cursor = e.Seq, e.Cursor
 		case strings.HasPrefix(line, "event: "):
 			event = line[len("event: "):]
 		case strings.HasPrefix(line, "data: "):

@@ -158,6 +158,10 @@ type Event struct {
 	Status string    `json:"status"`
 	Detail string    `json:"detail"`
 	Data   any       `json:"data"`
+	// Cursor is, on the live event stream of a sharded log, the resume
+	// token after this event (its SSE id): give it as after or
+	// Last-Event-ID. Left out with one shard, where Seq is the token.
+	Cursor string `json:"cursor,omitempty"`
 }
 
 // History is the answer of GET /v1/tasks/{id}/history.

@@ -24,7 +24,10 @@ type Config struct {
 	JS       jetstream.JetStream
 	Stream   string          // event stream; default events.DefaultStream
 	Subjects events.Subjects // default events.DefaultSubjects
-	Logger   zerolog.Logger
+	// Shards says how many streams the log is spread over (docs/DESIGN.md,
+	// "Sharded log"); the engine follows every one. Default one.
+	Shards events.Shards
+	Logger zerolog.Logger
 	// Snapshots, if set, is where the engine loads its state from on
 	// start (then catches up from the snapshot's sequence) and writes a
 	// snapshot every SnapshotEvery events (default 100,000) or
@@ -32,15 +35,17 @@ type Config struct {
 	Snapshots        SnapshotStore
 	SnapshotEvery    uint64
 	SnapshotInterval time.Duration
-	// LastSeq, if set, gives Run the sequence of the last event stored,
-	// which it catches up to before it is ready; default the stream
-	// state's last sequence. The node passes store.Log.LastSeq: after a
-	// block file lost its tail, the state may name a sequence whose
-	// message is gone, and the engine would wait for it forever.
-	LastSeq func(ctx context.Context) (uint64, error)
+	// LastPositions, if set, gives Run the position of the last event
+	// stored in each shard, which it catches up to before it is ready;
+	// default the streams' states' last sequences. The node passes
+	// store.Log.LastPositions: after a block file lost its tail, the
+	// state may name a sequence whose message is gone, and the engine
+	// would wait for it forever.
+	LastPositions func(ctx context.Context) ([]uint64, error)
 	// AfterSnapshot, if set, is called after every snapshot written, with
-	// the sequence it covers (the node saves the log's chain head there).
-	AfterSnapshot func(ctx context.Context, applied uint64)
+	// the positions it covers, by shard (with one shard: the sequence; the
+	// node saves the log's chain heads there).
+	AfterSnapshot func(ctx context.Context, applied []uint64)
 	// Retain is how many tasks of finished lineages the projections keep
 	// for listing (default DefaultRetain; negative keeps all). Older
 	// ones are evicted, oldest finished first; the log keeps them.
@@ -72,8 +77,10 @@ type Engine struct {
 	ownMu sync.Mutex
 	owned map[uint64]bool
 
-	applied  atomic.Uint64
-	wanted   atomic.Uint64 // the highest sequence a caller waited for
+	// applied is the vector of positions applied, by shard: the last
+	// event's of each; wanted, by shard, the highest a caller waited for.
+	applied  []atomic.Uint64
+	wanted   []atomic.Uint64
 	caughtUp atomic.Bool
 	ready    chan struct{} // closed once caughtUp is first set
 	kick     chan struct{}
@@ -106,8 +113,28 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Retain == 0 {
 		cfg.Retain = DefaultRetain
 	}
-	return &Engine{cfg: cfg, js: cfg.JS, v: newViews(cfg.Retain), kick: make(chan struct{}, 1), ready: make(chan struct{}),
-		queuedSig: make(map[string]chan struct{}), owned: make(map[uint64]bool)}, nil
+	cfg.Shards.K = cfg.Shards.N()
+	return &Engine{cfg: cfg, js: cfg.JS, v: newViews(cfg.Retain, cfg.Shards), kick: make(chan struct{}, 1), ready: make(chan struct{}),
+		queuedSig: make(map[string]chan struct{}), owned: make(map[uint64]bool),
+		applied: make([]atomic.Uint64, cfg.Shards.K), wanted: make([]atomic.Uint64, cfg.Shards.K)}, nil
+}
+
+// lastPositions returns the position of each shard's last event: from
+// Config.LastPositions, or from the streams' states.
+func (e *Engine) lastPositions(ctx context.Context) ([]uint64, error) {
+	if e.cfg.LastPositions != nil {
+		return e.cfg.LastPositions(ctx)
+	}
+	last := make([]uint64, e.cfg.Shards.K)
+	for i := range last {
+		name := e.cfg.Shards.Stream(e.cfg.Stream, i)
+		info, err := e.js.Stream(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", name, err)
+		}
+		last[i] = e.cfg.Shards.Position(i, info.CachedInfo().State.LastSeq)
+	}
+	return last, nil
 }
 
 // Run consumes the log until ctx ends, then returns nil. It returns
@@ -116,44 +143,40 @@ func (e *Engine) Run(ctx context.Context) error {
 	if e.js == nil {
 		return errors.New("projections: Config.JS is required to Run")
 	}
-	info, err := e.js.Stream(ctx, e.cfg.Stream)
+	target, err := e.lastPositions(ctx)
 	if err != nil {
-		return fmt.Errorf("projections: stream %s: %w", e.cfg.Stream, err)
+		return fmt.Errorf("projections: %w", err)
 	}
-	target := info.CachedInfo().State.LastSeq
-	if e.cfg.LastSeq != nil {
-		if target, err = e.cfg.LastSeq(ctx); err != nil {
-			return fmt.Errorf("projections: %w", err)
-		}
-	}
-	if e.applied.Load() == 0 && e.cfg.Snapshots != nil {
+	if e.Applied() == 0 && e.cfg.Snapshots != nil {
 		e.restoreSnapshot(ctx, target)
 	}
 	defer e.snapshots.Wait()
-	e.policy = snapshotPolicy{every: e.cfg.SnapshotEvery, interval: e.cfg.SnapshotInterval, lastSeq: e.applied.Load(), lastAt: time.Now()}
-	if e.applied.Load() >= target {
+	e.policy = snapshotPolicy{every: e.cfg.SnapshotEvery, interval: e.cfg.SnapshotInterval, lastSeq: e.Applied(), lastAt: time.Now()}
+	if e.coversAll(target) {
 		e.markCaughtUp()
 	}
-	e.want(target)
+	for _, pos := range target {
+		e.want(pos)
+	}
 	var tails sync.WaitGroup
 	defer tails.Wait()
-	t := e.follow(e.applied.Load()+1, e.isOwned)
+	t := e.follow(e.nextSeqs(), e.isOwned)
 	defer func() { t.stop(&tails) }()
 	watch := time.NewTicker(time.Second)
 	defer watch.Stop()
 	progressAt, ended := time.Now(), false
-	e.cfg.Logger.Info().Uint64("from", e.applied.Load()+1).Uint64("target", target).Msg("projections catching up")
+	e.withPositions(e.cfg.Logger.Info(), "targets", target).Uint64("from", e.Applied()+1).Uint64("target", e.sumSeqs(target)).Msg("projections catching up")
 	for {
 		var m tailMsg
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-watch.C:
-			stalled := e.wanted.Load() > e.applied.Load() && time.Since(progressAt) > stallTimeout
+			stalled := e.behind() && time.Since(progressAt) > stallTimeout
 			if ended || stalled {
-				e.cfg.Logger.Warn().Uint64("applied", e.applied.Load()).Bool("stalled", stalled).Msg("projections: following the log with a new consumer")
+				e.cfg.Logger.Warn().Uint64("applied", e.Applied()).Bool("stalled", stalled).Msg("projections: following the log with a new consumer")
 				t.stop(&tails)
-				t, progressAt, ended = e.follow(e.applied.Load()+1, e.isOwned), time.Now(), false
+				t, progressAt, ended = e.follow(e.nextSeqs(), e.isOwned), time.Now(), false
 			}
 			continue
 		case m = <-t.next:
@@ -166,33 +189,35 @@ func (e *Engine) Run(ctx context.Context) error {
 			e.cfg.Logger.Warn().Err(m.err).Msg("projections: read")
 			continue
 		}
-		if m.seq <= e.applied.Load() {
+		if e.Covers(m.seq) {
 			continue
 		}
-		from := e.applied.Load() + 1
+		shard, seq := e.cfg.Shards.Split(m.seq)
+		_, from := e.cfg.Shards.Split(e.applied[shard].Load())
+		from++
 		if m.owned && !e.passOwned(m.seq) {
 			// A rebuild swapped the views in after the tail skipped
 			// this event: the fresh views need it, so read it again.
 			t.stop(&tails)
-			t, ended = e.follow(from, e.isOwned), false
+			t, ended = e.follow(e.nextSeqs(), e.isOwned), false
 			continue
 		}
-		if m.seq > from {
+		if seq > from {
 			// The event stream denies deletes: a skipped sequence is a
 			// message the server dropped or someone removed.
-			e.missing.Add(m.seq - from)
-			e.cfg.Logger.Warn().Uint64("from", from).Uint64("to", m.seq-1).Msg("projections: sequences missing from the log; run taskledger replay verify")
+			e.missing.Add(seq - from)
+			e.cfg.Logger.Warn().Int("shard", shard).Uint64("from", from).Uint64("to", seq-1).Msg("projections: sequences missing from the log; run taskledger replay verify")
 		}
 		progressAt = time.Now()
 		if !m.owned {
 			e.apply(m.ev, m.bad)
 		}
-		if !e.caughtUp.Load() && m.seq >= target {
+		if !e.caughtUp.Load() && e.coversAll(target) {
 			e.markCaughtUp()
-			e.cfg.Logger.Info().Uint64("applied", m.seq).Msg("projections caught up")
+			e.cfg.Logger.Info().Uint64("applied", e.Applied()).Msg("projections caught up")
 		}
-		if e.cfg.Snapshots != nil && e.policy.due(m.seq, time.Now()) && !e.snapshotBusy.Load() {
-			e.policy.lastSeq, e.policy.lastAt = m.seq, time.Now()
+		if applied := e.Applied(); e.cfg.Snapshots != nil && e.policy.due(applied, time.Now()) && !e.snapshotBusy.Load() {
+			e.policy.lastSeq, e.policy.lastAt = applied, time.Now()
 			e.snapshotBusy.Store(true)
 			e.snapshots.Add(1)
 			go func() {
@@ -221,38 +246,87 @@ func (e *Engine) Missing() uint64 { return e.missing.Load() }
 // had, and the alarm may start.
 func (e *Engine) Ready() <-chan struct{} { return e.ready }
 
-// want records that a caller waits for seq to be applied.
-func (e *Engine) want(seq uint64) {
+// want records that a caller waits for the event at position pos to be
+// applied.
+func (e *Engine) want(pos uint64) {
+	shard, _ := e.cfg.Shards.Split(pos)
 	for {
-		w := e.wanted.Load()
-		if seq <= w || e.wanted.CompareAndSwap(w, seq) {
+		w := e.wanted[shard].Load()
+		if pos <= w || e.wanted[shard].CompareAndSwap(w, pos) {
 			return
 		}
 	}
 }
 
+// behind reports whether a caller waits for an event not applied yet.
+func (e *Engine) behind() bool {
+	for i := range e.wanted {
+		if e.wanted[i].Load() > e.applied[i].Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// Covers reports whether the engine has applied the event at position
+// pos (and every earlier one of its shard). Safe for concurrent use.
+func (e *Engine) Covers(pos uint64) bool {
+	shard, _ := e.cfg.Shards.Split(pos)
+	return e.applied[shard].Load() >= pos
+}
+
+// coversAll reports whether the engine has applied every position of
+// last, by shard.
+func (e *Engine) coversAll(last []uint64) bool {
+	for _, pos := range last {
+		if !e.Covers(pos) {
+			return false
+		}
+	}
+	return true
+}
+
+// setApplied moves the applied position of pos's shard to pos.
+func (e *Engine) setApplied(pos uint64) {
+	shard, _ := e.cfg.Shards.Split(pos)
+	e.applied[shard].Store(pos)
+}
+
+// nextSeqs returns, by shard, the stream sequence after the last applied.
+func (e *Engine) nextSeqs() []uint64 {
+	next := make([]uint64, len(e.applied))
+	for i := range e.applied {
+		_, seq := e.cfg.Shards.Split(e.applied[i].Load())
+		next[i] = seq + 1
+	}
+	return next
+}
+
 // restoreSnapshot loads the stored snapshot if it is valid; a missing or
-// bad one (checksum, format, ahead of the stream) is logged and ignored,
-// and the engine rebuilds from the log.
-func (e *Engine) restoreSnapshot(ctx context.Context, lastSeq uint64) {
+// bad one (checksum, format, another number of shards, ahead of a
+// stream's last position in last) is logged and ignored, and the engine
+// rebuilds from the log.
+func (e *Engine) restoreSnapshot(ctx context.Context, last []uint64) {
 	data, ok, err := e.cfg.Snapshots.Load(ctx)
 	if err != nil || !ok {
 		e.cfg.Logger.Info().Err(err).Msg("no projection snapshot; rebuilding from the log")
 		return
 	}
-	applied, b, err := decodeSnapshot(data, lastSeq)
+	applied, b, err := decodeSnapshot(data, last)
 	if err != nil {
 		e.cfg.Logger.Warn().Err(err).Msg("projection snapshot ignored; rebuilding from the log")
 		return
 	}
-	v := restore(b, e.cfg.Retain)
+	v := restore(b, e.cfg.Retain, e.cfg.Shards)
 	e.mu.Lock()
 	e.v = v
-	e.applied.Store(applied)
+	for _, pos := range applied {
+		e.setApplied(pos)
+	}
 	e.mu.Unlock()
 	// Logged before the wake, which can make the server ready.
-	e.cfg.Logger.Info().Uint64("applied", applied).Int("tasks", len(b.Tasks)).Msg("projection snapshot loaded")
-	e.wake(applied)
+	e.cfg.Logger.Info().Uint64("applied", e.Applied()).Int("tasks", len(b.Tasks)).Msg("projection snapshot loaded")
+	e.wake()
 }
 
 // SaveSnapshot writes a snapshot of the projections at the applied
@@ -262,7 +336,7 @@ func (e *Engine) SaveSnapshot(ctx context.Context) error {
 		return errors.New("projections: no snapshot store configured")
 	}
 	e.mu.RLock()
-	b, applied := e.v.body(), e.applied.Load()
+	b, applied := e.v.body(), e.Positions()
 	e.mu.RUnlock()
 	data, err := encodeSnapshot(applied, b)
 	if err != nil {
@@ -271,17 +345,20 @@ func (e *Engine) SaveSnapshot(ctx context.Context) error {
 	if err := e.cfg.Snapshots.Save(ctx, data); err != nil {
 		return err
 	}
-	e.cfg.Logger.Info().Uint64("applied", applied).Int("tasks", len(b.Tasks)).Int("bytes", len(data)).Msg("projection snapshot written")
+	e.withPositions(e.cfg.Logger.Info(), "positions", applied).Uint64("applied", e.sumSeqs(applied)).Int("tasks", len(b.Tasks)).Int("bytes", len(data)).Msg("projection snapshot written")
 	if e.cfg.AfterSnapshot != nil {
 		e.cfg.AfterSnapshot(ctx, applied)
 	}
 	return nil
 }
 
-// RebuildTo folds the log up to sequence last into an engine that is not
-// running (an offline rebuild) and marks it caught up there.
-func (e *Engine) RebuildTo(ctx context.Context, last uint64, progress func(seq, last uint64)) error {
-	e.applied.Store(last)
+// RebuildTo folds the log up to the positions last (by shard) into an
+// engine that is not running (an offline rebuild) and marks it caught up
+// there.
+func (e *Engine) RebuildTo(ctx context.Context, last []uint64, progress func(seq, last uint64)) error {
+	for _, pos := range last {
+		e.setApplied(pos)
+	}
 	if err := e.Rebuild(ctx, progress); err != nil {
 		return err
 	}
@@ -293,12 +370,22 @@ func (e *Engine) RebuildTo(ctx context.Context, last uint64, progress func(seq, 
 // live ones, which keep serving, and swaps them in atomically once they
 // have caught up. progress, if set, is called with the sequence reached.
 func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) error {
-	fresh := newViews(e.cfg.Retain)
+	fresh := newViews(e.cfg.Retain, e.cfg.Shards)
 	var tails sync.WaitGroup
 	defer tails.Wait()
-	t := e.follow(1, nil)
+	t := e.follow(nil, nil)
 	defer t.stop(&tails)
-	var seq uint64
+	reached := make([]uint64, e.cfg.Shards.K) // by shard, the position folded
+	var seq uint64                            // events folded
+	// behind reports whether fresh lacks an event the live views applied.
+	behind := func() bool {
+		for i := range reached {
+			if reached[i] < e.applied[i].Load() {
+				return true
+			}
+		}
+		return false
+	}
 	// next applies the following event to fresh.
 	next := func() error {
 		var m tailMsg
@@ -310,15 +397,16 @@ func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) e
 		if m.err != nil {
 			return fmt.Errorf("projections: rebuild read: %w", m.err)
 		}
-		if seq = m.seq; m.bad == nil {
+		shard, _ := e.cfg.Shards.Split(m.seq)
+		if reached[shard], seq = m.seq, seq+1; m.bad == nil {
 			fresh.apply(m.ev)
 		}
 		if progress != nil && seq%50000 == 0 {
-			progress(seq, e.applied.Load())
+			progress(seq, e.Applied())
 		}
 		return nil
 	}
-	for seq < e.applied.Load() {
+	for behind() {
 		if err := next(); err != nil {
 			return err
 		}
@@ -326,7 +414,7 @@ func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) e
 	// Catch up the last few events with the live engine paused, then swap.
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for seq < e.applied.Load() {
+	for behind() {
 		if err := next(); err != nil {
 			return err
 		}
@@ -345,7 +433,7 @@ func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) e
 	case e.kick <- struct{}{}:
 	default:
 	}
-	e.cfg.Logger.Info().Uint64("applied", seq).Int("tasks", len(fresh.tasks)).Msg("projections rebuilt and swapped in")
+	e.cfg.Logger.Info().Uint64("applied", e.Applied()).Int("tasks", len(fresh.tasks)).Msg("projections rebuilt and swapped in")
 	return nil
 }
 
@@ -382,12 +470,12 @@ func (e *Engine) apply(ev events.Event, bad error) {
 		kick = e.v.apply(ev)
 	}
 	customer, queue := e.queuedBy(ev)
-	e.applied.Store(ev.Seq) // under mu: a snapshot pairs views and sequence
+	e.setApplied(ev.Seq) // under mu: a snapshot pairs views and positions
 	e.ownMu.Lock()
 	delete(e.owned, ev.Seq) // folded in by ApplyOwn after the tail looked
 	e.ownMu.Unlock()
 	e.mu.Unlock()
-	e.after(ev.Seq, customer, queue, kick)
+	e.after(true, customer, queue, kick)
 }
 
 // queuedBy returns the customer and queue of the task ev made queued, if
@@ -401,11 +489,11 @@ func (e *Engine) queuedBy(ev events.Event) (customer, queue string) {
 	return customer, queue
 }
 
-// after wakes what an applied event concerns: WaitFor callers up to
-// applied (0: none), the customer's queued signal, the alarm.
-func (e *Engine) after(applied uint64, customer, queue string, kick bool) {
-	if applied > 0 {
-		e.wake(applied)
+// after wakes what an applied event concerns: WaitFor callers (applied
+// says an event was applied), the customer's queued signal, the alarm.
+func (e *Engine) after(applied bool, customer, queue string, kick bool) {
+	if applied {
+		e.wake()
 	}
 	if customer != "" {
 		e.signalQueued(customer, queue)
@@ -441,11 +529,11 @@ func (e *Engine) passOwned(seq uint64) bool {
 	delete(e.owned, seq)
 	e.ownMu.Unlock()
 	if held {
-		e.applied.Store(seq)
+		e.setApplied(seq)
 	}
 	e.mu.Unlock()
 	if held {
-		e.after(seq, "", "", kick)
+		e.after(true, "", "", kick)
 	}
 	return held
 }
@@ -468,7 +556,7 @@ func (e *Engine) ApplyOwn(evs []events.Event) bool {
 	var customer, queue string
 	e.mu.Lock()
 	for _, ev := range evs {
-		if ev.Seq <= e.applied.Load() || e.v.holds(ev) {
+		if e.Covers(ev.Seq) || e.v.holds(ev) {
 			continue // the tail was first, or a call before this one
 		}
 		if !e.v.ownable(ev) {
@@ -486,12 +574,49 @@ func (e *Engine) ApplyOwn(evs []events.Event) bool {
 		e.ownMu.Unlock()
 	}
 	e.mu.Unlock()
-	e.after(0, customer, queue, kick)
+	e.after(false, customer, queue, kick)
 	return all
 }
 
-// Applied returns the stream sequence of the last event applied.
-func (e *Engine) Applied() uint64 { return e.applied.Load() }
+// Applied returns the stream sequence of the last event applied; with
+// several shards, the sum of every shard's (a count that grows with each
+// event applied, for statistics: wait with WaitFor or Covers).
+func (e *Engine) Applied() uint64 {
+	var n uint64
+	for i := range e.applied {
+		_, seq := e.cfg.Shards.Split(e.applied[i].Load())
+		n += seq
+	}
+	return n
+}
+
+// sumSeqs returns the sum of the stream sequences of positions.
+func (e *Engine) sumSeqs(positions []uint64) uint64 {
+	var n uint64
+	for _, pos := range positions {
+		_, seq := e.cfg.Shards.Split(pos)
+		n += seq
+	}
+	return n
+}
+
+// withPositions adds positions to a log line under key when the log has
+// several shards (with one, the line's sequences say it all).
+func (e *Engine) withPositions(ev *zerolog.Event, key string, positions []uint64) *zerolog.Event {
+	if e.cfg.Shards.K > 1 {
+		ev = ev.Uints64(key, positions)
+	}
+	return ev
+}
+
+// Positions returns the applied position of every shard, by shard.
+func (e *Engine) Positions() []uint64 {
+	out := make([]uint64, len(e.applied))
+	for i := range e.applied {
+		out[i] = e.applied[i].Load()
+	}
+	return out
+}
 
 // CaughtUp reports whether the engine has applied everything the stream
 // held when Run started.
@@ -517,13 +642,13 @@ type waiter struct {
 	ch  chan struct{}
 }
 
-// wake wakes the waiters that the applied sequence seq satisfies.
-func (e *Engine) wake(seq uint64) {
+// wake wakes the waiters whose position the engine has applied.
+func (e *Engine) wake() {
 	e.waitMu.Lock()
 	defer e.waitMu.Unlock()
 	kept := e.waiters[:0]
 	for _, w := range e.waiters {
-		if w.seq <= seq {
+		if e.Covers(w.seq) {
 			close(w.ch)
 		} else {
 			kept = append(kept, w)
@@ -533,15 +658,16 @@ func (e *Engine) wake(seq uint64) {
 	e.waiters = kept
 }
 
-// WaitFor blocks until the event at seq has been applied or ctx ends.
+// WaitFor blocks until the event at position seq has been applied (its
+// shard's component of the applied vector has reached it) or ctx ends.
 func (e *Engine) WaitFor(ctx context.Context, seq uint64) error {
-	if e.applied.Load() >= seq {
+	if e.Covers(seq) {
 		return nil
 	}
 	e.want(seq)
 	ch := make(chan struct{})
 	e.waitMu.Lock()
-	if e.applied.Load() >= seq {
+	if e.Covers(seq) {
 		e.waitMu.Unlock()
 		return nil
 	}
@@ -559,6 +685,6 @@ func (e *Engine) WaitFor(ctx context.Context, seq uint64) error {
 			}
 		}
 		e.waitMu.Unlock()
-		return fmt.Errorf("projections: waiting for seq %d (applied %d): %w", seq, e.applied.Load(), ctx.Err())
+		return fmt.Errorf("projections: waiting for seq %d (applied %v): %w", seq, e.Positions(), ctx.Err())
 	}
 }

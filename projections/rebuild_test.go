@@ -29,10 +29,11 @@ type liveNode struct {
 	stop func()
 }
 
-func startNode(t *testing.T, retain int) *liveNode {
+func startNode(t *testing.T, retain, shards int) *liveNode {
 	t.Helper()
 	n := testnode.Start(t, func(c *node.Config) {
 		c.Logger = testLogger(t)
+		c.Shards = shards
 		// One customer is capped so the traffic includes a rejection.
 		c.Admission = scheduler.Admission{PerCustomer: map[string]scheduler.Quota{capped: {MaxActiveRoots: 1}}}
 		c.Retain = retain
@@ -256,8 +257,8 @@ func projected(s aggregate.State) aggregate.State {
 
 // quiescent: the engine applied the whole log and the alarm has nothing
 // due (running deadlines and far releases are not due).
-func quiescent(t *testing.T, e *projections.Engine, s jetstream.Stream) bool {
-	if e.Applied() != lastSeq(t, s) {
+func quiescent(t *testing.T, e *projections.Engine, st *store.Store) bool {
+	if e.Applied() != logSeqs(t, st) {
 		return false
 	}
 	now := time.Now()
@@ -269,15 +270,39 @@ func quiescent(t *testing.T, e *projections.Engine, s jetstream.Stream) bool {
 	return true
 }
 
+// logSeqs returns the sum of the last stream sequences of st's shards
+// (with one shard, its last sequence): what Engine.Applied reaches once
+// it has applied the whole log.
+func logSeqs(t *testing.T, st *store.Store) uint64 {
+	t.Helper()
+	last, err := st.LastPositions(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, pos := range last {
+		_, seq := st.Shards().Split(pos)
+		n += seq
+	}
+	return n
+}
+
 // rebuild builds a fresh engine on the stream and runs it until it holds
 // the whole log.
 func rebuild(t *testing.T, ns testnats.Namespace, last uint64, retain int) *projections.Engine {
+	t.Helper()
+	return rebuildShards(t, ns, events.Shards{}, last, retain)
+}
+
+// rebuildShards is rebuild of a log of shards; last is what Applied
+// reaches once the whole log is applied (logSeqs).
+func rebuildShards(t *testing.T, ns testnats.Namespace, shards events.Shards, last uint64, retain int) *projections.Engine {
 	t.Helper()
 	js, err := jetstream.New(testnats.Conn(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh := mustEngine(projections.Config{JS: js, Stream: ns.Stream, Subjects: ns.Subjects, Logger: testLogger(t), Retain: retain})
+	fresh := mustEngine(projections.Config{JS: js, Stream: ns.Stream, Subjects: ns.Subjects, Shards: shards, Logger: testLogger(t), Retain: retain})
 	run(t, fresh)
 	eventually(t, "rebuild caught up", func() bool { return fresh.CaughtUp() && fresh.Applied() == last })
 	return fresh
@@ -340,10 +365,22 @@ func sameProjection(t *testing.T, live, fresh *projections.Engine) {
 
 func TestRebuildEqualsLive(t *testing.T) {
 	t.Parallel()
-	ln := startNode(t, -1)
+	rebuildEqualsLive(t, 1)
+}
+
+// With three shards the same traffic spreads over three streams, each
+// lineage in one, and a rebuild that follows all three folds the same
+// projections as the live engine did.
+func TestShardedRebuildEqualsLive(t *testing.T) {
+	t.Parallel()
+	rebuildEqualsLive(t, 3)
+}
+
+func rebuildEqualsLive(t *testing.T, shards int) {
+	ln := startNode(t, -1, shards)
 	live, st := ln.node.Engine, ln.node.Store
 	(&traffic{t: t, svc: ln.node.Service, eng: live}).run()
-	eventually(t, "quiescence", func() bool { return quiescent(t, live, st.Stream()) })
+	eventually(t, "quiescence", func() bool { return quiescent(t, live, st) })
 
 	// The live projection agrees with the aggregate replayed from the log.
 	all := live.List(projections.Filter{}, "", 1<<30)
@@ -364,6 +401,9 @@ func TestRebuildEqualsLive(t *testing.T) {
 		want, err := st.Load(context.Background(), s.TaskID)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if shard, _ := st.Shards().Split(want.FirstSeq); shard != st.Shards().Of(want.CustomerID, want.Spec.RootID) {
+			t.Errorf("task %s of root %s in shard %d, want its root's", s.TaskID, want.Spec.RootID, shard)
 		}
 		if want = projected(want); !reflect.DeepEqual(s, want) {
 			t.Errorf("task %s:\nprojected %+v\nreplayed  %+v", s.TaskID, s, want)
@@ -402,12 +442,20 @@ func TestRebuildEqualsLive(t *testing.T) {
 			live.TimerLen(projections.Release), live.TimerLen(projections.Expire))
 	}
 
-	ln.stop()
-	last := lastSeq(t, st.Stream())
-	if live.Applied() != last {
-		t.Fatalf("log moved after quiescence: applied %d, last %d", live.Applied(), last)
+	last, err := st.LastPositions(context.Background())
+	if err != nil {
+		t.Fatal(err)
 	}
-	sameProjection(t, live, rebuild(t, ln.ns, last, -1))
+	for i, pos := range last {
+		if pos == 0 {
+			t.Errorf("shard %d of %d holds no event", i, shards)
+		}
+	}
+	ln.stop()
+	if live.Applied() != logSeqs(t, st) {
+		t.Fatalf("log moved after quiescence: applied %d, last %d", live.Applied(), logSeqs(t, st))
+	}
+	sameProjection(t, live, rebuildShards(t, ln.ns, st.Shards(), logSeqs(t, st), -1))
 }
 
 // With a small retention the same traffic evicts most finished lineages;
@@ -415,11 +463,22 @@ func TestRebuildEqualsLive(t *testing.T) {
 // evicts exactly the same tasks.
 func TestRetentionRebuildEqualsLive(t *testing.T) {
 	t.Parallel()
+	retentionRebuildEqualsLive(t, 1)
+}
+
+// With three shards retention evicts the same tasks live and in a
+// rebuild, though the shards' events interleave differently in each.
+func TestShardedRetentionRebuildEqualsLive(t *testing.T) {
+	t.Parallel()
+	retentionRebuildEqualsLive(t, 3)
+}
+
+func retentionRebuildEqualsLive(t *testing.T, shards int) {
 	const retain = 8
-	ln := startNode(t, retain)
+	ln := startNode(t, retain, shards)
 	live, st := ln.node.Engine, ln.node.Store
 	(&traffic{t: t, svc: ln.node.Service, eng: live}).run()
-	eventually(t, "quiescence", func() bool { return quiescent(t, live, st.Stream()) })
+	eventually(t, "quiescence", func() bool { return quiescent(t, live, st) })
 	ln.stop()
 
 	states := map[string]aggregate.State{}
@@ -452,12 +511,13 @@ func TestRetentionRebuildEqualsLive(t *testing.T) {
 		t.Fatalf("the traffic finished only %d tasks' lineages; nothing to evict", finished)
 	}
 	// Whole lineages (of at most four tasks here) are evicted, so the
-	// finished ones kept are the newest that fit in retain.
+	// finished ones kept are the newest that fit in retain (in each
+	// shard, its even share of it).
 	all := live.List(projections.Filter{}, "", 1<<30)
-	if kept > retain || kept <= retain-4 || len(all) == len(states) {
+	if maxKept := (retain + shards - 1) / shards * shards; kept > maxKept || kept <= retain-4*shards || len(all) == len(states) {
 		t.Errorf("%d tasks of %d kept, %d of them of finished lineages (retain %d)", len(all), len(states), kept, retain)
 	}
-	sameProjection(t, live, rebuild(t, ln.ns, lastSeq(t, st.Stream()), retain))
+	sameProjection(t, live, rebuildShards(t, ln.ns, st.Shards(), logSeqs(t, st), retain))
 }
 
 func TestUndecodableEventSkipped(t *testing.T) {

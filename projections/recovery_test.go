@@ -142,9 +142,8 @@ func settledTraffic(t *testing.T, r *running, n int) {
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	js := r.Store.JetStream()
 	testnode.Eventually(t, "traffic settled", func() bool {
-		last := streamLast(t, js, r.NS.Stream)
+		last := logSeqs(t, r.Store)
 		e := r.Engine
 		return e.Applied() == last && e.TimerLen(projections.Release) == 0 && e.TimerLen(projections.Deliver) == 0 &&
 			e.TimerLen(projections.Report) == 0 && e.TimerLen(projections.Expire) == 0 &&
@@ -157,7 +156,7 @@ func settledTraffic(t *testing.T, r *running, n int) {
 func rebuiltDigest(t *testing.T, js jetstream.JetStream, ns testnats.Namespace, last uint64) string {
 	t.Helper()
 	e := mustEngine(projections.Config{JS: js, Stream: ns.Stream, Subjects: ns.Subjects})
-	if err := e.RebuildTo(context.Background(), last, nil); err != nil {
+	if err := e.RebuildTo(context.Background(), []uint64{last}, nil); err != nil {
 		t.Fatal(err)
 	}
 	return e.Digest()
@@ -335,7 +334,7 @@ func TestSnapshotRecovery(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := mustEngine(projections.Config{JS: js, Stream: longer.Stream, Subjects: longer.Subjects, Snapshots: scratch})
-		if err := e.RebuildTo(ctx, otherLast, nil); err != nil {
+		if err := e.RebuildTo(ctx, []uint64{otherLast}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.SaveSnapshot(ctx); err != nil {

@@ -1,6 +1,9 @@
 package projections
 
-import "github.com/taskledger/taskledger/aggregate"
+import (
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+)
 
 // DefaultRetain is how many tasks of finished lineages the views keep
 // unless Config.Retain says otherwise.
@@ -16,12 +19,45 @@ const DefaultRetain = 100_000
 // alone, so a projection rebuilt from the log or restored from a
 // snapshot keeps exactly the same tasks. The log keeps everything;
 // reads of an evicted task go to it.
+//
+// On a sharded log the account is kept per shard, each with an even
+// share of the limit: a lineage lives in one shard, so what one shard's
+// retention evicts follows that shard's order alone, however the shards'
+// events interleave (live and in a rebuild they do differently).
 type retention struct {
-	limit   int             // < 0: keep everything
-	kept    int             // tasks of closed lineages the views hold
-	closed  []closedLineage // in closing order; stale after a reopen
-	seq     uint64          // the sequence being applied
+	limit   int // per shard; < 0: keep everything
+	shards  events.Shards
+	kept    int        // tasks of closed lineages the views hold, in all shards
+	parts   []retained // by shard
+	seq     uint64     // the position being applied
 	evicted uint64
+}
+
+// retained is one shard's retention account.
+type retained struct {
+	kept   int             // tasks of the shard's closed lineages the views hold
+	closed []closedLineage // in closing order; stale after a reopen
+}
+
+// newRetention returns the retention of a log of shards keeping limit
+// tasks of closed lineages in all (< 0: all of them), split evenly.
+func newRetention(limit int, shards events.Shards) retention {
+	if limit > 0 {
+		limit = (limit + shards.N() - 1) / shards.N()
+	}
+	return retention{limit: limit, shards: shards, parts: make([]retained, shards.N())}
+}
+
+// part returns the account of the shard of position pos.
+func (r *retention) part(pos uint64) *retained {
+	shard, _ := r.shards.Split(pos)
+	return &r.parts[shard]
+}
+
+// account adds n tasks to the kept count of the shard of position pos.
+func (r *retention) account(pos uint64, n int) {
+	r.part(pos).kept += n
+	r.kept += n
 }
 
 type closedLineage struct {
@@ -53,8 +89,8 @@ func (v *views) ancestry(t *task) (head *task, depth int) {
 // that raced its parent's end).
 func (v *views) join(t *task) {
 	h := v.head(t)
-	if h.closedSeq() != 0 {
-		v.kept -= int(h.members)
+	if at := h.closedSeq(); at != 0 {
+		v.account(at, -int(h.members))
 		h.setClosedSeq(0)
 	}
 	h.members++
@@ -77,19 +113,23 @@ func (v *views) closeOne(t *task) {
 
 func (v *views) closeLineage(h *task) {
 	h.setClosedSeq(v.seq)
-	v.closed = append(v.closed, closedLineage{head: h.id, seq: v.seq})
-	v.kept += int(h.members)
+	p := v.part(v.seq)
+	p.closed = append(p.closed, closedLineage{head: h.id, seq: v.seq})
+	v.account(v.seq, int(h.members))
 }
 
-// evict drops the oldest closed lineages while more than limit tasks of
-// closed lineages are kept.
+// evict drops each shard's oldest closed lineages while it keeps more
+// than limit tasks of closed lineages.
 func (v *views) evict() {
-	for v.limit >= 0 && v.kept > v.limit && len(v.closed) > 0 {
-		c := v.closed[0]
-		v.closed = v.closed[1:]
-		if h := v.tasks[c.head]; h != nil && h.closedSeq() == c.seq {
-			v.kept -= int(h.members)
-			v.drop(h)
+	for i := range v.parts {
+		p := &v.parts[i]
+		for v.limit >= 0 && p.kept > v.limit && len(p.closed) > 0 {
+			c := p.closed[0]
+			p.closed = p.closed[1:]
+			if h := v.tasks[c.head]; h != nil && h.closedSeq() == c.seq {
+				v.account(c.seq, -int(h.members))
+				v.drop(h)
+			}
 		}
 	}
 }

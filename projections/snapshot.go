@@ -16,6 +16,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
 )
 
 // SnapshotFormat is the version of the snapshot encoding. A snapshot of
@@ -44,14 +45,16 @@ type SnapshotStore interface {
 	Delete(ctx context.Context) error
 }
 
-// snapshot is the stored form: the applied sequence, the format, and a
-// checksum of the body. The derived views (timers, status sets, active
-// roots, reports, retention) are recomputed from the body on load.
+// snapshot is the stored form: the applied sequence (one shard) or the
+// applied positions by shard (several: Applied is then 0), the format,
+// and a checksum of the body. The derived views (timers, status sets,
+// active roots, reports, retention) are recomputed from the body on load.
 type snapshot struct {
-	Format  int    `msgpack:"format"`
-	Applied uint64 `msgpack:"applied"`
-	Sum     []byte `msgpack:"sum"`
-	Body    []byte `msgpack:"body"`
+	Format    int      `msgpack:"format"`
+	Applied   uint64   `msgpack:"applied"`
+	Positions []uint64 `msgpack:"positions,omitempty"`
+	Sum       []byte   `msgpack:"sum"`
+	Body      []byte   `msgpack:"body"`
 }
 
 // body holds every task record and the usage view's recent admissions,
@@ -70,36 +73,52 @@ type record struct {
 	ClosedSeq uint64          `msgpack:"closed,omitempty"`
 }
 
-// encodeSnapshot captures the views at applied.
-func encodeSnapshot(applied uint64, b body) ([]byte, error) {
+// encodeSnapshot captures the views at the applied positions, by shard.
+func encodeSnapshot(applied []uint64, b body) ([]byte, error) {
 	data, err := msgpack.Marshal(b)
 	if err != nil {
 		return nil, err
 	}
 	sum := sha256.Sum256(data)
-	return msgpack.Marshal(snapshot{Format: SnapshotFormat, Applied: applied, Sum: sum[:], Body: data})
+	snap := snapshot{Format: SnapshotFormat, Sum: sum[:], Body: data}
+	if len(applied) == 1 {
+		snap.Applied = applied[0] // the format of the unsharded log
+	} else {
+		snap.Positions = applied
+	}
+	return msgpack.Marshal(snap)
 }
 
-// decodeSnapshot checks and decodes a snapshot; lastSeq is the stream's
-// last sequence, which a valid snapshot cannot be ahead of.
-func decodeSnapshot(data []byte, lastSeq uint64) (applied uint64, b body, err error) {
+// decodeSnapshot checks and decodes a snapshot; last are the shards' last
+// positions, which a valid snapshot cannot be ahead of (nor have another
+// number of).
+func decodeSnapshot(data []byte, last []uint64) (applied []uint64, b body, err error) {
 	var s snapshot
 	if err := msgpack.Unmarshal(data, &s); err != nil {
-		return 0, b, fmt.Errorf("%w: %v", ErrSnapshotChecksum, err)
+		return nil, b, fmt.Errorf("%w: %v", ErrSnapshotChecksum, err)
 	}
 	if s.Format != SnapshotFormat {
-		return 0, b, fmt.Errorf("%w: %d", ErrSnapshotFormat, s.Format)
+		return nil, b, fmt.Errorf("%w: %d", ErrSnapshotFormat, s.Format)
 	}
 	if sum := sha256.Sum256(s.Body); !bytes.Equal(sum[:], s.Sum) {
-		return 0, b, ErrSnapshotChecksum
+		return nil, b, ErrSnapshotChecksum
 	}
-	if s.Applied > lastSeq {
-		return 0, b, fmt.Errorf("%w: snapshot at %d, stream ends at %d", ErrSnapshotAhead, s.Applied, lastSeq)
+	applied = s.Positions
+	if applied == nil {
+		applied = []uint64{s.Applied}
+	}
+	if len(applied) != len(last) {
+		return nil, b, fmt.Errorf("%w: a snapshot of %d shards, the log has %d", ErrSnapshotFormat, len(applied), len(last))
+	}
+	for i := range applied {
+		if applied[i] > last[i] {
+			return nil, b, fmt.Errorf("%w: snapshot at %d, stream ends at %d", ErrSnapshotAhead, applied[i], last[i])
+		}
 	}
 	if err := msgpack.Unmarshal(s.Body, &b); err != nil {
-		return 0, b, fmt.Errorf("%w: body: %v", ErrSnapshotChecksum, err)
+		return nil, b, fmt.Errorf("%w: body: %v", ErrSnapshotChecksum, err)
 	}
-	return s.Applied, b, nil
+	return applied, b, nil
 }
 
 // body copies every task of the views, in creation order, and the
@@ -120,8 +139,8 @@ func (v *views) body() body {
 
 // restore builds views from task records, recomputing every derived view
 // exactly as applying the log would have.
-func restore(b body, retain int) *views {
-	v := newViews(retain)
+func restore(b body, retain int, shards events.Shards) *views {
+	v := newViews(retain, shards)
 	records := b.Tasks
 	for _, r := range records {
 		t := &task{}
@@ -149,11 +168,14 @@ func restore(b body, retain int) *views {
 	}
 	for _, r := range records {
 		if t := v.tasks[r.State.TaskID]; t.closedSeq() != 0 {
-			v.closed = append(v.closed, closedLineage{head: r.State.TaskID, seq: t.closedSeq()})
-			v.kept += int(t.members)
+			p := v.part(t.closedSeq())
+			p.closed = append(p.closed, closedLineage{head: r.State.TaskID, seq: t.closedSeq()})
+			v.account(t.closedSeq(), int(t.members))
 		}
 	}
-	slices.SortFunc(v.closed, func(a, b closedLineage) int { return cmp.Compare(a.seq, b.seq) })
+	for i := range v.parts {
+		slices.SortFunc(v.parts[i].closed, func(a, b closedLineage) int { return cmp.Compare(a.seq, b.seq) })
+	}
 	for c, at := range b.Admissions {
 		if len(at) > 0 {
 			v.admissions[c] = at

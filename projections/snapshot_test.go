@@ -147,16 +147,17 @@ func testSnapshotRestores(t *testing.T, retain int) {
 			t.Errorf("task %s kept %v, want %v", id, ok, !evicted)
 		}
 	}
-	data, err := encodeSnapshot(live.Applied(), live.v.body())
+	data, err := encodeSnapshot(live.Positions(), live.v.body())
 	if err != nil {
 		t.Fatal(err)
 	}
-	applied, b, err := decodeSnapshot(data, live.Applied())
+	applied, b, err := decodeSnapshot(data, live.Positions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	restored, _ := New(Config{Retain: retain})
-	restored.v, _ = restore(b, retain), restored.applied.Swap(applied)
+	restored.v = restore(b, retain, events.Shards{})
+	restored.setApplied(applied[0])
 	for id, lt := range live.v.tasks {
 		// The timer slot and statusAt are places in a heap and a set,
 		// which the order of insertions decides: the queues' and sets'
@@ -207,7 +208,7 @@ func testSnapshotRestores(t *testing.T, retain int) {
 // in order: the live list may also hold entries a reopen made stale.
 func closedNow(v *views) []closedLineage {
 	var out []closedLineage
-	for _, c := range v.closed {
+	for _, c := range v.parts[0].closed {
 		if h := v.tasks[c.head]; h != nil && h.closedSeq() == c.seq {
 			out = append(out, c)
 		}

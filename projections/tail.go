@@ -36,16 +36,17 @@ const (
 	tailBuffer = 256
 )
 
-// tail delivers the log in order from one ordered consumer, read on its
-// own goroutine so that a consumer stuck in nats.go never blocks the
-// engine.
+// tail delivers the log, each shard in order, from one ordered consumer
+// a shard, each read on its own goroutine so that a consumer stuck in
+// nats.go never blocks the engine. The shards' events interleave as they
+// arrive.
 type tail struct {
 	next   chan tailMsg
 	done   chan struct{} // closed by stop
-	exited chan struct{} // closed when the goroutine returns
+	exited chan struct{} // closed when every goroutine has returned
 
-	mu sync.Mutex
-	it jetstream.MessagesContext
+	mu  sync.Mutex
+	its []jetstream.MessagesContext
 }
 
 // tailMsg is one event, decoded on the tail's goroutine so that decoding
@@ -53,7 +54,7 @@ type tail struct {
 // error; ended means the tail stopped on its own (its consumer could not
 // be created, or was closed).
 type tailMsg struct {
-	seq   uint64
+	seq   uint64 // the position
 	ev    events.Event
 	bad   error
 	err   error
@@ -63,10 +64,33 @@ type tailMsg struct {
 	owned bool
 }
 
-// follow starts a tail from stream sequence from. owned, if set, says
-// which sequences need no decoding: ApplyOwn folded them in already.
-func (e *Engine) follow(from uint64, owned func(seq uint64) bool) *tail {
+// follow starts a tail from stream sequence from[i] of each shard i (nil:
+// from each one's start). owned, if set, says which positions need no
+// decoding: ApplyOwn folded them in already.
+func (e *Engine) follow(from []uint64, owned func(pos uint64) bool) *tail {
 	t := &tail{next: make(chan tailMsg, tailBuffer), done: make(chan struct{}), exited: make(chan struct{})}
+	var running sync.WaitGroup
+	for i := range e.cfg.Shards.K {
+		start := uint64(1)
+		if from != nil {
+			start = from[i]
+		}
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			t.run(e.js, e.cfg.Shards, i, e.cfg.Shards.Stream(e.cfg.Stream, i), start, owned)
+		}()
+	}
+	go func() {
+		running.Wait()
+		close(t.exited)
+	}()
+	return t
+}
+
+// run reads shard i, whose stream is named stream, from sequence from
+// until the tail stops.
+func (t *tail) run(js jetstream.JetStream, shards events.Shards, i int, stream string, from uint64, owned func(pos uint64) bool) {
 	// No filter: the stream holds only the log's subjects (store.Open
 	// makes it so), and a filter, even one that matches every subject,
 	// makes the server match it against each message block's subject
@@ -76,12 +100,6 @@ func (e *Engine) follow(from uint64, owned func(seq uint64) bool) *tail {
 	if from > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
 	}
-	go t.run(e.js, e.cfg.Stream, cfg, owned)
-	return t
-}
-
-func (t *tail) run(js jetstream.JetStream, stream string, cfg jetstream.OrderedConsumerConfig, owned func(seq uint64) bool) {
-	defer close(t.exited)
 	send := func(m tailMsg) bool {
 		select {
 		case t.next <- m:
@@ -110,7 +128,7 @@ func (t *tail) run(js jetstream.JetStream, stream string, cfg jetstream.OrderedC
 		return
 	}
 	t.mu.Lock()
-	t.it = it
+	t.its = append(t.its, it)
 	t.mu.Unlock()
 	select {
 	case <-t.done: // stopped before it was set
@@ -128,13 +146,14 @@ func (t *tail) run(js jetstream.JetStream, stream string, cfg jetstream.OrderedC
 		default:
 			var seq uint64
 			if seq, err = streamSeq(msg); err == nil {
-				if owned != nil && owned(seq) {
-					if !send(tailMsg{seq: seq, owned: true}) {
+				pos := shards.Position(i, seq)
+				if owned != nil && owned(pos) {
+					if !send(tailMsg{seq: pos, owned: true}) {
 						return
 					}
 					continue
 				}
-				ev, bad := decode(msg.Data(), seq)
+				ev, bad := decode(msg.Data(), pos)
 				if !send(tailMsg{seq: ev.Seq, ev: ev, bad: bad}) {
 					return
 				}
@@ -156,9 +175,9 @@ func (t *tail) stop(wg *sync.WaitGroup) {
 	go func() {
 		defer wg.Done()
 		t.mu.Lock()
-		it := t.it
+		its := t.its
 		t.mu.Unlock()
-		if it != nil {
+		for _, it := range its {
 			it.Stop()
 		}
 		<-t.exited

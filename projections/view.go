@@ -108,9 +108,11 @@ type views struct {
 	retention
 }
 
-func newViews(retain int) *views {
+// newViews returns empty views of a log of shards that keep retain tasks
+// of finished lineages (retention).
+func newViews(retain int, shards events.Shards) *views {
 	v := &views{
-		retention:   retention{limit: retain},
+		retention:   newRetention(retain, shards),
 		tasks:       make(map[string]*task),
 		activeRoots: make(map[string]int),
 		admissions:  make(map[string][]time.Time),

@@ -46,7 +46,9 @@ type Projection interface {
 	Due(t projections.Timer, now time.Time, limit int, skip func(taskID string) bool) []aggregate.State
 	EarliestExcept(t projections.Timer, skip func(taskID string) bool) (time.Time, bool)
 	TimersChanged() <-chan struct{}
-	Applied() uint64
+	// Covers reports whether the projection has applied the event at
+	// position pos.
+	Covers(pos uint64) bool
 	// WaitFor returns once the projection has applied seq, or ctx ends.
 	WaitFor(ctx context.Context, seq uint64) error
 	// Postpone moves a task's due time in timer queue t, if it is there.
@@ -341,7 +343,7 @@ func (a *Alarm) Run(ctx context.Context) error {
 // when it is applied. Its result, sent after this, does. The action's
 // slot is free meanwhile; the item stays in flight.
 func (a *Alarm) awaitApplied(ctx context.Context, seq uint64) {
-	if seq > a.proj.Applied() {
+	if !a.proj.Covers(seq) {
 		a.proj.WaitFor(ctx, seq) // an error is ctx's end: Run is stopping
 	}
 }
@@ -426,7 +428,7 @@ func (a *Alarm) newSkipper() *skipper {
 
 func (a *Alarm) skip(k key, now, wall time.Time) bool {
 	f, ok := a.inflight[k]
-	return ok && (f.running || f.parked || f.untilSeq > a.proj.Applied() || wall.Before(f.retryAt) || f.waiting(now))
+	return ok && (f.running || f.parked || !a.proj.Covers(f.untilSeq) || wall.Before(f.retryAt) || f.waiting(now))
 }
 
 // waiting reports whether f is a fire the log found early, until its
@@ -436,16 +438,16 @@ func (f flight) waiting(now time.Time) bool { return f.notDue != nil && now.Befo
 // settle forgets flights whose effect the projection has applied, and
 // early fires whose schedule the projections have changed since.
 func (a *Alarm) settle(now, wall time.Time) {
-	applied := a.proj.Applied()
 	for k, f := range a.inflight {
-		if f.waiting(now) && f.untilSeq <= applied {
+		applied := a.proj.Covers(f.untilSeq)
+		if f.waiting(now) && applied {
 			if sc, ok := a.proj.Schedule(f.notDue.customerID, f.notDue.id); ok && sc.State.LastSeq == f.notDue.seq {
 				continue
 			}
 			f.notDue = nil
 			a.inflight[k] = f
 		}
-		if !f.running && !f.parked && f.untilSeq <= applied && !wall.Before(f.retryAt) && !f.waiting(now) {
+		if !f.running && !f.parked && applied && !wall.Before(f.retryAt) && !f.waiting(now) {
 			delete(a.inflight, k)
 		}
 	}

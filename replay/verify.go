@@ -43,9 +43,11 @@ type Violation struct {
 
 // Report summarises a verification.
 type Report struct {
-	Events     int         `json:"events"`
-	Tasks      int         `json:"tasks"`
-	Schedules  int         `json:"schedules,omitempty"`
+	Events    int `json:"events"`
+	Tasks     int `json:"tasks"`
+	Schedules int `json:"schedules,omitempty"`
+	// LastSeq is the last sequence read; on a sharded log the sum of
+	// every shard's (so a log without holes has LastSeq = Events).
 	LastSeq    uint64      `json:"lastSeq"`
 	Violations []Violation `json:"violations"`
 }
@@ -61,6 +63,9 @@ func (r Report) Clean() bool { return len(r.Violations) == 0 }
 // concurrent use.
 type Verifier struct {
 	subjects events.Subjects
+	shards   events.Shards
+	lastSeqs []uint64 // by shard, the stream sequence of the last message added
+	retries  []retry  // on a sharded log, checked by Report
 	tasks    map[string]*aggregate.State
 	keys     map[string]*aggregate.KeyState // concurrency keys by key id
 	// schedules are the schedules' states by scheduleKey.
@@ -68,7 +73,7 @@ type Verifier struct {
 	claimed   map[string]string // delivery token → task that claimed it
 	numbers   map[string]int    // task → number of its previous event
 	ids       map[string]struct{}
-	head      head // the saved chain head, if any
+	heads     []head // the saved chain heads (a sharded log's: one a shard), if any
 	report    Report
 }
 
@@ -81,14 +86,23 @@ type head struct {
 
 // NewVerifier returns a verifier for a log using subjects.
 func NewVerifier(subjects events.Subjects) *Verifier {
-	return &Verifier{subjects: subjects, tasks: map[string]*aggregate.State{}, keys: map[string]*aggregate.KeyState{}, schedules: map[string]*aggregate.ScheduleState{}, claimed: map[string]string{}, numbers: map[string]int{}, ids: map[string]struct{}{}}
+	return &Verifier{subjects: subjects, lastSeqs: make([]uint64, 1), tasks: map[string]*aggregate.State{}, keys: map[string]*aggregate.KeyState{}, schedules: map[string]*aggregate.ScheduleState{}, claimed: map[string]string{}, numbers: map[string]int{}, ids: map[string]struct{}{}}
 }
 
-// ExpectHead tells the verifier the log's saved chain head: the stream
-// must reach seq and hold there a message whose SHA-256 is hash. Call it
+// Shard tells the verifier how the log is sharded (one shard unless
+// called): Add then takes positions (docs/DESIGN.md, "Sharded log"),
+// looks for missing sequences in each shard and expects each event on
+// its shard's subject. Call it before the first Add.
+func (v *Verifier) Shard(shards events.Shards) {
+	v.shards, v.lastSeqs = shards, make([]uint64, shards.N())
+}
+
+// ExpectHead tells the verifier a saved chain head of the log: the
+// stream (of a sharded log: the shard of position seq) must reach seq and
+// hold there a message whose SHA-256 is hash. Call it, once per head,
 // before the first Add.
 func (v *Verifier) ExpectHead(seq uint64, hash events.Hash) {
-	v.head = head{seq: seq, hash: hash}
+	v.heads = append(v.heads, head{seq: seq, hash: hash})
 }
 
 // Report returns what the verifier found so far; once every message has
@@ -96,9 +110,19 @@ func (v *Verifier) ExpectHead(seq uint64, hash events.Hash) {
 func (v *Verifier) Report() Report {
 	r := v.report
 	r.Tasks, r.Schedules = len(v.tasks), len(v.schedules)
-	if h := v.head; h.seq > 0 && !h.seen {
-		kind, detail := Truncated, fmt.Sprintf("the log ends at sequence %d, before its saved chain head at %d: its last events are gone", r.LastSeq, h.seq)
-		if r.LastSeq >= h.seq {
+	for _, rt := range v.retries { // a sharded log's, checked at its end
+		if detail := v.retryProblem(rt, "at its end"); detail != "" {
+			r.Violations = append(slices.Clip(r.Violations), Violation{Seq: rt.seq, TaskID: rt.taskID, Kind: BadRetry, Detail: detail})
+		}
+	}
+	for _, h := range v.heads {
+		if h.seq == 0 || h.seen {
+			continue
+		}
+		shard, _ := v.shards.Split(h.seq)
+		last := v.shards.Position(shard, v.lastSeqs[shard]) // r.LastSeq with one shard
+		kind, detail := Truncated, fmt.Sprintf("the log ends at sequence %d, before its saved chain head at %d: its last events are gone", last, h.seq)
+		if last >= h.seq {
 			kind, detail = HeadMismatch, fmt.Sprintf("the message at the saved chain head's sequence %d is missing", h.seq)
 		}
 		r.Violations = append(slices.Clip(r.Violations), Violation{Seq: h.seq, Kind: kind, Detail: detail})
@@ -114,15 +138,21 @@ func (v *Verifier) fail(seq uint64, taskID, kind, format string, args ...any) {
 // in stream order; a sequence skipped is reported as missing (the event
 // stream denies deletes, so nothing may leave a hole).
 func (v *Verifier) Add(seq uint64, subject string, data []byte) {
-	if seq > v.report.LastSeq+1 {
-		v.fail(seq, "", Missing, "sequences %d to %d are absent", v.report.LastSeq+1, seq-1)
+	shard, raw := v.shards.Split(seq)
+	if last := v.lastSeqs[shard]; raw > last+1 {
+		v.fail(seq, "", Missing, "sequences %d to %d are absent", last+1, raw-1)
+	}
+	if raw > v.lastSeqs[shard] { // always, when added in stream order
+		v.report.LastSeq += raw - v.lastSeqs[shard]
+		v.lastSeqs[shard] = raw
 	}
 	v.report.Events++
-	v.report.LastSeq = seq
-	if seq == v.head.seq {
-		v.head.seen = true
-		if events.HashOf(data) != v.head.hash {
-			v.fail(seq, taskFromSubject(subject), HeadMismatch, "the message at the saved chain head is not the one saved")
+	for i := range v.heads {
+		if h := &v.heads[i]; seq == h.seq {
+			h.seen = true
+			if events.HashOf(data) != h.hash {
+				v.fail(seq, taskFromSubject(subject), HeadMismatch, "the message at the saved chain head is not the one saved")
+			}
 		}
 	}
 	ev, err := events.DecodeHashed(data, seq)
@@ -134,7 +164,7 @@ func (v *Verifier) Add(seq uint64, subject string, data []byte) {
 		v.addKey(ev, subject)
 		return
 	}
-	if want := v.subjects.Of(ev); subject != want {
+	if want := v.shards.Subjects(v.subjects, shard).Of(ev); subject != want {
 		v.fail(seq, ev.TaskID, WrongSubject, "stored on %s, belongs on %s", subject, want)
 	}
 	if _, dup := v.ids[ev.ID]; dup {
@@ -228,14 +258,35 @@ func (v *Verifier) checkRetry(ev events.Event) {
 	if spec.RetryOf == "" {
 		return
 	}
-	switch of := v.tasks[spec.RetryOf]; {
-	case of == nil || !of.Exists():
-		v.fail(ev.Seq, ev.TaskID, BadRetry, "retries task %s, which the log does not hold before it", spec.RetryOf)
-	case of.CustomerID != ev.CustomerID:
-		v.fail(ev.Seq, ev.TaskID, BadRetry, "retries task %s of another customer", spec.RetryOf)
-	case !of.Status.Terminal():
-		v.fail(ev.Seq, ev.TaskID, BadRetry, "retries task %s while it is %s", spec.RetryOf, of.Status)
+	r := retry{seq: ev.Seq, taskID: ev.TaskID, customerID: ev.CustomerID, of: spec.RetryOf}
+	if v.shards.N() > 1 {
+		// A retry is a root of its own, in its own shard: the task it
+		// retries may be in a shard read later.
+		v.retries = append(v.retries, r)
+	} else if detail := v.retryProblem(r, "before it"); detail != "" {
+		v.fail(ev.Seq, ev.TaskID, BadRetry, "%s", detail)
 	}
+}
+
+// retry is a new task that retries another.
+type retry struct {
+	seq                    uint64
+	taskID, customerID, of string
+}
+
+// retryProblem says what is wrong with r given the task it retries as
+// the verifier holds it now (when: "before it", or at the log's end), or
+// returns "".
+func (v *Verifier) retryProblem(r retry, when string) string {
+	switch of := v.tasks[r.of]; {
+	case of == nil || !of.Exists():
+		return fmt.Sprintf("retries task %s, which the log does not hold %s", r.of, when)
+	case of.CustomerID != r.customerID:
+		return fmt.Sprintf("retries task %s of another customer", r.of)
+	case !of.Status.Terminal():
+		return fmt.Sprintf("retries task %s while it is %s", r.of, of.Status)
+	}
+	return ""
 }
 
 // short abbreviates a hash for a violation's detail.

@@ -509,7 +509,7 @@ func mean(ds []time.Duration) time.Duration {
 
 // leaderNode returns the node leading the event stream.
 func (e *benchEnv) leaderNode() *clusterNode {
-	leader := streamLeader(e.t, e.nc)
+	leader := streamLeader(e.t, e.nc, 0)
 	for _, n := range e.nodes {
 		if n.name == leader {
 			return n

@@ -158,8 +158,23 @@ func connectCluster(t *testing.T, nodes []*clusterNode) *nats.Conn {
 	return nc
 }
 
-// streamLeader names the node leading the event stream.
-func streamLeader(t *testing.T, nc *nats.Conn) string {
+// clusterShards is the number of event streams of the cluster test's log:
+// CLUSTER_SHARDS, default 3 (docs/DESIGN.md, "Sharded log").
+func clusterShards(t *testing.T) events.Shards {
+	t.Helper()
+	k := 3
+	if s := os.Getenv("CLUSTER_SHARDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("CLUSTER_SHARDS=%q: want a whole number ≥ 1", s)
+		}
+		k = n
+	}
+	return events.Shards{K: k}
+}
+
+// streamLeader names the node leading shard i's event stream.
+func streamLeader(t *testing.T, nc *nats.Conn, i int) string {
 	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -167,7 +182,7 @@ func streamLeader(t *testing.T, nc *nats.Conn) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, "TASKLEDGER")
+	s, err := js.Stream(ctx, clusterShards(t).Stream(events.DefaultStream, i))
 	if err != nil {
 		t.Fatalf("event stream: %v", err)
 	}
@@ -526,10 +541,17 @@ func TestClusterFailover(t *testing.T) {
 	addrs := [2]string{freeAddr(t), freeAddr(t)}
 	names := [2]string{"tl-a", "tl-b"}
 	logs := [2]string{filepath.Join(dir, "tl-a.log"), filepath.Join(dir, "tl-b.log")}
+	shards := clusterShards(t)
+	shardsFlag := []string{"--shards", strconv.Itoa(shards.N())}
 	var servers [2]*process
 	for i := range servers {
-		servers[i] = startClusterServer(t, urls, addrs[i], names[i], logs[i])
+		servers[i] = startClusterServer(t, urls, addrs[i], names[i], logs[i], shardsFlag...)
 	}
+	var leaders []string
+	for i := range shards.N() {
+		leaders = append(leaders, streamLeader(t, nc, i))
+	}
+	t.Logf("%d event streams, leaders %v", shards.N(), leaders)
 	l := newClusterLoad()
 	for i := range servers {
 		l.clients = append(l.clients, servers[i].client)
@@ -568,7 +590,7 @@ func TestClusterFailover(t *testing.T) {
 			case <-gctx.Done():
 				return false
 			case <-budget:
-				t.Errorf("%d writes acknowledged in phase %s after %s: the service did not continue\n%s", n, clusterPhaseNames[phase], clusterRecoverBudget, clusterState(nc, addrs))
+				t.Errorf("%d writes acknowledged in phase %s after %s: the service did not continue\n%s", n, clusterPhaseNames[phase], clusterRecoverBudget, clusterState(nc, shards, addrs))
 				return false
 			}
 		}
@@ -581,7 +603,7 @@ func TestClusterFailover(t *testing.T) {
 		action     func()
 	}{
 		{0.2, false, clusterNATSDown, func() {
-			leader := streamLeader(t, nc)
+			leader := streamLeader(t, nc, 0)
 			for _, n := range nodes {
 				if n.name == leader {
 					killed = n
@@ -592,7 +614,7 @@ func TestClusterFailover(t *testing.T) {
 				killed = nodes[0]
 			}
 			killed.kill()
-			t.Logf("%.1fs: SIGKILLed NATS node %s (event stream leader)", time.Since(start).Seconds(), killed.name)
+			t.Logf("%.1fs: SIGKILLed NATS node %s (leader of shard 0's event stream)", time.Since(start).Seconds(), killed.name)
 		}},
 		{0.45, true, clusterServerDown, func() {
 			servers[0].kill()
@@ -603,7 +625,7 @@ func TestClusterFailover(t *testing.T) {
 			t.Logf("%.1fs: restarted NATS node %s", time.Since(start).Seconds(), killed.name)
 		}},
 		{0.8, false, clusterAllBack, func() {
-			servers[0] = startClusterServer(t, urls, addrs[0], names[0], logs[0])
+			servers[0] = startClusterServer(t, urls, addrs[0], names[0], logs[0], shardsFlag...)
 			t.Logf("%.1fs: restarted taskledger %s", time.Since(start).Seconds(), names[0])
 		}},
 	}
@@ -634,7 +656,7 @@ func TestClusterFailover(t *testing.T) {
 	for p := clusterNATSDown; p < clusterPhases; p++ {
 		failoverErrors += l.failures[p]
 	}
-	fmt.Printf("cluster failover: %s of load, 6 clients, 2 taskledger processes, 3 NATS nodes (stream R3)\n", loadTime.Round(time.Millisecond))
+	fmt.Printf("cluster failover: %s of load, 6 clients, 2 taskledger processes, 3 NATS nodes (%d event streams, R3)\n", loadTime.Round(time.Millisecond), shards.N())
 	fmt.Printf("  acked: %d schedules, %d claims (%d claims/next, %d direct), %d results; %d writes resolved by a read after an ambiguous retry; %d direct claims lost\n",
 		l.schedules, l.nextClaims+l.directClaims, l.nextClaims, l.directClaims, l.results, l.ambiguousWrites, l.lostClaims)
 	for p := range clusterPhases {
@@ -819,15 +841,21 @@ func clusterDumpTail(t *testing.T, path string, n int) {
 
 // clusterState describes the event stream's replicas and each server's
 // projections, for a failure message.
-func clusterState(nc *nats.Conn, addrs [2]string) string {
+func clusterState(nc *nats.Conn, shards events.Shards, addrs [2]string) string {
 	var b strings.Builder
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if js, err := jetstream.New(nc); err == nil {
-		if s, err := js.Stream(ctx, "TASKLEDGER"); err != nil {
-			fmt.Fprintf(&b, "event stream: %v\n", err)
+	js, jsErr := jetstream.New(nc)
+	for i := range shards.N() {
+		if jsErr != nil {
+			fmt.Fprintf(&b, "jetstream: %v\n", jsErr)
+			break
+		}
+		name := shards.Stream(events.DefaultStream, i)
+		if s, err := js.Stream(ctx, name); err != nil {
+			fmt.Fprintf(&b, "event stream %s: %v\n", name, err)
 		} else if info := s.CachedInfo(); info.Cluster != nil {
-			fmt.Fprintf(&b, "event stream: last seq %d, leader %s\n", info.State.LastSeq, info.Cluster.Leader)
+			fmt.Fprintf(&b, "event stream %s: last seq %d, leader %s\n", name, info.State.LastSeq, info.Cluster.Leader)
 			for _, r := range info.Cluster.Replicas {
 				fmt.Fprintf(&b, "  replica %s: current %t, offline %t, lag %d, active %s\n", r.Name, r.Current, r.Offline, r.Lag, r.Active)
 			}

@@ -51,6 +51,16 @@ func (o *offline) open(ctx context.Context) (jetstream.JetStream, func(), error)
 	return js, closeNATS, nil
 }
 
+// log returns a reader of the log on js, sharded as its metadata records
+// (store.ReadShards).
+func (o *offline) log(ctx context.Context, js jetstream.JetStream) (store.Log, error) {
+	shards, err := store.ReadShards(ctx, js, o.nf.stream)
+	if err != nil {
+		return store.Log{}, err
+	}
+	return store.Log{JS: js, Stream: o.nf.stream, Shards: shards}, nil
+}
+
 func historyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("history")
 	var cf clientFlags
@@ -90,7 +100,10 @@ func historyCommand(ctx context.Context, args []string, stdout io.Writer) error 
 			return err
 		}
 		defer closeLog()
-		log := store.Log{JS: js, Stream: off.nf.stream}
+		log, err := off.log(ctx, js)
+		if err != nil {
+			return err
+		}
 		read := log.Task
 		if *tree {
 			read = log.LineageOf
@@ -162,7 +175,11 @@ func customerHistory(ctx context.Context, stdout io.Writer, cf clientFlags, off 
 	}
 	defer closeLog()
 	states := replay.NewStatusTracker()
-	return store.Log{JS: js, Stream: off.nf.stream}.Customer(ctx, customer, since, func(ev events.Event) error {
+	log, err := off.log(ctx, js)
+	if err != nil {
+		return err
+	}
+	return log.Customer(ctx, customer, since, func(ev events.Event) error {
 		return emit(states.Entry(ev))
 	})
 }
@@ -193,16 +210,21 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer closeLog()
-	v := replay.NewVerifier(events.DefaultSubjects)
-	head, saved, err := node.LoadHead(ctx, js, off.nf.stream)
+	log, err := off.log(ctx, js)
 	if err != nil {
 		return err
 	}
-	if saved {
+	v := replay.NewVerifier(events.DefaultSubjects)
+	v.Shard(log.Shards)
+	heads, err := node.LoadHeads(ctx, js, off.nf.stream)
+	if err != nil {
+		return err
+	}
+	for _, head := range heads {
 		v.ExpectHead(head.Seq, head.Hash)
 	}
 	bar := newProgress("verify")
-	err = store.Log{JS: js, Stream: off.nf.stream}.Read(ctx, store.ReadOptions{Progress: bar.update}, func(m store.Message) error {
+	err = log.Read(ctx, store.ReadOptions{Progress: bar.update}, func(m store.Message) error {
 		v.Add(m.Seq, m.Subject, m.Data)
 		return nil
 	})
@@ -220,7 +242,7 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 			fmt.Fprintf(stdout, "seq %d task %s: %s: %s\n", v.Seq, v.TaskID, v.Kind, v.Detail)
 		}
 		fmt.Fprintf(stdout, "%d events, %d tasks, %d violations\n", report.Events, report.Tasks, len(report.Violations))
-		if saved {
+		for _, head := range heads {
 			fmt.Fprintf(stdout, "saved chain head: sequence %d, sha256 %x\n", head.Seq, head.Hash)
 		}
 	}
@@ -296,20 +318,24 @@ func rebuildCommand(ctx context.Context, args []string, stdout io.Writer) error 
 	if err := snaps.Delete(ctx); err != nil {
 		return fmt.Errorf("dropping the old snapshot: %w", err)
 	}
-	stream, err := js.Stream(ctx, off.nf.stream)
+	log, err := off.log(ctx, js)
 	if err != nil {
 		return err
 	}
-	last := stream.CachedInfo().State.LastSeq
-	eng, err := projections.New(projections.Config{JS: js, Stream: off.nf.stream, Snapshots: snaps, Retain: *retain})
+	positions, err := log.LastPositions(ctx)
+	if err != nil {
+		return err
+	}
+	eng, err := projections.New(projections.Config{JS: js, Stream: off.nf.stream, Shards: log.Shards, Snapshots: snaps, Retain: *retain})
 	if err != nil {
 		return err
 	}
 	start := time.Now()
 	bar := newProgress("rebuild")
-	if err := eng.RebuildTo(ctx, last, bar.update); err != nil {
+	if err := eng.RebuildTo(ctx, positions, bar.update); err != nil {
 		return err
 	}
+	last := eng.Applied()
 	bar.done()
 	elapsed := time.Since(start)
 	if err := eng.SaveSnapshot(ctx); err != nil {

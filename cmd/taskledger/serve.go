@@ -167,6 +167,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	maxEventBytes := fs.Int("max-event-bytes", 0, "largest event the log takes, as the event stream's max message size (0: the NATS server's max_payload, 1 MiB by default); a larger one answers 413")
 	var lf limitFlags
 	lf.register(fs)
+	shards := fs.Int("shards", 1, "event streams the log is spread over (<stream>_<i> when above 1); fixed when the log is created: a start with another number is refused")
 	partitions := fs.Int("timer-partitions", lease.DefaultPartitions, "timer work is split into this many partitions, each acted on by the process holding its lease; every process of a stream must agree")
 	leaseTTL := fs.Duration("lease-ttl", lease.DefaultTTL, "a partition lease lives this long unrenewed (renewed every quarter of it): a lost process's timers are taken over within about this")
 	noLeases := fs.Bool("no-timer-leases", false, "act on every timer item and hold no partition lease, as every process did before leases (correct beside lease holders, only wasteful: for comparison)")
@@ -220,6 +221,9 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		h, _ := os.Hostname()
 		*name = "scheduler-" + sanitize(h)
 	}
+	if *shards < 1 || *shards > store.MaxShards {
+		return fmt.Errorf("%w: --shards %d: want 1 to %d", errUsage, *shards, store.MaxShards)
+	}
 	if *partitions < 1 || *partitions > lease.MaxPartitions {
 		return fmt.Errorf("%w: --timer-partitions %d: want 1 to %d", errUsage, *partitions, lease.MaxPartitions)
 	}
@@ -235,7 +239,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	}
 	defer closeNATS()
 	cfg := node.Config{
-		NC: nc, Stream: nf.stream, Replicas: nf.replicas, Name: *name, Tokens: tokens, Admission: admission, MaxInFlight: *maxInFlight,
+		NC: nc, Stream: nf.stream, Replicas: nf.replicas, Shards: *shards, Name: *name, Tokens: tokens, Admission: admission, MaxInFlight: *maxInFlight,
 		Streams: httpapi.StreamLimits{Max: *maxStreams, MaxPerCustomer: *maxStreamsPerCustomer},
 		HTTP:    limits, BodyTimeout: *bodyTimeout, MaxBodyMemory: *maxBodyMemory, LogRepeatInterval: *logRepeat,
 		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain, Alarm: alarm, Limits: bounds, ReadyJSON: lf.readyJSON,

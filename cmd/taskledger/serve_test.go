@@ -265,6 +265,7 @@ func TestServeRefusesBadLimits(t *testing.T) {
 		{"--run-retention", "0s"}, {"--run-retention", "-1h"},
 		{"--max-streams", "0"}, {"--max-streams-per-customer", "-2"},
 		{"--timer-partitions", "0"}, {"--timer-partitions", "1025"}, {"--lease-ttl", "500ms"}, {"--lease-ttl", "2h"},
+		{"--shards", "0"}, {"--shards", "65"},
 	} {
 		code, stderr := serveOutput(t, nil, args...)
 		if code != 2 || !strings.Contains(stderr, args[0]) {

@@ -83,12 +83,12 @@ func eventsCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	list("root", "only the events of this lineage", &f.RootIDs)
 	list("queue", "only the events of tasks on this queue", &f.Queues)
 	list("type", "only events of this type", &f.Types)
-	after := fs.Uint64("after", 0, "start after this stream sequence (0: from the start of the log)")
+	after := fs.String("after", "0", "start after this resume token: a stream sequence, or on a sharded log an event's cursor (0: from the start of the log)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	enc := json.NewEncoder(stdout)
-	err := cf.client().Stream(ctx, f, *after, func(e api.Event) error {
+	err := cf.client().StreamAfter(ctx, f, *after, func(e api.Event) error {
 		if cf.json {
 			return enc.Encode(e)
 		}

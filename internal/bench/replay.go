@@ -121,7 +121,7 @@ func (r *run) replay(ctx context.Context, nc *nats.Conn) error {
 		return err
 	}
 	cpu, start = processCPU(), time.Now()
-	if err := eng.RebuildTo(ctx, last, nil); err != nil {
+	if err := eng.RebuildTo(ctx, []uint64{last}, nil); err != nil {
 		return err
 	}
 	rebuildRate := float64(last) / time.Since(start).Seconds()
@@ -139,9 +139,9 @@ func (r *run) replay(ctx context.Context, nc *nats.Conn) error {
 
 	// Loads as a node makes them: the projections tell the store the
 	// task's customer, so it reads the task's own subject.
-	ld, err := openStore(ctx, nc, name, func(id string) (string, bool) {
+	ld, err := openStore(ctx, nc, name, func(id string) (string, string, bool) {
 		t, ok := eng.Task(id)
-		return t.CustomerID, ok
+		return t.CustomerID, t.Spec.RootID, ok
 	})
 	if err != nil {
 		return err
@@ -182,7 +182,7 @@ func (r *run) startup(ctx context.Context, eng *projections.Engine, st *store.St
 	if err != nil {
 		return err
 	}
-	if err := writer.RebuildTo(ctx, eng.Applied(), nil); err != nil {
+	if err := writer.RebuildTo(ctx, eng.Positions(), nil); err != nil {
 		return err
 	}
 	if err := writer.SaveSnapshot(ctx); err != nil {

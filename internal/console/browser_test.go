@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,6 +57,7 @@ func chromiumPath(t *testing.T) string {
 // errors and CSP violations.
 type console struct {
 	node     *testnode.Node
+	opts     []testnode.Option      // the node's, for a restart
 	backend  atomic.Pointer[string] // the server's URL
 	url      string
 	operator *api.Client
@@ -66,13 +68,14 @@ type console struct {
 	errors []string
 }
 
-func setup(t *testing.T) *console {
+func setup(t *testing.T, nodeOpts ...testnode.Option) *console {
 	t.Helper()
 	chromium := chromiumPath(t)
-	n := testnode.Start(t, withTokens)
+	nodeOpts = append([]testnode.Option{withTokens}, nodeOpts...)
+	n := testnode.Start(t, nodeOpts...)
 	// The browser talks to a proxy that stays when the server behind it
 	// restarts (on another port).
-	c := &console{node: n}
+	c := &console{node: n, opts: nodeOpts}
 	c.backend.Store(&n.URL)
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
@@ -134,7 +137,7 @@ func withTokens(c *node.Config) {
 func (c *console) restart(t *testing.T) {
 	t.Helper()
 	c.node.Stop()
-	c.node = testnode.Start(t, testnode.On(c.node.NC, c.node.NS), withTokens)
+	c.node = testnode.Start(t, append([]testnode.Option{testnode.On(c.node.NC, c.node.NS)}, c.opts...)...)
 	c.backend.Store(&c.node.URL)
 }
 
@@ -549,7 +552,19 @@ func TestConsoleRefusesUnknownToken(t *testing.T) {
 // those stored while it was away.
 func TestConsoleStreamResumesAcrossRestart(t *testing.T) {
 	t.Parallel()
-	c := setup(t)
+	consoleStreamResumes(t, 1)
+}
+
+// On a log of three shards the stream's ids are tokens of three
+// sequences: the console resumes with its last one and gets every event
+// once (the shards' events interleave, so not in one order).
+func TestShardedConsoleStreamResumesAcrossRestart(t *testing.T) {
+	t.Parallel()
+	consoleStreamResumes(t, 3)
+}
+
+func consoleStreamResumes(t *testing.T, shards int) {
+	c := setup(t, func(cfg *node.Config) { cfg.Shards = shards })
 	ctx := context.Background()
 	c.login(t, acmeToken)
 	c.run(t,
@@ -570,6 +585,17 @@ func TestConsoleStreamResumesAcrossRestart(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+	if shards > 1 {
+		c.poll(t, fmt.Sprintf("seen.length >= %d", len(want)))
+		seen := value(t, c, chromedp.Evaluate[[]uint64]("seen"))
+		slices.Sort(seen)
+		slices.Sort(want)
+		if !slices.Equal(seen, want) {
+			t.Fatalf("the console got the events %v, want %v (every acme event, once)", seen, want)
+		}
+		c.noErrors(t)
+		return
 	}
 	c.poll(t, fmt.Sprintf("seen.at(-1) >= %d", want[len(want)-1]))
 	seen := value(t, c, chromedp.Evaluate[[]uint64]("seen"))

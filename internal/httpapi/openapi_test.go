@@ -318,8 +318,17 @@ func (s *openapiSpec) checkEventStream(answer []byte) error {
 			if err := s.validateSchema("Event", []byte(data)); err != nil {
 				return fmt.Errorf("message %d: %w", i+1, err)
 			}
-			if err := json.Unmarshal([]byte(data), &e); err != nil || fmt.Sprint(e.Seq) != id || e.Type != name {
-				return fmt.Errorf("message %d: id %q and event %q do not repeat the data's seq and type: %s", i+1, id, name, data)
+			if err := json.Unmarshal([]byte(data), &e); err != nil {
+				return fmt.Errorf("message %d: %w", i+1, err)
+			}
+			// The id is the resume token: the seq, or on a sharded log
+			// the cursor.
+			token := fmt.Sprint(e.Seq)
+			if e.Cursor != "" {
+				token = e.Cursor
+			}
+			if token != id || e.Type != name {
+				return fmt.Errorf("message %d: id %q and event %q do not repeat the data's seq (or cursor) and type: %s", i+1, id, name, data)
 			}
 		}
 	}

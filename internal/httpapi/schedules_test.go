@@ -68,7 +68,17 @@ func checkRunTasks(t *testing.T, c *api.Client, s api.Schedule) {
 
 func TestSchedulesEndToEnd(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	schedulesEndToEnd(t, setup(t))
+}
+
+// On a log of three shards a schedule's events live in its shard and its
+// runs' tasks in theirs.
+func TestShardedSchedulesEndToEnd(t *testing.T) {
+	t.Parallel()
+	schedulesEndToEnd(t, setup(t, func(c *node.Config) { c.Shards = 3 }))
+}
+
+func schedulesEndToEnd(t *testing.T, b *bundle) {
 	ctx := context.Background()
 	s, created, err := b.client.CreateSchedule(ctx, everySecond("triage"))
 	if err != nil || !created {
@@ -143,7 +153,17 @@ func TestSchedulesEndToEnd(t *testing.T) {
 
 func TestScheduleOverlapSkip(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	scheduleOverlapSkip(t, setup(t))
+}
+
+// The overlap check reads a run's task, which lives in another shard than
+// its schedule.
+func TestShardedScheduleOverlapSkip(t *testing.T) {
+	t.Parallel()
+	scheduleOverlapSkip(t, setup(t, func(c *node.Config) { c.Shards = 3 }))
+}
+
+func scheduleOverlapSkip(t *testing.T, b *bundle) {
 	req := everySecond("overlap")
 	req.Overlap = "" // skip: nobody claims the runs, so the first stays queued
 	if _, _, err := b.client.CreateSchedule(context.Background(), req); err != nil {

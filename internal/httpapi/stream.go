@@ -131,9 +131,9 @@ type overflowError struct{ api.StreamOverflow }
 
 func (e *overflowError) Error() string { return e.Reason }
 
-// streamArgs parses the filter and the resume point of a stream request;
-// given is false when the request names none.
-func streamArgs(r *http.Request) (f scheduler.StreamFilter, after uint64, given bool, err error) {
+// streamArgs parses the filter and the resume token of a stream request
+// (Service.ParseCursor reads it); after is "" when the request names none.
+func streamArgs(r *http.Request) (f scheduler.StreamFilter, after string, err error) {
 	q := r.URL.Query()
 	list := func(name string) []string {
 		var out []string
@@ -151,19 +151,31 @@ func streamArgs(r *http.Request) (f scheduler.StreamFilter, after uint64, given 
 		f.Types = append(f.Types, events.Type(t))
 	}
 	if err := f.Validate(); err != nil {
-		return f, 0, false, err
+		return f, "", err
 	}
-	s, name := q.Get("after"), "after"
+	after = q.Get("after")
 	if id := r.Header.Get("Last-Event-ID"); id != "" {
-		s, name = id, "Last-Event-ID"
+		after = id
 	}
-	if s == "" {
-		return f, 0, false, nil
+	return f, after, nil
+}
+
+// streamCursor returns the cursor a stream starts from: the one token
+// names, or with none the log's end (live only: from the next event
+// stored).
+func (h *handler) streamCursor(r *http.Request, token string) (scheduler.Cursor, error) {
+	if token == "" {
+		return h.Service.LiveCursor(r.Context())
 	}
-	if after, err = strconv.ParseUint(s, 10, 64); err != nil {
-		return f, 0, false, invalidArg("%s must be a whole number ≥ 0 (a stream sequence)", name)
+	c, ok := h.Service.ParseCursor(token)
+	if !ok {
+		name := "after"
+		if r.Header.Get("Last-Event-ID") != "" {
+			name = "Last-Event-ID"
+		}
+		return nil, invalidArg("%s must be %s", name, h.Service.CursorForm())
 	}
-	return f, after, true, nil
+	return c, nil
 }
 
 // stream serves GET /v1/events/stream (docs/API.md, "Live event stream"):
@@ -172,17 +184,15 @@ func streamArgs(r *http.Request) (f scheduler.StreamFilter, after uint64, given 
 // client that lets the buffer fill is sent it, then an overflow message,
 // and dropped.
 func (h *handler) stream(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
-	f, after, given, err := streamArgs(r)
+	f, token, err := streamArgs(r)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	if !given {
-		// Live only: from the next event stored.
-		if after, err = h.Service.LastSeq(r.Context()); err != nil {
-			h.fail(w, r, err)
-			return
-		}
+	after, err := h.streamCursor(r, token)
+	if err != nil {
+		h.fail(w, r, err)
+		return
 	}
 	leave, err := h.streams.enter(p)
 	if err != nil {
@@ -204,9 +214,13 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p scheduler.Pri
 	heldBytes := 0
 	done := make(chan error, 1)
 	go func() {
-		last := after
-		err := h.Service.Stream(ctx, p, f, after, func(ev events.Event, st aggregate.State) error {
-			b, err := sseEvent(ev, st)
+		last, lastToken := uint64(0), h.Service.CursorToken(after)
+		if len(after) > 0 {
+			last = after[0]
+		}
+		err := h.Service.Stream(ctx, p, f, after, func(ev events.Event, st aggregate.State, at scheduler.Cursor) error {
+			token := h.Service.CursorToken(at)
+			b, err := sseEvent(ev, st, token)
 			if err != nil {
 				return err
 			}
@@ -219,11 +233,15 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p scheduler.Pri
 			held.Unlock()
 			if full {
 				h.streams.overflows.Add(1)
-				return &overflowError{api.StreamOverflow{After: last, Reason: fmt.Sprintf(
-					"the client read too slowly: %d events (%d bytes) not taken", n, bytes)}}
+				o := api.StreamOverflow{After: last, Reason: fmt.Sprintf(
+					"the client read too slowly: %d events (%d bytes) not taken", n, bytes)}
+				if len(at) > 1 {
+					o.Cursor = lastToken
+				}
+				return &overflowError{o}
 			}
 			msgs <- b // never blocks: only this goroutine sends, and msgs is not full
-			last = ev.Seq
+			last, lastToken = ev.Seq, token
 			return nil
 		})
 		// The handler may be stuck writing to a client that reads
@@ -287,13 +305,18 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p scheduler.Pri
 }
 
 // sseEvent is the Server-Sent Events message of ev, which left its task
-// at st.
-func sseEvent(ev events.Event, st aggregate.State) ([]byte, error) {
-	data, err := json.Marshal(newEvent(ev, replay.EntryOf(ev, st)))
+// at st; token is the resume token after it, its id (on a sharded log
+// also its cursor: with one shard the token is its sequence).
+func sseEvent(ev events.Event, st aggregate.State, token string) ([]byte, error) {
+	e := newEvent(ev, replay.EntryOf(ev, st))
+	if token != strconv.FormatUint(ev.Seq, 10) {
+		e.Cursor = token
+	}
+	data, err := json.Marshal(e)
 	if err != nil {
 		return nil, err
 	}
-	return fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type(), data), nil
+	return fmt.Appendf(nil, "id: %s\nevent: %s\ndata: %s\n\n", token, ev.Type(), data), nil
 }
 
 // stats serves GET /v1/stats (docs/API.md, "Statistics").

@@ -18,40 +18,65 @@ import (
 // watch that recovers from storage errors.
 
 // headObject is the object of the snapshot bucket that holds the log's
-// chain head (store.Head as JSON).
+// chain head (store.Head as JSON; a sharded log's, a JSON array of one
+// head a shard).
 const headObject = "chainhead"
 
-// LoadHead returns the chain head saved for stream; ok is false when none
-// was (no snapshot bucket, or nothing saved yet). It creates nothing.
+// LoadHead returns the chain head saved for stream, the first when a
+// sharded log saved one a shard (LoadHeads); ok is false when none was.
 func LoadHead(ctx context.Context, js jetstream.JetStream, stream string) (h store.Head, ok bool, err error) {
+	hs, err := LoadHeads(ctx, js, stream)
+	if err != nil || len(hs) == 0 {
+		return h, false, err
+	}
+	return hs[0], true, nil
+}
+
+// LoadHeads returns the chain heads saved for stream: one, or on a
+// sharded log one a shard that held events; none when none was saved (no
+// snapshot bucket, or nothing saved yet). It creates nothing.
+func LoadHeads(ctx context.Context, js jetstream.JetStream, stream string) ([]store.Head, error) {
 	bucket, err := js.ObjectStore(ctx, SnapshotBucket(stream))
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return h, false, nil
+		return nil, nil
 	}
 	if err != nil {
-		return h, false, fmt.Errorf("node: snapshot bucket: %w", err)
+		return nil, fmt.Errorf("node: snapshot bucket: %w", err)
 	}
 	data, err := bucket.GetBytes(ctx, headObject)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return h, false, nil
+		return nil, nil
 	}
 	if err != nil {
-		return h, false, fmt.Errorf("node: chain head: %w", err)
+		return nil, fmt.Errorf("node: chain head: %w", err)
 	}
-	if err := json.Unmarshal(data, &h); err != nil {
-		return h, false, fmt.Errorf("node: chain head: %w", err)
+	var hs []store.Head
+	if len(data) > 0 && data[0] == '[' {
+		err = json.Unmarshal(data, &hs)
+	} else {
+		hs = make([]store.Head, 1)
+		err = json.Unmarshal(data, &hs[0])
 	}
-	return h, true, nil
+	if err != nil {
+		return nil, fmt.Errorf("node: chain head: %w", err)
+	}
+	return hs, nil
 }
 
-// SaveHead saves the chain head of stream at sequence seq (0: its last
-// message) in heads; an empty stream saves nothing.
-func SaveHead(ctx context.Context, log store.Log, heads projections.SnapshotStore, seq uint64) error {
-	h, err := log.HeadAt(ctx, seq)
-	if err != nil || h.Seq == 0 {
+// SaveHead saves the chain heads of stream at positions (by shard; nil:
+// at every shard's last event) in heads: one head as an object, as
+// before sharding, several as an array. An empty log saves nothing.
+func SaveHead(ctx context.Context, log store.Log, heads projections.SnapshotStore, positions []uint64) error {
+	hs, err := log.HeadsAt(ctx, positions)
+	if err != nil || len(hs) == 0 {
 		return err
 	}
-	data, err := json.Marshal(h)
+	var data []byte
+	if log.Shards.N() == 1 {
+		data, err = json.Marshal(hs[0])
+	} else {
+		data, err = json.Marshal(hs)
+	}
 	if err != nil {
 		return err
 	}
@@ -61,9 +86,9 @@ func SaveHead(ctx context.Context, log store.Log, heads projections.SnapshotStor
 // checkHead checks the log for holes and compares it with its saved
 // chain head; it returns a warning, also logged, when the log is damaged.
 func (n *Node) checkHead(ctx context.Context) string {
-	h, _, err := LoadHead(ctx, n.Store.JetStream(), n.cfg.Stream)
+	hs, err := LoadHeads(ctx, n.Store.JetStream(), n.cfg.Stream)
 	if err == nil {
-		err = n.Store.Log().Check(ctx, h)
+		err = n.Store.Log().CheckHeads(ctx, hs)
 	}
 	switch {
 	case errors.Is(err, store.ErrEventsMissing) || errors.Is(err, store.ErrLogTruncated) || errors.Is(err, store.ErrHeadMismatch):

@@ -35,7 +35,10 @@ type Config struct {
 	ReadyStream string          // default Stream + "_READY"
 	Subjects    events.Subjects // default tl.evt.>, tl.ready.>
 	Replicas    int             // default 1
-	Name        string          // actor name of this node's events; default "scheduler"
+	// Shards is the number of event streams the log is spread over
+	// (store.Config.Shards); default 1.
+	Shards      int
+	Name        string // actor name of this node's events; default "scheduler"
 	Tokens      map[string]string
 	MaxInFlight int // API requests served at once; default 1024, -1 no limit
 	// Streams bounds the live event streams (httpapi.StreamLimits).
@@ -152,12 +155,12 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.StorageRetry = 5 * time.Second
 	}
 	var eng *projections.Engine
-	locate := func(taskID string) (string, bool) {
+	locate := func(taskID string) (string, string, bool) {
 		s, ok := eng.Task(taskID)
-		return s.CustomerID, ok
+		return s.CustomerID, s.Spec.RootID, ok
 	}
 	st, err := store.Open(ctx, cfg.NC, store.Config{
-		Stream: cfg.Stream, Subjects: cfg.Subjects, Replicas: cfg.Replicas, Actor: cfg.Name, Now: cfg.Now, Locate: locate,
+		Stream: cfg.Stream, Subjects: cfg.Subjects, Replicas: cfg.Replicas, Shards: cfg.Shards, Actor: cfg.Name, Now: cfg.Now, Locate: locate,
 		MaxEventBytes: cfg.MaxEventBytes, WriteTimeout: cfg.WriteTimeout,
 	})
 	if err != nil {
@@ -176,9 +179,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	pcfg := projections.Config{
-		JS: st.JetStream(), Stream: cfg.Stream, Subjects: cfg.Subjects, Logger: cfg.Logger,
+		JS: st.JetStream(), Stream: cfg.Stream, Subjects: cfg.Subjects, Shards: st.Shards(), Logger: cfg.Logger,
 		SnapshotEvery: cfg.SnapshotEvery, SnapshotInterval: cfg.SnapshotInterval, Retain: cfg.Retain,
-		LastSeq: st.Log().LastSeq,
+		LastPositions: st.Log().LastPositions,
 	}
 	var heads projections.SnapshotStore
 	if !cfg.NoSnapshots {
@@ -191,7 +194,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 		pcfg.Snapshots = snaps
-		pcfg.AfterSnapshot = func(ctx context.Context, applied uint64) {
+		pcfg.AfterSnapshot = func(ctx context.Context, applied []uint64) {
 			if err := SaveHead(ctx, st.Log(), heads, applied); err != nil {
 				cfg.Logger.Warn().Err(err).Msg("chain head not saved")
 			}
@@ -329,7 +332,7 @@ func (n *Node) Run(ctx context.Context) error {
 	if err == nil && n.heads != nil {
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.Store.Config().WriteTimeout)
 		defer cancel()
-		if herr := SaveHead(hctx, n.Store.Log(), n.heads, 0); herr != nil {
+		if herr := SaveHead(hctx, n.Store.Log(), n.heads, nil); herr != nil {
 			n.cfg.Logger.Warn().Err(herr).Msg("chain head not saved at shutdown")
 		}
 	}

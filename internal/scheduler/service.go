@@ -57,12 +57,18 @@ type Store interface {
 	CustomerEvents(ctx context.Context, customerID string, since time.Time, fn func(events.Event) error) error
 	// KeyHistory returns every event of a concurrency key in log order.
 	KeyHistory(ctx context.Context, customerID, key string) ([]events.Event, error)
-	// Follow calls fn for every event stored after sequence after on
-	// one of the subjects filters (none: all), then for each later one,
-	// until ctx ends or fn fails.
-	Follow(ctx context.Context, filters []string, after uint64, fn func(events.Event) error) error
-	// LastSeq returns the log's last stream sequence (0 when empty).
+	// Follow calls fn for every event stored after the positions after
+	// (by shard) on one of the subjects filters gives for a shard's
+	// subjects (none: all), then for each later one, until ctx ends or fn
+	// fails.
+	Follow(ctx context.Context, filters func(events.Subjects) []string, after []uint64, fn func(events.Event) error) error
+	// LastSeq returns the sum of the shards' last stream sequences: the
+	// log's last sequence when it has one shard (0 when empty).
 	LastSeq(ctx context.Context) (uint64, error)
+	// LastPositions returns the position of every shard's last event.
+	LastPositions(ctx context.Context) ([]uint64, error)
+	// Shards says how the log is sharded.
+	Shards() events.Shards
 	Now() time.Time
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/taskledger/taskledger/aggregate"
@@ -25,13 +27,77 @@ type StreamFilter struct {
 // is forgotten, and read again from the log when it is seen again.
 const maxTracked = 4096
 
-// Stream calls fn, in log order, for every event p may see that f
-// selects stored after sequence after, with its task's state after it,
-// and then for each such event stored later. It returns when ctx ends or
-// the service closes (ctx.Err() or context.Canceled), or with fn's error.
-// It reads with one ordered consumer on p's subjects and remembers the
-// state of at most maxTracked tasks, so it holds bounded memory.
-func (s *Service) Stream(ctx context.Context, p Principal, f StreamFilter, after uint64, fn func(events.Event, aggregate.State) error) error {
+// Cursor is where a stream stands: by shard, the position of the last
+// event it passed (0: none yet). Its token (Service.CursorToken) is the
+// stream's resume point, the SSE id of the event that moved it there.
+type Cursor []uint64
+
+// ParseCursor returns the cursor a resume token names: with one shard a
+// whole number, the stream sequence of the last event seen; with K, K
+// stream sequences joined by "-", shard 0's first, or "0", the start of
+// every shard (docs/API.md, "Live event stream"). ok is false for a token
+// of another form (CursorForm).
+func (s *Service) ParseCursor(token string) (c Cursor, ok bool) {
+	shards := s.cfg.Store.Shards()
+	if token == "0" {
+		return make(Cursor, shards.N()), true
+	}
+	parts := strings.Split(token, "-")
+	if len(parts) != shards.N() {
+		return nil, false
+	}
+	c = make(Cursor, len(parts))
+	for i, part := range parts {
+		seq, err := strconv.ParseUint(part, 10, 64)
+		if err != nil {
+			return nil, false
+		}
+		c[i] = shards.Position(i, seq)
+	}
+	return c, true
+}
+
+// CursorForm says what a resume token is, for an error message.
+func (s *Service) CursorForm() string {
+	if k := s.cfg.Store.Shards().N(); k > 1 {
+		return fmt.Sprintf("0 or %d whole numbers ≥ 0 joined by \"-\" (each shard's stream sequence)", k)
+	}
+	return "a whole number ≥ 0 (a stream sequence)"
+}
+
+// CursorToken returns the resume token of c (ParseCursor's inverse).
+func (s *Service) CursorToken(c Cursor) string {
+	shards := s.cfg.Store.Shards()
+	parts := make([]string, shards.N())
+	for i := range parts {
+		var seq uint64
+		if i < len(c) {
+			_, seq = shards.Split(c[i])
+		}
+		parts[i] = strconv.FormatUint(seq, 10)
+	}
+	return strings.Join(parts, "-")
+}
+
+// LiveCursor returns the cursor at the log's end now: a stream from it
+// passes only events stored later.
+func (s *Service) LiveCursor(ctx context.Context) (Cursor, error) {
+	last, err := s.cfg.Store.LastPositions(ctx)
+	if err != nil {
+		return nil, s.unavailable(err)
+	}
+	return last, nil
+}
+
+// Stream calls fn, in log order (with several shards, each shard's), for
+// every event p may see that f selects stored after the cursor after,
+// with its task's state after it and the cursor after it, and then for
+// each such event stored later. It returns when ctx ends or the service
+// closes (ctx.Err() or context.Canceled), or with fn's error. It reads
+// with one ordered consumer a shard on p's subjects and remembers the
+// state of at most maxTracked tasks, so it holds bounded memory. fn must
+// not keep the cursor: it changes with the next event.
+func (s *Service) Stream(ctx context.Context, p Principal, f StreamFilter, after Cursor, fn func(events.Event, aggregate.State, Cursor) error) error {
 	if err := f.Validate(); err != nil {
 		return err
 	}
@@ -39,15 +105,21 @@ func (s *Service) Stream(ctx context.Context, p Principal, f StreamFilter, after
 	defer cancel()
 	defer context.AfterFunc(s.closing, cancel)()
 	t := tracker{store: s.cfg.Store, states: make(map[string]aggregate.State)}
-	err := s.cfg.Store.Follow(ctx, s.streamSubjects(p, f.TaskIDs), after, func(ev events.Event) error {
+	shards := s.cfg.Store.Shards()
+	at := make(Cursor, shards.N())
+	copy(at, after)
+	subjects := func(sub events.Subjects) []string { return streamSubjects(sub, p, f.TaskIDs) }
+	err := s.cfg.Store.Follow(ctx, subjects, at, func(ev events.Event) error {
 		st, err := t.apply(ctx, ev)
 		if err != nil {
 			return err
 		}
+		shard, _ := shards.Split(ev.Seq)
+		at[shard] = ev.Seq
 		if !selects(f, ev, st) {
 			return nil
 		}
-		return fn(ev, st)
+		return fn(ev, st, at)
 	})
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -79,10 +151,10 @@ func (f StreamFilter) Validate() error {
 	return nil
 }
 
-// streamSubjects are the log subjects of the events p may see of
-// taskIDs (none: of every task): tenancy is the subject filter.
-func (s *Service) streamSubjects(p Principal, taskIDs []string) []string {
-	sub := s.cfg.Subjects
+// streamSubjects are the subjects among sub (a shard's) of the events p
+// may see of taskIDs (none: of every task): tenancy is the subject
+// filter.
+func streamSubjects(sub events.Subjects, p Principal, taskIDs []string) []string {
 	if len(taskIDs) == 0 {
 		if p.IsOperator() {
 			return nil

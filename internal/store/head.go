@@ -63,17 +63,35 @@ func (h *Head) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// LastSeq returns the sequence of the stream's last stored event, 0 when
-// there is none. It reads the message itself: after a block file lost its
-// tail, the stream's state may still name a last sequence whose message
-// is gone. That costs one read; only when the message is missing does it
-// ask for the last one on the stream's subjects (which walks the server's
-// subject index).
-func (l Log) LastSeq(ctx context.Context) (uint64, error) {
+// LastSeq returns the position of the last stored event of shard 0 (of
+// the log, when it is not sharded), 0 when there is none (LastPositions).
+func (l Log) LastSeq(ctx context.Context) (uint64, error) { return l.lastOf(ctx, 0) }
+
+// LastPositions returns the position of every shard's last stored event,
+// by shard, 0 for an empty shard. It reads each message itself: after a
+// block file lost its tail, a stream's state may still name a last
+// sequence whose message is gone. That costs one read a shard; only when
+// the message is missing does it ask for the last one on the stream's
+// subjects (which walks the server's subject index).
+func (l Log) LastPositions(ctx context.Context) ([]uint64, error) {
 	l = l.withDefaults()
-	s, err := l.JS.Stream(ctx, l.Stream)
+	last := make([]uint64, l.Shards.N())
+	for i := range last {
+		var err error
+		if last[i], err = l.lastOf(ctx, i); err != nil {
+			return nil, err
+		}
+	}
+	return last, nil
+}
+
+// lastOf is LastPositions of shard i.
+func (l Log) lastOf(ctx context.Context, i int) (uint64, error) {
+	l = l.withDefaults()
+	name := l.Shards.Stream(l.Stream, i)
+	s, err := l.JS.Stream(ctx, name)
 	if err != nil {
-		return 0, fmt.Errorf("store: stream %s: %w", l.Stream, err)
+		return 0, fmt.Errorf("store: stream %s: %w", name, err)
 	}
 	last := s.CachedInfo().State.LastSeq
 	if last == 0 {
@@ -82,7 +100,7 @@ func (l Log) LastSeq(ctx context.Context) (uint64, error) {
 	_, err = s.GetMsg(ctx, last)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		last, err = 0, nil
-		for _, subject := range l.Subjects.Log() {
+		for _, subject := range l.Shards.Subjects(l.Subjects, i).Log() {
 			msg, gerr := s.GetLastMsgForSubject(ctx, subject)
 			if gerr == nil {
 				last = max(last, msg.Sequence)
@@ -94,58 +112,109 @@ func (l Log) LastSeq(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("store: last event: %w", err)
 	}
-	return last, nil
+	return l.Shards.Position(i, last), nil
 }
 
-// HeadAt returns the chain head at stream sequence seq, or at the
-// stream's last event when seq is 0. An empty stream has the zero Head.
-func (l Log) HeadAt(ctx context.Context, seq uint64) (Head, error) {
+// HeadAt returns the chain head at position pos, or at shard 0's last
+// event when pos is 0. An empty shard has the zero Head. A Head's Seq is
+// a position.
+func (l Log) HeadAt(ctx context.Context, pos uint64) (Head, error) {
 	l = l.withDefaults()
-	s, err := l.JS.Stream(ctx, l.Stream)
-	if err != nil {
-		return Head{}, fmt.Errorf("store: stream %s: %w", l.Stream, err)
-	}
-	if seq == 0 {
-		if seq, err = l.LastSeq(ctx); err != nil || seq == 0 {
+	if pos == 0 {
+		var err error
+		if pos, err = l.LastSeq(ctx); err != nil || pos == 0 {
 			return Head{}, err
 		}
 	}
+	i, seq := l.Shards.Split(pos)
+	name := l.Shards.Stream(l.Stream, i)
+	s, err := l.JS.Stream(ctx, name)
+	if err != nil {
+		return Head{}, fmt.Errorf("store: stream %s: %w", name, err)
+	}
 	msg, err := s.GetMsg(ctx, seq)
 	if err != nil {
-		return Head{}, fmt.Errorf("store: chain head at %d: %w", seq, err)
+		return Head{}, fmt.Errorf("store: chain head at %d: %w", pos, err)
 	}
-	return Head{Seq: seq, Hash: events.HashOf(msg.Data)}, nil
+	return Head{Seq: pos, Hash: events.HashOf(msg.Data)}, nil
+}
+
+// HeadsAt returns the chain head at each of positions (nil: at every
+// shard's last event), leaving out an empty shard's.
+func (l Log) HeadsAt(ctx context.Context, positions []uint64) ([]Head, error) {
+	if positions == nil {
+		var err error
+		if positions, err = l.LastPositions(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var heads []Head
+	for _, pos := range positions {
+		if pos == 0 {
+			continue
+		}
+		h, err := l.HeadAt(ctx, pos)
+		if err != nil {
+			return nil, err
+		}
+		heads = append(heads, h)
+	}
+	return heads, nil
+}
+
+// CheckHeads is Check of every head of hs (a sharded log's are one a
+// shard), looking for holes once.
+func (l Log) CheckHeads(ctx context.Context, hs []Head) error {
+	if len(hs) == 0 {
+		return l.Check(ctx, Head{})
+	}
+	errs := []error{l.Check(ctx, hs[0])}
+	for _, h := range hs[1:] {
+		errs = append(errs, l.checkHead(ctx, h))
+	}
+	return errors.Join(errs...)
 }
 
 // Check returns nil when the log has no hole and still holds h (the zero
 // Head: none saved): its stream reaches h.Seq and the message there
 // hashes to h.Hash. Otherwise it returns an error wrapping
 // ErrEventsMissing, ErrLogTruncated or ErrHeadMismatch, or the read's
-// error. It costs two reads, whatever the log's size.
+// error. Holes are looked for in every shard, the head in its own. It
+// costs two reads, and one stream info a shard, whatever the log's size.
 func (l Log) Check(ctx context.Context, h Head) error {
 	l = l.withDefaults()
-	s, err := l.JS.Stream(ctx, l.Stream)
-	if err != nil {
-		return fmt.Errorf("store: stream %s: %w", l.Stream, err)
-	}
-	var missing error
-	if st := s.CachedInfo().State; st.NumDeleted > 0 {
-		missing = fmt.Errorf("%w: %d of sequences %d to %d hold no message", ErrEventsMissing, st.NumDeleted, st.FirstSeq, st.LastSeq)
+	var missing []error
+	for i := range l.Shards.N() {
+		name := l.Shards.Stream(l.Stream, i)
+		s, err := l.JS.Stream(ctx, name)
+		if err != nil {
+			return fmt.Errorf("store: stream %s: %w", name, err)
+		}
+		if st := s.CachedInfo().State; st.NumDeleted > 0 {
+			missing = append(missing, fmt.Errorf("%w: %d of sequences %d to %d of %s hold no message", ErrEventsMissing, st.NumDeleted, st.FirstSeq, st.LastSeq, name))
+		}
 	}
 	if h.Seq == 0 {
-		return missing
+		return errors.Join(missing...)
 	}
-	last, err := l.LastSeq(ctx)
+	return errors.Join(append(missing, l.checkHead(ctx, h))...)
+}
+
+// checkHead returns nil when the log reaches h (not the zero Head) and
+// holds it, else an error wrapping ErrLogTruncated or ErrHeadMismatch,
+// or the read's error.
+func (l Log) checkHead(ctx context.Context, h Head) error {
+	shard, _ := l.Shards.Split(h.Seq)
+	last, err := l.lastOf(ctx, shard)
 	if err != nil {
 		return err
 	}
-	var head error
 	if last < h.Seq {
-		head = fmt.Errorf("%w: the last event is at sequence %d, the head saved at %d", ErrLogTruncated, last, h.Seq)
+		return fmt.Errorf("%w: the last event is at sequence %d, the head saved at %d", ErrLogTruncated, last, h.Seq)
 	} else if got, err := l.HeadAt(ctx, h.Seq); err != nil {
-		head = fmt.Errorf("%w: %w", ErrHeadMismatch, err)
+		return fmt.Errorf("%w: %w", ErrHeadMismatch, err)
 	} else if got.Hash != h.Hash {
-		head = fmt.Errorf("%w: the message at sequence %d is not the one saved", ErrHeadMismatch, h.Seq)
+		return fmt.Errorf("%w: the message at sequence %d is not the one saved", ErrHeadMismatch, h.Seq)
 	}
-	return errors.Join(missing, head)
+	return nil
 }

@@ -19,7 +19,8 @@ func (s *Store) LoadKey(ctx context.Context, customerID, key string) (aggregate.
 	s.mu.Lock()
 	k := s.keys[keyID]
 	s.mu.Unlock()
-	err := s.keyEvents(ctx, customerID, key, k.LastSeq+1, func(ev events.Event) { k = aggregate.ApplyKey(k, ev) })
+	_, last := s.shards.Split(k.LastSeq)
+	err := s.keyEvents(ctx, customerID, key, last+1, func(ev events.Event) { k = aggregate.ApplyKey(k, ev) })
 	if err == nil {
 		s.rememberKey(k)
 	}
@@ -47,9 +48,11 @@ func (s *Store) KeyHistory(ctx context.Context, customerID, key string) ([]event
 }
 
 // keyEvents calls fn for each event of the key stored at or after
-// sequence from.
+// stream sequence from of its shard.
 func (s *Store) keyEvents(ctx context.Context, customerID, key string, from uint64, fn func(events.Event)) error {
-	return s.readSubject(ctx, s.cfg.Subjects.Key(customerID, events.KeyID(customerID, key)), from, fn)
+	keyID := events.KeyID(customerID, key)
+	i := s.shards.Of(customerID, keyID)
+	return s.readSubject(ctx, i, s.parts[i].subjects.Key(customerID, keyID), from, fn)
 }
 
 // ExecuteKey decides cmd against the key's state, loaded from the log
@@ -76,7 +79,7 @@ func (s *Store) ExecuteKey(ctx context.Context, cmd aggregate.KeyCommand) (aggre
 		}
 		ev := &evs[0]
 		ev.ID, ev.Actor, ev.Prev = events.NewID(), s.cfg.Actor, k.LastHash
-		err = s.publish(ctx, ev, k.LastSeq)
+		err = s.publish(ctx, ev, "", k.LastSeq)
 		if errors.Is(err, aggregate.ErrConflict) && attempt < s.cfg.MaxRetries {
 			continue
 		}

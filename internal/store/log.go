@@ -21,21 +21,44 @@ type Message struct {
 
 // ReadOptions select what Read delivers.
 type ReadOptions struct {
-	Filter string    // subject filter; default every subject of the stream
+	// Filter, if set, returns the subject filter to read in a shard from
+	// the shard's subjects; default every subject of the stream.
+	Filter func(events.Subjects) string
+	// Shards, if set, lists the shards to read; default all.
+	Shards []int
 	Since  time.Time // start at the first message stored at or after Since
-	From   uint64    // start at this sequence (if Since is zero)
+	// From, if Since is zero, starts at this position: in its shard at
+	// its sequence, in the others at their start.
+	From uint64
 	// Progress, if set, is called about every 50,000 messages and at the
-	// end with the sequence reached and the stream's last sequence.
+	// end with the number of messages reached and the sum of the shards'
+	// last sequences (with one shard: the sequence reached and the
+	// stream's last sequence).
 	Progress func(seq, last uint64)
 }
 
-// Log reads the event stream in log order: whole, by task, by lineage or
+// Log reads the event streams in log order: whole, by task, by lineage or
 // by customer. It needs no Store, so offline tools read a log they have
-// not opened for writing. It is safe for concurrent use.
+// not opened for writing (ReadShards gives them Shards). A sharded log is
+// read shard after shard, each in its order; a message's Seq is its
+// position. It is safe for concurrent use.
 type Log struct {
 	JS       jetstream.JetStream
 	Stream   string          // default events.DefaultStream
 	Subjects events.Subjects // default events.DefaultSubjects
+	Shards   events.Shards   // default one shard
+}
+
+// shards returns the shards o selects.
+func (l Log) shards(o ReadOptions) []int {
+	if o.Shards != nil {
+		return o.Shards
+	}
+	all := make([]int, l.Shards.N())
+	for i := range all {
+		all[i] = i
+	}
+	return all
 }
 
 func (l Log) withDefaults() Log {
@@ -48,30 +71,56 @@ func (l Log) withDefaults() Log {
 	return l
 }
 
-// Read calls fn for every stored message o selects, in order, up to the
-// last sequence the stream held when Read started. It stops at the first
-// error fn returns, or when ctx ends (returning ctx.Err()).
+// Read calls fn for every stored message o selects, shard after shard,
+// each in order up to the last sequence its stream held when Read came to
+// it. It stops at the first error fn returns, or when ctx ends (returning
+// ctx.Err()).
 func (l Log) Read(ctx context.Context, o ReadOptions, fn func(Message) error) error {
 	l = l.withDefaults()
-	js, stream := l.JS, l.Stream
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		return fmt.Errorf("store: stream %s: %w", stream, err)
+	shards := l.shards(o)
+	streams := make([]jetstream.Stream, len(shards))
+	var total uint64
+	for n, i := range shards {
+		name := l.Shards.Stream(l.Stream, i)
+		s, err := l.JS.Stream(ctx, name)
+		if err != nil {
+			return fmt.Errorf("store: stream %s: %w", name, err)
+		}
+		streams[n], total = s, total+s.CachedInfo().State.LastSeq
 	}
+	var done uint64
+	for n, i := range shards {
+		so := o
+		if o.Progress != nil {
+			so.Progress = func(seq, _ uint64) { o.Progress(done+seq, total) }
+		}
+		if err := l.readShard(ctx, i, streams[n], so, fn); err != nil {
+			return err
+		}
+		done += streams[n].CachedInfo().State.LastSeq
+	}
+	if o.Progress != nil && len(shards) > 1 {
+		o.Progress(total, total)
+	}
+	return nil
+}
+
+// readShard is Read of shard i, whose stream is s.
+func (l Log) readShard(ctx context.Context, i int, s jetstream.Stream, o ReadOptions, fn func(Message) error) error {
 	last := s.CachedInfo().State.LastSeq
 	if last == 0 || s.CachedInfo().State.Msgs == 0 {
 		return nil
 	}
 	cfg := jetstream.OrderedConsumerConfig{}
-	if o.Filter != "" {
-		cfg.FilterSubjects = []string{o.Filter}
+	if o.Filter != nil {
+		cfg.FilterSubjects = []string{o.Filter(l.Shards.Subjects(l.Subjects, i))}
 	}
 	if !o.Since.IsZero() {
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &o.Since
-	} else if o.From > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, o.From
+	} else if shard, from := l.Shards.Split(o.From); from > 0 && shard == i {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
 	}
-	cons, err := js.OrderedConsumer(ctx, stream, cfg)
+	cons, err := l.JS.OrderedConsumer(ctx, s.CachedInfo().Config.Name, cfg)
 	if err != nil {
 		return fmt.Errorf("store: consumer: %w", err)
 	}
@@ -105,7 +154,7 @@ func (l Log) Read(ctx context.Context, o ReadOptions, fn func(Message) error) er
 		if seq > last {
 			break
 		}
-		if err := fn(Message{Seq: seq, Subject: msg.Subject(), Data: msg.Data(), Time: meta.Timestamp}); err != nil {
+		if err := fn(Message{Seq: l.Shards.Position(i, seq), Subject: msg.Subject(), Data: msg.Data(), Time: meta.Timestamp}); err != nil {
 			return err
 		}
 		if o.Progress != nil && seq%50000 == 0 {
@@ -137,7 +186,8 @@ func (l Log) Events(ctx context.Context, o ReadOptions, fn func(events.Event) er
 func (l Log) Task(ctx context.Context, taskID string) ([]events.Event, error) {
 	l = l.withDefaults()
 	var evs []events.Event
-	err := l.Events(ctx, ReadOptions{Filter: l.Subjects.Task(taskID)}, func(ev events.Event) error {
+	filter := func(subj events.Subjects) string { return subj.Task(taskID) }
+	err := l.Events(ctx, ReadOptions{Filter: filter}, func(ev events.Event) error {
 		evs = append(evs, ev)
 		return nil
 	})
@@ -165,8 +215,9 @@ func (l Log) LineageOf(ctx context.Context, taskID string) ([]events.Event, erro
 }
 
 // Lineage returns the events of the lineage root heads, in log order.
-// Every descendant is created after its root, by the same customer, so it
-// scans that customer's events from the root's first.
+// Every descendant is created after its root, by the same customer, in
+// the root's shard, so it scans that customer's events there from the
+// root's first.
 func (l Log) Lineage(ctx context.Context, root aggregate.State) ([]events.Event, error) {
 	l = l.withDefaults()
 	if root.Spec.RootID == "" {
@@ -174,7 +225,11 @@ func (l Log) Lineage(ctx context.Context, root aggregate.State) ([]events.Event,
 	}
 	var out []events.Event
 	member := map[string]bool{}
-	err := l.Events(ctx, ReadOptions{Filter: l.Subjects.Customer(root.CustomerID), From: root.FirstSeq}, func(ev events.Event) error {
+	o := ReadOptions{
+		Filter: func(subj events.Subjects) string { return subj.Customer(root.CustomerID) },
+		Shards: []int{l.Shards.Of(root.CustomerID, root.Spec.RootID)}, From: root.FirstSeq,
+	}
+	err := l.Events(ctx, o, func(ev events.Event) error {
 		in, seen := member[ev.TaskID]
 		if !seen {
 			// A task's first event decides: only a creation naming the
@@ -201,10 +256,10 @@ func creationRoot(ev events.Event) string {
 }
 
 // Customer calls fn for every event of a customer's tasks stored at or
-// after since (zero: all), in log order.
+// after since (zero: all), in log order (shard after shard).
 func (l Log) Customer(ctx context.Context, customerID string, since time.Time, fn func(events.Event) error) error {
-	l = l.withDefaults()
-	return l.Events(ctx, ReadOptions{Filter: l.Subjects.Customer(customerID), Since: since}, fn)
+	filter := func(subj events.Subjects) string { return subj.Customer(customerID) }
+	return l.Events(ctx, ReadOptions{Filter: filter, Since: since}, fn)
 }
 
 // followBatch is how many messages Follow's consumer pulls at once: with
@@ -212,19 +267,76 @@ func (l Log) Customer(ctx context.Context, customerID string, since time.Time, f
 // memory whatever the log's size.
 const followBatch = 32
 
-// Follow calls fn for every event stored after sequence after whose
-// subject matches one of filters (none: the whole log), in log order, and
-// then for each one stored later, until ctx ends (returning ctx.Err()) or
-// fn returns an error, which Follow returns. It reads with an ordered
-// consumer, so a lost connection resumes where it was; an event that does
-// not decode ends it with its sequence in the error.
-func (l Log) Follow(ctx context.Context, filters []string, after uint64, fn func(events.Event) error) error {
+// Follow calls fn for every event stored after the positions after (by
+// shard; nil or 0: from a shard's start) whose subject matches one of the
+// subjects filters gives for a shard's subjects (nil, or none: the whole
+// log), each shard in log order, and then for each one stored later,
+// until ctx ends (returning ctx.Err()) or fn returns an error, which
+// Follow returns. It reads each shard with an ordered consumer, so a lost
+// connection resumes where it was; with several shards their events
+// interleave as they arrive, and fn is called from one goroutine at a
+// time. An event that does not decode ends it with its sequence in the
+// error.
+func (l Log) Follow(ctx context.Context, filters func(events.Subjects) []string, after []uint64, fn func(events.Event) error) error {
 	l = l.withDefaults()
-	if len(filters) == 0 {
-		filters = []string{l.Subjects.Events()}
+	start := func(i int) uint64 {
+		if i >= len(after) {
+			return 1
+		}
+		_, seq := l.Shards.Split(after[i])
+		return seq + 1
 	}
-	cons, err := l.JS.OrderedConsumer(ctx, l.Stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: filters, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: after + 1,
+	if l.Shards.N() == 1 {
+		return l.followShard(ctx, 0, filters, start(0), fn)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	evs := make(chan events.Event)
+	errs := make(chan error, l.Shards.N())
+	for i := range l.Shards.N() {
+		go func() {
+			errs <- l.followShard(ctx, i, filters, start(i), func(ev events.Event) error {
+				select {
+				case evs <- ev:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			})
+		}()
+	}
+	var err error
+	for running := l.Shards.N(); running > 0; {
+		select {
+		case ev := <-evs:
+			if err == nil {
+				if err = fn(ev); err != nil {
+					cancel()
+				}
+			}
+		case ferr := <-errs:
+			running--
+			if err == nil {
+				err = ferr
+				cancel()
+			}
+		}
+	}
+	return err
+}
+
+// followShard is Follow of shard i from its stream sequence from.
+func (l Log) followShard(ctx context.Context, i int, filters func(events.Subjects) []string, from uint64, fn func(events.Event) error) error {
+	subjects := l.Shards.Subjects(l.Subjects, i)
+	var subs []string
+	if filters != nil {
+		subs = filters(subjects)
+	}
+	if len(subs) == 0 {
+		subs = []string{subjects.Events()}
+	}
+	cons, err := l.JS.OrderedConsumer(ctx, l.Shards.Stream(l.Stream, i), jetstream.OrderedConsumerConfig{
+		FilterSubjects: subs, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from,
 	})
 	if err != nil {
 		return fmt.Errorf("store: consumer: %w", err)
@@ -247,9 +359,9 @@ func (l Log) Follow(ctx context.Context, filters []string, after uint64, fn func
 		if err != nil {
 			return err
 		}
-		ev, err := events.DecodeAt(msg.Data(), meta.Sequence.Stream)
+		ev, err := events.DecodeAt(msg.Data(), l.Shards.Position(i, meta.Sequence.Stream))
 		if err != nil {
-			return fmt.Errorf("store: seq %d: %w", meta.Sequence.Stream, err)
+			return fmt.Errorf("store: seq %d of shard %d: %w", meta.Sequence.Stream, i, err)
 		}
 		if err := fn(ev); err != nil {
 			return err

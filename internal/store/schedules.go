@@ -32,7 +32,8 @@ func (s *Store) readSchedule(ctx context.Context, customerID, scheduleID string,
 	if err := events.ValidID(scheduleID); err != nil {
 		return err
 	}
-	return s.readSubject(ctx, s.cfg.Subjects.Schedule(customerID, scheduleID), 0, fn)
+	i := s.shards.Of(customerID, scheduleID)
+	return s.readSubject(ctx, i, s.parts[i].subjects.Schedule(customerID, scheduleID), 0, fn)
 }
 
 // ExecuteSchedule decides cmd against the customer's schedule as the log
@@ -80,7 +81,7 @@ func (s *Store) decideSchedule(ctx context.Context, st aggregate.ScheduleState, 
 	for i := range evs {
 		ev := &evs[i]
 		ev.ID, ev.Actor, ev.Prev = events.NewID(), actor, st.LastHash
-		if err = s.publish(ctx, ev, st.LastSeq); err != nil {
+		if err = s.publish(ctx, ev, "", st.LastSeq); err != nil {
 			break
 		}
 		st = aggregate.ApplySchedule(st, *ev)

@@ -35,18 +35,24 @@ var ErrUnavailable = errors.New("store: log unavailable")
 // Config configures a Store. The zero value of every field means its
 // default.
 type Config struct {
-	Stream          string          // event stream name; default events.DefaultStream
-	Subjects        events.Subjects // default events.DefaultSubjects
-	Replicas        int             // stream replicas; default 1
-	DuplicateWindow time.Duration   // server-side dedupe of retried appends; default 2m
-	MaxRetries      int             // reload-and-redecide rounds on a conflict; default 32
-	CacheSize       int             // tasks whose state is cached; default 65536, -1 disables
-	Actor           string          // actor of events this node decides; default "scheduler"
+	Stream   string          // event stream name; default events.DefaultStream
+	Subjects events.Subjects // default events.DefaultSubjects
+	// Shards is the number of event streams the log is spread over
+	// (docs/DESIGN.md, "Sharded log"); default 1, the unsharded log. It
+	// is fixed when the log is created: Open refuses another one with
+	// ErrShardsMismatch.
+	Shards          int
+	Replicas        int           // stream replicas; default 1
+	DuplicateWindow time.Duration // server-side dedupe of retried appends; default 2m
+	MaxRetries      int           // reload-and-redecide rounds on a conflict; default 32
+	CacheSize       int           // tasks whose state is cached; default 65536, -1 disables
+	Actor           string        // actor of events this node decides; default "scheduler"
 	Now             func() time.Time
-	// Locate, if set, returns the customer of a task when it is known
-	// (from the projections), so a load reads the task's exact subject
-	// instead of matching every customer's (several times faster).
-	Locate func(taskID string) (customerID string, ok bool)
+	// Locate, if set, returns the customer and the root of a task when
+	// they are known (from the projections), so a load reads the task's
+	// exact subject in its shard instead of matching every customer's
+	// (several times faster) in every shard.
+	Locate func(taskID string) (customerID, rootID string, ok bool)
 	// ReadTimeout bounds one read when the caller's context has no
 	// deadline; default 10s.
 	ReadTimeout time.Duration
@@ -71,6 +77,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Replicas == 0 {
 		c.Replicas = 1
+	}
+	if c.Shards == 0 {
+		c.Shards = 1
 	}
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = 2 * time.Minute
@@ -102,8 +111,8 @@ func (c Config) withDefaults() Config {
 type Store struct {
 	cfg    Config
 	js     jetstream.JetStream
-	stream jetstream.Stream
-	get    *directGetter
+	shards events.Shards
+	parts  []part // by shard
 	pipe   *pipeline
 
 	mu    sync.Mutex
@@ -128,6 +137,14 @@ type Store struct {
 type writeFailure struct {
 	since time.Time
 	err   error
+}
+
+// part is one shard of the log: its stream, the subjects it holds and
+// its reader.
+type part struct {
+	stream   jetstream.Stream
+	subjects events.Subjects
+	get      *directGetter
 }
 
 // turn is one task's lock and how many commands hold or wait for it.
@@ -157,8 +174,9 @@ func (s *Store) take(taskID string) func() {
 	}
 }
 
-// Open creates the event stream, or updates it to this configuration, and
-// returns a Store on it.
+// Open creates the event streams (one per shard), or updates them to this
+// configuration, and returns a Store on them. It fails with an error
+// wrapping ErrShardsMismatch when the log has another number of shards.
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	// Appends are pipelined: every caller's message goes out at once on
@@ -169,10 +187,36 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: jetstream: %w", err)
 	}
+	if cfg.Shards < 1 || cfg.Shards > MaxShards {
+		return nil, fmt.Errorf("store: %d shards: want 1 to %d", cfg.Shards, MaxShards)
+	}
+	if err := agreeShards(ctx, js, cfg.Stream, cfg.Shards, cfg.Replicas); err != nil {
+		return nil, err
+	}
+	st := &Store{cfg: cfg, js: js, shards: events.Shards{K: cfg.Shards}, cache: make(map[string]aggregate.State),
+		keys: make(map[string]aggregate.KeyState), turns: make(map[string]*turn)}
+	for i := range cfg.Shards {
+		p, err := openPart(ctx, nc, js, cfg, st.shards, i)
+		if err != nil {
+			st.closeParts()
+			return nil, err
+		}
+		st.parts = append(st.parts, p)
+	}
+	if st.pipe, err = newPipeline(nc, maxPipelined, cfg.WriteTimeout); err != nil {
+		st.closeParts()
+		return nil, err
+	}
+	return st, nil
+}
+
+// openPart creates shard i's stream, or updates it to cfg, and its reader.
+func openPart(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config, shards events.Shards, i int) (part, error) {
+	name, subjects := shards.Stream(cfg.Stream, i), shards.Subjects(cfg.Subjects, i)
 	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        cfg.Stream,
+		Name:        name,
 		Description: "taskledger event log: one subject per task, per concurrency key and per schedule",
-		Subjects:    cfg.Subjects.Log(),
+		Subjects:    subjects.Log(),
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
 		Duplicates:  cfg.DuplicateWindow,
@@ -182,35 +226,44 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		MaxMsgSize:  cfg.MaxEventBytes,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("store: stream %s: %w", cfg.Stream, err)
+		return part{}, fmt.Errorf("store: stream %s: %w", name, err)
 	}
-	get, err := newDirectGetter(nc, cfg.Stream)
+	get, err := newDirectGetter(nc, name)
 	if err != nil {
-		return nil, err
+		return part{}, err
 	}
-	pipe, err := newPipeline(nc, maxPipelined, cfg.WriteTimeout)
-	if err != nil {
-		get.close()
-		return nil, err
+	return part{stream: stream, subjects: subjects, get: get}, nil
+}
+
+func (s *Store) closeParts() error {
+	var errs []error
+	for _, p := range s.parts {
+		errs = append(errs, p.get.close())
 	}
-	return &Store{cfg: cfg, js: js, stream: stream, get: get, pipe: pipe, cache: make(map[string]aggregate.State), keys: make(map[string]aggregate.KeyState), turns: make(map[string]*turn)}, nil
+	return errors.Join(errs...)
 }
 
 // Close releases the Store's subscriptions. It does not close the
 // connection.
-func (s *Store) Close() error { return errors.Join(s.pipe.close(), s.get.close()) }
+func (s *Store) Close() error { return errors.Join(s.pipe.close(), s.closeParts()) }
 
 // JetStream returns the JetStream context the store appends with.
 func (s *Store) JetStream() jetstream.JetStream { return s.js }
 
-// Stream returns the event stream.
-func (s *Store) Stream() jetstream.Stream { return s.stream }
+// Stream returns the event stream of shard 0: the only one when the log
+// is not sharded.
+func (s *Store) Stream() jetstream.Stream { return s.parts[0].stream }
+
+// Shards returns how the log is sharded.
+func (s *Store) Shards() events.Shards { return s.shards }
 
 // Subjects returns the subjects the store writes.
 func (s *Store) Subjects() events.Subjects { return s.cfg.Subjects }
 
 // Log returns a reader of the store's whole stream.
-func (s *Store) Log() Log { return Log{JS: s.js, Stream: s.cfg.Stream, Subjects: s.cfg.Subjects} }
+func (s *Store) Log() Log {
+	return Log{JS: s.js, Stream: s.cfg.Stream, Subjects: s.cfg.Subjects, Shards: s.shards}
+}
 
 // Lineage returns the events of the lineage root heads, in log order
 // (Log.Lineage).
@@ -246,31 +299,44 @@ func (s *Store) Load(ctx context.Context, taskID string) (aggregate.State, error
 	return st, err
 }
 
+// replay calls fn for each event of the task. Where the projections know
+// the task (Locate) it reads the task's exact subject in its shard;
+// otherwise it matches the task id in every shard in turn, up to the
+// first that holds it (docs/DESIGN.md, "Sharded log").
 func (s *Store) replay(ctx context.Context, taskID string, fn func(events.Event)) error {
-	subject := s.cfg.Subjects.Task(taskID)
 	if s.cfg.Locate != nil {
-		if customerID, ok := s.cfg.Locate(taskID); ok {
-			subject = s.cfg.Subjects.Event(customerID, taskID)
+		if customerID, rootID, ok := s.cfg.Locate(taskID); ok {
+			i := s.shards.Of(customerID, rootID)
+			return s.readSubject(ctx, i, s.parts[i].subjects.Event(customerID, taskID), 0, fn)
 		}
 	}
-	return s.readSubject(ctx, subject, 0, fn)
+	for i, p := range s.parts {
+		found := false
+		err := s.readSubject(ctx, i, p.subjects.Task(taskID), 0, func(ev events.Event) { found = true; fn(ev) })
+		if err != nil || found {
+			return err
+		}
+	}
+	return nil
 }
 
-// readSubject calls fn for each event stored on subject at or after
-// sequence from, within ReadTimeout unless ctx has a deadline; on a
-// replicated stream it asks the leader (see Load).
-func (s *Store) readSubject(ctx context.Context, subject string, from uint64, fn func(events.Event)) error {
+// readSubject calls fn for each event stored on subject of shard i at or
+// after stream sequence from, within ReadTimeout unless ctx has a
+// deadline; on a replicated stream it asks the leader (see Load). Each
+// event's Seq is its position.
+func (s *Store) readSubject(ctx context.Context, i int, subject string, from uint64, fn func(events.Event)) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.ReadTimeout)
 		defer cancel()
 	}
-	fetch := s.get.fetch
+	get := s.parts[i].get
+	fetch := get.fetch
 	if s.cfg.Replicas > 1 {
-		fetch = s.get.fetchCurrent
+		fetch = get.fetchCurrent
 	}
 	return fetch(ctx, subject, from, func(seq uint64, data []byte) error {
-		ev, err := events.DecodeHashed(data, seq)
+		ev, err := events.DecodeHashed(data, s.shards.Position(i, seq))
 		if err != nil {
 			return fmt.Errorf("store: %s seq %d: %w", subject, seq, err)
 		}
@@ -279,15 +345,16 @@ func (s *Store) readSubject(ctx context.Context, subject string, from uint64, fn
 	})
 }
 
-// Event returns the event stored at seq.
-func (s *Store) Event(ctx context.Context, seq uint64) (events.Event, error) {
-	msg, err := s.stream.GetMsg(ctx, seq)
+// Event returns the event stored at position pos.
+func (s *Store) Event(ctx context.Context, pos uint64) (events.Event, error) {
+	i, seq := s.shards.Split(pos)
+	msg, err := s.parts[i].stream.GetMsg(ctx, seq)
 	if err != nil {
-		return events.Event{}, fmt.Errorf("store: get seq %d: %w", seq, err)
+		return events.Event{}, fmt.Errorf("store: get seq %d of shard %d: %w", seq, i, err)
 	}
-	ev, err := events.DecodeAt(msg.Data, seq)
+	ev, err := events.DecodeAt(msg.Data, pos)
 	if err != nil {
-		return events.Event{}, fmt.Errorf("store: seq %d: %w", seq, err)
+		return events.Event{}, fmt.Errorf("store: seq %d of shard %d: %w", seq, i, err)
 	}
 	return ev, nil
 }
@@ -365,11 +432,13 @@ func (s *Store) ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggre
 // reports the sequence at which ev itself was stored, or 0. It reads them
 // one by one: after a conflict there are only a few.
 func (s *Store) catchUp(ctx context.Context, st aggregate.State, ev events.Event) (aggregate.State, uint64, error) {
-	subject := s.cfg.Subjects.Event(ev.CustomerID, ev.TaskID)
-	get := s.get.nextMsg
+	i := s.shards.OfEvent(ev, taskRoot(st, ev))
+	subject := s.parts[i].subjects.Event(ev.CustomerID, ev.TaskID)
+	dg := s.parts[i].get
+	get := dg.nextMsg
 	if s.cfg.Replicas > 1 { // ask the leader: a follower may lag
 		get = func(ctx context.Context, subject string, from uint64) (uint64, []byte, bool, error) {
-			return s.get.leaderGet(ctx, leaderGetRequest{Seq: from, NextFor: subject})
+			return dg.leaderGet(ctx, leaderGetRequest{Seq: from, NextFor: subject})
 		}
 	}
 	if _, ok := ctx.Deadline(); !ok {
@@ -378,17 +447,19 @@ func (s *Store) catchUp(ctx context.Context, st aggregate.State, ev events.Event
 		defer cancel()
 	}
 	var landed uint64
-	for from := st.LastSeq + 1; ; {
+	_, last := s.shards.Split(st.LastSeq)
+	for from := last + 1; ; {
 		seq, data, ok, err := get(ctx, subject, from)
 		if err != nil || !ok {
 			return st, landed, err
 		}
-		e, err := events.DecodeHashed(data, seq)
+		pos := s.shards.Position(i, seq)
+		e, err := events.DecodeHashed(data, pos)
 		if err != nil {
 			return st, landed, fmt.Errorf("store: task %s seq %d: %w", ev.TaskID, seq, err)
 		}
 		if e.ID == ev.ID {
-			landed = seq
+			landed = pos
 		}
 		st, from = aggregate.Apply(st, e), seq+1
 	}
@@ -455,7 +526,7 @@ func (s *Store) append(ctx context.Context, st aggregate.State, evs []events.Eve
 	for i := range evs {
 		ev := &evs[i]
 		ev.ID, ev.Actor, ev.Prev = events.NewID(), actor, st.LastHash
-		if err := s.publish(ctx, ev, st.LastSeq); err != nil {
+		if err := s.publish(ctx, ev, taskRoot(st, *ev), st.LastSeq); err != nil {
 			s.forget(ev.TaskID)
 			return st, err
 		}
@@ -496,18 +567,34 @@ func (s *Store) MaxEventBytes() int64 {
 	return n
 }
 
-// publish appends ev after expected and sets its Seq and Hash. Within the
+// taskRoot returns the root of the task st is the state of, or, before
+// its first event, the root ev (its creation) names.
+func taskRoot(st aggregate.State, ev events.Event) string {
+	if st.Spec.RootID != "" {
+		return st.Spec.RootID
+	}
+	return creationRoot(ev)
+}
+
+// publish appends ev, of a task rooted at rootID (or of a key or a
+// schedule, whose rootID is ignored), in its shard after position
+// expected and sets its Seq (its position) and Hash. Within the
 // write timeout it retries what may be transient; past it, or when the
 // retries are spent, it fails as ErrUnavailable and marks writes failing
 // (WriteError) until an append or a Probe succeeds.
-func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) error {
+func (s *Store) publish(ctx context.Context, ev *events.Event, rootID string, expected uint64) error {
+	shard := s.shards.OfEvent(*ev, rootID)
+	if i, _ := s.shards.Split(expected); expected > 0 && i != shard {
+		return fmt.Errorf("store: append %s: expected position %d is in shard %d, the event's shard is %d", ev.Type(), expected, i, shard)
+	}
 	am := appendMsgs.Get().(*appendMsg)
 	defer am.release() // the pipeline keeps no message past its publish
 	data, err := events.AppendEncode(am.data[:0], *ev)
 	if err != nil {
 		return err
 	}
-	s.fillMsg(am, ev, data, expected)
+	_, expectedSeq := s.shards.Split(expected)
+	s.fillMsg(am, ev, s.parts[shard].subjects, data, expectedSeq)
 	msg := &am.msg
 	tooLarge := func() error {
 		return fmt.Errorf("%w: the %s event is %d bytes, and the log takes at most %d bytes a message (headers included)",
@@ -523,7 +610,7 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 	for attempt := 1; ; attempt++ {
 		seq, err := s.pipe.publish(wctx, msg)
 		if err == nil {
-			ev.Seq, ev.Hash = seq, events.HashOf(data)
+			ev.Seq, ev.Hash = s.shards.Position(shard, seq), events.HashOf(data)
 			s.wrote()
 			return nil
 		}
@@ -568,12 +655,13 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, expected uint64) 
 	}
 }
 
-// fillMsg makes m the append of ev, encoded as data, after sequence
-// expected: its subject (events.Subjects.Of: the task's, the concurrency
-// key's or the schedule's), the TypeHeader, and the message id and
-// expected subject sequence headers JetStream checks, in one map.
-func (s *Store) fillMsg(m *appendMsg, ev *events.Event, data []byte, expected uint64) {
-	m.data, m.msg.Subject, m.msg.Data = data, s.cfg.Subjects.Of(*ev), data
+// fillMsg makes m the append of ev, encoded as data, after stream
+// sequence expected: its subject among subjects (events.Subjects.Of: the
+// task's, the concurrency key's or the schedule's), the TypeHeader, and
+// the message id and expected subject sequence headers JetStream checks,
+// in one map.
+func (s *Store) fillMsg(m *appendMsg, ev *events.Event, subjects events.Subjects, data []byte, expected uint64) {
+	m.data, m.msg.Subject, m.msg.Data = data, subjects.Of(*ev), data
 	m.vals = [3]string{string(ev.Type()), ev.ID, strconv.FormatUint(expected, 10)}
 	// Writing a key the map holds allocates nothing.
 	m.msg.Header[TypeHeader] = m.vals[0:1:1]
@@ -712,18 +800,45 @@ func IsConflict(err error) bool {
 // Config returns the store's configuration with its defaults filled in.
 func (s *Store) Config() Config { return s.cfg }
 
-// Follow calls fn for every event stored after sequence after on one of
-// filters (none: every subject), then for each later one, until ctx ends
+// Follow calls fn for every event stored after the positions after on one
+// of the subjects filters gives, then for each later one, until ctx ends
 // or fn fails (Log.Follow).
-func (s *Store) Follow(ctx context.Context, filters []string, after uint64, fn func(events.Event) error) error {
+func (s *Store) Follow(ctx context.Context, filters func(events.Subjects) []string, after []uint64, fn func(events.Event) error) error {
 	return s.Log().Follow(ctx, filters, after, fn)
 }
 
-// LastSeq returns the event stream's last sequence, 0 for an empty one.
+// LastSeq returns the sum of the shards' last stream sequences: with one
+// shard, its last sequence (0 for an empty log). It counts what the log
+// holds, as projections.Engine.Applied counts what it applied.
 func (s *Store) LastSeq(ctx context.Context) (uint64, error) {
-	info, err := s.stream.Info(ctx)
+	last, err := s.LastPositions(ctx)
+	var n uint64
+	for _, pos := range last {
+		_, seq := s.shards.Split(pos)
+		n += seq
+	}
+	return n, err
+}
+
+// LastPositions returns the position of every shard's last event, by
+// shard, 0 for an empty shard.
+func (s *Store) LastPositions(ctx context.Context) ([]uint64, error) {
+	last := make([]uint64, len(s.parts))
+	for i := range last {
+		var err error
+		if last[i], err = s.lastOf(ctx, i); err != nil {
+			return nil, err
+		}
+	}
+	return last, nil
+}
+
+// lastOf returns the position of shard i's last event from its stream's
+// state.
+func (s *Store) lastOf(ctx context.Context, i int) (uint64, error) {
+	info, err := s.parts[i].stream.Info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("store: stream info: %w", err)
 	}
-	return info.State.LastSeq, nil
+	return s.shards.Position(i, info.State.LastSeq), nil
 }

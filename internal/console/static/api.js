@@ -79,6 +79,7 @@ export class Live {
     this.listeners = new Set();
     this.onState = onState;
     this.lastSeq = 0;
+    this.lastID = ""; // the resume token: lastSeq, or a sharded log's "41-17-30"
     this.abort = null;
   }
   subscribe(fn) { this.listeners.add(fn); return () => this.listeners.delete(fn); }
@@ -98,7 +99,7 @@ export class Live {
       this.abort = new AbortController();
       try {
         const h = headers({ Accept: "text/event-stream" });
-        if (this.lastSeq) h["Last-Event-ID"] = String(this.lastSeq);
+        if (this.lastID) h["Last-Event-ID"] = this.lastID;
         const res = await fetch("/v1/events/stream", { headers: h, signal: this.abort.signal });
         if (!res.ok) throw new Error("stream: HTTP " + res.status);
         this.onState("live");
@@ -125,7 +126,7 @@ export class Live {
         const line = buf.slice(0, nl).replace(/\r$/, "");
         buf = buf.slice(nl + 1);
         if (line === "") {
-          // An overflow ends the stream; the reconnect resumes after lastSeq.
+          // An overflow ends the stream; the reconnect resumes after lastID.
           if (type !== "overflow") this.dispatch(id, data.join("\n"));
           id = ""; type = ""; data = [];
         } else if (line.startsWith("id:")) id = line.slice(3).trim();
@@ -136,11 +137,15 @@ export class Live {
   }
 
   /** dispatch hands one message to the listeners, unless its id is one
-   * already seen. */
+   * already seen. On a sharded log the id is a token of one sequence a
+   * shard, which a reconnect resumes from exactly. */
   dispatch(id, data) {
-    const seq = Number(id);
-    if (id !== "" && seq <= this.lastSeq) return; // seen already
-    if (id !== "") this.lastSeq = seq;
+    if (/^[0-9]+$/.test(id)) {
+      const seq = Number(id);
+      if (seq <= this.lastSeq) return; // seen already
+      this.lastSeq = seq;
+    }
+    if (id !== "") this.lastID = id;
     if (!data) return;
     let ev = null;
     try { ev = JSON.parse(data); } catch { return; }
