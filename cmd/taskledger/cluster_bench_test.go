@@ -10,7 +10,6 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -87,13 +86,12 @@ var benchRows = []benchRow{
 
 // benchEnv is the NATS cluster the bench runs on.
 type benchEnv struct {
-	t      *testing.T
-	dir    string
-	nodes  []*clusterNode
-	urls   string
-	nc     *nats.Conn
-	shards bool // the binary has serve --shards
-	rep    bench.Report
+	t     *testing.T
+	dir   string
+	nodes []*clusterNode
+	urls  string
+	nc    *nats.Conn
+	rep   bench.Report
 }
 
 // TestClusterBench measures taskledger on a three-node NATS cluster (R3)
@@ -121,16 +119,11 @@ func TestClusterBench(t *testing.T) {
 	e := &benchEnv{t: t, dir: dir, nodes: startNATSCluster(t, dir)}
 	e.urls = clusterURLs(e.nodes)
 	e.nc = connectCluster(t, e.nodes)
-	e.shards = serveHasFlag(t, "shards")
 	e.rep = bench.Report{Started: start, Scale: float64(seconds)}
 
 	only := benchSteps(t)
 	if only["rows"] {
 		for _, row := range benchRows {
-			if row.shards > 1 && !e.shards {
-				e.note(row, "needs --shards: this binary's `taskledger serve --help` has no such flag")
-				continue
-			}
 			e.row(row, load)
 		}
 	}
@@ -184,16 +177,6 @@ func (e *benchEnv) note(row benchRow, text string) {
 		text = row.String() + ": " + text
 	}
 	fmt.Println("cluster bench: " + text)
-}
-
-// serveHasFlag reports whether `taskledger serve --help` lists --name.
-func serveHasFlag(t *testing.T, name string) bool {
-	t.Helper()
-	out, _ := exec.Command(taskledgerBinary(t), "serve", "--help").CombinedOutput() // exits 0 or 2 with the usage
-	if !strings.Contains(string(out), "-http") {
-		t.Fatalf("taskledger serve --help printed no flags:\n%s", out)
-	}
-	return strings.Contains(string(out), "-"+name+" ") || strings.Contains(string(out), "-"+name+"\n")
 }
 
 // startServers starts n taskledger processes with flags and returns them
@@ -507,9 +490,10 @@ func mean(ds []time.Duration) time.Duration {
 	return sum / time.Duration(len(ds))
 }
 
-// leaderNode returns the node leading the event stream.
+// leaderNode returns the node leading the event stream (the NATS kill
+// step's log has one shard).
 func (e *benchEnv) leaderNode() *clusterNode {
-	leader := streamLeader(e.t, e.nc, 0)
+	leader := streamLeader(e.t, e.nc, events.Shards{K: 1}, 0)
 	for _, n := range e.nodes {
 		if n.name == leader {
 			return n

@@ -173,8 +173,9 @@ func clusterShards(t *testing.T) events.Shards {
 	return events.Shards{K: k}
 }
 
-// streamLeader names the node leading shard i's event stream.
-func streamLeader(t *testing.T, nc *nats.Conn, i int) string {
+// streamLeader names the node leading shard i's event stream of a log
+// of shards.
+func streamLeader(t *testing.T, nc *nats.Conn, shards events.Shards, i int) string {
 	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -182,7 +183,7 @@ func streamLeader(t *testing.T, nc *nats.Conn, i int) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, clusterShards(t).Stream(events.DefaultStream, i))
+	s, err := js.Stream(ctx, shards.Stream(events.DefaultStream, i))
 	if err != nil {
 		t.Fatalf("event stream: %v", err)
 	}
@@ -549,7 +550,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	var leaders []string
 	for i := range shards.N() {
-		leaders = append(leaders, streamLeader(t, nc, i))
+		leaders = append(leaders, streamLeader(t, nc, shards, i))
 	}
 	t.Logf("%d event streams, leaders %v", shards.N(), leaders)
 	l := newClusterLoad()
@@ -603,7 +604,7 @@ func TestClusterFailover(t *testing.T) {
 		action     func()
 	}{
 		{0.2, false, clusterNATSDown, func() {
-			leader := streamLeader(t, nc, 0)
+			leader := streamLeader(t, nc, shards, 0)
 			for _, n := range nodes {
 				if n.name == leader {
 					killed = n
