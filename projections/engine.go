@@ -292,6 +292,15 @@ func (e *Engine) setApplied(pos uint64) {
 	e.applied[shard].Store(pos)
 }
 
+// setPositions sets the applied position of every shard from ps, by
+// shard: an empty shard's 0 stays in its own place (setApplied would
+// route 0 to shard 0).
+func (e *Engine) setPositions(ps []uint64) {
+	for i, pos := range ps {
+		e.applied[i].Store(pos)
+	}
+}
+
 // nextSeqs returns, by shard, the stream sequence after the last applied.
 func (e *Engine) nextSeqs() []uint64 {
 	next := make([]uint64, len(e.applied))
@@ -320,9 +329,7 @@ func (e *Engine) restoreSnapshot(ctx context.Context, last []uint64) {
 	v := restore(b, e.cfg.Retain, e.cfg.Shards)
 	e.mu.Lock()
 	e.v = v
-	for _, pos := range applied {
-		e.setApplied(pos)
-	}
+	e.setPositions(applied)
 	e.mu.Unlock()
 	// Logged before the wake, which can make the server ready.
 	e.cfg.Logger.Info().Uint64("applied", e.Applied()).Int("tasks", len(b.Tasks)).Msg("projection snapshot loaded")
@@ -356,9 +363,7 @@ func (e *Engine) SaveSnapshot(ctx context.Context) error {
 // engine that is not running (an offline rebuild) and marks it caught up
 // there.
 func (e *Engine) RebuildTo(ctx context.Context, last []uint64, progress func(seq, last uint64)) error {
-	for _, pos := range last {
-		e.setApplied(pos)
-	}
+	e.setPositions(last)
 	if err := e.Rebuild(ctx, progress); err != nil {
 		return err
 	}
@@ -413,6 +418,7 @@ func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) e
 	}
 	// Catch up the last few events with the live engine paused, then swap.
 	e.mu.Lock()
+	defer e.wake() // after the unlock: the swap may move the positions
 	defer e.mu.Unlock()
 	for behind() {
 		if err := next(); err != nil {
@@ -420,6 +426,14 @@ func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) e
 		}
 	}
 	e.v = fresh
+	// On a sharded log the fresh views may have read a shard past the
+	// live position while another shard caught up: those events are in
+	// them, so the live tail must skip them (it skips covered positions).
+	for i, p := range reached {
+		if p > e.applied[i].Load() {
+			e.applied[i].Store(p)
+		}
+	}
 	// What ApplyOwn folded into the old views beyond the applied
 	// sequence the fresh ones get from the tail (which reads again what
 	// it skipped and had not handed over yet: passOwned).

@@ -110,7 +110,11 @@ func decodeSnapshot(data []byte, last []uint64) (applied []uint64, b body, err e
 	if len(applied) != len(last) {
 		return nil, b, fmt.Errorf("%w: a snapshot of %d shards, the log has %d", ErrSnapshotFormat, len(applied), len(last))
 	}
+	shards := events.Shards{K: len(applied)}
 	for i := range applied {
+		if shard, _ := shards.Split(applied[i]); applied[i] != 0 && shard != i {
+			return nil, b, fmt.Errorf("%w: position %d in shard %d's place", ErrSnapshotFormat, applied[i], i)
+		}
 		if applied[i] > last[i] {
 			return nil, b, fmt.Errorf("%w: snapshot at %d, stream ends at %d", ErrSnapshotAhead, applied[i], last[i])
 		}

@@ -1,6 +1,8 @@
 package projections
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -282,5 +284,47 @@ func TestKeysFromTheLog(t *testing.T) {
 	}
 	if _, _, w := e.ConcurrencyKey("b", "k", now); len(w) != 0 {
 		t.Fatalf("another customer's key of the same name has waiters %v", ids(w))
+	}
+}
+
+// memSnapshots holds one snapshot in memory.
+type memSnapshots struct{ data []byte }
+
+func (m *memSnapshots) Load(context.Context) ([]byte, bool, error) { return m.data, m.data != nil, nil }
+func (m *memSnapshots) Save(_ context.Context, d []byte) error    { m.data = d; return nil }
+func (m *memSnapshots) Delete(context.Context) error              { m.data = nil; return nil }
+
+// TestSnapshotEmptyShard: a snapshot of a sharded log with an empty shard
+// restores every shard's position in its own place (an empty shard's 0
+// once reset shard 0's position, which was then replayed from its
+// start), and so does an offline rebuild's start; a position in another
+// shard's place is refused.
+func TestSnapshotEmptyShard(t *testing.T) {
+	k := events.Shards{K: 3}
+	applied := []uint64{k.Position(0, 5), 0, k.Position(2, 4)}
+	data, err := encodeSnapshot(applied, body{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := []uint64{k.Position(0, 9), 0, k.Position(2, 9)}
+	e, err := New(Config{Shards: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.Snapshots = &memSnapshots{data: data}
+	e.restoreSnapshot(context.Background(), last)
+	if got := e.Positions(); !slices.Equal(got, applied) {
+		t.Fatalf("restored positions %v, snapshot %v", got, applied)
+	}
+	e.setPositions(last)
+	if got := e.Positions(); !slices.Equal(got, last) {
+		t.Fatalf("positions %v, set %v", got, last)
+	}
+	misplaced, err := encodeSnapshot([]uint64{k.Position(1, 5), 0, 0}, body{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := decodeSnapshot(misplaced, last); !errors.Is(err, ErrSnapshotFormat) {
+		t.Fatalf("a position in another shard's place: %v, want ErrSnapshotFormat", err)
 	}
 }
