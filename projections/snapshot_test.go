@@ -291,8 +291,8 @@ func TestKeysFromTheLog(t *testing.T) {
 type memSnapshots struct{ data []byte }
 
 func (m *memSnapshots) Load(context.Context) ([]byte, bool, error) { return m.data, m.data != nil, nil }
-func (m *memSnapshots) Save(_ context.Context, d []byte) error    { m.data = d; return nil }
-func (m *memSnapshots) Delete(context.Context) error              { m.data = nil; return nil }
+func (m *memSnapshots) Save(_ context.Context, d []byte) error     { m.data = d; return nil }
+func (m *memSnapshots) Delete(context.Context) error               { m.data = nil; return nil }
 
 // TestSnapshotEmptyShard: a snapshot of a sharded log with an empty shard
 // restores every shard's position in its own place (an empty shard's 0
