@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -124,23 +125,36 @@ func (s *Service) RecordResults(ctx context.Context, p Principal, items []Result
 }
 
 // settleBatch waits once, as settle would for each, until the projections
-// have applied the highest sequence the batch's items need (their wait),
+// have applied the highest position each shard's items need (their wait),
 // so every item's write is in the views when the batch answers. If they
 // did not in time, each item that needed the wait fails with
 // ErrUnavailable, as its single call would: its write is in the log.
 func (s *Service) settleBatch(ctx context.Context, out []Outcome) {
-	var seq uint64
+	shards := s.cfg.Store.Shards()
+	need := make([]uint64, shards.N()) // by shard
 	for _, o := range out {
-		seq = max(seq, o.wait)
+		if o.wait > 0 {
+			shard, _ := shards.Split(o.wait)
+			need[shard] = max(need[shard], o.wait)
+		}
 	}
-	if seq == 0 {
+	if !slices.ContainsFunc(need, func(p uint64) bool { return p > 0 }) {
 		return
 	}
-	if err := s.waitApplied(ctx, seq); err != nil {
-		for i := range out {
-			if out[i].wait > 0 {
-				out[i].Err = err
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	for _, pos := range need {
+		if pos == 0 {
+			continue
+		}
+		if err := s.cfg.Views.WaitFor(ctx, pos); err != nil {
+			err = s.unavailable(err)
+			for i := range out {
+				if out[i].wait > 0 {
+					out[i].Err = err
+				}
 			}
+			return
 		}
 	}
 }

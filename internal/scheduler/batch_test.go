@@ -2,12 +2,14 @@ package scheduler_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/projections"
 )
@@ -18,12 +20,17 @@ import (
 type waitCounter struct {
 	*projections.Engine
 	waits atomic.Int64
+	mu    sync.Mutex
+	at    []uint64 // the positions waited for
 }
 
 func (w *waitCounter) ApplyOwn([]events.Event) bool { return false }
 
 func (w *waitCounter) WaitFor(ctx context.Context, seq uint64) error {
 	w.waits.Add(1)
+	w.mu.Lock()
+	w.at = append(w.at, seq)
+	w.mu.Unlock()
 	return w.Engine.WaitFor(ctx, seq)
 }
 
@@ -62,5 +69,39 @@ func TestRecordResultsWaitsOnce(t *testing.T) {
 	list, _, err := n.Service.List(ctx, operator, projections.Filter{Queue: "results", Status: aggregate.StatusSucceeded}, "", api.MaxListLimit)
 	if err != nil || len(list) != tasks {
 		t.Fatalf("%d succeeded tasks listed right after the batch (%v), want %d", len(list), err, tasks)
+	}
+}
+
+// TestRecordResultsWaitsEveryShard: on a sharded log a batch waits for
+// the highest position each shard's items need, not for the highest
+// position of all, which is in one shard only.
+func TestRecordResultsWaitsEveryShard(t *testing.T) {
+	t.Parallel()
+	n := setup(t, func(c *node.Config) { c.Shards = 3 })
+	views := &waitCounter{Engine: n.Engine}
+	svc, err := scheduler.New(scheduler.Config{Store: n.Store, Views: views, JS: n.Store.JetStream(), Subjects: n.NS.Subjects, ReadyStream: n.NS.ReadyStream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	shards := n.Store.Shards()
+	items := make([]scheduler.ResultItem, 30)
+	used := map[int]bool{}
+	for i := range items {
+		st := running(t, n, operator, scheduler.ScheduleRequest{Queue: "results"})
+		items[i] = scheduler.ResultItem{TaskID: st.TaskID, DeliveryID: st.Delivery.ID, Result: events.Result{Success: true}}
+		shard, _ := shards.Split(st.LastSeq)
+		used[shard] = true
+	}
+	if _, err := svc.RecordResults(context.Background(), operator, items); err != nil {
+		t.Fatal(err)
+	}
+	waited := map[int]bool{}
+	for _, pos := range views.at {
+		shard, _ := shards.Split(pos)
+		waited[shard] = true
+	}
+	if len(waited) != len(used) {
+		t.Fatalf("the batch's tasks are in shards %v, it waited for positions %v (shards %v)", used, views.at, waited)
 	}
 }
