@@ -332,7 +332,7 @@ func (s *Service) fire(ctx context.Context, st aggregate.ScheduleState, held boo
 		}
 		if !task.Exists() {
 			t, err := s.runTask(ctx, st, run)
-			return max(st.LastSeq, t.LastSeq), time.Time{}, err
+			return s.firedSeq(st.LastSeq, t.LastSeq), time.Time{}, err
 		}
 		s.cfg.Schedules.SettleRun(customerID, id)
 		prevLive = !task.Status.Terminal()
@@ -364,7 +364,23 @@ func (s *Service) fire(ctx context.Context, st aggregate.ScheduleState, held boo
 	}
 	crashpoint.Hit(crashpoint.Fired)
 	t, err := s.runTask(ctx, st, f)
-	return max(st.LastSeq, t.LastSeq), time.Time{}, err
+	return s.firedSeq(st.LastSeq, t.LastSeq), time.Time{}, err
+}
+
+// firedSeq is the position FireSchedule answers for a fire whose
+// schedule is at sched and whose run's task is at task: the later of
+// the two when both are in one shard (the views then hold both once
+// they cover it), else the schedule's, which the next fire waits on (a
+// run's task the views lack yet is read from the log). Positions in two
+// shards do not compare.
+func (s *Service) firedSeq(sched, task uint64) uint64 {
+	shards := s.cfg.Store.Shards()
+	if a, _ := shards.Split(sched); task != 0 {
+		if b, _ := shards.Split(task); a == b {
+			return max(sched, task)
+		}
+	}
+	return sched
 }
 
 // runTask schedules the task of run f of schedule st (idempotent: its id
