@@ -108,7 +108,7 @@ func TestShardedStreamResumesExactly(t *testing.T) {
 		t.Fatalf("the Go client from %s streamed %d events with the first 5 (%v), the log holds %d", lastID, len(rest), err, len(want))
 	}
 
-	for _, bad := range []string{"after=5", "after=1-2", "after=1-x-3"} {
+	for _, bad := range []string{"after=5", "after=1-2", "after=1-x-3", "after=6148914691236517206-0-0", "after=1-2-3-4"} {
 		resp, cancel := streamRequest(t, n.URL, "", bad, "")
 		resp.Body.Close()
 		cancel()

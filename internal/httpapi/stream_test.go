@@ -293,7 +293,7 @@ func TestStreamTenancyAndFilters(t *testing.T) {
 	many := strings.Repeat("t,", api.MaxStreamFilterValues) + "t"
 	for _, tc := range []struct{ query, lastID string }{
 		{"type=Bogus", ""}, {"taskId=a.b", ""}, {"queue=" + strings.Repeat("q", 65), ""}, {"rootId=" + many, ""},
-		{"after=-1", ""}, {"after=x", ""}, {"", "1e3"},
+		{"after=-1", ""}, {"after=x", ""}, {"", "1e3"}, {"after=18446744073709551615", ""},
 	} {
 		resp, cancel := streamRequest(t, b.url, "tok-a", tc.query, tc.lastID)
 		resp.Body.Close()

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,14 +43,16 @@ func (s *Service) ParseCursor(token string) (c Cursor, ok bool) {
 	if token == "0" {
 		return make(Cursor, shards.N()), true
 	}
-	parts := strings.Split(token, "-")
+	parts := strings.SplitN(token, "-", shards.N()+1) // a hostile token splits no further
 	if len(parts) != shards.N() {
 		return nil, false
 	}
 	c = make(Cursor, len(parts))
 	for i, part := range parts {
 		seq, err := strconv.ParseUint(part, 10, 64)
-		if err != nil {
+		// A sequence whose position (or the one after it) would not fit
+		// in 64 bits is no stream's.
+		if err != nil || seq >= math.MaxUint64/uint64(shards.N()) {
 			return nil, false
 		}
 		c[i] = shards.Position(i, seq)
