@@ -66,8 +66,11 @@ type Verifier struct {
 	shards   events.Shards
 	lastSeqs []uint64 // by shard, the stream sequence of the last message added
 	retries  []retry  // on a sharded log, checked by Report
-	tasks    map[string]*aggregate.State
-	keys     map[string]*aggregate.KeyState // concurrency keys by key id
+	// slotUsers are the tasks key events name from another shard,
+	// checked by Report.
+	slotUsers []slotUser
+	tasks     map[string]*aggregate.State
+	keys      map[string]*aggregate.KeyState // concurrency keys by key id
 	// schedules are the schedules' states by scheduleKey.
 	schedules map[string]*aggregate.ScheduleState
 	claimed   map[string]string // delivery token → task that claimed it
@@ -113,6 +116,11 @@ func (v *Verifier) Report() Report {
 	for _, rt := range v.retries { // a sharded log's, checked at its end
 		if detail := v.retryProblem(rt, "at its end"); detail != "" {
 			r.Violations = append(slices.Clip(r.Violations), Violation{Seq: rt.seq, TaskID: rt.taskID, Kind: BadRetry, Detail: detail})
+		}
+	}
+	for _, u := range v.slotUsers { // a sharded log's, checked at its end
+		if detail := v.slotUserProblem(u); detail != "" {
+			r.Violations = append(slices.Clip(r.Violations), Violation{Seq: u.seq, TaskID: u.keyID, Kind: Concurrency, Detail: detail})
 		}
 	}
 	for _, h := range v.heads {
@@ -161,11 +169,14 @@ func (v *Verifier) Add(seq uint64, subject string, data []byte) {
 		return
 	}
 	if events.KeyEvent(ev.Type()) {
-		v.addKey(ev, subject)
+		v.addKey(ev, subject, shard)
 		return
 	}
 	if want := v.shards.Subjects(v.subjects, shard).Of(ev); subject != want {
 		v.fail(seq, ev.TaskID, WrongSubject, "stored on %s, belongs on %s", subject, want)
+	}
+	if want := v.shardOf(ev); want != shard {
+		v.fail(seq, ev.TaskID, WrongSubject, "stored in shard %d, belongs in shard %d", shard, want)
 	}
 	if _, dup := v.ids[ev.ID]; dup {
 		v.fail(seq, ev.TaskID, DuplicateEvent, "event id %s seen before", ev.ID)
@@ -193,8 +204,26 @@ func (v *Verifier) Add(seq uint64, subject string, data []byte) {
 		v.fail(seq, ev.TaskID, BrokenLink, "event %d names previous hash %s, the task's previous event hashes to %s", ev.Number, short(ev.Prev), short(st.LastHash))
 	}
 	v.checkTransition(*st, ev)
-	v.checkSlot(*st, ev)
+	v.checkSlot(*st, ev, shard)
 	*st = aggregate.Apply(*st, ev)
+}
+
+// shardOf is the shard ev belongs in: its schedule's or key's, else its
+// lineage's (its root from the task's first event).
+func (v *Verifier) shardOf(ev events.Event) int {
+	root := ""
+	if st := v.tasks[ev.TaskID]; st != nil {
+		root = st.Spec.RootID
+	}
+	if root == "" {
+		switch p := ev.Data.(type) {
+		case events.TaskScheduled:
+			root = p.Spec.RootID
+		case events.AdmissionRejected:
+			root = p.Spec.RootID
+		}
+	}
+	return v.shards.OfEvent(ev, root)
 }
 
 // checkTransition reports why ev could not have been decided on st.

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
@@ -18,7 +19,13 @@ const Concurrency = "concurrency"
 // addKey checks a concurrency key's event: on its key's subject, numbered
 // and chained as a task's, and exactly what DecideKey decides on the key
 // as its earlier events left it, for a task of the key's customer.
-func (v *Verifier) addKey(ev events.Event, subject string) {
+//
+// On a sharded log a task and its key may be in two shards, read one
+// after the other: there the verifier checks the key's own rules (its
+// subject, numbers, chain and limit) in its stream's order, and that the
+// task exists with that key at the log's end; what the task's state was
+// at the key event's moment has no order across shards to check against.
+func (v *Verifier) addKey(ev events.Event, subject string, shard int) {
 	var cmd aggregate.KeyCommand
 	var taskID, key string
 	var attempt int // the slot's attempt
@@ -34,8 +41,12 @@ func (v *Verifier) addKey(ev events.Event, subject string) {
 		v.fail(ev.Seq, ev.TaskID, DuplicateEvent, "event id %s seen before", ev.ID)
 	}
 	v.ids[ev.ID] = struct{}{}
-	if want := v.subjects.Key(ev.CustomerID, events.KeyID(ev.CustomerID, key)); subject != want || ev.TaskID != events.KeyID(ev.CustomerID, key) {
+	keyID := events.KeyID(ev.CustomerID, key)
+	if want := v.shards.Subjects(v.subjects, shard).Key(ev.CustomerID, keyID); subject != want || ev.TaskID != keyID {
 		v.fail(ev.Seq, ev.TaskID, WrongSubject, "key event of %q stored on %s as %s, belongs on %s", key, subject, ev.TaskID, want)
+	}
+	if want := v.shards.Of(ev.CustomerID, keyID); want != shard {
+		v.fail(ev.Seq, ev.TaskID, WrongSubject, "key event of %q stored in shard %d, belongs in shard %d", key, shard, want)
 	}
 	k := v.keys[ev.TaskID]
 	if k == nil {
@@ -51,6 +62,13 @@ func (v *Verifier) addKey(ev events.Event, subject string) {
 	}
 	defer func() { *k = aggregate.ApplyKey(*k, ev) }()
 	st := v.tasks[taskID]
+	if v.shards.N() > 1 && (st == nil || v.shards.Of(st.CustomerID, st.Spec.RootID) != shard) {
+		v.slotUsers = append(v.slotUsers, slotUser{seq: ev.Seq, keyID: ev.TaskID, taskID: taskID, customerID: ev.CustomerID, key: key})
+		if _, err := aggregate.DecideKey(*k, cmd, ev.At); errors.Is(err, aggregate.ErrKeyFull) {
+			v.fail(ev.Seq, ev.TaskID, Concurrency, "task %s took a slot of %q past its limit: %v", taskID, key, err)
+		}
+		return
+	}
 	switch {
 	case st == nil || !st.Exists() || st.CustomerID != ev.CustomerID:
 		v.fail(ev.Seq, ev.TaskID, Concurrency, "%s for task %s, which customer %s has not scheduled", ev.Type(), taskID, ev.CustomerID)
@@ -87,12 +105,34 @@ func (v *Verifier) addKey(ev events.Event, subject string) {
 // holding a slot of its key at that point of the log. (The slot is for
 // the task's attempt, except in logs written before a retried task gave
 // its last attempt's slot back, where it kept that slot.)
-func (v *Verifier) checkSlot(st aggregate.State, ev events.Event) {
+func (v *Verifier) checkSlot(st aggregate.State, ev events.Event, shard int) {
 	c := st.Spec.Concurrency
 	if _, ok := ev.Data.(events.DeliveryPending); !ok || c == nil {
 		return
 	}
+	if v.shards.Of(st.CustomerID, events.KeyID(st.CustomerID, c.Key)) != shard {
+		return // the key's stream has no order against this one (addKey)
+	}
 	if k := v.keys[events.KeyID(st.CustomerID, c.Key)]; k == nil || !k.Holds(st.TaskID) {
 		v.fail(ev.Seq, ev.TaskID, Concurrency, "released without a slot of its concurrency key %q", c.Key)
 	}
+}
+
+// slotUser is a task a key event names from another shard of a sharded
+// log.
+type slotUser struct {
+	seq                            uint64
+	keyID, taskID, customerID, key string
+}
+
+// slotUserProblem says what is wrong with u at the log's end, or
+// returns "".
+func (v *Verifier) slotUserProblem(u slotUser) string {
+	switch st := v.tasks[u.taskID]; {
+	case st == nil || !st.Exists() || st.CustomerID != u.customerID:
+		return fmt.Sprintf("a slot of %q for task %s, which customer %s has not scheduled", u.key, u.taskID, u.customerID)
+	case st.Spec.Concurrency == nil || st.Spec.Concurrency.Key != u.key:
+		return fmt.Sprintf("a slot of %q for task %s, which has no such concurrency key", u.key, u.taskID)
+	}
+	return ""
 }
