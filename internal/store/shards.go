@@ -55,6 +55,9 @@ func agreeShards(ctx context.Context, js jetstream.JetStream, stream string, k, 
 			} else if !errors.Is(serr, jetstream.ErrStreamNotFound) {
 				return fmt.Errorf("store: stream %s: %w", stream, serr)
 			}
+			if err := noShardsWithoutEntry(ctx, js, stream); err != nil {
+				return err
+			}
 		}
 		if ok && recorded != k {
 			return fmt.Errorf("%w: %s has %d, --shards asks for %d", ErrShardsMismatch, stream, recorded, k)
@@ -94,15 +97,31 @@ func recordedShards(ctx context.Context, kv jetstream.KeyValue) (k int, ok bool,
 // to read a log they do not open for writing.
 func ReadShards(ctx context.Context, js jetstream.JetStream, stream string) (events.Shards, error) {
 	kv, err := js.KeyValue(ctx, MetaBucket(stream))
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return events.Shards{K: 1}, nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return events.Shards{}, fmt.Errorf("store: metadata bucket %s: %w", MetaBucket(stream), err)
 	}
-	k, ok, err := recordedShards(ctx, kv)
-	if err != nil || !ok {
-		return events.Shards{K: 1}, err
+	if err == nil {
+		k, ok, err := recordedShards(ctx, kv)
+		if err != nil || ok {
+			return events.Shards{K: k}, err
+		}
 	}
-	return events.Shards{K: k}, nil
+	return events.Shards{K: 1}, noShardsWithoutEntry(ctx, js, stream)
+}
+
+// noShardsWithoutEntry fails with ErrShardsMismatch when stream's first
+// shard stream exists although no entry records the number of shards:
+// taking the log for one stream then would read nothing of it, or start
+// a second log beside it.
+func noShardsWithoutEntry(ctx context.Context, js jetstream.JetStream, stream string) error {
+	first := events.Shards{K: 2}.Stream(stream, 0)
+	_, err := js.Stream(ctx, first)
+	switch {
+	case err == nil:
+		return fmt.Errorf("%w: stream %s exists but %s records no number of shards; restore its entry (key %q: {\"shards\": K})", ErrShardsMismatch, first, MetaBucket(stream), shardsKey)
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil
+	default:
+		return fmt.Errorf("store: stream %s: %w", first, err)
+	}
 }

@@ -58,6 +58,27 @@ func TestShardsAreFixedWhenTheLogIsCreated(t *testing.T) {
 		}
 	})
 
+	t.Run("ShardedLogWithoutEntry", func(t *testing.T) {
+		ns := testnats.NewNamespace(t)
+		if _, err := openSharded(t, nc, ns, 3); err != nil {
+			t.Fatal(err)
+		}
+		if err := js.DeleteKeyValue(ctx, store.MetaBucket(ns.Stream)); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []int{1, 3} {
+			if _, err := openSharded(t, nc, ns, k); !errors.Is(err, store.ErrShardsMismatch) {
+				t.Fatalf("a start with %d shards on a sharded log without its entry: %v, want ErrShardsMismatch", k, err)
+			}
+		}
+		if _, err := store.ReadShards(ctx, js, ns.Stream); !errors.Is(err, store.ErrShardsMismatch) {
+			t.Fatalf("ReadShards on a sharded log without its entry: %v, want ErrShardsMismatch", err)
+		}
+		if _, err := js.Stream(ctx, ns.Stream); err == nil {
+			t.Fatalf("a refused start created the unsharded stream %s", ns.Stream)
+		}
+	})
+
 	t.Run("LogFromBeforeSharding", func(t *testing.T) {
 		ns := testnats.NewNamespace(t)
 		st, err := openSharded(t, nc, ns, 1)
