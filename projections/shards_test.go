@@ -119,8 +119,22 @@ func TestShardedConcurrencyRebuildEqualsLive(t *testing.T) {
 			return nil
 		})
 	}
+	// Live rebuilds while the tasks run, swapped in under the writes: the
+	// projections must still end equal to an offline rebuild.
+	rebuilds := 0
+	g.Go(func() error {
+		for ; done.Load() < claims; rebuilds++ {
+			if err := live.Rebuild(ctx, nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
+	}
+	if rebuilds == 0 {
+		t.Fatal("no rebuild ran while the tasks ran")
 	}
 	eventually(t, "every slot given back", func() bool {
 		k, holders, waiters := live.ConcurrencyKey("acme", "deploy", time.Now())
