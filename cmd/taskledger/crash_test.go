@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -95,14 +97,23 @@ type process struct {
 	client *api.Client
 }
 
+// freeAddr returns a loopback address no listener holds now, for a
+// server a test starts (and may restart) there. Its port is below the
+// kernel's ephemeral range (32768 and up on Linux), which every port-0
+// listener draws from, the embedded NATS servers' private listeners
+// included: a port taken from that range and closed again could be
+// handed to one of them before the test's server binds it.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(10000+rand.IntN(22000)))
+		if ln, err := net.Listen("tcp", addr); err == nil {
+			ln.Close()
+			return addr
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no free loopback port below 32000 in 100 tries")
+	return ""
 }
 
 // startServer runs `taskledger serve` on dataDir with flags added and

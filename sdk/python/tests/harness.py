@@ -7,6 +7,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
+import random
 import shutil
 import signal
 import socket
@@ -50,9 +51,20 @@ def binary() -> str:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port no listener holds now, below the kernel's ephemeral
+    range (32768 and up on Linux), which every port-0 listener draws from,
+    the server's own embedded NATS listener included: a port taken from
+    that range and closed again could be handed to it before the server
+    binds its HTTP port there."""
+    for _ in range(100):
+        port = random.randrange(10000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free loopback port below 32000 in 100 tries")
 
 
 _names = itertools.count(1)
