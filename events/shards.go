@@ -65,6 +65,18 @@ func (s Shards) Split(pos uint64) (shard int, seq uint64) {
 	return int(pos % n), pos / n
 }
 
+// SumSeqs returns the sum of the stream sequences of positions: with one
+// shard the sequence itself, with K a count of events that grows by one
+// with each, whatever its shard.
+func (s Shards) SumSeqs(positions []uint64) uint64 {
+	var n uint64
+	for _, pos := range positions {
+		_, seq := s.Split(pos)
+		n += seq
+	}
+	return n
+}
+
 // OfEvent returns the shard of ev: a schedule's or a concurrency key's
 // event is routed by its TaskID (the schedule's or the key's id), a
 // task's by rootID, the root of its lineage.

@@ -165,7 +165,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	watch := time.NewTicker(time.Second)
 	defer watch.Stop()
 	progressAt, ended := time.Now(), false
-	e.withPositions(e.cfg.Logger.Info(), "targets", target).Uint64("from", e.Applied()+1).Uint64("target", e.sumSeqs(target)).Msg("projections catching up")
+	e.withPositions(e.cfg.Logger.Info(), "targets", target).Uint64("from", e.Applied()+1).Uint64("target", e.cfg.Shards.SumSeqs(target)).Msg("projections catching up")
 	for {
 		var m tailMsg
 		select {
@@ -352,7 +352,7 @@ func (e *Engine) SaveSnapshot(ctx context.Context) error {
 	if err := e.cfg.Snapshots.Save(ctx, data); err != nil {
 		return err
 	}
-	e.withPositions(e.cfg.Logger.Info(), "positions", applied).Uint64("applied", e.sumSeqs(applied)).Int("tasks", len(b.Tasks)).Int("bytes", len(data)).Msg("projection snapshot written")
+	e.withPositions(e.cfg.Logger.Info(), "positions", applied).Uint64("applied", e.cfg.Shards.SumSeqs(applied)).Int("tasks", len(b.Tasks)).Int("bytes", len(data)).Msg("projection snapshot written")
 	if e.cfg.AfterSnapshot != nil {
 		e.cfg.AfterSnapshot(ctx, applied)
 	}
@@ -599,16 +599,6 @@ func (e *Engine) Applied() uint64 {
 	var n uint64
 	for i := range e.applied {
 		_, seq := e.cfg.Shards.Split(e.applied[i].Load())
-		n += seq
-	}
-	return n
-}
-
-// sumSeqs returns the sum of the stream sequences of positions.
-func (e *Engine) sumSeqs(positions []uint64) uint64 {
-	var n uint64
-	for _, pos := range positions {
-		_, seq := e.cfg.Shards.Split(pos)
 		n += seq
 	}
 	return n

@@ -221,7 +221,7 @@ func TestSnapshotRecovery(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	shutdownAt, err := first.Store.Log().LastSeq(ctx)
+	shutdownAt, err := first.Store.LastSeq(ctx) // one shard: its last position
 	if err != nil {
 		t.Fatal(err)
 	}

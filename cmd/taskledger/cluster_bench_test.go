@@ -105,14 +105,7 @@ type benchEnv struct {
 // nats-kill, comma-separated) runs only those steps. `make cluster-bench`
 // runs it.
 func TestClusterBench(t *testing.T) {
-	seconds := 8
-	if s := os.Getenv("CLUSTER_BENCH_SECONDS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 600 {
-			t.Fatalf("CLUSTER_BENCH_SECONDS=%q: want a whole number from 1 to 600", s)
-		}
-		seconds = n
-	}
+	seconds := envInt(t, "CLUSTER_BENCH_SECONDS", 8, 1, 600)
 	load := time.Duration(seconds) * time.Second
 	start := time.Now()
 	dir := t.TempDir()

@@ -28,6 +28,7 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/replay"
 )
 
@@ -162,15 +163,22 @@ func connectCluster(t *testing.T, nodes []*clusterNode) *nats.Conn {
 // CLUSTER_SHARDS, default 3 (docs/DESIGN.md, "Sharded log").
 func clusterShards(t *testing.T) events.Shards {
 	t.Helper()
-	k := 3
-	if s := os.Getenv("CLUSTER_SHARDS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			t.Fatalf("CLUSTER_SHARDS=%q: want a whole number ≥ 1", s)
-		}
-		k = n
+	return events.Shards{K: envInt(t, "CLUSTER_SHARDS", 3, 1, store.MaxShards)}
+}
+
+// envInt returns the whole number in the environment variable name,
+// def when it is unset; outside min..max fails t.
+func envInt(t *testing.T, name string, def, min, max int) int {
+	t.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return def
 	}
-	return events.Shards{K: k}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < min || n > max {
+		t.Fatalf("%s=%q: want a whole number from %d to %d", name, s, min, max)
+	}
+	return n
 }
 
 // streamLeader names the node leading shard i's event stream of a log
@@ -518,15 +526,7 @@ func (l *clusterLoad) finish(first int, claimed api.Task) error {
 // claimed twice, that the log verifies, and that every waiting task is
 // still claimable. CLUSTER_SECONDS (default 60) is the length of the load.
 func TestClusterFailover(t *testing.T) {
-	seconds := 60
-	if s := os.Getenv("CLUSTER_SECONDS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 5 {
-			t.Fatalf("CLUSTER_SECONDS=%q: want a whole number ≥ 5", s)
-		}
-		seconds = n
-	}
-	total := time.Duration(seconds) * time.Second
+	total := time.Duration(envInt(t, "CLUSTER_SECONDS", 60, 5, 24*3600)) * time.Second
 	dir := t.TempDir()
 	nodes := startNATSCluster(t, dir)
 	urls := clusterURLs(nodes)

@@ -63,10 +63,6 @@ func (h *Head) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// LastSeq returns the position of the last stored event of shard 0 (of
-// the log, when it is not sharded), 0 when there is none (LastPositions).
-func (l Log) LastSeq(ctx context.Context) (uint64, error) { return l.lastOf(ctx, 0) }
-
 // LastPositions returns the position of every shard's last stored event,
 // by shard, 0 for an empty shard. It reads each message itself: after a
 // block file lost its tail, a stream's state may still name a last
@@ -122,7 +118,7 @@ func (l Log) HeadAt(ctx context.Context, pos uint64) (Head, error) {
 	l = l.withDefaults()
 	if pos == 0 {
 		var err error
-		if pos, err = l.LastSeq(ctx); err != nil || pos == 0 {
+		if pos, err = l.lastOf(ctx, 0); err != nil || pos == 0 {
 			return Head{}, err
 		}
 	}

@@ -812,12 +812,7 @@ func (s *Store) Follow(ctx context.Context, filters func(events.Subjects) []stri
 // holds, as projections.Engine.Applied counts what it applied.
 func (s *Store) LastSeq(ctx context.Context) (uint64, error) {
 	last, err := s.LastPositions(ctx)
-	var n uint64
-	for _, pos := range last {
-		_, seq := s.shards.Split(pos)
-		n += seq
-	}
-	return n, err
+	return s.shards.SumSeqs(last), err
 }
 
 // LastPositions returns the position of every shard's last event, by
