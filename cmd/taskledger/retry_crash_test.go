@@ -61,7 +61,11 @@ func TestCrashAtRetryScheduled(t *testing.T) {
 	for _, ev := range h.Events {
 		counts[ev.Type]++
 	}
-	if counts[string(events.TypeRetryScheduled)] != 1 || counts[string(events.TypeReadyPublished)] != 2 ||
+	// Two deliveries: the first in TaskScheduled (due at once), the
+	// second a DeliveryPending. A claim may get to a delivery before its
+	// ReadyPublished, which is then not written: one or two of those.
+	if counts[string(events.TypeRetryScheduled)] != 1 || counts[string(events.TypeDeliveryPending)] != 1 ||
+		counts[string(events.TypeReadyPublished)] < 1 || counts[string(events.TypeReadyPublished)] > 2 ||
 		counts[string(events.TypeClaimed)] != 2 || counts[string(events.TypeTimedOut)] != 0 {
 		t.Fatalf("history event counts %v, want one retry, two deliveries and two claims", counts)
 	}
