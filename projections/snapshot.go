@@ -213,19 +213,58 @@ func OpenObjectSnapshots(ctx context.Context, js jetstream.JetStream, bucket, na
 
 // Load implements SnapshotStore.
 func (s *ObjectSnapshots) Load(ctx context.Context) ([]byte, bool, error) {
-	r, err := s.os.Get(ctx, s.name)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, false, nil
+	return ReadObject(ctx, s.os, s.name)
+}
+
+// The time ReadObject gives one read: readBase, and a second for every
+// readRate bytes.
+const (
+	readBase  = 5 * time.Second
+	readRate  = 10 << 20
+	readTries = 5 // reads of an object replaced while being read
+)
+
+// ReadObject reads object name of os whole; false when there is none.
+// nats.go reads the chunks of the version it looked up, and a save that
+// replaces the object meanwhile purges them: the read then waits for them
+// until its deadline, and a read given none would wait nats.go's default
+// of a few seconds, which a large object can need more than. So each read
+// has a deadline by the object's size, and a read that failed is tried
+// again while the object it read has been replaced (at most readTries
+// times).
+func ReadObject(ctx context.Context, os jetstream.ObjectStore, name string) ([]byte, bool, error) {
+	for try := 1; ; try++ {
+		info, err := os.GetInfo(ctx, name)
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		data, err := readVersion(ctx, os, name, readBase+time.Duration(info.Size/readRate)*time.Second)
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			return nil, false, nil
+		}
+		if err == nil {
+			return data, true, nil
+		}
+		now, ierr := os.GetInfo(ctx, name)
+		if ierr != nil || now.NUID == info.NUID || try == readTries {
+			return nil, false, err
+		}
 	}
+}
+
+// readVersion reads the object's current version within timeout.
+func readVersion(ctx context.Context, os jetstream.ObjectStore, name string, timeout time.Duration) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	r, err := os.Get(ctx, name)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	defer r.Close()
-	data, err := io.ReadAll(r)
-	if err != nil {
-		return nil, false, err
-	}
-	return data, true, nil
+	return io.ReadAll(r)
 }
 
 // Save implements SnapshotStore.

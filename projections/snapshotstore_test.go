@@ -69,6 +69,40 @@ func testSnapshotStore(t *testing.T, open func(t *testing.T) projections.Snapsho
 			t.Fatalf("Load returned %d bytes (ok %v), not the %d saved", len(data), ok, len(big))
 		}
 	})
+	t.Run("LoadWhileReplaced", func(t *testing.T) {
+		// Every load during a run of saves returns one whole saved snapshot:
+		// a save replacing the object a load is reading must not fail it.
+		s := open(t)
+		value := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, 200<<10) } // two chunks
+		if err := s.Save(ctx, value(0)); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			defer close(done)
+			for i := 1; i <= 100; i++ {
+				if err := s.Save(ctx, value(i)); err != nil {
+					done <- err
+					return
+				}
+			}
+		}()
+		loads := 0
+		for saving := true; saving || loads < 10; loads++ {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+				saving = false
+			default:
+			}
+			data, ok := load(t, s)
+			if !ok || len(data) != 200<<10 || !bytes.Equal(data, bytes.Repeat(data[:1], len(data))) {
+				t.Fatalf("load %d returned %d bytes (ok %v), not one saved snapshot", loads, len(data), ok)
+			}
+		}
+	})
 	t.Run("DeleteRemoves", func(t *testing.T) {
 		s := open(t)
 		if err := s.Delete(ctx); err != nil {

@@ -43,12 +43,12 @@ func LoadHeads(ctx context.Context, js jetstream.JetStream, stream string) ([]st
 	if err != nil {
 		return nil, fmt.Errorf("node: snapshot bucket: %w", err)
 	}
-	data, err := bucket.GetBytes(ctx, headObject)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, nil
-	}
+	data, ok, err := projections.ReadObject(ctx, bucket, headObject)
 	if err != nil {
 		return nil, fmt.Errorf("node: chain head: %w", err)
+	}
+	if !ok {
+		return nil, nil
 	}
 	var hs []store.Head
 	if len(data) > 0 && data[0] == '[' {
