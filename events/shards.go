@@ -5,27 +5,60 @@ import (
 	"strconv"
 )
 
-// Shards routes the log over K streams (docs/DESIGN.md, "Sharded log").
-// K = 1 is the unsharded log: one stream named by the base name, on the
-// base subjects, and positions equal to stream sequences. The zero value
-// is K = 1. A Shards value is immutable and safe for concurrent use.
-type Shards struct{ K int }
+// Shards routes the log over its streams, its parts (docs/DESIGN.md,
+// "Sharded log" and "Epochs"). K streams, the shards, hold the log's
+// concurrency keys and schedules, and, without epochs (Slots = 0), its
+// tasks too. With epochs, the tasks live in Slots more sets of K streams,
+// one epoch in each at a time: part K×(1+slot)+i is shard i of that slot.
+// K = 1 without epochs is the unsharded log: one stream named by the base
+// name, on the base subjects, and positions equal to stream sequences.
+// The zero value is K = 1 without epochs. A Shards value is immutable and
+// safe for concurrent use.
+type Shards struct {
+	K     int
+	Slots int
+}
 
-// N returns K, at least 1.
-func (s Shards) N() int { return max(s.K, 1) }
+// N returns the number of parts: K × (1 + Slots), at least 1.
+func (s Shards) N() int { return s.shards() * (1 + s.Slots) }
 
-// Stream returns the name of shard i's stream: base itself when K = 1,
-// else base + "_" + i.
+// shards returns K, at least 1.
+func (s Shards) shards() int { return max(s.K, 1) }
+
+// Part returns the part of shard i of epoch slot slot.
+func (s Shards) Part(slot, i int) int { return s.shards()*(1+slot) + i }
+
+// SlotOf returns the epoch slot part is in; false for a part of the
+// shards that hold keys and schedules (and, without epochs, tasks).
+func (s Shards) SlotOf(part int) (slot int, ok bool) {
+	return part/s.shards() - 1, part >= s.shards()
+}
+
+// SlotParts returns the parts of epoch slot slot.
+func (s Shards) SlotParts(slot int) []int {
+	parts := make([]int, s.shards())
+	for i := range parts {
+		parts[i] = s.Part(slot, i)
+	}
+	return parts
+}
+
+// Stream returns the name of part i's stream: base itself for the
+// unsharded log (one part), else base + "_" + i for shard i and base +
+// "_s" + slot + "_" + shard for a part of an epoch slot.
 func (s Shards) Stream(base string, i int) string {
+	if slot, ok := s.SlotOf(i); ok {
+		return base + "_s" + strconv.Itoa(slot) + "_" + strconv.Itoa(i%s.shards())
+	}
 	if s.N() == 1 {
 		return base
 	}
 	return base + "_" + strconv.Itoa(i)
 }
 
-// Subjects returns the subjects of shard i's stream: subj itself when
-// K = 1, else subj with the root <root>.<i> (two streams may not share
-// a subject).
+// Subjects returns the subjects of part i's stream: subj itself for the
+// unsharded log, else subj with the root <root>.<i> (two streams may
+// not share a subject).
 func (s Shards) Subjects(subj Subjects, i int) Subjects {
 	if s.N() == 1 {
 		return subj
@@ -34,22 +67,23 @@ func (s Shards) Subjects(subj Subjects, i int) Subjects {
 }
 
 // Of returns the shard of the events whose shard id is id and whose
-// customer is customerID: FNV-1a of customerID "/" id, mod K. A task's
+// customer is customerID: FNV-1a of customerID "/" id, mod K. With
+// epochs a task's part is that shard of its lineage's epoch slot. A task's
 // shard id is its root's id, so a lineage shares a shard; a concurrency
 // key's is its key id, a schedule's its schedule id.
 func (s Shards) Of(customerID, id string) int {
-	if s.N() == 1 {
+	if s.shards() == 1 {
 		return 0
 	}
 	h := fnv.New32a()
 	h.Write([]byte(customerID))
 	h.Write([]byte{'/'})
 	h.Write([]byte(id))
-	return int(h.Sum32() % uint32(s.N()))
+	return int(h.Sum32() % uint32(s.shards()))
 }
 
-// Position returns the log position of stream sequence seq of shard i:
-// seq × K + i (seq itself when K = 1). Sequence 0, "nothing yet", is
+// Position returns the log position of stream sequence seq of part i:
+// seq × N + i (seq itself when N = 1). Sequence 0, "nothing yet", is
 // position 0 whatever the shard.
 func (s Shards) Position(i int, seq uint64) uint64 {
 	if seq == 0 {
@@ -79,7 +113,8 @@ func (s Shards) SumSeqs(positions []uint64) uint64 {
 
 // OfEvent returns the shard of ev: a schedule's or a concurrency key's
 // event is routed by its TaskID (the schedule's or the key's id), a
-// task's by rootID, the root of its lineage.
+// task's by rootID, the root of its lineage (with epochs, that shard of
+// its epoch slot holds it: see Part).
 func (s Shards) OfEvent(ev Event, rootID string) int {
 	if IsSchedule(ev.Type()) || KeyEvent(ev.Type()) {
 		return s.Of(ev.CustomerID, ev.TaskID)

@@ -67,3 +67,35 @@ func TestShardsOfSpreadsAndIsStable(t *testing.T) {
 		}
 	}
 }
+
+func TestShardsEpochSlots(t *testing.T) {
+	t.Parallel()
+	s := Shards{K: 3, Slots: 2}
+	if s.N() != 9 {
+		t.Fatalf("N = %d, want 3 shards and 2 slots of 3", s.N())
+	}
+	names := map[string]bool{}
+	for part := range s.N() {
+		slot, ok := s.SlotOf(part)
+		if ok != (part >= 3) || ok && (slot != part/3-1 || s.Part(slot, part%3) != part) {
+			t.Fatalf("SlotOf(%d) = %d, %v", part, slot, ok)
+		}
+		names[s.Stream("TASKLEDGER", part)] = true
+		if shard, seq := s.Split(s.Position(part, 5)); shard != part || seq != 5 {
+			t.Fatalf("Split(Position(%d, 5)) = %d, %d", part, shard, seq)
+		}
+	}
+	if len(names) != s.N() || !names["TASKLEDGER_2"] || !names["TASKLEDGER_s1_2"] {
+		t.Fatalf("stream names %v", names)
+	}
+	if got := s.SlotParts(1); len(got) != 3 || got[0] != 6 || got[2] != 8 {
+		t.Fatalf("SlotParts(1) = %v", got)
+	}
+	if got := s.Of("cust", "root"); got != (Shards{K: 3}).Of("cust", "root") {
+		t.Fatalf("Of with slots = %d, want the shard without", got)
+	}
+	one := Shards{K: 1, Slots: 2}
+	if one.Stream("TASKLEDGER", 0) != "TASKLEDGER_0" || one.Stream("TASKLEDGER", 2) != "TASKLEDGER_s1_0" || one.Subjects(DefaultSubjects, 2).Root != "tl.2" {
+		t.Fatalf("one shard with slots: %s %s %v", one.Stream("TASKLEDGER", 0), one.Stream("TASKLEDGER", 2), one.Subjects(DefaultSubjects, 2))
+	}
+}

@@ -113,10 +113,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Retain == 0 {
 		cfg.Retain = DefaultRetain
 	}
-	cfg.Shards.K = cfg.Shards.N()
 	return &Engine{cfg: cfg, js: cfg.JS, v: newViews(cfg.Retain, cfg.Shards), kick: make(chan struct{}, 1), ready: make(chan struct{}),
 		queuedSig: make(map[string]chan struct{}), owned: make(map[uint64]bool),
-		applied: make([]atomic.Uint64, cfg.Shards.K), wanted: make([]atomic.Uint64, cfg.Shards.K)}, nil
+		applied: make([]atomic.Uint64, cfg.Shards.N()), wanted: make([]atomic.Uint64, cfg.Shards.N())}, nil
 }
 
 // lastPositions returns the position of each shard's last event: from
@@ -125,7 +124,7 @@ func (e *Engine) lastPositions(ctx context.Context) ([]uint64, error) {
 	if e.cfg.LastPositions != nil {
 		return e.cfg.LastPositions(ctx)
 	}
-	last := make([]uint64, e.cfg.Shards.K)
+	last := make([]uint64, e.cfg.Shards.N())
 	for i := range last {
 		name := e.cfg.Shards.Stream(e.cfg.Stream, i)
 		info, err := e.js.Stream(ctx, name)
@@ -135,6 +134,28 @@ func (e *Engine) lastPositions(ctx context.Context) ([]uint64, error) {
 		last[i] = e.cfg.Shards.Position(i, info.CachedInfo().State.LastSeq)
 	}
 	return last, nil
+}
+
+// skipRemoved moves the applied position of every part whose stream
+// starts past the next sequence to apply to just before its first one:
+// the stream of an epoch slot whose epoch was removed starts after the
+// removed events (store.RemoveEpoch), which are not missing.
+func (e *Engine) skipRemoved(ctx context.Context) error {
+	if e.cfg.Shards.Slots == 0 {
+		return nil
+	}
+	for i := range e.applied {
+		name := e.cfg.Shards.Stream(e.cfg.Stream, i)
+		info, err := e.js.Stream(ctx, name)
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", name, err)
+		}
+		_, seq := e.cfg.Shards.Split(e.applied[i].Load())
+		if first := info.CachedInfo().Config.FirstSeq; first > seq+1 {
+			e.applied[i].Store(e.cfg.Shards.Position(i, first-1))
+		}
+	}
+	return nil
 }
 
 // Run consumes the log until ctx ends, then returns nil. It returns
@@ -149,6 +170,9 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	if e.Applied() == 0 && e.cfg.Snapshots != nil {
 		e.restoreSnapshot(ctx, target)
+	}
+	if err := e.skipRemoved(ctx); err != nil {
+		return fmt.Errorf("projections: %w", err)
 	}
 	defer e.snapshots.Wait()
 	e.policy = snapshotPolicy{every: e.cfg.SnapshotEvery, interval: e.cfg.SnapshotInterval, lastSeq: e.Applied(), lastAt: time.Now()}
@@ -380,7 +404,7 @@ func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) e
 	defer tails.Wait()
 	t := e.follow(nil, nil)
 	defer t.stop(&tails)
-	reached := make([]uint64, e.cfg.Shards.K) // by shard, the position folded
+	reached := make([]uint64, e.cfg.Shards.N()) // by shard, the position folded
 	var seq uint64                            // events folded
 	// behind reports whether fresh lacks an event the live views applied.
 	behind := func() bool {
@@ -607,7 +631,7 @@ func (e *Engine) Applied() uint64 {
 // withPositions adds positions to a log line under key when the log has
 // several shards (with one, the line's sequences say it all).
 func (e *Engine) withPositions(ev *zerolog.Event, key string, positions []uint64) *zerolog.Event {
-	if e.cfg.Shards.K > 1 {
+	if e.cfg.Shards.N() > 1 {
 		ev = ev.Uints64(key, positions)
 	}
 	return ev

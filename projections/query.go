@@ -33,6 +33,20 @@ func (e *Engine) Task(id string) (aggregate.State, bool) {
 	return e.v.state(t), true
 }
 
+// OpenIn returns how many lineages whose root is in one of parts have not
+// ended: a task not terminal, or not reported to its parent yet.
+func (e *Engine) OpenIn(parts []int) int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	n := 0
+	for _, t := range e.v.tasks {
+		if part, _ := e.cfg.Shards.Split(t.firstSeq); t.id == t.root && t.open > 0 && slices.Contains(parts, part) {
+			n++
+		}
+	}
+	return n
+}
+
 // Children returns the ids of a task's children in creation order.
 func (e *Engine) Children(id string) []string {
 	e.mu.RLock()

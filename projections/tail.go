@@ -70,7 +70,7 @@ type tailMsg struct {
 func (e *Engine) follow(from []uint64, owned func(pos uint64) bool) *tail {
 	t := &tail{next: make(chan tailMsg, tailBuffer), done: make(chan struct{}), exited: make(chan struct{})}
 	var running sync.WaitGroup
-	for i := range e.cfg.Shards.K {
+	for i := range e.cfg.Shards.N() {
 		start := uint64(1)
 		if from != nil {
 			start = from[i]

@@ -175,8 +175,8 @@ func (v *Verifier) Add(seq uint64, subject string, data []byte) {
 	if want := v.shards.Subjects(v.subjects, shard).Of(ev); subject != want {
 		v.fail(seq, ev.TaskID, WrongSubject, "stored on %s, belongs on %s", subject, want)
 	}
-	if want := v.shardOf(ev); want != shard {
-		v.fail(seq, ev.TaskID, WrongSubject, "stored in shard %d, belongs in shard %d", shard, want)
+	if want := v.partOf(ev, shard); want != shard {
+		v.fail(seq, ev.TaskID, WrongSubject, "stored in part %d, belongs in part %d", shard, want)
 	}
 	if _, dup := v.ids[ev.ID]; dup {
 		v.fail(seq, ev.TaskID, DuplicateEvent, "event id %s seen before", ev.ID)
@@ -211,19 +211,53 @@ func (v *Verifier) Add(seq uint64, subject string, data []byte) {
 // shardOf is the shard ev belongs in: its schedule's or key's, else its
 // lineage's (its root from the task's first event).
 func (v *Verifier) shardOf(ev events.Event) int {
-	root := ""
-	if st := v.tasks[ev.TaskID]; st != nil {
-		root = st.Spec.RootID
+	return v.shards.OfEvent(ev, v.rootOf(ev))
+}
+
+// partOf is the part ev, stored in part at, belongs in: without epochs
+// its shard; with epochs a key's or schedule's shard, or its lineage's
+// part (the root's), a new lineage's being its shard in at's epoch slot.
+func (v *Verifier) partOf(ev events.Event, at int) int {
+	shard := v.shardOf(ev)
+	if v.shards.Slots == 0 || events.IsSchedule(ev.Type()) {
+		return shard
 	}
-	if root == "" {
-		switch p := ev.Data.(type) {
-		case events.TaskScheduled:
-			root = p.Spec.RootID
-		case events.AdmissionRejected:
-			root = p.Spec.RootID
+	for _, id := range []string{ev.TaskID, v.rootOf(ev)} {
+		if st := v.tasks[id]; st != nil && st.FirstSeq > 0 {
+			return v.partOfTask(*st)
 		}
 	}
-	return v.shards.OfEvent(ev, root)
+	slot, _ := v.shards.SlotOf(at)
+	return v.shards.Part(max(slot, 0), shard)
+}
+
+// rootOf returns the root of ev's task: its state's, or its creation's.
+func (v *Verifier) rootOf(ev events.Event) string {
+	if st := v.tasks[ev.TaskID]; st != nil && st.Spec.RootID != "" {
+		return st.Spec.RootID
+	}
+	switch p := ev.Data.(type) {
+	case events.TaskScheduled:
+		return p.Spec.RootID
+	case events.AdmissionRejected:
+		return p.Spec.RootID
+	}
+	return ""
+}
+
+// partOfTask returns the part holding st's task: its first event's.
+func (v *Verifier) partOfTask(st aggregate.State) int {
+	part, _ := v.shards.Split(st.FirstSeq)
+	return part
+}
+
+// StartAt tells the verifier that part's stream starts at stream
+// sequence first: the sequences before it belonged to a removed epoch
+// (store.RemoveEpoch) and are not missing. Call it before the first Add.
+func (v *Verifier) StartAt(part int, first uint64) {
+	if first > v.lastSeqs[part]+1 {
+		v.lastSeqs[part] = first - 1
+	}
 }
 
 // checkTransition reports why ev could not have been decided on st.

@@ -62,7 +62,7 @@ func (v *Verifier) addKey(ev events.Event, subject string, shard int) {
 	}
 	defer func() { *k = aggregate.ApplyKey(*k, ev) }()
 	st := v.tasks[taskID]
-	if v.shards.N() > 1 && (st == nil || v.shards.Of(st.CustomerID, st.Spec.RootID) != shard) {
+	if v.shards.N() > 1 && (st == nil || v.partOfTask(*st) != shard) {
 		v.slotUsers = append(v.slotUsers, slotUser{seq: ev.Seq, keyID: ev.TaskID, taskID: taskID, customerID: ev.CustomerID, key: key})
 		if _, err := aggregate.DecideKey(*k, cmd, ev.At); errors.Is(err, aggregate.ErrKeyFull) {
 			v.fail(ev.Seq, ev.TaskID, Concurrency, "task %s took a slot of %q past its limit: %v", taskID, key, err)

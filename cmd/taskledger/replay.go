@@ -216,6 +216,13 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	v := replay.NewVerifier(events.DefaultSubjects)
 	v.Shard(log.Shards)
+	for i := range log.Shards.N() {
+		first, err := log.FirstSeq(ctx, i)
+		if err != nil {
+			return err
+		}
+		v.StartAt(i, first)
+	}
 	heads, err := node.LoadHeads(ctx, js, off.nf.stream)
 	if err != nil {
 		return err

@@ -167,6 +167,10 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	maxEventBytes := fs.Int("max-event-bytes", 0, "largest event the log takes, as the event stream's max message size (0: the NATS server's max_payload, 1 MiB by default); a larger one answers 413")
 	var lf limitFlags
 	lf.register(fs)
+	epochSlots := fs.Int("epoch-slots", 0, "give a new log epochs: its tasks live in this many sets of streams (<stream>_s<slot>_<i>), one epoch to a set, sealed once done and removed after archiving (docs/DESIGN.md, \"Epochs\"); fixed when the log is created; 0: none")
+	epochPeriod := fs.Duration("epoch-period", 30*24*time.Hour, "with --epoch-slots: how long each epoch takes new lineages")
+	retainEpochs := fs.Int("retain-epochs", 1, "with --epoch-slots: periods an epoch stays unsealed after its own ended")
+	epochCheck := fs.Duration("epoch-check", 0, "with --epoch-slots: how often to advance and seal epochs (default the period / 10, between 100ms and 1m)")
 	shards := fs.Int("shards", 1, "event streams the log is spread over (<stream>_<i> when above 1); fixed when the log is created: a start with another number is refused")
 	partitions := fs.Int("timer-partitions", lease.DefaultPartitions, "timer work is split into this many partitions, each acted on by the process holding its lease; every process of a stream must agree")
 	leaseTTL := fs.Duration("lease-ttl", lease.DefaultTTL, "a partition lease lives this long unrenewed (renewed every quarter of it): a lost process's timers are taken over within about this")
@@ -221,6 +225,10 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		h, _ := os.Hostname()
 		*name = "scheduler-" + sanitize(h)
 	}
+	if *epochSlots != 0 && (*epochSlots < 2 || *epochSlots > store.MaxEpochSlots || *epochPeriod < store.MinEpochPeriod || *retainEpochs < 1) {
+		return fmt.Errorf("%w: --epoch-slots %d --epoch-period %s --retain-epochs %d: want 2 to %d slots, a period of at least %s and at least 1 period retained", errUsage,
+			*epochSlots, *epochPeriod, *retainEpochs, store.MaxEpochSlots, store.MinEpochPeriod)
+	}
 	if *shards < 1 || *shards > store.MaxShards {
 		return fmt.Errorf("%w: --shards %d: want 1 to %d", errUsage, *shards, store.MaxShards)
 	}
@@ -239,7 +247,8 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	}
 	defer closeNATS()
 	cfg := node.Config{
-		NC: nc, Stream: nf.stream, Replicas: nf.replicas, Shards: *shards, Name: *name, Tokens: tokens, Admission: admission, MaxInFlight: *maxInFlight,
+		NC: nc, Stream: nf.stream, Replicas: nf.replicas, Shards: *shards, Name: *name,
+		EpochSlots: *epochSlots, EpochPeriod: *epochPeriod, EpochRetain: *retainEpochs, EpochCheck: *epochCheck, Tokens: tokens, Admission: admission, MaxInFlight: *maxInFlight,
 		Streams: httpapi.StreamLimits{Max: *maxStreams, MaxPerCustomer: *maxStreamsPerCustomer},
 		HTTP:    limits, BodyTimeout: *bodyTimeout, MaxBodyMemory: *maxBodyMemory, LogRepeatInterval: *logRepeat,
 		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain, Alarm: alarm, Limits: bounds, ReadyJSON: lf.readyJSON,

@@ -139,9 +139,9 @@ func (r *run) replay(ctx context.Context, nc *nats.Conn) error {
 
 	// Loads as a node makes them: the projections tell the store the
 	// task's customer, so it reads the task's own subject.
-	ld, err := openStore(ctx, nc, name, func(id string) (string, string, bool) {
+	ld, err := openStore(ctx, nc, name, func(id string) (string, string, uint64, bool) {
 		t, ok := eng.Task(id)
-		return t.CustomerID, t.Spec.RootID, ok
+		return t.CustomerID, t.Spec.RootID, t.FirstSeq, ok
 	})
 	if err != nil {
 		return err

@@ -37,8 +37,17 @@ type Config struct {
 	Replicas    int             // default 1
 	// Shards is the number of event streams the log is spread over
 	// (store.Config.Shards); default 1.
-	Shards      int
-	Name        string // actor name of this node's events; default "scheduler"
+	Shards int
+	// EpochSlots and EpochPeriod give a new log epochs
+	// (store.Config.EpochSlots); EpochRetain is how many periods an
+	// epoch's streams stay unsealed after its period ended and its last
+	// task ended (default 1); EpochCheck how often the node advances and
+	// seals epochs (default the period ÷ 10, between 100 ms and 1 min).
+	EpochSlots  int
+	EpochPeriod time.Duration
+	EpochRetain int
+	EpochCheck  time.Duration
+	Name        string // actor name of this node's events; default "scheduler"       string // actor name of this node's events; default "scheduler"
 	Tokens      map[string]string
 	MaxInFlight int // API requests served at once; default 1024, -1 no limit
 	// Streams bounds the live event streams (httpapi.StreamLimits).
@@ -151,16 +160,20 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.EpochRetain <= 0 {
+		cfg.EpochRetain = 1
+	}
 	if cfg.StorageRetry <= 0 {
 		cfg.StorageRetry = 5 * time.Second
 	}
 	var eng *projections.Engine
-	locate := func(taskID string) (string, string, bool) {
+	locate := func(taskID string) (string, string, uint64, bool) {
 		s, ok := eng.Task(taskID)
-		return s.CustomerID, s.Spec.RootID, ok
+		return s.CustomerID, s.Spec.RootID, s.FirstSeq, ok
 	}
 	st, err := store.Open(ctx, cfg.NC, store.Config{
 		Stream: cfg.Stream, Subjects: cfg.Subjects, Replicas: cfg.Replicas, Shards: cfg.Shards, Actor: cfg.Name, Now: cfg.Now, Locate: locate,
+		EpochSlots: cfg.EpochSlots, EpochPeriod: cfg.EpochPeriod,
 		MaxEventBytes: cfg.MaxEventBytes, WriteTimeout: cfg.WriteTimeout,
 	})
 	if err != nil {
@@ -327,6 +340,17 @@ func (n *Node) Run(ctx context.Context) error {
 		return n.alarm.Run(gctx)
 	})
 	g.Go(func() error { n.watchStorage(gctx); return nil })
+	if n.Store.Shards().Slots > 0 {
+		g.Go(func() error {
+			select { // the projections decide whether an epoch is done
+			case <-gctx.Done():
+				return nil
+			case <-n.Engine.Ready():
+			}
+			n.runEpochs(gctx)
+			return nil
+		})
+	}
 	err := g.Wait()
 	n.Service.Close() // waits for the claim dispatchers' pulls
 	if err == nil && n.heads != nil {

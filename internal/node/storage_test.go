@@ -30,11 +30,12 @@ import (
 // After RestartJetStream on a full disk, nats-server 2.15.2 sometimes
 // leaves a file store's state flusher (and its clock) running past
 // Shutdown — seen in about one run in four on a loaded machine. It is
-// the server's, not ours: everything else must end.
+// the server's, not ours: everything else must end. The package's shared
+// server runs the tests that need no disk of their own (TestEpochs).
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, append(testnats.NATSLeaks,
+	testnats.Main(m,
 		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"))...)
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"))
 }
 
 // fullDisk is a JetStream data directory that can be filled and freed:

@@ -81,6 +81,19 @@ func (l Log) LastPositions(ctx context.Context) ([]uint64, error) {
 	return last, nil
 }
 
+// FirstSeq returns the first stream sequence of part i's stream: 1, or
+// for an epoch slot whose epoch was removed, the one after the removed
+// epoch's last (RemoveEpoch).
+func (l Log) FirstSeq(ctx context.Context, i int) (uint64, error) {
+	l = l.withDefaults()
+	name := l.Shards.Stream(l.Stream, i)
+	s, err := l.JS.Stream(ctx, name)
+	if err != nil {
+		return 0, fmt.Errorf("store: stream %s: %w", name, err)
+	}
+	return max(s.CachedInfo().Config.FirstSeq, 1), nil
+}
+
 // lastOf is LastPositions of shard i.
 func (l Log) lastOf(ctx context.Context, i int) (uint64, error) {
 	l = l.withDefaults()
@@ -112,7 +125,8 @@ func (l Log) lastOf(ctx context.Context, i int) (uint64, error) {
 }
 
 // HeadAt returns the chain head at position pos, or at shard 0's last
-// event when pos is 0. An empty shard has the zero Head. A Head's Seq is
+// event when pos is 0. An empty shard, and a position of a removed
+// epoch, have the zero Head. A Head's Seq is
 // a position.
 func (l Log) HeadAt(ctx context.Context, pos uint64) (Head, error) {
 	l = l.withDefaults()
@@ -127,6 +141,9 @@ func (l Log) HeadAt(ctx context.Context, pos uint64) (Head, error) {
 	s, err := l.JS.Stream(ctx, name)
 	if err != nil {
 		return Head{}, fmt.Errorf("store: stream %s: %w", name, err)
+	}
+	if seq < s.CachedInfo().Config.FirstSeq {
+		return Head{}, nil // in a removed epoch (RemoveEpoch)
 	}
 	msg, err := s.GetMsg(ctx, seq)
 	if err != nil {
@@ -153,7 +170,9 @@ func (l Log) HeadsAt(ctx context.Context, positions []uint64) ([]Head, error) {
 		if err != nil {
 			return nil, err
 		}
-		heads = append(heads, h)
+		if h.Seq != 0 {
+			heads = append(heads, h)
+		}
 	}
 	return heads, nil
 }
@@ -200,7 +219,10 @@ func (l Log) Check(ctx context.Context, h Head) error {
 // holds it, else an error wrapping ErrLogTruncated or ErrHeadMismatch,
 // or the read's error.
 func (l Log) checkHead(ctx context.Context, h Head) error {
-	shard, _ := l.Shards.Split(h.Seq)
+	shard, seq := l.Shards.Split(h.Seq)
+	if first, err := l.FirstSeq(ctx, shard); err != nil || seq < first {
+		return err // a head in a removed epoch: its archive holds it
+	}
 	last, err := l.lastOf(ctx, shard)
 	if err != nil {
 		return err

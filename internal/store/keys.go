@@ -79,7 +79,7 @@ func (s *Store) ExecuteKey(ctx context.Context, cmd aggregate.KeyCommand) (aggre
 		}
 		ev := &evs[0]
 		ev.ID, ev.Actor, ev.Prev = events.NewID(), s.cfg.Actor, k.LastHash
-		err = s.publish(ctx, ev, "", k.LastSeq)
+		err = s.publish(ctx, ev, s.shards.OfEvent(*ev, ""), k.LastSeq)
 		if errors.Is(err, aggregate.ErrConflict) && attempt < s.cfg.MaxRetries {
 			continue
 		}

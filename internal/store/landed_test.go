@@ -54,7 +54,7 @@ func TestCatchUpFindsOwnEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.publish(ctx, &mine, "", s1.LastSeq); !errors.Is(err, aggregate.ErrConflict) {
+	if err := st.publish(ctx, &mine, st.shards.OfEvent(mine, ""), s1.LastSeq); !errors.Is(err, aggregate.ErrConflict) {
 		t.Fatalf("retry: %v, want a conflict", err)
 	}
 	caught, seq, err := st.catchUp(ctx, s1, mine)

@@ -216,7 +216,7 @@ func (l Log) LineageOf(ctx context.Context, taskID string) ([]events.Event, erro
 
 // Lineage returns the events of the lineage root heads, in log order.
 // Every descendant is created after its root, by the same customer, in
-// the root's shard, so it scans that customer's events there from the
+// the root's part, so it scans that customer's events there from the
 // root's first.
 func (l Log) Lineage(ctx context.Context, root aggregate.State) ([]events.Event, error) {
 	l = l.withDefaults()
@@ -225,9 +225,10 @@ func (l Log) Lineage(ctx context.Context, root aggregate.State) ([]events.Event,
 	}
 	var out []events.Event
 	member := map[string]bool{}
+	part, _ := l.Shards.Split(root.FirstSeq)
 	o := ReadOptions{
 		Filter: func(subj events.Subjects) string { return subj.Customer(root.CustomerID) },
-		Shards: []int{l.Shards.Of(root.CustomerID, root.Spec.RootID)}, From: root.FirstSeq,
+		Shards: []int{part}, From: root.FirstSeq,
 	}
 	err := l.Events(ctx, o, func(ev events.Event) error {
 		in, seen := member[ev.TaskID]

@@ -81,7 +81,7 @@ func (s *Store) decideSchedule(ctx context.Context, st aggregate.ScheduleState, 
 	for i := range evs {
 		ev := &evs[i]
 		ev.ID, ev.Actor, ev.Prev = events.NewID(), actor, st.LastHash
-		if err = s.publish(ctx, ev, "", st.LastSeq); err != nil {
+		if err = s.publish(ctx, ev, s.shards.OfEvent(*ev, ""), st.LastSeq); err != nil {
 			break
 		}
 		st = aggregate.ApplySchedule(st, *ev)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -26,17 +27,35 @@ func MetaBucket(stream string) string { return stream + "_META" }
 
 const shardsKey = "shards"
 
-// meta is the stored form of the shards entry.
-type meta struct {
-	Shards int `json:"shards"`
+// MaxEpochSlots is the most epoch slots a log may have, and
+// MinEpochPeriod the shortest epoch period.
+const (
+	MaxEpochSlots  = 16
+	MinEpochPeriod = time.Second
+)
+
+// layout is the stored form of the shards entry: the number of shards
+// and, for a log with epochs, its slots and period.
+type layout struct {
+	Shards int           `json:"shards"`
+	Slots  int           `json:"epochSlots,omitempty"`
+	Period time.Duration `json:"epochPeriod,omitempty"`
 }
 
-// agreeShards records k as the log's number of shards, or checks it
-// against the one recorded. A log with no entry whose stream (the
-// unsharded one, named stream) exists predates sharding: it has one
-// shard. Two processes creating one log at once both read what the
-// first recorded.
-func agreeShards(ctx context.Context, js jetstream.JetStream, stream string, k, replicas int) error {
+func (l layout) String() string {
+	if l.Slots == 0 {
+		return fmt.Sprintf("%d shards", l.Shards)
+	}
+	return fmt.Sprintf("%d shards, %d epoch slots of %s", l.Shards, l.Slots, l.Period)
+}
+
+// agreeShards records want as the log's layout, or checks it against
+// the one recorded. A log with no entry whose stream (the unsharded one,
+// named stream) exists predates sharding: it has one shard. Two
+// processes creating one log at once both read what the first recorded.
+// A new log with epochs records its epoch slots too, the first holding
+// the epoch of now.
+func agreeShards(ctx context.Context, js jetstream.JetStream, stream string, want layout, replicas int, now time.Time) error {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: MetaBucket(stream), Description: "taskledger log metadata", History: 1,
 		Storage: jetstream.FileStorage, Replicas: replicas,
@@ -45,13 +64,13 @@ func agreeShards(ctx context.Context, js jetstream.JetStream, stream string, k, 
 		return fmt.Errorf("store: metadata bucket %s: %w", MetaBucket(stream), err)
 	}
 	for range 2 {
-		recorded, ok, err := recordedShards(ctx, kv)
+		recorded, ok, err := recordedLayout(ctx, kv)
 		if err != nil {
 			return err
 		}
 		if !ok {
 			if _, serr := js.Stream(ctx, stream); serr == nil {
-				recorded, ok = 1, true // a log from before sharding
+				recorded, ok = layout{Shards: 1}, true // a log from before sharding
 			} else if !errors.Is(serr, jetstream.ErrStreamNotFound) {
 				return fmt.Errorf("store: stream %s: %w", stream, serr)
 			}
@@ -59,10 +78,15 @@ func agreeShards(ctx context.Context, js jetstream.JetStream, stream string, k, 
 				return err
 			}
 		}
-		if ok && recorded != k {
-			return fmt.Errorf("%w: %s has %d, --shards asks for %d", ErrShardsMismatch, stream, recorded, k)
+		if ok && recorded != want {
+			return fmt.Errorf("%w: %s has %s, the configuration asks for %s", ErrShardsMismatch, stream, recorded, want)
 		}
-		data, _ := json.Marshal(meta{Shards: k})
+		if want.Slots > 0 {
+			if err := initEpochs(ctx, kv, want.Slots, want.Period, now); err != nil {
+				return err
+			}
+		}
+		data, _ := json.Marshal(want)
 		if _, err = kv.Create(ctx, shardsKey, data); err == nil || ok && errors.Is(err, jetstream.ErrKeyExists) {
 			return nil
 		}
@@ -74,36 +98,35 @@ func agreeShards(ctx context.Context, js jetstream.JetStream, stream string, k, 
 	return fmt.Errorf("store: record shards: the entry changed while it was recorded")
 }
 
-// recordedShards returns the number of shards kv records; ok is false
-// when it records none.
-func recordedShards(ctx context.Context, kv jetstream.KeyValue) (k int, ok bool, err error) {
+// recordedLayout returns the layout kv records; ok is false when it
+// records none.
+func recordedLayout(ctx context.Context, kv jetstream.KeyValue) (l layout, ok bool, err error) {
 	e, err := kv.Get(ctx, shardsKey)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, false, nil
+		return l, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("store: read shards: %w", err)
+		return l, false, fmt.Errorf("store: read shards: %w", err)
 	}
-	var m meta
-	if err := json.Unmarshal(e.Value(), &m); err != nil || m.Shards < 1 {
-		return 0, false, fmt.Errorf("store: bad shards entry %q", e.Value())
+	if err := json.Unmarshal(e.Value(), &l); err != nil || l.Shards < 1 || l.Slots < 0 || l.Slots > 0 && l.Period < MinEpochPeriod {
+		return l, false, fmt.Errorf("store: bad shards entry %q", e.Value())
 	}
-	return m.Shards, true, nil
+	return l, true, nil
 }
 
-// ReadShards returns the number of shards of the log named stream, as its
-// metadata records it, without creating anything: 1 when no metadata
-// exists (a log from before sharding, or none yet). Offline tools call it
-// to read a log they do not open for writing.
+// ReadShards returns the layout of the log named stream (shards and epoch
+// slots), as its metadata records it, without creating anything: one
+// shard when no metadata exists (a log from before sharding, or none
+// yet). Offline tools call it to read a log they do not open for writing.
 func ReadShards(ctx context.Context, js jetstream.JetStream, stream string) (events.Shards, error) {
 	kv, err := js.KeyValue(ctx, MetaBucket(stream))
 	if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return events.Shards{}, fmt.Errorf("store: metadata bucket %s: %w", MetaBucket(stream), err)
 	}
 	if err == nil {
-		k, ok, err := recordedShards(ctx, kv)
+		l, ok, err := recordedLayout(ctx, kv)
 		if err != nil || ok {
-			return events.Shards{K: k}, err
+			return events.Shards{K: l.Shards, Slots: l.Slots}, err
 		}
 	}
 	return events.Shards{K: 1}, noShardsWithoutEntry(ctx, js, stream)

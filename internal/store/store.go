@@ -41,7 +41,13 @@ type Config struct {
 	// (docs/DESIGN.md, "Sharded log"); default 1, the unsharded log. It
 	// is fixed when the log is created: Open refuses another one with
 	// ErrShardsMismatch.
-	Shards          int
+	Shards int
+	// EpochSlots, if above 0, gives the log epochs (docs/DESIGN.md,
+	// "Epochs"): its tasks live in EpochSlots sets of Shards streams, one
+	// epoch of EpochPeriod to a set. Fixed when the log is created, like
+	// Shards; 0, the default, keeps every task in the shards' streams.
+	EpochSlots  int
+	EpochPeriod time.Duration
 	Replicas        int           // stream replicas; default 1
 	DuplicateWindow time.Duration // server-side dedupe of retried appends; default 2m
 	MaxRetries      int           // reload-and-redecide rounds on a conflict; default 32
@@ -52,7 +58,9 @@ type Config struct {
 	// they are known (from the projections), so a load reads the task's
 	// exact subject in its shard instead of matching every customer's
 	// (several times faster) in every shard.
-	Locate func(taskID string) (customerID, rootID string, ok bool)
+	// It also returns the position of the task's first event, whose part
+	// holds all of them.
+	Locate func(taskID string) (customerID, rootID string, first uint64, ok bool)
 	// ReadTimeout bounds one read when the caller's context has no
 	// deadline; default 10s.
 	ReadTimeout time.Duration
@@ -127,6 +135,7 @@ type Store struct {
 	turns   map[string]*turn
 
 	failing atomic.Pointer[writeFailure] // nil while appends succeed
+	epochs  atomic.Pointer[Epochs]       // nil without epochs
 
 	conflictsMu sync.Mutex
 	conflicts   map[events.Type]uint64 // appends refused for a wrong expected sequence, by event type
@@ -190,13 +199,23 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if cfg.Shards < 1 || cfg.Shards > MaxShards {
 		return nil, fmt.Errorf("store: %d shards: want 1 to %d", cfg.Shards, MaxShards)
 	}
-	if err := agreeShards(ctx, js, cfg.Stream, cfg.Shards, cfg.Replicas); err != nil {
+	if cfg.EpochSlots < 0 || cfg.EpochSlots == 1 || cfg.EpochSlots > MaxEpochSlots || cfg.EpochSlots > 0 && cfg.EpochPeriod < MinEpochPeriod {
+		return nil, fmt.Errorf("store: %d epoch slots of %s: want 0, or 2 to %d slots of at least %s", cfg.EpochSlots, cfg.EpochPeriod, MaxEpochSlots, MinEpochPeriod)
+	}
+	if cfg.EpochSlots == 0 {
+		cfg.EpochPeriod = 0
+	}
+	shards := events.Shards{K: cfg.Shards, Slots: cfg.EpochSlots}
+	if err := agreeShards(ctx, js, cfg.Stream, layout{Shards: cfg.Shards, Slots: cfg.EpochSlots, Period: cfg.EpochPeriod}, cfg.Replicas, cfg.Now()); err != nil {
 		return nil, err
 	}
-	st := &Store{cfg: cfg, js: js, shards: events.Shards{K: cfg.Shards}, cache: make(map[string]aggregate.State),
+	st := &Store{cfg: cfg, js: js, shards: shards, cache: make(map[string]aggregate.State),
 		keys: make(map[string]aggregate.KeyState), turns: make(map[string]*turn)}
-	for i := range cfg.Shards {
-		p, err := openPart(ctx, nc, js, cfg, st.shards, i)
+	if err := st.RefreshEpochs(ctx); err != nil {
+		return nil, err
+	}
+	for i := range shards.N() {
+		p, err := openPart(ctx, nc, js, cfg, shards, i, st.Epochs())
 		if err != nil {
 			st.closeParts()
 			return nil, err
@@ -210,10 +229,29 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	return st, nil
 }
 
-// openPart creates shard i's stream, or updates it to cfg, and its reader.
-func openPart(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config, shards events.Shards, i int) (part, error) {
+// openPart creates part i's stream, or updates it to cfg, and its
+// reader. A sealed stream is left as it is; a missing stream of a slot
+// whose epoch was removed starts after the removed one's last sequence.
+func openPart(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config, shards events.Shards, i int, epochs Epochs) (part, error) {
 	name, subjects := shards.Stream(cfg.Stream, i), shards.Subjects(cfg.Subjects, i)
-	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	stream, err := js.Stream(ctx, name)
+	switch {
+	case err == nil && stream.CachedInfo().Config.Sealed:
+		get, err := newDirectGetter(nc, name)
+		return part{stream: stream, subjects: subjects, get: get}, err
+	case err != nil && !errors.Is(err, jetstream.ErrStreamNotFound):
+		return part{}, fmt.Errorf("store: stream %s: %w", name, err)
+	}
+	var first uint64 // an update keeps the stream's
+	if err == nil {
+		first = stream.CachedInfo().Config.FirstSeq
+	} else if slot, ok := shards.SlotOf(i); ok {
+		if next := epochs.Slots[slot].NextSeqs; next != nil {
+			first = next[i%len(next)]
+		}
+	}
+	stream, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		FirstSeq:    first,
 		Name:        name,
 		Description: "taskledger event log: one subject per task, per concurrency key and per schedule",
 		Subjects:    subjects.Log(),
@@ -305,19 +343,32 @@ func (s *Store) Load(ctx context.Context, taskID string) (aggregate.State, error
 // first that holds it (docs/DESIGN.md, "Sharded log").
 func (s *Store) replay(ctx context.Context, taskID string, fn func(events.Event)) error {
 	if s.cfg.Locate != nil {
-		if customerID, rootID, ok := s.cfg.Locate(taskID); ok {
-			i := s.shards.Of(customerID, rootID)
+		if customerID, _, first, ok := s.cfg.Locate(taskID); ok {
+			i, _ := s.shards.Split(first)
 			return s.readSubject(ctx, i, s.parts[i].subjects.Event(customerID, taskID), 0, fn)
 		}
 	}
-	for i, p := range s.parts {
+	for _, i := range s.taskParts() {
 		found := false
-		err := s.readSubject(ctx, i, p.subjects.Task(taskID), 0, func(ev events.Event) { found = true; fn(ev) })
+		err := s.readSubject(ctx, i, s.parts[i].subjects.Task(taskID), 0, func(ev events.Event) { found = true; fn(ev) })
 		if err != nil || found {
 			return err
 		}
 	}
 	return nil
+}
+
+// taskParts returns the parts that may hold tasks: every part without
+// epochs, else those of the slots holding an epoch.
+func (s *Store) taskParts() []int {
+	if s.shards.Slots == 0 {
+		return s.shards.SlotParts(-1) // the shards
+	}
+	var parts []int
+	for _, slot := range s.Epochs().live(-1) {
+		parts = append(parts, s.shards.SlotParts(slot)...)
+	}
+	return parts
 }
 
 // readSubject calls fn for each event stored on subject of shard i at or
@@ -432,7 +483,10 @@ func (s *Store) ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggre
 // reports the sequence at which ev itself was stored, or 0. It reads them
 // one by one: after a conflict there are only a few.
 func (s *Store) catchUp(ctx context.Context, st aggregate.State, ev events.Event) (aggregate.State, uint64, error) {
-	i := s.shards.OfEvent(ev, taskRoot(st, ev))
+	i, err := s.partOf(ctx, st, ev)
+	if err != nil {
+		return st, 0, err
+	}
 	subject := s.parts[i].subjects.Event(ev.CustomerID, ev.TaskID)
 	dg := s.parts[i].get
 	get := dg.nextMsg
@@ -478,9 +532,11 @@ func (s *Store) state(ctx context.Context, taskID string, fresh, creation bool) 
 			return st, true, nil
 		}
 	}
-	if !fresh && creation {
+	if !fresh && creation && s.shards.Slots == 0 {
 		return aggregate.State{}, true, nil
 	}
+	// With epochs a creation reads the live epochs first: a task of this
+	// id in another epoch's streams would not make its append conflict.
 	st, err = s.Load(ctx, taskID)
 	if err != nil {
 		s.forget(taskID)
@@ -526,7 +582,11 @@ func (s *Store) append(ctx context.Context, st aggregate.State, evs []events.Eve
 	for i := range evs {
 		ev := &evs[i]
 		ev.ID, ev.Actor, ev.Prev = events.NewID(), actor, st.LastHash
-		if err := s.publish(ctx, ev, taskRoot(st, *ev), st.LastSeq); err != nil {
+		part, err := s.partOf(ctx, st, *ev)
+		if err == nil {
+			err = s.publish(ctx, ev, part, st.LastSeq)
+		}
+		if err != nil {
 			s.forget(ev.TaskID)
 			return st, err
 		}
@@ -576,16 +636,28 @@ func taskRoot(st aggregate.State, ev events.Event) string {
 	return creationRoot(ev)
 }
 
-// publish appends ev, of a task rooted at rootID (or of a key or a
-// schedule, whose rootID is ignored), in its shard after position
-// expected and sets its Seq (its position) and Hash. Within the
+// partOf returns the part ev goes in: a key's or a schedule's shard, the
+// part of the task st already holds, or for its first event, the part a
+// new task starts in (with epochs, see creationPart).
+func (s *Store) partOf(ctx context.Context, st aggregate.State, ev events.Event) (int, error) {
+	switch {
+	case s.shards.Slots == 0 || events.IsSchedule(ev.Type()) || events.KeyEvent(ev.Type()):
+		return s.shards.OfEvent(ev, taskRoot(st, ev)), nil
+	case st.LastSeq > 0:
+		part, _ := s.shards.Split(st.LastSeq)
+		return part, nil
+	}
+	return s.creationPart(ctx, ev.CustomerID, ev.TaskID, taskRoot(st, ev))
+}
+
+// publish appends ev in part shard after position expected and sets its
+// Seq (its position) and Hash. Within the
 // write timeout it retries what may be transient; past it, or when the
 // retries are spent, it fails as ErrUnavailable and marks writes failing
 // (WriteError) until an append or a Probe succeeds.
-func (s *Store) publish(ctx context.Context, ev *events.Event, rootID string, expected uint64) error {
-	shard := s.shards.OfEvent(*ev, rootID)
+func (s *Store) publish(ctx context.Context, ev *events.Event, shard int, expected uint64) error {
 	if i, _ := s.shards.Split(expected); expected > 0 && i != shard {
-		return fmt.Errorf("store: append %s: expected position %d is in shard %d, the event's shard is %d", ev.Type(), expected, i, shard)
+		return fmt.Errorf("store: append %s: expected position %d is in part %d, the event's part is %d", ev.Type(), expected, i, shard)
 	}
 	am := appendMsgs.Get().(*appendMsg)
 	defer am.release() // the pipeline keeps no message past its publish

@@ -33,8 +33,9 @@ var NATSLeaks = []goleak.Option{
 }
 
 // Main starts the package's server, runs the tests, stops the server and
-// then fails the run if any goroutine leaked. Call it from TestMain.
-func Main(m *testing.M) {
+// then fails the run if any goroutine leaked (but NATSLeaks and ignore).
+// Call it from TestMain.
+func Main(m *testing.M, ignore ...goleak.Option) {
 	var err error
 	if dir, err = os.MkdirTemp("", "taskledger-test-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -48,7 +49,7 @@ func Main(m *testing.M) {
 	server.Shutdown()
 	os.RemoveAll(dir)
 	if code == 0 {
-		if err := goleak.Find(NATSLeaks...); err != nil {
+		if err := goleak.Find(append(NATSLeaks, ignore...)...); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

@@ -1,0 +1,92 @@
+package node
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/taskledger/taskledger/internal/store"
+)
+
+// epochCheck returns how often the node advances and seals epochs: the
+// configured interval, or a tenth of the period within 100 ms and 1 min.
+func (c Config) epochCheck() time.Duration {
+	if c.EpochCheck > 0 {
+		return c.EpochCheck
+	}
+	return min(max(c.EpochPeriod/10, 100*time.Millisecond), time.Minute)
+}
+
+// runEpochs keeps the log's epochs moving until ctx ends (docs/DESIGN.md,
+// "Epochs"): every check it reads the slots again, opens the epoch of now
+// in the next slot once the current epoch's period is over and that slot
+// is free, and seals an epoch whose period ended more than EpochRetain
+// periods ago and whose lineages have all ended. Every process does it;
+// the slots' entry is changed only by compare and set, and sealing twice
+// is harmless.
+func (n *Node) runEpochs(ctx context.Context) {
+	tick := time.NewTicker(n.cfg.epochCheck())
+	defer tick.Stop()
+	for {
+		if err := n.stepEpochs(ctx); err != nil && ctx.Err() == nil {
+			n.errorLog.Log(zerolog.WarnLevel, "epochs", "epochs not advanced or sealed", func(ev *zerolog.Event) { ev.Err(err) })
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// stepEpochs is one check of runEpochs.
+func (n *Node) stepEpochs(ctx context.Context) error {
+	st, period := n.Store, n.cfg.EpochPeriod
+	now := store.EpochOf(n.cfg.Now(), period)
+	e, err := store.UpdateEpochs(ctx, st.JetStream(), n.cfg.Stream, func(e *store.Epochs) bool {
+		next := (e.Current + 1) % len(e.Slots)
+		if e.Slots[e.Current].Epoch >= now || e.Slots[next].State != store.SlotFree {
+			return false
+		}
+		e.Slots[next] = store.Slot{Epoch: now, State: store.SlotOpen, Opened: n.cfg.Now().UTC()}
+		e.Current = next
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	if err := st.RefreshEpochs(ctx); err != nil {
+		return err
+	}
+	for slot, s := range e.Slots {
+		if slot == e.Current || s.State != store.SlotOpen || s.Epoch+int64(n.cfg.EpochRetain) >= now {
+			continue
+		}
+		if done, err := n.epochDone(ctx, slot); err != nil || !done {
+			return err
+		}
+		if err := store.SealSlot(ctx, st.JetStream(), n.cfg.Stream, st.Shards(), slot); err != nil {
+			return err
+		}
+		n.cfg.Logger.Info().Int64("epoch", s.Epoch).Int("slot", slot).Msg("epoch sealed")
+	}
+	return nil
+}
+
+// epochDone reports whether the projections hold every event of slot's
+// streams and every lineage in them has ended.
+func (n *Node) epochDone(ctx context.Context, slot int) (bool, error) {
+	parts := n.Store.Shards().SlotParts(slot)
+	last, err := n.Store.Log().LastPositions(ctx)
+	if err != nil {
+		return false, err
+	}
+	for i, pos := range last {
+		if slices.Contains(parts, i) && !n.Engine.Covers(pos) {
+			return false, nil
+		}
+	}
+	return n.Engine.OpenIn(parts) == 0, nil
+}
