@@ -405,7 +405,7 @@ func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) e
 	t := e.follow(nil, nil)
 	defer t.stop(&tails)
 	reached := make([]uint64, e.cfg.Shards.N()) // by shard, the position folded
-	var seq uint64                            // events folded
+	var seq uint64                              // events folded
 	// behind reports whether fresh lacks an event the live views applied.
 	behind := func() bool {
 		for i := range reached {

@@ -46,8 +46,8 @@ type Config struct {
 	// "Epochs"): its tasks live in EpochSlots sets of Shards streams, one
 	// epoch of EpochPeriod to a set. Fixed when the log is created, like
 	// Shards; 0, the default, keeps every task in the shards' streams.
-	EpochSlots  int
-	EpochPeriod time.Duration
+	EpochSlots      int
+	EpochPeriod     time.Duration
 	Replicas        int           // stream replicas; default 1
 	DuplicateWindow time.Duration // server-side dedupe of retried appends; default 2m
 	MaxRetries      int           // reload-and-redecide rounds on a conflict; default 32
