@@ -74,6 +74,33 @@ type Stats struct {
 	// Partitions is the timer partitions this process holds a lease on;
 	// absent on a process that holds no leases (it acts on every timer).
 	Partitions *PartitionStats `json:"partitions,omitempty"`
+	// Epochs is the log's epoch slots; absent for a log without epochs.
+	Epochs *EpochStats `json:"epochs,omitempty"`
+}
+
+// EpochStats is the epoch slots of a log created with epochs, as this
+// process last read them (docs/DESIGN.md, "Epochs"): the period, the
+// slot new lineages start in, every slot, and the epochs removed, oldest
+// first. The log's, the same for every caller.
+type EpochStats struct {
+	PeriodSeconds float64     `json:"periodSeconds"`
+	Current       int         `json:"current"`
+	Slots         []EpochSlot `json:"slots"`
+	Removed       []int64     `json:"removed"`
+}
+
+// EpochSlot is one epoch slot: its epoch (the period number, Unix time
+// divided by the period) with the period's start and end, and its state
+// (open, sealed or free: a free slot has no epoch). Opened and Sealed
+// are when that happened.
+type EpochSlot struct {
+	Slot   int        `json:"slot"`
+	State  string     `json:"state"`
+	Epoch  *int64     `json:"epoch,omitempty"`
+	Start  *time.Time `json:"start,omitempty"`
+	End    *time.Time `json:"end,omitempty"`
+	Opened *time.Time `json:"opened,omitempty"`
+	Sealed *time.Time `json:"sealed,omitempty"`
 }
 
 // PartitionStats is which of the Count timer partitions this process

@@ -80,6 +80,9 @@ type ServerConfig struct {
 	// Partitions is the timer partitions this process holds; optional
 	// (nil: /readyz and GET /v1/stats show none, the alarm acts on all).
 	Partitions TimerPartitions
+	// Epochs, if set, returns the log's epoch slots for GET /v1/stats
+	// (nil for a log without epochs).
+	Epochs func() *api.EpochStats
 	// Tokens maps bearer tokens to customer ids ("*" for an operator).
 	// Nil means no auth: every request acts as an operator, and only
 	// requests for a loopback Host are served (DNS rebinding).
@@ -512,6 +515,14 @@ func (h *handler) partitionStats() *api.PartitionStats {
 	}
 	return &api.PartitionStats{Count: h.Partitions.Partitions(), Owned: h.Partitions.Owned(),
 		Instance: h.Partitions.Instance(), LeaseTTLSeconds: h.Partitions.TTL().Seconds()}
+}
+
+// epochStats renders the log's epoch slots; nil without.
+func (h *handler) epochStats() *api.EpochStats {
+	if h.Epochs == nil {
+		return nil
+	}
+	return h.Epochs()
 }
 
 // decode reads the JSON body (which route has read and bounded) into v.

@@ -331,7 +331,7 @@ func (h *handler) stats(w http.ResponseWriter, r *http.Request, p scheduler.Prin
 	out := api.Stats{
 		At: stats.At.UTC(), Applied: applied, LastSeq: last, Lag: last - min(last, applied), CaughtUp: h.Ready.CaughtUp(),
 		Queues: []api.QueueStats{}, Alarm: h.alarmStats(), Keys: []api.KeyStats{}, KeysTruncated: stats.KeysTruncated,
-		Schedules: []api.ScheduleStats{}, SchedulesTruncated: stats.SchedulesTruncated, Partitions: h.partitionStats(),
+		Schedules: []api.ScheduleStats{}, SchedulesTruncated: stats.SchedulesTruncated, Partitions: h.partitionStats(), Epochs: h.epochStats(),
 	}
 	for _, q := range stats.Queues {
 		row := api.QueueStats{

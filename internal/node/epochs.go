@@ -7,6 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/internal/store"
 )
 
@@ -89,4 +90,29 @@ func (n *Node) epochDone(ctx context.Context, slot int) (bool, error) {
 		}
 	}
 	return n.Engine.OpenIn(parts) == 0, nil
+}
+
+// epochStats returns what GET /v1/stats shows of st's epochs; nil for a
+// log without.
+func epochStats(st *store.Store, period time.Duration) func() *api.EpochStats {
+	if st.Shards().Slots == 0 {
+		return nil
+	}
+	return func() *api.EpochStats {
+		e := st.Epochs()
+		out := &api.EpochStats{PeriodSeconds: period.Seconds(), Current: e.Current, Removed: append([]int64{}, e.Removed...)}
+		for i, s := range e.Slots {
+			row := api.EpochSlot{Slot: i, State: s.State}
+			if s.State != store.SlotFree {
+				epoch, start := s.Epoch, time.Unix(0, s.Epoch*int64(period)).UTC()
+				end := start.Add(period)
+				row.Epoch, row.Start, row.End, row.Opened = &epoch, &start, &end, &s.Opened
+			}
+			if !s.Sealed.IsZero() {
+				row.Sealed = &s.Sealed
+			}
+			out.Slots = append(out.Slots, row)
+		}
+		return out
+	}
 }

@@ -165,6 +165,20 @@ func TestEpochs(t *testing.T) {
 		t.Fatalf("slot 0's stream not sealed: %v", err)
 	}
 	last := sealed.CachedInfo().State.LastSeq
+	waitStoreSealed := time.Now().Add(10 * time.Second)
+	for {
+		stats, err := n.Client.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ep := stats.Epochs; ep != nil && len(ep.Slots) == 2 && ep.Slots[0].State == store.SlotSealed && ep.Slots[0].Sealed != nil && *ep.Slots[0].Epoch == n0 && ep.Current == 1 {
+			break
+		}
+		if time.Now().After(waitStoreSealed) {
+			t.Fatalf("GET /v1/stats epochs %+v, want slot 0 sealed", stats.Epochs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	// A restart opens the sealed streams as they are.
 	n.Stop()
 	n = testnode.Start(t, testnode.On(n.NC, n.NS), withEpochs(clock))

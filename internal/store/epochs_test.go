@@ -1,0 +1,87 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/testnats"
+)
+
+// TestRemoveEpochAfterACrash removes an epoch whose removal stopped after
+// one of its streams was deleted: Open creates that stream again from the
+// recorded sequence, RemoveEpoch run again finishes, and the slot's next
+// epoch starts after the removed one's positions.
+func TestRemoveEpochAfterACrash(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nc, ns := testnats.Conn(t), testnats.NewNamespace(t)
+	cfg := store.Config{Stream: ns.Stream, Subjects: ns.Subjects, Shards: 2, EpochSlots: 2, EpochPeriod: time.Hour}
+	st, err := store.Open(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { st.Close() }()
+	for range 6 {
+		schedule(t, st)
+	}
+	shards, js := st.Shards(), st.JetStream()
+	e := st.Epochs()
+	n0 := e.Slots[0].Epoch
+	if _, err := store.UpdateEpochs(ctx, js, ns.Stream, func(e *store.Epochs) bool {
+		e.Current, e.Slots[1] = 1, store.Slot{Epoch: n0 + 1, State: store.SlotOpen}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.RemoveEpoch(ctx, st.Log(), n0); !errors.Is(err, store.ErrEpochNotSealed) {
+		t.Fatalf("removing an open epoch: %v", err)
+	}
+	if err := store.SealSlot(ctx, js, ns.Stream, shards, 0); err != nil {
+		t.Fatal(err)
+	}
+	lasts := map[int]uint64{}
+	for _, part := range shards.SlotParts(0) {
+		s, err := js.Stream(ctx, shards.Stream(ns.Stream, part))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lasts[part] = s.CachedInfo().State.LastSeq
+	}
+	// The crash: the sequences recorded, one stream deleted, nothing more.
+	if _, err := store.UpdateEpochs(ctx, js, ns.Stream, func(e *store.Epochs) bool {
+		e.Slots[0].NextSeqs = []uint64{lasts[shards.Part(0, 0)] + 1, lasts[shards.Part(0, 1)] + 1}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	gone := shards.Stream(ns.Stream, shards.Part(0, 0))
+	if err := js.DeleteStream(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if st, err = store.Open(ctx, nc, cfg); err != nil {
+		t.Fatalf("Open after a crash in a removal: %v", err)
+	}
+	if s, err := js.Stream(ctx, gone); err != nil || s.CachedInfo().Config.FirstSeq != lasts[shards.Part(0, 0)]+1 {
+		t.Fatalf("Open made %s start at %d (%v), want %d", gone, s.CachedInfo().Config.FirstSeq, err, lasts[shards.Part(0, 0)]+1)
+	}
+	if err := store.RemoveEpoch(ctx, st.Log(), n0); err != nil {
+		t.Fatal(err)
+	}
+	e, ok, err := store.ReadEpochs(ctx, js, ns.Stream)
+	if err != nil || !ok || e.Slots[0].State != store.SlotFree || len(e.Removed) != 1 {
+		t.Fatalf("epochs after the removal: %+v %v", e, err)
+	}
+	for _, part := range shards.SlotParts(0) {
+		s, err := js.Stream(ctx, shards.Stream(ns.Stream, part))
+		if err != nil || s.CachedInfo().Config.Sealed || s.CachedInfo().State.Msgs != 0 || s.CachedInfo().Config.FirstSeq != lasts[part]+1 {
+			t.Fatalf("part %d after the removal: %+v %+v (%v)", part, s.CachedInfo().Config, s.CachedInfo().State, err)
+		}
+	}
+	if err := store.RemoveEpoch(ctx, st.Log(), n0); err == nil {
+		t.Fatal("a removed epoch was removed again")
+	}
+}
