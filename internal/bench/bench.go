@@ -139,6 +139,9 @@ const (
 	FigStartCold           = "start-up without a snapshot"
 	FigStartSnapshot       = "start-up from a snapshot"
 	FigMemory              = "projection memory per active task"
+	FigEpochLive           = "NATS heap per task of a live epoch"
+	FigEpochSealed         = "NATS heap per task of a sealed epoch"
+	FigEpochRemoved        = "NATS heap per task of a removed epoch"
 	FigOverloadGrowth      = "overload: heap growth per task written"
 	FigOverloadHeap        = "overload: live heap at the end"
 	FigClaim               = "claim decide+append, 16 goroutines"
@@ -169,7 +172,7 @@ var FigureNames = []string{
 	FigSchedClaimP50, FigSchedClaimP99, FigSchedClaimP999, FigClaimP50, FigClaimP99, FigClaimP999,
 	FigReleaseEarly, FigReleaseP50, FigReleaseP99, FigReleaseMax, FigTimeoutP50, FigTimeoutP99, FigTimeoutMax, FigBurstP99, FigBurstMax, FigFireP50, FigFireP99, FigFireMax,
 	FigRebuild, FigReplayRead, FigStartCold, FigStartSnapshot, FigLoadP50, FigLoadP99,
-	FigMemory, FigOverloadGrowth, FigOverloadHeap,
+	FigMemory, FigEpochLive, FigEpochSealed, FigEpochRemoved, FigOverloadGrowth, FigOverloadHeap,
 	FigSyncAlways1, FigSyncAlways16, FigSyncAlwaysCost,
 }
 
@@ -281,6 +284,9 @@ func (r *run) all(ctx context.Context) error {
 	if err := r.section(ctx, "memory", r.memory); err != nil {
 		return err
 	}
+	if err := r.section(ctx, "epochs", func(ctx context.Context) error { return r.epochs(ctx, nc) }); err != nil {
+		return err
+	}
 	if err := r.section(ctx, "overload", func(ctx context.Context) error { return r.overload(ctx, nc) }); err != nil {
 		return err
 	}
@@ -288,7 +294,7 @@ func (r *run) all(ctx context.Context) error {
 }
 
 // Sections are the sections of a run after the ceiling, in order.
-var Sections = []string{"lifecycle", "http", "latency", "timers", "burst", "replay", "memory", "overload", "sync-always"}
+var Sections = []string{"lifecycle", "http", "latency", "timers", "burst", "replay", "memory", "epochs", "overload", "sync-always"}
 
 // section runs fn under a CPU profile when profiles are asked for, unless
 // Config.Only leaves it out.
