@@ -442,7 +442,7 @@ func (s *Store) ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggre
 		var err error
 		if pinned != nil {
 			st, pinned = *pinned, nil
-		} else if st, cached, err = s.state(ctx, taskID, fresh, creates(cmd)); err != nil {
+		} else if st, cached, err = s.state(ctx, taskID, fresh, cmd); err != nil {
 			return st, nil, fmt.Errorf("%w: load task %s: %w", ErrUnavailable, taskID, err)
 		}
 		evs, err := aggregate.Decide(st, cmd, s.cfg.Now())
@@ -522,8 +522,9 @@ func (s *Store) catchUp(ctx context.Context, st aggregate.State, ev events.Event
 // state returns the task's state from the cache (cached is true) or the
 // log. A command that creates a task is first decided on the empty state
 // without a read: its append expects no earlier event, so if the task
-// exists after all the append conflicts and the command is decided again.
-func (s *Store) state(ctx context.Context, taskID string, fresh, creation bool) (st aggregate.State, cached bool, err error) {
+// exists after all the append conflicts and the command is decided again
+// (with epochs, only if it is in the same epoch: so there it reads first).
+func (s *Store) state(ctx context.Context, taskID string, fresh bool, cmd aggregate.Command) (st aggregate.State, cached bool, err error) {
 	if !fresh && s.cfg.CacheSize > 0 {
 		s.mu.Lock()
 		st, ok := s.cache[taskID]
@@ -532,18 +533,38 @@ func (s *Store) state(ctx context.Context, taskID string, fresh, creation bool) 
 			return st, true, nil
 		}
 	}
-	if !fresh && creation && s.shards.Slots == 0 {
-		return aggregate.State{}, true, nil
+	customerID, rootID, creation := creates(cmd)
+	if !fresh && creation {
+		if s.shards.Slots == 0 {
+			return aggregate.State{}, true, nil
+		}
+		// With epochs the task may be in another epoch's streams, where
+		// its creation's append would not conflict: read it there.
+		st, err = s.loadCreated(ctx, taskID, customerID, rootID)
+	} else {
+		st, err = s.Load(ctx, taskID)
 	}
-	// With epochs a creation reads the live epochs first: a task of this
-	// id in another epoch's streams would not make its append conflict.
-	st, err = s.Load(ctx, taskID)
 	if err != nil {
 		s.forget(taskID)
 	} else if st.Exists() {
 		s.remember(st)
 	}
 	return st, false, err
+}
+
+// loadCreated returns the state of task taskID of customerID rooted at
+// rootID from the epoch slot that holds it, if one does: one direct get
+// per live slot, in the root's shard.
+func (s *Store) loadCreated(ctx context.Context, taskID, customerID, rootID string) (aggregate.State, error) {
+	var st aggregate.State
+	for _, slot := range s.Epochs().live(-1) {
+		part := s.shards.Part(slot, s.shards.Of(customerID, rootID))
+		err := s.readSubject(ctx, part, s.parts[part].subjects.Event(customerID, taskID), 0, func(ev events.Event) { st = aggregate.Apply(st, ev) })
+		if err != nil || st.Exists() {
+			return st, err
+		}
+	}
+	return st, nil
 }
 
 func (s *Store) remember(st aggregate.State) {
@@ -849,13 +870,16 @@ const errCodeAccountResources jetstream.ErrorCode = 10002
 // id whose first copy is still being stored (JSStreamDuplicateMessageConflict).
 const errCodeDuplicateInProcess jetstream.ErrorCode = 10158
 
-// creates reports whether cmd makes a new task.
-func creates(cmd aggregate.Command) bool {
-	switch cmd.(type) {
-	case aggregate.Schedule, aggregate.Reject:
-		return true
+// creates reports whether cmd makes a new task, and the customer and
+// root of the task it makes.
+func creates(cmd aggregate.Command) (customerID, rootID string, ok bool) {
+	switch c := cmd.(type) {
+	case aggregate.Schedule:
+		return c.CustomerID, c.Spec.RootID, true
+	case aggregate.Reject:
+		return c.CustomerID, c.Spec.RootID, true
 	}
-	return false
+	return "", "", false
 }
 
 // IsConflict reports whether err is JetStream's answer to a wrong expected
