@@ -61,6 +61,10 @@ func (l Log) shards(o ReadOptions) []int {
 	return all
 }
 
+// WithDefaults returns l with its defaults filled in: the stream name and
+// the subjects a zero field means.
+func (l Log) WithDefaults() Log { return l.withDefaults() }
+
 func (l Log) withDefaults() Log {
 	if l.Stream == "" {
 		l.Stream = events.DefaultStream
