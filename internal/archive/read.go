@@ -42,6 +42,24 @@ var _ store.TaskReader = (*Archive)(nil)
 // Open reads and checks dir's manifest, and that every part file it names
 // is there with its size: cheap, it reads no record (Verify reads all).
 func Open(dir string) (*Archive, error) {
+	a, err := openManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range a.Manifest.Parts {
+		fi, err := os.Stat(filepath.Join(dir, p.File))
+		if err != nil {
+			return nil, fmt.Errorf("%w: part %d: %w", ErrDamaged, p.Part, err)
+		}
+		if fi.Size() != p.Bytes {
+			return nil, fmt.Errorf("%w: part %d: %s has %d bytes, the manifest says %d", ErrDamaged, p.Part, p.File, fi.Size(), p.Bytes)
+		}
+	}
+	return a, nil
+}
+
+// openManifest is Open without looking at the part files.
+func openManifest(dir string) (*Archive, error) {
 	f, err := os.Open(filepath.Join(dir, ManifestFile))
 	if err != nil {
 		return nil, fmt.Errorf("archive: %w", err)
@@ -53,15 +71,6 @@ func Open(dir string) (*Archive, error) {
 	}
 	if err := m.check(); err != nil {
 		return nil, err
-	}
-	for _, p := range m.Parts {
-		fi, err := os.Stat(filepath.Join(dir, p.File))
-		if err != nil {
-			return nil, fmt.Errorf("%w: part %d: %w", ErrDamaged, p.Part, err)
-		}
-		if fi.Size() != p.Bytes {
-			return nil, fmt.Errorf("%w: part %d: %s has %d bytes, the manifest says %d", ErrDamaged, p.Part, p.File, fi.Size(), p.Bytes)
-		}
 	}
 	return &Archive{Dir: dir, Manifest: m, shards: events.Shards{K: m.Shards}, subjects: events.Subjects{Root: m.Subjects}}, nil
 }
@@ -115,6 +124,7 @@ type partReader struct {
 	chain Sum
 	n     uint64 // records read
 	last  uint64 // the last record's sequence
+	bytes int64  // read of the file
 	hdr   [4 + recordHeader]byte
 }
 
@@ -123,7 +133,7 @@ func openPart(dir string, p Part) (*partReader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: part %d: %w", ErrDamaged, p.Part, err)
 	}
-	r := &partReader{p: p, f: f, sum: sha256.New()}
+	r := &partReader{p: p, f: f, sum: sha256.New(), bytes: int64(len(magic))}
 	r.br = bufio.NewReaderSize(io.TeeReader(f, r.sum), 1<<20)
 	var m [len(magic)]byte
 	if _, err := io.ReadFull(r.br, m[:]); err != nil || string(m[:]) != magic {
@@ -179,7 +189,7 @@ func (r *partReader) next() (rec record, ok bool, err error) {
 	}
 	rec.subject, rec.data = string(body[:subjectLen]), body[subjectLen:]
 	r.chain = chainNext(r.chain, r.hdr[:], body)
-	r.n, r.last = r.n+1, seq
+	r.n, r.last, r.bytes = r.n+1, seq, r.bytes+4+int64(n)
 	return rec, true, nil
 }
 
@@ -188,6 +198,8 @@ func (r *partReader) end() error {
 	switch {
 	case r.n != r.p.Count:
 		return r.fail("the file ends after %d events, the manifest says %d (last sequence %d)", r.n, r.p.Count, r.p.LastSeq)
+	case r.bytes != r.p.Bytes:
+		return r.fail("the file has %d bytes, the manifest says %d", r.bytes, r.p.Bytes)
 	case r.chain != r.p.Chain:
 		return r.fail("the records' chain ends at %s, the manifest says %s: a record was changed", r.chain, r.p.Chain)
 	case Sum(r.sum.Sum(nil)) != r.p.SHA256:

@@ -19,7 +19,8 @@ import (
 // sequence of the first problem. It holds one record and a hash a
 // subject of the part being read.
 func Verify(dir string) (Manifest, error) {
-	a, err := Open(dir)
+	a, err := openManifest(dir) // the records, read, tell more than the sizes
+
 	if err != nil {
 		return Manifest{}, err
 	}
@@ -33,7 +34,11 @@ func Verify(dir string) (Manifest, error) {
 
 func (a *Archive) verifyPart(p Part) error {
 	// Each subject (a task's, a key's, a schedule's) lives in one part.
-	prev := map[string]events.Hash{}
+	type link struct {
+		seq  uint64
+		hash events.Hash
+	}
+	prev := map[string]link{}
 	var last events.Hash
 	err := a.scanPart(context.Background(), p, func(p Part, rec record) error {
 		pos := a.shards.Position(p.Part, rec.seq)
@@ -45,15 +50,16 @@ func (a *Archive) verifyPart(p Part) error {
 			return bad("the event does not decode: %v", err)
 		}
 		// A v1 event predates the chain and starts it (replay.Verifier).
-		h, seen := prev[rec.subject]
+		l, seen := prev[rec.subject]
 		switch {
 		case ev.Version < 2:
-		case seen && ev.Prev != h:
-			return bad("event %d of %s names previous hash %x, its previous event hashes to %x", ev.Number, rec.subject, ev.Prev[:6], h[:6])
+		case seen && ev.Prev != l.hash:
+			return bad("event %d of %s names previous hash %x, its previous event (sequence %d) hashes to %x: one of them was changed",
+				ev.Number, rec.subject, ev.Prev[:6], l.seq, l.hash[:6])
 		case !seen && ev.Number == 1 && !ev.Prev.IsZero():
 			return bad("the first event of %s names a previous hash", rec.subject)
 		}
-		prev[rec.subject], last = ev.Hash, ev.Hash
+		prev[rec.subject], last = link{rec.seq, ev.Hash}, ev.Hash
 		return nil
 	})
 	if err != nil {
