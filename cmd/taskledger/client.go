@@ -12,8 +12,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/archive"
+	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/replay"
 )
 
@@ -33,20 +36,25 @@ func (c *clientFlags) client() *api.Client { return api.NewClient(c.server, c.to
 
 // oneID parses flags and requires exactly one positional argument.
 func oneID(fs *flag.FlagSet, args []string) (string, error) {
-	// Accept flags after the id too: taskledger show ID --json.
-	var id string
+	return oneArg(fs, args, "task id")
+}
+
+// oneArg parses flags and requires exactly one positional argument, what.
+func oneArg(fs *flag.FlagSet, args []string, what string) (string, error) {
+	// Accept flags after the argument too: taskledger show ID --json.
+	var arg string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		id, args = args[0], args[1:]
+		arg, args = args[0], args[1:]
 	}
 	if err := parse(fs, args); err != nil {
 		return "", err
 	}
-	if id == "" && fs.NArg() == 1 {
-		id = fs.Arg(0)
-	} else if id == "" || fs.NArg() != 0 {
-		return "", fmt.Errorf("%w: want exactly one task id", errUsage)
+	if arg == "" && fs.NArg() == 1 {
+		arg = fs.Arg(0)
+	} else if arg == "" || fs.NArg() != 0 {
+		return "", fmt.Errorf("%w: want exactly one %s", errUsage, what)
 	}
-	return id, nil
+	return arg, nil
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -173,11 +181,17 @@ func showCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("show")
 	var cf clientFlags
 	cf.register(fs)
+	archiveDir := fs.String("archive", "", "the task's state replayed from this archive directory (taskledger archive) instead of a server's")
 	id, err := oneID(fs, args)
 	if err != nil {
 		return err
 	}
-	t, err := cf.client().Get(ctx, id)
+	var t api.Task
+	if *archiveDir != "" {
+		t, err = archivedTask(ctx, *archiveDir, id)
+	} else {
+		t, err = cf.client().Get(ctx, id)
+	}
 	if err != nil {
 		return err
 	}
@@ -186,6 +200,23 @@ func showCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	printTask(stdout, t)
 	return nil
+}
+
+// archivedTask is the task id as its events in the archive at dir leave
+// it, rendered as the API does.
+func archivedTask(ctx context.Context, dir, id string) (api.Task, error) {
+	a, err := archive.Open(dir)
+	if err != nil {
+		return api.Task{}, err
+	}
+	evs, err := a.Task(ctx, id)
+	if err != nil {
+		return api.Task{}, err
+	}
+	if len(evs) == 0 {
+		return api.Task{}, fmt.Errorf("task %s: not in the archive", id)
+	}
+	return httpapi.NewTask(aggregate.Replay(evs)), nil
 }
 
 func printTask(w io.Writer, t api.Task) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/archive"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
@@ -72,6 +73,7 @@ func historyCommand(ctx context.Context, args []string, stdout io.Writer) error 
 	customer := fs.String("customer", "", "stream this customer's events instead of one task's")
 	since := fs.String("since", "", "with --customer: from this RFC 3339 time or duration ago (e.g. 1h)")
 	offlineMode := fs.Bool("offline", false, "read the log directly from --data (or --nats-url) instead of a server")
+	archiveDir := fs.String("archive", "", "read the task from this archive directory (taskledger archive) instead of a server")
 	var id string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		id, args = args[0], args[1:]
@@ -85,15 +87,34 @@ func historyCommand(ctx context.Context, args []string, stdout io.Writer) error 
 	if (id == "") == (*customer == "") {
 		return fmt.Errorf("%w: give a task id, or --customer", errUsage)
 	}
-	direct := *offlineMode || off.nf.url != ""
+	direct := *offlineMode || off.nf.url != "" || *archiveDir != ""
 	var entries []replay.Entry
 	switch {
+	case *customer != "" && *archiveDir != "":
+		return fmt.Errorf("%w: --customer reads a log, not an archive", errUsage)
 	case *customer != "":
 		from, err := parseSince(*since)
 		if err != nil {
 			return err
 		}
 		return customerHistory(ctx, stdout, cf, off, direct, *customer, from, *ndjson || cf.json)
+	case *archiveDir != "":
+		a, err := archive.Open(*archiveDir)
+		if err != nil {
+			return err
+		}
+		read := a.Task
+		if *tree {
+			read = a.LineageOf
+		}
+		evs, err := read(ctx, id)
+		if err != nil {
+			return err
+		}
+		if len(evs) == 0 {
+			return fmt.Errorf("task %s: not in the archive", id)
+		}
+		entries = replay.Timeline(evs)
 	case direct:
 		js, closeLog, err := off.open(ctx)
 		if err != nil {
@@ -202,36 +223,65 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	var off offline
 	off.register(fs)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	archiveDir := fs.String("archive", "", "verify this archive directory (taskledger archive) instead of the log")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	js, closeLog, err := off.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeLog()
-	log, err := off.log(ctx, js)
-	if err != nil {
-		return err
-	}
-	v := replay.NewVerifier(events.DefaultSubjects)
-	v.Shard(log.Shards)
-	for i := range log.Shards.N() {
-		first, err := log.FirstSeq(ctx, i)
+	var (
+		v     *replay.Verifier
+		heads []store.Head
+		read  func(fn func(store.Message) error) error
+		bar   = newProgress("verify")
+	)
+	if *archiveDir != "" {
+		a, err := archive.Open(*archiveDir)
 		if err != nil {
 			return err
 		}
-		v.StartAt(i, first)
-	}
-	heads, err := node.LoadHeads(ctx, js, off.nf.stream)
-	if err != nil {
-		return err
+		v = replay.NewVerifier(events.Subjects{Root: a.Manifest.Subjects})
+		v.Shard(events.Shards{K: a.Manifest.Shards})
+		heads = a.Manifest.Heads()
+		read = func(fn func(store.Message) error) error {
+			var n uint64
+			total := a.Manifest.Events()
+			defer bar.update(total, total)
+			return a.Read(ctx, func(m store.Message) error {
+				if n++; n%50000 == 0 {
+					bar.update(n, total)
+				}
+				return fn(m)
+			})
+		}
+	} else {
+		js, closeLog, err := off.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer closeLog()
+		log, err := off.log(ctx, js)
+		if err != nil {
+			return err
+		}
+		v = replay.NewVerifier(events.DefaultSubjects)
+		v.Shard(log.Shards)
+		for i := range log.Shards.N() {
+			first, err := log.FirstSeq(ctx, i)
+			if err != nil {
+				return err
+			}
+			v.StartAt(i, first)
+		}
+		if heads, err = node.LoadHeads(ctx, js, off.nf.stream); err != nil {
+			return err
+		}
+		read = func(fn func(store.Message) error) error {
+			return log.Read(ctx, store.ReadOptions{Progress: bar.update}, fn)
+		}
 	}
 	for _, head := range heads {
 		v.ExpectHead(head.Seq, head.Hash)
 	}
-	bar := newProgress("verify")
-	err = log.Read(ctx, store.ReadOptions{Progress: bar.update}, func(m store.Message) error {
+	err := read(func(m store.Message) error {
 		v.Add(m.Seq, m.Subject, m.Data)
 		return nil
 	})

@@ -61,6 +61,10 @@ func (l Log) shards(o ReadOptions) []int {
 	return all
 }
 
+// WithDefaults returns l with its defaults filled in: the stream name and
+// the subjects a zero field means.
+func (l Log) WithDefaults() Log { return l.withDefaults() }
+
 func (l Log) withDefaults() Log {
 	if l.Stream == "" {
 		l.Stream = events.DefaultStream
@@ -197,13 +201,26 @@ func (l Log) Task(ctx context.Context, taskID string) ([]events.Event, error) {
 // LineageOf returns the events of the whole lineage taskID belongs to
 // (its root and every descendant), in log order; nil for an unknown id.
 func (l Log) LineageOf(ctx context.Context, taskID string) ([]events.Event, error) {
-	evs, err := l.Task(ctx, taskID)
+	return FindLineage(ctx, l, taskID)
+}
+
+// TaskReader reads tasks and lineages: the live log (Log) or an archive
+// of it (internal/archive).
+type TaskReader interface {
+	Task(ctx context.Context, taskID string) ([]events.Event, error)
+	Lineage(ctx context.Context, root aggregate.State) ([]events.Event, error)
+}
+
+// FindLineage is LineageOf on r: it reads taskID's events, then its
+// root's, then the root's lineage.
+func FindLineage(ctx context.Context, r TaskReader, taskID string) ([]events.Event, error) {
+	evs, err := r.Task(ctx, taskID)
 	if err != nil || len(evs) == 0 {
 		return nil, err
 	}
 	root := aggregate.Replay(evs)
 	if rootID := root.Spec.RootID; rootID != "" && rootID != taskID {
-		rootEvs, err := l.Task(ctx, rootID)
+		rootEvs, err := r.Task(ctx, rootID)
 		if err != nil {
 			return nil, err
 		}
@@ -211,7 +228,7 @@ func (l Log) LineageOf(ctx context.Context, taskID string) ([]events.Event, erro
 			root = aggregate.Replay(rootEvs)
 		}
 	}
-	return l.Lineage(ctx, root)
+	return r.Lineage(ctx, root)
 }
 
 // Lineage returns the events of the lineage root heads, in log order.
@@ -224,26 +241,36 @@ func (l Log) Lineage(ctx context.Context, root aggregate.State) ([]events.Event,
 		return nil, nil
 	}
 	var out []events.Event
-	member := map[string]bool{}
+	in := InLineage(root.Spec.RootID)
 	part, _ := l.Shards.Split(root.FirstSeq)
 	o := ReadOptions{
 		Filter: func(subj events.Subjects) string { return subj.Customer(root.CustomerID) },
 		Shards: []int{part}, From: root.FirstSeq,
 	}
 	err := l.Events(ctx, o, func(ev events.Event) error {
-		in, seen := member[ev.TaskID]
-		if !seen {
-			// A task's first event decides: only a creation naming the
-			// root (as Apply folds it) joins the lineage.
-			in = creationRoot(ev) == root.Spec.RootID
-			member[ev.TaskID] = in
-		}
-		if in {
+		if in(ev) {
 			out = append(out, ev)
 		}
 		return nil
 	})
 	return out, err
+}
+
+// InLineage returns a filter that, fed the events of the root's customer
+// in log order from the root's first, reports which belong to the
+// lineage of rootID. A task's first event decides: only a creation
+// naming the root (as Apply folds it) joins the lineage. Not safe for
+// concurrent use.
+func InLineage(rootID string) func(events.Event) bool {
+	member := map[string]bool{}
+	return func(ev events.Event) bool {
+		in, seen := member[ev.TaskID]
+		if !seen {
+			in = creationRoot(ev) == rootID
+			member[ev.TaskID] = in
+		}
+		return in
+	}
 }
 
 func creationRoot(ev events.Event) string {

@@ -1,0 +1,165 @@
+// Package archive writes a sealed epoch of the log to a directory, proves
+// such a directory whole (Verify) and still matching the live log
+// (CheckLive), and reads it as the store reads a live log (Archive).
+//
+// An archive is one file a part (a shard stream of the epoch) and a
+// manifest.json. A part file is the magic "TLARCV1\n" and then one record
+// per stored message, in stream order, little-endian:
+//
+//	u32 n        length of the rest of the record (18 + s + len(data))
+//	u64 seq      the message's stream sequence
+//	i64 time     its stored time, Unix nanoseconds
+//	u16 s        length of its subject
+//	[s]byte      the subject
+//	[]byte       the stored bytes (the encoded event), the rest of the record
+//
+// The records are chained: chain_0 is 32 zero bytes and chain_i =
+// SHA-256(chain_{i-1} || record_i), record_i being all its bytes from n
+// on. The manifest names each part's final chain value, the SHA-256 of
+// its whole file and the live log's chain head at its last event
+// (docs/DESIGN.md, "Archives").
+package archive
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/taskledger/taskledger/internal/store"
+)
+
+// Errors, returned wrapped with the part and sequence concerned.
+var (
+	// ErrNotSealed: Write or CheckLive found a stream of the epoch that
+	// is not sealed, so it could still change.
+	ErrNotSealed = errors.New("archive: the stream is not sealed")
+	// ErrNotEmpty: Write's directory exists and holds something.
+	ErrNotEmpty = errors.New("archive: the directory exists and is not empty")
+	// ErrIncomplete: Write read another log than the stream's state
+	// describes (a hole, fewer messages), or a message it cannot archive.
+	ErrIncomplete = errors.New("archive: the stream cannot be archived whole")
+	// ErrDamaged: a part file or the manifest is not what the manifest
+	// describes (Open, Verify and every reader).
+	ErrDamaged = errors.New("archive: the archive is damaged")
+	// ErrLiveMismatch: CheckLive found a live stream other than the one
+	// the manifest describes.
+	ErrLiveMismatch = errors.New("archive: the live log differs from the archive")
+)
+
+// Format is the version of the archive layout this package writes and reads.
+const Format = 1
+
+// ManifestFile is the manifest's name inside an archive directory.
+const ManifestFile = "manifest.json"
+
+const magic = "TLARCV1\n"
+
+// MaxData is the largest stored message an archive holds: 8 MiB, the
+// size above which nats-server warns that max_payload is too large
+// (MAX_PAYLOAD_MAX_SIZE; taskledger's events stay far below, their fields
+// being bounded by events' limits). Readers refuse a record longer than
+// maxRecord before allocating it, so a corrupt or hostile length cannot
+// make them allocate gigabytes.
+const MaxData = 8 << 20
+
+// recordHeader is the fixed part of a record after its length: seq,
+// time and the subject's length.
+const recordHeader = 8 + 8 + 2
+
+// maxRecord is the longest record a reader accepts: the header, the
+// longest subject a u16 counts and MaxData.
+const maxRecord = recordHeader + 1<<16 - 1 + MaxData
+
+// Epoch names a set of parts of the log to archive.
+type Epoch struct {
+	Name  string
+	Parts []int // part (shard) indices, as store.ReadOptions.Shards takes them
+	// From and To, if set, are the times the epoch covers, recorded in
+	// the manifest.
+	From, To time.Time
+}
+
+// Manifest describes an archive.
+type Manifest struct {
+	Format   int       `json:"format"`
+	Stream   string    `json:"stream"`   // the log's stream base name
+	Subjects string    `json:"subjects"` // the log's subjects root
+	Shards   int       `json:"shards"`   // the log's number of shards (K)
+	Epoch    string    `json:"epoch"`
+	From     time.Time `json:"from,omitzero"`
+	To       time.Time `json:"to,omitzero"`
+	Created  time.Time `json:"created"`
+	Parts    []Part    `json:"parts"`
+}
+
+// Events returns the number of events the archive holds.
+func (m Manifest) Events() uint64 {
+	var n uint64
+	for _, p := range m.Parts {
+		n += p.Count
+	}
+	return n
+}
+
+// Part describes one part file.
+type Part struct {
+	Part     int    `json:"part"`
+	Stream   string `json:"stream"`
+	File     string `json:"file"`
+	FirstSeq uint64 `json:"firstSeq"` // 0 for an empty part
+	LastSeq  uint64 `json:"lastSeq"`
+	Count    uint64 `json:"count"`
+	Bytes    int64  `json:"bytes"`  // the file's size
+	Chain    Sum    `json:"chain"`  // the records' final chain value
+	SHA256   Sum    `json:"sha256"` // of the whole file
+	// Head is the live log's chain head at the part's last event (its
+	// position and the SHA-256 of its stored bytes); nil for an empty part.
+	Head *store.Head `json:"head,omitempty"`
+}
+
+// Sum is a SHA-256, hex in JSON.
+type Sum [sha256.Size]byte
+
+// MarshalText implements encoding.TextMarshaler.
+func (s Sum) MarshalText() ([]byte, error) { return hex.AppendEncode(nil, s[:]), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (s *Sum) UnmarshalText(b []byte) error {
+	if len(b) != hex.EncodedLen(len(s)) {
+		return fmt.Errorf("archive: bad sha256 %q", b)
+	}
+	if _, err := hex.Decode(s[:], b); err != nil {
+		return fmt.Errorf("archive: bad sha256 %q", b)
+	}
+	return nil
+}
+
+// String returns the hex form.
+func (s Sum) String() string { return hex.EncodeToString(s[:]) }
+
+// chainNext is the chain value after a record whose bytes (from n on)
+// are the concatenation of rec.
+func chainNext(chain Sum, rec ...[]byte) Sum {
+	h := sha256.New()
+	h.Write(chain[:])
+	for _, b := range rec {
+		h.Write(b)
+	}
+	return Sum(h.Sum(nil))
+}
+
+func fileName(part int) string { return fmt.Sprintf("part-%d.tlar", part) }
+
+// Heads returns the live log's chain head at the last event of each
+// non-empty part.
+func (m Manifest) Heads() []store.Head {
+	var hs []store.Head
+	for _, p := range m.Parts {
+		if p.Head != nil {
+			hs = append(hs, *p.Head)
+		}
+	}
+	return hs
+}

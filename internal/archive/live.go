@@ -1,0 +1,47 @@
+package archive
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/taskledger/taskledger/internal/store"
+)
+
+// CheckLive returns nil when the live streams of m's parts on log still
+// exist, are sealed and hold exactly what m describes: the same first and
+// last sequences, count (no hole) and chain head at the last event. An
+// operator proves so that an archive, verified, is complete before the
+// streams are removed. It reads each stream's info and one message a
+// part. Errors wrap ErrLiveMismatch or ErrNotSealed, or are the reads'.
+func CheckLive(ctx context.Context, log store.Log, m Manifest) error {
+	log = log.WithDefaults()
+	if m.Stream != log.Stream || m.Subjects != log.Subjects.Root || m.Shards != log.Shards.N() {
+		return fmt.Errorf("%w: the archive is of stream %s on %s with %d shards, the log is %s on %s with %d", ErrLiveMismatch,
+			m.Stream, m.Subjects, m.Shards, log.Stream, log.Subjects.Root, log.Shards.N())
+	}
+	for _, p := range m.Parts {
+		s, err := log.JS.Stream(ctx, p.Stream)
+		if err != nil {
+			return fmt.Errorf("archive: part %d: stream %s: %w", p.Part, p.Stream, err)
+		}
+		info := s.CachedInfo()
+		if !info.Config.Sealed {
+			return fmt.Errorf("%w: part %d: stream %s", ErrNotSealed, p.Part, p.Stream)
+		}
+		if st := info.State; st.Msgs != p.Count || st.LastSeq != p.LastSeq || st.NumDeleted != 0 || p.Count > 0 && st.FirstSeq != p.FirstSeq {
+			return fmt.Errorf("%w: part %d: stream %s holds %d messages, sequences %d to %d (%d deleted); the archive %d, %d to %d",
+				ErrLiveMismatch, p.Part, p.Stream, st.Msgs, st.FirstSeq, st.LastSeq, st.NumDeleted, p.Count, p.FirstSeq, p.LastSeq)
+		}
+		if p.Count == 0 {
+			continue
+		}
+		head, err := log.HeadAt(ctx, log.Shards.Position(p.Part, p.LastSeq))
+		if err != nil {
+			return fmt.Errorf("archive: part %d: %w", p.Part, err)
+		}
+		if p.Head == nil || head != *p.Head {
+			return fmt.Errorf("%w: part %d: the live chain head at position %d is not the archive's", ErrLiveMismatch, p.Part, head.Seq)
+		}
+	}
+	return nil
+}
