@@ -64,6 +64,7 @@ func (r Report) Clean() bool { return len(r.Violations) == 0 }
 type Verifier struct {
 	subjects events.Subjects
 	shards   events.Shards
+	partial  bool // the log holds only part of history (Partial)
 	lastSeqs []uint64 // by shard, the stream sequence of the last message added
 	retries  []retry  // on a sharded log, checked by Report
 	// slotUsers are the tasks key events name from another shard,
@@ -253,12 +254,21 @@ func (v *Verifier) partOfTask(st aggregate.State) int {
 
 // StartAt tells the verifier that part's stream starts at stream
 // sequence first: the sequences before it belonged to a removed epoch
-// (store.RemoveEpoch) and are not missing. Call it before the first Add.
+// (store.RemoveEpoch) and are not missing, and the log is Partial. Call
+// it before the first Add.
 func (v *Verifier) StartAt(part int, first uint64) {
 	if first > v.lastSeqs[part]+1 {
 		v.lastSeqs[part] = first - 1
+		v.partial = true
 	}
 }
+
+// Partial tells the verifier that the log it reads holds only part of
+// history: an archive of one epoch, or a log some of whose epochs were
+// removed. A retry's original or a key's task it does not hold may then
+// be in another epoch, and is not a violation; one it holds is checked.
+// Call it before the first Add.
+func (v *Verifier) Partial() { v.partial = true }
 
 // checkTransition reports why ev could not have been decided on st.
 func (v *Verifier) checkTransition(st aggregate.State, ev events.Event) {
@@ -342,6 +352,8 @@ type retry struct {
 // returns "".
 func (v *Verifier) retryProblem(r retry, when string) string {
 	switch of := v.tasks[r.of]; {
+	case (of == nil || !of.Exists()) && v.partial:
+		return ""
 	case of == nil || !of.Exists():
 		return fmt.Sprintf("retries task %s, which the log does not hold %s", r.of, when)
 	case of.CustomerID != r.customerID:

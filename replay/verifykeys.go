@@ -129,6 +129,8 @@ type slotUser struct {
 // returns "".
 func (v *Verifier) slotUserProblem(u slotUser) string {
 	switch st := v.tasks[u.taskID]; {
+	case (st == nil || !st.Exists()) && v.partial:
+		return ""
 	case st == nil || !st.Exists() || st.CustomerID != u.customerID:
 		return fmt.Sprintf("a slot of %q for task %s, which customer %s has not scheduled", u.key, u.taskID, u.customerID)
 	case st.Spec.Concurrency == nil || st.Spec.Concurrency.Key != u.key:

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -51,17 +53,34 @@ func archiveCommand(ctx context.Context, args []string, stdout io.Writer) error 
 	return nil
 }
 
-// resolveEpoch returns the epoch of log that name names. A log without
-// epochs has one, "0", made of all its parts.
-func resolveEpoch(_ context.Context, _ jetstream.JetStream, log store.Log, name string) (archive.Epoch, error) {
-	if name != "0" {
-		return archive.Epoch{}, fmt.Errorf("epoch %q: the log has no epochs, only epoch 0 (all of it)", name)
+// resolveEpoch returns the epoch of log that name names: for a log with
+// epochs a live one by its number (taskledger epoch list), for a log
+// without, "0", made of all its parts.
+func resolveEpoch(ctx context.Context, js jetstream.JetStream, log store.Log, name string) (archive.Epoch, error) {
+	e, ok, err := store.ReadEpochs(ctx, js, log.Stream)
+	if err != nil {
+		return archive.Epoch{}, err
 	}
-	parts := make([]int, log.Shards.N())
-	for i := range parts {
-		parts[i] = i
+	if !ok {
+		if name != "0" {
+			return archive.Epoch{}, fmt.Errorf("epoch %q: the log has no epochs, only epoch 0 (all of it)", name)
+		}
+		parts := make([]int, log.Shards.N())
+		for i := range parts {
+			parts[i] = i
+		}
+		return archive.Epoch{Name: name, Parts: parts}, nil
 	}
-	return archive.Epoch{Name: name, Parts: parts}, nil
+	n, err := strconv.ParseInt(name, 10, 64)
+	if err != nil {
+		return archive.Epoch{}, fmt.Errorf("%w: epoch %q: want an epoch number (taskledger epoch list)", errUsage, name)
+	}
+	slot, ok := e.SlotOfEpoch(n)
+	if !ok {
+		return archive.Epoch{}, fmt.Errorf("epoch %d: no live epoch has this number (taskledger epoch list)", n)
+	}
+	from := time.Unix(0, n*int64(e.Period)).UTC()
+	return archive.Epoch{Name: name, Parts: log.Shards.SlotParts(slot), From: from, To: from.Add(e.Period)}, nil
 }
 
 // archiveVerifyCommand is `archive verify DIR [--live]`.

@@ -239,7 +239,13 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		v = replay.NewVerifier(events.Subjects{Root: a.Manifest.Subjects})
-		v.Shard(events.Shards{K: a.Manifest.Shards})
+		v.Shard(a.Manifest.Layout())
+		if a.Manifest.EpochSlots > 0 { // one epoch of several
+			v.Partial()
+		}
+		for _, p := range a.Manifest.Parts {
+			v.StartAt(p.Part, p.FirstSeq)
+		}
 		heads = a.Manifest.Heads()
 		read = func(fn func(store.Message) error) error {
 			var n uint64

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/store"
 )
 
@@ -87,12 +88,19 @@ type Manifest struct {
 	Stream   string    `json:"stream"`   // the log's stream base name
 	Subjects string    `json:"subjects"` // the log's subjects root
 	Shards   int       `json:"shards"`   // the log's number of shards (K)
+	// EpochSlots is the log's number of epoch slots (events.Shards.Slots);
+	// 0 for a log without epochs.
+	EpochSlots int `json:"epochSlots,omitempty"`
 	Epoch    string    `json:"epoch"`
 	From     time.Time `json:"from,omitzero"`
 	To       time.Time `json:"to,omitzero"`
 	Created  time.Time `json:"created"`
 	Parts    []Part    `json:"parts"`
 }
+
+// Layout returns the log's layout the manifest records: its positions and
+// routing.
+func (m Manifest) Layout() events.Shards { return events.Shards{K: m.Shards, Slots: m.EpochSlots} }
 
 // Events returns the number of events the archive holds.
 func (m Manifest) Events() uint64 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/store"
 )
 
@@ -15,9 +16,9 @@ import (
 // part. Errors wrap ErrLiveMismatch or ErrNotSealed, or are the reads'.
 func CheckLive(ctx context.Context, log store.Log, m Manifest) error {
 	log = log.WithDefaults()
-	if m.Stream != log.Stream || m.Subjects != log.Subjects.Root || m.Shards != log.Shards.N() {
-		return fmt.Errorf("%w: the archive is of stream %s on %s with %d shards, the log is %s on %s with %d", ErrLiveMismatch,
-			m.Stream, m.Subjects, m.Shards, log.Stream, log.Subjects.Root, log.Shards.N())
+	if m.Stream != log.Stream || m.Subjects != log.Subjects.Root || m.Layout() != (events.Shards{K: max(log.Shards.K, 1), Slots: log.Shards.Slots}) {
+		return fmt.Errorf("%w: the archive is of stream %s on %s with %+v, the log is %s on %s with %+v", ErrLiveMismatch,
+			m.Stream, m.Subjects, m.Layout(), log.Stream, log.Subjects.Root, log.Shards)
 	}
 	for _, p := range m.Parts {
 		s, err := log.JS.Stream(ctx, p.Stream)

@@ -72,7 +72,7 @@ func openManifest(dir string) (*Archive, error) {
 	if err := m.check(); err != nil {
 		return nil, err
 	}
-	return &Archive{Dir: dir, Manifest: m, shards: events.Shards{K: m.Shards}, subjects: events.Subjects{Root: m.Subjects}}, nil
+	return &Archive{Dir: dir, Manifest: m, shards: m.Layout(), subjects: events.Subjects{Root: m.Subjects}}, nil
 }
 
 // check returns why m is not a manifest this package wrote, or nil.
@@ -83,15 +83,15 @@ func (m Manifest) check() error {
 	switch {
 	case m.Format != Format:
 		return bad("format %d, this build reads %d", m.Format, Format)
-	case m.Shards < 1 || m.Shards > store.MaxShards:
-		return bad("%d shards", m.Shards)
+	case m.Shards < 1 || m.Shards > store.MaxShards || m.EpochSlots < 0 || m.EpochSlots > store.MaxEpochSlots:
+		return bad("%d shards, %d epoch slots", m.Shards, m.EpochSlots)
 	case m.Stream == "" || m.Subjects == "" || m.Epoch == "" || len(m.Parts) == 0:
 		return bad("no stream, subjects, epoch or parts")
 	}
-	shards := events.Shards{K: m.Shards}
+	shards := m.Layout()
 	for i, p := range m.Parts {
 		switch {
-		case p.Part < 0 || p.Part >= m.Shards || i > 0 && p.Part <= m.Parts[i-1].Part:
+		case p.Part < 0 || p.Part >= shards.N() || i > 0 && p.Part <= m.Parts[i-1].Part:
 			return bad("part %d out of order or range", p.Part)
 		case p.File != fileName(p.Part) || p.Stream != shards.Stream(m.Stream, p.Part):
 			return bad("part %d names file %q and stream %q", p.Part, p.File, p.Stream)
@@ -307,7 +307,7 @@ func (a *Archive) Lineage(ctx context.Context, root aggregate.State) ([]events.E
 	if root.Spec.RootID == "" {
 		return nil, nil
 	}
-	part := a.shards.Of(root.CustomerID, root.Spec.RootID)
+	part, _ := a.shards.Split(root.FirstSeq)
 	in := store.InLineage(root.Spec.RootID)
 	var out []events.Event
 	err := a.events(ctx, func(p Part) bool { return p.Part == part }, func(subj events.Subjects, subject string) bool {

@@ -68,7 +68,7 @@ func Write(ctx context.Context, log store.Log, epoch Epoch, dir string, progress
 		}
 	}()
 	m := Manifest{
-		Format: Format, Stream: log.Stream, Subjects: log.Subjects.Root, Shards: log.Shards.N(),
+		Format: Format, Stream: log.Stream, Subjects: log.Subjects.Root, Shards: max(log.Shards.K, 1), EpochSlots: log.Shards.Slots,
 		Epoch: epoch.Name, From: epoch.From.UTC(), To: epoch.To.UTC(), Created: time.Now().UTC(),
 	}
 	w := partWriter{log: log, dir: tmp, total: total, progress: progress}

@@ -44,8 +44,9 @@ type Slot struct {
 
 // Epochs is the state of the epoch slots, kept in the log's metadata.
 type Epochs struct {
-	Current int    `json:"current"` // the slot new lineages start in
-	Slots   []Slot `json:"slots"`
+	Period  time.Duration `json:"period"`  // the log's epoch period
+	Current int           `json:"current"` // the slot new lineages start in
+	Slots   []Slot        `json:"slots"`
 	// Removed lists the epochs removed from the cluster, oldest first.
 	Removed []int64 `json:"removed,omitempty"`
 }
@@ -97,7 +98,7 @@ func readEpochs(ctx context.Context, kv jetstream.KeyValue) (Epochs, uint64, boo
 		return Epochs{}, 0, false, fmt.Errorf("store: read epochs: %w", err)
 	}
 	var e Epochs
-	if err := json.Unmarshal(entry.Value(), &e); err != nil || len(e.Slots) == 0 || e.Current < 0 || e.Current >= len(e.Slots) {
+	if err := json.Unmarshal(entry.Value(), &e); err != nil || len(e.Slots) == 0 || e.Current < 0 || e.Current >= len(e.Slots) || e.Period < MinEpochPeriod {
 		return Epochs{}, 0, false, fmt.Errorf("store: bad epochs entry %q", entry.Value())
 	}
 	return e, entry.Revision(), true, nil
@@ -137,7 +138,7 @@ func UpdateEpochs(ctx context.Context, js jetstream.JetStream, stream string, fn
 // initEpochs records slots 0..n-1, the first holding the epoch of now,
 // unless the log has them already.
 func initEpochs(ctx context.Context, kv jetstream.KeyValue, n int, period time.Duration, now time.Time) error {
-	e := Epochs{Slots: make([]Slot, n)}
+	e := Epochs{Period: period, Slots: make([]Slot, n)}
 	for i := range e.Slots {
 		e.Slots[i].State = SlotFree
 	}

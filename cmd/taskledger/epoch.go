@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/taskledger/taskledger/internal/archive"
+	"github.com/taskledger/taskledger/internal/store"
+)
+
+// epochCommand is `epoch list` and `epoch remove EPOCH --archive DIR`.
+func epochCommand(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: epoch list | epoch remove EPOCH --archive DIR", errUsage)
+	}
+	switch args[0] {
+	case "list":
+		return epochListCommand(ctx, args[1:], stdout)
+	case "remove":
+		return epochRemoveCommand(ctx, args[1:], stdout)
+	}
+	return fmt.Errorf("%w: unknown epoch command %q (list, remove)", errUsage, args[0])
+}
+
+// epochs opens the log the offline flags name and reads its epochs.
+func (o *offline) epochs(ctx context.Context) (store.Log, store.Epochs, func(), error) {
+	js, closeLog, err := o.open(ctx)
+	if err != nil {
+		return store.Log{}, store.Epochs{}, nil, err
+	}
+	log, err := o.log(ctx, js)
+	if err == nil {
+		var e store.Epochs
+		var ok bool
+		if e, ok, err = store.ReadEpochs(ctx, js, log.Stream); err == nil && !ok {
+			err = fmt.Errorf("%s was created without epochs (serve --epoch-slots): it has one, epoch 0", log.Stream)
+		}
+		if err == nil {
+			return log, e, closeLog, nil
+		}
+	}
+	closeLog()
+	return store.Log{}, store.Epochs{}, nil, err
+}
+
+func epochListCommand(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("epoch list")
+	var off offline
+	off.register(fs)
+	asJSON := fs.Bool("json", false, "print the epochs entry as JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	_, e, closeLog, err := off.epochs(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	if *asJSON {
+		return printJSON(stdout, e)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SLOT\tEPOCH\tSTATE\tPERIOD\tOPENED\tSEALED")
+	for i, s := range e.Slots {
+		epoch, period, current := "-", "-", ""
+		if s.State != store.SlotFree {
+			from := time.Unix(0, s.Epoch*int64(e.Period)).UTC()
+			epoch, period = strconv.FormatInt(s.Epoch, 10), from.Format(time.RFC3339)+" – "+from.Add(e.Period).Format(time.RFC3339)
+		}
+		if i == e.Current {
+			current = " (current)"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s%s\t%s\t%s\t%s\n", i, epoch, s.State, current, period, when(s.Opened), when(s.Sealed))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "period %s; removed epochs: %v\n", e.Period, e.Removed)
+	return nil
+}
+
+// when formats t, "-" for the zero time.
+func when(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// epochRemoveCommand is `epoch remove EPOCH --archive DIR`: it verifies
+// the archive whole, checks it against the sealed streams, and only then
+// removes them (store.RemoveEpoch).
+func epochRemoveCommand(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("epoch remove")
+	var off offline
+	off.register(fs)
+	dir := fs.String("archive", "", "the epoch's archive (taskledger archive EPOCH --to DIR), verified against the log before anything is removed")
+	name, err := oneArg(fs, args, "epoch number")
+	if err != nil {
+		return err
+	}
+	n, err := strconv.ParseInt(name, 10, 64)
+	if err != nil || *dir == "" {
+		return fmt.Errorf("%w: epoch remove EPOCH --archive DIR, EPOCH a number (taskledger epoch list)", errUsage)
+	}
+	m, err := archive.Verify(*dir)
+	if err != nil {
+		return err
+	}
+	if m.Epoch != name {
+		return fmt.Errorf("the archive in %s is of epoch %s, not %s", *dir, m.Epoch, name)
+	}
+	log, _, closeLog, err := off.epochs(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	if err := archive.CheckLive(ctx, log, m); err != nil {
+		return err
+	}
+	if err := store.RemoveEpoch(ctx, log, n); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "removed epoch %d of %s (%d events, archived in %s)\n", n, log.Stream, m.Events(), *dir)
+	return nil
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/store"
+)
+
+// TestEpochCommands runs a server whose log has epochs of a second: an
+// epoch whose lineage ended is sealed, archived, verified against the
+// log, removed, and its task's history still answers from the archive,
+// while the log, now without it, verifies clean.
+func TestEpochCommands(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	data, addr := t.TempDir(), freeAddr(t)
+	srv := startServer(t, data, addr, "--epoch-slots", "2", "--epoch-period", "1s", "--retain-epochs", "1", "--epoch-check", "50ms")
+	c := srv.client
+	root, _, err := c.Schedule(ctx, api.ScheduleRequest{Queue: "epochs", RequestID: "first"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Schedule(ctx, api.ScheduleRequest{Queue: "epochs", ParentID: root.ID}); err != nil {
+		t.Fatal(err)
+	}
+	for done := 0; done < 2; {
+		task, ok, err := c.ClaimNext(ctx, "epochs", "x", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			if _, err := c.RecordResult(ctx, task.ID, api.ResultRequest{DeliveryID: task.Claim.DeliveryID, Success: true}); err != nil {
+				t.Fatal(err)
+			}
+			done++
+		}
+	}
+	h, err := c.History(ctx, root.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout := events.Shards{K: 1, Slots: 2}
+	part, _ := layout.Split(h.Events[0].Seq)
+	slot, _ := layout.SlotOf(part)
+	var epoch int64
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		stats, err := c.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := stats.Epochs.Slots[slot]; s.State == store.SlotSealed {
+			epoch = *s.Epoch
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slot %d not sealed: %+v", slot, stats.Epochs)
+		}
+	}
+	name := strconv.FormatInt(epoch, 10)
+	live, _, code := replayCLI(t, "history", root.ID, "--tree", "--offline", "--data", data)
+	replayStopServer(t, srv)
+	if code != 0 {
+		t.Fatalf("history of the live epoch: exit %d", code)
+	}
+
+	dir := filepath.Join(t.TempDir(), "epoch-"+name)
+	if out, errOut, code := replayCLI(t, "epoch", "remove", name, "--archive", dir, "--data", data); code == 0 {
+		t.Fatalf("removed without an archive: %s", out)
+	} else if !strings.Contains(errOut, "manifest") {
+		t.Fatalf("remove without an archive: exit %d, stderr:\n%s", code, errOut)
+	}
+	if out, errOut, code := replayCLI(t, "archive", name, "--to", dir, "--data", data); code != 0 || !strings.Contains(out, "archived epoch "+name) {
+		t.Fatalf("archive: exit %d, output %q\nstderr:\n%s", code, out, errOut)
+	}
+	if out, errOut, code := replayCLI(t, "archive", "verify", dir, "--live", "--data", data); code != 0 || !strings.Contains(out, "verified") {
+		t.Fatalf("archive verify --live: exit %d, output %q\nstderr:\n%s", code, out, errOut)
+	}
+	if out, errOut, code := replayCLI(t, "epoch", "remove", name, "--archive", dir, "--data", data); code != 0 || !strings.Contains(out, "removed epoch "+name) {
+		t.Fatalf("epoch remove: exit %d, output %q\nstderr:\n%s", code, out, errOut)
+	}
+	out, errOut, code := replayCLI(t, "epoch", "list", "--json", "--data", data)
+	var e store.Epochs
+	if code != 0 || json.Unmarshal([]byte(out), &e) != nil || len(e.Removed) != 1 || e.Removed[0] != epoch || e.Slots[slot].State != store.SlotFree {
+		t.Fatalf("epoch list after the removal: exit %d, %s\nstderr:\n%s", code, out, errOut)
+	}
+
+	if _, _, code := replayCLI(t, "history", root.ID, "--offline", "--data", data); code == 0 {
+		t.Fatal("the removed epoch's task is still in the log")
+	}
+	archived, errOut, code := replayCLI(t, "history", root.ID, "--tree", "--archive", dir)
+	if code != 0 || archived != live {
+		t.Fatalf("history from the archive (exit %d):\n%s\nfrom the live epoch:\n%s\nstderr:\n%s", code, archived, live, errOut)
+	}
+	for _, args := range [][]string{{"replay", "verify", "--data", data}, {"replay", "verify", "--archive", dir}} {
+		if out, errOut, code := replayCLI(t, args...); code != 0 || !strings.Contains(out, " 0 violations") {
+			t.Fatalf("%v: exit %d, output %q\nstderr:\n%s", args, code, out, errOut)
+		}
+	}
+}
