@@ -64,7 +64,7 @@ func (r Report) Clean() bool { return len(r.Violations) == 0 }
 type Verifier struct {
 	subjects events.Subjects
 	shards   events.Shards
-	partial  bool // the log holds only part of history (Partial)
+	partial  bool     // the log holds only part of history (Partial)
 	lastSeqs []uint64 // by shard, the stream sequence of the last message added
 	retries  []retry  // on a sharded log, checked by Report
 	// slotUsers are the tasks key events name from another shard,

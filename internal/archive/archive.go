@@ -84,18 +84,18 @@ type Epoch struct {
 
 // Manifest describes an archive.
 type Manifest struct {
-	Format   int       `json:"format"`
-	Stream   string    `json:"stream"`   // the log's stream base name
-	Subjects string    `json:"subjects"` // the log's subjects root
-	Shards   int       `json:"shards"`   // the log's number of shards (K)
+	Format   int    `json:"format"`
+	Stream   string `json:"stream"`   // the log's stream base name
+	Subjects string `json:"subjects"` // the log's subjects root
+	Shards   int    `json:"shards"`   // the log's number of shards (K)
 	// EpochSlots is the log's number of epoch slots (events.Shards.Slots);
 	// 0 for a log without epochs.
-	EpochSlots int `json:"epochSlots,omitempty"`
-	Epoch    string    `json:"epoch"`
-	From     time.Time `json:"from,omitzero"`
-	To       time.Time `json:"to,omitzero"`
-	Created  time.Time `json:"created"`
-	Parts    []Part    `json:"parts"`
+	EpochSlots int       `json:"epochSlots,omitempty"`
+	Epoch      string    `json:"epoch"`
+	From       time.Time `json:"from,omitzero"`
+	To         time.Time `json:"to,omitzero"`
+	Created    time.Time `json:"created"`
+	Parts      []Part    `json:"parts"`
 }
 
 // Layout returns the log's layout the manifest records: its positions and
