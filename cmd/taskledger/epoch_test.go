@@ -20,9 +20,18 @@ import (
 // while the log, now without it, verifies clean.
 func TestEpochCommands(t *testing.T) {
 	t.Parallel()
+	for _, k := range []int{1, 3} {
+		t.Run("shards="+strconv.Itoa(k), func(t *testing.T) {
+			t.Parallel()
+			testEpochCommands(t, k)
+		})
+	}
+}
+
+func testEpochCommands(t *testing.T, k int) {
 	ctx := context.Background()
 	data, addr := t.TempDir(), freeAddr(t)
-	srv := startServer(t, data, addr, "--epoch-slots", "2", "--epoch-period", "1s", "--retain-epochs", "1", "--epoch-check", "50ms")
+	srv := startServer(t, data, addr, "--shards", strconv.Itoa(k), "--epoch-slots", "2", "--epoch-period", "1s", "--retain-epochs", "1", "--epoch-check", "50ms")
 	c := srv.client
 	root, _, err := c.Schedule(ctx, api.ScheduleRequest{Queue: "epochs", RequestID: "first"})
 	if err != nil {
@@ -47,7 +56,7 @@ func TestEpochCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	layout := events.Shards{K: 1, Slots: 2}
+	layout := events.Shards{K: k, Slots: 2}
 	part, _ := layout.Split(h.Events[0].Seq)
 	slot, _ := layout.SlotOf(part)
 	var epoch int64

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -72,8 +73,33 @@ func (n *Node) stepEpochs(ctx context.Context) error {
 			return err
 		}
 		n.cfg.Logger.Info().Int64("epoch", s.Epoch).Int("slot", slot).Msg("epoch sealed")
+		// An epoch no lineage started in has nothing to archive: its slot
+		// is freed at once, so the next epoch need not wait for an
+		// operator.
+		if empty, err := n.slotEmpty(ctx, slot); err != nil || !empty {
+			return err
+		}
+		if err := store.RemoveEpoch(ctx, st.Log(), s.Epoch); err != nil {
+			return err
+		}
+		n.cfg.Logger.Info().Int64("epoch", s.Epoch).Int("slot", slot).Msg("empty epoch removed")
 	}
 	return nil
+}
+
+// slotEmpty reports whether slot's streams hold no event.
+func (n *Node) slotEmpty(ctx context.Context, slot int) (bool, error) {
+	for _, part := range n.Store.Shards().SlotParts(slot) {
+		name := n.Store.Shards().Stream(n.cfg.Stream, part)
+		s, err := n.Store.JetStream().Stream(ctx, name)
+		if err != nil {
+			return false, fmt.Errorf("stream %s: %w", name, err)
+		}
+		if s.CachedInfo().State.Msgs > 0 {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // epochDone reports whether the projections hold every event of slot's

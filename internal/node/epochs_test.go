@@ -260,3 +260,34 @@ func verifyClean(t *testing.T, ctx context.Context, log store.Log) {
 		t.Fatalf("verify: %+v", r.Violations)
 	}
 }
+
+// TestEmptyEpochRemoved: an epoch no lineage started in is sealed and
+// removed without an archive, so the slot ring moves on by itself.
+func TestEmptyEpochRemoved(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := newEpochClock()
+	n := testnode.Start(t, withEpochs(clock))
+	wait := func(what string, ok func(store.Epochs) bool) store.Epochs {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			e, _, err := store.ReadEpochs(ctx, n.Store.JetStream(), n.NS.Stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok(e) {
+				return e
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: epochs %+v", what, e)
+			}
+		}
+	}
+	n0 := wait("the first epoch", func(e store.Epochs) bool { return e.Current == 0 }).Slots[0].Epoch
+	clock.next()
+	wait("the second epoch", func(e store.Epochs) bool { return e.Current == 1 })
+	clock.next() // the first is past its retention, and empty
+	wait("the empty epoch removed and its slot taken by the third", func(e store.Epochs) bool {
+		return len(e.Removed) == 1 && e.Removed[0] == n0 && e.Current == 0 && e.Slots[0].Epoch == n0+2
+	})
+}
