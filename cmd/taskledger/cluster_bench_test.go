@@ -4,13 +4,16 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -123,7 +126,9 @@ func TestClusterBench(t *testing.T) {
 	if only["memory"] {
 		e.memory()
 	}
-	e.note(benchRow{}, "NATS memory per task of an epoch before and after sealing/removal: not built yet (epochs, issue 17 item 3)")
+	if only["epochs"] {
+		e.epochs()
+	}
 	if only["process-kill"] {
 		e.timerKill()
 	}
@@ -140,7 +145,7 @@ func TestClusterBench(t *testing.T) {
 }
 
 // benchStepNames are the steps of the bench, in order.
-var benchStepNames = []string{"rows", "memory", "process-kill", "nats-kill"}
+var benchStepNames = []string{"rows", "memory", "epochs", "process-kill", "nats-kill"}
 
 // benchSteps returns the steps CLUSTER_BENCH_ONLY names (a comma-separated
 // list of benchStepNames), or all of them.
@@ -319,6 +324,98 @@ func (e *benchEnv) memory() {
 		grown += rss - before[i]
 	}
 	e.add("memory", fmt.Sprintf("NATS RSS growth per waiting task, mean of 3 nodes (%d tasks)", benchMemoryTasks), float64(grown)/3/benchMemoryTasks, "B/task")
+}
+
+// benchEpochTasks is how many tasks the epochs step runs in one epoch,
+// and benchEpochPeriod its epochs' length: long enough to run them all.
+const (
+	benchEpochTasks  = 5000
+	benchEpochPeriod = 30 * time.Second
+)
+
+// epochs runs benchEpochTasks tasks to their end in one epoch of a log
+// with epochs (DESIGN.md "Epochs") and records the NATS nodes' resident
+// memory per task while the epoch is live, once it is sealed, and once
+// it is archived and removed (taskledger archive, epoch remove): the live
+// Go heap (natsHeap), and the resident memory, which the Go runtime gives
+// back only gradually.
+func (e *benchEnv) epochs() {
+	servers, _ := e.startServers(1, "--epoch-slots", "2", "--epoch-period", benchEpochPeriod.String(), "--retain-epochs", "1", "--epoch-check", "200ms")
+	defer e.reset(servers)
+	c, ctx := servers[0].client, context.Background()
+	// Start the tasks just after a period begins, so they share an epoch.
+	time.Sleep(benchEpochPeriod - time.Duration(time.Now().UnixNano()%int64(benchEpochPeriod)) + time.Second)
+	before, beforeRSS, start := e.natsHeap(), e.natsRSS(), time.Now()
+	var first string
+	for i := 0; i < benchEpochTasks; i += api.MaxBatchItems {
+		reqs := make([]api.ScheduleRequest, min(api.MaxBatchItems, benchEpochTasks-i))
+		for j := range reqs {
+			reqs[j] = api.ScheduleRequest{RequestID: fmt.Sprintf("epoch-%d", i+j), Queue: "epochs"}
+		}
+		items, err := c.ScheduleBatch(ctx, reqs)
+		if err != nil || items[0].Task == nil {
+			e.t.Fatalf("epochs step: batch at %d: %v %+v", i, err, items)
+		}
+		first = cmp.Or(first, items[0].Task.ID)
+	}
+	for done := 0; done < benchEpochTasks; {
+		tasks, err := c.ClaimBatch(ctx, "epochs", "bench", api.MaxBatchItems, time.Second)
+		if err != nil {
+			e.t.Fatalf("epochs step: claims: %v", err)
+		}
+		results := make([]api.ResultItem, len(tasks))
+		for i, task := range tasks {
+			results[i] = api.ResultItem{TaskID: task.ID, ResultRequest: api.ResultRequest{DeliveryID: task.Claim.DeliveryID, Success: true}}
+		}
+		if len(results) > 0 {
+			if _, err := c.RecordResults(ctx, results); err != nil {
+				e.t.Fatalf("epochs step: results: %v", err)
+			}
+		}
+		done += len(tasks)
+	}
+	if time.Since(start) > benchEpochPeriod/2 {
+		e.t.Fatalf("epochs step: %d tasks took %s, too long for one epoch of %s", benchEpochTasks, time.Since(start), benchEpochPeriod)
+	}
+	live, liveRSS := e.natsHeap(), e.natsRSS()
+	h, err := c.History(ctx, first)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	part, _ := events.Shards{K: 1, Slots: 2}.Split(h.Events[0].Seq)
+	slot := part - 1
+	var epoch int64
+	for deadline := time.Now().Add(4 * benchEpochPeriod); epoch == 0; time.Sleep(200 * time.Millisecond) {
+		stats, err := c.Stats(ctx)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if s := stats.Epochs.Slots[slot]; s.State == "sealed" {
+			epoch = *s.Epoch
+		} else if time.Now().After(deadline) {
+			e.t.Fatalf("epochs step: slot %d not sealed: %+v", slot, stats.Epochs)
+		}
+	}
+	sealed := e.natsHeap()
+	dir, name := filepath.Join(e.dir, "epoch-archive"), strconv.FormatInt(epoch, 10)
+	for _, args := range [][]string{{"archive", name, "--to", dir}, {"epoch", "remove", name, "--archive", dir}} {
+		if out, errOut, code := replayCLI(e.t, append(args, "--nats-url", e.urls)...); code != 0 {
+			e.t.Fatalf("epochs step: %v: exit %d\n%s\n%s", args, code, out, errOut)
+		}
+	}
+	removed, removedRSS := e.natsHeap(), e.natsRSS()
+	per := func(now, before []int64) float64 {
+		var grown int64
+		for i := range now {
+			grown += now[i] - before[i]
+		}
+		return float64(grown) / 3 / benchEpochTasks
+	}
+	e.add("epochs", fmt.Sprintf("NATS heap per task of a live epoch, mean of 3 nodes (%d finished tasks)", benchEpochTasks), per(live, before), "B/task")
+	e.add("epochs", "… once the epoch is sealed", per(sealed, before), "B/task")
+	e.add("epochs", "… once it is archived and removed", per(removed, before), "B/task")
+	e.add("epochs", "NATS RSS growth per task of the live epoch", per(liveRSS, beforeRSS), "B/task")
+	e.add("epochs", "… once it is archived and removed", per(removedRSS, beforeRSS), "B/task")
 }
 
 // timerKill schedules delayed tasks through one of two processes, kills
@@ -575,6 +672,32 @@ func (e *benchEnv) natsCPU() time.Duration {
 		d += procCPU(e.t, n.cmd.Process.Pid)
 	}
 	return d
+}
+
+// natsHeap returns each NATS node's live Go heap in bytes: HeapAlloc as
+// its profiling port reports it after two collections (nats-server keeps
+// message block buffers in sync.Pools, which only the second empties).
+func (e *benchEnv) natsHeap() []int64 {
+	heaps := make([]int64, len(e.nodes))
+	for i, n := range e.nodes {
+		for range 2 {
+			resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(n.profPort) + "/debug/pprof/heap?gc=1&debug=1")
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+			resp.Body.Close()
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			m := regexp.MustCompile(`(?m)^# HeapAlloc = (\d+)$`).FindSubmatch(body)
+			if m == nil {
+				e.t.Fatalf("node %s: no HeapAlloc in its heap profile", n.name)
+			}
+			heaps[i], _ = strconv.ParseInt(string(m[1]), 10, 64)
+		}
+	}
+	return heaps
 }
 
 // natsRSS returns each NATS node's resident memory in bytes.

@@ -59,7 +59,7 @@ const clusterOpBudget = 60 * time.Second
 // clusterNode is one nats-server process of the test cluster.
 type clusterNode struct {
 	bin, name, dir, log, routes string
-	port, clusterPort           int
+	port, clusterPort, profPort int
 	cmd                         *exec.Cmd
 }
 
@@ -69,7 +69,7 @@ func (n *clusterNode) url() string { return "nats://127.0.0.1:" + strconv.Itoa(n
 func (n *clusterNode) start(t *testing.T) {
 	t.Helper()
 	n.cmd = exec.Command(n.bin, "-a", "127.0.0.1", "-p", strconv.Itoa(n.port), "-n", n.name,
-		"-js", "-sd", n.dir, "-l", n.log,
+		"-js", "-sd", n.dir, "-l", n.log, "--profile", strconv.Itoa(n.profPort),
 		"--cluster_name", "tl", "--cluster", "nats://127.0.0.1:"+strconv.Itoa(n.clusterPort), "--routes", n.routes)
 	if err := n.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ func startNATSCluster(t *testing.T, dir string) []*clusterNode {
 	nodes := make([]*clusterNode, 3)
 	var routes []string
 	for i := range nodes {
-		n := &clusterNode{bin: bin, name: fmt.Sprintf("n%d", i+1), port: clusterFreePort(t), clusterPort: clusterFreePort(t)}
+		n := &clusterNode{bin: bin, name: fmt.Sprintf("n%d", i+1), port: clusterFreePort(t), clusterPort: clusterFreePort(t), profPort: clusterFreePort(t)}
 		n.dir = filepath.Join(dir, n.name)
 		n.log = filepath.Join(dir, n.name+".log")
 		nodes[i] = n
