@@ -225,8 +225,10 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		h, _ := os.Hostname()
 		*name = "scheduler-" + sanitize(h)
 	}
-	if *epochSlots != 0 && (*epochSlots < 2 || *epochSlots > store.MaxEpochSlots || *epochPeriod < store.MinEpochPeriod || *retainEpochs < 1) {
-		return fmt.Errorf("%w: --epoch-slots %d --epoch-period %s --retain-epochs %d: want 2 to %d slots, a period of at least %s and at least 1 period retained", errUsage,
+	if *epochSlots != 0 && (*epochSlots > store.MaxEpochSlots || *epochPeriod < store.MinEpochPeriod || *retainEpochs < 1 || *epochSlots < *retainEpochs+1) {
+		// The current epoch, the retained ones and one being sealed each
+		// hold a slot; with fewer the ring waits.
+		return fmt.Errorf("%w: --epoch-slots %d --epoch-period %s --retain-epochs %d: want at least --retain-epochs + 1 slots and at most %d, a period of at least %s and at least 1 period retained", errUsage,
 			*epochSlots, *epochPeriod, *retainEpochs, store.MaxEpochSlots, store.MinEpochPeriod)
 	}
 	if *shards < 1 || *shards > store.MaxShards {

@@ -266,6 +266,8 @@ func TestServeRefusesBadLimits(t *testing.T) {
 		{"--max-streams", "0"}, {"--max-streams-per-customer", "-2"},
 		{"--timer-partitions", "0"}, {"--timer-partitions", "1025"}, {"--lease-ttl", "500ms"}, {"--lease-ttl", "2h"},
 		{"--shards", "0"}, {"--shards", "65"},
+		{"--epoch-slots", "1"}, {"--epoch-slots", "17"}, {"--epoch-slots", "-1"}, {"--epoch-slots", "2", "--retain-epochs", "2"},
+		{"--epoch-slots", "3", "--epoch-period", "500ms"}, {"--epoch-slots", "3", "--retain-epochs", "0"},
 	} {
 		code, stderr := serveOutput(t, nil, args...)
 		if code != 2 || !strings.Contains(stderr, args[0]) {
