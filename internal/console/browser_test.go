@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -550,6 +551,20 @@ func TestConsoleRefusesUnknownToken(t *testing.T) {
 // cut by a server restart, resumes after the last event it got: it
 // receives every event of its customer exactly once, in order, also
 // those stored while it was away.
+// TestConsoleEpochs: for a log with epochs the overview shows each slot,
+// its epoch and state.
+func TestConsoleEpochs(t *testing.T) {
+	t.Parallel()
+	c := setup(t, func(cfg *node.Config) { cfg.EpochSlots, cfg.EpochPeriod = 3, time.Hour })
+	c.login(t, operatorToken)
+	c.run(t, chromedp.WaitVisible(chromedp.CSS(`#epochs tr[data-slot="2"][data-state="free"]`)))
+	current := value(t, c, chromedp.Text(chromedp.CSS(`#epochs tr[data-slot="0"]`)))
+	if epoch := c.node.Store.Epochs().Slots[0].Epoch; !strings.Contains(current, "open (current)") || !strings.Contains(current, strconv.FormatInt(epoch, 10)) {
+		t.Fatalf("slot 0's row %q, want epoch %d open and current", current, epoch)
+	}
+	c.noErrors(t)
+}
+
 func TestConsoleStreamResumesAcrossRestart(t *testing.T) {
 	t.Parallel()
 	consoleStreamResumes(t, 1)

@@ -86,12 +86,27 @@ function overviewPage() {
           STATUSES.map((s) => el("td", { class: "num" }, r.counts[s] ? link({ ...q, status: s }, r.counts[s]) : "0")),
           stats ? [r.claims.last1m.toFixed(2), r.results.last1m.toFixed(2), r.nearTimeout, r.retries, r.rejections].map((v) => el("td", { class: "num" }, String(v))) : null);
       })));
-    body.replaceChildren(cards, el("h2", {}, "Queues"), rows.length ? table : el("p", { class: "muted" }, "No tasks yet."));
+    body.replaceChildren(cards, el("h2", {}, "Queues"), rows.length ? table : el("p", { class: "muted" }, "No tasks yet."),
+      ...(stats?.epochs ? epochsTable(stats.epochs) : []));
   }
   // The stream reloads the page on events; the timer samples the
   // throughput while nothing happens.
   const timer = feats.stats ? setInterval(() => onLive(null), 5000) : null;
   return { refresh, stop() { clearInterval(timer); } };
+}
+
+/** epochsTable shows a log's epoch slots (GET /v1/stats' epochs): which
+ * epoch each holds, its period and state, and the epochs removed. */
+function epochsTable(e) {
+  const time = (t) => (t ? new Date(t).toISOString().replace(".000Z", "Z") : "—");
+  return [el("h2", {}, "Epochs"),
+    el("table", { id: "epochs", "aria-label": "epoch slots" },
+      el("thead", {}, el("tr", {}, ["slot", "epoch", "state", "period", "opened", "sealed"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, e.slots.map((s) => el("tr", { "data-slot": String(s.slot), "data-state": s.state },
+        el("td", {}, String(s.slot)), el("td", {}, s.epoch === undefined ? "—" : String(s.epoch)),
+        el("td", {}, s.state + (s.slot === e.current ? " (current)" : "")),
+        el("td", {}, s.start ? `${time(s.start)} – ${time(s.end)}` : "—"), el("td", {}, time(s.opened)), el("td", {}, time(s.sealed)))))),
+    el("p", { class: "muted" }, `Period ${seconds(e.periodSeconds)}. ` + (e.removed.length ? `Removed epochs: ${e.removed.join(", ")}.` : "No epoch removed yet."))];
 }
 
 /** queueRows counts tasks per customer and queue, in the shape of
