@@ -64,11 +64,11 @@ func (e Epochs) SlotOfEpoch(n int64) (int, bool) {
 	return 0, false
 }
 
-// live returns the slots that hold an epoch, other than skip.
-func (e Epochs) live(skip int) []int {
+// live returns the slots that hold an epoch.
+func (e Epochs) live() []int {
 	var out []int
 	for i, s := range e.Slots {
-		if i != skip && s.State != SlotFree {
+		if s.State != SlotFree {
 			out = append(out, i)
 		}
 	}
@@ -167,8 +167,11 @@ func (s *Store) RefreshEpochs(ctx context.Context) error {
 		return nil
 	}
 	e, ok, err := ReadEpochs(ctx, s.js, s.cfg.Stream)
-	if err != nil || !ok {
-		return errors.Join(err, errors.New("store: the epochs entry is gone"))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("store: the log's epochs entry is gone")
 	}
 	s.epochs.Store(&e)
 	return nil
@@ -185,7 +188,7 @@ func (s *Store) creationPart(ctx context.Context, customerID, taskID, rootID str
 	if taskID == rootID {
 		return s.shards.Part(s.Epochs().Current, shard), nil
 	}
-	part, ok, err := s.existingPart(ctx, customerID, rootID, -1)
+	part, ok, err := s.rootPart(ctx, customerID, rootID)
 	if err != nil {
 		return 0, err
 	}
@@ -195,10 +198,10 @@ func (s *Store) creationPart(ctx context.Context, customerID, taskID, rootID str
 	return part, nil
 }
 
-// existingPart returns the part of a live epoch slot other than skip
-// holding the events of task taskID of customerID rooted at rootID
-// (shard Of(customerID, rootID) of its slot); false when none does.
-func (s *Store) existingPart(ctx context.Context, customerID, rootID string, skip int) (int, bool, error) {
+// rootPart returns the part holding root task rootID of customerID: the
+// projections' (Locate), else the first live slot whose shard
+// Of(customerID, rootID) holds its subject; false when none does.
+func (s *Store) rootPart(ctx context.Context, customerID, rootID string) (int, bool, error) {
 	if s.cfg.Locate != nil {
 		if _, _, first, ok := s.cfg.Locate(rootID); ok {
 			part, _ := s.shards.Split(first)
@@ -206,7 +209,7 @@ func (s *Store) existingPart(ctx context.Context, customerID, rootID string, ski
 		}
 	}
 	shard := s.shards.Of(customerID, rootID)
-	for _, slot := range s.Epochs().live(skip) {
+	for _, slot := range s.Epochs().live() {
 		part := s.shards.Part(slot, shard)
 		_, _, ok, err := s.parts[part].get.nextMsg(ctx, s.parts[part].subjects.Event(customerID, rootID), 1)
 		if err != nil || ok {

@@ -365,7 +365,7 @@ func (s *Store) taskParts() []int {
 		return s.shards.SlotParts(-1) // the shards
 	}
 	var parts []int
-	for _, slot := range s.Epochs().live(-1) {
+	for _, slot := range s.Epochs().live() {
 		parts = append(parts, s.shards.SlotParts(slot)...)
 	}
 	return parts
@@ -557,7 +557,7 @@ func (s *Store) state(ctx context.Context, taskID string, fresh bool, cmd aggreg
 // per live slot, in the root's shard.
 func (s *Store) loadCreated(ctx context.Context, taskID, customerID, rootID string) (aggregate.State, error) {
 	var st aggregate.State
-	for _, slot := range s.Epochs().live(-1) {
+	for _, slot := range s.Epochs().live() {
 		part := s.shards.Part(slot, s.shards.Of(customerID, rootID))
 		err := s.readSubject(ctx, part, s.parts[part].subjects.Event(customerID, taskID), 0, func(ev events.Event) { st = aggregate.Apply(st, ev) })
 		if err != nil || st.Exists() {
