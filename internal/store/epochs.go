@@ -281,8 +281,15 @@ func RemoveEpoch(ctx context.Context, log Log, n int64) error {
 			if err != nil {
 				return err
 			}
+			// An empty stream has no last event (lastOf is 0) but may
+			// start past 1, its slot's earlier epoch having been removed:
+			// its next sequence is then its first.
+			first, err := log.FirstSeq(ctx, part)
+			if err != nil {
+				return err
+			}
 			_, seq := log.Shards.Split(last)
-			next[i] = seq + 1
+			next[i] = max(seq+1, first)
 		}
 		if _, err := UpdateEpochs(ctx, log.JS, log.Stream, func(e *Epochs) bool {
 			e.Slots[slot].NextSeqs = next

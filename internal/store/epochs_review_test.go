@@ -1,0 +1,72 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/testnats"
+)
+
+// TestRemovedTwicePositionsNeverRepeat reuses a slot whose first epoch was
+// removed for an epoch no lineage started in, removes that one too (as a
+// node removes an empty epoch at once), and opens a third: its streams
+// must start after the first epoch's last sequence, or its tasks take the
+// first epoch's positions again.
+func TestRemovedTwicePositionsNeverRepeat(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nc, ns := testnats.Conn(t), testnats.NewNamespace(t)
+	st, err := store.Open(ctx, nc, store.Config{Stream: ns.Stream, Subjects: ns.Subjects, EpochSlots: 2, EpochPeriod: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	js, shards := st.JetStream(), st.Shards()
+	first := schedule(t, st)
+	old, err := st.Load(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		schedule(t, st)
+	}
+	n0 := st.Epochs().Slots[0].Epoch
+	// advance moves the current epoch to slot to with epoch n.
+	advance := func(to int, n int64) {
+		t.Helper()
+		if _, err := store.UpdateEpochs(ctx, js, ns.Stream, func(e *store.Epochs) bool {
+			e.Current, e.Slots[to] = to, store.Slot{Epoch: n, State: store.SlotOpen}
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.RefreshEpochs(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	remove := func(slot int, n int64) {
+		t.Helper()
+		if err := store.SealSlot(ctx, js, ns.Stream, shards, slot); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.RemoveEpoch(ctx, st.Log(), n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	advance(1, n0+1)
+	remove(0, n0) // four events: slot 0's stream now starts at 5
+	advance(0, n0+2)
+	advance(1, n0+3) // epoch n0+2 in slot 0 took no lineage
+	remove(0, n0+2)
+	advance(0, n0+4)
+	again := schedule(t, st)
+	now, err := st.Load(ctx, again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.FirstSeq <= old.FirstSeq+3*uint64(shards.N()) {
+		t.Fatalf("a task of the third epoch of slot 0 is at position %d, the first epoch's were %d to %d", now.FirstSeq, old.FirstSeq, old.FirstSeq+3*uint64(shards.N()))
+	}
+}
