@@ -64,11 +64,16 @@ func (e Epochs) SlotOfEpoch(n int64) (int, bool) {
 	return 0, false
 }
 
-// live returns the slots that hold an epoch, other than skip.
-func (e Epochs) live(skip int) []int {
-	var out []int
-	for i, s := range e.Slots {
-		if i != skip && s.State != SlotFree {
+// slotsToRead returns every slot, the current one first: the ones a task
+// may be looked for in. A slot this process's copy of the epochs calls
+// free may have been opened by another process since it last read them
+// (RefreshEpochs), so none is skipped; a free slot's streams are empty,
+// and a direct get on them is answered at once.
+func (e Epochs) slotsToRead() []int {
+	out := make([]int, 0, len(e.Slots))
+	out = append(out, e.Current)
+	for i := range e.Slots {
+		if i != e.Current {
 			out = append(out, i)
 		}
 	}
@@ -185,7 +190,7 @@ func (s *Store) creationPart(ctx context.Context, customerID, taskID, rootID str
 	if taskID == rootID {
 		return s.shards.Part(s.Epochs().Current, shard), nil
 	}
-	part, ok, err := s.existingPart(ctx, customerID, rootID, -1)
+	part, ok, err := s.existingPart(ctx, customerID, rootID)
 	if err != nil {
 		return 0, err
 	}
@@ -195,10 +200,10 @@ func (s *Store) creationPart(ctx context.Context, customerID, taskID, rootID str
 	return part, nil
 }
 
-// existingPart returns the part of a live epoch slot other than skip
-// holding the events of task taskID of customerID rooted at rootID
-// (shard Of(customerID, rootID) of its slot); false when none does.
-func (s *Store) existingPart(ctx context.Context, customerID, rootID string, skip int) (int, bool, error) {
+// existingPart returns the part holding the events of the root rootID of
+// customerID (shard Of(customerID, rootID) of its slot); false when no
+// slot does.
+func (s *Store) existingPart(ctx context.Context, customerID, rootID string) (int, bool, error) {
 	if s.cfg.Locate != nil {
 		if _, _, first, ok := s.cfg.Locate(rootID); ok {
 			part, _ := s.shards.Split(first)
@@ -206,7 +211,7 @@ func (s *Store) existingPart(ctx context.Context, customerID, rootID string, ski
 		}
 	}
 	shard := s.shards.Of(customerID, rootID)
-	for _, slot := range s.Epochs().live(skip) {
+	for _, slot := range s.Epochs().slotsToRead() {
 		part := s.shards.Part(slot, shard)
 		_, _, ok, err := s.parts[part].get.nextMsg(ctx, s.parts[part].subjects.Event(customerID, rootID), 1)
 		if err != nil || ok {

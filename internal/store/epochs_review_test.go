@@ -2,9 +2,12 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
 )
@@ -68,5 +71,56 @@ func TestRemovedTwicePositionsNeverRepeat(t *testing.T) {
 	}
 	if now.FirstSeq <= old.FirstSeq+3*uint64(shards.N()) {
 		t.Fatalf("a task of the third epoch of slot 0 is at position %d, the first epoch's were %d to %d", now.FirstSeq, old.FirstSeq, old.FirstSeq+3*uint64(shards.N()))
+	}
+}
+
+// TestRepeatedRequestSeenByAStaleProcess creates a task through one
+// process right after it advanced the epoch, and the same request again
+// through another process that has not re-read the epochs yet: the second
+// must answer the task the first created, not create it again in the
+// older slot.
+func TestRepeatedRequestSeenByAStaleProcess(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nc, ns := testnats.Conn(t), testnats.NewNamespace(t)
+	cfg := store.Config{Stream: ns.Stream, Subjects: ns.Subjects, Shards: 2, EpochSlots: 3, EpochPeriod: time.Hour}
+	a, err := store.Open(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := store.Open(ctx, testnats.Conn(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	n0 := a.Epochs().Slots[0].Epoch
+	if _, err := store.UpdateEpochs(ctx, a.JetStream(), ns.Stream, func(e *store.Epochs) bool {
+		e.Current, e.Slots[1] = 1, store.Slot{Epoch: n0 + 1, State: store.SlotOpen}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RefreshEpochs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id := events.NewID()
+	cmd := aggregate.Schedule{TaskID: id, CustomerID: "acme", Spec: events.TaskSpec{RootID: id, Queue: "default", TimeoutSeconds: 60}}
+	if _, _, err := a.Execute(ctx, id, "", cmd); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Execute(ctx, id, "", cmd); !errors.Is(err, aggregate.ErrExists) {
+		t.Fatalf("the repeated request through the other process: %v, want %v", err, aggregate.ErrExists)
+	}
+	n := 0
+	for _, part := range a.Shards().SlotParts(0) {
+		s, err := a.JetStream().Stream(ctx, a.Shards().Stream(ns.Stream, part))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += int(s.CachedInfo().State.Msgs)
+	}
+	if n != 0 {
+		t.Fatalf("the repeated request created task %s again in the older epoch's slot (%d events there)", id, n)
 	}
 }

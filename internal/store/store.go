@@ -359,13 +359,13 @@ func (s *Store) replay(ctx context.Context, taskID string, fn func(events.Event)
 }
 
 // taskParts returns the parts that may hold tasks: every part without
-// epochs, else those of the slots holding an epoch.
+// epochs, else those of every slot (slotsToRead).
 func (s *Store) taskParts() []int {
 	if s.shards.Slots == 0 {
 		return s.shards.SlotParts(-1) // the shards
 	}
 	var parts []int
-	for _, slot := range s.Epochs().live(-1) {
+	for _, slot := range s.Epochs().slotsToRead() {
 		parts = append(parts, s.shards.SlotParts(slot)...)
 	}
 	return parts
@@ -554,10 +554,10 @@ func (s *Store) state(ctx context.Context, taskID string, fresh bool, cmd aggreg
 
 // loadCreated returns the state of task taskID of customerID rooted at
 // rootID from the epoch slot that holds it, if one does: one direct get
-// per live slot, in the root's shard.
+// per slot, in the root's shard (every slot: see slotsToRead).
 func (s *Store) loadCreated(ctx context.Context, taskID, customerID, rootID string) (aggregate.State, error) {
 	var st aggregate.State
-	for _, slot := range s.Epochs().live(-1) {
+	for _, slot := range s.Epochs().slotsToRead() {
 		part := s.shards.Part(slot, s.shards.Of(customerID, rootID))
 		err := s.readSubject(ctx, part, s.parts[part].subjects.Event(customerID, taskID), 0, func(ev events.Event) { st = aggregate.Apply(st, ev) })
 		if err != nil || st.Exists() {
