@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/store"
 )
@@ -29,7 +31,7 @@ func CheckLive(ctx context.Context, log store.Log, m Manifest) error {
 		if !info.Config.Sealed {
 			return fmt.Errorf("%w: part %d: stream %s", ErrNotSealed, p.Part, p.Stream)
 		}
-		if st := info.State; st.Msgs != p.Count || st.LastSeq != p.LastSeq || st.NumDeleted != 0 || p.Count > 0 && st.FirstSeq != p.FirstSeq {
+		if st := info.State; !holds(info, p) {
 			return fmt.Errorf("%w: part %d: stream %s holds %d messages, sequences %d to %d (%d deleted); the archive %d, %d to %d",
 				ErrLiveMismatch, p.Part, p.Stream, st.Msgs, st.FirstSeq, st.LastSeq, st.NumDeleted, p.Count, p.FirstSeq, p.LastSeq)
 		}
@@ -45,4 +47,17 @@ func CheckLive(ctx context.Context, log store.Log, m Manifest) error {
 		}
 	}
 	return nil
+}
+
+// holds reports whether the stream whose info is info holds exactly the
+// messages p describes, with no hole. An empty part's stream must never
+// have stored a message: its last sequence is the one before its first,
+// 0, or past 0 for a stream RemoveEpoch created again after its slot's
+// earlier epoch.
+func holds(info *jetstream.StreamInfo, p Part) bool {
+	st := info.State
+	if p.Count == 0 {
+		return st.Msgs == 0 && st.LastSeq+1 == max(info.Config.FirstSeq, 1)
+	}
+	return st.Msgs == p.Count && st.FirstSeq == p.FirstSeq && st.LastSeq == p.LastSeq && st.NumDeleted == 0
 }
