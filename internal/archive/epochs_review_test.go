@@ -2,6 +2,7 @@ package archive
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -103,5 +104,32 @@ func TestArchiveReusedSlotWithAnEmptyPart(t *testing.T) {
 	}
 	if err := CheckLive(ctx, l.st.Log(), m); err != nil {
 		t.Fatalf("CheckLive of a reused slot with an empty part: %v", err)
+	}
+}
+
+// TestCheckLiveWantsTheWholeEpoch: an archive that holds only some of a
+// live epoch's parts is not a complete archive of it; CheckLive, which
+// epoch remove runs before deleting every stream of the epoch, must say
+// so.
+func TestCheckLiveWantsTheWholeEpoch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := openEpochLog(t)
+	l.schedule(t, 0)
+	l.schedule(t, 1)
+	n0 := l.st.Epochs().Slots[0].Epoch
+	l.advance(t, 0, 1, n0+1)
+	name := strconv.FormatInt(n0, 10)
+	parts := l.st.Shards().SlotParts(0)
+	dir := filepath.Join(t.TempDir(), "half")
+	m, err := Write(ctx, l.st.Log(), Epoch{Name: name, Parts: parts[:1]}, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Verify(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckLive(ctx, l.st.Log(), m); !errors.Is(err, ErrLiveMismatch) {
+		t.Fatalf("CheckLive of an archive of part %d of epoch %s, whose parts are %v: %v, want %v", parts[0], name, parts, err, ErrLiveMismatch)
 	}
 }

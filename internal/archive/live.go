@@ -3,6 +3,8 @@ package archive
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -12,7 +14,9 @@ import (
 
 // CheckLive returns nil when the live streams of m's parts on log still
 // exist, are sealed and hold exactly what m describes: the same first and
-// last sequences, count (no hole) and chain head at the last event. An
+// last sequences, count (no hole) and chain head at the last event; and,
+// for a log with epochs, when m's parts are all those of the live epoch
+// m names, so that removing that epoch removes nothing m lacks. An
 // operator proves so that an archive, verified, is complete before the
 // streams are removed. It reads each stream's info and one message a
 // part. Errors wrap ErrLiveMismatch or ErrNotSealed, or are the reads'.
@@ -21,6 +25,9 @@ func CheckLive(ctx context.Context, log store.Log, m Manifest) error {
 	if m.Stream != log.Stream || m.Subjects != log.Subjects.Root || m.Layout() != (events.Shards{K: max(log.Shards.K, 1), Slots: log.Shards.Slots}) {
 		return fmt.Errorf("%w: the archive is of stream %s on %s with %+v, the log is %s on %s with %+v", ErrLiveMismatch,
 			m.Stream, m.Subjects, m.Layout(), log.Stream, log.Subjects.Root, log.Shards)
+	}
+	if err := wholeEpoch(ctx, log, m); err != nil {
+		return err
 	}
 	for _, p := range m.Parts {
 		s, err := log.JS.Stream(ctx, p.Stream)
@@ -60,4 +67,29 @@ func holds(info *jetstream.StreamInfo, p Part) bool {
 		return st.Msgs == 0 && st.LastSeq+1 == max(info.Config.FirstSeq, 1)
 	}
 	return st.Msgs == p.Count && st.FirstSeq == p.FirstSeq && st.LastSeq == p.LastSeq && st.NumDeleted == 0
+}
+
+// wholeEpoch returns nil when log has no epochs, or when m's parts are
+// exactly those of the slot holding the live epoch m names.
+func wholeEpoch(ctx context.Context, log store.Log, m Manifest) error {
+	if log.Shards.Slots == 0 {
+		return nil
+	}
+	e, ok, err := store.ReadEpochs(ctx, log.JS, log.Stream)
+	if err != nil {
+		return err
+	}
+	n, perr := strconv.ParseInt(m.Epoch, 10, 64)
+	slot, live := e.SlotOfEpoch(n)
+	if !ok || perr != nil || !live {
+		return fmt.Errorf("%w: the archive is of epoch %q, which the log holds no live epoch of", ErrLiveMismatch, m.Epoch)
+	}
+	parts := make([]int, len(m.Parts))
+	for i, p := range m.Parts {
+		parts[i] = p.Part
+	}
+	if want := log.Shards.SlotParts(slot); !slices.Equal(parts, want) {
+		return fmt.Errorf("%w: the archive holds parts %v of epoch %d, whose parts are %v", ErrLiveMismatch, parts, n, want)
+	}
+	return nil
 }
