@@ -1,0 +1,79 @@
+package node_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/testnode"
+)
+
+// TestRequestRepeatedAfterItsEpochWasRemoved repeats a request whose task
+// was in an epoch since removed, while the node's projections still hold
+// that task: the answer is a task that runs, or the old one, never a new
+// task that the projections fold onto the old terminal one and so never
+// release.
+func TestRequestRepeatedAfterItsEpochWasRemoved(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := newEpochClock()
+	n := testnode.Start(t, withEpochs(clock))
+	wait := func(what string, ok func(store.Epochs) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			e, _, err := store.ReadEpochs(ctx, n.Store.JetStream(), n.NS.Stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok(e) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: epochs %+v", what, e)
+			}
+		}
+	}
+	delay := 1.0
+	req := api.ScheduleRequest{Queue: "epochs", RequestID: "again", DelaySeconds: &delay}
+	first, _, err := n.Client.Schedule(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Client.Cancel(ctx, first.ID, "done"); err != nil {
+		t.Fatal(err)
+	}
+	n0 := n.Store.Epochs().Slots[0].Epoch
+	clock.next()
+	wait("the second epoch", func(e store.Epochs) bool { return e.Current == 1 })
+	clock.next()
+	wait("the first sealed", func(e store.Epochs) bool { return e.Slots[0].State == store.SlotSealed })
+	if err := store.RemoveEpoch(ctx, n.Store.Log(), n0); err != nil {
+		t.Fatal(err)
+	}
+	wait("the third epoch in slot 0", func(e store.Epochs) bool { return e.Current == 0 && e.Slots[0].Epoch == n0+2 })
+	waitStoreEpoch(t, n, 0)
+	again, created, err := n.Client.Schedule(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !created {
+		if again.ID != first.ID || again.Status != first.Status && again.Status != "canceled" {
+			t.Fatalf("the repeat answered %+v", again)
+		}
+		return
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		task, err := n.Client.Get(ctx, again.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task.Delivery != nil && task.Delivery.ID != "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the repeat created task %s again, which is never released: %+v; the projections hold %+v", again.ID, task, func() any { s, _ := n.Engine.Task(again.ID); return s.Status }())
+		}
+	}
+}
