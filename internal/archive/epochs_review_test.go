@@ -53,6 +53,7 @@ func (l epochLog) schedule(t *testing.T, shard int) {
 func (l epochLog) advance(t *testing.T, from, to int, n int64) {
 	t.Helper()
 	ctx := context.Background()
+	sealing := l.st.Epochs().Slots[from].Epoch
 	if _, err := store.UpdateEpochs(ctx, l.st.JetStream(), l.ns.Stream, func(e *store.Epochs) bool {
 		e.Current, e.Slots[to] = to, store.Slot{Epoch: n, State: store.SlotOpen}
 		return true
@@ -62,7 +63,7 @@ func (l epochLog) advance(t *testing.T, from, to int, n int64) {
 	if err := l.st.RefreshEpochs(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.SealSlot(ctx, l.st.JetStream(), l.ns.Stream, l.st.Shards(), from); err != nil {
+	if err := store.SealSlot(ctx, l.st.JetStream(), l.ns.Stream, l.st.Shards(), from, sealing); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -69,7 +69,7 @@ func (n *Node) stepEpochs(ctx context.Context) error {
 		if done, err := n.epochDone(ctx, slot); err != nil || !done {
 			return err
 		}
-		if err := store.SealSlot(ctx, st.JetStream(), n.cfg.Stream, st.Shards(), slot); err != nil {
+		if err := store.SealSlot(ctx, st.JetStream(), n.cfg.Stream, st.Shards(), slot, s.Epoch); err != nil {
 			return err
 		}
 		n.cfg.Logger.Info().Int64("epoch", s.Epoch).Int("slot", slot).Msg("epoch sealed")

@@ -225,10 +225,22 @@ func (s *Store) existingPart(ctx context.Context, customerID, rootID string) (in
 // whose slot is not sealed.
 var ErrEpochNotSealed = errors.New("store: the epoch is not sealed")
 
-// SealSlot seals the streams of epoch slot slot and records it sealed.
-// The caller checked that every task of its epoch is terminal and its
-// period over: a sealed stream takes no write.
-func SealSlot(ctx context.Context, js jetstream.JetStream, stream string, shards events.Shards, slot int) error {
+// SealSlot seals the streams of epoch slot slot, holding epoch n, and
+// records it sealed. The caller checked that every task of its epoch is
+// terminal and its period over: a sealed stream takes no write. It reads
+// the epochs first and does nothing unless the slot still holds epoch n,
+// open and not current: the caller's copy may be stale, and another
+// process may have sealed and removed n since and the slot taken the
+// current epoch, whose streams must not be sealed. (Between that read and
+// the seals there is no such guard.)
+func SealSlot(ctx context.Context, js jetstream.JetStream, stream string, shards events.Shards, slot int, n int64) error {
+	e, ok, err := ReadEpochs(ctx, js, stream)
+	if err != nil {
+		return err
+	}
+	if !ok || slot < 0 || slot >= len(e.Slots) || slot == e.Current || e.Slots[slot].State != SlotOpen || e.Slots[slot].Epoch != n {
+		return nil
+	}
 	for _, part := range shards.SlotParts(slot) {
 		name := shards.Stream(stream, part)
 		st, err := js.Stream(ctx, name)
@@ -244,8 +256,8 @@ func SealSlot(ctx context.Context, js jetstream.JetStream, stream string, shards
 			return fmt.Errorf("store: seal %s: %w", name, err)
 		}
 	}
-	_, err := UpdateEpochs(ctx, js, stream, func(e *Epochs) bool {
-		if e.Slots[slot].State != SlotOpen {
+	_, err = UpdateEpochs(ctx, js, stream, func(e *Epochs) bool {
+		if e.Slots[slot].State != SlotOpen || e.Slots[slot].Epoch != n {
 			return false
 		}
 		e.Slots[slot].State, e.Slots[slot].Sealed = SlotSealed, time.Now().UTC()

@@ -51,7 +51,7 @@ func TestRemovedTwicePositionsNeverRepeat(t *testing.T) {
 	}
 	remove := func(slot int, n int64) {
 		t.Helper()
-		if err := store.SealSlot(ctx, js, ns.Stream, shards, slot); err != nil {
+		if err := store.SealSlot(ctx, js, ns.Stream, shards, slot, n); err != nil {
 			t.Fatal(err)
 		}
 		if err := store.RemoveEpoch(ctx, st.Log(), n); err != nil {
@@ -123,4 +123,46 @@ func TestRepeatedRequestSeenByAStaleProcess(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("the repeated request created task %s again in the older epoch's slot (%d events there)", id, n)
 	}
+}
+
+// TestStaleSealLeavesANewEpochAlone: a node decided to seal slot 0 from
+// epochs it read before another node sealed it, removed it (empty) and
+// the slot took the current epoch. Its seal must not seal the current
+// epoch's new streams, or no new lineage can be created.
+func TestStaleSealLeavesANewEpochAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nc, ns := testnats.Conn(t), testnats.NewNamespace(t)
+	st, err := store.Open(ctx, nc, store.Config{Stream: ns.Stream, Subjects: ns.Subjects, EpochSlots: 2, EpochPeriod: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	js, shards := st.JetStream(), st.Shards()
+	n0 := st.Epochs().Slots[0].Epoch
+	open := func(slot int, n int64) {
+		t.Helper()
+		if _, err := store.UpdateEpochs(ctx, js, ns.Stream, func(e *store.Epochs) bool {
+			e.Current, e.Slots[slot] = slot, store.Slot{Epoch: n, State: store.SlotOpen}
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.RefreshEpochs(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open(1, n0+1)
+	if err := store.SealSlot(ctx, js, ns.Stream, shards, 0, n0); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.RemoveEpoch(ctx, st.Log(), n0); err != nil {
+		t.Fatal(err)
+	}
+	open(0, n0+2)
+	// The other node, which read slot 0 as epoch n0, open, seals it now.
+	if err := store.SealSlot(ctx, js, ns.Stream, shards, 0, n0); err != nil {
+		t.Logf("the stale seal: %v", err)
+	}
+	schedule(t, st)
 }
