@@ -77,3 +77,47 @@ func TestRequestRepeatedAfterItsEpochWasRemoved(t *testing.T) {
 		}
 	}
 }
+
+// TestRemovalStoppedIsFinished: a removal of an epoch stopped after it
+// recorded the next sequences (a crash of the node removing an empty
+// epoch, or of epoch remove) is finished by the epoch check, so the slot
+// ring moves on.
+func TestRemovalStoppedIsFinished(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := newEpochClock()
+	n := testnode.Start(t, withEpochs(clock))
+	js := n.Store.JetStream()
+	wait := func(what string, ok func(store.Epochs) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			e, _, err := store.ReadEpochs(ctx, js, n.NS.Stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok(e) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: epochs %+v", what, e)
+			}
+		}
+	}
+	n0 := n.Store.Epochs().Slots[0].Epoch
+	clock.next()
+	wait("the second epoch", func(e store.Epochs) bool { return e.Current == 1 })
+	// The crash: slot 0 sealed and its next sequences recorded, no more.
+	if err := store.SealSlot(ctx, js, n.NS.Stream, n.Store.Shards(), 0, n0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.UpdateEpochs(ctx, js, n.NS.Stream, func(e *store.Epochs) bool {
+		e.Slots[0].NextSeqs = []uint64{1}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	clock.next()
+	wait("the removal finished and slot 0 taken by the third epoch", func(e store.Epochs) bool {
+		return len(e.Removed) == 1 && e.Removed[0] == n0 && e.Current == 0 && e.Slots[0].Epoch == n0+2
+	})
+}
