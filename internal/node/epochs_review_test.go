@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnode"
 )
@@ -120,4 +121,47 @@ func TestRemovalStoppedIsFinished(t *testing.T) {
 	wait("the removal finished and slot 0 taken by the third epoch", func(e store.Epochs) bool {
 		return len(e.Removed) == 1 && e.Removed[0] == n0 && e.Current == 0 && e.Slots[0].Epoch == n0+2
 	})
+}
+
+// TestCheckOfASealedEpochsTask: a stop check of a task that ended with
+// mail unread, once its epoch is sealed, still answers stop (terminal)
+// with the mail: the cursor it cannot record in a sealed stream is no
+// failure of the check.
+func TestCheckOfASealedEpochsTask(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := newEpochClock()
+	n := testnode.Start(t, withEpochs(clock))
+	task, _, err := n.Client.Schedule(ctx, api.ScheduleRequest{Queue: "epochs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := events.Message{ID: "last", Content: []events.ContentPart{{Type: "text", Text: "last words"}}}
+	if _, err := n.Client.AppendMail(ctx, task.ID, msg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Client.Cancel(ctx, task.ID, "stop"); err != nil {
+		t.Fatal(err)
+	}
+	clock.next()
+	clock.next()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		e, _, err := store.ReadEpochs(ctx, n.Store.JetStream(), n.NS.Stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Slots[0].State == store.SlotSealed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the first epoch never sealed: %+v", e)
+		}
+	}
+	ch, err := n.Client.Check(ctx, task.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ch.ShouldStop || ch.Reason != api.ReasonTerminal || len(ch.Messages) != 1 {
+		t.Fatalf("check of a sealed epoch's task: %+v, want stop (terminal) with its one message", ch)
+	}
 }

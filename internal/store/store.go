@@ -32,6 +32,12 @@ const TypeHeader = "Tl-Type"
 // again.
 var ErrUnavailable = errors.New("store: log unavailable")
 
+// ErrSealed is returned (wrapped) by Execute when the event would go in
+// a sealed epoch's stream (docs/DESIGN.md, "Epochs"), which takes no
+// write: a mailbox cursor moved on a task whose epoch ended. Nothing was
+// written.
+var ErrSealed = errors.New("store: the task's epoch is sealed")
+
 // Config configures a Store. The zero value of every field means its
 // default.
 type Config struct {
@@ -721,6 +727,9 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, shard int, expect
 		// A transport failure, or a replicated stream still storing an
 		// earlier attempt of this message id, is retried with the same id:
 		// the server drops the copy of an attempt that landed.
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeStreamSealed {
+			return fmt.Errorf("%w: append %s: %v", ErrSealed, ev.Type(), err)
+		}
 		if errors.As(err, &apiErr) && apiErr.ErrorCode != errCodeDuplicateInProcess && apiErr.Code != 503 &&
 			apiErr.ErrorCode != errCodeAccountResources {
 			return fmt.Errorf("append %s: %w", ev.Type(), err)
@@ -865,6 +874,10 @@ func (s *Store) Probe(ctx context.Context) error {
 // errCodeAccountResources is JetStream's answer when the account's storage
 // limit is reached: the log does not take writes, as on a full disk.
 const errCodeAccountResources jetstream.ErrorCode = 10002
+
+// errCodeStreamSealed is JetStream's answer to a write to a sealed stream
+// (JSStreamSealedErr).
+const errCodeStreamSealed jetstream.ErrorCode = 10109
 
 // errCodeDuplicateInProcess is a replicated stream's answer to a message
 // id whose first copy is still being stored (JSStreamDuplicateMessageConflict).
