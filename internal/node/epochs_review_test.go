@@ -7,6 +7,7 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnode"
 )
@@ -163,5 +164,62 @@ func TestCheckOfASealedEpochsTask(t *testing.T) {
 	}
 	if !ch.ShouldStop || ch.Reason != api.ReasonTerminal || len(ch.Messages) != 1 {
 		t.Fatalf("check of a sealed epoch's task: %+v, want stop (terminal) with its one message", ch)
+	}
+}
+
+// TestSnapshotFromBeforeARemoval: a snapshot taken while a task of the
+// first epoch was open, restored after that epoch ended and was removed,
+// lacks the task's end, which no stream holds any more: the node must not
+// keep the task open (it would hold the slot's next epoch unsealed for
+// good, and its timers would act on a task the log no longer has).
+func TestSnapshotFromBeforeARemoval(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := newEpochClock()
+	noAuto := func(c *node.Config) { c.SnapshotEvery, c.SnapshotInterval = 1 << 40, time.Hour }
+	n := testnode.Start(t, withEpochs(clock), noAuto)
+	task, _, err := n.Client.Schedule(ctx, api.ScheduleRequest{Queue: "epochs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Engine.SaveSnapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Client.Cancel(ctx, task.ID, "stop"); err != nil {
+		t.Fatal(err)
+	}
+	n0 := n.Store.Epochs().Slots[0].Epoch
+	clock.next()
+	waitStoreEpoch(t, n, 1)
+	clock.next()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		e, _, err := store.ReadEpochs(ctx, n.Store.JetStream(), n.NS.Stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Slots[0].State == store.SlotSealed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the first epoch never sealed: %+v", e)
+		}
+	}
+	if err := store.RemoveEpoch(ctx, n.Store.Log(), n0); err != nil {
+		t.Fatal(err)
+	}
+	// The slot takes the third epoch, whose first task puts its stream's
+	// end past the snapshot's position in it.
+	waitStoreEpoch(t, n, 0)
+	if _, _, err := n.Client.Schedule(ctx, api.ScheduleRequest{Queue: "epochs"}); err != nil {
+		t.Fatal(err)
+	}
+	nc, ns := n.NC, n.NS
+	n.Stop()
+	n = testnode.Start(t, testnode.On(nc, ns), withEpochs(clock), noAuto)
+	if st, ok := n.Engine.Task(task.ID); ok && !st.Status.Terminal() {
+		t.Fatalf("after restoring a snapshot from before the removal the projections hold task %s %s", task.ID, st.Status)
+	}
+	if open := n.Engine.OpenIn(n.Store.Shards().SlotParts(0)); open != 1 {
+		t.Fatalf("%d lineages open in slot 0, want 1: the third epoch's task", open)
 	}
 }
