@@ -308,11 +308,28 @@ func RemoveEpoch(ctx context.Context, log Log, n int64) error {
 			_, seq := log.Shards.Split(last)
 			next[i] = max(seq+1, first)
 		}
+		// Recorded only on the slot still holding epoch n, sealed: another
+		// removal may have finished meanwhile and the slot taken a new
+		// epoch, which these sequences must not follow into (once sealed,
+		// a slot with sequences recorded is one being removed).
+		changed := false
 		if _, err := UpdateEpochs(ctx, log.JS, log.Stream, func(e *Epochs) bool {
-			e.Slots[slot].NextSeqs = next
-			return true
+			switch s := &e.Slots[slot]; {
+			case s.State != SlotSealed || s.Epoch != n:
+				changed = true
+				return false
+			case s.NextSeqs != nil: // another removal recorded them first
+				next = s.NextSeqs
+				return false
+			default:
+				s.NextSeqs = next
+				return true
+			}
 		}); err != nil {
 			return err
+		}
+		if changed {
+			return fmt.Errorf("store: epoch %d was removed meanwhile", n)
 		}
 	}
 	for i, part := range parts {
