@@ -176,7 +176,7 @@ func TestSnapshotFromBeforeARemoval(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := newEpochClock()
-	noAuto := func(c *node.Config) { c.SnapshotEvery, c.SnapshotInterval = 1 << 40, time.Hour }
+	noAuto := func(c *node.Config) { c.SnapshotEvery, c.SnapshotInterval = 1<<40, time.Hour }
 	n := testnode.Start(t, withEpochs(clock), noAuto)
 	task, _, err := n.Client.Schedule(ctx, api.ScheduleRequest{Queue: "epochs"})
 	if err != nil {
