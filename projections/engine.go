@@ -141,21 +141,53 @@ func (e *Engine) lastPositions(ctx context.Context) ([]uint64, error) {
 // the stream of an epoch slot whose epoch was removed starts after the
 // removed events (store.RemoveEpoch), which are not missing.
 func (e *Engine) skipRemoved(ctx context.Context) error {
-	if e.cfg.Shards.Slots == 0 {
-		return nil
+	firsts, err := e.firstSeqs(ctx)
+	if err != nil {
+		return err
 	}
-	for i := range e.applied {
-		name := e.cfg.Shards.Stream(e.cfg.Stream, i)
-		info, err := e.js.Stream(ctx, name)
-		if err != nil {
-			return fmt.Errorf("stream %s: %w", name, err)
-		}
-		_, seq := e.cfg.Shards.Split(e.applied[i].Load())
-		if first := info.CachedInfo().Config.FirstSeq; first > seq+1 {
+	for i, first := range firsts {
+		if _, seq := e.cfg.Shards.Split(e.applied[i].Load()); first > seq+1 {
 			e.applied[i].Store(e.cfg.Shards.Position(i, first-1))
 		}
 	}
 	return nil
+}
+
+// firstSeqs returns, by part, the first sequence of its stream (0 or 1
+// unless the part's epoch slot had an epoch removed); nil without epochs.
+func (e *Engine) firstSeqs(ctx context.Context) ([]uint64, error) {
+	if e.cfg.Shards.Slots == 0 {
+		return nil, nil
+	}
+	firsts := make([]uint64, e.cfg.Shards.N())
+	for i := range firsts {
+		name := e.cfg.Shards.Stream(e.cfg.Stream, i)
+		info, err := e.js.Stream(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", name, err)
+		}
+		firsts[i] = info.CachedInfo().Config.FirstSeq
+	}
+	return firsts, nil
+}
+
+// foldsRemoved returns "" when a snapshot at applied folded every event
+// of each removed epoch (store.RemoveEpoch), else why not: its position
+// in a part is before the removed events' end, so the events between,
+// the ends of that epoch's tasks among them, are in no stream any more
+// and the snapshot's tasks would stay as it saw them (open, with their
+// timers). A rebuild from the log holds none of them.
+func (e *Engine) foldsRemoved(ctx context.Context, applied []uint64) (string, error) {
+	firsts, err := e.firstSeqs(ctx)
+	if err != nil {
+		return "", err
+	}
+	for i, first := range firsts[:min(len(firsts), len(applied))] {
+		if _, seq := e.cfg.Shards.Split(applied[i]); first > seq+1 {
+			return fmt.Sprintf("part %d is at sequence %d, and its stream starts at %d after an epoch was removed", i, seq, first), nil
+		}
+	}
+	return "", nil
 }
 
 // Run consumes the log until ctx ends, then returns nil. It returns
@@ -348,6 +380,11 @@ func (e *Engine) restoreSnapshot(ctx context.Context, last []uint64) {
 	applied, b, err := decodeSnapshot(data, last)
 	if err != nil {
 		e.cfg.Logger.Warn().Err(err).Msg("projection snapshot ignored; rebuilding from the log")
+		return
+	}
+	why, err := e.foldsRemoved(ctx, applied)
+	if err != nil || why != "" {
+		e.cfg.Logger.Warn().Err(err).Str("reason", why).Msg("projection snapshot ignored: it predates the end of a removed epoch; rebuilding from the log")
 		return
 	}
 	v := restore(b, e.cfg.Retain, e.cfg.Shards)

@@ -156,6 +156,9 @@ func (v *views) apply(ev events.Event) (timersChanged bool) {
 		v.seq = ev.Seq
 		return v.applySchedule(ev, v.timers[Fire], func(id string) bool { return v.tasks[id] != nil })
 	}
+	if v.recreated(ev) {
+		v.forget(v.tasks[ev.TaskID])
+	}
 	if v.holds(ev) {
 		// Folded in already, ahead of the tail (Engine.ApplyOwn), and
 		// so in a snapshot taken before the tail got here.
@@ -187,6 +190,29 @@ func (v *views) apply(ev events.Event) (timersChanged bool) {
 	changed = v.rekey(&before, &after) || changed
 	v.evict()
 	return changed
+}
+
+// recreated reports whether ev creates anew a task the views hold: with
+// epochs, a request repeated after its task's epoch was removed makes a
+// new task of the same id in a live slot (docs/DESIGN.md, "Epochs"), whose
+// first event is not the held task's. A rebuild never sees the old one.
+func (v *views) recreated(ev events.Event) bool {
+	t := v.tasks[ev.TaskID]
+	return v.shards.Slots > 0 && t != nil && creates(ev) && ev.Number == 1 && ev.Seq != 0 && ev.Seq != t.firstSeq
+}
+
+// forget drops the lineage of t, a task of a removed epoch, from every
+// view, as retention would: the lineage ended before its epoch was
+// sealed. One still open (a damaged log) is kept.
+func (v *views) forget(t *task) {
+	h := v.head(t)
+	at := h.closedSeq()
+	if at == 0 {
+		return
+	}
+	v.account(at, -int(h.members))
+	h.setClosedSeq(0)
+	v.drop(h)
 }
 
 // holds reports whether ev's task record has folded in ev already (an

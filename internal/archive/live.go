@@ -3,6 +3,10 @@ package archive
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/store"
@@ -10,7 +14,9 @@ import (
 
 // CheckLive returns nil when the live streams of m's parts on log still
 // exist, are sealed and hold exactly what m describes: the same first and
-// last sequences, count (no hole) and chain head at the last event. An
+// last sequences, count (no hole) and chain head at the last event; and,
+// for a log with epochs, when m's parts are all those of the live epoch
+// m names, so that removing that epoch removes nothing m lacks. An
 // operator proves so that an archive, verified, is complete before the
 // streams are removed. It reads each stream's info and one message a
 // part. Errors wrap ErrLiveMismatch or ErrNotSealed, or are the reads'.
@@ -19,6 +25,9 @@ func CheckLive(ctx context.Context, log store.Log, m Manifest) error {
 	if m.Stream != log.Stream || m.Subjects != log.Subjects.Root || m.Layout() != (events.Shards{K: max(log.Shards.K, 1), Slots: log.Shards.Slots}) {
 		return fmt.Errorf("%w: the archive is of stream %s on %s with %+v, the log is %s on %s with %+v", ErrLiveMismatch,
 			m.Stream, m.Subjects, m.Layout(), log.Stream, log.Subjects.Root, log.Shards)
+	}
+	if err := wholeEpoch(ctx, log, m); err != nil {
+		return err
 	}
 	for _, p := range m.Parts {
 		s, err := log.JS.Stream(ctx, p.Stream)
@@ -29,7 +38,7 @@ func CheckLive(ctx context.Context, log store.Log, m Manifest) error {
 		if !info.Config.Sealed {
 			return fmt.Errorf("%w: part %d: stream %s", ErrNotSealed, p.Part, p.Stream)
 		}
-		if st := info.State; st.Msgs != p.Count || st.LastSeq != p.LastSeq || st.NumDeleted != 0 || p.Count > 0 && st.FirstSeq != p.FirstSeq {
+		if st := info.State; !holds(info, p) {
 			return fmt.Errorf("%w: part %d: stream %s holds %d messages, sequences %d to %d (%d deleted); the archive %d, %d to %d",
 				ErrLiveMismatch, p.Part, p.Stream, st.Msgs, st.FirstSeq, st.LastSeq, st.NumDeleted, p.Count, p.FirstSeq, p.LastSeq)
 		}
@@ -43,6 +52,44 @@ func CheckLive(ctx context.Context, log store.Log, m Manifest) error {
 		if p.Head == nil || head != *p.Head {
 			return fmt.Errorf("%w: part %d: the live chain head at position %d is not the archive's", ErrLiveMismatch, p.Part, head.Seq)
 		}
+	}
+	return nil
+}
+
+// holds reports whether the stream whose info is info holds exactly the
+// messages p describes, with no hole. An empty part's stream must never
+// have stored a message: its last sequence is the one before its first,
+// 0, or past 0 for a stream RemoveEpoch created again after its slot's
+// earlier epoch.
+func holds(info *jetstream.StreamInfo, p Part) bool {
+	st := info.State
+	if p.Count == 0 {
+		return st.Msgs == 0 && st.LastSeq+1 == max(info.Config.FirstSeq, 1)
+	}
+	return st.Msgs == p.Count && st.FirstSeq == p.FirstSeq && st.LastSeq == p.LastSeq && st.NumDeleted == 0
+}
+
+// wholeEpoch returns nil when log has no epochs, or when m's parts are
+// exactly those of the slot holding the live epoch m names.
+func wholeEpoch(ctx context.Context, log store.Log, m Manifest) error {
+	if log.Shards.Slots == 0 {
+		return nil
+	}
+	e, ok, err := store.ReadEpochs(ctx, log.JS, log.Stream)
+	if err != nil {
+		return err
+	}
+	n, perr := strconv.ParseInt(m.Epoch, 10, 64)
+	slot, live := e.SlotOfEpoch(n)
+	if !ok || perr != nil || !live {
+		return fmt.Errorf("%w: the archive is of epoch %q, which the log holds no live epoch of", ErrLiveMismatch, m.Epoch)
+	}
+	parts := make([]int, len(m.Parts))
+	for i, p := range m.Parts {
+		parts[i] = p.Part
+	}
+	if want := log.Shards.SlotParts(slot); !slices.Equal(parts, want) {
+		return fmt.Errorf("%w: the archive holds parts %v of epoch %d, whose parts are %v", ErrLiveMismatch, parts, n, want)
 	}
 	return nil
 }

@@ -191,7 +191,8 @@ func (w *partWriter) write(ctx context.Context, p int, info *jetstream.StreamInf
 		return Part{}, fmt.Errorf("archive: %w", err)
 	}
 	pm.Bytes, pm.SHA256 = counted.n, Sum(sum.Sum(nil))
-	if st := info.State; pm.Count != st.Msgs || pm.LastSeq != st.LastSeq || pm.Count > 0 && pm.FirstSeq != st.FirstSeq {
+	if !holds(info, pm) {
+		st := info.State
 		return Part{}, fmt.Errorf("%w: part %d: read %d messages, sequences %d to %d; the sealed stream holds %d, %d to %d", ErrIncomplete, p, pm.Count, pm.FirstSeq, pm.LastSeq, st.Msgs, st.FirstSeq, st.LastSeq)
 	}
 	if pm.Count > 0 {

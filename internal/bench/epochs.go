@@ -70,7 +70,7 @@ func (r *run) epochs(ctx context.Context, nc *nats.Conn) error {
 	}); err != nil {
 		return err
 	}
-	if err := store.SealSlot(ctx, js, stream, st.Shards(), 0); err != nil {
+	if err := store.SealSlot(ctx, js, stream, st.Shards(), 0, e.Slots[0].Epoch); err != nil {
 		return err
 	}
 	sealed := serverHeap()

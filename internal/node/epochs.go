@@ -24,8 +24,9 @@ func (c Config) epochCheck() time.Duration {
 // runEpochs keeps the log's epochs moving until ctx ends (docs/DESIGN.md,
 // "Epochs"): every check it reads the slots again, opens the epoch of now
 // in the next slot once the current epoch's period is over and that slot
-// is free, and seals an epoch whose period ended more than EpochRetain
-// periods ago and whose lineages have all ended. Every process does it;
+// is free, seals an epoch whose period ended more than EpochRetain
+// periods ago and whose lineages have all ended, and finishes a removal
+// that stopped half way. Every process does it;
 // the slots' entry is changed only by compare and set, and sealing twice
 // is harmless.
 func (n *Node) runEpochs(ctx context.Context) {
@@ -63,13 +64,23 @@ func (n *Node) stepEpochs(ctx context.Context) error {
 		return err
 	}
 	for slot, s := range e.Slots {
+		if s.State == store.SlotSealed && s.NextSeqs != nil {
+			// A removal that stopped once it recorded the next sequences
+			// (store.RemoveEpoch: its caller's checks were done): finish
+			// it, or the slot is never free again.
+			if err := store.RemoveEpoch(ctx, st.Log(), s.Epoch); err != nil {
+				return err
+			}
+			n.cfg.Logger.Info().Int64("epoch", s.Epoch).Int("slot", slot).Msg("epoch removal finished")
+			continue
+		}
 		if slot == e.Current || s.State != store.SlotOpen || s.Epoch+int64(n.cfg.EpochRetain) >= now {
 			continue
 		}
 		if done, err := n.epochDone(ctx, slot); err != nil || !done {
 			return err
 		}
-		if err := store.SealSlot(ctx, st.JetStream(), n.cfg.Stream, st.Shards(), slot); err != nil {
+		if err := store.SealSlot(ctx, st.JetStream(), n.cfg.Stream, st.Shards(), slot, s.Epoch); err != nil {
 			return err
 		}
 		n.cfg.Logger.Info().Int64("epoch", s.Epoch).Int("slot", slot).Msg("epoch sealed")

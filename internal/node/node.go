@@ -39,15 +39,15 @@ type Config struct {
 	// (store.Config.Shards); default 1.
 	Shards int
 	// EpochSlots and EpochPeriod give a new log epochs
-	// (store.Config.EpochSlots); EpochRetain is how many periods an
-	// epoch's streams stay unsealed after its period ended and its last
-	// task ended (default 1); EpochCheck how often the node advances and
+	// (store.Config.EpochSlots); EpochRetain is how many whole periods
+	// after its own an epoch's streams stay unsealed at least (default
+	// 1; then they are sealed once its lineages have ended); EpochCheck how often the node advances and
 	// seals epochs (default the period ÷ 10, between 100 ms and 1 min).
 	EpochSlots  int
 	EpochPeriod time.Duration
 	EpochRetain int
 	EpochCheck  time.Duration
-	Name        string // actor name of this node's events; default "scheduler"       string // actor name of this node's events; default "scheduler"
+	Name        string // actor name of this node's events; default "scheduler"
 	Tokens      map[string]string
 	MaxInFlight int // API requests served at once; default 1024, -1 no limit
 	// Streams bounds the live event streams (httpapi.StreamLimits).

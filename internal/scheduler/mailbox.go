@@ -2,11 +2,13 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/store"
 )
 
 // MailItem is one mailbox message with its 1-based index.
@@ -95,7 +97,9 @@ func (s *Service) check(ctx context.Context, p Principal, id string) (CheckResul
 	res := CheckResult{Reason: api.ReasonActive, Messages: mailAfter(evs, st.Cursor), Cursor: st.Cursor}
 	if n := len(res.Messages); n > 0 {
 		res.Cursor += n
-		if _, _, err := s.cfg.Store.Execute(ctx, id, "", aggregate.ReadMail{Cursor: res.Cursor}); err != nil {
+		// A task of a sealed epoch ended long ago and its log is
+		// read-only: it gets its mail, and the cursor stays.
+		if _, _, err := s.cfg.Store.Execute(ctx, id, "", aggregate.ReadMail{Cursor: res.Cursor}); err != nil && !errors.Is(err, store.ErrSealed) {
 			return res, fmt.Errorf("advance cursor: %w", err)
 		}
 	}

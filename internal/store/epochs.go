@@ -64,11 +64,16 @@ func (e Epochs) SlotOfEpoch(n int64) (int, bool) {
 	return 0, false
 }
 
-// live returns the slots that hold an epoch.
-func (e Epochs) live() []int {
-	var out []int
-	for i, s := range e.Slots {
-		if s.State != SlotFree {
+// slotsToRead returns every slot, the current one first: the ones a task
+// may be looked for in. A slot this process's copy of the epochs calls
+// free may have been opened by another process since it last read them
+// (RefreshEpochs), so none is skipped; a free slot's streams are empty,
+// and a direct get on them is answered at once.
+func (e Epochs) slotsToRead() []int {
+	out := make([]int, 0, len(e.Slots))
+	out = append(out, e.Current)
+	for i := range e.Slots {
+		if i != e.Current {
 			out = append(out, i)
 		}
 	}
@@ -199,8 +204,8 @@ func (s *Store) creationPart(ctx context.Context, customerID, taskID, rootID str
 }
 
 // rootPart returns the part holding root task rootID of customerID: the
-// projections' (Locate), else the first live slot whose shard
-// Of(customerID, rootID) holds its subject; false when none does.
+// projections' (Locate), else the first slot whose shard Of(customerID,
+// rootID) holds its subject; false when no slot does.
 func (s *Store) rootPart(ctx context.Context, customerID, rootID string) (int, bool, error) {
 	if s.cfg.Locate != nil {
 		if _, _, first, ok := s.cfg.Locate(rootID); ok {
@@ -209,7 +214,7 @@ func (s *Store) rootPart(ctx context.Context, customerID, rootID string) (int, b
 		}
 	}
 	shard := s.shards.Of(customerID, rootID)
-	for _, slot := range s.Epochs().live() {
+	for _, slot := range s.Epochs().slotsToRead() {
 		part := s.shards.Part(slot, shard)
 		_, _, ok, err := s.parts[part].get.nextMsg(ctx, s.parts[part].subjects.Event(customerID, rootID), 1)
 		if err != nil || ok {
@@ -223,10 +228,22 @@ func (s *Store) rootPart(ctx context.Context, customerID, rootID string) (int, b
 // whose slot is not sealed.
 var ErrEpochNotSealed = errors.New("store: the epoch is not sealed")
 
-// SealSlot seals the streams of epoch slot slot and records it sealed.
-// The caller checked that every task of its epoch is terminal and its
-// period over: a sealed stream takes no write.
-func SealSlot(ctx context.Context, js jetstream.JetStream, stream string, shards events.Shards, slot int) error {
+// SealSlot seals the streams of epoch slot slot, holding epoch n, and
+// records it sealed. The caller checked that every task of its epoch is
+// terminal and its period over: a sealed stream takes no write. It reads
+// the epochs first and does nothing unless the slot still holds epoch n,
+// open and not current: the caller's copy may be stale, and another
+// process may have sealed and removed n since and the slot taken the
+// current epoch, whose streams must not be sealed. (Between that read and
+// the seals there is no such guard.)
+func SealSlot(ctx context.Context, js jetstream.JetStream, stream string, shards events.Shards, slot int, n int64) error {
+	e, ok, err := ReadEpochs(ctx, js, stream)
+	if err != nil {
+		return err
+	}
+	if !ok || slot < 0 || slot >= len(e.Slots) || slot == e.Current || e.Slots[slot].State != SlotOpen || e.Slots[slot].Epoch != n {
+		return nil
+	}
 	for _, part := range shards.SlotParts(slot) {
 		name := shards.Stream(stream, part)
 		st, err := js.Stream(ctx, name)
@@ -242,8 +259,8 @@ func SealSlot(ctx context.Context, js jetstream.JetStream, stream string, shards
 			return fmt.Errorf("store: seal %s: %w", name, err)
 		}
 	}
-	_, err := UpdateEpochs(ctx, js, stream, func(e *Epochs) bool {
-		if e.Slots[slot].State != SlotOpen {
+	_, err = UpdateEpochs(ctx, js, stream, func(e *Epochs) bool {
+		if e.Slots[slot].State != SlotOpen || e.Slots[slot].Epoch != n {
 			return false
 		}
 		e.Slots[slot].State, e.Slots[slot].Sealed = SlotSealed, time.Now().UTC()
@@ -284,14 +301,38 @@ func RemoveEpoch(ctx context.Context, log Log, n int64) error {
 			if err != nil {
 				return err
 			}
+			// An empty stream has no last event (lastOf is 0) but may
+			// start past 1, its slot's earlier epoch having been removed:
+			// its next sequence is then its first.
+			first, err := log.FirstSeq(ctx, part)
+			if err != nil {
+				return err
+			}
 			_, seq := log.Shards.Split(last)
-			next[i] = seq + 1
+			next[i] = max(seq+1, first)
 		}
+		// Recorded only on the slot still holding epoch n, sealed: another
+		// removal may have finished meanwhile and the slot taken a new
+		// epoch, which these sequences must not follow into (once sealed,
+		// a slot with sequences recorded is one being removed).
+		changed := false
 		if _, err := UpdateEpochs(ctx, log.JS, log.Stream, func(e *Epochs) bool {
-			e.Slots[slot].NextSeqs = next
-			return true
+			switch s := &e.Slots[slot]; {
+			case s.State != SlotSealed || s.Epoch != n:
+				changed = true
+				return false
+			case s.NextSeqs != nil: // another removal recorded them first
+				next = s.NextSeqs
+				return false
+			default:
+				s.NextSeqs = next
+				return true
+			}
 		}); err != nil {
 			return err
+		}
+		if changed {
+			return fmt.Errorf("store: epoch %d was removed meanwhile", n)
 		}
 	}
 	for i, part := range parts {

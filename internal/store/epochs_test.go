@@ -39,7 +39,7 @@ func TestRemoveEpochAfterACrash(t *testing.T) {
 	if err := store.RemoveEpoch(ctx, st.Log(), n0); !errors.Is(err, store.ErrEpochNotSealed) {
 		t.Fatalf("removing an open epoch: %v", err)
 	}
-	if err := store.SealSlot(ctx, js, ns.Stream, shards, 0); err != nil {
+	if err := store.SealSlot(ctx, js, ns.Stream, shards, 0, n0); err != nil {
 		t.Fatal(err)
 	}
 	lasts := map[int]uint64{}

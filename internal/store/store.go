@@ -32,6 +32,12 @@ const TypeHeader = "Tl-Type"
 // again.
 var ErrUnavailable = errors.New("store: log unavailable")
 
+// ErrSealed is returned (wrapped) by Execute when the event would go in
+// a sealed epoch's stream (docs/DESIGN.md, "Epochs"), which takes no
+// write: a mailbox cursor moved on a task whose epoch ended. Nothing was
+// written.
+var ErrSealed = errors.New("store: the task's epoch is sealed")
+
 // Config configures a Store. The zero value of every field means its
 // default.
 type Config struct {
@@ -359,13 +365,13 @@ func (s *Store) replay(ctx context.Context, taskID string, fn func(events.Event)
 }
 
 // taskParts returns the parts that may hold tasks: every part without
-// epochs, else those of the slots holding an epoch.
+// epochs, else those of every slot (slotsToRead).
 func (s *Store) taskParts() []int {
 	if s.shards.Slots == 0 {
 		return s.shards.SlotParts(-1) // the shards
 	}
 	var parts []int
-	for _, slot := range s.Epochs().live() {
+	for _, slot := range s.Epochs().slotsToRead() {
 		parts = append(parts, s.shards.SlotParts(slot)...)
 	}
 	return parts
@@ -554,10 +560,10 @@ func (s *Store) state(ctx context.Context, taskID string, fresh bool, cmd aggreg
 
 // loadCreated returns the state of task taskID of customerID rooted at
 // rootID from the epoch slot that holds it, if one does: one direct get
-// per live slot, in the root's shard.
+// per slot, in the root's shard (every slot: see slotsToRead).
 func (s *Store) loadCreated(ctx context.Context, taskID, customerID, rootID string) (aggregate.State, error) {
 	var st aggregate.State
-	for _, slot := range s.Epochs().live() {
+	for _, slot := range s.Epochs().slotsToRead() {
 		part := s.shards.Part(slot, s.shards.Of(customerID, rootID))
 		err := s.readSubject(ctx, part, s.parts[part].subjects.Event(customerID, taskID), 0, func(ev events.Event) { st = aggregate.Apply(st, ev) })
 		if err != nil || st.Exists() {
@@ -721,6 +727,9 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, shard int, expect
 		// A transport failure, or a replicated stream still storing an
 		// earlier attempt of this message id, is retried with the same id:
 		// the server drops the copy of an attempt that landed.
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeStreamSealed {
+			return fmt.Errorf("%w: append %s: %v", ErrSealed, ev.Type(), err)
+		}
 		if errors.As(err, &apiErr) && apiErr.ErrorCode != errCodeDuplicateInProcess && apiErr.Code != 503 &&
 			apiErr.ErrorCode != errCodeAccountResources {
 			return fmt.Errorf("append %s: %w", ev.Type(), err)
@@ -865,6 +874,10 @@ func (s *Store) Probe(ctx context.Context) error {
 // errCodeAccountResources is JetStream's answer when the account's storage
 // limit is reached: the log does not take writes, as on a full disk.
 const errCodeAccountResources jetstream.ErrorCode = 10002
+
+// errCodeStreamSealed is JetStream's answer to a write to a sealed stream
+// (JSStreamSealedErr).
+const errCodeStreamSealed jetstream.ErrorCode = 10109
 
 // errCodeDuplicateInProcess is a replicated stream's answer to a message
 // id whose first copy is still being stored (JSStreamDuplicateMessageConflict).
