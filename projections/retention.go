@@ -40,10 +40,16 @@ type retained struct {
 }
 
 // newRetention returns the retention of a log of shards keeping limit
-// tasks of closed lineages in all (< 0: all of them), split evenly.
+// tasks of closed lineages in all (< 0: all of them), split evenly over
+// the parts that hold tasks (with epochs, not the shards of keys and
+// schedules).
 func newRetention(limit int, shards events.Shards) retention {
+	n := shards.N()
+	if shards.Slots > 0 {
+		n -= len(shards.SlotParts(-1)) // the shards hold no task
+	}
 	if limit > 0 {
-		limit = (limit + shards.N() - 1) / shards.N()
+		limit = (limit + n - 1) / n
 	}
 	return retention{limit: limit, shards: shards, parts: make([]retained, shards.N())}
 }

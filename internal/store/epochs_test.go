@@ -84,4 +84,15 @@ func TestRemoveEpochAfterACrash(t *testing.T) {
 	if err := store.RemoveEpoch(ctx, st.Log(), n0); err == nil {
 		t.Fatal("a removed epoch was removed again")
 	}
+	// The emptied streams' positions go on from the removed epoch's last,
+	// so a snapshot taken before the removal is not ahead of the log.
+	positions, err := st.Log().LastPositions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, part := range shards.SlotParts(0) {
+		if want := shards.Position(part, lasts[part]); lasts[part] > 0 && positions[part] != want {
+			t.Fatalf("part %d's last position %d after the removal, want %d", part, positions[part], want)
+		}
+	}
 }

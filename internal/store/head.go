@@ -64,7 +64,8 @@ func (h *Head) UnmarshalJSON(b []byte) error {
 }
 
 // LastPositions returns the position of every shard's last stored event,
-// by shard, 0 for an empty shard. It reads each message itself: after a
+// by shard, 0 for an empty shard (for a stream created again after its
+// epoch was removed, the position before its first sequence). It reads each message itself: after a
 // block file lost its tail, a stream's state may still name a last
 // sequence whose message is gone. That costs one read a shard; only when
 // the message is missing does it ask for the last one on the stream's
@@ -105,6 +106,12 @@ func (l Log) lastOf(ctx context.Context, i int) (uint64, error) {
 	last := s.CachedInfo().State.LastSeq
 	if last == 0 {
 		return 0, nil
+	}
+	if last < s.CachedInfo().Config.FirstSeq {
+		// A stream created again after its epoch was removed
+		// (RemoveEpoch), with nothing since: its positions go on from
+		// the removed epoch's last.
+		return l.Shards.Position(i, last), nil
 	}
 	_, err = s.GetMsg(ctx, last)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
