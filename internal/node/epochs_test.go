@@ -2,11 +2,13 @@ package node_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnode"
@@ -178,6 +180,10 @@ func TestEpochs(t *testing.T) {
 			t.Fatalf("GET /v1/stats epochs %+v, want slot 0 sealed", stats.Epochs)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// Mail to a task of a sealed epoch is refused as to any ended task.
+	if _, err := n.Client.AppendMail(ctx, root.ID, events.Message{ID: "late", Content: []events.ContentPart{{Type: "text", Text: "too late"}}}); !errors.Is(err, api.ErrTerminal) {
+		t.Fatalf("mail to a sealed epoch's task: %v, want 409 terminal", err)
 	}
 	// A restart opens the sealed streams as they are.
 	n.Stop()

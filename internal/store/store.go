@@ -35,8 +35,9 @@ var ErrUnavailable = errors.New("store: log unavailable")
 // ErrSealed is returned (wrapped) by Execute when the event would go in
 // a sealed epoch's stream (docs/DESIGN.md, "Epochs"), which takes no
 // write: a mailbox cursor moved on a task whose epoch ended. Nothing was
-// written.
-var ErrSealed = errors.New("store: the task's epoch is sealed")
+// written. It wraps aggregate.ErrTerminal (every task of a sealed epoch
+// has ended), so a caller that meets it otherwise answers 409 terminal.
+var ErrSealed = fmt.Errorf("store: the task's epoch is sealed: %w", aggregate.ErrTerminal)
 
 // Config configures a Store. The zero value of every field means its
 // default.
