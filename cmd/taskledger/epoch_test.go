@@ -74,8 +74,8 @@ func testEpochCommands(t *testing.T, k int) {
 		}
 	}
 	name := strconv.FormatInt(epoch, 10)
-	live, _, code := replayCLI(t, "history", root.ID, "--tree", "--offline", "--data", data)
 	replayStopServer(t, srv)
+	live, _, code := replayCLI(t, "history", root.ID, "--tree", "--offline", "--data", data)
 	if code != 0 {
 		t.Fatalf("history of the live epoch: exit %d", code)
 	}
