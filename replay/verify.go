@@ -66,6 +66,7 @@ type Verifier struct {
 	shards   events.Shards
 	partial  bool     // the log holds only part of history (Partial)
 	lastSeqs []uint64 // by shard, the stream sequence of the last message added
+	starts   []uint64 // by shard, the first sequence its stream holds (StartAt), 0 for 1
 	retries  []retry  // on a sharded log, checked by Report
 	// slotUsers are the tasks key events name from another shard,
 	// checked by Report.
@@ -90,7 +91,7 @@ type head struct {
 
 // NewVerifier returns a verifier for a log using subjects.
 func NewVerifier(subjects events.Subjects) *Verifier {
-	return &Verifier{subjects: subjects, lastSeqs: make([]uint64, 1), tasks: map[string]*aggregate.State{}, keys: map[string]*aggregate.KeyState{}, schedules: map[string]*aggregate.ScheduleState{}, claimed: map[string]string{}, numbers: map[string]int{}, ids: map[string]struct{}{}}
+	return &Verifier{subjects: subjects, lastSeqs: make([]uint64, 1), starts: make([]uint64, 1), tasks: map[string]*aggregate.State{}, keys: map[string]*aggregate.KeyState{}, schedules: map[string]*aggregate.ScheduleState{}, claimed: map[string]string{}, numbers: map[string]int{}, ids: map[string]struct{}{}}
 }
 
 // Shard tells the verifier how the log is sharded (one shard unless
@@ -98,7 +99,7 @@ func NewVerifier(subjects events.Subjects) *Verifier {
 // looks for missing sequences in each shard and expects each event on
 // its shard's subject. Call it before the first Add.
 func (v *Verifier) Shard(shards events.Shards) {
-	v.shards, v.lastSeqs = shards, make([]uint64, shards.N())
+	v.shards, v.lastSeqs, v.starts = shards, make([]uint64, shards.N()), make([]uint64, shards.N())
 }
 
 // ExpectHead tells the verifier a saved chain head of the log: the
@@ -125,10 +126,10 @@ func (v *Verifier) Report() Report {
 		}
 	}
 	for _, h := range v.heads {
-		if h.seq == 0 || h.seen {
-			continue
+		shard, seq := v.shards.Split(h.seq)
+		if h.seq == 0 || h.seen || seq < v.starts[shard] {
+			continue // none, found, or in a removed epoch (its archive holds it)
 		}
-		shard, _ := v.shards.Split(h.seq)
 		last := v.shards.Position(shard, v.lastSeqs[shard]) // r.LastSeq with one shard
 		kind, detail := Truncated, fmt.Sprintf("the log ends at sequence %d, before its saved chain head at %d: its last events are gone", last, h.seq)
 		if last >= h.seq {
@@ -254,11 +255,11 @@ func (v *Verifier) partOfTask(st aggregate.State) int {
 
 // StartAt tells the verifier that part's stream starts at stream
 // sequence first: the sequences before it belonged to a removed epoch
-// (store.RemoveEpoch) and are not missing, and the log is Partial. Call
-// it before the first Add.
+// (store.RemoveEpoch) and are not missing, nor is a saved chain head
+// among them, and the log is Partial. Call it before the first Add.
 func (v *Verifier) StartAt(part int, first uint64) {
 	if first > v.lastSeqs[part]+1 {
-		v.lastSeqs[part] = first - 1
+		v.lastSeqs[part], v.starts[part] = first-1, first
 		v.partial = true
 	}
 }
