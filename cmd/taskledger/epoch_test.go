@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/broker"
 	"github.com/taskledger/taskledger/internal/store"
 )
 
@@ -93,6 +96,7 @@ func testEpochCommands(t *testing.T, k int) {
 	if out, errOut, code := replayCLI(t, "archive", "verify", dir, "--live", "--data", data); code != 0 || !strings.Contains(out, "verified") {
 		t.Fatalf("archive verify --live: exit %d, output %q\nstderr:\n%s", code, out, errOut)
 	}
+	stopRemoval(t, data, layout, slot, epoch)
 	if out, errOut, code := replayCLI(t, "epoch", "remove", name, "--archive", dir, "--data", data); code != 0 || !strings.Contains(out, "removed epoch "+name) {
 		t.Fatalf("epoch remove: exit %d, output %q\nstderr:\n%s", code, out, errOut)
 	}
@@ -114,5 +118,49 @@ func testEpochCommands(t *testing.T, k int) {
 		if out, errOut, code := replayCLI(t, args...); code != 0 || !strings.Contains(out, " 0 violations") {
 			t.Fatalf("%v: exit %d, output %q\nstderr:\n%s", args, code, out, errOut)
 		}
+	}
+}
+
+// stopRemoval leaves the log in data as a removal of epoch (in slot) that
+// crashed half way does: the next sequences recorded, one stream with
+// events deleted, the slot still sealed.
+func stopRemoval(t *testing.T, data string, layout events.Shards, slot int, epoch int64) {
+	t.Helper()
+	srv, err := broker.StartEmbedded(broker.EmbeddedConfig{Dir: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var next []uint64
+	deleted := ""
+	for _, part := range layout.SlotParts(slot) {
+		name := layout.Stream(events.DefaultStream, part)
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next = append(next, s.CachedInfo().State.LastSeq+1)
+		if deleted == "" && s.CachedInfo().State.Msgs > 0 {
+			deleted = name
+		}
+	}
+	if _, err := store.UpdateEpochs(ctx, js, events.DefaultStream, func(e *store.Epochs) bool {
+		e.Slots[slot].NextSeqs = next
+		return e.Slots[slot].Epoch == epoch
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, deleted); err != nil {
+		t.Fatal(err)
 	}
 }
