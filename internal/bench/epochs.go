@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -90,9 +89,6 @@ func (r *run) epochs(ctx context.Context, nc *nats.Conn) error {
 	// What stays after removal is mostly nats-server's block buffer pools
 	// and other fixed costs, spread over n: it falls with the scale.
 	r.add(Figure{Section: "epochs", Name: FigEpochRemoved, Value: per(removed), Unit: "bytes"})
-	if per(live) <= 0 {
-		return fmt.Errorf("the heap did not grow with %d tasks in an epoch", n)
-	}
 	return nil
 }
 

@@ -61,6 +61,10 @@ func TestRemoveEpochAfterACrash(t *testing.T) {
 	if err := js.DeleteStream(ctx, gone); err != nil {
 		t.Fatal(err)
 	}
+	// Meanwhile the log's last sequence still answers (GET /v1/stats).
+	if _, err := st.LastSeq(ctx); err != nil {
+		t.Fatalf("LastSeq while an epoch's stream is being replaced: %v", err)
+	}
 	st.Close()
 	if st, err = store.Open(ctx, nc, cfg); err != nil {
 		t.Fatalf("Open after a crash in a removal: %v", err)

@@ -939,9 +939,13 @@ func (s *Store) LastPositions(ctx context.Context) ([]uint64, error) {
 }
 
 // lastOf returns the position of shard i's last event from its stream's
-// state.
+// state. An epoch slot's stream is deleted and created again while its
+// epoch is removed (RemoveEpoch): for that moment it holds nothing.
 func (s *Store) lastOf(ctx context.Context, i int) (uint64, error) {
 	info, err := s.parts[i].stream.Info(ctx)
+	if _, slot := s.shards.SlotOf(i); slot && errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, nil
+	}
 	if err != nil {
 		return 0, fmt.Errorf("store: stream info: %w", err)
 	}
