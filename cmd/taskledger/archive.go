@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/taskledger/taskledger/internal/archive"
 	"github.com/taskledger/taskledger/internal/store"
 )
@@ -29,16 +27,12 @@ func archiveCommand(ctx context.Context, args []string, stdout io.Writer) error 
 	if *to == "" {
 		return fmt.Errorf("%w: archive EPOCH --to DIR", errUsage)
 	}
-	js, closeLog, err := off.open(ctx)
+	log, closeLog, err := off.openLog(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
-	log, err := off.log(ctx, js)
-	if err != nil {
-		return err
-	}
-	epoch, err := resolveEpoch(ctx, js, log, name)
+	epoch, err := resolveEpoch(ctx, log, name)
 	if err != nil {
 		return err
 	}
@@ -56,8 +50,8 @@ func archiveCommand(ctx context.Context, args []string, stdout io.Writer) error 
 // resolveEpoch returns the epoch of log that name names: for a log with
 // epochs a live one by its number (taskledger epoch list), for a log
 // without, "0", made of all its parts.
-func resolveEpoch(ctx context.Context, js jetstream.JetStream, log store.Log, name string) (archive.Epoch, error) {
-	e, ok, err := store.ReadEpochs(ctx, js, log.Stream)
+func resolveEpoch(ctx context.Context, log store.Log, name string) (archive.Epoch, error) {
+	e, ok, err := store.ReadEpochs(ctx, log.JS, log.Stream)
 	if err != nil {
 		return archive.Epoch{}, err
 	}
@@ -102,15 +96,11 @@ func archiveVerifyCommand(ctx context.Context, args []string, stdout io.Writer) 
 	if !*live {
 		return nil
 	}
-	js, closeLog, err := off.open(ctx)
+	log, closeLog, err := off.openLog(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
-	log, err := off.log(ctx, js)
-	if err != nil {
-		return err
-	}
 	if err := archive.CheckLive(ctx, log, m); err != nil {
 		return err
 	}

@@ -15,24 +15,33 @@ import (
 	"github.com/taskledger/taskledger/internal/broker"
 )
 
-// sealLog seals the event stream of the log in the data directory of a
-// stopped server, as the operator's seal of an epoch will.
-func sealLog(t *testing.T, data string) {
+// dataJS opens the data directory of a stopped server with an embedded
+// server of its own; stop stops it, giving the directory back.
+func dataJS(t *testing.T, data string) (js jetstream.JetStream, stop func()) {
 	t.Helper()
 	srv, err := broker.StartEmbedded(broker.EmbeddedConfig{Dir: data})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Shutdown()
 	nc, err := srv.Connect()
 	if err != nil {
+		srv.Shutdown()
 		t.Fatal(err)
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
+	stop = func() { nc.Close(); srv.Shutdown() }
+	if js, err = jetstream.New(nc); err != nil {
+		stop()
 		t.Fatal(err)
 	}
+	return js, stop
+}
+
+// sealLog seals the event stream of the log in the data directory of a
+// stopped server, as the operator's seal of an epoch will.
+func sealLog(t *testing.T, data string) {
+	t.Helper()
+	js, closeJS := dataJS(t, data)
+	defer closeJS()
 	ctx := context.Background()
 	s, err := js.Stream(ctx, events.DefaultStream)
 	if err != nil {

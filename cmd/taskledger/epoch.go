@@ -28,23 +28,19 @@ func epochCommand(ctx context.Context, args []string, stdout io.Writer) error {
 
 // epochs opens the log the offline flags name and reads its epochs.
 func (o *offline) epochs(ctx context.Context) (store.Log, store.Epochs, func(), error) {
-	js, closeLog, err := o.open(ctx)
+	log, closeLog, err := o.openLog(ctx)
 	if err != nil {
 		return store.Log{}, store.Epochs{}, nil, err
 	}
-	log, err := o.log(ctx, js)
-	if err == nil {
-		var e store.Epochs
-		var ok bool
-		if e, ok, err = store.ReadEpochs(ctx, js, log.Stream); err == nil && !ok {
-			err = fmt.Errorf("%s was created without epochs (serve --epoch-slots): it has one, epoch 0", log.Stream)
-		}
-		if err == nil {
-			return log, e, closeLog, nil
-		}
+	e, ok, err := store.ReadEpochs(ctx, log.JS, log.Stream)
+	if err == nil && !ok {
+		err = fmt.Errorf("%s was created without epochs (serve --epoch-slots): it has one, epoch 0", log.Stream)
 	}
-	closeLog()
-	return store.Log{}, store.Epochs{}, nil, err
+	if err != nil {
+		closeLog()
+		return store.Log{}, store.Epochs{}, nil, err
+	}
+	return log, e, closeLog, nil
 }
 
 func epochListCommand(ctx context.Context, args []string, stdout io.Writer) error {

@@ -10,11 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/broker"
 	"github.com/taskledger/taskledger/internal/store"
 )
 
@@ -126,20 +123,8 @@ func testEpochCommands(t *testing.T, k int) {
 // events deleted, the slot still sealed.
 func stopRemoval(t *testing.T, data string, layout events.Shards, slot int, epoch int64) {
 	t.Helper()
-	srv, err := broker.StartEmbedded(broker.EmbeddedConfig{Dir: data})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, closeJS := dataJS(t, data)
+	defer closeJS()
 	ctx := context.Background()
 	var next []uint64
 	deleted := ""

@@ -32,34 +32,53 @@ func (o *offline) register(fs flagSet) {
 	o.nf.register(fs)
 }
 
-// open connects to the log: the NATS URL, or an embedded server on the
-// data directory (which no running `taskledger serve` may be using).
-func (o *offline) open(ctx context.Context) (jetstream.JetStream, func(), error) {
+// openLog connects to the log (the NATS URL, or an embedded server on the
+// data directory, which no running `taskledger serve` may be using) and
+// returns a reader of it, sharded as its metadata records
+// (store.ReadShards), and what closes the connection.
+func (o *offline) openLog(ctx context.Context) (store.Log, func(), error) {
 	if o.nf.url == "" {
 		if _, err := os.Stat(o.nf.data); err != nil {
-			return nil, nil, fmt.Errorf("data directory: %w", err)
+			return store.Log{}, nil, fmt.Errorf("data directory: %w", err)
 		}
 	}
 	nc, _, closeNATS, err := o.nf.connect(zerolog.Nop())
 	if err != nil {
-		return nil, nil, err
+		return store.Log{}, nil, err
 	}
 	js, err := jetstream.New(nc)
-	if err != nil {
-		closeNATS()
-		return nil, nil, err
+	if err == nil {
+		var shards events.Shards
+		if shards, err = store.ReadShards(ctx, js, o.nf.stream); err == nil {
+			return store.Log{JS: js, Stream: o.nf.stream, Shards: shards}, closeNATS, nil
+		}
 	}
-	return js, closeNATS, nil
+	closeNATS()
+	return store.Log{}, nil, err
 }
 
-// log returns a reader of the log on js, sharded as its metadata records
-// (store.ReadShards).
-func (o *offline) log(ctx context.Context, js jetstream.JetStream) (store.Log, error) {
-	shards, err := store.ReadShards(ctx, js, o.nf.stream)
-	if err != nil {
-		return store.Log{}, err
+// taskReader reads a task's or a lineage's events: store.Log, or an
+// archive.Archive.
+type taskReader interface {
+	Task(ctx context.Context, id string) ([]events.Event, error)
+	LineageOf(ctx context.Context, id string) ([]events.Event, error)
+}
+
+// timeline returns the timeline of task id read from r (named where in
+// an error), or with tree of its whole lineage.
+func timeline(ctx context.Context, r taskReader, id string, tree bool, where string) ([]replay.Entry, error) {
+	read := r.Task
+	if tree {
+		read = r.LineageOf
 	}
-	return store.Log{JS: js, Stream: o.nf.stream, Shards: shards}, nil
+	evs, err := read(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if len(evs) == 0 {
+		return nil, fmt.Errorf("task %s: not in %s", id, where)
+	}
+	return replay.Timeline(evs), nil
 }
 
 func historyCommand(ctx context.Context, args []string, stdout io.Writer) error {
@@ -103,40 +122,18 @@ func historyCommand(ctx context.Context, args []string, stdout io.Writer) error 
 		if err != nil {
 			return err
 		}
-		read := a.Task
-		if *tree {
-			read = a.LineageOf
-		}
-		evs, err := read(ctx, id)
-		if err != nil {
+		if entries, err = timeline(ctx, a, id, *tree, "the archive"); err != nil {
 			return err
 		}
-		if len(evs) == 0 {
-			return fmt.Errorf("task %s: not in the archive", id)
-		}
-		entries = replay.Timeline(evs)
 	case direct:
-		js, closeLog, err := off.open(ctx)
+		log, closeLog, err := off.openLog(ctx)
 		if err != nil {
 			return err
 		}
 		defer closeLog()
-		log, err := off.log(ctx, js)
-		if err != nil {
+		if entries, err = timeline(ctx, log, id, *tree, "the log"); err != nil {
 			return err
 		}
-		read := log.Task
-		if *tree {
-			read = log.LineageOf
-		}
-		evs, err := read(ctx, id)
-		if err != nil {
-			return err
-		}
-		if len(evs) == 0 {
-			return fmt.Errorf("task %s: not in the log", id)
-		}
-		entries = replay.Timeline(evs)
 	default:
 		c := cf.client()
 		history := c.History
@@ -190,16 +187,12 @@ func customerHistory(ctx context.Context, stdout io.Writer, cf clientFlags, off 
 			return emit(replay.Entry{Seq: e.Seq, At: e.At, TaskID: e.TaskID, Type: e.Type, Actor: e.Actor, Status: e.Status, Detail: e.Detail, Data: e.Data})
 		})
 	}
-	js, closeLog, err := off.open(ctx)
+	log, closeLog, err := off.openLog(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
 	states := replay.NewStatusTracker()
-	log, err := off.log(ctx, js)
-	if err != nil {
-		return err
-	}
 	return log.Customer(ctx, customer, since, func(ev events.Event) error {
 		return emit(states.Entry(ev))
 	})
@@ -259,15 +252,11 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 			})
 		}
 	} else {
-		js, closeLog, err := off.open(ctx)
+		log, closeLog, err := off.openLog(ctx)
 		if err != nil {
 			return err
 		}
 		defer closeLog()
-		log, err := off.log(ctx, js)
-		if err != nil {
-			return err
-		}
 		v = replay.NewVerifier(events.DefaultSubjects)
 		v.Shard(log.Shards)
 		for i := range log.Shards.N() {
@@ -277,7 +266,7 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 			}
 			v.StartAt(i, first)
 		}
-		if heads, err = node.LoadHeads(ctx, js, off.nf.stream); err != nil {
+		if heads, err = node.LoadHeads(ctx, log.JS, off.nf.stream); err != nil {
 			return err
 		}
 		read = func(fn func(store.Message) error) error {
@@ -369,27 +358,23 @@ func rebuildCommand(ctx context.Context, args []string, stdout io.Writer) error 
 	if err := checkRetain(*retain); err != nil {
 		return err
 	}
-	js, closeLog, err := off.open(ctx)
+	log, closeLog, err := off.openLog(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
-	snaps, err := projections.OpenObjectSnapshots(ctx, js, node.SnapshotBucket(off.nf.stream), "projections", off.nf.replicas)
+	snaps, err := projections.OpenObjectSnapshots(ctx, log.JS, node.SnapshotBucket(off.nf.stream), "projections", off.nf.replicas)
 	if err != nil {
 		return err
 	}
 	if err := snaps.Delete(ctx); err != nil {
 		return fmt.Errorf("dropping the old snapshot: %w", err)
 	}
-	log, err := off.log(ctx, js)
-	if err != nil {
-		return err
-	}
 	positions, err := log.LastPositions(ctx)
 	if err != nil {
 		return err
 	}
-	eng, err := projections.New(projections.Config{JS: js, Stream: off.nf.stream, Shards: log.Shards, Snapshots: snaps, Retain: *retain})
+	eng, err := projections.New(projections.Config{JS: log.JS, Stream: off.nf.stream, Shards: log.Shards, Snapshots: snaps, Retain: *retain})
 	if err != nil {
 		return err
 	}
