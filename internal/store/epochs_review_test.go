@@ -37,18 +37,7 @@ func TestRemovedTwicePositionsNeverRepeat(t *testing.T) {
 	}
 	n0 := st.Epochs().Slots[0].Epoch
 	// advance moves the current epoch to slot to with epoch n.
-	advance := func(to int, n int64) {
-		t.Helper()
-		if _, err := store.UpdateEpochs(ctx, js, ns.Stream, func(e *store.Epochs) bool {
-			e.Current, e.Slots[to] = to, store.Slot{Epoch: n, State: store.SlotOpen}
-			return true
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.RefreshEpochs(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	advance := func(to int, n int64) { openEpoch(t, st, ns.Stream, to, n) }
 	remove := func(slot int, n int64) {
 		t.Helper()
 		if err := store.SealSlot(ctx, js, ns.Stream, shards, slot, n); err != nil {
@@ -95,15 +84,7 @@ func TestRepeatedRequestSeenByAStaleProcess(t *testing.T) {
 	}
 	defer b.Close()
 	n0 := a.Epochs().Slots[0].Epoch
-	if _, err := store.UpdateEpochs(ctx, a.JetStream(), ns.Stream, func(e *store.Epochs) bool {
-		e.Current, e.Slots[1] = 1, store.Slot{Epoch: n0 + 1, State: store.SlotOpen}
-		return true
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.RefreshEpochs(ctx); err != nil {
-		t.Fatal(err)
-	}
+	openEpoch(t, a, ns.Stream, 1, n0+1)
 	id := events.NewID()
 	cmd := aggregate.Schedule{TaskID: id, CustomerID: "acme", Spec: events.TaskSpec{RootID: id, Queue: "default", TimeoutSeconds: 60}}
 	if _, _, err := a.Execute(ctx, id, "", cmd); err != nil {
@@ -140,18 +121,7 @@ func TestStaleSealLeavesANewEpochAlone(t *testing.T) {
 	defer st.Close()
 	js, shards := st.JetStream(), st.Shards()
 	n0 := st.Epochs().Slots[0].Epoch
-	open := func(slot int, n int64) {
-		t.Helper()
-		if _, err := store.UpdateEpochs(ctx, js, ns.Stream, func(e *store.Epochs) bool {
-			e.Current, e.Slots[slot] = slot, store.Slot{Epoch: n, State: store.SlotOpen}
-			return true
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.RefreshEpochs(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	open := func(slot int, n int64) { openEpoch(t, st, ns.Stream, slot, n) }
 	open(1, n0+1)
 	if err := store.SealSlot(ctx, js, ns.Stream, shards, 0, n0); err != nil {
 		t.Fatal(err)

@@ -30,12 +30,7 @@ func TestRemoveEpochAfterACrash(t *testing.T) {
 	shards, js := st.Shards(), st.JetStream()
 	e := st.Epochs()
 	n0 := e.Slots[0].Epoch
-	if _, err := store.UpdateEpochs(ctx, js, ns.Stream, func(e *store.Epochs) bool {
-		e.Current, e.Slots[1] = 1, store.Slot{Epoch: n0 + 1, State: store.SlotOpen}
-		return true
-	}); err != nil {
-		t.Fatal(err)
-	}
+	openEpoch(t, st, ns.Stream, 1, n0+1)
 	if err := store.RemoveEpoch(ctx, st.Log(), n0); !errors.Is(err, store.ErrEpochNotSealed) {
 		t.Fatalf("removing an open epoch: %v", err)
 	}
@@ -98,5 +93,22 @@ func TestRemoveEpochAfterACrash(t *testing.T) {
 		if want := shards.Position(part, lasts[part]); lasts[part] > 0 && positions[part] != want {
 			t.Fatalf("part %d's last position %d after the removal, want %d", part, positions[part], want)
 		}
+	}
+}
+
+// openEpoch opens epoch n in slot of st's log (whose stream is stream)
+// and makes it current, as a node's advance does, and has st read the
+// epochs again.
+func openEpoch(t *testing.T, st *store.Store, stream string, slot int, n int64) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := store.UpdateEpochs(ctx, st.JetStream(), stream, func(e *store.Epochs) bool {
+		e.Current, e.Slots[slot] = slot, store.Slot{Epoch: n, State: store.SlotOpen}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RefreshEpochs(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
