@@ -22,21 +22,6 @@ func TestRequestRepeatedAfterItsEpochWasRemoved(t *testing.T) {
 	ctx := context.Background()
 	clock := newEpochClock()
 	n := testnode.Start(t, withEpochs(clock))
-	wait := func(what string, ok func(store.Epochs) bool) {
-		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			e, _, err := store.ReadEpochs(ctx, n.Store.JetStream(), n.NS.Stream)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ok(e) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: epochs %+v", what, e)
-			}
-		}
-	}
 	delay := 1.0
 	req := api.ScheduleRequest{Queue: "epochs", RequestID: "again", DelaySeconds: &delay}
 	first, _, err := n.Client.Schedule(ctx, req)
@@ -48,13 +33,13 @@ func TestRequestRepeatedAfterItsEpochWasRemoved(t *testing.T) {
 	}
 	n0 := n.Store.Epochs().Slots[0].Epoch
 	clock.next()
-	wait("the second epoch", func(e store.Epochs) bool { return e.Current == 1 })
+	waitEpochs(t, n, "the second epoch", func(e store.Epochs) bool { return e.Current == 1 })
 	clock.next()
-	wait("the first sealed", func(e store.Epochs) bool { return e.Slots[0].State == store.SlotSealed })
+	waitEpochs(t, n, "the first sealed", func(e store.Epochs) bool { return e.Slots[0].State == store.SlotSealed })
 	if err := store.RemoveEpoch(ctx, n.Store.Log(), n0); err != nil {
 		t.Fatal(err)
 	}
-	wait("the third epoch in slot 0", func(e store.Epochs) bool { return e.Current == 0 && e.Slots[0].Epoch == n0+2 })
+	waitEpochs(t, n, "the third epoch in slot 0", func(e store.Epochs) bool { return e.Current == 0 && e.Slots[0].Epoch == n0+2 })
 	waitStoreEpoch(t, n, 0)
 	again, created, err := n.Client.Schedule(ctx, req)
 	if err != nil {
@@ -90,24 +75,9 @@ func TestRemovalStoppedIsFinished(t *testing.T) {
 	clock := newEpochClock()
 	n := testnode.Start(t, withEpochs(clock))
 	js := n.Store.JetStream()
-	wait := func(what string, ok func(store.Epochs) bool) {
-		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			e, _, err := store.ReadEpochs(ctx, js, n.NS.Stream)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ok(e) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: epochs %+v", what, e)
-			}
-		}
-	}
 	n0 := n.Store.Epochs().Slots[0].Epoch
 	clock.next()
-	wait("the second epoch", func(e store.Epochs) bool { return e.Current == 1 })
+	waitEpochs(t, n, "the second epoch", func(e store.Epochs) bool { return e.Current == 1 })
 	// The crash: slot 0 sealed and its next sequences recorded, no more.
 	if err := store.SealSlot(ctx, js, n.NS.Stream, n.Store.Shards(), 0, n0); err != nil {
 		t.Fatal(err)
@@ -119,7 +89,7 @@ func TestRemovalStoppedIsFinished(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.next()
-	wait("the removal finished and slot 0 taken by the third epoch", func(e store.Epochs) bool {
+	waitEpochs(t, n, "the removal finished and slot 0 taken by the third epoch", func(e store.Epochs) bool {
 		return len(e.Removed) == 1 && e.Removed[0] == n0 && e.Current == 0 && e.Slots[0].Epoch == n0+2
 	})
 }
@@ -146,18 +116,7 @@ func TestCheckOfASealedEpochsTask(t *testing.T) {
 	}
 	clock.next()
 	clock.next()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		e, _, err := store.ReadEpochs(ctx, n.Store.JetStream(), n.NS.Stream)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e.Slots[0].State == store.SlotSealed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the first epoch never sealed: %+v", e)
-		}
-	}
+	waitEpochs(t, n, "the first epoch sealed", func(e store.Epochs) bool { return e.Slots[0].State == store.SlotSealed })
 	ch, err := n.Client.Check(ctx, task.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -192,18 +151,7 @@ func TestSnapshotFromBeforeARemoval(t *testing.T) {
 	clock.next()
 	waitStoreEpoch(t, n, 1)
 	clock.next()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		e, _, err := store.ReadEpochs(ctx, n.Store.JetStream(), n.NS.Stream)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e.Slots[0].State == store.SlotSealed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the first epoch never sealed: %+v", e)
-		}
-	}
+	waitEpochs(t, n, "the first epoch sealed", func(e store.Epochs) bool { return e.Slots[0].State == store.SlotSealed })
 	if err := store.RemoveEpoch(ctx, n.Store.Log(), n0); err != nil {
 		t.Fatal(err)
 	}

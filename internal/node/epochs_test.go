@@ -107,25 +107,8 @@ func TestEpochs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitEpochs := func(what string, ok func(store.Epochs) bool) store.Epochs {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			e, _, err := store.ReadEpochs(ctx, n.Store.JetStream(), n.NS.Stream)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ok(e) {
-				return e
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: epochs %+v", what, e)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
 
-	first := waitEpochs("first epoch", func(e store.Epochs) bool { return e.Current == 0 })
+	first := waitEpochs(t, n, "first epoch", func(e store.Epochs) bool { return e.Current == 0 })
 	n0 := first.Slots[0].Epoch
 	root := schedule(api.ScheduleRequest{RequestID: "r1"})
 	child := schedule(api.ScheduleRequest{ParentID: root.ID})
@@ -136,7 +119,7 @@ func TestEpochs(t *testing.T) {
 	}
 
 	clock.next()
-	waitEpochs("the second epoch opened", func(e store.Epochs) bool { return e.Current == 1 && e.Slots[1].Epoch == n0+1 })
+	waitEpochs(t, n, "the second epoch opened", func(e store.Epochs) bool { return e.Current == 1 && e.Slots[1].Epoch == n0+1 })
 	waitStoreEpoch(t, n, 1)
 	later := schedule(api.ScheduleRequest{})
 	child2 := schedule(api.ScheduleRequest{ParentID: root.ID})
@@ -160,7 +143,7 @@ func TestEpochs(t *testing.T) {
 	for _, id := range []string{child.ID, child2.ID, root.ID} {
 		finish(id)
 	}
-	waitEpochs("the first epoch sealed", func(e store.Epochs) bool { return e.Slots[0].State == store.SlotSealed })
+	waitEpochs(t, n, "the first epoch sealed", func(e store.Epochs) bool { return e.Slots[0].State == store.SlotSealed })
 	js := n.Store.JetStream()
 	sealed, err := js.Stream(ctx, shards.Stream(n.NS.Stream, shards.Part(0, 0)))
 	if err != nil || !sealed.CachedInfo().Config.Sealed {
@@ -200,7 +183,7 @@ func TestEpochs(t *testing.T) {
 	if err := store.RemoveEpoch(ctx, log, n0); err != nil {
 		t.Fatal(err)
 	}
-	e := waitEpochs("the third epoch in the freed slot", func(e store.Epochs) bool { return e.Current == 0 && e.Slots[0].Epoch == n0+2 })
+	e := waitEpochs(t, n, "the third epoch in the freed slot", func(e store.Epochs) bool { return e.Current == 0 && e.Slots[0].Epoch == n0+2 })
 	if len(e.Removed) != 1 || e.Removed[0] != n0 {
 		t.Fatalf("removed epochs %v, want [%d]", e.Removed, n0)
 	}
@@ -231,6 +214,24 @@ func TestEpochs(t *testing.T) {
 	}
 	if m := restarted.Engine.Missing(); m != 0 {
 		t.Fatalf("the rebuilt projections found %d sequences missing: the removed epoch's", m)
+	}
+}
+
+// waitEpochs waits until the epochs of n's log are as ok wants them, and
+// returns them; what says what it waits for.
+func waitEpochs(t *testing.T, n *testnode.Node, what string, ok func(store.Epochs) bool) store.Epochs {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		e, _, err := store.ReadEpochs(context.Background(), n.Store.JetStream(), n.NS.Stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok(e) {
+			return e
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: epochs %+v", what, e)
+		}
 	}
 }
 
@@ -271,29 +272,13 @@ func verifyClean(t *testing.T, ctx context.Context, log store.Log) {
 // removed without an archive, so the slot ring moves on by itself.
 func TestEmptyEpochRemoved(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	clock := newEpochClock()
 	n := testnode.Start(t, withEpochs(clock))
-	wait := func(what string, ok func(store.Epochs) bool) store.Epochs {
-		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			e, _, err := store.ReadEpochs(ctx, n.Store.JetStream(), n.NS.Stream)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ok(e) {
-				return e
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: epochs %+v", what, e)
-			}
-		}
-	}
-	n0 := wait("the first epoch", func(e store.Epochs) bool { return e.Current == 0 }).Slots[0].Epoch
+	n0 := waitEpochs(t, n, "the first epoch", func(e store.Epochs) bool { return e.Current == 0 }).Slots[0].Epoch
 	clock.next()
-	wait("the second epoch", func(e store.Epochs) bool { return e.Current == 1 })
+	waitEpochs(t, n, "the second epoch", func(e store.Epochs) bool { return e.Current == 1 })
 	clock.next() // the first is past its retention, and empty
-	wait("the empty epoch removed and its slot taken by the third", func(e store.Epochs) bool {
+	waitEpochs(t, n, "the empty epoch removed and its slot taken by the third", func(e store.Epochs) bool {
 		return len(e.Removed) == 1 && e.Removed[0] == n0 && e.Current == 0 && e.Slots[0].Epoch == n0+2
 	})
 }
