@@ -123,13 +123,21 @@ func TestCrashAtRetryScheduledKeyed(t *testing.T) {
 	}
 	run(waiter.ID, 1) // under the slot the retried task gave back after the restart
 	run(flaky.ID, 2)
-	h, err := c.History(ctx, flaky.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	counts := map[string]int{}
-	for _, ev := range h.Events {
-		counts[ev.Type]++
+	// The second slot is given back by the alarm after the result, so the
+	// history may lack its SlotReleased for a moment.
+	var counts map[string]int
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		h, err := c.History(ctx, flaky.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts = map[string]int{}
+		for _, ev := range h.Events {
+			counts[ev.Type]++
+		}
+		if counts[string(events.TypeSlotReleased)] >= 2 || time.Now().After(deadline) {
+			break
+		}
 	}
 	if counts[string(events.TypeSlotAcquired)] != 2 || counts[string(events.TypeSlotReleased)] != 2 || counts[string(events.TypeRetryScheduled)] != 1 {
 		t.Fatalf("history event counts %v, want two slots taken and given back, one retry", counts)
