@@ -76,6 +76,14 @@ func (p ReadyPublisher) contentType() string {
 	return events.ContentTypeMsgpack
 }
 
+// Notification is the ready notification of s's current delivery.
+func Notification(s aggregate.State) events.ReadyNotification {
+	return events.ReadyNotification{
+		TaskID: s.TaskID, CustomerID: s.CustomerID, RootID: s.Spec.RootID, ParentID: s.Spec.ParentID,
+		Queue: s.Spec.Queue, DeliveryID: s.Delivery.ID, Signal: s.Spec.Signal, Attempt: s.Attempt(), Labels: s.Spec.Labels,
+	}
+}
+
 // PublishReady publishes the notification for s's current delivery with
 // Nats-Msg-Id msgID, waits for the stream's acknowledgement and returns
 // the sequence the notification is stored at. A copy published again
@@ -83,10 +91,7 @@ func (p ReadyPublisher) contentType() string {
 // acknowledgement names the first copy's sequence.
 func (p ReadyPublisher) PublishReady(ctx context.Context, s aggregate.State, msgID string) (uint64, error) {
 	ct := p.contentType()
-	body, err := events.MarshalReady(events.ReadyNotification{
-		TaskID: s.TaskID, CustomerID: s.CustomerID, RootID: s.Spec.RootID, ParentID: s.Spec.ParentID,
-		Queue: s.Spec.Queue, DeliveryID: s.Delivery.ID, Signal: s.Spec.Signal, Attempt: s.Attempt(), Labels: s.Spec.Labels,
-	}, ct)
+	body, err := events.MarshalReady(Notification(s), ct)
 	if err != nil {
 		return 0, err
 	}

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"errors"
@@ -732,40 +731,6 @@ func procStat(t *testing.T, pid, n int) int64 {
 		t.Fatalf("/proc/%d/stat field %d: %v", pid, n, err)
 	}
 	return v
-}
-
-// metric reads every series of the counter or gauge name from the
-// /metrics of the taskledger process on addr, by its labels as written
-// ("" for none, `event="Claimed"` for one label).
-func metric(t *testing.T, addr, name string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatalf("metrics of %s: %v", addr, err)
-	}
-	defer resp.Body.Close()
-	series := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), name)
-		if !ok || rest == "" || rest[0] != ' ' && rest[0] != '{' {
-			continue
-		}
-		labels := ""
-		if rest[0] == '{' {
-			labels, rest, _ = strings.Cut(rest[1:], "}")
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-		if err != nil {
-			t.Fatalf("%s on %s: %v", name, addr, err)
-		}
-		series[labels] = v
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("metrics of %s: %v", addr, err)
-	}
-	return series
 }
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/internal/httpapi"
+	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/reactors"
@@ -46,10 +47,14 @@ func newRegistry(eng *projections.Engine, st *store.Store) *prometheus.Registry 
 	return reg
 }
 
-// registerServerMetrics reports the API server's open and refused
-// connections.
-func registerServerMetrics(reg prometheus.Registerer, s *httpapi.Server) {
+// registerServerMetrics reports the claimers waiting and the API
+// server's open and refused connections.
+func registerServerMetrics(reg prometheus.Registerer, s *httpapi.Server, svc *scheduler.Service) {
 	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "taskledger_claimers_waiting",
+			Help: "Claimers (long polls and batch claims) waiting for a task in this process, on every queue.",
+		}, func() float64 { return float64(svc.Waiting("")) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "taskledger_http_open_connections",
 			Help: "HTTP connections open now (at most --max-conns).",

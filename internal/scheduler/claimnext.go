@@ -15,6 +15,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/executor"
 	"github.com/taskledger/taskledger/internal/crashpoint"
+	"github.com/taskledger/taskledger/reactors"
 )
 
 // MaxWait is the longest long poll of ClaimNext.
@@ -133,17 +134,24 @@ func (s *Service) holdPoll(p Principal) (func(), error) {
 	}, nil
 }
 
-// Waiting returns how many claimers wait on queue in this process.
+// Waiting returns how many claimers wait on queue in this process, or on
+// every queue for "".
 func (s *Service) Waiting(queue string) int {
 	s.dispatchers.mu.Lock()
-	d := s.dispatchers.m[queue]
-	s.dispatchers.mu.Unlock()
-	if d == nil {
-		return 0
+	var ds []*dispatcher
+	for q, d := range s.dispatchers.m {
+		if queue == "" || q == queue {
+			ds = append(ds, d)
+		}
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.waiters.Len()
+	s.dispatchers.mu.Unlock()
+	n := 0
+	for _, d := range ds {
+		d.mu.Lock()
+		n += d.waiters.Len()
+		d.mu.Unlock()
+	}
+	return n
 }
 
 // minWait is the shortest long poll: enough for one pull to find a
@@ -333,20 +341,49 @@ func untilClosed(ctx context.Context, sig <-chan struct{}) (context.Context, con
 
 // claimNotified claims the task of notification n for executorID and
 // settles msg: acknowledged once claimed or stale, handed back when the
-// log could not answer.
+// log could not answer. msg is nil for a delivery handed off (see
+// Service.Handoff): there is nothing to settle, and should the claim fail
+// the alarm publishes the delivery after its grace.
 func (s *Service) claimNotified(ctx context.Context, msg jetstream.Msg, n events.ReadyNotification, executorID string) (aggregate.State, bool, error) {
 	crashpoint.Hit(crashpoint.ClaimReceived)
 	st, evs, err := s.cfg.Store.Execute(ctx, n.TaskID, executorID, aggregate.Claim{DeliveryID: n.DeliveryID, ExecutorID: executorID})
 	switch {
 	case err == nil:
 		crashpoint.Hit(crashpoint.Claimed)
-		msg.Ack()
+		settleMsg(msg, jetstream.Msg.Ack)
 		return st, true, s.settle(ctx, st, evs, nil)
 	case errors.Is(err, aggregate.ErrNotClaimable), errors.Is(err, aggregate.ErrTokenMismatch), errors.Is(err, aggregate.ErrNotFound):
-		msg.Ack() // stale notification: the task moved on
+		settleMsg(msg, jetstream.Msg.Ack) // stale notification: the task moved on
 		return st, false, nil
 	default:
-		msg.Nak()
+		settleMsg(msg, jetstream.Msg.Nak)
 		return st, false, s.unavailable(err)
 	}
+}
+
+// settleMsg acknowledges or hands back msg with how, unless msg is nil (a
+// delivery handed off).
+func settleMsg(msg jetstream.Msg, how func(jetstream.Msg) error) {
+	if msg != nil {
+		how(msg)
+	}
+}
+
+// Handoff gives the delivery of st, a task just released and not yet
+// published, to a claimer of its queue waiting in this process that may
+// claim it, and reports whether one took it. The claim then needs no
+// ready notification and no ReadyPublished: two writes fewer. A task
+// nobody here waits for is published as before; the claimers of other
+// processes and executors on the ready stream never wait behind one
+// handed off, since a claimer waits only while the queue has nothing for
+// it.
+func (s *Service) Handoff(st aggregate.State) bool {
+	s.dispatchers.mu.Lock()
+	d := s.dispatchers.m[st.Spec.Queue]
+	s.dispatchers.mu.Unlock()
+	if d == nil || !d.handoff(reactors.Notification(st)) {
+		return false
+	}
+	s.cfg.Metrics.Handoffs.Inc()
+	return true
 }

@@ -73,7 +73,8 @@ type waiter struct {
 }
 
 // offer is a notification handed to a waiter, or the error that ended the
-// pull it waited on.
+// pull it waited on. msg is nil for a delivery handed off without a
+// notification (see handoff).
 type offer struct {
 	msg  jetstream.Msg
 	note events.ReadyNotification
@@ -155,7 +156,7 @@ func (d *dispatcher) take(ctx context.Context, customer string, max int, linger 
 	}
 	msgs := out[:0]
 	for _, o := range out {
-		if o.msg != nil {
+		if o.err == nil {
 			msgs = append(msgs, o)
 		} else if err == nil {
 			err = o.err
@@ -244,17 +245,9 @@ func (d *dispatcher) receive(msg jetstream.Msg) {
 // give hands msg to the first waiter that may claim it, or parks it.
 func (d *dispatcher) give(msg jetstream.Msg, n events.ReadyNotification) {
 	d.mu.Lock()
-	for e := d.waiters.Front(); e != nil; e = e.Next() {
-		if w := e.Value.(*waiter); w.customer == "" || w.customer == n.CustomerID {
-			w.got <- offer{msg: msg, note: n}
-			w.want--
-			d.wanted--
-			if w.want == 0 {
-				d.leaveLocked(w)
-			}
-			d.mu.Unlock()
-			return
-		}
+	if d.offerLocked(offer{msg: msg, note: n}) {
+		d.mu.Unlock()
+		return
 	}
 	if d.parked.Len() < maxParked && !d.stopped {
 		d.parked.PushBack(parkedOffer{offer{msg: msg, note: n}, time.Now()})
@@ -266,6 +259,32 @@ func (d *dispatcher) give(msg jetstream.Msg, n events.ReadyNotification) {
 	}
 	d.mu.Unlock()
 	msg.Nak()
+}
+
+// handoff gives the delivery of n, released but not published, to the
+// first waiter that may claim it, and reports whether one was waiting. It
+// parks nothing: a delivery nobody here waits for is published.
+func (d *dispatcher) handoff(n events.ReadyNotification) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return !d.stopped && d.offerLocked(offer{note: n})
+}
+
+// offerLocked gives o to the first waiter that may claim it and reports
+// whether there was one; d.mu is held.
+func (d *dispatcher) offerLocked(o offer) bool {
+	for e := d.waiters.Front(); e != nil; e = e.Next() {
+		if w := e.Value.(*waiter); w.customer == "" || w.customer == o.note.CustomerID {
+			w.got <- o
+			w.want--
+			d.wanted--
+			if w.want == 0 {
+				d.leaveLocked(w)
+			}
+			return true
+		}
+	}
+	return false
 }
 
 // unparkLocked takes up to max parked offers customer may claim, oldest

@@ -213,3 +213,70 @@ func TestDispatcherParkingExpires(t *testing.T) {
 	}
 	msg.Ack()
 }
+
+// TestDispatcherHandoff gives a delivery handed off (no notification) to
+// the first waiter that may claim it, exactly once, mixed with pulled
+// notifications, and to nobody when nobody here may claim it or the
+// dispatcher stopped.
+func TestDispatcherHandoff(t *testing.T) {
+	t.Parallel()
+	e := newDispatchEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if e.d.handoff(events.ReadyNotification{TaskID: "h0", CustomerID: "acme"}) {
+		t.Fatal("a delivery was handed off with no claimer waiting")
+	}
+	type got struct {
+		offers []offer
+		err    error
+	}
+	waiting := func() int {
+		e.d.mu.Lock()
+		defer e.d.mu.Unlock()
+		return e.d.waiters.Len()
+	}
+	// wait starts a claimer and returns once it is in line.
+	wait := func(customer string, max int) chan got {
+		ch, before := make(chan got, 1), waiting()
+		go func() {
+			offers, err := e.d.take(ctx, customer, max, 200*time.Millisecond)
+			ch <- got{offers, err}
+		}()
+		for waiting() == before {
+			time.Sleep(time.Millisecond)
+		}
+		return ch
+	}
+	globex := wait("globex", 1)
+	if e.d.handoff(events.ReadyNotification{TaskID: "h1", CustomerID: "acme"}) {
+		t.Fatal("acme's delivery was handed to globex's claimer")
+	}
+	operator := wait("", 3)
+	for _, id := range []string{"h2", "h3"} {
+		if !e.d.handoff(events.ReadyNotification{TaskID: id, CustomerID: "acme"}) {
+			t.Fatalf("delivery %s not handed off with an operator waiting", id)
+		}
+	}
+	e.publish(t, "acme", "p1")
+	g := <-operator
+	if g.err != nil || len(g.offers) != 3 {
+		t.Fatalf("the operator's claimer got %d offers, %v; want h2, h3 and p1", len(g.offers), g.err)
+	}
+	for i, want := range []string{"h2", "h3", "p1"} {
+		o := g.offers[i]
+		if o.note.TaskID != want || (o.msg == nil) != (want != "p1") {
+			t.Fatalf("offer %d is %s (message %v), want %s", i, o.note.TaskID, o.msg != nil, want)
+		}
+	}
+	g.offers[2].msg.Ack()
+	if !e.d.handoff(events.ReadyNotification{TaskID: "g1", CustomerID: "globex"}) {
+		t.Fatal("globex's delivery not handed to globex's claimer")
+	}
+	if g := <-globex; g.err != nil || len(g.offers) != 1 || g.offers[0].note.TaskID != "g1" {
+		t.Fatalf("globex's claimer got %+v, %v; want g1", g.offers, g.err)
+	}
+	e.d.stop()
+	if e.d.handoff(events.ReadyNotification{TaskID: "h4"}) {
+		t.Fatal("a stopped dispatcher took a delivery")
+	}
+}

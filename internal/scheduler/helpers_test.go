@@ -50,7 +50,8 @@ func mustSchedule(t *testing.T, n *testnode.Node, p scheduler.Principal, req sch
 		t.Fatalf("schedule %+v as %q: %v", req, p.CustomerID, err)
 	}
 	// A task due at once is released and its notification published
-	// before Schedule answers: queued. A later one waits: scheduled.
+	// before Schedule answers: queued, or scheduled when it was handed to
+	// a claimer waiting here. A later one waits: scheduled.
 	if !created || !st.Exists() || st.Status != aggregate.StatusScheduled && st.Status != aggregate.StatusQueued {
 		t.Fatalf("schedule %+v: created %v, state %+v; want a new scheduled or queued task", req, created, st)
 	}

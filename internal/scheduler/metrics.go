@@ -8,6 +8,7 @@ type Metrics struct {
 	Repairs         prometheus.Counter
 	Rejections      prometheus.Counter
 	CheckerFailures prometheus.Counter
+	Handoffs        prometheus.Counter
 }
 
 // NewMetrics creates the counters and registers them with reg, if not nil.
@@ -29,9 +30,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "taskledger_usage_checker_failures_total",
 			Help: "Calls to the external usage checker that failed; the task was admitted (fail-open).",
 		}),
+		Handoffs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "taskledger_handoffs_total",
+			Help: "Released tasks handed straight to a claimer waiting in this process, with no ready notification.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.CheckFailures, m.Repairs, m.Rejections, m.CheckerFailures)
+		reg.MustRegister(m.CheckFailures, m.Repairs, m.Rejections, m.CheckerFailures, m.Handoffs)
 	}
 	return m
 }

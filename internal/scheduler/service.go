@@ -450,8 +450,9 @@ func (s *Service) create(ctx context.Context, p Principal, customerID string, sp
 	return st, true, nil
 }
 
-// publishReleased publishes the ready notification of st, a task its
-// TaskScheduled released, records it (ReadyPublished) as the alarm would,
+// publishReleased hands st, a task its TaskScheduled released, to a
+// claimer waiting here (Handoff), or else publishes its ready
+// notification and records it (ReadyPublished) as the alarm would,
 // and returns the task after that and the event appended. A failure is
 // left to the alarm: the task waits in its delivery queue until the grace
 // ends, and a notification published twice is dropped by the ready stream
@@ -459,6 +460,9 @@ func (s *Service) create(ctx context.Context, p Principal, customerID string, sp
 // makes ReadyPublished stale, which needs no write.
 func (s *Service) publishReleased(ctx context.Context, st aggregate.State) (aggregate.State, []events.Event) {
 	crashpoint.Hit(crashpoint.Released)
+	if s.Handoff(st) {
+		return st, nil
+	}
 	// Past the grace the alarm publishes anyway: a ready stream that does
 	// not answer delays the answer by no more than that.
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyGrace)
