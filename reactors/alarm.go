@@ -108,12 +108,13 @@ type AlarmConfig struct {
 	Store      Store
 	Projection Projection
 	Publisher  Publisher
-	// Handoff, if set, is offered each task the alarm releases before its
-	// notification is published: it returns true when a claimer waiting
+	// Handoff, if set, is offered each task the alarm releases (and the
+	// events that released it) before its notification is published: it
+	// returns true when a claimer waiting
 	// in this process took the delivery, which then needs neither the
 	// notification nor ReadyPublished. Should that claim fail, the Deliver
 	// queue publishes the delivery after ReadyGrace, as after a crash.
-	Handoff func(aggregate.State) bool
+	Handoff func(s aggregate.State, released []events.Event) bool
 	// Schedules, if set, fires the due schedules of the Fire timer queue;
 	// without it schedules do not fire.
 	Schedules Firer
@@ -728,12 +729,12 @@ func (a *Alarm) release(ctx context.Context, s aggregate.State) flight {
 	// once the projections have seen the release; the Deliver queue, due
 	// ReadyGrace later, is the path after a crash.
 	cmd.NextAt = a.cfg.Now().Add(a.cfg.ReadyGrace)
-	st, _, err := a.store.ExecuteSeen(ctx, s.TaskID, "", cmd, s.LastSeq)
+	st, evs, err := a.store.ExecuteSeen(ctx, s.TaskID, "", cmd, s.LastSeq)
 	if err != nil {
 		return a.outcome(projections.Release, s, st, err)
 	}
 	crashpoint.Hit(crashpoint.Released)
-	if a.cfg.Handoff != nil && a.cfg.Handoff(st) {
+	if a.cfg.Handoff != nil && a.cfg.Handoff(st, evs) {
 		return a.outcome(projections.Release, s, st, nil)
 	}
 	if next, err := a.deliverNow(ctx, st); err == nil {

@@ -377,11 +377,21 @@ func settleMsg(msg jetstream.Msg, how func(jetstream.Msg) error) {
 // processes and executors on the ready stream never wait behind one
 // handed off, since a claimer waits only while the queue has nothing for
 // it.
-func (s *Service) Handoff(st aggregate.State) bool {
+//
+// evs are the events that released st, if the views may not hold them
+// yet: they are folded in first (ApplyOwn), so that the claim folds its
+// own Claimed in at once rather than waiting for the tail.
+func (s *Service) Handoff(st aggregate.State, evs []events.Event) bool {
 	s.dispatchers.mu.Lock()
 	d := s.dispatchers.m[st.Spec.Queue]
 	s.dispatchers.mu.Unlock()
-	if d == nil || !d.handoff(reactors.Notification(st)) {
+	if d == nil {
+		return false
+	}
+	if len(evs) > 0 {
+		s.cfg.Views.ApplyOwn(evs)
+	}
+	if !d.handoff(reactors.Notification(st)) {
 		return false
 	}
 	s.cfg.Metrics.Handoffs.Inc()

@@ -95,4 +95,3 @@ func TestHandoff(t *testing.T) {
 		}
 	})
 }
-

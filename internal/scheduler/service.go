@@ -437,9 +437,17 @@ func (s *Service) create(ctx context.Context, p Principal, customerID string, sp
 		return st, false, err
 	}
 	if st.Version == 1 && st.Delivery.ID != "" {
+		// The views take the release before anyone may claim the task: a
+		// claim it is handed to (Handoff) then folds its Claimed in at once
+		// instead of waiting for the tail.
+		if s.cfg.Views.ApplyOwn(evs) {
+			evs = nil
+		}
 		var published []events.Event
 		st, published = s.publishReleased(ctx, st)
-		evs = append(evs, published...)
+		if evs = append(evs, published...); len(evs) == 0 {
+			return st, true, nil
+		}
 	}
 	if err := s.settle(ctx, st, evs, later); err != nil {
 		return st, false, err
@@ -460,7 +468,7 @@ func (s *Service) create(ctx context.Context, p Principal, customerID string, sp
 // makes ReadyPublished stale, which needs no write.
 func (s *Service) publishReleased(ctx context.Context, st aggregate.State) (aggregate.State, []events.Event) {
 	crashpoint.Hit(crashpoint.Released)
-	if s.Handoff(st) {
+	if s.Handoff(st, nil) { // create folded the release in
 		return st, nil
 	}
 	// Past the grace the alarm publishes anyway: a ready stream that does
