@@ -109,11 +109,13 @@ type AlarmConfig struct {
 	Projection Projection
 	Publisher  Publisher
 	// Handoff, if set, is offered each task the alarm releases (and the
-	// events that released it) before its notification is published: it
-	// returns true when a claimer waiting
-	// in this process took the delivery, which then needs neither the
-	// notification nor ReadyPublished. Should that claim fail, the Deliver
-	// queue publishes the delivery after ReadyGrace, as after a crash.
+	// events that released it) before its notification is published. It
+	// returns true when it took over the delivery: a claimer waiting in
+	// this process took it (it then needs neither the notification nor
+	// ReadyPublished), or it holds it for the next such claimer and
+	// publishes it itself should none come. Should that claim fail, the
+	// Deliver queue publishes the delivery after ReadyGrace, as after a
+	// crash.
 	Handoff func(s aggregate.State, released []events.Event) bool
 	// Schedules, if set, fires the due schedules of the Fire timer queue;
 	// without it schedules do not fire.

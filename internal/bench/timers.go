@@ -182,7 +182,17 @@ func (r *run) burst(ctx context.Context, nd *node.Node) error {
 	if err != nil {
 		return err
 	}
-	r.say("  %d tasks due at one instant, claimed by %d waiting claimers", n, burstClaimers)
+	hs, err := histories(ctx, nd, taskIDs)
+	if err != nil {
+		return err
+	}
+	handed := 0
+	for _, h := range hs {
+		if _, published := eventOf(h, events.TypeReadyPublished); !published {
+			handed++
+		}
+	}
+	r.say("  %d tasks due at one instant, claimed by %d waiting claimers; %d handed off (no ReadyPublished)", n, burstClaimers, handed)
 	for _, typ := range []events.Type{events.TypeDeliveryPending} {
 		l, err := lateness(ctx, nd, taskIDs, typ, func(int, events.Event) time.Time { return at })
 		if err != nil {

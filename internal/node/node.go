@@ -260,7 +260,7 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 	errorLog := ratelog.New(cfg.Logger, cfg.LogRepeatInterval)
 	alarmCfg := cfg.Alarm
 	alarmCfg.Store, alarmCfg.Projection, alarmCfg.Repeats, alarmCfg.Schedules = st, eng, errorLog, svc
-	alarmCfg.Publisher, alarmCfg.Handoff = publisher, svc.Handoff
+	alarmCfg.Publisher, alarmCfg.Handoff = publisher, svc.HoldOrHandoff
 	alarmCfg.Logger, alarmCfg.Now = cfg.Logger, cfg.Now
 	var partitions httpapi.TimerPartitions
 	if leases != nil {

@@ -51,6 +51,7 @@ func (s *Service) dispatcher(ctx context.Context, queue string) (*dispatcher, er
 		return d, nil
 	}
 	d = newDispatcher(c, s.cfg.Logger)
+	d.handed = s.cfg.Metrics.Handoffs.Inc
 	s.dispatchers.m[queue] = d
 	return d, nil
 }
@@ -382,6 +383,26 @@ func settleMsg(msg jetstream.Msg, how func(jetstream.Msg) error) {
 // yet: they are folded in first (ApplyOwn), so that the claim folds its
 // own Claimed in at once rather than waiting for the tail.
 func (s *Service) Handoff(st aggregate.State, evs []events.Event) bool {
+	return s.handoff(st, evs, nil)
+}
+
+// HoldOrHandoff is Handoff for the alarm's releases: when no claimer may
+// take st now but claimers of its queue were waiting a moment ago (busy
+// claiming a burst), the delivery is held for the next one for up to
+// holdFor and then published (and ReadyPublished appended), as the
+// alarm would have. It reports whether st was handed off or held: either
+// way the caller publishes nothing.
+func (s *Service) HoldOrHandoff(st aggregate.State, evs []events.Event) bool {
+	return s.handoff(st, evs, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.WriteTimeout)
+		defer cancel()
+		if _, evs := s.publishReleased(ctx, st); len(evs) > 0 {
+			s.cfg.Views.ApplyOwn(evs)
+		}
+	})
+}
+
+func (s *Service) handoff(st aggregate.State, evs []events.Event, publish func()) bool {
 	s.dispatchers.mu.Lock()
 	d := s.dispatchers.m[st.Spec.Queue]
 	s.dispatchers.mu.Unlock()
@@ -391,9 +412,5 @@ func (s *Service) Handoff(st aggregate.State, evs []events.Event) bool {
 	if len(evs) > 0 {
 		s.cfg.Views.ApplyOwn(evs)
 	}
-	if !d.handoff(reactors.Notification(st)) {
-		return false
-	}
-	s.cfg.Metrics.Handoffs.Inc()
-	return true
+	return d.handoff(reactors.Notification(st), publish)
 }

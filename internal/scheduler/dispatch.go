@@ -36,6 +36,17 @@ const (
 	maxParked = maxFetchBatch
 )
 
+// A delivery the alarm released while no waiter here may claim it, but
+// one joined the line within holdFor, is held for the next one for up to
+// holdFor, at most maxHeld of them; then it is published. Holding, not
+// publishing at once, lets a burst of releases go to claimers that are
+// busy claiming the burst's first tasks: a claim, not a notification, a
+// ReadyPublished and a claim.
+const (
+	holdFor = 50 * time.Millisecond
+	maxHeld = maxFetchBatch
+)
+
 // dispatcher hands one queue's ready notifications to the claimers waiting
 // in this process. It pulls from the queue's shared durable consumer only
 // while claimers wait, asking for as many notifications as they want, and
@@ -55,13 +66,26 @@ type dispatcher struct {
 	fetches   int       // pulls in flight
 	stopped   bool      // no new pulls start
 	pulls     sync.WaitGroup
-	parked    list.List   // of parkedOffer, oldest first
-	expiry    *time.Timer // hands back expired parked offers; nil when none are parked
+	parked    list.List     // of parkedOffer, oldest first
+	expiry    *time.Timer   // hands back expired parked offers; nil when none are parked
+	held      list.List     // of heldOffer, oldest first
+	holdEnd   *time.Timer   // publishes expired held deliveries; nil when none are held
+	lastJoin  time.Time     // when a waiter last joined the line
+	holdFor   time.Duration // holdFor, but for tests
+	handed    func()        // called for each delivery given without a notification; may be nil
 }
 
 type parkedOffer struct {
 	offer
 	at time.Time
+}
+
+// heldOffer is a released delivery held for a waiter, and how to publish
+// it once the hold ends.
+type heldOffer struct {
+	note    events.ReadyNotification
+	publish func()
+	at      time.Time
 }
 
 // waiter is one claimer waiting for up to cap(got) notifications.
@@ -82,7 +106,7 @@ type offer struct {
 }
 
 func newDispatcher(cons jetstream.Consumer, log zerolog.Logger) *dispatcher {
-	return &dispatcher{cons: cons, log: log, lastPull: time.Now()}
+	return &dispatcher{cons: cons, log: log, lastPull: time.Now(), holdFor: holdFor}
 }
 
 // idleFor reports whether no pull is in flight and none ended within d
@@ -117,12 +141,17 @@ func (d *dispatcher) next(ctx context.Context, customer string) (jetstream.Msg, 
 // returned messages: it must Ack, Nak or Term each.
 func (d *dispatcher) take(ctx context.Context, customer string, max int, linger time.Duration) ([]offer, error) {
 	d.mu.Lock()
-	if parked := d.unparkLocked(customer, max); len(parked) > 0 {
+	if got := d.unparkLocked(customer, max); len(got) > 0 {
 		d.mu.Unlock()
-		return parked, nil
+		return got, nil
+	}
+	if got := d.unholdLocked(customer, max); len(got) > 0 {
+		d.mu.Unlock()
+		return got, nil
 	}
 	w := &waiter{customer: customer, got: make(chan offer, max), want: max}
 	w.elem = d.waiters.PushBack(w)
+	d.lastJoin = time.Now()
 	d.wanted += max
 	d.pullLocked()
 	d.mu.Unlock()
@@ -262,12 +291,75 @@ func (d *dispatcher) give(msg jetstream.Msg, n events.ReadyNotification) {
 }
 
 // handoff gives the delivery of n, released but not published, to the
-// first waiter that may claim it, and reports whether one was waiting. It
-// parks nothing: a delivery nobody here waits for is published.
-func (d *dispatcher) handoff(n events.ReadyNotification) bool {
+// first waiter that may claim it, and reports whether one was waiting.
+// With publish set it also holds the delivery when no waiter may take it
+// now but one joined the line within holdFor: the next waiter that may
+// claim it takes it, or publish runs once the hold ends (or never, should
+// the dispatcher stop first: the alarm publishes the delivery after its
+// grace, as after a crash). A delivery neither given nor held is the
+// caller's to publish.
+func (d *dispatcher) handoff(n events.ReadyNotification, publish func()) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return !d.stopped && d.offerLocked(offer{note: n})
+	switch {
+	case d.stopped:
+		return false
+	case d.offerLocked(offer{note: n}):
+		return true
+	case publish == nil || d.held.Len() >= maxHeld || time.Since(d.lastJoin) >= d.holdFor:
+		return false
+	}
+	d.held.PushBack(heldOffer{note: n, publish: publish, at: time.Now()})
+	if d.holdEnd == nil {
+		d.holdEnd = time.AfterFunc(d.holdFor, d.endHolds)
+	}
+	return true
+}
+
+// unholdLocked takes up to max held deliveries customer may claim,
+// oldest first; d.mu is held.
+func (d *dispatcher) unholdLocked(customer string, max int) []offer {
+	var out []offer
+	for e := d.held.Front(); e != nil && len(out) < max; {
+		next := e.Next()
+		if h := e.Value.(heldOffer); customer == "" || customer == h.note.CustomerID {
+			out = append(out, offer{note: h.note})
+			d.held.Remove(e)
+			d.countHanded()
+		}
+		e = next
+	}
+	return out
+}
+
+// endHolds publishes the deliveries held for holdFor.
+func (d *dispatcher) endHolds() {
+	d.mu.Lock()
+	if d.stopped {
+		d.mu.Unlock()
+		return // stop dropped them
+	}
+	var due []func()
+	now := time.Now()
+	for e := d.held.Front(); e != nil && now.Sub(e.Value.(heldOffer).at) >= d.holdFor; e = d.held.Front() {
+		due = append(due, d.held.Remove(e).(heldOffer).publish)
+	}
+	d.holdEnd = nil
+	if e := d.held.Front(); e != nil {
+		d.holdEnd = time.AfterFunc(d.holdFor-now.Sub(e.Value.(heldOffer).at), d.endHolds)
+	}
+	d.mu.Unlock()
+	for _, publish := range due {
+		go publish() // at most maxHeld at once
+	}
+}
+
+// countHanded counts a delivery given without a notification; d.mu is
+// held.
+func (d *dispatcher) countHanded() {
+	if d.handed != nil {
+		d.handed()
+	}
 }
 
 // offerLocked gives o to the first waiter that may claim it and reports
@@ -275,6 +367,9 @@ func (d *dispatcher) handoff(n events.ReadyNotification) bool {
 func (d *dispatcher) offerLocked(o offer) bool {
 	for e := d.waiters.Front(); e != nil; e = e.Next() {
 		if w := e.Value.(*waiter); w.customer == "" || w.customer == o.note.CustomerID {
+			if o.msg == nil {
+				d.countHanded()
+			}
 			w.got <- o
 			w.want--
 			d.wanted--
@@ -322,7 +417,8 @@ func (d *dispatcher) expire() {
 }
 
 // stop starts no more pulls, waits until those in flight have ended (at
-// most fetchSlice) and hands every parked notification back.
+// most fetchSlice), hands every parked notification back and drops the
+// held deliveries.
 func (d *dispatcher) stop() {
 	d.mu.Lock()
 	d.stopped = true
@@ -333,6 +429,11 @@ func (d *dispatcher) stop() {
 		d.expiry.Stop()
 		d.expiry = nil
 	}
+	if d.holdEnd != nil {
+		d.holdEnd.Stop()
+		d.holdEnd = nil
+	}
+	d.held.Init() // released and unpublished: the alarm publishes them after their grace
 	var parked []jetstream.Msg
 	for e := d.parked.Front(); e != nil; e = d.parked.Front() {
 		parked = append(parked, d.parked.Remove(e).(parkedOffer).msg)

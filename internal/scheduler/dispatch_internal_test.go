@@ -223,7 +223,7 @@ func TestDispatcherHandoff(t *testing.T) {
 	e := newDispatchEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if e.d.handoff(events.ReadyNotification{TaskID: "h0", CustomerID: "acme"}) {
+	if e.d.handoff(events.ReadyNotification{TaskID: "h0", CustomerID: "acme"}, nil) {
 		t.Fatal("a delivery was handed off with no claimer waiting")
 	}
 	type got struct {
@@ -248,12 +248,12 @@ func TestDispatcherHandoff(t *testing.T) {
 		return ch
 	}
 	globex := wait("globex", 1)
-	if e.d.handoff(events.ReadyNotification{TaskID: "h1", CustomerID: "acme"}) {
+	if e.d.handoff(events.ReadyNotification{TaskID: "h1", CustomerID: "acme"}, nil) {
 		t.Fatal("acme's delivery was handed to globex's claimer")
 	}
 	operator := wait("", 3)
 	for _, id := range []string{"h2", "h3"} {
-		if !e.d.handoff(events.ReadyNotification{TaskID: id, CustomerID: "acme"}) {
+		if !e.d.handoff(events.ReadyNotification{TaskID: id, CustomerID: "acme"}, nil) {
 			t.Fatalf("delivery %s not handed off with an operator waiting", id)
 		}
 	}
@@ -269,14 +269,88 @@ func TestDispatcherHandoff(t *testing.T) {
 		}
 	}
 	g.offers[2].msg.Ack()
-	if !e.d.handoff(events.ReadyNotification{TaskID: "g1", CustomerID: "globex"}) {
+	if !e.d.handoff(events.ReadyNotification{TaskID: "g1", CustomerID: "globex"}, nil) {
 		t.Fatal("globex's delivery not handed to globex's claimer")
 	}
 	if g := <-globex; g.err != nil || len(g.offers) != 1 || g.offers[0].note.TaskID != "g1" {
 		t.Fatalf("globex's claimer got %+v, %v; want g1", g.offers, g.err)
 	}
 	e.d.stop()
-	if e.d.handoff(events.ReadyNotification{TaskID: "h4"}) {
+	if e.d.handoff(events.ReadyNotification{TaskID: "h4"}, nil) {
 		t.Fatal("a stopped dispatcher took a delivery")
+	}
+}
+
+// TestDispatcherHolds: a released delivery no waiter may take now, while
+// one joined the line within holdFor, is held: the next waiter that may
+// claim it takes it, or it is published once the hold ends; with no
+// waiter lately, or after stop, nothing is held (and stop publishes
+// nothing it dropped: the alarm does, after the grace).
+func TestDispatcherHolds(t *testing.T) {
+	t.Parallel()
+	e := newDispatchEnv(t)
+	published := make(chan string, 10)
+	publish := func(id string) func() { return func() { published <- id } }
+	note := func(id string) events.ReadyNotification {
+		return events.ReadyNotification{TaskID: id, CustomerID: "acme"}
+	}
+	e.d.holdFor = time.Minute // no hold ends while the test looks
+	// A waiter joins the line and gives up: claimers were here a moment ago.
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := e.d.take(gone, "", 1, 0); err == nil {
+		t.Fatal("a waiter whose context ended got an offer")
+	}
+	if !e.d.handoff(note("held"), publish("held")) {
+		t.Fatal("a delivery was not held right after a waiter left the line")
+	}
+	if e.d.handoff(note("not-held"), nil) {
+		t.Fatal("a delivery was held without a way to publish it")
+	}
+	if got, err := e.d.take(gone, "globex", 1, 0); err == nil || len(got) > 0 {
+		t.Fatalf("globex took acme's held delivery: %+v, %v", got, err)
+	}
+	ctx, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	got, err := e.d.take(ctx, "acme", 1, 0)
+	if err != nil || len(got) != 1 || got[0].note.TaskID != "held" || got[0].msg != nil {
+		t.Fatalf("the next waiter got %+v, %v; want the held delivery, no message", got, err)
+	}
+	// A hold ends: on a dispatcher of its own, whose first hold it is.
+	e = newDispatchEnv(t)
+	e.d.holdFor = 50 * time.Millisecond
+	e.d.mu.Lock()
+	e.d.lastJoin = time.Now()
+	e.d.mu.Unlock()
+	if !e.d.handoff(note("expires"), publish("expires")) {
+		t.Fatal("a delivery was not held right after a waiter joined the line")
+	}
+	select {
+	case id := <-published:
+		if id != "expires" {
+			t.Fatalf("published %s, want expires", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a held delivery nobody took was not published after its hold")
+	}
+	time.Sleep(100 * time.Millisecond)
+	if e.d.handoff(note("late"), publish("late")) {
+		t.Fatal("a delivery was held with no waiter for longer than holdFor")
+	}
+	e.d.mu.Lock()
+	e.d.lastJoin = time.Now()
+	e.d.mu.Unlock()
+	if !e.d.handoff(note("dropped"), publish("dropped")) {
+		t.Fatal("a delivery was not held")
+	}
+	e.d.stop()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case id := <-published:
+		t.Fatalf("stop published %s", id)
+	default:
+	}
+	if e.d.handoff(note("stopped"), publish("stopped")) {
+		t.Fatal("a stopped dispatcher held a delivery")
 	}
 }
