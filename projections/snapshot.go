@@ -126,18 +126,69 @@ func decodeSnapshot(data []byte, last []uint64) (applied []uint64, b body, err e
 }
 
 // body copies every task of the views, in creation order, and the
-// recent admissions.
-func (v *views) body() body {
-	b := body{Tasks: make([]record, 0, len(v.tasks)), Admissions: make(map[string][]time.Time, len(v.admissions))}
+// recent admissions. The caller holds the views' lock throughout; a
+// snapshot holds it only for freeze, and builds the body after.
+func (v *views) body() body { return v.freeze().body() }
+
+// frozen is the views' content copied as it is, cheaply enough to hold
+// the views' lock for: the task records by value (the States, many times
+// their size, are built from them after the lock is released) and the
+// small rest as the body has it.
+type frozen struct {
+	tasks []frozenTask
+	b     body // all but Tasks
+}
+
+// frozenTask is a task's record with copies of what changes in place
+// (its extra fields and lists), so that t.state() gives the task as it
+// was when it was frozen. What the record points to otherwise is never
+// changed, only replaced.
+type frozenTask struct {
+	t      task
+	labels map[string]string
+}
+
+// frozenExtra is a frozen task's extra fields and lists, copied.
+type frozenExtra struct {
+	x taskExtra
+	l taskLists
+}
+
+// freeze copies the views' content; the caller holds their lock.
+func (v *views) freeze() frozen {
+	f := frozen{tasks: make([]frozenTask, len(v.tasks)), b: body{Admissions: make(map[string][]time.Time, len(v.admissions))}}
+	i := 0
 	for _, t := range v.tasks {
-		b.Tasks = append(b.Tasks, record{State: v.state(t), Children: slices.Clone(t.children()), ClosedSeq: t.closedSeq()})
+		ft := &f.tasks[i]
+		ft.t, ft.labels = *t, v.labels.of[t.id]
+		if t.extra != nil {
+			fx := &frozenExtra{x: *t.extra}
+			if t.extra.lists != nil {
+				fx.l, fx.x.lists = *t.extra.lists, &fx.l
+			}
+			ft.t.extra = &fx.x
+		}
+		i++
+	}
+	for c, at := range v.admissions {
+		f.b.Admissions[c] = slices.Clone(at)
+	}
+	f.b.Keys, f.b.Freeing = v.keyStates(), v.freeingStates()
+	f.b.Schedules = v.records()
+	return f
+}
+
+// body builds the snapshot body from f; it needs no lock.
+func (f frozen) body() body {
+	b := f.b
+	b.Tasks = make([]record, len(f.tasks))
+	for i := range f.tasks {
+		ft := &f.tasks[i]
+		s := ft.t.state()
+		s.Spec.Labels = ft.labels
+		b.Tasks[i] = record{State: s, Children: slices.Clone(ft.t.children()), ClosedSeq: ft.t.closedSeq()}
 	}
 	slices.SortFunc(b.Tasks, func(a, b record) int { return cmp.Compare(a.State.FirstSeq, b.State.FirstSeq) })
-	for c, at := range v.admissions {
-		b.Admissions[c] = slices.Clone(at)
-	}
-	b.Keys, b.Freeing = v.keyStates(), v.freeingStates()
-	b.Schedules = v.records()
 	return b
 }
 

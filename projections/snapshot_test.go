@@ -328,3 +328,26 @@ func TestSnapshotEmptyShard(t *testing.T) {
 		t.Fatalf("a position in another shard's place: %v, want ErrSnapshotFormat", err)
 	}
 }
+
+// TestFreezeIsACopy: the views frozen for a snapshot give the body they
+// had when frozen, whatever the log applies after: the snapshot builds
+// its body after it released the views' lock. Cut at every event of a
+// log with children, mail, results, effects, retries and labels.
+func TestFreezeIsACopy(t *testing.T) {
+	t.Parallel()
+	log := snapshotLog(t)
+	for cut := range log {
+		live, _ := New(Config{})
+		for i, b := range log[:cut] {
+			live.Apply(uint64(i+1), b)
+		}
+		want := live.v.body()
+		f := live.v.freeze()
+		for i, b := range log[cut:] {
+			live.Apply(uint64(cut+i+1), b)
+		}
+		if got := f.body(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("cut at event %d: the frozen views changed with the events applied after", cut)
+		}
+	}
+}
