@@ -46,7 +46,7 @@ const (
 	FigDrainBatchGarb  = "HTTP batch drain garbage per task"
 	FigWaitingPolls    = "long polls waiting on one queue"
 	FigWaitingErrors   = "errors of the waiting long polls"
-	FigWaitingClaimP99 = "ready→claimed p99, polls waiting"
+	FigWaitingClaimP99 = "released→claimed p99, polls waiting"
 	FigWaitingMemory   = "memory per waiting HTTP poll, client and server"
 	FigWaiterMemory    = "service memory per waiting claimer (no HTTP)"
 )
@@ -367,10 +367,13 @@ func (r *run) waitingPolls(ctx context.Context, nd *node.Node, url string) error
 		if err != nil {
 			return err
 		}
+		// Ready is the release: the task is due at once, so its
+		// TaskScheduled released it (a claimer waiting takes it from
+		// there, handed off or through its notification).
 		var ready, claim time.Time
 		for _, ev := range hist {
 			switch ev.Type() {
-			case events.TypeReadyPublished:
+			case events.TypeTaskScheduled, events.TypeDeliveryPending:
 				ready = ev.At
 			case events.TypeClaimed:
 				claim = ev.At
@@ -379,12 +382,7 @@ func (r *run) waitingPolls(ctx context.Context, nd *node.Node, url string) error
 		if claim.IsZero() {
 			return fmt.Errorf("task %s was not claimed", id)
 		}
-		// A claim may beat the record of its own publish: then the
-		// publish was acknowledged, and the claim followed, at once.
-		if ready.IsZero() {
-			ready = claim
-		}
-		lat = append(lat, max(claim.Sub(ready), 0))
+		lat = append(lat, claim.Sub(ready))
 	}
 	slices.Sort(lat)
 	p99 := lat[len(lat)*99/100].Seconds() * 1000
