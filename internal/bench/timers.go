@@ -192,7 +192,7 @@ func (r *run) burst(ctx context.Context, nd *node.Node) error {
 			handed++
 		}
 	}
-	r.say("  %d tasks due at one instant, claimed by %d waiting claimers; %d handed off (no ReadyPublished)", n, burstClaimers, handed)
+	r.say("  %d tasks due at one instant, claimed by %d waiting claimers; %d without ReadyPublished (handed off, or claimed before it was recorded)", n, burstClaimers, handed)
 	for _, typ := range []events.Type{events.TypeDeliveryPending} {
 		l, err := lateness(ctx, nd, taskIDs, typ, func(int, events.Event) time.Time { return at })
 		if err != nil {

@@ -25,8 +25,27 @@ const MaxWait = api.MaxWaitSeconds * time.Second
 // pull consumer of the ready stream, which every claimer of the queue in
 // any process shares.
 type dispatchers struct {
-	mu sync.Mutex
-	m  map[string]*dispatcher
+	mu sync.Mutex // serializes creating and renewing them
+	// m maps a queue to its *dispatcher. It is read without mu, by every
+	// release (Handoff): mu is held across a call to the server.
+	m sync.Map
+}
+
+// lookup returns queue's dispatcher, nil when it has none yet.
+func (ds *dispatchers) lookup(queue string) *dispatcher {
+	if d, ok := ds.m.Load(queue); ok {
+		return d.(*dispatcher)
+	}
+	return nil
+}
+
+// all returns every dispatcher.
+func (ds *dispatchers) all() []*dispatcher {
+	var out []*dispatcher
+	for _, d := range ds.m.Range {
+		out = append(out, d.(*dispatcher))
+	}
+	return out
 }
 
 // dispatcher returns queue's dispatcher. It creates the queue's consumer
@@ -36,7 +55,8 @@ type dispatchers struct {
 func (s *Service) dispatcher(ctx context.Context, queue string) (*dispatcher, error) {
 	s.dispatchers.mu.Lock()
 	defer s.dispatchers.mu.Unlock()
-	d, ok := s.dispatchers.m[queue]
+	d := s.dispatchers.lookup(queue)
+	ok := d != nil
 	if ok && !d.idleFor(s.cfg.QueueIdle/2) {
 		return d, nil
 	}
@@ -52,7 +72,7 @@ func (s *Service) dispatcher(ctx context.Context, queue string) (*dispatcher, er
 	}
 	d = newDispatcher(c, s.cfg.Logger)
 	d.handed = s.cfg.Metrics.Handoffs.Inc
-	s.dispatchers.m[queue] = d
+	s.dispatchers.m.Store(queue, d)
 	return d, nil
 }
 
@@ -138,14 +158,12 @@ func (s *Service) holdPoll(p Principal) (func(), error) {
 // Waiting returns how many claimers wait on queue in this process, or on
 // every queue for "".
 func (s *Service) Waiting(queue string) int {
-	s.dispatchers.mu.Lock()
 	var ds []*dispatcher
-	for q, d := range s.dispatchers.m {
-		if queue == "" || q == queue {
-			ds = append(ds, d)
-		}
+	if queue == "" {
+		ds = s.dispatchers.all()
+	} else if d := s.dispatchers.lookup(queue); d != nil {
+		ds = []*dispatcher{d}
 	}
-	s.dispatchers.mu.Unlock()
 	n := 0
 	for _, d := range ds {
 		d.mu.Lock()
@@ -374,10 +392,9 @@ func settleMsg(msg jetstream.Msg, how func(jetstream.Msg) error) {
 // published, to a claimer of its queue waiting in this process that may
 // claim it, and reports whether one took it. The claim then needs no
 // ready notification and no ReadyPublished: two writes fewer. A task
-// nobody here waits for is published as before; the claimers of other
-// processes and executors on the ready stream never wait behind one
-// handed off, since a claimer waits only while the queue has nothing for
-// it.
+// nobody here waits for is published as before. A claimer waits only
+// while the queue has nothing for it here, so a task handed off at once
+// overtakes nothing this process holds.
 //
 // evs are the events that released st, if the views may not hold them
 // yet: they are folded in first (ApplyOwn), so that the claim folds its
@@ -403,9 +420,7 @@ func (s *Service) HoldOrHandoff(st aggregate.State, evs []events.Event) bool {
 }
 
 func (s *Service) handoff(st aggregate.State, evs []events.Event, publish func()) bool {
-	s.dispatchers.mu.Lock()
-	d := s.dispatchers.m[st.Spec.Queue]
-	s.dispatchers.mu.Unlock()
+	d := s.dispatchers.lookup(st.Spec.Queue)
 	if d == nil {
 		return false
 	}

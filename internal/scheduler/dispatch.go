@@ -66,13 +66,14 @@ type dispatcher struct {
 	fetches   int       // pulls in flight
 	stopped   bool      // no new pulls start
 	pulls     sync.WaitGroup
-	parked    list.List     // of parkedOffer, oldest first
-	expiry    *time.Timer   // hands back expired parked offers; nil when none are parked
-	held      list.List     // of heldOffer, oldest first
-	holdEnd   *time.Timer   // publishes expired held deliveries; nil when none are held
-	lastJoin  time.Time     // when a waiter last joined the line
-	holdFor   time.Duration // holdFor, but for tests
-	handed    func()        // called for each delivery given without a notification; may be nil
+	parked    list.List            // of parkedOffer, oldest first
+	expiry    *time.Timer          // hands back expired parked offers; nil when none are parked
+	held      list.List            // of heldOffer, oldest first
+	holdEnd   *time.Timer          // publishes expired held deliveries; nil when none are held
+	lastJoin  map[string]time.Time // when a waiter of each customer ("" for operators) last joined the line
+	holdFor   time.Duration        // holdFor, but for tests
+	holdPubs  sync.WaitGroup       // publishes of held deliveries whose hold ended
+	handed    func()               // called for each delivery given without a notification; may be nil
 }
 
 type parkedOffer struct {
@@ -106,7 +107,7 @@ type offer struct {
 }
 
 func newDispatcher(cons jetstream.Consumer, log zerolog.Logger) *dispatcher {
-	return &dispatcher{cons: cons, log: log, lastPull: time.Now(), holdFor: holdFor}
+	return &dispatcher{cons: cons, log: log, lastPull: time.Now(), holdFor: holdFor, lastJoin: map[string]time.Time{}}
 }
 
 // idleFor reports whether no pull is in flight and none ended within d
@@ -151,7 +152,7 @@ func (d *dispatcher) take(ctx context.Context, customer string, max int, linger 
 	}
 	w := &waiter{customer: customer, got: make(chan offer, max), want: max}
 	w.elem = d.waiters.PushBack(w)
-	d.lastJoin = time.Now()
+	d.lastJoin[customer] = time.Now()
 	d.wanted += max
 	d.pullLocked()
 	d.mu.Unlock()
@@ -306,7 +307,7 @@ func (d *dispatcher) handoff(n events.ReadyNotification, publish func()) bool {
 		return false
 	case d.offerLocked(offer{note: n}):
 		return true
-	case publish == nil || d.held.Len() >= maxHeld || time.Since(d.lastJoin) >= d.holdFor:
+	case publish == nil || d.held.Len() >= maxHeld || !d.joinedLately(n.CustomerID):
 		return false
 	}
 	d.held.PushBack(heldOffer{note: n, publish: publish, at: time.Now()})
@@ -314,6 +315,12 @@ func (d *dispatcher) handoff(n events.ReadyNotification, publish func()) bool {
 		d.holdEnd = time.AfterFunc(d.holdFor, d.endHolds)
 	}
 	return true
+}
+
+// joinedLately reports whether a waiter that may claim a task of customer
+// joined the line within holdFor; d.mu is held.
+func (d *dispatcher) joinedLately(customer string) bool {
+	return time.Since(d.lastJoin[""]) < d.holdFor || time.Since(d.lastJoin[customer]) < d.holdFor
 }
 
 // unholdLocked takes up to max held deliveries customer may claim,
@@ -348,9 +355,13 @@ func (d *dispatcher) endHolds() {
 	if e := d.held.Front(); e != nil {
 		d.holdEnd = time.AfterFunc(d.holdFor-now.Sub(e.Value.(heldOffer).at), d.endHolds)
 	}
+	d.holdPubs.Add(len(due))
 	d.mu.Unlock()
 	for _, publish := range due {
-		go publish() // at most maxHeld at once
+		go func() { // at most maxHeld at once
+			defer d.holdPubs.Done()
+			publish()
+		}()
 	}
 }
 
@@ -417,8 +428,8 @@ func (d *dispatcher) expire() {
 }
 
 // stop starts no more pulls, waits until those in flight have ended (at
-// most fetchSlice), hands every parked notification back and drops the
-// held deliveries.
+// most fetchSlice), hands every parked notification back, drops the
+// held deliveries and waits for the publishes of those whose hold ended.
 func (d *dispatcher) stop() {
 	d.mu.Lock()
 	d.stopped = true
@@ -442,4 +453,5 @@ func (d *dispatcher) stop() {
 	for _, msg := range parked {
 		msg.Nak()
 	}
+	d.holdPubs.Wait()
 }

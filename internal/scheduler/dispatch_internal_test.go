@@ -239,7 +239,7 @@ func TestDispatcherHandoff(t *testing.T) {
 	wait := func(customer string, max int) chan got {
 		ch, before := make(chan got, 1), waiting()
 		go func() {
-			offers, err := e.d.take(ctx, customer, max, 200*time.Millisecond)
+			offers, err := e.d.take(ctx, customer, max, 10*time.Second) // ends as soon as max arrived
 			ch <- got{offers, err}
 		}()
 		for waiting() == before {
@@ -320,7 +320,7 @@ func TestDispatcherHolds(t *testing.T) {
 	e = newDispatchEnv(t)
 	e.d.holdFor = 50 * time.Millisecond
 	e.d.mu.Lock()
-	e.d.lastJoin = time.Now()
+	e.d.lastJoin[""] = time.Now()
 	e.d.mu.Unlock()
 	if !e.d.handoff(note("expires"), publish("expires")) {
 		t.Fatal("a delivery was not held right after a waiter joined the line")
@@ -338,7 +338,13 @@ func TestDispatcherHolds(t *testing.T) {
 		t.Fatal("a delivery was held with no waiter for longer than holdFor")
 	}
 	e.d.mu.Lock()
-	e.d.lastJoin = time.Now()
+	e.d.lastJoin["globex"] = time.Now()
+	e.d.mu.Unlock()
+	if e.d.handoff(note("theirs"), publish("theirs")) {
+		t.Fatal("acme's delivery was held for globex's claimers, who may not claim it")
+	}
+	e.d.mu.Lock()
+	e.d.lastJoin[""] = time.Now()
 	e.d.mu.Unlock()
 	if !e.d.handoff(note("dropped"), publish("dropped")) {
 		t.Fatal("a delivery was not held")

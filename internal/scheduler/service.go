@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -266,7 +265,7 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("scheduler: Config.ScheduleStore and Config.Schedules are required (or a Store and Views that serve schedules)")
 	}
 	closing, close := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, dispatchers: dispatchers{m: make(map[string]*dispatcher)}, polls: polls{n: make(map[string]int)},
+	return &Service{cfg: cfg, polls: polls{n: make(map[string]int)},
 		claiming: claiming{ids: make(map[string]struct{})}, closing: closing, close: close}, nil
 }
 
@@ -277,9 +276,7 @@ func New(cfg Config) (*Service, error) {
 // unaffected. Close is idempotent.
 func (s *Service) Close() {
 	s.close()
-	s.dispatchers.mu.Lock()
-	ds := slices.Collect(maps.Values(s.dispatchers.m))
-	s.dispatchers.mu.Unlock()
+	ds := s.dispatchers.all()
 	for _, d := range ds {
 		d.stop()
 	}
