@@ -17,11 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/broker"
 	"github.com/taskledger/taskledger/internal/testlog"
 )
 
@@ -297,19 +294,9 @@ func TestReplayCommands(t *testing.T) {
 
 	t.Run("VerifyReportsViolation", func(t *testing.T) {
 		// Append garbage to the log behind taskledger's back.
-		srv, err := broker.StartEmbedded(broker.EmbeddedConfig{Dir: data})
-		if err != nil {
-			t.Fatal(err)
-		}
-		nc, err := srv.Connect()
-		if err != nil {
-			srv.Shutdown()
-			t.Fatal(err)
-		}
-		js, _ := jetstream.New(nc)
+		js, stop := dataJS(t, data)
 		ack, err := js.Publish(context.Background(), "tl.evt.default.planted", []byte("not an event"))
-		nc.Close()
-		srv.Shutdown()
+		stop()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -180,13 +180,7 @@ func verifyReport(t *testing.T, subjects events.Subjects, shards events.Shards, 
 func sameReaders(t *testing.T, log store.Log, a *Archive, ids []string) {
 	t.Helper()
 	ctx := context.Background()
-	var got []events.Event
-	if err := a.Events(ctx, func(ev events.Event) error {
-		got = append(got, ev)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	got := archived(t, a)
 	if want := liveEvents(t, log, nil); !reflect.DeepEqual(got, want) {
 		t.Fatalf("the archive holds %d events, the live log %d, or other ones", len(got), len(want))
 	}
@@ -362,13 +356,7 @@ func TestArchiveSharded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got []events.Event
-		if err := a.Events(ctx, func(ev events.Event) error {
-			got = append(got, ev)
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+		got := archived(t, a)
 		if want := liveEvents(t, log, []int{2}); len(want) == 0 || !reflect.DeepEqual(got, want) {
 			t.Fatalf("part 2's archive holds %d events, the live part %d", len(got), len(want))
 		}
@@ -553,4 +541,17 @@ func copyDir(t *testing.T, dir string) string {
 		}
 	}
 	return d
+}
+
+// archived returns every event of archive a, in its order.
+func archived(t *testing.T, a *Archive) []events.Event {
+	t.Helper()
+	var got []events.Event
+	if err := a.Events(context.Background(), func(ev events.Event) error {
+		got = append(got, ev)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return got
 }

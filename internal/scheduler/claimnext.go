@@ -27,7 +27,7 @@ const MaxWait = api.MaxWaitSeconds * time.Second
 type dispatchers struct {
 	mu sync.Mutex // serializes creating and renewing them
 	// m maps a queue to its *dispatcher. It is read without mu, by every
-	// release (Handoff): mu is held across a call to the server.
+	// release (handoff): mu is held across a call to the server.
 	m sync.Map
 }
 
@@ -361,7 +361,7 @@ func untilClosed(ctx context.Context, sig <-chan struct{}) (context.Context, con
 // claimNotified claims the task of notification n for executorID and
 // settles msg: acknowledged once claimed or stale, handed back when the
 // log could not answer. msg is nil for a delivery handed off (see
-// Service.Handoff): there is nothing to settle, and should the claim fail
+// Service.handoff): there is nothing to settle, and should the claim fail
 // the alarm publishes the delivery after its grace.
 func (s *Service) claimNotified(ctx context.Context, msg jetstream.Msg, n events.ReadyNotification, executorID string) (aggregate.State, bool, error) {
 	crashpoint.Hit(crashpoint.ClaimReceived)
@@ -388,22 +388,7 @@ func settleMsg(msg jetstream.Msg, how func(jetstream.Msg) error) {
 	}
 }
 
-// Handoff gives the delivery of st, a task just released and not yet
-// published, to a claimer of its queue waiting in this process that may
-// claim it, and reports whether one took it. The claim then needs no
-// ready notification and no ReadyPublished: two writes fewer. A task
-// nobody here waits for is published as before. A claimer waits only
-// while the queue has nothing for it here, so a task handed off at once
-// overtakes nothing this process holds.
-//
-// evs are the events that released st, if the views may not hold them
-// yet: they are folded in first (ApplyOwn), so that the claim folds its
-// own Claimed in at once rather than waiting for the tail.
-func (s *Service) Handoff(st aggregate.State, evs []events.Event) bool {
-	return s.handoff(st, evs, nil)
-}
-
-// HoldOrHandoff is Handoff for the alarm's releases: when no claimer may
+// HoldOrHandoff is handoff for the alarm's releases: when no claimer may
 // take st now but claimers of its queue were waiting a moment ago (busy
 // claiming a burst), the delivery is held for the next one for up to
 // holdFor and then published (and ReadyPublished appended), as the
@@ -419,6 +404,18 @@ func (s *Service) HoldOrHandoff(st aggregate.State, evs []events.Event) bool {
 	})
 }
 
+// handoff gives the delivery of st, a task just released and not yet
+// published, to a claimer of its queue waiting in this process that may
+// claim it, and reports whether one took it. The claim then needs no
+// ready notification and no ReadyPublished: two writes fewer. A task
+// nobody here waits for is published as before. A claimer waits only
+// while the queue has nothing for it here, so a task handed off at once
+// overtakes nothing this process holds.
+//
+// evs are the events that released st, if the views may not hold them
+// yet: they are folded in first (ApplyOwn), so that the claim folds its
+// own Claimed in at once rather than waiting for the tail. publish, if
+// set, lets the dispatcher hold the delivery (see HoldOrHandoff).
 func (s *Service) handoff(st aggregate.State, evs []events.Event, publish func()) bool {
 	d := s.dispatchers.lookup(st.Spec.Queue)
 	if d == nil {

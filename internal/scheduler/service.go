@@ -435,7 +435,7 @@ func (s *Service) create(ctx context.Context, p Principal, customerID string, sp
 	}
 	if st.Version == 1 && st.Delivery.ID != "" {
 		// The views take the release before anyone may claim the task: a
-		// claim it is handed to (Handoff) then folds its Claimed in at once
+		// claim it is handed to (handoff) then folds its Claimed in at once
 		// instead of waiting for the tail.
 		if s.cfg.Views.ApplyOwn(evs) {
 			evs = nil
@@ -456,7 +456,7 @@ func (s *Service) create(ctx context.Context, p Principal, customerID string, sp
 }
 
 // publishReleased hands st, a task its TaskScheduled released, to a
-// claimer waiting here (Handoff), or else publishes its ready
+// claimer waiting here (handoff), or else publishes its ready
 // notification and records it (ReadyPublished) as the alarm would,
 // and returns the task after that and the event appended. A failure is
 // left to the alarm: the task waits in its delivery queue until the grace
@@ -465,7 +465,7 @@ func (s *Service) create(ctx context.Context, p Principal, customerID string, sp
 // makes ReadyPublished stale, which needs no write.
 func (s *Service) publishReleased(ctx context.Context, st aggregate.State) (aggregate.State, []events.Event) {
 	crashpoint.Hit(crashpoint.Released)
-	if s.Handoff(st, nil) { // create folded the release in
+	if s.handoff(st, nil, nil) { // create folded the release in
 		return st, nil
 	}
 	// Past the grace the alarm publishes anyway: a ready stream that does

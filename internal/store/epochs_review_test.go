@@ -20,12 +20,7 @@ import (
 func TestRemovedTwicePositionsNeverRepeat(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	nc, ns := testnats.Conn(t), testnats.NewNamespace(t)
-	st, err := store.Open(ctx, nc, store.Config{Stream: ns.Stream, Subjects: ns.Subjects, EpochSlots: 2, EpochPeriod: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st, ns := twoSlots(t)
 	js, shards := st.JetStream(), st.Shards()
 	first := schedule(t, st)
 	old, err := st.Load(ctx, first)
@@ -113,12 +108,7 @@ func TestRepeatedRequestSeenByAStaleProcess(t *testing.T) {
 func TestStaleSealLeavesANewEpochAlone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	nc, ns := testnats.Conn(t), testnats.NewNamespace(t)
-	st, err := store.Open(ctx, nc, store.Config{Stream: ns.Stream, Subjects: ns.Subjects, EpochSlots: 2, EpochPeriod: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st, ns := twoSlots(t)
 	js, shards := st.JetStream(), st.Shards()
 	n0 := st.Epochs().Slots[0].Epoch
 	open := func(slot int, n int64) { openEpoch(t, st, ns.Stream, slot, n) }
@@ -135,4 +125,17 @@ func TestStaleSealLeavesANewEpochAlone(t *testing.T) {
 		t.Logf("the stale seal: %v", err)
 	}
 	schedule(t, st)
+}
+
+// twoSlots opens a store on a new log with two epoch slots, closed when
+// the test ends.
+func twoSlots(t *testing.T) (*store.Store, testnats.Namespace) {
+	t.Helper()
+	ns := testnats.NewNamespace(t)
+	st, err := store.Open(context.Background(), testnats.Conn(t), store.Config{Stream: ns.Stream, Subjects: ns.Subjects, EpochSlots: 2, EpochPeriod: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, ns
 }
