@@ -164,9 +164,9 @@ const (
 // holds.
 var FigureNames = []string{
 	FigSync1, FigSync16, FigAsync, FigRead, FigClaim,
-	FigLifecycleSDK, FigWritesPerTask, FigNATSMessagesPerTask, FigLifecycleCPU, FigLifecycleGarbage, FigLifecycleHTTP, FigHTTPvsSDK,
-	FigHTTPCeilingEnqueue, FigHTTPCeilingDrain, FigHTTPCeilingCPU,
-	FigEnqueueHTTP, FigEnqueueBatch, FigDrainHTTP, FigDrainErrors, FigDrainCPU, FigDrainGarbage,
+	FigLifecycleSDK, FigLifecycleFloor, FigLifecycleFloorWide, FigWritesPerTask, FigNATSMessagesPerTask, FigLifecycleCPU, FigLifecycleGarbage, FigLifecycleHTTP, FigHTTPvsSDK,
+	FigHTTPCeilingEnqueue, FigEnqueueFloor, FigHTTPCeilingDrain, FigHTTPCeilingCPU,
+	FigEnqueueHTTP, FigEnqueueWrites, FigEnqueueBatch, FigDrainHTTP, FigDrainErrors, FigDrainCPU, FigDrainGarbage,
 	FigDrainBatch, FigDrainBatchCPU, FigDrainBatchGarb,
 	FigWaitingPolls, FigWaitingMemory, FigWaiterMemory, FigWaitingClaimP99, FigWaitingErrors,
 	FigSchedClaimP50, FigSchedClaimP99, FigSchedClaimP999, FigClaimP50, FigClaimP99, FigClaimP999,
@@ -187,6 +187,7 @@ type run struct {
 	// Measured earlier in the run, for the sections after.
 	sync1Rate, sync16Rate, asyncRate float64
 	httpEnqueueRate, httpDrainRate   float64 // the raw HTTP ceilings, tasks/s
+	enqueueFloorRate                 float64 // raw HTTP with an enqueue's appends, tasks/s
 	sdkRate                          float64 // lifecycle tasks/s through the Go SDK
 	schedRate                        float64 // schedule calls/s during that lifecycle
 }

@@ -287,9 +287,19 @@ func (r *run) lifecycle(ctx context.Context, nd *node.Node) error {
 		return err
 	}
 	r.sdkRate, r.schedRate = sdk.rate, sdk.schedRate
-
 	r.add(atLeast(Figure{Section: "lifecycle", Name: FigLifecycleSDK, Value: sdk.rate, Unit: "tasks/s",
 		Ratio: sdk.writesRate / r.asyncRate, RatioOf: ratioAsync}, sdk.writesRate/r.asyncRate, 0.5, "≥ 0.50× raw async"))
+	for _, f := range []struct {
+		name       string
+		goroutines int
+	}{{FigLifecycleFloor, floorGoroutines}, {FigLifecycleFloorWide, wideGoroutines}} {
+		floor, err := lifecycleFloor(ctx, nd.Store.JetStream().Conn(), sdk.n, f.goroutines)
+		if err != nil {
+			return err
+		}
+		r.add(Figure{Section: "lifecycle", Name: f.name, Value: floor, Unit: "tasks/s",
+			Ratio: floor * lifecycleWrites / r.asyncRate, RatioOf: ratioAsync})
+	}
 	r.add(Figure{Section: "lifecycle", Name: FigWritesPerTask, Value: sdk.writes, Unit: "writes"})
 	r.add(Figure{Section: "lifecycle", Name: FigNATSMessagesPerTask, Value: sdk.natsMsgs, Unit: "messages"})
 	r.add(Figure{Section: "lifecycle", Name: FigLifecycleCPU, Value: float64(sdk.use.cpu.Microseconds()) / float64(sdk.n), Unit: "µs/task"})
