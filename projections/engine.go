@@ -221,6 +221,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	watch := time.NewTicker(time.Second)
 	defer watch.Stop()
 	progressAt, ended := time.Now(), false
+	var batch []tailMsg
 	e.withPositions(e.cfg.Logger.Info(), "targets", target).Uint64("from", e.Applied()+1).Uint64("target", e.cfg.Shards.SumSeqs(target)).Msg("projections catching up")
 	for {
 		var m tailMsg
@@ -237,6 +238,29 @@ func (e *Engine) Run(ctx context.Context) error {
 			continue
 		case m = <-t.next:
 		}
+		// What else the tail has read already is applied with it, under
+		// one hold of the views' lock: with a lock round per event, a
+		// burst of appends had every writer, claim and release queue
+		// behind the tail event by event.
+		batch = append(batch[:0], m)
+		for len(batch) < tailBatch && m.err == nil && len(t.next) > 0 {
+			m = <-t.next
+			batch = append(batch, m)
+		}
+		if m.err != nil {
+			batch = batch[:len(batch)-1]
+		}
+		if len(batch) > 0 {
+			progressAt = time.Now()
+			if !e.applyTail(batch) {
+				// A rebuild swapped the views in after the tail skipped
+				// an event ApplyOwn folded in: the fresh views need it,
+				// so read it again.
+				t.stop(&tails)
+				t, ended = e.follow(e.nextSeqs(), e.isOwned), false
+				continue
+			}
+		}
 		if m.err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -244,29 +268,6 @@ func (e *Engine) Run(ctx context.Context) error {
 			ended = m.ended
 			e.cfg.Logger.Warn().Err(m.err).Msg("projections: read")
 			continue
-		}
-		if e.Covers(m.seq) {
-			continue
-		}
-		shard, seq := e.cfg.Shards.Split(m.seq)
-		_, from := e.cfg.Shards.Split(e.applied[shard].Load())
-		from++
-		if m.owned && !e.passOwned(m.seq) {
-			// A rebuild swapped the views in after the tail skipped
-			// this event: the fresh views need it, so read it again.
-			t.stop(&tails)
-			t, ended = e.follow(e.nextSeqs(), e.isOwned), false
-			continue
-		}
-		if seq > from {
-			// The event stream denies deletes: a skipped sequence is a
-			// message the server dropped or someone removed.
-			e.missing.Add(seq - from)
-			e.cfg.Logger.Warn().Int("shard", shard).Uint64("from", from).Uint64("to", seq-1).Msg("projections: sequences missing from the log; run taskledger replay verify")
-		}
-		progressAt = time.Now()
-		if !m.owned {
-			e.apply(m.ev, m.bad)
 		}
 		if !e.caughtUp.Load() && e.coversAll(target) {
 			e.markCaughtUp()
@@ -541,20 +542,83 @@ func decode(data []byte, seq uint64) (events.Event, error) {
 // skips what a task record holds).
 func (e *Engine) apply(ev events.Event, bad error) {
 	e.mu.Lock()
-	kick := false
+	kick, customer, queue := e.fold(ev, bad)
+	e.mu.Unlock()
+	e.after(true, kick)
+	if customer != "" {
+		e.signalQueued(customer, queue)
+	}
+}
+
+// fold applies ev (or counts it, undecodable) and moves the applied
+// position to it, with e.mu held. It reports whether the timer queues
+// changed and the customer and queue of a task it made queued.
+func (e *Engine) fold(ev events.Event, bad error) (kick bool, customer, queue string) {
 	if bad != nil {
 		e.bad.Add(1)
 		e.cfg.Logger.Error().Err(bad).Uint64("seq", ev.Seq).Msg("projections: undecodable event skipped")
 	} else {
 		kick = e.v.apply(ev)
 	}
-	customer, queue := e.queuedBy(ev)
+	customer, queue = e.queuedBy(ev)
 	e.setApplied(ev.Seq) // under mu: a snapshot pairs views and positions
 	e.ownMu.Lock()
 	delete(e.owned, ev.Seq) // folded in by ApplyOwn after the tail looked
 	e.ownMu.Unlock()
+	return kick, customer, queue
+}
+
+// applyTail applies what the tail read, in order, under one hold of
+// e.mu, then wakes what the events concern once. An event ApplyOwn
+// folded in moves the applied position over it without decoding. It
+// reports false, and applies nothing from there on, when the views no
+// longer hold such an event (a rebuild swapped in fresh views since the
+// tail looked): the tail must read again from the applied position.
+func (e *Engine) applyTail(batch []tailMsg) bool {
+	type signal struct{ customer, queue string }
+	var signals []signal
+	kick, applied, ok := false, false, true
+	e.mu.Lock()
+	for _, m := range batch {
+		if e.Covers(m.seq) {
+			continue
+		}
+		shard, seq := e.cfg.Shards.Split(m.seq)
+		_, from := e.cfg.Shards.Split(e.applied[shard].Load())
+		from++
+		if m.owned {
+			e.ownMu.Lock()
+			changed, held := e.owned[m.seq]
+			delete(e.owned, m.seq)
+			e.ownMu.Unlock()
+			if !held {
+				ok = false
+				break
+			}
+			e.setApplied(m.seq)
+			kick = changed || kick
+		}
+		if seq > from {
+			// The event stream denies deletes: a skipped sequence is a
+			// message the server dropped or someone removed.
+			e.missing.Add(seq - from)
+			e.cfg.Logger.Warn().Int("shard", shard).Uint64("from", from).Uint64("to", seq-1).Msg("projections: sequences missing from the log; run taskledger replay verify")
+		}
+		applied = true
+		if !m.owned {
+			changed, customer, queue := e.fold(m.ev, m.bad)
+			kick = changed || kick
+			if customer != "" {
+				signals = append(signals, signal{customer, queue})
+			}
+		}
+	}
 	e.mu.Unlock()
-	e.after(true, customer, queue, kick)
+	e.after(applied, kick)
+	for _, sg := range signals {
+		e.signalQueued(sg.customer, sg.queue)
+	}
+	return ok
 }
 
 // queuedBy returns the customer and queue of the task ev made queued, if
@@ -568,14 +632,12 @@ func (e *Engine) queuedBy(ev events.Event) (customer, queue string) {
 	return customer, queue
 }
 
-// after wakes what an applied event concerns: WaitFor callers (applied
-// says an event was applied), the customer's queued signal, the alarm.
-func (e *Engine) after(applied bool, customer, queue string, kick bool) {
+// after wakes what applied events concern: WaitFor callers (applied
+// says events were applied) and, when the timer queues changed (kick),
+// the alarm.
+func (e *Engine) after(applied, kick bool) {
 	if applied {
 		e.wake()
-	}
-	if customer != "" {
-		e.signalQueued(customer, queue)
 	}
 	if kick {
 		select {
@@ -592,29 +654,6 @@ func (e *Engine) isOwned(seq uint64) bool {
 	defer e.ownMu.Unlock()
 	_, ok := e.owned[seq]
 	return ok
-}
-
-// passOwned moves the applied sequence over seq, an event ApplyOwn
-// folded in: the tail skipped it without decoding. It reports false, and
-// moves nothing, when the views no longer hold it (a rebuild swapped in
-// fresh views since the tail looked). If the event changed the timer
-// queues it wakes the alarm again: the alarm skips an item until Applied
-// reaches the sequence its action appended, and the wake of ApplyOwn
-// came before that.
-func (e *Engine) passOwned(seq uint64) bool {
-	e.mu.Lock()
-	e.ownMu.Lock()
-	kick, held := e.owned[seq]
-	delete(e.owned, seq)
-	e.ownMu.Unlock()
-	if held {
-		e.setApplied(seq)
-	}
-	e.mu.Unlock()
-	if held {
-		e.after(true, "", "", kick)
-	}
-	return held
 }
 
 // ApplyOwn folds into the projections, ahead of the tail, events the
@@ -653,7 +692,10 @@ func (e *Engine) ApplyOwn(evs []events.Event) bool {
 		e.ownMu.Unlock()
 	}
 	e.mu.Unlock()
-	e.after(false, customer, queue, kick)
+	e.after(false, kick)
+	if customer != "" {
+		e.signalQueued(customer, queue)
+	}
 	return all
 }
 

@@ -9,7 +9,8 @@ import (
 
 // TestPassOwnedAfterSwap: an event the tail skipped as folded in, whose
 // mark a rebuild's swap cleared before the Run loop got to it, is not
-// passed over: the loop reads it again for the fresh views.
+// passed over, nor is anything after it in the same batch: the loop reads
+// them again for the fresh views.
 func TestPassOwnedAfterSwap(t *testing.T) {
 	t.Parallel()
 	e, err := New(Config{})
@@ -26,10 +27,20 @@ func TestPassOwnedAfterSwap(t *testing.T) {
 	e.ownMu.Lock()
 	clear(e.owned) // what Rebuild's swap does
 	e.ownMu.Unlock()
-	if e.passOwned(1) || e.Applied() != 0 {
+	owned := func(seq uint64) tailMsg { return tailMsg{seq: seq, owned: true} }
+	if e.applyTail([]tailMsg{owned(1), {seq: 2, ev: created("b", 2)}}) || e.Applied() != 0 {
 		t.Fatalf("passed over an event the swapped-in views lack (applied %d)", e.Applied())
 	}
-	if !e.ApplyOwn([]events.Event{created("b", 2)}) || !e.passOwned(2) || e.Applied() != 2 || e.isOwned(2) {
-		t.Fatalf("a marked event was not passed over: applied %d", e.Applied())
+	if _, ok := e.Task("b"); ok {
+		t.Fatal("applied an event after the one the swapped-in views lack")
+	}
+	if !e.ApplyOwn([]events.Event{created("c", 1)}) || !e.isOwned(1) { // as the fresh views would
+		t.Fatal("a root's TaskScheduled was not folded in and marked")
+	}
+	if !e.applyTail([]tailMsg{owned(1), {seq: 2, ev: created("b", 2)}}) || e.Applied() != 2 || e.isOwned(1) {
+		t.Fatalf("a marked event and the one after it were not applied: applied %d", e.Applied())
+	}
+	if _, ok := e.Task("b"); !ok {
+		t.Fatal("the event after a marked one was not applied")
 	}
 }

@@ -34,6 +34,9 @@ const (
 	// tailBuffer is how many messages the reader may run ahead of the
 	// engine, so the two goroutines do not hand over every message.
 	tailBuffer = 256
+	// tailBatch is how many of the messages read ahead Run applies under
+	// one hold of the views' lock.
+	tailBatch = 64
 )
 
 // tail delivers the log, each shard in order, from one ordered consumer
