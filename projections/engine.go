@@ -570,10 +570,13 @@ func (e *Engine) fold(ev events.Event, bad error) (kick bool, customer, queue st
 
 // applyTail applies what the tail read, in order, under one hold of
 // e.mu, then wakes what the events concern once. An event ApplyOwn
-// folded in moves the applied position over it without decoding. It
-// reports false, and applies nothing from there on, when the views no
-// longer hold such an event (a rebuild swapped in fresh views since the
-// tail looked): the tail must read again from the applied position.
+// folded in moves the applied position over it without decoding, and if
+// it changed the timer queues it wakes the alarm again: the alarm skips
+// an item until Applied reaches the sequence its action appended, and
+// ApplyOwn's wake came before that. applyTail reports false, and applies
+// nothing from there on, when the views no longer hold such an event (a
+// rebuild swapped in fresh views since the tail looked): the tail must
+// read again from the applied position.
 func (e *Engine) applyTail(batch []tailMsg) bool {
 	type signal struct{ customer, queue string }
 	var signals []signal

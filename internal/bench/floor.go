@@ -36,11 +36,11 @@ const (
 	wideGoroutines  = 1024
 )
 
-// appendTask makes k appends on a new task's subject of subj through
-// st's append pipeline, each with a message id and the expected last
-// subject sequence, one after the other.
-func appendTask(ctx context.Context, st *store.Store, subj events.Subjects, data []byte, k int) error {
-	subject, last := subj.Event(customer(0), events.NewID()), uint64(0)
+// appendTask makes k appends on a new task's subject of st through its
+// append pipeline, each with a message id and the expected last subject
+// sequence, one after the other.
+func appendTask(ctx context.Context, st *store.Store, data []byte, k int) error {
+	subject, last := st.Subjects().Event(customer(0), events.NewID()), uint64(0)
 	for range k {
 		msg := rawMsg(subject, data)
 		msg.Header.Set(jetstream.MsgIDHeader, events.NewID())
@@ -93,7 +93,7 @@ func lifecycleFloor(ctx context.Context, nc *nats.Conn, n, goroutines int) (floa
 	for range goroutines {
 		g.Go(func() error {
 			for next.Add(1) <= int64(n) {
-				if err := appendTask(gctx, st, st.Subjects(), data, lifecycleWrites); err != nil {
+				if err := appendTask(gctx, st, data, lifecycleWrites); err != nil {
 					return err
 				}
 			}

@@ -122,7 +122,7 @@ func (r *run) enqueueFloor(ctx context.Context, nc *nats.Conn, n int) error {
 		return err
 	}
 	url, stop, err := serveCanned(func(ctx context.Context) error {
-		return appendTask(ctx, st, st.Subjects(), data, enqueueWrites)
+		return appendTask(ctx, st, data, enqueueWrites)
 	})
 	if err != nil {
 		return err
