@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"runtime"
+	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -145,4 +147,21 @@ func BenchmarkApplyProjection(b *testing.B) {
 		i++
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(seq), "ns/event")
+}
+
+// TestUnforce checks that unforce, after forced collections, returns
+// once the pacer has run pacerMemory collections of its own: made
+// garbage that is not optimised away brings them on. It is not
+// parallel, so no other test's garbage brings them.
+func TestUnforce(t *testing.T) {
+	s := []metrics.Sample{{Name: "/gc/cycles/automatic:gc-cycles"}}
+	runtime.GC()
+	runtime.GC()
+	metrics.Read(s)
+	before := s[0].Value.Uint64()
+	made := unforce()
+	metrics.Read(s)
+	if got := s[0].Value.Uint64() - before; got < pacerMemory || made == 0 {
+		t.Fatalf("unforce made %d bytes and returned after %d collections of the pacer's own, want at least %d", made, got, pacerMemory)
+	}
 }
