@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -324,10 +325,24 @@ func (r *run) section(ctx context.Context, name string, fn func(context.Context)
 			r.writeProfile(name+".allocs.pprof", "allocs")
 		}()
 	}
+	forced := forcedCollections()
 	if err := fn(ctx); err != nil {
 		return fmt.Errorf("bench: %s: %w", name, err)
 	}
+	if forcedCollections() > forced {
+		t0 := time.Now()
+		made := unforce()
+		r.say("  %d MB of garbage for the pacer's own collections after the section's forced ones (%s)", made>>20, time.Since(t0).Round(time.Millisecond))
+	}
 	return nil
+}
+
+// forcedCollections counts the collections runtime.GC (or
+// debug.FreeOSMemory) has forced since the process started.
+func forcedCollections() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 // writeProfile writes the named runtime profile into the profile
@@ -446,3 +461,34 @@ func (r *Report) Missing() []string {
 	}
 	return out
 }
+
+// unforce makes garbage until the pacer has started and ended
+// pacerMemory collections itself (or 30 s have passed), so that the
+// collections a section forced to measure memory leave nothing in its
+// estimates, and returns how many bytes it made. A collection forced while the
+// process rests teaches the pacer that marking costs nearly nothing:
+// the collections it starts next begin at their heap goal, and every
+// goroutine that allocates helps mark until they end. After the HTTP
+// section's memory measurements, that stood the whole process still
+// for 300–600 ms in the timers section.
+func unforce() (made int) {
+	s := []metrics.Sample{{Name: "/gc/cycles/automatic:gc-cycles"}}
+	metrics.Read(s)
+	want := s[0].Value.Uint64() + pacerMemory
+	deadline := time.Now().Add(30 * time.Second)
+	for ; s[0].Value.Uint64() < want && time.Now().Before(deadline); metrics.Read(s) {
+		for range 64 {
+			made += len(make([]byte, garbageChunk))
+		}
+	}
+	return made
+}
+
+// pacerMemory is how many collections the Go pacer's estimate of the
+// cost of marking draws on: the largest of the last five
+// (gcControllerState.endCycle in runtime/mgcpacer.go).
+const pacerMemory = 5
+
+// garbageChunk is what unforce allocates at a time; a variable, because
+// a slice of constant size may be allocated on the stack.
+var garbageChunk = 64 << 10

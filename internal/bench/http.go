@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
-	"runtime/metrics"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -307,11 +306,6 @@ func drainBatches(ctx context.Context, c *api.Client, queue string, n int, errs 
 // ready notification was published it was claimed.
 func (r *run) waitingPolls(ctx context.Context, nd *node.Node, url string) error {
 	const queue = "crowd"
-	defer func() { // last, once the polls have ended
-		t0 := time.Now()
-		made := unforce()
-		r.say("  %d MB of garbage for the pacer's own collections after the forced ones (%s)", made>>20, time.Since(t0).Round(time.Millisecond))
-	}()
 	polls := r.scaled(10000, 200)
 	if fit := fdBudget() / 2; polls > fit {
 		r.say("  only %d file descriptors to spare: %d polls instead of %d", fit*2, fit, polls)
@@ -478,34 +472,3 @@ func heapAndStacks() uint64 {
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc + ms.StackInuse
 }
-
-// unforce makes garbage until the pacer has started and ended
-// pacerMemory collections itself (or 30 s have passed), so that the
-// collections heapAndStacks forced leave nothing in its estimates, and
-// returns how many bytes it made. A collection forced while the
-// process rests teaches the pacer that marking costs nearly nothing:
-// the collections it starts next begin at their heap goal, and every
-// goroutine that allocates helps mark until they end. In a run whose
-// timers section followed the forced ones, that stood the whole
-// process still for 300–600 ms.
-func unforce() (made int) {
-	s := []metrics.Sample{{Name: "/gc/cycles/automatic:gc-cycles"}}
-	metrics.Read(s)
-	want := s[0].Value.Uint64() + pacerMemory
-	deadline := time.Now().Add(30 * time.Second)
-	for ; s[0].Value.Uint64() < want && time.Now().Before(deadline); metrics.Read(s) {
-		for range 64 {
-			made += len(make([]byte, garbageChunk))
-		}
-	}
-	return made
-}
-
-// pacerMemory is how many collections the Go pacer's estimate of the
-// cost of marking draws on: the largest of the last five
-// (gcControllerState.endCycle in runtime/mgcpacer.go).
-const pacerMemory = 5
-
-// garbageChunk is what unforce allocates at a time; a variable, because
-// a slice of constant size may be allocated on the stack.
-var garbageChunk = 64 << 10
