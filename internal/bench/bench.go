@@ -236,7 +236,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 		Scale: cfg.Scale, Started: time.Now().UTC(), GoVersion: runtime.Version(),
 		NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
 	}}
-	r.say("scale %g, data in %s, %d CPUs", cfg.Scale, dir, runtime.NumCPU())
+	r.say("scale %g, data in %s, %d CPUs, GOMAXPROCS %d", cfg.Scale, dir, runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	err = r.all(ctx)
 	r.report.Seconds = time.Since(r.report.Started).Seconds()
 	r.say("done in %.1fs", r.report.Seconds)
@@ -427,7 +427,11 @@ func WriteTable(w io.Writer, rep Report) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Name, formatValue(f.Value), f.Unit, ratio, target, met)
 	}
-	fmt.Fprintf(tw, "(scale %g, %d CPUs, %s, %.0fs)\n", rep.Scale, rep.NumCPU, rep.GoVersion, rep.Seconds)
+	procs := ""
+	if rep.GOMAXPROCS != rep.NumCPU { // set by hand (or a CPU quota): it changes the figures
+		procs = fmt.Sprintf(", GOMAXPROCS %d", rep.GOMAXPROCS)
+	}
+	fmt.Fprintf(tw, "(scale %g, %d CPUs%s, %s, %.0fs)\n", rep.Scale, rep.NumCPU, procs, rep.GoVersion, rep.Seconds)
 	return tw.Flush()
 }
 

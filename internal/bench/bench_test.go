@@ -64,3 +64,25 @@ func TestBenchSmoke(t *testing.T) {
 		}
 	})
 }
+
+// TestTableNamesGOMAXPROCS checks the table's last line: a run with
+// GOMAXPROCS set apart from the CPUs says so, since it changes the
+// figures (README, "Garbage collection on two cores").
+func TestTableNamesGOMAXPROCS(t *testing.T) {
+	for _, c := range []struct {
+		procs int
+		want  string
+	}{
+		{2, "(scale 1, 2 CPUs, go1.26.8, 240s)\n"},
+		{4, "(scale 1, 2 CPUs, GOMAXPROCS 4, go1.26.8, 240s)\n"},
+	} {
+		var out bytes.Buffer
+		rep := Report{Scale: 1, Seconds: 240, GoVersion: "go1.26.8", NumCPU: 2, GOMAXPROCS: c.procs}
+		if err := WriteTable(&out, rep); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(out.String(), c.want) {
+			t.Errorf("GOMAXPROCS %d: table ends %q, want %q", c.procs, out.String(), c.want)
+		}
+	}
+}
