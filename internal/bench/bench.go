@@ -128,6 +128,7 @@ const (
 	FigReleaseP50          = "release lateness p50"
 	FigReleaseP99          = "release lateness p99"
 	FigReleaseMax          = "release lateness max"
+	FigReleaseGCs          = "collections while releasing"
 	FigTimeoutP50          = "timeout lateness p50"
 	FigTimeoutP99          = "timeout lateness p99"
 	FigTimeoutMax          = "timeout lateness max"
@@ -171,7 +172,7 @@ var FigureNames = []string{
 	FigDrainBatch, FigDrainBatchCPU, FigDrainBatchGarb,
 	FigWaitingPolls, FigWaitingMemory, FigWaiterMemory, FigWaitingClaimP99, FigWaitingErrors,
 	FigSchedClaimP50, FigSchedClaimP99, FigSchedClaimP999, FigClaimP50, FigClaimP99, FigClaimP999,
-	FigReleaseEarly, FigReleaseP50, FigReleaseP99, FigReleaseMax, FigTimeoutP50, FigTimeoutP99, FigTimeoutMax, FigBurstP99, FigBurstMax, FigFireP50, FigFireP99, FigFireMax,
+	FigReleaseEarly, FigReleaseP50, FigReleaseP99, FigReleaseMax, FigReleaseGCs, FigTimeoutP50, FigTimeoutP99, FigTimeoutMax, FigBurstP99, FigBurstMax, FigFireP50, FigFireP99, FigFireMax,
 	FigRebuild, FigReplayRead, FigStartCold, FigStartSnapshot, FigLoadP50, FigLoadP99,
 	FigMemory, FigEpochLive, FigEpochSealed, FigEpochRemoved, FigOverloadGrowth, FigOverloadHeap,
 	FigSyncAlways1, FigSyncAlways16, FigSyncAlwaysCost,
@@ -325,11 +326,11 @@ func (r *run) section(ctx context.Context, name string, fn func(context.Context)
 			r.writeProfile(name+".allocs.pprof", "allocs")
 		}()
 	}
-	forced := forcedCollections()
+	forced := collections("forced")
 	if err := fn(ctx); err != nil {
 		return fmt.Errorf("bench: %s: %w", name, err)
 	}
-	if forcedCollections() > forced {
+	if collections("forced") > forced {
 		t0 := time.Now()
 		made := unforce()
 		r.say("  %d MB of garbage for the pacer's own collections after the section's forced ones (%s)", made>>20, time.Since(t0).Round(time.Millisecond))
@@ -337,10 +338,11 @@ func (r *run) section(ctx context.Context, name string, fn func(context.Context)
 	return nil
 }
 
-// forcedCollections counts the collections runtime.GC (or
-// debug.FreeOSMemory) has forced since the process started.
-func forcedCollections() uint64 {
-	s := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
+// collections counts the collections of a kind the process has
+// completed since it started: "forced" (runtime.GC or
+// debug.FreeOSMemory), "automatic" (the pacer's) or "total".
+func collections(kind string) uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/" + kind + ":gc-cycles"}}
 	metrics.Read(s)
 	return s[0].Value.Uint64()
 }
@@ -476,11 +478,9 @@ func (r *Report) Missing() []string {
 // section's memory measurements, that stood the whole process still
 // for 300–600 ms in the timers section.
 func unforce() (made int) {
-	s := []metrics.Sample{{Name: "/gc/cycles/automatic:gc-cycles"}}
-	metrics.Read(s)
-	want := s[0].Value.Uint64() + pacerMemory
+	want := collections("automatic") + pacerMemory
 	deadline := time.Now().Add(30 * time.Second)
-	for ; s[0].Value.Uint64() < want && time.Now().Before(deadline); metrics.Read(s) {
+	for collections("automatic") < want && time.Now().Before(deadline) {
 		for range 64 {
 			made += len(make([]byte, garbageChunk))
 		}
