@@ -237,7 +237,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 		Scale: cfg.Scale, Started: time.Now().UTC(), GoVersion: runtime.Version(),
 		NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
 	}}
-	r.say("scale %g, data in %s, %d CPUs, GOMAXPROCS %d", cfg.Scale, dir, runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	r.say("scale %g, data in %s, %d CPUs, GOMAXPROCS %d", cfg.Scale, dir, r.report.NumCPU, r.report.GOMAXPROCS)
 	err = r.all(ctx)
 	r.report.Seconds = time.Since(r.report.Started).Seconds()
 	r.say("done in %.1fs", r.report.Seconds)

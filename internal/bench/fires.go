@@ -37,10 +37,8 @@ func (r *run) fires(ctx context.Context, nd *node.Node) error {
 	}); err != nil {
 		return err
 	}
-	select {
-	case <-time.After(fireSeconds*time.Second + 500*time.Millisecond):
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := sleep(ctx, fireSeconds*time.Second+500*time.Millisecond); err != nil {
+		return err
 	}
 	late := make([][]time.Duration, n)
 	if err := forEach(ctx, n, func(ctx context.Context, i int) error {

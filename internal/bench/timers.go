@@ -64,10 +64,10 @@ func lateness(ctx context.Context, nd *node.Node, taskIDs []string, typ events.T
 	return late, nil
 }
 
-// sleepUntil returns at t, or with ctx's error when ctx ends first.
-func sleepUntil(ctx context.Context, t time.Time) error {
+// sleep returns after d, or with ctx's error when ctx ends first.
+func sleep(ctx context.Context, d time.Duration) error {
 	select {
-	case <-time.After(time.Until(t)):
+	case <-time.After(d):
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -109,11 +109,11 @@ func (r *run) timers(ctx context.Context, nd *node.Node) error {
 	// The collections that end while the tasks are released: each can
 	// hold both cores for 10-25 ms (README, "Garbage collection on two
 	// cores"), so the tail depends on how many fell in the window.
-	if err := sleepUntil(ctx, t0); err != nil {
+	if err := sleep(ctx, time.Until(t0)); err != nil {
 		return err
 	}
 	before := collections("total")
-	if err := sleepUntil(ctx, t0.Add(window)); err != nil {
+	if err := sleep(ctx, time.Until(t0.Add(window))); err != nil {
 		return err
 	}
 	gcs := collections("total") - before
@@ -148,10 +148,8 @@ func (r *run) timers(ctx context.Context, nd *node.Node) error {
 	if err := claimAll(ctx, a, "timeouts", m, concurrency, time.Minute); err != nil {
 		return err
 	}
-	select {
-	case <-time.After(time.Second):
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := sleep(ctx, time.Second); err != nil {
+		return err
 	}
 	if err := waitTimers(ctx, nd, projections.Expire, 30*time.Second); err != nil {
 		return err
