@@ -22,16 +22,25 @@ func TestMain(m *testing.M) { testnats.Main(m) }
 func open(t *testing.T, bucket, instance string, parts int, ttl time.Duration) (*Leases, *nats.Conn) {
 	t.Helper()
 	nc := testnats.Conn(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := newJS(t, nc)
 	l, err := Open(context.Background(), Config{JS: js, Bucket: bucket, Partitions: parts, TTL: ttl, Instance: instance,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return l, nc
+}
+
+// newJS is a JetStream context on nc whose API requests (a bucket's
+// creation among them) wait up to 30 s, not nats.go's 5 s: under the
+// whole suite on two cores one creation took longer (CI, 2 December).
+func newJS(t *testing.T, nc *nats.Conn) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 // run runs l until the test ends (or stop is called).
@@ -281,10 +290,7 @@ func TestLeasesBucketMadeAgain(t *testing.T) {
 	l, nc := open(t, bucket, "a", parts, time.Second)
 	run(t, l)
 	eventually(t, "every partition owned", func() bool { return slices.Equal(l.Owned(), all(parts)) })
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := newJS(t, nc)
 	if err := js.DeleteKeyValue(context.Background(), bucket); err != nil {
 		t.Fatal(err)
 	}
@@ -312,11 +318,8 @@ func TestOpenRefusesOtherPartitionCount(t *testing.T) {
 	t.Parallel()
 	bucket := bucketName(t)
 	a, nc := open(t, bucket, "a", 8, 3*time.Second)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = Open(context.Background(), Config{JS: js, Bucket: bucket, Partitions: 16, Instance: "b"})
+	js := newJS(t, nc)
+	_, err := Open(context.Background(), Config{JS: js, Bucket: bucket, Partitions: 16, Instance: "b"})
 	if err == nil || !strings.Contains(err.Error(), "not 16") {
 		t.Fatalf("Open with 16 partitions on a bucket of 8: %v", err)
 	}
