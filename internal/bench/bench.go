@@ -167,7 +167,8 @@ const (
 var FigureNames = []string{
 	FigSync1, FigSync16, FigAsync, FigRead, FigClaim,
 	FigLifecycleSDK, FigLifecycleFloor, FigLifecycleFloorWide, FigWritesPerTask, FigNATSMessagesPerTask, FigLifecycleCPU, FigLifecycleGarbage, FigLifecycleHTTP, FigHTTPvsSDK,
-	FigHTTPCeilingEnqueue, FigEnqueueFloor, FigHTTPCeilingDrain, FigHTTPCeilingCPU,
+	FigHTTPCeilingEnqueue, FigHTTPCeilingBatch, FigHTTPCeilingDrain, FigHTTPCeilingCPU, FigHTTPCeilingBatchDrain,
+	FigEnqueueFloorOne, FigEnqueueFloor, FigBatchDrainFloor,
 	FigEnqueueHTTP, FigEnqueueWrites, FigEnqueueBatch, FigDrainHTTP, FigDrainErrors, FigDrainCPU, FigDrainGarbage,
 	FigDrainBatch, FigDrainBatchCPU, FigDrainBatchGarb,
 	FigWaitingPolls, FigWaitingMemory, FigWaiterMemory, FigWaitingClaimP99, FigWaitingErrors,
@@ -188,10 +189,9 @@ type run struct {
 
 	// Measured earlier in the run, for the sections after.
 	sync1Rate, sync16Rate, asyncRate float64
-	httpEnqueueRate, httpDrainRate   float64 // the raw HTTP ceilings, tasks/s
-	enqueueFloorRate                 float64 // raw HTTP with an enqueue's appends, tasks/s
-	sdkRate                          float64 // lifecycle tasks/s through the Go SDK
-	schedRate                        float64 // schedule calls/s during that lifecycle
+	httpRates                        map[string]float64 // the raw HTTP ceilings' and floors' tasks/s, by figure
+	sdkRate                          float64            // lifecycle tasks/s through the Go SDK
+	schedRate                        float64            // schedule calls/s during that lifecycle
 }
 
 // Run measures everything, in the order the package comment gives, on a

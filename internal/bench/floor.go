@@ -54,6 +54,62 @@ func appendTask(ctx context.Context, st *store.Store, data []byte, k int) error 
 	return nil
 }
 
+// tailed is a store of the floors' own, whose stream an ordered consumer
+// reads as the projections' tail does, counting what it has read.
+type tailed struct {
+	st       *store.Store
+	data     []byte
+	cc       jetstream.ConsumeContext
+	appended atomic.Int64
+	read     atomic.Int64
+}
+
+// openTailed opens a store on its own stream name and starts its tail.
+func openTailed(ctx context.Context, nc *nats.Conn, name string) (*tailed, error) {
+	data, err := sampleEvent()
+	if err != nil {
+		return nil, err
+	}
+	st, err := openStore(ctx, nc, name, nil)
+	if err != nil {
+		return nil, err
+	}
+	t := &tailed{st: st, data: data}
+	cons, err := st.JetStream().OrderedConsumer(ctx, "BENCH_"+strings.ToUpper(name), jetstream.OrderedConsumerConfig{})
+	if err == nil {
+		t.cc, err = cons.Consume(func(jetstream.Msg) { t.read.Add(1) })
+	}
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// task makes a new task's k appends (appendTask).
+func (t *tailed) task(ctx context.Context, k int) error {
+	if err := appendTask(ctx, t.st, t.data, k); err != nil {
+		return err
+	}
+	t.appended.Add(int64(k))
+	return nil
+}
+
+// caughtUp waits until the tail has read every append made so far.
+func (t *tailed) caughtUp(ctx context.Context) error {
+	for t.read.Load() < t.appended.Load() {
+		if err := sleep(ctx, time.Millisecond); err != nil {
+			return fmt.Errorf("the tail read %d of %d appends: %w", t.read.Load(), t.appended.Load(), err)
+		}
+	}
+	return nil
+}
+
+func (t *tailed) close() {
+	t.cc.Stop()
+	t.st.Close()
+}
+
 // lifecycleFloor measures n raw lifecycles: goroutines goroutines each
 // making a task's lifecycleWrites appends, one task after another, while
 // an ordered consumer reads the stream as the projections' tail does. It
@@ -61,31 +117,11 @@ func appendTask(ctx context.Context, st *store.Store, data []byte, k int) error 
 func lifecycleFloor(ctx context.Context, nc *nats.Conn, n, goroutines int) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, phaseTimeout)
 	defer cancel()
-	name := fmt.Sprintf("rawlifecycle%d", goroutines)
-	st, err := openStore(ctx, nc, name, nil)
+	t, err := openTailed(ctx, nc, fmt.Sprintf("rawlifecycle%d", goroutines))
 	if err != nil {
 		return 0, err
 	}
-	defer st.Close()
-	data, err := sampleEvent()
-	if err != nil {
-		return 0, err
-	}
-	cons, err := st.JetStream().OrderedConsumer(ctx, "BENCH_"+strings.ToUpper(name), jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		return 0, err
-	}
-	read := make(chan struct{})
-	var seen atomic.Int64
-	cc, err := cons.Consume(func(jetstream.Msg) {
-		if seen.Add(1) == int64(n*lifecycleWrites) {
-			close(read)
-		}
-	})
-	if err != nil {
-		return 0, err
-	}
-	defer cc.Stop()
+	defer t.close()
 
 	start := time.Now()
 	var next atomic.Int64
@@ -93,7 +129,7 @@ func lifecycleFloor(ctx context.Context, nc *nats.Conn, n, goroutines int) (floa
 	for range goroutines {
 		g.Go(func() error {
 			for next.Add(1) <= int64(n) {
-				if err := appendTask(gctx, st, data, lifecycleWrites); err != nil {
+				if err := t.task(gctx, lifecycleWrites); err != nil {
 					return err
 				}
 			}
@@ -103,10 +139,8 @@ func lifecycleFloor(ctx context.Context, nc *nats.Conn, n, goroutines int) (floa
 	if err := g.Wait(); err != nil {
 		return 0, fmt.Errorf("raw lifecycle, %d goroutines: %w", goroutines, err)
 	}
-	select {
-	case <-read:
-	case <-ctx.Done():
-		return 0, fmt.Errorf("raw lifecycle, %d goroutines: the tail read %d of %d appends: %w", goroutines, seen.Load(), n*lifecycleWrites, ctx.Err())
+	if err := t.caughtUp(ctx); err != nil {
+		return 0, fmt.Errorf("raw lifecycle, %d goroutines: %w", goroutines, err)
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
 }

@@ -145,10 +145,6 @@ func (r *run) httpSection(ctx context.Context, nd *node.Node) error {
 // its CPU per task and records its rate over n tasks as figure name, held
 // to target tasks/s (a multiple of 1,000 or more).
 func (r *run) httpPhase(url string, conns, n int, name string, target float64, fn func(*api.Client) error) (usage, error) {
-	ceilings := map[string]struct {
-		rate float64
-		of   string
-	}{FigEnqueueHTTP: {r.enqueueFloorRate, ratioEnqueue}, FigDrainHTTP: {r.httpDrainRate, ratioHTTPDrain}}
 	c := httpClient(url, conns)
 	u, err := measure(func() error { return fn(c) })
 	c.HTTP.CloseIdleConnections()
@@ -158,8 +154,8 @@ func (r *run) httpPhase(url string, conns, n int, name string, target float64, f
 	r.sayCPU(name, u.cpu, u.elapsed, n, "task")
 	rate := float64(n) / u.elapsed.Seconds()
 	f := Figure{Section: "http", Name: name, Value: rate, Unit: "tasks/s"}
-	if c := ceilings[name]; c.rate > 0 {
-		f.Ratio, f.RatioOf = rate/c.rate, c.of
+	if ref := floorOf[name]; r.httpRates[ref.fig] > 0 {
+		f.Ratio, f.RatioOf = rate/r.httpRates[ref.fig], ref.of
 	}
 	r.add(atLeast(f, rate, target, fmt.Sprintf("≥ %d,%03d tasks/s", int(target)/1000, int(target)%1000)))
 	return u, nil
