@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	_ "time/tzdata" // the zone database, for schedules' timezones on machines without one
+
+	"github.com/taskledger/taskledger/internal/bench"
 )
 
 // command is one subcommand.
@@ -48,6 +50,7 @@ var commands = []command{
 var errUsage = errors.New("usage")
 
 func main() {
+	bench.PollsChild() // a child process the bench started for its polls
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout)
 	stop()

@@ -4,16 +4,20 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/taskledger/taskledger/internal/testnats"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
+	PollsChild() // the bench's waiting polls run in a child: this binary
 	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(testnats.NATSLeaks...); err != nil {
@@ -84,5 +88,30 @@ func TestTableNamesGOMAXPROCS(t *testing.T) {
 		if !strings.HasSuffix(out.String(), c.want) {
 			t.Errorf("GOMAXPROCS %d: table ends %q, want %q", c.procs, out.String(), c.want)
 		}
+	}
+}
+
+// TestHoldPollsCountsErrors checks the polls' child process's report: a
+// poll whose server refuses it counts a failed request, and the count is
+// written when its standard input ends.
+func TestHoldPollsCountsErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there now: every poll is refused
+	stop, stopWrite := io.Pipe()
+	time.AfterFunc(200*time.Millisecond, func() { stopWrite.Close() })
+	var out bytes.Buffer
+	if err := holdPolls(url+" q 2", stop, &out); err != nil {
+		t.Fatal(err)
+	}
+	var errs int
+	if _, err := fmt.Sscanf(out.String(), "errors %d\n", &errs); err != nil || errs == 0 {
+		t.Errorf("output %q: want errors N with N > 0", out.String())
+	}
+	if err := holdPolls("no-url", strings.NewReader(""), &out); err == nil {
+		t.Error("holdPolls with a malformed spec: no error")
 	}
 }

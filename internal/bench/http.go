@@ -48,7 +48,7 @@ const (
 	FigWaitingPolls    = "long polls waiting on one queue"
 	FigWaitingErrors   = "errors of the waiting long polls"
 	FigWaitingClaimP99 = "released→claimed p99, polls waiting"
-	FigWaitingMemory   = "memory per waiting HTTP poll, client and server"
+	FigWaitingMemory   = "server memory per waiting HTTP poll"
 	FigWaiterMemory    = "service memory per waiting claimer (no HTTP)"
 )
 
@@ -296,48 +296,27 @@ func drainBatches(ctx context.Context, c *api.Client, queue string, n int, errs 
 }
 
 // waitingPolls holds a crowd of long polls on one queue (10,000 at scale
-// 1, fewer if the process may not open two sockets for each), measures
-// the server's memory per waiting poll, then schedules tasks one at a
-// time and measures, from each task's own events, how long after its
-// ready notification was published it was claimed.
+// 1, fewer if this process may not open a socket for each) from a child
+// process (startPolls), measures the server's memory per waiting poll,
+// then schedules tasks one at a time and measures, from each task's own
+// events, how long after its release it was claimed.
 func (r *run) waitingPolls(ctx context.Context, nd *node.Node, url string) error {
 	const queue = "crowd"
 	polls := r.scaled(10000, 200)
-	if fit := fdBudget() / 2; polls > fit {
-		r.say("  only %d file descriptors to spare: %d polls instead of %d", fit*2, fit, polls)
+	if fit := fdBudget(); polls > fit {
+		r.say("  only %d file descriptors to spare: %d polls instead of %d", fit, fit, polls)
 		polls = fit
 	}
-	c := httpClient(url, polls)
-	defer c.HTTP.CloseIdleConnections()
 	if err := openQueue(ctx, nd, queue); err != nil {
 		return err
 	}
 	settle()
 	before := heapAndStacks()
-	pollCtx, stopPolls := context.WithCancel(ctx)
-	var errs atomic.Int64
-	claimed := make(chan string, polls)
-	var wg sync.WaitGroup
-	for w := range polls {
-		wg.Go(func() {
-			for pollCtx.Err() == nil {
-				t, ok, err := c.ClaimNext(pollCtx, queue, fmt.Sprintf("crowd-%d", w), scheduledWait)
-				switch {
-				case err != nil && pollCtx.Err() == nil:
-					errs.Add(1)
-				case ok:
-					claimed <- t.ID
-					if _, err := c.RecordResult(ctx, t.ID, api.ResultRequest{DeliveryID: t.Claim.DeliveryID, Success: true}); err != nil {
-						errs.Add(1)
-					}
-				}
-			}
-		})
+	child, err := startPolls(url, queue, polls, r.log)
+	if err != nil {
+		return err
 	}
-	defer func() { // end the polls before waiting for them
-		stopPolls()
-		wg.Wait()
-	}()
+	defer child.stop() // on an early return; its error then is the one returned
 	if err := waitWaiting(ctx, nd, queue, polls); err != nil {
 		return err
 	}
@@ -360,13 +339,19 @@ func (r *run) waitingPolls(ctx context.Context, nd *node.Node, url string) error
 		}
 		ids = append(ids, t.ID)
 		select { // one at a time: each is claimed before the next is due
-		case <-claimed:
+		case _, ok := <-child.claimed:
+			if !ok {
+				_, err := child.stop()
+				return fmt.Errorf("the polls' process ended early: %v", err)
+			}
 		case <-time.After(phaseTimeout):
 			return fmt.Errorf("task %s not claimed", t.ID)
 		}
 	}
-	stopPolls()
-	wg.Wait()
+	errs, err := child.stop()
+	if err != nil {
+		return err
+	}
 	var lat []time.Duration
 	for _, id := range ids {
 		hist, err := nd.Store.History(ctx, id)
@@ -393,7 +378,7 @@ func (r *run) waitingPolls(ctx context.Context, nd *node.Node, url string) error
 	slices.Sort(lat)
 	p99 := lat[len(lat)*99/100].Seconds() * 1000
 	r.add(atMost(Figure{Section: "http", Name: FigWaitingClaimP99, Value: p99, Unit: "ms"}, p99, 5, "≤ 5 ms"))
-	r.add(atMost(Figure{Section: "http", Name: FigWaitingErrors, Value: float64(errs.Load()), Unit: "errors"}, float64(errs.Load()), 0, "0"))
+	r.add(atMost(Figure{Section: "http", Name: FigWaitingErrors, Value: float64(errs), Unit: "errors"}, float64(errs), 0, "0"))
 	return nil
 }
 
