@@ -293,10 +293,15 @@ func (r *run) lifecycle(ctx context.Context, nd *node.Node) error {
 		name       string
 		goroutines int
 	}{{FigLifecycleFloor, floorGoroutines}, {FigLifecycleFloorWide, wideGoroutines}} {
-		floor, err := lifecycleFloor(ctx, nd.Store.JetStream().Conn(), sdk.n, f.goroutines)
+		var floor float64
+		u, err := measure(func() (err error) {
+			floor, err = lifecycleFloor(ctx, nd.Store.JetStream().Conn(), sdk.n, f.goroutines)
+			return err
+		})
 		if err != nil {
 			return err
 		}
+		r.sayCPU(f.name, u.cpu, u.elapsed, sdk.n, "task")
 		r.add(Figure{Section: "lifecycle", Name: f.name, Value: floor, Unit: "tasks/s",
 			Ratio: floor * lifecycleWrites / r.asyncRate, RatioOf: ratioAsync})
 	}
