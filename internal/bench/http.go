@@ -214,29 +214,44 @@ func waitQueued(ctx context.Context, nd *node.Node, queue string, n int) error {
 		func() bool { return queued() >= n })
 }
 
-// waitWaiting waits until n claimers wait on queue.
-func waitWaiting(ctx context.Context, nd *node.Node, queue string, n int) error {
+// waitWaiting waits until n claimers wait on queue, or until gone (if
+// not nil) is closed.
+func waitWaiting(ctx context.Context, nd *node.Node, queue string, n int, gone <-chan struct{}) error {
 	return waitFor(ctx, phaseTimeout, func() string {
 		return fmt.Sprintf("queue %s: %d of %d claimers waiting", queue, nd.Service.Waiting(queue), n)
-	},
-		func() bool { return nd.Service.Waiting(queue) >= n })
+	}, func() bool {
+		select {
+		case <-gone:
+			return true
+		default:
+			return nd.Service.Waiting(queue) >= n
+		}
+	})
 }
 
 // drain runs loops goroutines, each calling round until n tasks are
 // done, counting every failed call in errs. round returns how many tasks
-// it finished and how many calls failed.
+// it finished and how many calls failed. Once n are done, the calls still
+// under way (long polls on the emptied queue) are cut short, and their
+// failures are not counted: they would only add their wait.
 func drain(ctx context.Context, loops, n int, errs *atomic.Int64, round func(ctx context.Context, executorID string) (done, failed int)) error {
 	ctx, cancel := context.WithTimeout(ctx, phaseTimeout)
 	defer cancel()
+	busy, finish := context.WithCancel(ctx)
+	defer finish()
 	var done atomic.Int64
 	var wg sync.WaitGroup
 	for w := range loops {
 		wg.Go(func() {
 			executorID := fmt.Sprintf("drain-%d", w)
-			for done.Load() < int64(n) && ctx.Err() == nil {
-				d, f := round(ctx, executorID)
-				done.Add(int64(d))
-				errs.Add(int64(f))
+			for busy.Err() == nil {
+				d, f := round(busy, executorID)
+				if busy.Err() == nil { // else cut short by the end
+					errs.Add(int64(f))
+				}
+				if done.Add(int64(d)) >= int64(n) {
+					finish()
+				}
 			}
 		})
 	}
@@ -317,8 +332,13 @@ func (r *run) waitingPolls(ctx context.Context, nd *node.Node, url string) error
 		return err
 	}
 	defer child.stop() // on an early return; its error then is the one returned
-	if err := waitWaiting(ctx, nd, queue, polls); err != nil {
+	if err := waitWaiting(ctx, nd, queue, polls, child.exited); err != nil {
 		return err
+	}
+	select {
+	case <-child.exited:
+		return child.early()
+	default:
 	}
 	perPoll := float64(int64(heapAndStacks())-int64(before)) / float64(polls)
 	r.add(Figure{Section: "http", Name: FigWaitingPolls, Value: float64(polls), Unit: "polls"})
@@ -339,11 +359,9 @@ func (r *run) waitingPolls(ctx context.Context, nd *node.Node, url string) error
 		}
 		ids = append(ids, t.ID)
 		select { // one at a time: each is claimed before the next is due
-		case _, ok := <-child.claimed:
-			if !ok {
-				_, err := child.stop()
-				return fmt.Errorf("the polls' process ended early: %v", err)
-			}
+		case <-child.claimed:
+		case <-child.exited:
+			return child.early()
 		case <-time.After(phaseTimeout):
 			return fmt.Errorf("task %s not claimed", t.ID)
 		}
@@ -419,7 +437,7 @@ func (r *run) waitingClaimers(ctx context.Context, nd *node.Node, n int) error {
 		stop()
 		wg.Wait()
 	}()
-	if err := waitWaiting(ctx, nd, queue, n); err != nil {
+	if err := waitWaiting(ctx, nd, queue, n, nil); err != nil {
 		return err
 	}
 	perWaiter := float64(int64(heapAndStacks())-int64(before)) / float64(n)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"sync/atomic"
@@ -55,40 +54,11 @@ var floorOf = map[string]struct{ fig, of string }{
 	FigDrainBatch:   {FigBatchDrainFloor, "raw HTTP + 2 appends"},
 }
 
-// httpCeiling measures the raw HTTP ceilings and floors for n tasks and
-// keeps their rates for the phases' ratios.
+// httpCeiling measures the raw HTTP ceilings and floors for n tasks,
+// each phase against a canned server of its own, and keeps their rates
+// for the phases' ratios.
 func (r *run) httpCeiling(ctx context.Context, nc *nats.Conn, n int) error {
 	r.httpRates = map[string]float64{}
-	url, stop, err := serveCanned(nil)
-	if err != nil {
-		return err
-	}
-	defer stop()
-	c := httpClient(url, drainLoops)
-	defer c.HTTP.CloseIdleConnections()
-	for _, p := range []struct {
-		name string
-		run  func() error
-	}{
-		{FigHTTPCeilingEnqueue, func() error { return rawEnqueue(ctx, c, n) }},
-		{FigHTTPCeilingBatch, func() error { return enqueueBatches(ctx, c, "ceiling", n) }},
-		{FigHTTPCeilingDrain, func() error { return rawDrain(ctx, c, n, drainEach) }},
-		{FigHTTPCeilingBatchDrain, func() error { return rawDrain(ctx, c, n, drainBatches) }},
-	} {
-		u, err := r.rawPhase(p.name, n, p.run)
-		if err != nil {
-			return err
-		}
-		if p.name == FigHTTPCeilingDrain {
-			r.add(Figure{Section: "http", Name: FigHTTPCeilingCPU, Value: float64(u.cpu.Microseconds()) / float64(n), Unit: "µs/task"})
-		}
-	}
-	return r.httpFloors(ctx, nc, n)
-}
-
-// httpFloors measures the floors: the ceilings' requests, each making
-// the appends a server must make for the tasks it carries.
-func (r *run) httpFloors(ctx context.Context, nc *nats.Conn, n int) error {
 	t, err := openTailed(ctx, nc, "rawhttp")
 	if err != nil {
 		return err
@@ -97,57 +67,58 @@ func (r *run) httpFloors(ctx context.Context, nc *nats.Conn, n int) error {
 	for _, p := range []struct {
 		name    string
 		appends int // a request's appends for each task it carries
-		clients func(c *api.Client) error
+		clients func(context.Context, *api.Client) error
 	}{
-		{FigEnqueueFloorOne, 1, func(c *api.Client) error { return rawEnqueue(ctx, c, n) }},
-		{FigEnqueueFloor, enqueueWrites, func(c *api.Client) error { return rawEnqueue(ctx, c, n) }},
+		{FigHTTPCeilingEnqueue, 0, func(ctx context.Context, c *api.Client) error { return enqueueEach(ctx, c, "ceiling", n) }},
+		{FigHTTPCeilingBatch, 0, func(ctx context.Context, c *api.Client) error { return enqueueBatches(ctx, c, "ceiling", n) }},
+		{FigHTTPCeilingDrain, 0, func(ctx context.Context, c *api.Client) error { return rawDrain(ctx, c, n, drainEach) }},
+		{FigHTTPCeilingBatchDrain, 0, func(ctx context.Context, c *api.Client) error { return rawDrain(ctx, c, n, drainBatches) }},
+		{FigEnqueueFloorOne, 1, func(ctx context.Context, c *api.Client) error { return enqueueEach(ctx, c, "ceiling", n) }},
+		{FigEnqueueFloor, enqueueWrites, func(ctx context.Context, c *api.Client) error { return enqueueEach(ctx, c, "ceiling", n) }},
 		// A claim appends Claimed, a result ResultRecorded.
-		{FigBatchDrainFloor, 1, func(c *api.Client) error { return rawDrain(ctx, c, n, drainBatches) }},
+		{FigBatchDrainFloor, 1, func(ctx context.Context, c *api.Client) error { return rawDrain(ctx, c, n, drainBatches) }},
 	} {
-		url, stop, err := serveCanned(func(ctx context.Context) error { return t.task(ctx, p.appends) })
-		if err != nil {
-			return err
-		}
-		c := httpClient(url, drainLoops)
-		_, err = r.rawPhase(p.name, n, func() error {
-			if err := p.clients(c); err != nil {
-				return err
-			}
-			return t.caughtUp(ctx)
-		})
-		c.HTTP.CloseIdleConnections()
-		stop()
-		if err != nil {
+		if err := r.rawPhase(ctx, t, n, p.name, p.appends, p.clients); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// rawPhase measures fn, a phase of n tasks against a canned server,
-// prints its CPU and records its rate as figure name.
-func (r *run) rawPhase(name string, n int, fn func() error) (usage, error) {
-	u, err := measure(fn)
+// rawPhase measures clients, a phase of n tasks, against a canned server
+// whose requests make appends appends on t for each task they carry,
+// prints its CPU and records its rate as figure name; the phase ends when
+// t's tail has read every append.
+func (r *run) rawPhase(ctx context.Context, t *tailed, n int, name string, appends int, clients func(context.Context, *api.Client) error) error {
+	ctx, cancel := context.WithTimeout(ctx, phaseTimeout)
+	defer cancel()
+	var work func(context.Context) error
+	if appends > 0 {
+		work = func(ctx context.Context) error { return t.task(ctx, appends) }
+	}
+	url, stop, err := serveCanned(n, work)
 	if err != nil {
-		return u, fmt.Errorf("%s: %w", name, err)
+		return err
+	}
+	defer stop()
+	c := httpClient(url, drainLoops)
+	defer c.HTTP.CloseIdleConnections()
+	u, err := measure(func() error {
+		if err := clients(ctx, c); err != nil {
+			return err
+		}
+		return t.caughtUp(ctx)
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	r.sayCPU(name, u.cpu, u.elapsed, n, "task")
 	r.httpRates[name] = float64(n) / u.elapsed.Seconds()
 	r.add(Figure{Section: "http", Name: name, Value: r.httpRates[name], Unit: "tasks/s"})
-	return u, nil
-}
-
-// rawEnqueue sends n schedule requests from enqueueClients goroutines.
-func rawEnqueue(ctx context.Context, c *api.Client, n int) error {
-	req := scheduleRequest(0, "ceiling")
-	var errs atomic.Int64
-	err := drain(ctx, enqueueClients, n, &errs, func(ctx context.Context, _ string) (int, int) {
-		if _, _, err := c.Schedule(ctx, req); err != nil {
-			return 0, 1
-		}
-		return 1, 0
-	})
-	return failed(err, &errs)
+	if name == FigHTTPCeilingDrain {
+		r.add(Figure{Section: "http", Name: FigHTTPCeilingCPU, Value: float64(u.cpu.Microseconds()) / float64(n), Unit: "µs/task"})
+	}
+	return nil
 }
 
 // rawDrain drains n tasks from a canned server with drainEach or
@@ -166,12 +137,14 @@ func failed(err error, errs *atomic.Int64) error {
 }
 
 // serveCanned serves, on a loopback port, the routes the HTTP phases
-// call with a canned running task. A single route reads the body and
-// answers the task; a batch route decodes its body and answers the task
-// for each item (POST /v1/claims: max of them). Before it answers, a
-// request calls work, if set, once for each task it carries, at most
-// batchParallel at once; a failure answers 500.
-func serveCanned(work func(context.Context) error) (string, func(), error) {
+// call, as net/http and JSON alone would: each route decodes its body
+// and answers with JSON it encodes, a canned running task for each task
+// the request carries (POST /v1/tasks/batch and /v1/results: one an item;
+// POST /v1/claims: up to max; the others: one). The claim routes hand out
+// claimable tasks in all, then answer 204 as an empty queue does. Before
+// it answers, a request calls work, if set, once for each task it
+// carries, at most batchParallel at once; a failure answers 500.
+func serveCanned(claimable int, work func(context.Context) error) (string, func(), error) {
 	now, id := time.Now().UTC(), events.NewID()
 	s := spec(id, now)
 	task := api.Task{
@@ -182,9 +155,16 @@ func serveCanned(work func(context.Context) error) (string, func(), error) {
 		Version: 4,
 	}
 	task.Claim = &api.Claim{DeliveryID: task.Delivery.ID, ExecutorID: "drain-0"}
-	body, err := json.Marshal(task)
-	if err != nil {
-		return "", nil, err
+	var left atomic.Int64
+	left.Store(int64(claimable))
+	claim := func(want int) int { // takes up to want of the claimable tasks left
+		for {
+			l := left.Load()
+			k := min(l, int64(want))
+			if k <= 0 || left.CompareAndSwap(l, l-k) {
+				return int(max(k, 0))
+			}
+		}
 	}
 	items := func(n, status int) api.BatchAnswer {
 		a := api.BatchAnswer{Results: make([]api.BatchItem, n)}
@@ -194,30 +174,40 @@ func serveCanned(work func(context.Context) error) (string, func(), error) {
 		return a
 	}
 	handler := func(w http.ResponseWriter, req *http.Request) {
-		var answer any
-		n, err := 1, error(nil)
-		switch req.URL.Path {
-		case "/v1/tasks/batch":
+		dec := json.NewDecoder(req.Body)
+		var answer any = task
+		var err error
+		n := 1
+		switch path := req.URL.Path; {
+		case path == "/v1/tasks":
+			var b api.ScheduleRequest
+			err = dec.Decode(&b)
+		case path == "/v1/tasks/batch":
 			var b api.BatchScheduleRequest
-			err = json.NewDecoder(req.Body).Decode(&b)
+			err = dec.Decode(&b)
 			n = len(b.Tasks)
 			answer = items(n, http.StatusCreated)
-		case "/v1/claims":
+		case path == "/v1/claims/next":
+			var b api.ClaimNextRequest
+			err = dec.Decode(&b)
+			n = claim(1)
+		case path == "/v1/claims":
 			var b api.ClaimBatchRequest
-			err = json.NewDecoder(req.Body).Decode(&b)
-			n = b.Max
+			err = dec.Decode(&b)
+			n = claim(b.Max)
 			tasks := make([]api.Task, n)
 			for i := range tasks {
 				tasks[i] = task
 			}
 			answer = api.ClaimedTasks{Tasks: tasks}
-		case "/v1/results":
+		case path == "/v1/results":
 			var b api.ResultsRequest
-			err = json.NewDecoder(req.Body).Decode(&b)
+			err = dec.Decode(&b)
 			n = len(b.Results)
 			answer = items(n, http.StatusOK)
-		default:
-			_, err = io.Copy(io.Discard, req.Body)
+		default: // POST /v1/tasks/{id}/result
+			var b api.ResultRequest
+			err = dec.Decode(&b)
 		}
 		if err == nil && work != nil {
 			g, ctx := errgroup.WithContext(req.Context())
@@ -227,16 +217,15 @@ func serveCanned(work func(context.Context) error) (string, func(), error) {
 			}
 			err = g.Wait()
 		}
-		if err != nil {
+		switch {
+		case err != nil:
 			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
+		case n == 0:
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(answer)
 		}
-		w.Header().Set("Content-Type", "application/json")
-		if answer == nil {
-			w.Write(body)
-			return
-		}
-		json.NewEncoder(w).Encode(answer)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -89,12 +89,13 @@ func holdPolls(spec string, stop io.Reader, out io.Writer) error {
 type pollsChild struct {
 	cmd     *exec.Cmd
 	stdin   io.Closer
-	claimed chan string // closed when the child's output ends
-	errs    chan int64  // the child's count of failed requests, once
+	claimed chan string   // a task id for each claim
+	exited  chan struct{} // closed when the child's output has ended
+	errs    int64         // the child's count of failed requests,
+	counted bool          // once it reported it (both set before exited closes)
 
-	once     sync.Once
-	errCount int64
-	err      error
+	once sync.Once
+	err  error
 }
 
 // startPolls starts a child process holding n polls on queue at url.
@@ -117,9 +118,9 @@ func startPolls(url, queue string, n int, stderr io.Writer) (*pollsChild, error)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &pollsChild{cmd: cmd, stdin: stdin, claimed: make(chan string, n), errs: make(chan int64, 1)}
+	p := &pollsChild{cmd: cmd, stdin: stdin, claimed: make(chan string, n), exited: make(chan struct{})}
 	go func() {
-		defer close(p.claimed)
+		defer close(p.exited)
 		lines := bufio.NewScanner(stdout)
 		for lines.Scan() {
 			word, rest, _ := strings.Cut(lines.Text(), " ")
@@ -127,11 +128,11 @@ func startPolls(url, queue string, n int, stderr io.Writer) (*pollsChild, error)
 			case "claimed":
 				p.claimed <- rest
 			case "errors":
-				var errs int64
-				fmt.Sscan(rest, &errs)
-				p.errs <- errs
+				_, err := fmt.Sscan(rest, &p.errs)
+				p.counted = err == nil
 			}
 		}
+		io.Copy(io.Discard, stdout) // after a scan error too: the child must not block writing
 	}()
 	return p, nil
 }
@@ -139,22 +140,22 @@ func startPolls(url, queue string, n int, stderr io.Writer) (*pollsChild, error)
 // stop ends the child's polls and returns its count of failed requests;
 // called again, it returns the same.
 func (p *pollsChild) stop() (int64, error) {
-	p.once.Do(func() { p.errCount, p.err = p.end() })
-	return p.errCount, p.err
+	p.once.Do(func() {
+		p.stdin.Close()
+		<-p.exited
+		p.err = p.cmd.Wait()
+		if p.err == nil && !p.counted {
+			p.err = fmt.Errorf("it did not report its errors")
+		}
+		if p.err != nil {
+			p.err = fmt.Errorf("the polls' process: %w", p.err)
+		}
+	})
+	return p.errs, p.err
 }
 
-func (p *pollsChild) end() (int64, error) {
-	p.stdin.Close()
-	for range p.claimed { // the output's end: the child has written all
-	}
-	err := p.cmd.Wait()
-	select {
-	case errs := <-p.errs:
-		return errs, err
-	default:
-		if err == nil {
-			err = fmt.Errorf("the polls' process did not report its errors")
-		}
-		return 0, fmt.Errorf("the polls' process: %w", err)
-	}
+// early stops a child whose output ended before it was told to stop.
+func (p *pollsChild) early() error {
+	_, err := p.stop()
+	return fmt.Errorf("the polls' process ended early: %v", err)
 }
