@@ -232,8 +232,8 @@ func waitWaiting(ctx context.Context, nd *node.Node, queue string, n int, gone <
 // drain runs loops goroutines, each calling round until n tasks are
 // done, counting every failed call in errs. round returns how many tasks
 // it finished and how many calls failed. Once n are done, the calls still
-// under way (long polls on the emptied queue) are cut short, and their
-// failures are not counted: they would only add their wait.
+// under way (long polls on the emptied queue, which would only add their
+// wait) are cut short, and a call cut short is no failure.
 func drain(ctx context.Context, loops, n int, errs *atomic.Int64, round func(ctx context.Context, executorID string) (done, failed int)) error {
 	ctx, cancel := context.WithTimeout(ctx, phaseTimeout)
 	defer cancel()

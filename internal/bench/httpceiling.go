@@ -18,8 +18,8 @@ import (
 )
 
 // The raw HTTP ceilings: the same clients and requests as the HTTP
-// phases, against a loopback server that decodes what it must and answers
-// canned task resources. They are what net/http and JSON alone cost on
+// phases, against a loopback server that decodes each body and answers
+// canned task resources it encodes (serveCanned). They are what net/http and JSON alone cost on
 // this machine. The floors add what any server must write for those
 // requests (appendTask, on a stream an ordered consumer tails as the
 // projections do). A phase's figure is printed as a ratio to its own
@@ -178,20 +178,20 @@ func serveCanned(claimable int, work func(context.Context) error) (string, func(
 		var answer any = task
 		var err error
 		n := 1
-		switch path := req.URL.Path; {
-		case path == "/v1/tasks":
+		switch req.URL.Path {
+		case "/v1/tasks":
 			var b api.ScheduleRequest
 			err = dec.Decode(&b)
-		case path == "/v1/tasks/batch":
+		case "/v1/tasks/batch":
 			var b api.BatchScheduleRequest
 			err = dec.Decode(&b)
 			n = len(b.Tasks)
 			answer = items(n, http.StatusCreated)
-		case path == "/v1/claims/next":
+		case "/v1/claims/next":
 			var b api.ClaimNextRequest
 			err = dec.Decode(&b)
 			n = claim(1)
-		case path == "/v1/claims":
+		case "/v1/claims":
 			var b api.ClaimBatchRequest
 			err = dec.Decode(&b)
 			n = claim(b.Max)
@@ -200,7 +200,7 @@ func serveCanned(claimable int, work func(context.Context) error) (string, func(
 				tasks[i] = task
 			}
 			answer = api.ClaimedTasks{Tasks: tasks}
-		case path == "/v1/results":
+		case "/v1/results":
 			var b api.ResultsRequest
 			err = dec.Decode(&b)
 			n = len(b.Results)
