@@ -26,8 +26,8 @@ import (
 // failed while the polls were wanted.
 const pollsEnv = "TASKLEDGER_BENCH_POLLS"
 
-// PollsChild, in a process the bench started for its polls, holds them
-// and exits; elsewhere it returns at once. Call it first thing in main
+// PollsChild holds the polls and exits in a process the bench started
+// for its polls; elsewhere it returns at once. Call it first thing in main
 // (and in TestMain) of any binary that runs the bench.
 func PollsChild() {
 	spec, ok := os.LookupEnv(pollsEnv)
