@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,9 +10,11 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/internal/testnats"
 	"go.uber.org/goleak"
 )
@@ -113,5 +116,36 @@ func TestHoldPollsCountsErrors(t *testing.T) {
 	}
 	if err := holdPolls("no-url", strings.NewReader(""), &out); err == nil {
 		t.Error("holdPolls with a malformed spec: no error")
+	}
+}
+
+// TestCannedDrainsDoN checks the canned server the drains' ceilings and
+// floors run against: a drain of n tasks claims and reports exactly n,
+// however many loops still poll when the last is done, so a floor makes
+// the appends it counts and no more.
+func TestCannedDrainsDoN(t *testing.T) {
+	const n = 250
+	for name, loops := range map[string]func(context.Context, *api.Client, string, int, *atomic.Int64) error{
+		"claims/next": drainEach, "batch": drainBatches,
+	} {
+		t.Run(name, func(t *testing.T) {
+			var calls atomic.Int64
+			url, stop, err := serveCanned(n, func(context.Context) error {
+				calls.Add(1)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop()
+			c := httpClient(url, drainLoops)
+			defer c.HTTP.CloseIdleConnections()
+			if err := rawDrain(t.Context(), c, n, loops); err != nil {
+				t.Fatal(err)
+			}
+			if got := calls.Load(); got != 2*n { // a claim and a result a task
+				t.Errorf("the server was called for %d tasks' claims and results, want %d", got, 2*n)
+			}
+		})
 	}
 }

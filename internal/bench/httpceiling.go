@@ -141,7 +141,8 @@ func failed(err error, errs *atomic.Int64) error {
 // and answers with JSON it encodes, a canned running task for each task
 // the request carries (POST /v1/tasks/batch and /v1/results: one an item;
 // POST /v1/claims: up to max; the others: one). The claim routes hand out
-// claimable tasks in all, then answer 204 as an empty queue does. Before
+// claimable tasks in all, then answer 204 after the request's wait, as a
+// long poll on an empty queue does. Before
 // it answers, a request calls work, if set, once for each task it
 // carries, at most batchParallel at once; a failure answers 500.
 func serveCanned(claimable int, work func(context.Context) error) (string, func(), error) {
@@ -177,6 +178,7 @@ func serveCanned(claimable int, work func(context.Context) error) (string, func(
 		dec := json.NewDecoder(req.Body)
 		var answer any = task
 		var err error
+		var wait float64 // a claim's long poll, in seconds
 		n := 1
 		switch req.URL.Path {
 		case "/v1/tasks":
@@ -190,11 +192,11 @@ func serveCanned(claimable int, work func(context.Context) error) (string, func(
 		case "/v1/claims/next":
 			var b api.ClaimNextRequest
 			err = dec.Decode(&b)
-			n = claim(1)
+			n, wait = claim(1), b.WaitSeconds
 		case "/v1/claims":
 			var b api.ClaimBatchRequest
 			err = dec.Decode(&b)
-			n = claim(b.Max)
+			n, wait = claim(b.Max), b.WaitSeconds
 			tasks := make([]api.Task, n)
 			for i := range tasks {
 				tasks[i] = task
@@ -208,6 +210,12 @@ func serveCanned(claimable int, work func(context.Context) error) (string, func(
 		default: // POST /v1/tasks/{id}/result
 			var b api.ResultRequest
 			err = dec.Decode(&b)
+		}
+		if err == nil && n == 0 { // the queue is empty: wait as a long poll does
+			select {
+			case <-req.Context().Done():
+			case <-time.After(time.Duration(wait * float64(time.Second))):
+			}
 		}
 		if err == nil && work != nil {
 			g, ctx := errgroup.WithContext(req.Context())
