@@ -37,8 +37,9 @@ func rawMsg(subject string, data []byte) *nats.Msg {
 	return msg
 }
 
-// rawSync appends up to n messages synchronously with the headers every
-// store append carries (message id, expected last subject sequence) from
+// rawSync appends up to n messages synchronously with the header every
+// store append on a single server carries (the expected last subject
+// sequence) from
 // publishers goroutines, each writing tasks of historyLen events to their
 // own subjects, and stops early after within. It returns messages/s.
 func rawSync(ctx context.Context, st *store.Store, n, publishers int, within time.Duration) (float64, int, error) {
@@ -60,8 +61,7 @@ func rawSync(ctx context.Context, st *store.Store, n, publishers int, within tim
 				if k%historyLen == 0 {
 					subject, last = subj.Event(customer(p), events.NewID()), 0
 				}
-				ack, err := js.PublishMsg(ctx, rawMsg(subject, data),
-					jetstream.WithMsgID(events.NewID()), jetstream.WithExpectLastSequencePerSubject(last))
+				ack, err := js.PublishMsg(ctx, rawMsg(subject, data), jetstream.WithExpectLastSequencePerSubject(last))
 				if err != nil {
 					return fmt.Errorf("publisher %d message %d: %w", p, k, err)
 				}
@@ -80,8 +80,8 @@ func rawSync(ctx context.Context, st *store.Store, n, publishers int, within tim
 }
 
 // rawAsync appends n messages with async publishes, at most
-// asyncInFlight awaiting their acks, historyLen per subject, each with a
-// message id and the type header. An async append cannot carry the
+// asyncInFlight awaiting their acks, historyLen per subject, each with
+// the type header. An async append cannot carry the
 // expected last subject sequence (the previous append's sequence is not
 // known yet), so this ceiling is, if anything, a little high. It returns
 // messages/s, counted until the last ack.
@@ -104,7 +104,7 @@ func rawAsync(ctx context.Context, nc *nats.Conn, subj events.Subjects, n int) (
 				return 0, err
 			}
 		}
-		if _, err := js.PublishMsgAsync(rawMsg(subject, data), jetstream.WithMsgID(events.NewID()), jetstream.WithStallWait(time.Minute)); err != nil {
+		if _, err := js.PublishMsgAsync(rawMsg(subject, data), jetstream.WithStallWait(time.Minute)); err != nil {
 			return 0, fmt.Errorf("async publish: %w", err)
 		}
 	}

@@ -37,13 +37,12 @@ const (
 )
 
 // appendTask makes k appends on a new task's subject of st through its
-// append pipeline, each with a message id and the expected last subject
-// sequence, one after the other.
+// append pipeline, each with the expected last subject sequence (as the
+// store's appends on a single server), one after the other.
 func appendTask(ctx context.Context, st *store.Store, data []byte, k int) error {
 	subject, last := st.Subjects().Event(customer(0), events.NewID()), uint64(0)
 	for range k {
 		msg := rawMsg(subject, data)
-		msg.Header.Set(jetstream.MsgIDHeader, events.NewID())
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
 		seq, err := st.PublishAcked(ctx, msg)
 		if err != nil {

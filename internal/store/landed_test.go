@@ -15,8 +15,8 @@ import (
 )
 
 // TestCatchUpFindsOwnEvent: an append whose ack was lost is retried with
-// the same event id; nats-server answers "wrong last sequence" (it checks
-// that before its dedupe window). After such a conflict the store reads
+// the same event after the same sequence; nats-server answers "wrong last
+// sequence". After such a conflict the store reads
 // what was appended since its state and must recognise its own event —
 // and otherwise bring its state up to date without a full reload.
 func TestCatchUpFindsOwnEvent(t *testing.T) {
@@ -50,7 +50,7 @@ func TestCatchUpFindsOwnEvent(t *testing.T) {
 	}
 	// The first attempt lands; its ack is lost; the retry conflicts.
 	ack, err := st.js.PublishMsg(ctx, &nats.Msg{Subject: st.cfg.Subjects.Event("c1", "t1"), Data: data},
-		jetstream.WithMsgID(mine.ID), jetstream.WithExpectLastSequencePerSubject(s1.LastSeq))
+		jetstream.WithExpectLastSequencePerSubject(s1.LastSeq))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -726,8 +726,9 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, shard int, expect
 			return tooLarge()
 		}
 		// A transport failure, or a replicated stream still storing an
-		// earlier attempt of this message id, is retried with the same id:
-		// the server drops the copy of an attempt that landed.
+		// earlier attempt of this message id, is retried with the same
+		// message: a copy of an attempt that landed is refused (a
+		// conflict, or on a replicated stream a duplicate).
 		if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeStreamSealed {
 			return fmt.Errorf("%w: append %s: %v", ErrSealed, ev.Type(), err)
 		}
@@ -760,16 +761,29 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, shard int, expect
 
 // fillMsg makes m the append of ev, encoded as data, after stream
 // sequence expected: its subject among subjects (events.Subjects.Of: the
-// task's, the concurrency key's or the schedule's), the TypeHeader, and
-// the message id and expected subject sequence headers JetStream checks,
-// in one map.
+// task's, the concurrency key's or the schedule's), the TypeHeader and
+// the expected subject sequence header JetStream checks, in one map.
+//
+// Only a replicated stream's appends carry the event id as their message
+// id. A single server checks the expected sequence first, so a retried
+// append whose first attempt landed is refused as a conflict, and the
+// store finds its own event (catchUp): a message id would only cost the
+// server its dedupe map. A replicated stream checks the message id first
+// and answers a retry that comes while the first attempt is still being
+// replicated with "duplicate in process" (retried) and one after it with
+// the first attempt's sequence; without the id that retry would be a
+// conflict that finds nothing yet, and the command decided again.
 func (s *Store) fillMsg(m *appendMsg, ev *events.Event, subjects events.Subjects, data []byte, expected uint64) {
 	m.data, m.msg.Subject, m.msg.Data = data, subjects.Of(*ev), data
-	m.vals = [3]string{string(ev.Type()), ev.ID, strconv.FormatUint(expected, 10)}
+	m.vals = [3]string{string(ev.Type()), strconv.FormatUint(expected, 10), ev.ID}
 	// Writing a key the map holds allocates nothing.
 	m.msg.Header[TypeHeader] = m.vals[0:1:1]
-	m.msg.Header[jetstream.MsgIDHeader] = m.vals[1:2:2]
-	m.msg.Header[jetstream.ExpectedLastSubjSeqHeader] = m.vals[2:3:3]
+	m.msg.Header[jetstream.ExpectedLastSubjSeqHeader] = m.vals[1:2:2]
+	if s.cfg.Replicas > 1 {
+		m.msg.Header[jetstream.MsgIDHeader] = m.vals[2:3:3]
+	} else {
+		delete(m.msg.Header, jetstream.MsgIDHeader) // a pooled message may have had one
+	}
 }
 
 // appendMsg is an append's message, reused once its publish returned: its

@@ -174,31 +174,41 @@ func TestClaimRacingCancel(t *testing.T) {
 	}
 }
 
-func TestRetriedAppendIsDeduplicated(t *testing.T) {
+// TestRetriedAppendLandsOnce: an append retried after a lost ack carries
+// the same expected subject sequence, so the server refuses the copy of
+// an attempt that landed (the store then finds its own event: see
+// TestCatchUpFindsOwnEvent). On a single server that check is all it
+// takes, and appends carry no message id for a dedupe map to keep.
+func TestRetriedAppendLandsOnce(t *testing.T) {
 	t.Parallel()
 	nc := testnats.Conn(t)
 	st := setup(t, nc)
 	id := schedule(t, st)
-	evs, err := st.History(context.Background(), id)
+	ctx := context.Background()
+	evs, err := st.History(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Publish the stored event again with its own id, as a retry after a
-	// lost ack would: the server must answer with the original sequence.
 	data, err := events.Encode(evs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	js, _ := jetstream.New(nc)
-	ack, err := js.Publish(context.Background(), st.Subjects().Event("acme", id), data, jetstream.WithMsgID(evs[0].ID))
+	_, err = js.Publish(ctx, st.Subjects().Event("acme", id), data, jetstream.WithExpectLastSequencePerSubject(0))
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+		t.Fatalf("the retried append: %v, want wrong last sequence", err)
+	}
+	if got, _ := st.History(ctx, id); len(got) != 1 {
+		t.Fatalf("history has %d events, want 1", len(got))
+	}
+	_, seq := st.Shards().Split(evs[0].Seq)
+	msg, err := st.Stream().GetMsg(ctx, seq)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !ack.Duplicate || ack.Sequence != evs[0].Seq {
-		t.Fatalf("ack %+v, want duplicate of seq %d", ack, evs[0].Seq)
-	}
-	if got, _ := st.History(context.Background(), id); len(got) != 1 {
-		t.Fatalf("history has %d events, want 1", len(got))
+	if got := msg.Header.Get(jetstream.MsgIDHeader); got != "" {
+		t.Errorf("the append carries message id %q on a single server", got)
 	}
 }
 
