@@ -49,7 +49,7 @@ type Payload interface {
 
 // Event is one immutable lifecycle fact about one task.
 type Event struct {
-	ID         string    // unique per append attempt; the Nats-Msg-Id
+	ID         string    // unique per append attempt; the Nats-Msg-Id of an append to a replicated stream
 	Version    uint8     // schema version of Data; 0 means current on encode
 	TaskID     string    // the task the fact is about
 	CustomerID string    // owner of the task
