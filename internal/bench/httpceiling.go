@@ -125,11 +125,7 @@ func (r *run) rawPhase(ctx context.Context, t *tailed, n int, name string, appen
 // drainBatches, where any failed request is an error.
 func rawDrain(ctx context.Context, c *api.Client, n int, loops func(context.Context, *api.Client, string, int, *atomic.Int64) error) error {
 	var errs atomic.Int64
-	return failed(loops(ctx, c, "ceiling", n, &errs), &errs)
-}
-
-// failed is err, or an error counting errs' failed requests.
-func failed(err error, errs *atomic.Int64) error {
+	err := loops(ctx, c, "ceiling", n, &errs)
 	if err == nil && errs.Load() > 0 {
 		err = fmt.Errorf("%d failed requests", errs.Load())
 	}
