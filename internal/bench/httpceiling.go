@@ -138,9 +138,9 @@ func rawDrain(ctx context.Context, c *api.Client, n int, loops func(context.Cont
 // the request carries (POST /v1/tasks/batch and /v1/results: one an item;
 // POST /v1/claims: up to max; the others: one). The claim routes hand out
 // claimable tasks in all, then answer 204 after the request's wait, as a
-// long poll on an empty queue does. Before
-// it answers, a request calls work, if set, once for each task it
-// carries, at most batchParallel at once; a failure answers 500.
+// long poll on an empty queue does. Before it answers, a request calls
+// work, if set, once for each task it carries, at most batchParallel at
+// once; a failure answers 500.
 func serveCanned(claimable int, work func(context.Context) error) (string, func(), error) {
 	now, id := time.Now().UTC(), events.NewID()
 	s := spec(id, now)
