@@ -264,7 +264,10 @@ func (q *TimerQueue) earliest() (time.Time, bool) {
 
 // earliestExcept returns the earliest due time of an item skip does not
 // report. It visits only skipped items and the customers they delay, so
-// it costs about as much as the number of skipped items.
+// it costs about as much as the number of skipped items. Like due, it
+// asks skip about each item at most once, and about a customer's items in
+// due order: a filter that counts what it let through (releasable) sees
+// each item once, in the order due hands them out.
 func (q *TimerQueue) earliestExcept(skip func(taskID string) bool) (int64, bool) {
 	var best int64
 	found := false
@@ -276,6 +279,7 @@ func (q *TimerQueue) earliestExcept(skip func(taskID string) bool) (int64, bool)
 			continue
 		}
 		items := h.ascending(math.MaxInt64)
+		items.next() // the root, skipped above
 		for it, ok := items.next(); ok && (!found || it.due < best); it, ok = items.next() {
 			if !skip(it.key) {
 				best, found = it.due, true

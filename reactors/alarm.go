@@ -44,7 +44,10 @@ type Store interface {
 // Projection is what the alarm reads.
 type Projection interface {
 	Due(t projections.Timer, now time.Time, limit int, skip func(taskID string) bool) []aggregate.State
-	EarliestExcept(t projections.Timer, skip func(taskID string) bool) (time.Time, bool)
+	// Next returns the earliest due time of the items of timer queue t
+	// that Due (DueSchedules for Fire) would hand out with the same skip:
+	// the alarm sleeps until then.
+	Next(t projections.Timer, skip func(taskID string) bool) (time.Time, bool)
 	TimersChanged() <-chan struct{}
 	// Covers reports whether the projection has applied the event at
 	// position pos.
@@ -358,10 +361,11 @@ func (a *Alarm) awaitApplied(ctx context.Context, seq uint64) {
 }
 
 // wait is how long to sleep before the next round when nothing else wakes
-// the alarm: until the earliest due item not in flight (items in flight
-// must not hide a later one), or until a failed action may be retried.
-// Items in flight leave the queue through the projection, which wakes the
-// alarm, so there is no polling interval.
+// the alarm: until the earliest item it would act on (Projection.Next, by
+// the rule Due applies: items in flight and due waiters on a full key must
+// not hide a later one), or until a failed action may be retried. Items in
+// flight leave the queue through the projection, and a key's freed slot
+// is an event; both wake the alarm, so there is no polling interval.
 func (a *Alarm) wait(sk *skipper, dispatched int, full bool) time.Duration {
 	now, wall := sk.now, sk.wall
 	switch {
@@ -376,9 +380,8 @@ func (a *Alarm) wait(sk *skipper, dispatched int, full bool) time.Duration {
 			continue
 		}
 		sk.timer = t
-		next, ok := a.proj.EarliestExcept(t, sk.skip)
-		if next = next.Add(a.delay(t)); ok && next.After(now) {
-			d = min(d, next.Sub(now))
+		if next, ok := a.proj.Next(t, sk.skip); ok {
+			d = min(d, max(next.Add(a.delay(t)).Sub(now), 0))
 		}
 	}
 	for _, f := range a.inflight {
@@ -535,12 +538,18 @@ func (a *Alarm) outcome(t projections.Timer, s, st aggregate.State, err error) f
 	return a.settled(t, due, s, st.LastSeq, err)
 }
 
-// settled is what follows an action on item s of timer queue t, due at
-// due, that ended with err after the log reached seq for it.
-func (a *Alarm) settled(t projections.Timer, due time.Time, s aggregate.State, seq uint64, err error) flight {
+// observe reports an action on an item of timer queue t due at due that
+// ended with err (AlarmConfig.Observe).
+func (a *Alarm) observe(t projections.Timer, due time.Time, err error) {
 	if a.cfg.Observe != nil {
 		a.cfg.Observe(t, a.cfg.Now().Sub(due), err)
 	}
+}
+
+// settled is what follows an action on item s of timer queue t, due at
+// due, that ended with err after the log reached seq for it.
+func (a *Alarm) settled(t projections.Timer, due time.Time, s aggregate.State, seq uint64, err error) flight {
+	a.observe(t, due, err)
 	switch {
 	case err == nil:
 		// Skip until the projection has seen the event, which moves the
