@@ -23,8 +23,6 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/crashpoint"
-	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/projections"
 )
 
@@ -150,12 +148,16 @@ type AlarmConfig struct {
 	// DefaultReadyGrace.
 	ReadyGrace time.Duration
 	Logger     zerolog.Logger
-	// Repeats logs the failures that are retried: the first of a kind in
-	// full, then counts, so a broken log or ready stream does not write a
-	// line per task per retry. Default one on Logger of the Alarm's own,
-	// which Run closes when it returns.
-	Repeats *ratelog.Limiter
-	Now     func() time.Time
+	// Repeats logs the failures that are retried. The node passes one
+	// that logs the first of a kind in full, then counts
+	// (internal/ratelog), so a broken log or ready stream does not write
+	// a line per task per retry; default: each is logged on Logger.
+	Repeats Repeater
+	// Crash, if set, is called at each of the alarm's interruption points
+	// with its name (CrashSlotAcquired, …): a crash test's build of the
+	// node kills the process there (internal/crashpoint).
+	Crash func(point string)
+	Now   func() time.Time
 	// Observe, if set, is called after each action with its timer queue,
 	// the lateness against the due time, and the outcome.
 	Observe func(t projections.Timer, late time.Duration, err error)
@@ -192,8 +194,38 @@ func (c AlarmConfig) withDefaults() AlarmConfig {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.Repeats == nil {
+		c.Repeats = logEach{c.Logger}
+	}
+	if c.Crash == nil {
+		c.Crash = func(string) {}
+	}
 	return c
 }
+
+// Repeater logs failures of a kind (key) that repeat; internal/ratelog's
+// Limiter is one. It must be safe for concurrent use.
+type Repeater interface {
+	Log(level zerolog.Level, key, msg string, fill func(*zerolog.Event))
+}
+
+// logEach is the default Repeater: it logs every failure.
+type logEach struct{ log zerolog.Logger }
+
+func (l logEach) Log(level zerolog.Level, _, msg string, fill func(*zerolog.Event)) {
+	e := l.log.WithLevel(level)
+	fill(e)
+	e.Msg(msg)
+}
+
+// The alarm's interruption points, as AlarmConfig.Crash names them; the
+// names are internal/crashpoint's.
+const (
+	CrashSlotAcquired   = "slot-acquired"   // a key's SlotAcquired appended, the task not yet released
+	CrashReleased       = "released"        // DeliveryPending appended, ready not yet published
+	CrashPublished      = "published"       // ready published, ReadyPublished not yet appended
+	CrashRetryScheduled = "retry-scheduled" // RetryScheduled appended for a timed-out attempt
+)
 
 // The alarm's delivery defaults: a ready stream outage of up to a day
 // delays deliveries (by at most RetryMax after it ends) but fails none.
@@ -214,8 +246,6 @@ type Alarm struct {
 	store Store
 	proj  Projection
 	pub   Publisher
-	// ownRepeats: cfg.Repeats is the Alarm's own, closed by Run.
-	ownRepeats bool
 
 	// inflight is owned by Run's goroutine: actions dispatched and not
 	// yet visible in the projection, so they are not dispatched twice.
@@ -266,20 +296,13 @@ func NewAlarm(cfg AlarmConfig) (*Alarm, error) {
 		return nil, errors.New("reactors: AlarmConfig.Publisher is required")
 	}
 	cfg = cfg.withDefaults()
-	own := cfg.Repeats == nil
-	if own {
-		cfg.Repeats = ratelog.New(cfg.Logger, 0)
-	}
-	return &Alarm{cfg: cfg, store: cfg.Store, proj: cfg.Projection, pub: cfg.Publisher, ownRepeats: own,
+	return &Alarm{cfg: cfg, store: cfg.Store, proj: cfg.Projection, pub: cfg.Publisher,
 		inflight: make(map[key]flight), done: make(chan result, 64)}, nil
 }
 
 // Run fires due items until ctx ends, then waits for actions in flight and
 // returns nil.
 func (a *Alarm) Run(ctx context.Context) error {
-	if a.ownRepeats {
-		defer a.cfg.Repeats.Close()
-	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	sem := make(chan struct{}, a.cfg.Concurrency)
@@ -485,7 +508,7 @@ func (a *Alarm) act(ctx context.Context, t projections.Timer, s aggregate.State)
 	}
 	st, _, err := a.store.ExecuteSeen(ctx, s.TaskID, "", cmd, s.LastSeq)
 	if err == nil && t == projections.Expire && st.Status == aggregate.StatusScheduled {
-		crashpoint.Hit(crashpoint.RetryScheduled)
+		a.cfg.Crash(CrashRetryScheduled)
 	}
 	return a.outcome(t, s, st, err)
 }
@@ -599,7 +622,7 @@ func IsPermanent(err error) bool {
 func (a *Alarm) deliver(ctx context.Context, s aggregate.State) aggregate.Command {
 	seq, err := a.pub.PublishReady(ctx, s, s.Delivery.ID)
 	if err == nil {
-		crashpoint.Hit(crashpoint.Published)
+		a.cfg.Crash(CrashPublished)
 		return aggregate.MarkReadyPublished{DeliveryID: s.Delivery.ID, ReadySeq: seq}
 	}
 	a.warn("ready publish failed; will retry", s, err)
@@ -733,7 +756,7 @@ func (a *Alarm) release(ctx context.Context, s aggregate.State) flight {
 		if err != nil {
 			return a.outcome(projections.Release, s, aggregate.State{LastSeq: k.LastSeq}, err)
 		}
-		crashpoint.Hit(crashpoint.SlotAcquired)
+		a.cfg.Crash(CrashSlotAcquired)
 	}
 	// The notification is published here, at once (or the delivery
 	// handed to a claimer waiting here), rather than by the Deliver queue
@@ -744,7 +767,7 @@ func (a *Alarm) release(ctx context.Context, s aggregate.State) flight {
 	if err != nil {
 		return a.outcome(projections.Release, s, st, err)
 	}
-	crashpoint.Hit(crashpoint.Released)
+	a.cfg.Crash(CrashReleased)
 	if a.cfg.Handoff != nil && a.cfg.Handoff(st, evs) {
 		return a.outcome(projections.Release, s, st, nil)
 	}

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/crashpoint"
 	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/internal/lease"
 	"github.com/taskledger/taskledger/internal/ratelog"
@@ -261,7 +262,7 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 	alarmCfg := cfg.Alarm
 	alarmCfg.Store, alarmCfg.Projection, alarmCfg.Repeats, alarmCfg.Schedules = st, eng, errorLog, svc
 	alarmCfg.Publisher, alarmCfg.Handoff = publisher, svc.HoldOrHandoff
-	alarmCfg.Logger, alarmCfg.Now = cfg.Logger, cfg.Now
+	alarmCfg.Logger, alarmCfg.Now, alarmCfg.Crash = cfg.Logger, cfg.Now, crashpoint.Hit
 	var partitions httpapi.TimerPartitions
 	if leases != nil {
 		alarmCfg.Partitions, partitions = leases, leases
