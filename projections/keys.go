@@ -134,46 +134,6 @@ func FreeAt(s aggregate.State) time.Time {
 	return s.CompletedAt
 }
 
-// releasable wraps the alarm's skip for the Release queue, whose items
-// come in due order per customer: a task with a concurrency key is
-// released only when it holds a slot for its attempt already (a release
-// interrupted by a crash) or its key has room for it, counting the slots
-// of the earlier due tasks of this call (dispatched, or being acquired in
-// flight). So the first due take the free slots, and the rest wait
-// without being counted against the alarm's batch; a retried task still
-// holding its last attempt's slot waits for the Free queue to release
-// it; tasks of other keys and without one pass.
-func (v *views) releasable(skip func(taskID string) bool) func(taskID string) bool {
-	granted := make(map[string]int)
-	return func(id string) bool {
-		skipped := skip != nil && skip(id)
-		t := v.tasks[id]
-		if t == nil {
-			return skipped
-		}
-		kid, ok := keyOf(t.customer, t.conc)
-		if !ok {
-			return skipped
-		}
-		k := v.byKey[kid]
-		held := granted[kid]
-		if k != nil {
-			switch attempt := k.HeldFor(id); {
-			case attempt >= t.attemptNo():
-				return skipped
-			case attempt > 0:
-				return true
-			}
-			held += len(k.Holders)
-		}
-		if held >= t.conc.Limit {
-			return true
-		}
-		granted[kid]++
-		return skipped
-	}
-}
-
 // restoreKeys rebuilds the key view from a snapshot's key states and Free
 // queue, once the tasks are restored.
 func (v *views) restoreKeys(ks []aggregate.KeyState, freeing []aggregate.State) {

@@ -115,57 +115,6 @@ func (e *Engine) Earliest() (time.Time, bool) {
 	return best, found
 }
 
-// Next returns the earliest due time in timer queue t of the items the
-// alarm would act on: those actionable (skip does not report them and, in
-// the Release queue, their concurrency key lets them run). The alarm arms
-// its timer with it, so an item it would not act on — one in flight, or a
-// due waiter on a full key — never holds back its wake-up for a later one
-// it would. It is safe for concurrent use.
-func (e *Engine) Next(t Timer, skip func(taskID string) bool) (time.Time, bool) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	d, ok := e.v.timers[t].earliestExcept(e.v.actionable(t, skip))
-	return time.Unix(0, d), ok
-}
-
-// Due returns up to limit tasks of timer queue t due at or before now
-// that the alarm would act on (the items Next considers), taking turns
-// across customers. It is safe for concurrent use.
-func (e *Engine) Due(t Timer, now time.Time, limit int, skip func(taskID string) bool) []aggregate.State {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if t == Fire { // schedules, not tasks: DueSchedules
-		return nil
-	}
-	keys := e.v.timers[t].due(now, limit, e.v.actionable(t, skip))
-	out := make([]aggregate.State, len(keys))
-	for i, k := range keys {
-		if t == Free {
-			out[i] = e.v.freeing[k]
-			continue
-		}
-		out[i] = e.v.state(e.v.tasks[k])
-	}
-	return out
-}
-
-// actionable is the one rule of which items of timer queue t the alarm
-// acts on once they are due: those skip does not report (the alarm's own
-// items in flight, other processes' partitions) and, in the Release
-// queue, only those their concurrency key lets run (releasable). Due,
-// DueSchedules and Next all use it, so the alarm's wake-up and what it
-// then acts on cannot disagree. Each call returns a fresh filter (the
-// Release queue's counts the slots granted within one query).
-func (v *views) actionable(t Timer, skip func(id string) bool) func(id string) bool {
-	switch {
-	case t == Release:
-		return v.releasable(skip)
-	case skip == nil:
-		return func(string) bool { return false }
-	}
-	return skip
-}
-
 // TimerLen returns how many tasks wait in timer queue t.
 func (e *Engine) TimerLen(t Timer) int {
 	e.mu.RLock()
