@@ -88,7 +88,12 @@ type Report struct {
 	GoVersion  string    `json:"goVersion"`
 	NumCPU     int       `json:"numCPU"`
 	GOMAXPROCS int       `json:"gomaxprocs"`
-	Figures    []Figure  `json:"figures"`
+	Machine    Machine   `json:"machine"`
+	// Note is free text WriteMarkdown prints under the date, such as
+	// where figures not measured by this Run came from; Run leaves it
+	// empty.
+	Note    string   `json:"note,omitempty"`
+	Figures []Figure `json:"figures"`
 }
 
 // Figure returns the figure named name, if the report has it.
@@ -235,7 +240,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 	// goroutines: one lock keeps them whole and the writer race-free.
 	r := &run{cfg: cfg, log: zerolog.SyncWriter(cfg.Progress), dir: dir, report: &Report{
 		Scale: cfg.Scale, Started: time.Now().UTC(), GoVersion: runtime.Version(),
-		NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
+		NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Machine: thisMachine(),
 	}}
 	r.say("scale %g, data in %s, %d CPUs, GOMAXPROCS %d", cfg.Scale, dir, r.report.NumCPU, r.report.GOMAXPROCS)
 	err = r.all(ctx)
