@@ -5,7 +5,8 @@
 // HTTP protocol (enqueue, drains, a crowd of waiting long polls), latency at half the maximum rate, timer lateness, replay and aggregate
 // loads over a large log, projection memory, memory under overload and
 // the sync_always cost, and prints one table. `make bench` and `taskledger bench` run it;
-// BENCH_SCALE (Config.Scale) scales the work.
+// BENCH_SCALE (Config.Scale) scales the work. WriteMarkdown renders a
+// report (the --json output) as docs/benchmarks.md: `make bench-doc`.
 //
 // The hot functions (codec, aggregate, projection apply) have ordinary Go
 // benchmarks in this package's tests, for benchstat:
