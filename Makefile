@@ -10,7 +10,7 @@ BENCH_SCALE   ?= 1
 COUNT         ?= 10
 PYTHON        ?= python3
 
-.PHONY: help run build test test-python fuzz bench bench-micro lint screenshots
+.PHONY: help run build test test-python fuzz bench bench-doc bench-micro lint screenshots
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -49,6 +49,11 @@ fuzz: ## run every fuzz target for FUZZTIME each
 
 bench: ## one table: lifecycle, latency, timers, replay, memory vs the raw JetStream ceiling (BENCH_SCALE scales the work)
 	BENCH_SCALE=$(BENCH_SCALE) $(GO) run ./cmd/taskledger bench
+
+bench-doc: ## run the bench (BENCH_SCALE) with --json into docs/benchmarks.json and render docs/benchmarks.md from it
+	BENCH_SCALE=$(BENCH_SCALE) $(GO) run ./cmd/taskledger bench --json > docs/benchmarks.json.tmp
+	mv docs/benchmarks.json.tmp docs/benchmarks.json
+	$(GO) run ./cmd/taskledger bench --markdown docs/benchmarks.json > docs/benchmarks.md
 
 bench-micro: ## hot-function benchmarks for benchstat (COUNT runs each)
 	$(GO) test -run '^$$' -bench 'Encode|Decode|Replay|Decide|Apply' -count $(COUNT) ./internal/bench

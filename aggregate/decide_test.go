@@ -435,8 +435,7 @@ func TestDecideRejections(t *testing.T) {
 }
 
 // TestDecideResultLimits: the limits themselves are accepted, one byte
-// more on any field is not (issue 13, row 6: a 1 MB error, 32 × 32 KB
-// effect URLs).
+// more on any field is not (a 1 MB error, 32 × 32 KB effect URLs).
 func TestDecideResultLimits(t *testing.T) {
 	t.Parallel()
 	atLimits := events.Result{

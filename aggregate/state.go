@@ -1,7 +1,3 @@
-// Package aggregate decides which events a command may append to a task's
-// log. It is pure: Apply folds events into a State and Decide turns a
-// State and a Command into new events or a typed error. There is no I/O,
-// no logger and no clock here; the caller passes the time.
 package aggregate
 
 import (

@@ -1,5 +1,6 @@
 // Package docs holds the API's OpenAPI 3.1 document (openapi.yaml, the
-// machine-readable form of API.md), embedded so the server can serve it.
+// reference of every route; API.md explains the concepts), embedded so
+// the server can serve it. Its tests keep the Markdown docs' links valid.
 package docs
 
 import (

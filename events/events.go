@@ -1,6 +1,3 @@
-// Package events defines taskledger's log: the v1 event types, the
-// envelope every event travels in, its msgpack codec, subject naming and id
-// validation. It is the leaf of the module and imports nothing else of ours.
 package events
 
 import (

@@ -4,8 +4,9 @@ import "unicode/utf8"
 
 // Limits on every field a client controls. The aggregate enforces them on
 // every command, before anything is written, so the verifier sees the
-// same rules; clients read them to stay within bounds. docs/API.md lists
-// them in its "Limits" table.
+// same rules; clients read them to stay within bounds. docs/operations.md
+// lists them in its "Limits and defaults" table, docs/openapi.yaml field by
+// field.
 const (
 	MinTimeoutSeconds     = 1
 	MaxTimeoutSeconds     = 604800 // a week

@@ -16,7 +16,7 @@ import (
 )
 
 // Checkpoint is an executor's durable progress on one task: the Run of
-// docs/DESIGN.md ("Run and Turn") in the shape every SDK and the
+// the package doc ("The Run and Turn contract") in the shape every SDK and the
 // scheduler share (api.RunState), plus the claim it belongs to. The
 // worker saves it after every change, so a restarted executor resumes the
 // run instead of starting over.

@@ -12,7 +12,7 @@ import (
 	"github.com/taskledger/taskledger/executor"
 )
 
-// The README's Go SDK example: a worker that plans, opens a pull request
+// The Go SDK example of docs/executors.md: a worker that plans, opens a pull request
 // at most once (even across crashes), delegates a review to a child task
 // and waits for its verdict.
 func Example() {

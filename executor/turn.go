@@ -37,7 +37,8 @@ type ToolLookup func(ctx context.Context) (output json.RawMessage, found bool, e
 // Number is the Turn's index in the run, from 1.
 func (t *Turn) Number() int { return t.n }
 
-// Turn runs fn as the run's next Turn (docs/DESIGN.md, "Run and Turn").
+// Turn runs fn as the run's next Turn (the package doc, "The Run and Turn
+// contract").
 // A run's Turns run one after another, not at once.
 // The k-th call of Turn in a handler is Turn k, so a restarted handler
 // that makes the same calls in the same order meets its Turns again:

@@ -1,35 +1,3 @@
-// Package executor is taskledger's executor SDK: a Worker claims tasks of
-// one queue and runs a Handler on each, and the handler's Run keeps its
-// durable progress (api.RunState: phase, Turns, transcript, contexts,
-// pending tools, steps, effects, delegated children) in a CheckpointStore
-// — by default the scheduler's run routes — so a restarted executor
-// resumes instead of starting over. It needs only the scheduler's HTTP
-// API (and, optionally, NATS for ready notifications); it links no server
-// code.
-//
-// # Run and Turn
-//
-// A handler re-runs from the top when its run is resumed, and meets its
-// saved progress by a deterministic rule: the same calls in the same order
-// find the same records.
-//
-//   - Step(name) and Effect(key) are found by name and key: a completed
-//     step is skipped, a recorded outcome returned.
-//   - The k-th call of Run.Turn is Turn k. A Turn whose end is saved is
-//     skipped (its fn is not called); a Turn cut off mid-way runs fn
-//     again, and its j-th Record or Dispatch (or the one with the same
-//     explicit id) answers from the saved transcript: a recorded item is
-//     returned as recorded, a settled tool with its saved result. A tool
-//     still pending was cut off by the crash: its lookup decides, else it
-//     is called again only if it is idempotent, else it settles as
-//     uncertain.
-//   - A handler whose Turns are skipped reads what they produced from
-//     Run.State (see ExampleRun_Turn).
-//
-// Every boundary (a Step, an Effect, a Turn's start, a Dispatch, a
-// delegation) checks stop first. Mailbox messages join the transcript at
-// Turn boundaries only, each once under its message id. docs/DESIGN.md,
-// "Run and Turn", has the whole contract.
 package executor
 
 import (

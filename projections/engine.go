@@ -1,7 +1,3 @@
-// Package projections folds the event log into the read models the
-// scheduler serves from: tasks, the timer queues, status views,
-// lineage and usage. They may lag the log; every action they
-// trigger is decided again by the aggregate.
 package projections
 
 import (

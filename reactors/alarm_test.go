@@ -671,7 +671,7 @@ func TestAlarmTimerArmedWhileBusy(t *testing.T) {
 
 // TestAlarmRepeatedFailuresLoggedOnce: while the ready stream refuses
 // every publish, the retries of many tasks are one warning and counts,
-// not a line per task per attempt (issue 13, row 12).
+// not a line per task per attempt.
 func TestAlarmRepeatedFailuresLoggedOnce(t *testing.T) {
 	t.Parallel()
 	p := alStart(t, testnats.NewNamespace(t))

@@ -28,7 +28,7 @@ func largest(fill string) events.Result {
 }
 
 // TestChildResultMessageFits: a report always fits in a mailbox message,
-// is cut only when it must be, and says so (issue 13, row 4).
+// is cut only when it must be, and says so.
 func TestChildResultMessageFits(t *testing.T) {
 	t.Parallel()
 	parent, err := aggregate.Decide(aggregate.State{}, aggregate.Schedule{TaskID: "parent", CustomerID: "c",
@@ -98,7 +98,7 @@ func reportIn(t *testing.T, h []events.Event, childID string) events.ChildResult
 
 // TestAlarmReportsLargestResult: a child whose result is at every limit
 // reaches its parent's mailbox, cut to fit, and the report queue empties
-// (issue 13, row 4: the alarm retried such a report forever).
+// (the alarm once retried such a report forever).
 func TestAlarmReportsLargestResult(t *testing.T) {
 	t.Parallel()
 	p := alStart(t, testnats.NewNamespace(t))

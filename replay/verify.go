@@ -1,7 +1,3 @@
-// Package replay is for auditors: a task's history as a timeline with the
-// status after each event, and a verifier that proves the log keeps every
-// invariant of the design. It reads no log itself; callers feed it events
-// (internal/store reads them).
 package replay
 
 import (

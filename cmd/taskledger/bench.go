@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -22,11 +23,15 @@ func benchCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	dir := fs.String("dir", "", "put the servers' files in a fresh directory under this one (default the system temp directory)")
 	profiles := fs.String("profile", "", "write one CPU profile per section (lifecycle.pprof, ...) into this directory")
 	only := fs.String("only", "", "run only these comma-separated sections after the ceiling: "+strings.Join(bench.Sections, ","))
+	markdown := fs.String("markdown", "", "measure nothing: print the report in this file (the output of --json) as the Markdown of docs/benchmarks.md")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: bench takes no arguments", errUsage)
+	}
+	if *markdown != "" {
+		return renderMarkdown(*markdown, stdout)
 	}
 	if *scale == 0 {
 		if v, ok := os.LookupEnv("BENCH_SCALE"); ok && v != "" {
@@ -46,4 +51,18 @@ func benchCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	_, err := bench.Run(ctx, cfg, stdout)
 	return err
+}
+
+// renderMarkdown prints the bench report in the JSON file path as
+// Markdown (bench.WriteMarkdown).
+func renderMarkdown(path string, stdout io.Writer) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("bench --markdown: %w", err)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return fmt.Errorf("bench --markdown: %s: %w", path, err)
+	}
+	return bench.WriteMarkdown(stdout, rep)
 }

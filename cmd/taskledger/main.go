@@ -43,7 +43,7 @@ var commands = []command{
 	{"epoch", "a log's epochs: epoch list | epoch remove EPOCH --archive DIR (after archive verify)", epochCommand},
 	{"replay", "offline log tools: replay verify | replay rebuild (--data or --nats-url)", replayCommand},
 	{"work", "reference executor: claim tasks of --queue and run --exec per task", workCommand},
-	{"bench", "measure this machine against the raw JetStream ceiling (--scale, --json)", benchCommand},
+	{"bench", "measure this machine against the raw JetStream ceiling (--scale, --json; --markdown renders a --json report)", benchCommand},
 }
 
 // errUsage marks a command-line mistake: exit code 2.

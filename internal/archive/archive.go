@@ -1,23 +1,3 @@
-// Package archive writes a sealed epoch of the log to a directory, proves
-// such a directory whole (Verify) and still matching the live log
-// (CheckLive), and reads it as the store reads a live log (Archive).
-//
-// An archive is one file a part (a shard stream of the epoch) and a
-// manifest.json. A part file is the magic "TLARCV1\n" and then one record
-// per stored message, in stream order, little-endian:
-//
-//	u32 n        length of the rest of the record (18 + s + len(data))
-//	u64 seq      the message's stream sequence
-//	i64 time     its stored time, Unix nanoseconds
-//	u16 s        length of its subject
-//	[s]byte      the subject
-//	[]byte       the stored bytes (the encoded event), the rest of the record
-//
-// The records are chained: chain_0 is 32 zero bytes and chain_i =
-// SHA-256(chain_{i-1} || record_i), record_i being all its bytes from n
-// on. The manifest names each part's final chain value, the SHA-256 of
-// its whole file and the live log's chain head at its last event
-// (docs/DESIGN.md, "Archives").
 package archive
 
 import (

@@ -5,7 +5,8 @@
 // HTTP protocol (enqueue, drains, a crowd of waiting long polls), latency at half the maximum rate, timer lateness, replay and aggregate
 // loads over a large log, projection memory, memory under overload and
 // the sync_always cost, and prints one table. `make bench` and `taskledger bench` run it;
-// BENCH_SCALE (Config.Scale) scales the work.
+// BENCH_SCALE (Config.Scale) scales the work. WriteMarkdown renders a
+// report (the --json output) as docs/benchmarks.md: `make bench-doc`.
 //
 // The hot functions (codec, aggregate, projection apply) have ordinary Go
 // benchmarks in this package's tests, for benchstat:
@@ -88,7 +89,12 @@ type Report struct {
 	GoVersion  string    `json:"goVersion"`
 	NumCPU     int       `json:"numCPU"`
 	GOMAXPROCS int       `json:"gomaxprocs"`
-	Figures    []Figure  `json:"figures"`
+	Machine    Machine   `json:"machine"`
+	// Note is free text WriteMarkdown prints under the date, such as
+	// where figures not measured by this Run came from; Run leaves it
+	// empty.
+	Note    string   `json:"note,omitempty"`
+	Figures []Figure `json:"figures"`
 }
 
 // Figure returns the figure named name, if the report has it.
@@ -235,7 +241,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 	// goroutines: one lock keeps them whole and the writer race-free.
 	r := &run{cfg: cfg, log: zerolog.SyncWriter(cfg.Progress), dir: dir, report: &Report{
 		Scale: cfg.Scale, Started: time.Now().UTC(), GoVersion: runtime.Version(),
-		NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
+		NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Machine: thisMachine(),
 	}}
 	r.say("scale %g, data in %s, %d CPUs, GOMAXPROCS %d", cfg.Scale, dir, r.report.NumCPU, r.report.GOMAXPROCS)
 	err = r.all(ctx)

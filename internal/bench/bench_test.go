@@ -74,7 +74,7 @@ func TestBenchSmoke(t *testing.T) {
 
 // TestTableNamesGOMAXPROCS checks the table's last line: a run with
 // GOMAXPROCS set apart from the CPUs says so, since it changes the
-// figures (README, "Garbage collection on two cores").
+// figures (docs/performance.md, "Garbage collection on two cores").
 func TestTableNamesGOMAXPROCS(t *testing.T) {
 	for _, c := range []struct {
 		procs int

@@ -107,8 +107,8 @@ func (r *run) timers(ctx context.Context, nd *node.Node) error {
 	r.say("  %d delayed tasks scheduled in %s (runAt from %s on, over %s); %d were still being scheduled at their runAt; %d in the release queue",
 		n, time.Since(t0.Add(-lead)).Round(time.Millisecond), lead.Round(time.Millisecond), window, tardy.Load(), nd.Engine.TimerLen(projections.Release))
 	// The collections that end while the tasks are released: each can
-	// hold both cores for 10-25 ms (README, "Garbage collection on two
-	// cores"), so the tail depends on how many fell in the window.
+	// hold both cores for 10-25 ms (docs/performance.md, "Garbage
+	// collection on two cores"), so the tail depends on how many fell in the window.
 	if err := sleep(ctx, time.Until(t0)); err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 )
 
 // trickleEvery is how often each attacker of TestSlowBodyAttack sends a
-// byte of its body (issue 13, row 1: every 5 s).
+// byte of its body: every 5 s.
 const trickleEvery = 5 * time.Second
 
 // TestSlowBodyAttack: ATTACK_CONNS connections (default 200) send a

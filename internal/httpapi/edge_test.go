@@ -18,7 +18,7 @@ import (
 	"github.com/taskledger/taskledger/internal/node"
 )
 
-// The HTTP edge (issue 13, rows 1, 2, 9, 10, 11): what a hostile client
+// The HTTP edge: what a hostile client
 // can hold of the server (connections, time, slots) and what it gets for
 // requests net/http or the mux would otherwise answer in their own way.
 

@@ -14,7 +14,7 @@ import (
 	"github.com/taskledger/taskledger/internal/node"
 )
 
-// TestFieldLimits: each oversize or empty field of issue 13, row 6, in a
+// TestFieldLimits: each oversize or empty field a client controls, in a
 // body under the 1 MiB body limit, is refused 400 and writes nothing.
 func TestFieldLimits(t *testing.T) {
 	t.Parallel()
@@ -54,7 +54,7 @@ func TestFieldLimits(t *testing.T) {
 
 // TestLargestChildResultReachesParent: a child's result at every limit
 // reaches its parent's mailbox, cut to fit and marked truncated, and the
-// full result stays readable on the child (issue 13, row 4).
+// full result stays readable on the child.
 func TestLargestChildResultReachesParent(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -98,7 +98,7 @@ func TestLargestChildResultReachesParent(t *testing.T) {
 
 // TestEventTooLargeForTheLog: a request within every field limit whose
 // event is larger than the log takes answers 413 naming the limit, with
-// no Retry-After, and writes nothing (issue 13, row 5).
+// no Retry-After, and writes nothing.
 func TestEventTooLargeForTheLog(t *testing.T) {
 	t.Parallel()
 	const limit = 16 << 10
@@ -129,7 +129,7 @@ func TestEventTooLargeForTheLog(t *testing.T) {
 }
 
 // TestRelatedTaskMustBeVisible: relatedTaskId names a task the caller may
-// see, else 404 as for any other task it may not see (issue 13, Other).
+// see, else 404 as for any other task it may not see.
 func TestRelatedTaskMustBeVisible(t *testing.T) {
 	t.Parallel()
 	b := authSetup(t)
@@ -162,8 +162,7 @@ func TestRelatedTaskMustBeVisible(t *testing.T) {
 }
 
 // TestLineageLimits: a child past the lineage's depth or task count is
-// 409 lineage_limit; a repeated request id still answers its child
-// (issue 13, Other).
+// 409 lineage_limit; a repeated request id still answers its child.
 func TestLineageLimits(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(c *node.Config) { c.Limits.MaxLineageTasks, c.Limits.MaxLineageDepth = 4, 2 })

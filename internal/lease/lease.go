@@ -1,14 +1,3 @@
-// Package lease splits the scheduler's timer work into partitions and
-// gives each partition to one process at a time through a lease: a key
-// of a JetStream key-value bucket that names its owner, expires on the
-// server TTL after it was last written, and is taken and renewed only
-// by compare-and-set on its revision.
-//
-// A lease saves work, it guarantees nothing: every action the alarm takes
-// is still decided again by the aggregate and appended under the task's
-// last sequence, so two processes acting on one partition (a lease that
-// lapsed mid-action, a process that ignores leases) waste work and break
-// no rule.
 package lease
 
 import (

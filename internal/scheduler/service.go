@@ -1,7 +1,3 @@
-// Package scheduler is taskledger's service layer: it validates requests,
-// executes them as aggregate commands through the store, waits for the
-// projections to apply its writes (read-your-writes), and serves reads.
-// The HTTP API and in-process callers use it alike.
 package scheduler
 
 import (

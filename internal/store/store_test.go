@@ -467,7 +467,7 @@ func TestPipelineLosesConnection(t *testing.T) {
 
 // TestTooLargeEvent: an event the log cannot take fails at once with
 // aggregate.ErrTooLarge, naming the limit, never as unavailable (which
-// callers retry) and without writing anything (issue 13, row 5). One is
+// callers retry) and without writing anything. One is
 // refused before it is sent, one only by the server because its headers
 // push it over.
 func TestTooLargeEvent(t *testing.T) {

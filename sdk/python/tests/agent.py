@@ -40,7 +40,7 @@ def post_comment() -> Effect:
     return Effect(kind="comment", ref="c-1", url="https://example.test/c-1")
 
 
-# The agent loop of the README, with the test's kill points.
+# The agent loop of docs/executors.md, with the test's kill points.
 def agent(run: Run) -> str:
     reached("claimed")
     for n in (1, 2):

@@ -1,0 +1,178 @@
+// Package events defines taskledger's log: the v1 event types, the
+// envelope every event travels in, its msgpack codec, subject naming and id
+// validation. It is the leaf of the module and imports nothing else of ours.
+//
+// # Envelope and codec
+//
+// Events are msgpack (vmihailenco/msgpack/v5) with a fixed envelope:
+//
+//   - id — field: ID; meaning: event id, a ULID; on a replicated stream also
+//     the Nats-Msg-Id of its append
+//   - t — field: Type; meaning: event type name
+//   - v — field: Version; meaning: schema version of the type (2 today,
+//     TaskScheduled 3; the payloads of 1 and 2 are the same, and a
+//     TaskScheduled before v3 is one not released)
+//   - task — field: TaskID; meaning: the task
+//   - cust — field: CustomerID; meaning: its owner
+//   - n — field: Number; meaning: 1-based position in the task's history,
+//     gap-free per task
+//   - at — field: At; meaning: when the scheduler decided it (UTC)
+//   - actor — field: Actor; meaning: the scheduler process (--name), or the
+//     executor id for a claim
+//   - prev — field: Prev; meaning: since v2: the SHA-256 (32 bytes) of the
+//     stored bytes of the task's previous event; absent on its first
+//   - data — field: Data; meaning: the payload, keyed by its JSON field names
+//
+// The event type is also the Tl-Type header, so a consumer can skip an event
+// without decoding it. events.Decode never panics: bytes that are not a
+// well-formed envelope, an id that is not valid, or a number outside 1..2^31
+// wrap ErrMalformed; an unknown type wraps ErrUnknownType; a version of 0 or
+// newer than the build knows wraps ErrUnknownVersion. The current version
+// decodes in one pass; anything else goes through upcast, the one place that
+// turns older payload bytes into the current structs.
+//
+// Hash chain. Each event names the SHA-256 of its task's previous event's
+// stored bytes, so an event edited, removed or reordered inside a task breaks
+// the next link. The store computes the hash from bytes it already has: the
+// append's own encoding (kept in the state cache as State.LastHash) and, on a
+// load or a catch-up after a conflict, the bytes it read; no append reads
+// anything extra. Version 2 added prev to the envelope; a v1 event has none
+// and is accepted as the start of a chain (the committed v1 fixture still
+// decodes), and the next v2 event links to its bytes. The chain cannot vouch
+// for the last events of the stream: a chain head (the last sequence and the
+// SHA-256 of the message there, JSON in the object chainhead of
+// <stream>_SNAPSHOTS) is saved after every projection snapshot and at clean
+// shutdown. At start the node checks the log against it (two reads) and logs a
+// warning, shown on /readyz as log, when the log ends before it or holds
+// another message there, or when the stream counts deleted sequences; the
+// projections also warn about sequences they find missing as they read. replay
+// verify checks all of it over the whole log. What JetStream does with damaged
+// files, tried on nats-server 2.15.2: a flipped byte in a block file fails the
+// record's checksum and the server drops that message without a word (a hole:
+// missing, and a broken_link or gap on its task); a tail cut off the last
+// block is dropped too, while the stream's state still names the old last
+// sequence (truncated against the head; the projections target the last
+// message that is really stored, not the state's sequence, or they would wait
+// for it forever). With no head saved (a first crash before any snapshot or
+// clean shutdown) a cut tail is invisible.
+//
+// Schema evolution. To change a payload: bump that type's version in
+// events/codec.go, add a case to upcast that reads the old bytes into the new
+// struct, and keep the committed v1 fixture (events/testdata) passing: it
+// proves an old log still replays. Never rename an event type; add a new one.
+//
+// # Event types (v1)
+//
+//   - TaskScheduled (v3) — payload (JSON names): spec: rootId, parentId,
+//     requestId, relatedTaskId, queue, signal, repo, message, runAt,
+//     timeoutSeconds, retry (maxAttempts, backoffSeconds, maxBackoffSeconds,
+//     on; absent without a policy), optional concurrency, labels and retryOf;
+//     since v3 optional deliveryId, nextAt; meaning: the task was accepted; it
+//     waits for runAt. With deliveryId it was due when scheduled and is
+//     released in the same event, as a DeliveryPending (attempt 1, due at
+//     nextAt) would release it: one write fewer
+//   - AdmissionRejected — payload (JSON names): spec (as above), reason;
+//     meaning: admission refused a new root task; the candidate is kept
+//     (canceled) so a retry with its request id gets the same answer
+//   - DeliveryPending — payload (JSON names): deliveryId, attempt (1), nextAt;
+//     meaning: released: a ready notification with this token is due at nextAt
+//   - DeliveryRetryScheduled — payload (JSON names): deliveryId, attempt,
+//     nextAt, error; meaning: publishing failed; attempt attempt of the same
+//     token is due at nextAt
+//   - DeliveryExhausted — payload (JSON names): deliveryId, attempts, reason;
+//     meaning: the notification could not be published within the delivery
+//     budget; the task failed
+//   - ReadyPublished — payload (JSON names): deliveryId, readySeq (optional:
+//     absent in events written before it); meaning: the notification for this
+//     token is in the ready stream, at that sequence
+//   - ReadyRepublished — payload (JSON names): deliveryId, lostSeq (absent:
+//     unknown), readySeq; meaning: the queued task's notification, last at
+//     lostSeq, was gone from the ready stream and was published again, same
+//     token, at readySeq
+//   - Claimed — payload (JSON names): deliveryId, executorId, deadline;
+//     meaning: an executor consumed the token and owns the run until deadline
+//   - TimedOut — payload (JSON names): deadline; meaning: the running deadline
+//     passed without a result
+//   - ResultRecorded — payload (JSON names): deliveryId (optional), result:
+//     success, summary, error, effects; meaning: the task finished
+//   - EffectsReported — payload (JSON names): deliveryId, effects: each kind,
+//     ref, url, uncertain, at; meaning: the run under this claim made these
+//     effects (before its result, if any)
+//   - RetryScheduled — payload (JSON names): attempt (the next one), nextAt,
+//     cause (failed or timed_out), deliveryId and result (cause failed: the
+//     failure as reported), deadline (cause timed_out); meaning: the attempt
+//     before attempt ended without success and the task is scheduled again,
+//     due at nextAt
+//   - Canceled — payload (JSON names): reason; meaning: someone canceled the
+//     task
+//   - MailboxAppended — payload (JSON names): index, message: id, createdAt,
+//     content; meaning: a message was added at the 1-based index
+//   - MailboxRead — payload (JSON names): cursor; meaning: the scheduler
+//     handed out messages up to the cursor
+//   - SlotAcquired — payload (JSON names): key, taskId, limit, attempt (absent
+//     for the first); meaning: on a concurrency key's subject: the task took
+//     one of the key's slots for that attempt; the key had fewer than limit
+//     holders
+//   - SlotReleased — payload (JSON names): key, taskId, status, attempt (the
+//     slot's, absent for the first); meaning: on a concurrency key's subject:
+//     the holder gave its slot back, being terminal (status, empty when the
+//     alarm no longer knew it) or retried past the slot's attempt (status
+//     scheduled)
+//   - ScheduleCreated — payload (JSON names): spec: cron, every, timezone,
+//     task (a task spec without ids, retryOf and runAt; its labels, retry and
+//     concurrency go to every run's task), overlap, catchup; paused; meaning:
+//     a schedule was created (or created again after a delete); instants after
+//     the event are due
+//   - ScheduleUpdated — payload (JSON names): spec; meaning: a live schedule's
+//     spec changed; instants after the event are due
+//   - SchedulePaused, ScheduleResumed, ScheduleDeleted — payload (JSON names):
+//     (none); meaning: the schedule stopped firing, fires again from now,
+//     stopped for good (its history is kept)
+//   - ScheduleFired — payload (JSON names): at, taskId, requestId, skipped
+//     (overlap, missed), missed, manual; meaning: a fire of instant at (a
+//     trigger's: its time): the run whose task is taskId, or no run when
+//     skipped; missed earlier instants passed over
+//
+// spec.concurrency (key, limit) is left out of the stored bytes when absent,
+// so a TaskScheduled without one is stored as before: an addition that old
+// events mean as "no limit", not a change of shape.
+//
+// A spec's retry and a result's retryable are left out of the stored bytes
+// when unset, so events without them are stored as before and still decode at
+// version 2 (no upcast): a task without a policy has one attempt, a result
+// without retryable is retryable.
+//
+// A spec's labels (a map of key=value pairs, encoded in key order so a spec
+// always has the same bytes) and retryOf (the terminal task a manual retry
+// repeats, also its relatedTaskId) were added the same way: absent from the
+// stored bytes when empty, so every spec written before them is stored and
+// decoded exactly as before (no labels, not a retry), and they need no version
+// of their own (the spec reads the same at every version). A label never
+// changes after the task is scheduled, and a child does not inherit its
+// parent's.
+//
+// Manual retry (POST /v1/tasks/{id}/retry) appends no event to the retried
+// task, which is terminal and stays as it is: it schedules a new root task
+// whose spec aggregate.RetrySpec derives from the old task's state (its spec,
+// retry policy and concurrency included, without root, parent, request id and
+// runAt, with relatedTaskId and retryOf naming it; ErrNotTerminal for a live
+// task). The new task's TaskScheduled (or AdmissionRejected, as any new root)
+// is the fact; the retried task being terminal is final, so no race can undo
+// the check. With a request id the new id is derived as for schedule, so
+// racing retries make one task; a crash after the append is answered by the
+// repeat. The verifier checks each retryOf against the log (bad_retry).
+//
+// An effect's at (since EffectsReported) is omitted from the stored bytes when
+// zero, so a ResultRecorded whose effects have no time is stored exactly as
+// before and still decodes at version 2: the field is an addition that old
+// events mean as "unknown", not a change of shape.
+//
+// The state keeps every effect reported (State.Effects): each EffectsReported
+// and each result's effects merge into one list by kind and ref, a later
+// report of the same pair replacing the earlier in its place, so a timed-out
+// or canceled task keeps what its run did. The projected task holds the list
+// behind a pointer, nil for the tasks that have none, so they do not grow.
+//
+// Where two facts must land together they are one event (a claim consumes the
+// token and starts the run), never two appends or a batch.
+package events

@@ -1,0 +1,77 @@
+// Package scheduler is taskledger's service layer: it validates requests,
+// executes them as aggregate commands through the store, waits for the
+// projections to apply its writes (read-your-writes), and serves reads.
+// The HTTP API and in-process callers use it alike.
+//
+// # The service
+//
+// internal/scheduler validates requests (ids, limits, runAt after 1970 and at
+// most 52 weeks ahead, timeoutSeconds 1..604,800 with default 3,600, runAt xor
+// delaySeconds), executes them as commands through the store, and waits for
+// read-your-writes.
+//
+//   - Tenancy. A principal is a customer or the operator. A customer's request
+//     for another customer's task answers ErrNotFound, as for a missing task.
+//     The projections answer who owns a task when they know it (a task's
+//     customer never changes); otherwise the log does.
+//   - Idempotency. A request id fixes the task id (DeriveID("r", customer,
+//     requestId)), so racing retries meet in the OCC check; the loser finds
+//     the task exists and answers it (200).
+//   - Admission. New root tasks pass per-customer quotas counted from the
+//     usage view (durable: it is rebuilt from the log) and an optional
+//     external checker that fails open after 500 ms. A repeat is looked up
+//     before admission, so it is not charged twice; children are never
+//     charged. A refusal is persisted (AdmissionRejected) and answered 429.
+//   - Stop checks. check replays the task from the log: missing or not the
+//     principal's → stop (missing); terminal → stop (terminal); any ancestor
+//     terminal in the projections → stop (ancestor_terminal); else continue
+//     (active). It hands out the messages after the cursor and appends
+//     MailboxRead. Any fault answers continue (check_failed), logged and
+//     counted: a scheduler problem never stops a healthy run.
+//   - Claims. claims/next and batch claims wait on one dispatcher per queue
+//     and process. It pulls from the queue's shared durable consumer only
+//     while claimers wait, asking for as many notifications as they want (at
+//     most 16 pulls of up to 1,000 in flight), and hands each to exactly one
+//     waiter, the first in line that may claim it (and a delivery handed off,
+//     the handoff in docs/DESIGN.md, "The alarm", the same way). A
+//     notification nobody here may take is parked for the next waiter for up
+//     to 100 ms (at most 1,000 parked), then handed back to the consumer for
+//     other processes. The wait's deadline or shutdown ends the wait, never a
+//     claim under way; shutdown waits for the pulls in flight and hands back
+//     what they bring.
+//   - Tenants on a shared queue. Notifications of one queue come in one order
+//     for every customer, so a customer's claim would wait behind another
+//     customer's backlog. A customer principal therefore first claims its own
+//     queued tasks of the queue straight from the projections (the republish
+//     queue's bucket of that customer and queue, published longest ago first)
+//     with their current tokens, skipping tasks another claim in this process
+//     is trying, and deletes each claimed task's notification from the ready
+//     stream. While it has none, it waits on the dispatcher and on a signal
+//     the projections give when one of its tasks is queued, whichever comes
+//     first. An operator takes notifications in order (after any delivery held
+//     for the queue's claimers, docs/DESIGN.md, "The alarm"). A customer holds
+//     at most --max-polls-per-customer (256) long polls per process; one more
+//     is ErrTooManyPolls (429).
+//   - Queues. A claim on a queue no task was scheduled on (as the projections
+//     know) waits without creating anything: it looks again every 100 ms and
+//     answers nothing at its deadline. The first claim on a real queue creates
+//     its consumer (InactiveThreshold --queue-idle); a dispatcher that has not
+//     pulled for half of that makes sure the consumer exists again before
+//     pulling. Schedule refuses (ErrInvalid) a task of a customer that has
+//     live tasks on --max-queues-per-customer (100) queues, on a queue not
+//     among them; counts come from the projections, so racing requests can
+//     overshoot by those in flight.
+//   - Batches. POST /v1/tasks/batch and POST /v1/results run their items 256
+//     at a time, each exactly as its single route except for the
+//     read-your-writes wait: an item whose events the views cannot fold in
+//     themselves (ApplyOwn; a result ends its task) records the sequence it
+//     needs instead of waiting, and the batch waits once for the highest
+//     before it answers (an item that needed it is 503 if that wait times out,
+//     as its single call would be). Items that count against a limit the
+//     projections count (a child: the lineage limits; a root of a customer
+//     with an admission quota or a usage checker) run at most 64 at once and
+//     settle before the next is checked, so a batch overshoots such a limit no
+//     more than 64 racing single requests. A batch claim takes up to max
+//     notifications from the dispatcher once the first is there (waiting 2 ms
+//     more for others) and claims them in parallel.
+package scheduler
