@@ -13,9 +13,9 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/executor"
 	"github.com/taskledger/taskledger/internal/crashpoint"
 	"github.com/taskledger/taskledger/reactors"
+	"github.com/taskledger/taskledger/ready"
 )
 
 // MaxWait is the longest long poll of ClaimNext.
@@ -60,7 +60,7 @@ func (s *Service) dispatcher(ctx context.Context, queue string) (*dispatcher, er
 	if ok && !d.idleFor(s.cfg.QueueIdle/2) {
 		return d, nil
 	}
-	cc := executor.ReadyConsumerConfig(s.cfg.Subjects, queue, s.cfg.AckWait)
+	cc := ready.ConsumerConfig(s.cfg.Subjects, queue, s.cfg.AckWait)
 	cc.InactiveThreshold = s.cfg.QueueIdle
 	c, err := s.cfg.JS.CreateOrUpdateConsumer(ctx, s.cfg.ReadyStream, cc)
 	if err != nil {

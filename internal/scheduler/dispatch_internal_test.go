@@ -14,8 +14,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/executor"
 	"github.com/taskledger/taskledger/internal/testnats"
+	"github.com/taskledger/taskledger/ready"
 )
 
 // dispatchEnv is a ready stream with one queue's consumer and a
@@ -39,7 +39,7 @@ func newDispatchEnv(t *testing.T) *dispatchEnv {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, ns.ReadyStream, executor.ReadyConsumerConfig(ns.Subjects, "q", time.Minute))
+	cons, err := js.CreateOrUpdateConsumer(ctx, ns.ReadyStream, ready.ConsumerConfig(ns.Subjects, "q", time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,11 +19,11 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/executor"
 	"github.com/taskledger/taskledger/internal/crashpoint"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/reactors"
+	"github.com/taskledger/taskledger/ready"
 )
 
 // Errors the service adds to the aggregate's.
@@ -173,7 +173,7 @@ type Limits struct {
 	// DefaultMaxQueuesPerCustomer, negative no limit.
 	MaxQueuesPerCustomer int
 	// QueueIdle is how long the server keeps a queue's ready consumer
-	// without a pull; default executor.ReadyConsumerIdle.
+	// without a pull; default ready.ConsumerIdle.
 	QueueIdle time.Duration
 	// MaxSchedules bounds a customer's live schedules; default
 	// events.MaxSchedules, negative no limit.
@@ -223,7 +223,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.WriteTimeout = 10 * time.Second
 	}
 	if cfg.AckWait <= 0 {
-		cfg.AckWait = 30 * time.Second
+		cfg.AckWait = ready.DefaultAckWait
 	}
 	if cfg.ReadyGrace <= 0 {
 		cfg.ReadyGrace = DefaultReadyGrace
@@ -244,7 +244,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.MaxQueuesPerCustomer = DefaultMaxQueuesPerCustomer
 	}
 	if cfg.QueueIdle <= 0 {
-		cfg.QueueIdle = executor.ReadyConsumerIdle
+		cfg.QueueIdle = ready.ConsumerIdle
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
