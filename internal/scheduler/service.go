@@ -23,7 +23,6 @@ import (
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/reactors"
-	"github.com/taskledger/taskledger/ready"
 )
 
 // Errors the service adds to the aggregate's.
@@ -146,8 +145,9 @@ type Config struct {
 	// notification itself (then records ReadyPublished) before it
 	// answers, instead of leaving both to the alarm: two writes and two
 	// alarm hops fewer. Otherwise the alarm releases and publishes every
-	// task. Default: a delivery.Queues on JS, ReadyStream, Subjects,
-	// AckWait and QueueIdle without a publisher.
+	// task. Default: a delivery.Queues without a publisher, on JS,
+	// ReadyStream, Subjects, AckWait and Limits.QueueIdle (which
+	// configure nothing else).
 	Delivery Delivery
 	JS       jetstream.JetStream // required without Delivery
 	// ReadyGrace is how long the alarm leaves a task Schedule released
@@ -155,8 +155,8 @@ type Config struct {
 	// itself (the retry path, after a failed publish or a crash); default
 	// DefaultReadyGrace.
 	ReadyGrace  time.Duration
-	ReadyStream string // the ready notification stream; default events.DefaultStream's
-	Subjects    events.Subjects
+	ReadyStream string          // the default Delivery's ready stream
+	Subjects    events.Subjects // the default Delivery's subjects
 	// ScheduleStore and Schedules are the schedules' log and projection;
 	// default Store and Views when they have the methods (the node's do).
 	ScheduleStore ScheduleStore
@@ -168,8 +168,8 @@ type Config struct {
 	// WriteTimeout bounds how long a write waits for the projections to
 	// apply it; default 10s.
 	WriteTimeout time.Duration
-	// AckWait is how long a claims/next notification stays invisible to
-	// other claimers while one claims it; default 30s.
+	// AckWait is how long a notification the default Delivery hands a
+	// claimer stays invisible to other claimers while it claims.
 	AckWait time.Duration
 	Limits
 }
@@ -191,8 +191,8 @@ type Limits struct {
 	// on; a task on one more is ErrInvalid. Default
 	// DefaultMaxQueuesPerCustomer, negative no limit.
 	MaxQueuesPerCustomer int
-	// QueueIdle is how long the server keeps a queue's ready consumer
-	// without a pull; default ready.ConsumerIdle.
+	// QueueIdle is how long the default Delivery keeps a queue's ready
+	// consumer without a pull (delivery.Config.Idle).
 	QueueIdle time.Duration
 	// MaxSchedules bounds a customer's live schedules; default
 	// events.MaxSchedules, negative no limit.
@@ -230,14 +230,8 @@ func New(cfg Config) (*Service, error) {
 	case cfg.Delivery == nil && cfg.JS == nil:
 		return nil, errors.New("scheduler: Config.Delivery or Config.JS is required")
 	}
-	if cfg.ReadyStream == "" {
-		cfg.ReadyStream = events.ReadyStreamName(events.DefaultStream)
-	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
-	}
-	if cfg.AckWait <= 0 {
-		cfg.AckWait = ready.DefaultAckWait
 	}
 	if cfg.ReadyGrace <= 0 {
 		cfg.ReadyGrace = DefaultReadyGrace
@@ -248,17 +242,11 @@ func New(cfg Config) (*Service, error) {
 	if cfg.MaxLineageDepth == 0 {
 		cfg.MaxLineageDepth = DefaultMaxLineageDepth
 	}
-	if cfg.Subjects.Root == "" {
-		cfg.Subjects = events.DefaultSubjects
-	}
 	if cfg.MaxPollsPerCustomer == 0 {
 		cfg.MaxPollsPerCustomer = DefaultMaxPollsPerCustomer
 	}
 	if cfg.MaxQueuesPerCustomer == 0 {
 		cfg.MaxQueuesPerCustomer = DefaultMaxQueuesPerCustomer
-	}
-	if cfg.QueueIdle <= 0 {
-		cfg.QueueIdle = ready.ConsumerIdle
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
