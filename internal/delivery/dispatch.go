@@ -101,7 +101,7 @@ type waiter struct {
 type Offer struct {
 	// Msg is the notification's message, which the claimer settles: Ack
 	// once claimed or stale, Nak when the log could not answer. It is nil
-	// for a delivery handed off without a notification (see Handoff):
+	// for a delivery handed off without a notification (see Queues):
 	// there is nothing to settle.
 	Msg  jetstream.Msg
 	Note events.ReadyNotification
