@@ -76,8 +76,8 @@ func (p Publisher) contentType() string {
 	return events.ContentTypeMsgpack
 }
 
-// Notification is the ready notification of s's current delivery.
-func Notification(s aggregate.State) events.ReadyNotification {
+// notification is the ready notification of s's current delivery.
+func notification(s aggregate.State) events.ReadyNotification {
 	return events.ReadyNotification{
 		TaskID: s.TaskID, CustomerID: s.CustomerID, RootID: s.Spec.RootID, ParentID: s.Spec.ParentID,
 		Queue: s.Spec.Queue, DeliveryID: s.Delivery.ID, Signal: s.Spec.Signal, Attempt: s.Attempt(), Labels: s.Spec.Labels,
@@ -88,10 +88,11 @@ func Notification(s aggregate.State) events.ReadyNotification {
 // Nats-Msg-Id msgID, waits for the stream's acknowledgement and returns
 // the sequence the notification is stored at. A copy published again
 // under the same msgID within the dedupe window is dropped, and its
-// acknowledgement names the first copy's sequence.
+// acknowledgement names the first copy's sequence. ctx bounds the publish
+// and its retries; an error is the stream's or the connection's.
 func (p Publisher) PublishReady(ctx context.Context, s aggregate.State, msgID string) (uint64, error) {
 	ct := p.contentType()
-	body, err := events.MarshalReady(Notification(s), ct)
+	body, err := events.MarshalReady(notification(s), ct)
 	if err != nil {
 		return 0, err
 	}
@@ -123,7 +124,8 @@ func (p Publisher) PublishReady(ctx context.Context, s aggregate.State, msgID st
 // ReadyStored reports whether the ready stream still holds the
 // notification of s's delivery at s.Delivery.ReadySeq. A work-queue stream
 // removes a notification once a claimer acknowledged it, so a stored one
-// is waiting for a claimer or taken by one and not yet settled.
+// is waiting for a claimer or taken by one and not yet settled. An error
+// means the stream did not answer, not that the notification is gone.
 func (p Publisher) ReadyStored(ctx context.Context, s aggregate.State) (bool, error) {
 	msg, err := p.Stream.GetMsg(ctx, s.Delivery.ReadySeq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {

@@ -238,7 +238,7 @@ func (q *Queues) handoff(st aggregate.State, evs []events.Event, publish func())
 	if len(evs) > 0 && q.cfg.Views != nil {
 		q.cfg.Views.ApplyOwn(evs)
 	}
-	return d.handoff(Notification(st), publish)
+	return d.handoff(notification(st), publish)
 }
 
 // PublishReleased hands st, a task its TaskScheduled released (and the
