@@ -13,6 +13,7 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/ready"
 )
 
 // API is the scheduler as an executor uses it. The scheduler stays the
@@ -135,7 +136,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// next claims up to free tasks (at least one slot is free).
 	next := w.pollHTTP
 	if w.cfg.JS != nil {
-		cons, err := w.cfg.JS.CreateOrUpdateConsumer(ctx, w.cfg.ReadyStream, ReadyConsumerConfig(w.cfg.Subjects, w.cfg.Queue, 0))
+		cons, err := w.cfg.JS.CreateOrUpdateConsumer(ctx, w.cfg.ReadyStream, ready.ConsumerConfig(w.cfg.Subjects, w.cfg.Queue, 0))
 		if ctx.Err() != nil {
 			return nil // stopped before the first claim
 		}
@@ -265,30 +266,6 @@ func (w *Worker) pollNATS(ctx context.Context, cons jetstream.Consumer) ([]api.T
 func lostClaim(err error) bool {
 	return errors.Is(err, api.ErrTokenMismatch) || errors.Is(err, api.ErrNotClaimable) ||
 		errors.Is(err, api.ErrTerminal) || errors.Is(err, api.ErrNotFound)
-}
-
-// ReadyConsumerIdle is how long the server keeps a queue's ready consumer
-// that nobody pulls from; the next claimer creates it again (the ready
-// stream keeps the notifications meanwhile).
-const ReadyConsumerIdle = time.Hour
-
-// ReadyConsumerConfig is the durable pull consumer of queue's ready
-// notifications on the ready stream, shared by every NATS-mode worker of
-// the queue and the scheduler's claims/next. ackWait is how long a taken
-// notification stays invisible to other claimers; 0 means 30s. The server
-// deletes it after ReadyConsumerIdle without a pull.
-func ReadyConsumerConfig(subjects events.Subjects, queue string, ackWait time.Duration) jetstream.ConsumerConfig {
-	if ackWait <= 0 {
-		ackWait = 30 * time.Second
-	}
-	return jetstream.ConsumerConfig{
-		Durable:           "ready_" + queue,
-		FilterSubject:     subjects.Ready(queue),
-		AckPolicy:         jetstream.AckExplicitPolicy,
-		AckWait:           ackWait,
-		MaxAckPending:     -1,
-		InactiveThreshold: ReadyConsumerIdle,
-	}
 }
 
 // execute runs the handler on one claimed task and reports its result.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/delivery"
 	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testlog"
@@ -37,7 +38,7 @@ type alProc struct {
 	ns     testnats.Namespace
 	store  *store.Store
 	engine *projections.Engine
-	ready  reactors.ReadyPublisher
+	ready  delivery.Publisher
 }
 
 // alStart opens a store on ns (with the changes opts make to its
@@ -55,14 +56,14 @@ func alStart(t *testing.T, ns testnats.Namespace, opts ...func(*store.Config)) *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	ready, err := reactors.EnsureReadyStream(ctx, st.JetStream(), ns.ReadyStream, ns.Subjects, 1)
+	ready, err := delivery.EnsureStream(ctx, st.JetStream(), ns.ReadyStream, ns.Subjects, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	eng := mustEngine(projections.Config{JS: st.JetStream(), Stream: ns.Stream, Subjects: ns.Subjects, Logger: alLogger(t)})
 	alGo(t, "engine", eng.Run)
 	alEventually(t, "engine caught up", eng.CaughtUp)
-	return &alProc{t: t, ns: ns, store: st, engine: eng, ready: reactors.ReadyPublisher{JS: st.JetStream(), Subjects: ns.Subjects, Stream: ready}}
+	return &alProc{t: t, ns: ns, store: st, engine: eng, ready: delivery.Publisher{JS: st.JetStream(), Subjects: ns.Subjects, Stream: ready}}
 }
 
 // startAlarm runs an alarm with cfg and pub (the real publisher if nil)

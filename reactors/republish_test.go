@@ -12,6 +12,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/delivery"
 	"github.com/taskledger/taskledger/internal/testnats"
 	"github.com/taskledger/taskledger/reactors"
 )
@@ -156,7 +157,7 @@ func TestAlarmDeliveryOutlastsReadyStreamOutage(t *testing.T) {
 		}
 		return true
 	})
-	if _, err := reactors.EnsureReadyStream(ctx, p.store.JetStream(), p.ns.ReadyStream, p.ns.Subjects, 1); err != nil {
+	if _, err := delivery.EnsureStream(ctx, p.store.JetStream(), p.ns.ReadyStream, p.ns.Subjects, 1); err != nil {
 		t.Fatal(err)
 	}
 	for _, task := range tasks {

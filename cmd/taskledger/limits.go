@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/executor"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/reactors"
+	"github.com/taskledger/taskledger/ready"
 )
 
 // limitFlags are serve's flags for the delivery of ready notifications,
@@ -31,7 +31,7 @@ func (f *limitFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.lineTasks, "max-lineage-tasks", scheduler.DefaultMaxLineageTasks, "tasks in one lineage (a root and its descendants); past it scheduling a child answers 409 lineage_limit (-1: no limit)")
 	fs.IntVar(&f.lineDepth, "max-lineage-depth", scheduler.DefaultMaxLineageDepth, "levels of children below a root; past it scheduling a child answers 409 lineage_limit (-1: no limit)")
 	fs.IntVar(&f.maxSchedules, "max-schedules", events.MaxSchedules, "live schedules one customer may have; past it creating one answers 409 schedule_limit (-1: no limit)")
-	fs.DurationVar(&f.queueIdle, "queue-idle", executor.ReadyConsumerIdle, "how long a queue's ready consumer is kept without a claimer; the next claim creates it again")
+	fs.DurationVar(&f.queueIdle, "queue-idle", ready.ConsumerIdle, "how long a queue's ready consumer is kept without a claimer; the next claim creates it again")
 }
 
 // check refuses values that mean nothing, and returns the configuration.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/crashpoint"
+	"github.com/taskledger/taskledger/internal/delivery"
 	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/internal/lease"
 	"github.com/taskledger/taskledger/internal/ratelog"
@@ -57,7 +58,7 @@ type Config struct {
 	Limits    scheduler.Limits // per-customer polls and queues, lineage bounds, queue expiry
 	Alarm     reactors.AlarmConfig
 	// ReadyJSON publishes ready notifications as JSON, for NATS consumers
-	// that read only JSON; default msgpack (reactors.ReadyPublisher.JSON).
+	// that read only JSON; default msgpack (delivery.Publisher.JSON).
 	ReadyJSON bool
 	Logger    zerolog.Logger
 	Registry  *prometheus.Registry // default a new one with runtime and projection metrics
@@ -180,7 +181,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	ready, err := reactors.EnsureReadyStream(ctx, st.JetStream(), cfg.ReadyStream, cfg.Subjects, cfg.Replicas)
+	ready, err := delivery.EnsureStream(ctx, st.JetStream(), cfg.ReadyStream, cfg.Subjects, cfg.Replicas)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -238,7 +239,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 }
 
 // The ready publisher sends its notifications through the store's pipeline.
-var _ reactors.AckedPublisher = (*store.Store)(nil)
+var _ delivery.AckedPublisher = (*store.Store)(nil)
 
 // build makes the parts on an open store and ready stream.
 func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Config, ready jetstream.Stream, leases *lease.Leases) (*Node, error) {
@@ -249,10 +250,18 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 	if cfg.Registry == nil {
 		cfg.Registry = newRegistry(eng, st)
 	}
-	publisher := reactors.ReadyPublisher{JS: st.JetStream(), Subjects: cfg.Subjects, Stream: ready, JSON: cfg.ReadyJSON, Acked: st}
+	metrics := scheduler.NewMetrics(cfg.Registry)
+	publisher := &delivery.Publisher{JS: st.JetStream(), Subjects: cfg.Subjects, Stream: ready, JSON: cfg.ReadyJSON, Acked: st}
+	queues, err := delivery.New(delivery.Config{
+		JS: st.JetStream(), Stream: cfg.ReadyStream, Subjects: cfg.Subjects, Idle: cfg.Limits.QueueIdle,
+		Publisher: publisher, Log: st, Views: eng, Logger: cfg.Logger, Handed: metrics.Handoffs.Inc,
+	})
+	if err != nil {
+		return nil, err
+	}
 	svc, err := scheduler.New(scheduler.Config{
-		Store: st, Views: eng, Runs: runs, JS: st.JetStream(), Publisher: publisher, ReadyStream: cfg.ReadyStream, Subjects: cfg.Subjects,
-		Usage: eng, Admission: cfg.Admission, Logger: cfg.Logger, Metrics: scheduler.NewMetrics(cfg.Registry),
+		Store: st, Views: eng, Runs: runs, Delivery: queues,
+		Usage: eng, Admission: cfg.Admission, Logger: cfg.Logger, Metrics: metrics,
 		Limits: cfg.Limits,
 	})
 	if err != nil {
@@ -261,7 +270,7 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 	errorLog := ratelog.New(cfg.Logger, cfg.LogRepeatInterval)
 	alarmCfg := cfg.Alarm
 	alarmCfg.Store, alarmCfg.Projection, alarmCfg.Repeats, alarmCfg.Schedules = st, eng, errorLog, svc
-	alarmCfg.Publisher, alarmCfg.Handoff = publisher, svc.HoldOrHandoff
+	alarmCfg.Publisher, alarmCfg.Handoff = publisher, queues.HoldOrHandoff
 	alarmCfg.Logger, alarmCfg.Now, alarmCfg.Crash = cfg.Logger, cfg.Now, crashpoint.Hit
 	var partitions httpapi.TimerPartitions
 	if leases != nil {

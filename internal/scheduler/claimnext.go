@@ -13,68 +13,12 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/executor"
 	"github.com/taskledger/taskledger/internal/crashpoint"
-	"github.com/taskledger/taskledger/reactors"
+	"github.com/taskledger/taskledger/internal/delivery"
 )
 
 // MaxWait is the longest long poll of ClaimNext.
 const MaxWait = api.MaxWaitSeconds * time.Second
-
-// dispatchers holds one dispatcher per queue, each on the queue's durable
-// pull consumer of the ready stream, which every claimer of the queue in
-// any process shares.
-type dispatchers struct {
-	mu sync.Mutex // serializes creating and renewing them
-	// m maps a queue to its *dispatcher. It is read without mu, by every
-	// release (handoff): mu is held across a call to the server.
-	m sync.Map
-}
-
-// lookup returns queue's dispatcher, nil when it has none yet.
-func (ds *dispatchers) lookup(queue string) *dispatcher {
-	if d, ok := ds.m.Load(queue); ok {
-		return d.(*dispatcher)
-	}
-	return nil
-}
-
-// all returns every dispatcher.
-func (ds *dispatchers) all() []*dispatcher {
-	var out []*dispatcher
-	for _, d := range ds.m.Range {
-		out = append(out, d.(*dispatcher))
-	}
-	return out
-}
-
-// dispatcher returns queue's dispatcher. It creates the queue's consumer
-// (or creates it again) the first time, and when the dispatcher has not
-// pulled for half of QueueIdle: the server may have deleted the idle
-// consumer, or be about to.
-func (s *Service) dispatcher(ctx context.Context, queue string) (*dispatcher, error) {
-	s.dispatchers.mu.Lock()
-	defer s.dispatchers.mu.Unlock()
-	d := s.dispatchers.lookup(queue)
-	ok := d != nil
-	if ok && !d.idleFor(s.cfg.QueueIdle/2) {
-		return d, nil
-	}
-	cc := executor.ReadyConsumerConfig(s.cfg.Subjects, queue, s.cfg.AckWait)
-	cc.InactiveThreshold = s.cfg.QueueIdle
-	c, err := s.cfg.JS.CreateOrUpdateConsumer(ctx, s.cfg.ReadyStream, cc)
-	if err != nil {
-		return nil, fmt.Errorf("ready consumer for %s: %w", queue, err)
-	}
-	if ok {
-		d.setConsumer(c)
-		return d, nil
-	}
-	d = newDispatcher(c, s.cfg.Logger)
-	d.handed = s.cfg.Metrics.Handoffs.Inc
-	s.dispatchers.m.Store(queue, d)
-	return d, nil
-}
 
 // unknownQueuePoll is how often a claimer on a queue nobody scheduled a
 // task on looks again whether one was.
@@ -87,7 +31,7 @@ const unknownQueuePoll = 100 * time.Millisecond
 // deadline and Service.Close end waitCtx; end releases the slot. d is nil
 // (and there is nothing to end) when the wait ended before the queue had a
 // task.
-func (s *Service) poll(ctx context.Context, p Principal, queue string, wait time.Duration) (d *dispatcher, waitCtx context.Context, end func(), err error) {
+func (s *Service) poll(ctx context.Context, p Principal, queue string, wait time.Duration) (d *delivery.Dispatcher, waitCtx context.Context, end func(), err error) {
 	leave, err := s.holdPoll(p)
 	if err != nil {
 		return nil, nil, nil, err
@@ -99,7 +43,7 @@ func (s *Service) poll(ctx context.Context, p Principal, queue string, wait time
 		end()
 		return nil, nil, nil, nil
 	}
-	if d, err = s.dispatcher(ctx, queue); err != nil {
+	if d, err = s.cfg.Delivery.Dispatcher(ctx, queue); err != nil {
 		end()
 		return nil, nil, nil, s.unavailable(err)
 	}
@@ -157,21 +101,7 @@ func (s *Service) holdPoll(p Principal) (func(), error) {
 
 // Waiting returns how many claimers wait on queue in this process, or on
 // every queue for "".
-func (s *Service) Waiting(queue string) int {
-	var ds []*dispatcher
-	if queue == "" {
-		ds = s.dispatchers.all()
-	} else if d := s.dispatchers.lookup(queue); d != nil {
-		ds = []*dispatcher{d}
-	}
-	n := 0
-	for _, d := range ds {
-		d.mu.Lock()
-		n += d.waiters.Len()
-		d.mu.Unlock()
-	}
-	return n
-}
+func (s *Service) Waiting(queue string) int { return s.cfg.Delivery.Waiting(queue) }
 
 // minWait is the shortest long poll: enough for one pull to find a
 // notification that is already there.
@@ -222,7 +152,7 @@ func (s *Service) claimWaiting(ctx context.Context, p Principal, queue, executor
 			}
 			takeCtx, cancel = untilClosed(waitCtx, sig)
 		}
-		offers, err := d.take(takeCtx, p.customerFilter(), max, linger)
+		offers, err := d.Take(takeCtx, p.customerFilter(), max, linger)
 		cancel()
 		switch {
 		case err != nil && waitCtx.Err() != nil:
@@ -236,7 +166,7 @@ func (s *Service) claimWaiting(ctx context.Context, p Principal, queue, executor
 		errs := make([]error, len(offers))
 		ok := make([]bool, len(offers))
 		inParallel(len(offers), func(i int) {
-			claimed[i], ok[i], errs[i] = s.claimNotified(ctx, offers[i].msg, offers[i].note, executorID)
+			claimed[i], ok[i], errs[i] = s.claimNotified(ctx, offers[i].Msg, offers[i].Note, executorID)
 		})
 		out := claimed[:0] // in place: a State is ~750 bytes
 		for i, st := range claimed {
@@ -274,7 +204,7 @@ func (s *Service) claimQueued(ctx context.Context, p Principal, queue, executorI
 		switch {
 		case err == nil:
 			crashpoint.Hit(crashpoint.Claimed)
-			s.dropNotification(ctx, st)
+			s.cfg.Delivery.Drop(ctx, st)
 			claimed[i], errs[i] = st, s.settle(ctx, st, evs, nil)
 		case !errors.Is(err, aggregate.ErrNotClaimable) && !errors.Is(err, aggregate.ErrTokenMismatch) && !errors.Is(err, aggregate.ErrNotFound):
 			errs[i] = s.unavailable(err)
@@ -285,36 +215,6 @@ func (s *Service) claimQueued(ctx context.Context, p Principal, queue, executorI
 		return out, nil
 	}
 	return nil, errors.Join(errs...)
-}
-
-// dropNotification deletes the ready notification of a task claimed
-// without it; a failure only leaves a stale notification, which its
-// claimer acknowledges.
-func (s *Service) dropNotification(ctx context.Context, st aggregate.State) {
-	if st.Delivery.ReadySeq == 0 {
-		return
-	}
-	rs, err := s.readyStream(ctx)
-	if err == nil {
-		err = rs.DeleteMsg(ctx, st.Delivery.ReadySeq)
-	}
-	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		s.cfg.Logger.Debug().Err(err).Str("task", st.TaskID).Msg("stale ready notification not deleted")
-	}
-}
-
-// readyStream returns the ready stream's handle, looked up once.
-func (s *Service) readyStream(ctx context.Context) (jetstream.Stream, error) {
-	s.ready.mu.Lock()
-	defer s.ready.mu.Unlock()
-	if s.ready.stream == nil {
-		rs, err := s.cfg.JS.Stream(ctx, s.cfg.ReadyStream)
-		if err != nil {
-			return nil, err
-		}
-		s.ready.stream = rs
-	}
-	return s.ready.stream, nil
 }
 
 // claiming holds the tasks this process's claimQueued calls are trying.
@@ -361,7 +261,7 @@ func untilClosed(ctx context.Context, sig <-chan struct{}) (context.Context, con
 // claimNotified claims the task of notification n for executorID and
 // settles msg: acknowledged once claimed or stale, handed back when the
 // log could not answer. msg is nil for a delivery handed off (see
-// Service.handoff): there is nothing to settle, and should the claim fail
+// delivery.Offer): there is nothing to settle, and should the claim fail
 // the alarm publishes the delivery after its grace.
 func (s *Service) claimNotified(ctx context.Context, msg jetstream.Msg, n events.ReadyNotification, executorID string) (aggregate.State, bool, error) {
 	crashpoint.Hit(crashpoint.ClaimReceived)
@@ -386,43 +286,4 @@ func settleMsg(msg jetstream.Msg, how func(jetstream.Msg) error) {
 	if msg != nil {
 		how(msg)
 	}
-}
-
-// HoldOrHandoff is handoff for the alarm's releases: when no claimer may
-// take st now but claimers of its queue were waiting a moment ago (busy
-// claiming a burst), the delivery is held for the next one for up to
-// holdFor and then published (and ReadyPublished appended), as the
-// alarm would have. It reports whether st was handed off or held: either
-// way the caller publishes nothing.
-func (s *Service) HoldOrHandoff(st aggregate.State, evs []events.Event) bool {
-	return s.handoff(st, evs, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.WriteTimeout)
-		defer cancel()
-		if _, evs := s.publishReleased(ctx, st); len(evs) > 0 {
-			s.cfg.Views.ApplyOwn(evs)
-		}
-	})
-}
-
-// handoff gives the delivery of st, a task just released and not yet
-// published, to a claimer of its queue waiting in this process that may
-// claim it, and reports whether one took it. The claim then needs no
-// ready notification and no ReadyPublished: two writes fewer. A task
-// nobody here waits for is published as before. A claimer waits only
-// while the queue has nothing for it here, so a task handed off at once
-// overtakes nothing this process holds.
-//
-// evs are the events that released st, if the views may not hold them
-// yet: they are folded in first (ApplyOwn), so that the claim folds its
-// own Claimed in at once rather than waiting for the tail. publish, if
-// set, lets the dispatcher hold the delivery (see HoldOrHandoff).
-func (s *Service) handoff(st aggregate.State, evs []events.Event, publish func()) bool {
-	d := s.dispatchers.lookup(st.Spec.Queue)
-	if d == nil {
-		return false
-	}
-	if len(evs) > 0 {
-		s.cfg.Views.ApplyOwn(evs)
-	}
-	return d.handoff(reactors.Notification(st), publish)
 }

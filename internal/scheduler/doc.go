@@ -28,17 +28,8 @@
 //     (active). It hands out the messages after the cursor and appends
 //     MailboxRead. Any fault answers continue (check_failed), logged and
 //     counted: a scheduler problem never stops a healthy run.
-//   - Claims. claims/next and batch claims wait on one dispatcher per queue
-//     and process. It pulls from the queue's shared durable consumer only
-//     while claimers wait, asking for as many notifications as they want (at
-//     most 16 pulls of up to 1,000 in flight), and hands each to exactly one
-//     waiter, the first in line that may claim it (and a delivery handed off,
-//     the handoff in docs/DESIGN.md, "The alarm", the same way). A
-//     notification nobody here may take is parked for the next waiter for up
-//     to 100 ms (at most 1,000 parked), then handed back to the consumer for
-//     other processes. The wait's deadline or shutdown ends the wait, never a
-//     claim under way; shutdown waits for the pulls in flight and hands back
-//     what they bring.
+//   - Claims. claims/next and batch claims wait on their queue's dispatcher
+//     in internal/delivery (its package doc).
 //   - Tenants on a shared queue. Notifications of one queue come in one order
 //     for every customer, so a customer's claim would wait behind another
 //     customer's backlog. A customer principal therefore first claims its own
@@ -54,10 +45,8 @@
 //     is ErrTooManyPolls (429).
 //   - Queues. A claim on a queue no task was scheduled on (as the projections
 //     know) waits without creating anything: it looks again every 100 ms and
-//     answers nothing at its deadline. The first claim on a real queue creates
-//     its consumer (InactiveThreshold --queue-idle); a dispatcher that has not
-//     pulled for half of that makes sure the consumer exists again before
-//     pulling. Schedule refuses (ErrInvalid) a task of a customer that has
+//     answers nothing at its deadline; the first claim on a real queue creates
+//     its consumer (internal/delivery). Schedule refuses (ErrInvalid) a task of a customer that has
 //     live tasks on --max-queues-per-customer (100) queues, on a queue not
 //     among them; counts come from the projections, so racing requests can
 //     overshoot by those in flight.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -15,8 +14,8 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/executor"
 	"github.com/taskledger/taskledger/internal/crashpoint"
+	"github.com/taskledger/taskledger/internal/delivery"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/reactors"
@@ -107,33 +106,53 @@ type Views interface {
 	KeyStats(customerID string, limit int) ([]projections.KeyStats, bool)
 }
 
-// Publisher publishes ready notifications (reactors.ReadyPublisher).
-type Publisher interface {
-	// PublishReady publishes the notification of s's current delivery
-	// with message id msgID, waits for the stream's acknowledgement and
-	// returns the ready stream sequence it is stored at.
-	PublishReady(ctx context.Context, s aggregate.State, msgID string) (uint64, error)
+// Delivery is the ready queue as the service uses it (delivery.Queues).
+type Delivery interface {
+	// Dispatcher returns queue's dispatcher, on the queue's ready
+	// consumer, which it creates (again) when needed; the error is the
+	// ready stream's.
+	Dispatcher(ctx context.Context, queue string) (*delivery.Dispatcher, error)
+	// Publishes reports whether PublishReleased publishes what no
+	// claimer here takes: only then does Schedule release a task itself.
+	Publishes() bool
+	// PublishReleased hands st, just released, to a claimer waiting in
+	// this process, or else publishes its notification and records
+	// ReadyPublished; it returns the task after that and the events
+	// appended. A failure is left to the alarm.
+	PublishReleased(ctx context.Context, st aggregate.State) (aggregate.State, []events.Event)
+	// Drop deletes the ready notification of a task claimed without it.
+	Drop(ctx context.Context, st aggregate.State)
+	// Waiting returns how many claimers wait on queue ("": every queue).
+	Waiting(queue string) int
+	// Close ends the pulls of ready notifications; it is idempotent.
+	Close()
 }
+
+var _ Delivery = (*delivery.Queues)(nil)
 
 // Config configures a Service.
 type Config struct {
 	Store Store
 	Views Views
-	Runs  Runs                // the tasks' Run state; nil: the run calls are ErrUnavailable
-	JS    jetstream.JetStream // for claims/next
-	// Publisher, if set, lets Schedule release a task due at once in its
-	// TaskScheduled and publish its ready notification itself (then
-	// record ReadyPublished) before it answers, instead of leaving both
-	// to the alarm: two writes and two alarm hops fewer. Without it the
-	// alarm releases and publishes every task.
-	Publisher Publisher
+	Runs  Runs // the tasks' Run state; nil: the run calls are ErrUnavailable
+	// Delivery is the ready queue claims/next waits on. When it
+	// publishes (Delivery.Publishes), Schedule releases a task due at
+	// once in its TaskScheduled and hands it off or publishes its ready
+	// notification itself (then records ReadyPublished) before it
+	// answers, instead of leaving both to the alarm: two writes and two
+	// alarm hops fewer. Otherwise the alarm releases and publishes every
+	// task. Default: a delivery.Queues without a publisher, on JS,
+	// ReadyStream, Subjects, AckWait and Limits.QueueIdle (which
+	// configure nothing else).
+	Delivery Delivery
+	JS       jetstream.JetStream // required without Delivery
 	// ReadyGrace is how long the alarm leaves a task Schedule released
 	// to Schedule's own publish before it publishes the notification
 	// itself (the retry path, after a failed publish or a crash); default
 	// DefaultReadyGrace.
 	ReadyGrace  time.Duration
-	ReadyStream string // the ready notification stream; default events.DefaultStream's
-	Subjects    events.Subjects
+	ReadyStream string          // the default Delivery's ready stream
+	Subjects    events.Subjects // the default Delivery's subjects
 	// ScheduleStore and Schedules are the schedules' log and projection;
 	// default Store and Views when they have the methods (the node's do).
 	ScheduleStore ScheduleStore
@@ -145,8 +164,8 @@ type Config struct {
 	// WriteTimeout bounds how long a write waits for the projections to
 	// apply it; default 10s.
 	WriteTimeout time.Duration
-	// AckWait is how long a claims/next notification stays invisible to
-	// other claimers while one claims it; default 30s.
+	// AckWait is how long a notification the default Delivery hands a
+	// claimer stays invisible to other claimers while it claims.
 	AckWait time.Duration
 	Limits
 }
@@ -168,8 +187,8 @@ type Limits struct {
 	// on; a task on one more is ErrInvalid. Default
 	// DefaultMaxQueuesPerCustomer, negative no limit.
 	MaxQueuesPerCustomer int
-	// QueueIdle is how long the server keeps a queue's ready consumer
-	// without a pull; default executor.ReadyConsumerIdle.
+	// QueueIdle is how long the default Delivery keeps a queue's ready
+	// consumer without a pull (delivery.Config.Idle).
 	QueueIdle time.Duration
 	// MaxSchedules bounds a customer's live schedules; default
 	// events.MaxSchedules, negative no limit.
@@ -189,37 +208,26 @@ const (
 
 // Service is safe for concurrent use.
 type Service struct {
-	cfg         Config
-	dispatchers dispatchers
-	polls       polls
-	claiming    claiming
-	ready       struct {
-		mu     sync.Mutex
-		stream jetstream.Stream // nil until first needed
-	}
+	cfg      Config
+	polls    polls
+	claiming claiming
 	// closing ends long polls when the process shuts down.
 	closing context.Context
 	close   context.CancelFunc
 }
 
-// New returns a Service. Store, Views and JS are required.
+// New returns a Service. Store, Views and Delivery or JS are required.
 func New(cfg Config) (*Service, error) {
 	switch {
 	case cfg.Store == nil:
 		return nil, errors.New("scheduler: Config.Store is required")
 	case cfg.Views == nil:
 		return nil, errors.New("scheduler: Config.Views is required")
-	case cfg.JS == nil:
-		return nil, errors.New("scheduler: Config.JS is required")
-	}
-	if cfg.ReadyStream == "" {
-		cfg.ReadyStream = events.ReadyStreamName(events.DefaultStream)
+	case cfg.Delivery == nil && cfg.JS == nil:
+		return nil, errors.New("scheduler: Config.Delivery or Config.JS is required")
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
-	}
-	if cfg.AckWait <= 0 {
-		cfg.AckWait = 30 * time.Second
 	}
 	if cfg.ReadyGrace <= 0 {
 		cfg.ReadyGrace = DefaultReadyGrace
@@ -230,17 +238,11 @@ func New(cfg Config) (*Service, error) {
 	if cfg.MaxLineageDepth == 0 {
 		cfg.MaxLineageDepth = DefaultMaxLineageDepth
 	}
-	if cfg.Subjects.Root == "" {
-		cfg.Subjects = events.DefaultSubjects
-	}
 	if cfg.MaxPollsPerCustomer == 0 {
 		cfg.MaxPollsPerCustomer = DefaultMaxPollsPerCustomer
 	}
 	if cfg.MaxQueuesPerCustomer == 0 {
 		cfg.MaxQueuesPerCustomer = DefaultMaxQueuesPerCustomer
-	}
-	if cfg.QueueIdle <= 0 {
-		cfg.QueueIdle = executor.ReadyConsumerIdle
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
@@ -260,6 +262,16 @@ func New(cfg Config) (*Service, error) {
 	if cfg.ScheduleStore == nil || cfg.Schedules == nil {
 		return nil, errors.New("scheduler: Config.ScheduleStore and Config.Schedules are required (or a Store and Views that serve schedules)")
 	}
+	if cfg.Delivery == nil {
+		q, err := delivery.New(delivery.Config{
+			JS: cfg.JS, Stream: cfg.ReadyStream, Subjects: cfg.Subjects, AckWait: cfg.AckWait, Idle: cfg.QueueIdle,
+			Views: cfg.Views, Logger: cfg.Logger, Handed: cfg.Metrics.Handoffs.Inc,
+		})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Delivery = q
+	}
 	closing, close := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, polls: polls{n: make(map[string]int)},
 		claiming: claiming{ids: make(map[string]struct{})}, closing: closing, close: close}, nil
@@ -272,10 +284,7 @@ func New(cfg Config) (*Service, error) {
 // unaffected. Close is idempotent.
 func (s *Service) Close() {
 	s.close()
-	ds := s.dispatchers.all()
-	for _, d := range ds {
-		d.stop()
-	}
+	s.cfg.Delivery.Close()
 }
 
 // Principal is who makes a request: a customer, or an operator who sees
@@ -401,7 +410,7 @@ func (s *Service) create(ctx context.Context, p Principal, customerID string, sp
 		spec.RootID = taskID
 	}
 	sc := aggregate.Schedule{TaskID: taskID, CustomerID: customerID, Spec: spec}
-	if now := s.cfg.Store.Now(); s.cfg.Publisher != nil && !spec.RunAt.After(now) && spec.Concurrency == nil {
+	if now := s.cfg.Store.Now(); s.cfg.Delivery.Publishes() && !spec.RunAt.After(now) && spec.Concurrency == nil {
 		sc.DeliveryID, sc.NextAt = events.NewID(), now.Add(s.cfg.ReadyGrace)
 	}
 	var cmd aggregate.Command = sc
@@ -437,7 +446,7 @@ func (s *Service) create(ctx context.Context, p Principal, customerID string, sp
 			evs = nil
 		}
 		var published []events.Event
-		st, published = s.publishReleased(ctx, st)
+		st, published = s.cfg.Delivery.PublishReleased(ctx, st)
 		if evs = append(evs, published...); len(evs) == 0 {
 			return st, true, nil
 		}
@@ -449,35 +458,6 @@ func (s *Service) create(ctx context.Context, p Principal, customerID string, sp
 		return st, false, &AdmissionError{Task: st}
 	}
 	return st, true, nil
-}
-
-// publishReleased hands st, a task its TaskScheduled released, to a
-// claimer waiting here (handoff), or else publishes its ready
-// notification and records it (ReadyPublished) as the alarm would,
-// and returns the task after that and the event appended. A failure is
-// left to the alarm: the task waits in its delivery queue until the grace
-// ends, and a notification published twice is dropped by the ready stream
-// (same message id) or stale for its claim. A claim that got there first
-// makes ReadyPublished stale, which needs no write.
-func (s *Service) publishReleased(ctx context.Context, st aggregate.State) (aggregate.State, []events.Event) {
-	crashpoint.Hit(crashpoint.Released)
-	if s.handoff(st, nil, nil) { // create folded the release in
-		return st, nil
-	}
-	// Past the grace the alarm publishes anyway: a ready stream that does
-	// not answer delays the answer by no more than that.
-	pctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyGrace)
-	seq, err := s.cfg.Publisher.PublishReady(pctx, st, st.Delivery.ID)
-	cancel()
-	if err != nil {
-		return st, nil
-	}
-	crashpoint.Hit(crashpoint.Published)
-	cmd := aggregate.MarkReadyPublished{DeliveryID: st.Delivery.ID, ReadySeq: seq}
-	if next, evs, err := s.cfg.Store.ExecuteSeen(ctx, st.TaskID, "", cmd, st.LastSeq); err == nil {
-		return next, evs
-	}
-	return st, nil
 }
 
 // lineageRoom fails with ErrLineageLimit when a new child of parentID

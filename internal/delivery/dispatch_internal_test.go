@@ -1,4 +1,4 @@
-package scheduler
+package delivery
 
 import (
 	"context"
@@ -14,16 +14,16 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/executor"
 	"github.com/taskledger/taskledger/internal/testnats"
+	"github.com/taskledger/taskledger/ready"
 )
 
 // dispatchEnv is a ready stream with one queue's consumer and a
-// dispatcher on it, on the package's real NATS server.
+// Dispatcher on it, on the package's real NATS server.
 type dispatchEnv struct {
 	js jetstream.JetStream
 	ns testnats.Namespace
-	d  *dispatcher
+	d  *Dispatcher
 }
 
 func newDispatchEnv(t *testing.T) *dispatchEnv {
@@ -39,7 +39,7 @@ func newDispatchEnv(t *testing.T) *dispatchEnv {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, ns.ReadyStream, executor.ReadyConsumerConfig(ns.Subjects, "q", time.Minute))
+	cons, err := js.CreateOrUpdateConsumer(ctx, ns.ReadyStream, ready.ConsumerConfig(ns.Subjects, "q", time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestDispatcherRoutesByCustomer(t *testing.T) {
 
 // TestDispatcherHandsBackWhenNobodyWaits: a notification that arrives
 // after its claimer gave up is not left unacknowledged for the ack wait (a
-// minute here): the next claimer gets it, from the dispatcher's parking
+// minute here): the next claimer gets it, from the Dispatcher's parking
 // or, once that expired, from the consumer.
 func TestDispatcherHandsBackWhenNobodyWaits(t *testing.T) {
 	t.Parallel()
@@ -193,7 +193,7 @@ func TestDispatcherPullsStayBounded(t *testing.T) {
 
 // TestDispatcherParkingExpires: a parked notification nobody here takes
 // goes back to the consumer, where another process's claimer (a second
-// dispatcher on the same consumer) gets it.
+// Dispatcher on the same consumer) gets it.
 func TestDispatcherParkingExpires(t *testing.T) {
 	t.Parallel()
 	e := newDispatchEnv(t)
@@ -217,7 +217,7 @@ func TestDispatcherParkingExpires(t *testing.T) {
 // TestDispatcherHandoff gives a delivery handed off (no notification) to
 // the first waiter that may claim it, exactly once, mixed with pulled
 // notifications, and to nobody when nobody here may claim it or the
-// dispatcher stopped.
+// Dispatcher stopped.
 func TestDispatcherHandoff(t *testing.T) {
 	t.Parallel()
 	e := newDispatchEnv(t)
@@ -227,7 +227,7 @@ func TestDispatcherHandoff(t *testing.T) {
 		t.Fatal("a delivery was handed off with no claimer waiting")
 	}
 	type got struct {
-		offers []offer
+		offers []Offer
 		err    error
 	}
 	waiting := func() int {
@@ -239,7 +239,7 @@ func TestDispatcherHandoff(t *testing.T) {
 	wait := func(customer string, max int) chan got {
 		ch, before := make(chan got, 1), waiting()
 		go func() {
-			offers, err := e.d.take(ctx, customer, max, 10*time.Second) // ends as soon as max arrived
+			offers, err := e.d.Take(ctx, customer, max, 10*time.Second) // ends as soon as max arrived
 			ch <- got{offers, err}
 		}()
 		for waiting() == before {
@@ -264,20 +264,20 @@ func TestDispatcherHandoff(t *testing.T) {
 	}
 	for i, want := range []string{"h2", "h3", "p1"} {
 		o := g.offers[i]
-		if o.note.TaskID != want || (o.msg == nil) != (want != "p1") {
-			t.Fatalf("offer %d is %s (message %v), want %s", i, o.note.TaskID, o.msg != nil, want)
+		if o.Note.TaskID != want || (o.Msg == nil) != (want != "p1") {
+			t.Fatalf("Offer %d is %s (message %v), want %s", i, o.Note.TaskID, o.Msg != nil, want)
 		}
 	}
-	g.offers[2].msg.Ack()
+	g.offers[2].Msg.Ack()
 	if !e.d.handoff(events.ReadyNotification{TaskID: "g1", CustomerID: "globex"}, nil) {
 		t.Fatal("globex's delivery not handed to globex's claimer")
 	}
-	if g := <-globex; g.err != nil || len(g.offers) != 1 || g.offers[0].note.TaskID != "g1" {
+	if g := <-globex; g.err != nil || len(g.offers) != 1 || g.offers[0].Note.TaskID != "g1" {
 		t.Fatalf("globex's claimer got %+v, %v; want g1", g.offers, g.err)
 	}
 	e.d.stop()
 	if e.d.handoff(events.ReadyNotification{TaskID: "h4"}, nil) {
-		t.Fatal("a stopped dispatcher took a delivery")
+		t.Fatal("a stopped Dispatcher took a delivery")
 	}
 }
 
@@ -298,8 +298,8 @@ func TestDispatcherHolds(t *testing.T) {
 	// A waiter joins the line and gives up: claimers were here a moment ago.
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := e.d.take(gone, "", 1, 0); err == nil {
-		t.Fatal("a waiter whose context ended got an offer")
+	if _, err := e.d.Take(gone, "", 1, 0); err == nil {
+		t.Fatal("a waiter whose context ended got an Offer")
 	}
 	if !e.d.handoff(note("held"), publish("held")) {
 		t.Fatal("a delivery was not held right after a waiter left the line")
@@ -307,16 +307,16 @@ func TestDispatcherHolds(t *testing.T) {
 	if e.d.handoff(note("not-held"), nil) {
 		t.Fatal("a delivery was held without a way to publish it")
 	}
-	if got, err := e.d.take(gone, "globex", 1, 0); err == nil || len(got) > 0 {
+	if got, err := e.d.Take(gone, "globex", 1, 0); err == nil || len(got) > 0 {
 		t.Fatalf("globex took acme's held delivery: %+v, %v", got, err)
 	}
 	ctx, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel2()
-	got, err := e.d.take(ctx, "acme", 1, 0)
-	if err != nil || len(got) != 1 || got[0].note.TaskID != "held" || got[0].msg != nil {
+	got, err := e.d.Take(ctx, "acme", 1, 0)
+	if err != nil || len(got) != 1 || got[0].Note.TaskID != "held" || got[0].Msg != nil {
 		t.Fatalf("the next waiter got %+v, %v; want the held delivery, no message", got, err)
 	}
-	// A hold ends: on a dispatcher of its own, whose first hold it is.
+	// A hold ends: on a Dispatcher of its own, whose first hold it is.
 	e = newDispatchEnv(t)
 	e.d.holdFor = 50 * time.Millisecond
 	e.d.mu.Lock()
@@ -357,6 +357,6 @@ func TestDispatcherHolds(t *testing.T) {
 	default:
 	}
 	if e.d.handoff(note("stopped"), publish("stopped")) {
-		t.Fatal("a stopped dispatcher held a delivery")
+		t.Fatal("a stopped Dispatcher held a delivery")
 	}
 }

@@ -1,4 +1,4 @@
-package scheduler
+package delivery
 
 import (
 	"container/list"
@@ -14,7 +14,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 )
 
-// Limits of one queue's dispatcher.
+// Limits of one queue's Dispatcher.
 const (
 	// fetchSlice is the longest single pull: a pull that found nothing
 	// ends after it and, while claimers still wait, another starts.
@@ -47,14 +47,14 @@ const (
 	maxHeld = maxFetchBatch
 )
 
-// dispatcher hands one queue's ready notifications to the claimers waiting
+// Dispatcher hands one queue's ready notifications to the claimers waiting
 // in this process. It pulls from the queue's shared durable consumer only
 // while claimers wait, asking for as many notifications as they want, and
 // gives each notification to exactly one waiter: the first in line that
 // may claim it (an operator any, a customer only its own), or parks it
 // for the next one. A waiting claimer costs a list element and a channel,
 // never a pull request of its own. It is safe for concurrent use.
-type dispatcher struct {
+type Dispatcher struct {
 	log zerolog.Logger
 
 	mu        sync.Mutex
@@ -77,7 +77,7 @@ type dispatcher struct {
 }
 
 type parkedOffer struct {
-	offer
+	Offer
 	at time.Time
 }
 
@@ -92,34 +92,36 @@ type heldOffer struct {
 // waiter is one claimer waiting for up to cap(got) notifications.
 type waiter struct {
 	customer string        // "" for an operator: takes any customer's
-	got      chan offer    // never blocks: it has room for every offer a registration gets
+	got      chan Offer    // never blocks: it has room for every Offer a registration gets
 	want     int           // offers still wanted while it waits
-	elem     *list.Element // in dispatcher.waiters while it waits
+	elem     *list.Element // in Dispatcher.waiters while it waits
 }
 
-// offer is a notification handed to a waiter, or the error that ended the
-// pull it waited on. msg is nil for a delivery handed off without a
-// notification (see handoff).
-type offer struct {
-	msg  jetstream.Msg
-	note events.ReadyNotification
-	err  error
+// Offer is a ready notification a Dispatcher hands to one claimer.
+type Offer struct {
+	// Msg is the notification's message, which the claimer settles: Ack
+	// once claimed or stale, Nak when the log could not answer. It is nil
+	// for a delivery handed off without a notification (see Queues):
+	// there is nothing to settle.
+	Msg  jetstream.Msg
+	Note events.ReadyNotification
+	err  error // ended the pull the claimer waited on; only inside Take
 }
 
-func newDispatcher(cons jetstream.Consumer, log zerolog.Logger) *dispatcher {
-	return &dispatcher{cons: cons, log: log, lastPull: time.Now(), holdFor: holdFor, lastJoin: map[string]time.Time{}}
+func newDispatcher(cons jetstream.Consumer, log zerolog.Logger) *Dispatcher {
+	return &Dispatcher{cons: cons, log: log, lastPull: time.Now(), holdFor: holdFor, lastJoin: map[string]time.Time{}}
 }
 
 // idleFor reports whether no pull is in flight and none ended within d
 // (or the last one failed): the server may have deleted the consumer.
-func (d *dispatcher) idleFor(dur time.Duration) bool {
+func (d *Dispatcher) idleFor(dur time.Duration) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.fetches == 0 && time.Since(d.lastPull) > dur
 }
 
-// setConsumer makes the dispatcher pull from cons from now on.
-func (d *dispatcher) setConsumer(cons jetstream.Consumer) {
+// setConsumer makes the Dispatcher pull from cons from now on.
+func (d *Dispatcher) setConsumer(cons jetstream.Consumer) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.cons, d.lastPull = cons, time.Now()
@@ -128,19 +130,21 @@ func (d *dispatcher) setConsumer(cons jetstream.Consumer) {
 // next waits until a notification that customer ("" for any) may claim
 // arrives, or ctx ends (then it returns ctx's error). The caller owns the
 // returned message: it must Ack, Nak or Term it.
-func (d *dispatcher) next(ctx context.Context, customer string) (jetstream.Msg, events.ReadyNotification, error) {
-	offers, err := d.take(ctx, customer, 1, 0)
+func (d *Dispatcher) next(ctx context.Context, customer string) (jetstream.Msg, events.ReadyNotification, error) {
+	offers, err := d.Take(ctx, customer, 1, 0)
 	if err != nil {
 		return nil, events.ReadyNotification{}, err
 	}
-	return offers[0].msg, offers[0].note, nil
+	return offers[0].Msg, offers[0].Note, nil
 }
 
-// take waits until a notification that customer ("" for any) may claim
+// Take waits until a notification that customer ("" for any) may claim
 // arrives, or ctx ends (then it returns ctx's error), and then collects
-// more, up to max in all, for at most linger. The caller owns the
-// returned messages: it must Ack, Nak or Term each.
-func (d *dispatcher) take(ctx context.Context, customer string, max int, linger time.Duration) ([]offer, error) {
+// more, up to max in all, for at most linger. It fails with the pull's
+// error when the ready stream could not be read. The caller owns the
+// returned messages: it must Ack, Nak or Term each (see Offer.Msg). It
+// is safe for concurrent use; max is bounded by the caller.
+func (d *Dispatcher) Take(ctx context.Context, customer string, max int, linger time.Duration) ([]Offer, error) {
 	d.mu.Lock()
 	if got := d.unparkLocked(customer, max); len(got) > 0 {
 		d.mu.Unlock()
@@ -150,13 +154,13 @@ func (d *dispatcher) take(ctx context.Context, customer string, max int, linger 
 		d.mu.Unlock()
 		return got, nil
 	}
-	w := &waiter{customer: customer, got: make(chan offer, max), want: max}
+	w := &waiter{customer: customer, got: make(chan Offer, max), want: max}
 	w.elem = d.waiters.PushBack(w)
 	d.lastJoin[customer] = time.Now()
 	d.wanted += max
 	d.pullLocked()
 	d.mu.Unlock()
-	out := make([]offer, 0, max) // max is bounded (api.MaxBatchItems)
+	out := make([]Offer, 0, max) // max is bounded (api.MaxBatchItems)
 	var err error
 	select {
 	case o := <-w.got:
@@ -180,7 +184,7 @@ func (d *dispatcher) take(ctx context.Context, customer string, max int, linger 
 	d.mu.Lock()
 	d.leaveLocked(w)
 	d.mu.Unlock()
-	close(w.got) // out of line: every offer it got is in the buffer
+	close(w.got) // out of line: every Offer it got is in the buffer
 	for o := range w.got {
 		out = append(out, o)
 	}
@@ -199,7 +203,7 @@ func (d *dispatcher) take(ctx context.Context, customer string, max int, linger 
 }
 
 // leaveLocked takes w out of line; d.mu is held.
-func (d *dispatcher) leaveLocked(w *waiter) {
+func (d *Dispatcher) leaveLocked(w *waiter) {
 	if w.elem != nil {
 		d.waiters.Remove(w.elem)
 		w.elem = nil
@@ -210,7 +214,7 @@ func (d *dispatcher) leaveLocked(w *waiter) {
 
 // pullLocked starts pulls until the notifications asked for cover the
 // waiters, within maxFetches. d.mu is held.
-func (d *dispatcher) pullLocked() {
+func (d *Dispatcher) pullLocked() {
 	if d.stopped || d.parked.Len() >= maxParked {
 		return // with maxParked parked, the waiters want only others' notifications
 	}
@@ -225,7 +229,7 @@ func (d *dispatcher) pullLocked() {
 
 // fetch pulls up to n notifications from cons and offers each as it
 // arrives.
-func (d *dispatcher) fetch(cons jetstream.Consumer, n int) {
+func (d *Dispatcher) fetch(cons jetstream.Consumer, n int) {
 	defer d.pulls.Done()
 	received := 0
 	batch, err := cons.Fetch(n, jetstream.FetchMaxWait(fetchSlice))
@@ -251,7 +255,7 @@ func (d *dispatcher) fetch(cons jetstream.Consumer, n int) {
 		for e := d.waiters.Front(); e != nil; e = d.waiters.Front() {
 			w := e.Value.(*waiter)
 			d.leaveLocked(w)
-			w.got <- offer{err: err}
+			w.got <- Offer{err: err}
 		}
 		return
 	}
@@ -259,7 +263,7 @@ func (d *dispatcher) fetch(cons jetstream.Consumer, n int) {
 }
 
 // receive decodes a pulled notification and gives it to a waiter.
-func (d *dispatcher) receive(msg jetstream.Msg) {
+func (d *Dispatcher) receive(msg jetstream.Msg) {
 	n, err := events.UnmarshalReady(msg.Data(), msg.Headers().Get(events.ContentTypeHeader))
 	if err == nil {
 		err = events.ValidID(n.TaskID)
@@ -273,14 +277,14 @@ func (d *dispatcher) receive(msg jetstream.Msg) {
 }
 
 // give hands msg to the first waiter that may claim it, or parks it.
-func (d *dispatcher) give(msg jetstream.Msg, n events.ReadyNotification) {
+func (d *Dispatcher) give(msg jetstream.Msg, n events.ReadyNotification) {
 	d.mu.Lock()
-	if d.offerLocked(offer{msg: msg, note: n}) {
+	if d.offerLocked(Offer{Msg: msg, Note: n}) {
 		d.mu.Unlock()
 		return
 	}
 	if d.parked.Len() < maxParked && !d.stopped {
-		d.parked.PushBack(parkedOffer{offer{msg: msg, note: n}, time.Now()})
+		d.parked.PushBack(parkedOffer{Offer{Msg: msg, Note: n}, time.Now()})
 		if d.expiry == nil {
 			d.expiry = time.AfterFunc(parkFor, d.expire)
 		}
@@ -296,16 +300,16 @@ func (d *dispatcher) give(msg jetstream.Msg, n events.ReadyNotification) {
 // With publish set it also holds the delivery when no waiter may take it
 // now but one joined the line within holdFor: the next waiter that may
 // claim it takes it, or publish runs once the hold ends (or never, should
-// the dispatcher stop first: the alarm publishes the delivery after its
+// the Dispatcher stop first: the alarm publishes the delivery after its
 // grace, as after a crash). A delivery neither given nor held is the
 // caller's to publish.
-func (d *dispatcher) handoff(n events.ReadyNotification, publish func()) bool {
+func (d *Dispatcher) handoff(n events.ReadyNotification, publish func()) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {
 	case d.stopped:
 		return false
-	case d.offerLocked(offer{note: n}):
+	case d.offerLocked(Offer{Note: n}):
 		return true
 	case publish == nil || d.held.Len() >= maxHeld || !d.joinedLately(n.CustomerID):
 		return false
@@ -319,18 +323,18 @@ func (d *dispatcher) handoff(n events.ReadyNotification, publish func()) bool {
 
 // joinedLately reports whether a waiter that may claim a task of customer
 // joined the line within holdFor; d.mu is held.
-func (d *dispatcher) joinedLately(customer string) bool {
+func (d *Dispatcher) joinedLately(customer string) bool {
 	return time.Since(d.lastJoin[""]) < d.holdFor || time.Since(d.lastJoin[customer]) < d.holdFor
 }
 
 // unholdLocked takes up to max held deliveries customer may claim,
 // oldest first; d.mu is held.
-func (d *dispatcher) unholdLocked(customer string, max int) []offer {
-	var out []offer
+func (d *Dispatcher) unholdLocked(customer string, max int) []Offer {
+	var out []Offer
 	for e := d.held.Front(); e != nil && len(out) < max; {
 		next := e.Next()
 		if h := e.Value.(heldOffer); customer == "" || customer == h.note.CustomerID {
-			out = append(out, offer{note: h.note})
+			out = append(out, Offer{Note: h.note})
 			d.held.Remove(e)
 			d.countHanded()
 		}
@@ -340,7 +344,7 @@ func (d *dispatcher) unholdLocked(customer string, max int) []offer {
 }
 
 // endHolds publishes the deliveries held for holdFor.
-func (d *dispatcher) endHolds() {
+func (d *Dispatcher) endHolds() {
 	d.mu.Lock()
 	if d.stopped {
 		d.mu.Unlock()
@@ -367,7 +371,7 @@ func (d *dispatcher) endHolds() {
 
 // countHanded counts a delivery given without a notification; d.mu is
 // held.
-func (d *dispatcher) countHanded() {
+func (d *Dispatcher) countHanded() {
 	if d.handed != nil {
 		d.handed()
 	}
@@ -375,10 +379,10 @@ func (d *dispatcher) countHanded() {
 
 // offerLocked gives o to the first waiter that may claim it and reports
 // whether there was one; d.mu is held.
-func (d *dispatcher) offerLocked(o offer) bool {
+func (d *Dispatcher) offerLocked(o Offer) bool {
 	for e := d.waiters.Front(); e != nil; e = e.Next() {
-		if w := e.Value.(*waiter); w.customer == "" || w.customer == o.note.CustomerID {
-			if o.msg == nil {
+		if w := e.Value.(*waiter); w.customer == "" || w.customer == o.Note.CustomerID {
+			if o.Msg == nil {
 				d.countHanded()
 			}
 			w.got <- o
@@ -395,12 +399,12 @@ func (d *dispatcher) offerLocked(o offer) bool {
 
 // unparkLocked takes up to max parked offers customer may claim, oldest
 // first; d.mu is held.
-func (d *dispatcher) unparkLocked(customer string, max int) []offer {
-	var out []offer
+func (d *Dispatcher) unparkLocked(customer string, max int) []Offer {
+	var out []Offer
 	for e := d.parked.Front(); e != nil && len(out) < max; {
 		next := e.Next()
-		if p := e.Value.(parkedOffer); customer == "" || customer == p.note.CustomerID {
-			out = append(out, p.offer)
+		if p := e.Value.(parkedOffer); customer == "" || customer == p.Note.CustomerID {
+			out = append(out, p.Offer)
 			d.parked.Remove(e)
 		}
 		e = next
@@ -409,12 +413,12 @@ func (d *dispatcher) unparkLocked(customer string, max int) []offer {
 }
 
 // expire hands the offers parked for parkFor back to the consumer.
-func (d *dispatcher) expire() {
+func (d *Dispatcher) expire() {
 	d.mu.Lock()
 	var old []jetstream.Msg
 	now := time.Now()
 	for e := d.parked.Front(); e != nil && now.Sub(e.Value.(parkedOffer).at) >= parkFor; e = d.parked.Front() {
-		old = append(old, d.parked.Remove(e).(parkedOffer).msg)
+		old = append(old, d.parked.Remove(e).(parkedOffer).Msg)
 	}
 	d.expiry = nil
 	if e := d.parked.Front(); e != nil {
@@ -430,7 +434,7 @@ func (d *dispatcher) expire() {
 // stop starts no more pulls, waits until those in flight have ended (at
 // most fetchSlice), hands every parked notification back, drops the
 // held deliveries and waits for the publishes of those whose hold ended.
-func (d *dispatcher) stop() {
+func (d *Dispatcher) stop() {
 	d.mu.Lock()
 	d.stopped = true
 	d.mu.Unlock()
@@ -447,7 +451,7 @@ func (d *dispatcher) stop() {
 	d.held.Init() // released and unpublished: the alarm publishes them after their grace
 	var parked []jetstream.Msg
 	for e := d.parked.Front(); e != nil; e = d.parked.Front() {
-		parked = append(parked, d.parked.Remove(e).(parkedOffer).msg)
+		parked = append(parked, d.parked.Remove(e).(parkedOffer).Msg)
 	}
 	d.mu.Unlock()
 	for _, msg := range parked {

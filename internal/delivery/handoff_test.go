@@ -1,4 +1,4 @@
-package scheduler_test
+package delivery_test
 
 import (
 	"context"
@@ -9,6 +9,14 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/scheduler"
+	"github.com/taskledger/taskledger/internal/testnode"
+)
+
+// The principals of the handoff tests.
+var (
+	operator = scheduler.Operator
+	acme     = scheduler.Principal{CustomerID: "acme"}
+	globex   = scheduler.Principal{CustomerID: "globex"}
 )
 
 // TestHandoff: a task released while a claimer that may claim it waits in
@@ -18,7 +26,7 @@ import (
 // published as before.
 func TestHandoff(t *testing.T) {
 	t.Parallel()
-	n := setup(t)
+	n := testnode.Start(t)
 	ctx := context.Background()
 
 	type claimed struct {
@@ -94,4 +102,44 @@ func TestHandoff(t *testing.T) {
 			t.Fatalf("acme's task has no ReadyPublished: %v", types(history(t, n, task.TaskID)))
 		}
 	})
+}
+
+// mustSchedule schedules req as p and requires a new task, scheduled or
+// queued (or scheduled when it was handed to a claimer waiting here).
+func mustSchedule(t *testing.T, n *testnode.Node, p scheduler.Principal, req scheduler.ScheduleRequest) aggregate.State {
+	t.Helper()
+	st, created, err := n.Service.Schedule(context.Background(), p, req)
+	if err != nil {
+		t.Fatalf("schedule %+v as %q: %v", req, p.CustomerID, err)
+	}
+	if !created || !st.Exists() || st.Status != aggregate.StatusScheduled && st.Status != aggregate.StatusQueued {
+		t.Fatalf("schedule %+v: created %v, state %+v; want a new scheduled or queued task", req, created, st)
+	}
+	return st
+}
+
+// idle schedules a task as p that stays scheduled for the whole test.
+func idle(t *testing.T, n *testnode.Node, p scheduler.Principal, req scheduler.ScheduleRequest) aggregate.State {
+	t.Helper()
+	req.DelaySeconds = new(3600.0)
+	return mustSchedule(t, n, p, req)
+}
+
+// history returns a task's events as the operator sees them.
+func history(t *testing.T, n *testnode.Node, id string) []events.Event {
+	t.Helper()
+	evs, err := n.Service.History(context.Background(), operator, id)
+	if err != nil {
+		t.Fatalf("history %s: %v", id, err)
+	}
+	return evs
+}
+
+// types returns the event types of evs in order.
+func types(evs []events.Event) []events.Type {
+	out := make([]events.Type, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.Type()
+	}
+	return out
 }
