@@ -1,6 +1,9 @@
 package events
 
-import "unicode/utf8"
+import (
+	"time"
+	"unicode/utf8"
+)
 
 // Limits on every field a client controls. The aggregate enforces them on
 // every command, before anything is written, so the verifier sees the
@@ -81,6 +84,15 @@ const (
 	// naming a customer (every task, on a server without an auth file).
 	DefaultCustomer = "default"
 )
+
+// DefaultReadyGrace is how long after a release the Deliver timer queue
+// leaves a ready notification to the releaser's own publish before the
+// alarm publishes it itself, the path after a crash: longer than a publish
+// and the append after it normally take. A shorter one costs only work:
+// the second copy of the notification is dropped by the ready stream as a
+// duplicate, and one of the two ReadyPublished is stale. The alarm, the
+// scheduler and the ready queue's dispatcher default to it.
+const DefaultReadyGrace = time.Second
 
 // ReadyStreamName is the ready notification stream that goes with the
 // event stream.

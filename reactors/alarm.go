@@ -86,13 +86,6 @@ type Publisher interface {
 	ReadyStored(ctx context.Context, s aggregate.State) (bool, error)
 }
 
-// DefaultReadyGrace is the default AlarmConfig.ReadyGrace (and the
-// scheduler's): longer than a publish and the append after it normally
-// take. A shorter one costs only work: the Deliver queue's copy of the
-// notification is dropped by the ready stream as a duplicate, and one of
-// the two ReadyPublished is stale.
-const DefaultReadyGrace = time.Second
-
 // Partitions says which timer items this process acts on: those of the
 // timer partitions it holds a lease on (internal/lease.Leases).
 type Partitions interface {
@@ -145,7 +138,7 @@ type AlarmConfig struct {
 	// ReadyGrace is how long after a release the Deliver queue leaves
 	// the notification to the release's own publish (and its retries)
 	// before it acts itself: the path after a crash; default
-	// DefaultReadyGrace.
+	// events.DefaultReadyGrace.
 	ReadyGrace time.Duration
 	Logger     zerolog.Logger
 	// Repeats logs the failures that are retried. The node passes one
@@ -189,7 +182,7 @@ func (c AlarmConfig) withDefaults() AlarmConfig {
 		c.ErrorBackoff = time.Second
 	}
 	if c.ReadyGrace <= 0 {
-		c.ReadyGrace = DefaultReadyGrace
+		c.ReadyGrace = events.DefaultReadyGrace
 	}
 	if c.Now == nil {
 		c.Now = time.Now

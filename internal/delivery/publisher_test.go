@@ -9,6 +9,14 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/testnats"
+	"github.com/taskledger/taskledger/reactors"
+)
+
+// Publisher is the alarm's, and HoldOrHandoff its Handoff (checked here,
+// so the package itself does not import the alarm's).
+var (
+	_ reactors.Publisher                         = (*Publisher)(nil)
+	_ func(aggregate.State, []events.Event) bool = (*Queues)(nil).HoldOrHandoff
 )
 
 // TestPublisher: a notification published twice under one message id is

@@ -13,7 +13,6 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/crashpoint"
-	"github.com/taskledger/taskledger/reactors"
 	"github.com/taskledger/taskledger/ready"
 )
 
@@ -30,12 +29,6 @@ type Views interface {
 	// tail, and reports whether all of them are in.
 	ApplyOwn(evs []events.Event) bool
 }
-
-// Publisher is the alarm's, and HoldOrHandoff its Handoff.
-var (
-	_ reactors.Publisher                         = (*Publisher)(nil)
-	_ func(aggregate.State, []events.Event) bool = (*Queues)(nil).HoldOrHandoff
-)
 
 // Config configures Queues. JS is required; zero values elsewhere mean the
 // defaults.
@@ -59,7 +52,7 @@ type Config struct {
 	// is handed off, so that the claim folds its own Claimed in at once.
 	Views Views
 	// ReadyGrace bounds PublishReleased's wait for the ready stream: past
-	// it the alarm publishes anyway. Default reactors.DefaultReadyGrace.
+	// it the alarm publishes anyway. Default events.DefaultReadyGrace.
 	ReadyGrace time.Duration
 	// WriteTimeout bounds the publish and record of a delivery whose hold
 	// ended; default 10s.
@@ -109,7 +102,7 @@ func New(cfg Config) (*Queues, error) {
 		cfg.Idle = ready.ConsumerIdle
 	}
 	if cfg.ReadyGrace <= 0 {
-		cfg.ReadyGrace = reactors.DefaultReadyGrace
+		cfg.ReadyGrace = events.DefaultReadyGrace
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second

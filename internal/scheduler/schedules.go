@@ -279,7 +279,7 @@ func (s *Service) TriggerSchedule(ctx context.Context, p Principal, customerID, 
 }
 
 // FireSchedule does what is due of a customer's schedule, for the alarm
-// (reactors.Firer): if the task of its last run is not in the log (the
+// (the alarm's Firer): if the task of its last run is not in the log (the
 // process crashed after the fire) it schedules that task; else it fires
 // the due instant, the aggregate deciding whether it runs, is skipped for
 // an overlap, or is passed over, and schedules the run's task under the

@@ -18,7 +18,6 @@ import (
 	"github.com/taskledger/taskledger/internal/delivery"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
-	"github.com/taskledger/taskledger/reactors"
 )
 
 // Errors the service adds to the aggregate's.
@@ -149,7 +148,7 @@ type Config struct {
 	// ReadyGrace is how long the alarm leaves a task Schedule released
 	// to Schedule's own publish before it publishes the notification
 	// itself (the retry path, after a failed publish or a crash); default
-	// DefaultReadyGrace.
+	// events.DefaultReadyGrace.
 	ReadyGrace  time.Duration
 	ReadyStream string          // the default Delivery's ready stream
 	Subjects    events.Subjects // the default Delivery's subjects
@@ -195,9 +194,6 @@ type Limits struct {
 	MaxSchedules int
 }
 
-// DefaultReadyGrace is the default Config.ReadyGrace, the alarm's own.
-const DefaultReadyGrace = reactors.DefaultReadyGrace
-
 // Defaults of the bounds.
 const (
 	DefaultMaxPollsPerCustomer  = 256
@@ -230,7 +226,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.WriteTimeout = 10 * time.Second
 	}
 	if cfg.ReadyGrace <= 0 {
-		cfg.ReadyGrace = DefaultReadyGrace
+		cfg.ReadyGrace = events.DefaultReadyGrace
 	}
 	if cfg.MaxLineageTasks == 0 {
 		cfg.MaxLineageTasks = DefaultMaxLineageTasks
