@@ -8,8 +8,6 @@ import (
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/scheduler"
-	"github.com/taskledger/taskledger/projections"
-	"github.com/taskledger/taskledger/replay"
 )
 
 // NewTask renders a task's state as the API resource.
@@ -54,7 +52,7 @@ func NewTask(s aggregate.State) api.Task {
 	if c := s.Spec.Concurrency; c != nil {
 		cc := *c
 		t.Concurrency = &cc
-		if projections.Waiting(s, time.Now()) {
+		if s.WaitsForSlot(time.Now()) {
 			t.WaitingFor = api.WaitingForConcurrency
 		}
 	}
@@ -91,20 +89,6 @@ func newMailItems(items []scheduler.MailItem) []api.MailItem {
 		}
 	}
 	return out
-}
-
-// NewEvents renders logged events (of one task, or a lineage in log order).
-func NewEvents(evs []events.Event) []api.Event {
-	t := replay.NewStatusTracker()
-	out := make([]api.Event, len(evs))
-	for i, ev := range evs {
-		out[i] = newEvent(ev, t.Entry(ev))
-	}
-	return out
-}
-
-func newEvent(ev events.Event, e replay.Entry) api.Event {
-	return api.Event{Seq: e.Seq, ID: ev.ID, TaskID: e.TaskID, Type: e.Type, At: e.At, Actor: e.Actor, Status: e.Status, Detail: e.Detail, Data: e.Data}
 }
 
 func newTree(n scheduler.Node) api.Tree {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/internal/scheduler"
-	"github.com/taskledger/taskledger/internal/store"
 )
 
 // runDocument is api.RunDocument with the run kept as stored, so the
@@ -22,7 +21,7 @@ type runDocument struct {
 	Run        json.RawMessage `json:"run"`
 }
 
-func newRunDocument(taskID string, r store.Run) runDocument {
+func newRunDocument(taskID string, r scheduler.Run) runDocument {
 	return runDocument{TaskID: taskID, Revision: r.Revision, UpdatedAt: r.UpdatedAt, DeliveryID: r.DeliveryID, Run: r.Doc}
 }
 
@@ -91,7 +90,7 @@ func (l *Local) SaveRun(ctx context.Context, id string, s api.RunSave) (api.RunD
 }
 
 // localRunDocument renders the answer of a Local run call.
-func localRunDocument(id string, r store.Run, err error) (api.RunDocument, error) {
+func localRunDocument(id string, r scheduler.Run, err error) (api.RunDocument, error) {
 	if err != nil {
 		return api.RunDocument{}, wireError(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/scheduler"
-	"github.com/taskledger/taskledger/projections"
 )
 
 // NewSchedule renders a schedule's view as the schedule resource.
@@ -89,43 +88,22 @@ func (h *handler) listSchedules(w http.ResponseWriter, r *http.Request, p schedu
 			return
 		}
 	}
-	// A page of one customer's schedules is after an id; an operator's
-	// page of every customer's after "customer/id".
-	if after != "" {
-		check := after
-		if customerID == "" && p.IsOperator() {
-			c, id := projections.SplitScheduleKey(after)
-			if events.ValidID(c) != nil {
-				check = ""
-			} else {
-				check = id
-			}
-		}
-		if err := events.ValidID(check); err != nil {
-			h.fail(w, r, invalidArg("after: not a cursor of this list"))
-			return
-		}
+	if after != "" && !scheduler.ScheduleCursorValid(p, customerID, after) {
+		h.fail(w, r, invalidArg("after: not a cursor of this list"))
+		return
 	}
 	limit, err := listLimit(q.Get("limit"))
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	views, err := h.Service.ListSchedules(p, customerID, after, limit+1)
+	views, next, err := h.Service.ListSchedules(p, customerID, after, limit)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	out := api.ScheduleList{Schedules: []api.Schedule{}}
-	for i, v := range views {
-		if i == limit {
-			if customerID == "" && p.IsOperator() {
-				out.Next = projections.ScheduleKey(views[i-1].State.CustomerID, views[i-1].State.ID)
-			} else {
-				out.Next = views[i-1].State.ID
-			}
-			break
-		}
+	out := api.ScheduleList{Schedules: []api.Schedule{}, Next: next}
+	for _, v := range views {
 		out.Schedules = append(out.Schedules, NewSchedule(v))
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -183,10 +161,10 @@ func (h *handler) scheduleHistory(w http.ResponseWriter, r *http.Request, p sche
 		h.fail(w, r, err)
 		return
 	}
-	evs, err := h.Service.ScheduleHistory(r.Context(), p, r.URL.Query().Get("customerId"), id)
+	entries, err := h.Service.ScheduleTimeline(r.Context(), p, r.URL.Query().Get("customerId"), id)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.History{Events: NewEvents(evs)})
+	writeJSON(w, http.StatusOK, api.History{Events: entries})
 }

@@ -11,13 +11,12 @@ import (
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/scheduler"
-	"github.com/taskledger/taskledger/projections"
 )
 
 // searchFilter adds GET /v1/tasks's search parameters to f: label=k=v
 // (repeatable, at most api.MaxLabelFilters, each key once), requestId,
 // createdAfter and createdBefore (RFC 3339). A bad one is a 400.
-func searchFilter(p scheduler.Principal, q url.Values, f *projections.Filter) error {
+func searchFilter(p scheduler.Principal, q url.Values, f *scheduler.TaskFilter) error {
 	// An empty label= is as if left out, as every empty parameter is.
 	labels := slices.DeleteFunc(slices.Clone(q["label"]), func(l string) bool { return l == "" })
 	if len(labels) > 0 {

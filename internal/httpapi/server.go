@@ -28,9 +28,6 @@ import (
 	"github.com/taskledger/taskledger/internal/console"
 	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/scheduler"
-	"github.com/taskledger/taskledger/projections"
-	"github.com/taskledger/taskledger/reactors"
-	"github.com/taskledger/taskledger/replay"
 )
 
 // Readiness reports whether the projections have caught up, and rebuilds
@@ -52,14 +49,6 @@ type LogHealth interface {
 	LogWarning() string
 }
 
-// AlarmLateness reports how late the alarm acted on its timers lately
-// (reactors.LatenessWindow), for GET /v1/stats.
-type AlarmLateness interface {
-	Summary() (all reactors.Lateness, byTimer [projections.NumTimers]reactors.Lateness)
-}
-
-var _ AlarmLateness = (*reactors.LatenessWindow)(nil)
-
 // TimerPartitions reports the timer partitions this process holds a lease
 // on (internal/lease.Leases), for /readyz and GET /v1/stats.
 type TimerPartitions interface {
@@ -74,9 +63,9 @@ type ServerConfig struct {
 	Service *scheduler.Service
 	Ready   Readiness
 	Health  LogHealth // optional
-	// Lateness is the alarm's recent lateness for GET /v1/stats;
-	// optional (nil: no samples).
-	Lateness AlarmLateness
+	// Lateness, if set, returns how late the alarm acted on its timers
+	// lately (scheduler.AlarmStats) for GET /v1/stats (nil: no samples).
+	Lateness func() api.AlarmStats
 	// Partitions is the timer partitions this process holds; optional
 	// (nil: /readyz and GET /v1/stats show none, the alarm acts on all).
 	Partitions TimerPartitions
@@ -631,7 +620,7 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request, p scheduler.Princi
 
 func (h *handler) list(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
 	q := r.URL.Query()
-	f := projections.Filter{Status: aggregate.Status(q.Get("status")), Queue: q.Get("queue"), CustomerID: q.Get("customerId"), RootID: q.Get("rootId"),
+	f := scheduler.TaskFilter{Status: aggregate.Status(q.Get("status")), Queue: q.Get("queue"), CustomerID: q.Get("customerId"), RootID: q.Get("rootId"),
 		IDPrefix: q.Get("idPrefix")}
 	switch f.Status {
 	case "", aggregate.StatusScheduled, aggregate.StatusQueued, aggregate.StatusRunning, aggregate.StatusSucceeded,
@@ -812,16 +801,16 @@ func (h *handler) history(w http.ResponseWriter, r *http.Request, p scheduler.Pr
 		h.fail(w, r, err)
 		return
 	}
-	history := h.Service.History
+	timeline := h.Service.Timeline
 	if tree := r.URL.Query().Get("tree"); tree == "1" || tree == "true" {
-		history = h.Service.LineageHistory
+		timeline = h.Service.LineageTimeline
 	}
-	evs, err := history(r.Context(), p, id)
+	entries, err := timeline(r.Context(), p, id)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.History{Events: NewEvents(evs)})
+	writeJSON(w, http.StatusOK, api.History{Events: entries})
 }
 
 func (h *handler) tree(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
@@ -860,11 +849,10 @@ func (h *handler) customerEvents(w http.ResponseWriter, r *http.Request, p sched
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	enc := json.NewEncoder(w)
-	tracker := replay.NewStatusTracker()
 	started := false
-	err := h.Service.CustomerEvents(r.Context(), p, customerID, since, func(ev events.Event) error {
+	err := h.Service.CustomerTimeline(r.Context(), p, customerID, since, func(e api.Event) error {
 		started = true
-		return enc.Encode(newEvent(ev, tracker.Entry(ev)))
+		return enc.Encode(e)
 	})
 	if err != nil && !started {
 		h.fail(w, r, err)

@@ -15,13 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/scheduler"
-	"github.com/taskledger/taskledger/projections"
-	"github.com/taskledger/taskledger/reactors"
-	"github.com/taskledger/taskledger/replay"
 )
 
 // StreamLimits bound the event streams of GET /v1/events/stream. The
@@ -218,9 +214,9 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p scheduler.Pri
 		if len(after) > 0 {
 			last = after[0]
 		}
-		err := h.Service.Stream(ctx, p, f, after, func(ev events.Event, st aggregate.State, at scheduler.Cursor) error {
+		err := h.Service.Stream(ctx, p, f, after, func(ev api.Event, at scheduler.Cursor) error {
 			token := h.Service.CursorToken(at)
-			b, err := sseEvent(ev, st, token)
+			b, err := sseEvent(ev, token)
 			if err != nil {
 				return err
 			}
@@ -304,19 +300,18 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p scheduler.Pri
 	}
 }
 
-// sseEvent is the Server-Sent Events message of ev, which left its task
-// at st; token is the resume token after it, its id (on a sharded log
-// also its cursor: with one shard the token is its sequence).
-func sseEvent(ev events.Event, st aggregate.State, token string) ([]byte, error) {
-	e := newEvent(ev, replay.EntryOf(ev, st))
-	if token != strconv.FormatUint(ev.Seq, 10) {
+// sseEvent is the Server-Sent Events message of e; token is the resume
+// token after it, its id (on a sharded log also its cursor: with one
+// shard the token is its sequence).
+func sseEvent(e api.Event, token string) ([]byte, error) {
+	if token != strconv.FormatUint(e.Seq, 10) {
 		e.Cursor = token
 	}
 	data, err := json.Marshal(e)
 	if err != nil {
 		return nil, err
 	}
-	return fmt.Appendf(nil, "id: %s\nevent: %s\ndata: %s\n\n", token, ev.Type(), data), nil
+	return fmt.Appendf(nil, "id: %s\nevent: %s\ndata: %s\n\n", token, e.Type, data), nil
 }
 
 // stats serves GET /v1/stats (docs/API.md, "Statistics").
@@ -359,21 +354,10 @@ func (h *handler) stats(w http.ResponseWriter, r *http.Request, p scheduler.Prin
 	writeJSON(w, http.StatusOK, out)
 }
 
-// alarmStats renders the alarm's recent lateness.
+// alarmStats renders the alarm's recent lateness; no samples without.
 func (h *handler) alarmStats() api.AlarmStats {
-	out := api.AlarmStats{Timers: map[string]api.Lateness{}}
 	if h.Lateness == nil {
-		return out
+		return api.AlarmStats{Timers: map[string]api.Lateness{}}
 	}
-	render := func(l reactors.Lateness) api.Lateness {
-		return api.Lateness{Samples: l.Samples, P50Seconds: l.P50.Seconds(), P99Seconds: l.P99.Seconds(), MaxSeconds: l.Max.Seconds()}
-	}
-	all, byTimer := h.Lateness.Summary()
-	out.Lateness = render(all)
-	for t, l := range byTimer {
-		if l.Samples > 0 {
-			out.Timers[projections.Timer(t).String()] = render(l)
-		}
-	}
-	return out
+	return h.Lateness()
 }

@@ -6,7 +6,6 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/projections"
 )
 
 // RetryTaskRequest asks for a new task repeating a terminal one (POST
@@ -59,23 +58,4 @@ func (s *Service) RetryTask(ctx context.Context, p Principal, id string, req Ret
 		return st, false, err
 	}
 	return s.create(ctx, p, old.CustomerID, spec, nil)
-}
-
-// RequestFilter returns f narrowed to the one task that p's customer
-// scheduled with requestID (for an operator, f.CustomerID's, or
-// events.DefaultCustomer's when f names none, as Schedule does). Errors:
-// aggregate.ErrInvalid for a malformed request id.
-func RequestFilter(p Principal, f projections.Filter, requestID string) (projections.Filter, error) {
-	if err := events.ValidID(requestID); err != nil {
-		return f, invalid("requestId: %v", err)
-	}
-	customerID := f.CustomerID
-	switch {
-	case !p.IsOperator():
-		customerID = p.CustomerID
-	case customerID == "":
-		customerID = events.DefaultCustomer
-	}
-	f.TaskID = requestTaskID(customerID, requestID)
-	return f, nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
@@ -24,6 +25,16 @@ type Runs interface {
 
 var _ Runs = (*store.Runs)(nil)
 
+// Run is a task's run document as stored: the revision, claim and time
+// of its last save and the run object byte for byte as the executor sent
+// it, so fields the server does not know reach the reader too.
+type Run struct {
+	Revision   uint64          // grows with every save
+	DeliveryID string          // the claim that saved it
+	UpdatedAt  time.Time       // when it was saved
+	Doc        json.RawMessage // the run object
+}
+
 // RunSave is a request to replace a task's run (PUT /v1/tasks/{id}/run).
 type RunSave struct {
 	DeliveryID string          // the current claim's token
@@ -41,38 +52,38 @@ type RunSave struct {
 // aggregate.ErrNotFound (no such task for p), aggregate.ErrTerminal,
 // aggregate.ErrTokenMismatch (not running, or under another claim),
 // ErrStaleRevision or ErrUnavailable.
-func (s *Service) SaveRun(ctx context.Context, p Principal, id string, req RunSave) (store.Run, error) {
+func (s *Service) SaveRun(ctx context.Context, p Principal, id string, req RunSave) (Run, error) {
 	if err := validIDs("task id", id, "deliveryId", req.DeliveryID); err != nil {
-		return store.Run{}, err
+		return Run{}, err
 	}
 	if err := checkRun(req.Run); err != nil {
-		return store.Run{}, err
+		return Run{}, err
 	}
 	st, err := s.Get(ctx, p, id)
 	if err != nil {
-		return store.Run{}, err
+		return Run{}, err
 	}
 	switch {
 	case st.Status.Terminal():
-		return store.Run{}, fmt.Errorf("%w: task %s is %s", aggregate.ErrTerminal, id, st.Status)
+		return Run{}, fmt.Errorf("%w: task %s is %s", aggregate.ErrTerminal, id, st.Status)
 	case st.Status != aggregate.StatusRunning:
-		return store.Run{}, fmt.Errorf("%w: task %s is %s, not running", aggregate.ErrTokenMismatch, id, st.Status)
+		return Run{}, fmt.Errorf("%w: task %s is %s, not running", aggregate.ErrTokenMismatch, id, st.Status)
 	case st.Claim.DeliveryID != req.DeliveryID:
-		return store.Run{}, fmt.Errorf("%w: deliveryId is not the current claim of task %s", aggregate.ErrTokenMismatch, id)
+		return Run{}, fmt.Errorf("%w: deliveryId is not the current claim of task %s", aggregate.ErrTokenMismatch, id)
 	}
 	run, err := s.cfg.Runs.Save(ctx, id, req.Revision, store.Run{DeliveryID: req.DeliveryID, UpdatedAt: s.cfg.Store.Now().UTC(), Doc: req.Run})
-	return run, s.fromRuns(err)
+	return Run(run), s.fromRuns(err)
 }
 
 // GetRun returns task id's latest run, to anyone who may see the task,
 // also after it ended (for the retention). aggregate.ErrNotFound when
 // there is no such task for p or no run was saved.
-func (s *Service) GetRun(ctx context.Context, p Principal, id string) (store.Run, error) {
+func (s *Service) GetRun(ctx context.Context, p Principal, id string) (Run, error) {
 	if _, err := s.Get(ctx, p, id); err != nil {
-		return store.Run{}, err
+		return Run{}, err
 	}
 	run, err := s.cfg.Runs.Get(ctx, id)
-	return run, s.fromRuns(err)
+	return Run(run), s.fromRuns(err)
 }
 
 // checkRun checks that doc is a JSON object of at most api.MaxRunBytes

@@ -201,13 +201,15 @@ func (s *Service) GetSchedule(ctx context.Context, p Principal, customerID, id s
 	return s.scheduleView(projections.Schedule{State: st}), nil
 }
 
-// ListSchedules returns up to limit live schedules after the id after:
-// the customer's, or for an operator who names none every customer's
-// (after is then "customer/id"). It is ErrUnavailable while the views
-// catch up after a start.
-func (s *Service) ListSchedules(p Principal, customerID, after string, limit int) ([]ScheduleView, error) {
+// ListSchedules returns a page of up to limit live schedules after the
+// cursor after ("" for the first page), and the cursor of the next page
+// ("" at the end): the customer's, by id, or for an operator who names
+// no customer every customer's, by customer then id (a cursor is then
+// "customer/id"; ScheduleCursorValid checks one). It is ErrUnavailable
+// while the views catch up after a start.
+func (s *Service) ListSchedules(p Principal, customerID, after string, limit int) (page []ScheduleView, next string, err error) {
 	if err := s.caughtUp(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	filter := customerID
 	if !p.IsOperator() {
@@ -216,11 +218,34 @@ func (s *Service) ListSchedules(p Principal, customerID, after string, limit int
 	if filter != "" && after != "" {
 		after = projections.ScheduleKey(filter, after)
 	}
-	var out []ScheduleView
-	for _, sc := range s.cfg.Schedules.Schedules(filter, after, limit, false) {
-		out = append(out, s.scheduleView(sc))
+	scheds := s.cfg.Schedules.Schedules(filter, after, limit+1, false)
+	if len(scheds) > limit {
+		scheds = scheds[:limit]
+		last := scheds[limit-1].State
+		next = last.ID
+		if filter == "" {
+			next = projections.ScheduleKey(last.CustomerID, last.ID)
+		}
 	}
-	return out, nil
+	for _, sc := range scheds {
+		page = append(page, s.scheduleView(sc))
+	}
+	return page, next, nil
+}
+
+// ScheduleCursorValid reports whether after can be a cursor of ListSchedules
+// for p and customerID: a schedule id, or in an operator's list of every
+// customer's (customerID "") a customer id and a schedule id joined by
+// "/".
+func ScheduleCursorValid(p Principal, customerID, after string) bool {
+	if customerID == "" && p.IsOperator() {
+		c, id := projections.SplitScheduleKey(after)
+		if events.ValidID(c) != nil {
+			return false
+		}
+		after = id
+	}
+	return events.ValidID(after) == nil
 }
 
 // ScheduleHistory returns every event of a customer's schedule, from the

@@ -871,36 +871,6 @@ func (s *Service) CustomerEvents(ctx context.Context, p Principal, customerID st
 	return nil
 }
 
-// List returns up to limit tasks matching f after the cursor, with the
-// cursor of the next page ("" at the end). A customer sees only its own.
-// It is ErrUnavailable while the views catch up after a start.
-func (s *Service) List(ctx context.Context, p Principal, f projections.Filter, after string, limit int) ([]aggregate.State, string, error) {
-	if limit < 1 || limit > api.MaxListLimit {
-		return nil, "", invalid("limit must be a whole number from 1 to %d", api.MaxListLimit)
-	}
-	if err := s.caughtUp(); err != nil {
-		return nil, "", err
-	}
-	if !p.IsOperator() {
-		if f.CustomerID != "" && f.CustomerID != p.CustomerID {
-			return nil, "", nil
-		}
-		f.CustomerID = p.CustomerID
-	}
-	page := s.cfg.Views.List(f, after, limit+1)
-	next := ""
-	if len(page) > limit {
-		page = page[:limit]
-		next = page[limit-1].TaskID
-	}
-	for i := range page {
-		if err := s.withSpec(ctx, &page[i]); err != nil {
-			return nil, "", err
-		}
-	}
-	return page, next, nil
-}
-
 // withSpec fills in the spec (message included) that the projections
 // keep only in part, from the task's first event (one read by sequence):
 // a task's spec never changes after it.

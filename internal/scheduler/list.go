@@ -1,0 +1,79 @@
+package scheduler
+
+import (
+	"context"
+	"time"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/projections"
+)
+
+// TaskFilter selects the tasks of List (GET /v1/tasks). Empty fields
+// match everything.
+type TaskFilter struct {
+	Status     aggregate.Status
+	Queue      string
+	CustomerID string
+	RootID     string
+	// TaskID selects the one task with that id (a request id's task,
+	// RequestFilter).
+	TaskID string
+	// Labels selects tasks carrying every one of these key=value pairs.
+	Labels map[string]string
+	// CreatedAfter and CreatedBefore select tasks created strictly
+	// after and strictly before them; zero is no bound.
+	CreatedAfter, CreatedBefore time.Time
+	// IDPrefix selects the tasks whose id starts with it.
+	IDPrefix string
+}
+
+// List returns up to limit tasks matching f after the cursor, with the
+// cursor of the next page ("" at the end). A customer sees only its own.
+// It is ErrUnavailable while the views catch up after a start.
+func (s *Service) List(ctx context.Context, p Principal, f TaskFilter, after string, limit int) ([]aggregate.State, string, error) {
+	if limit < 1 || limit > api.MaxListLimit {
+		return nil, "", invalid("limit must be a whole number from 1 to %d", api.MaxListLimit)
+	}
+	if err := s.caughtUp(); err != nil {
+		return nil, "", err
+	}
+	if !p.IsOperator() {
+		if f.CustomerID != "" && f.CustomerID != p.CustomerID {
+			return nil, "", nil
+		}
+		f.CustomerID = p.CustomerID
+	}
+	page := s.cfg.Views.List(projections.Filter(f), after, limit+1)
+	next := ""
+	if len(page) > limit {
+		page = page[:limit]
+		next = page[limit-1].TaskID
+	}
+	for i := range page {
+		if err := s.withSpec(ctx, &page[i]); err != nil {
+			return nil, "", err
+		}
+	}
+	return page, next, nil
+}
+
+// RequestFilter returns f narrowed to the one task that p's customer
+// scheduled with requestID (for an operator, f.CustomerID's, or
+// events.DefaultCustomer's when f names none, as Schedule does). Errors:
+// aggregate.ErrInvalid for a malformed request id.
+func RequestFilter(p Principal, f TaskFilter, requestID string) (TaskFilter, error) {
+	if err := events.ValidID(requestID); err != nil {
+		return f, invalid("requestId: %v", err)
+	}
+	customerID := f.CustomerID
+	switch {
+	case !p.IsOperator():
+		customerID = p.CustomerID
+	case customerID == "":
+		customerID = events.DefaultCustomer
+	}
+	f.TaskID = requestTaskID(customerID, requestID)
+	return f, nil
+}
