@@ -218,39 +218,39 @@ type route struct {
 // routes is every route the API serves, the one list NewHandler registers
 // and the tests hold docs/openapi.yaml against.
 var routes = []route{
-	{"POST /v1/tasks", limited((*handler).schedule)},
-	{"GET /v1/tasks", limited((*handler).list)},
-	{"GET /v1/tasks/{id}", limited((*handler).get)},
-	{"POST /v1/tasks/{id}/claim", limited((*handler).claim)},
-	{"POST /v1/claims/next", unlimited((*handler).claimNext)},
-	{"POST /v1/tasks/batch", batch((*handler).scheduleBatch)},
-	{"POST /v1/claims", unlimited((*handler).claimBatch)},
-	{"POST /v1/results", batch((*handler).recordResults)},
-	{"POST /v1/tasks/{id}/check", limited((*handler).check)},
-	{"POST /v1/tasks/{id}/result", limited((*handler).result)},
-	{"POST /v1/tasks/{id}/effects", limited((*handler).effects)},
-	{"POST /v1/tasks/{id}/cancel", limited((*handler).cancel)},
-	{"POST /v1/tasks/{id}/retry", limited((*handler).retryTask)},
-	{"POST /v1/tasks/{id}/mailbox", limited((*handler).appendMail)},
-	{"GET /v1/tasks/{id}/mailbox", limited((*handler).mailbox)},
-	{"GET /v1/tasks/{id}/history", limited((*handler).history)},
-	{"GET /v1/tasks/{id}/tree", limited((*handler).tree)},
-	{"PUT /v1/tasks/{id}/run", bounded(api.MaxRunBytes, (*handler).saveRun)},
-	{"GET /v1/tasks/{id}/run", limited((*handler).getRun)},
-	{"GET /v1/events", limited((*handler).customerEvents)},
-	{"GET /v1/concurrency", limited((*handler).concurrency)},
+	{"POST /v1/tasks", inFlight((*handler).schedule)},
+	{"GET /v1/tasks", inFlight((*handler).list)},
+	{"GET /v1/tasks/{id}", inFlight((*handler).get)},
+	{"POST /v1/tasks/{id}/claim", inFlight((*handler).claim)},
+	{"POST /v1/claims/next", heldOpen((*handler).claimNext)},
+	{"POST /v1/tasks/batch", inFlightBatch((*handler).scheduleBatch)},
+	{"POST /v1/claims", heldOpen((*handler).claimBatch)},
+	{"POST /v1/results", inFlightBatch((*handler).recordResults)},
+	{"POST /v1/tasks/{id}/check", inFlight((*handler).check)},
+	{"POST /v1/tasks/{id}/result", inFlight((*handler).result)},
+	{"POST /v1/tasks/{id}/effects", inFlight((*handler).effects)},
+	{"POST /v1/tasks/{id}/cancel", inFlight((*handler).cancel)},
+	{"POST /v1/tasks/{id}/retry", inFlight((*handler).retryTask)},
+	{"POST /v1/tasks/{id}/mailbox", inFlight((*handler).appendMail)},
+	{"GET /v1/tasks/{id}/mailbox", inFlight((*handler).mailbox)},
+	{"GET /v1/tasks/{id}/history", inFlight((*handler).history)},
+	{"GET /v1/tasks/{id}/tree", inFlight((*handler).tree)},
+	{"PUT /v1/tasks/{id}/run", inFlightUpTo(api.MaxRunBytes, (*handler).saveRun)},
+	{"GET /v1/tasks/{id}/run", inFlight((*handler).getRun)},
+	{"GET /v1/events", inFlight((*handler).customerEvents)},
+	{"GET /v1/concurrency", inFlight((*handler).concurrency)},
 	// Schedules (schedules.go).
-	{"POST /v1/schedules", limited((*handler).createSchedule)},
-	{"GET /v1/schedules", limited((*handler).listSchedules)},
-	{"GET /v1/schedules/{id}", limited((*handler).getSchedule)},
-	{"DELETE /v1/schedules/{id}", limited(scheduleAction(aggregate.DeleteSchedule{}))},
-	{"POST /v1/schedules/{id}/pause", limited(scheduleAction(aggregate.PauseSchedule{}))},
-	{"POST /v1/schedules/{id}/resume", limited(scheduleAction(aggregate.ResumeSchedule{}))},
-	{"POST /v1/schedules/{id}/trigger", limited((*handler).triggerSchedule)},
-	{"GET /v1/schedules/{id}/history", limited((*handler).scheduleHistory)},
-	{"GET /v1/events/stream", unlimited((*handler).stream)},
-	{"GET /v1/stats", limited((*handler).stats)},
-	{"POST /v1/admin/projections/rebuild", limited((*handler).rebuild)},
+	{"POST /v1/schedules", inFlight((*handler).createSchedule)},
+	{"GET /v1/schedules", inFlight((*handler).listSchedules)},
+	{"GET /v1/schedules/{id}", inFlight((*handler).getSchedule)},
+	{"DELETE /v1/schedules/{id}", inFlight(scheduleAction(aggregate.DeleteSchedule{}))},
+	{"POST /v1/schedules/{id}/pause", inFlight(scheduleAction(aggregate.PauseSchedule{}))},
+	{"POST /v1/schedules/{id}/resume", inFlight(scheduleAction(aggregate.ResumeSchedule{}))},
+	{"POST /v1/schedules/{id}/trigger", inFlight((*handler).triggerSchedule)},
+	{"GET /v1/schedules/{id}/history", inFlight((*handler).scheduleHistory)},
+	{"GET /v1/events/stream", heldOpen((*handler).stream)},
+	{"GET /v1/stats", inFlight((*handler).stats)},
+	{"POST /v1/admin/projections/rebuild", inFlight((*handler).rebuild)},
 	{"GET /v1/openapi.json", public((*handler).openAPI)},
 	{"GET /healthz", public((*handler).healthz)},
 	{"GET /readyz", public((*handler).readyz)},
@@ -285,31 +285,38 @@ func metrics(h *handler) http.Handler {
 // principalFunc is a handler method of a route that needs a principal.
 type principalFunc func(*handler, http.ResponseWriter, *http.Request, scheduler.Principal)
 
-// limited serves f behind auth, holding an in-flight slot.
-func limited(f principalFunc) func(*handler) http.Handler {
+// inFlight serves f to the caller route resolves, for a body of at most
+// api.MaxBodyBytes, holding one of the MaxInFlight slots while f runs.
+func inFlight(f principalFunc) func(*handler) http.Handler {
+	return authenticated(api.MaxBodyBytes, true, f)
+}
+
+// inFlightUpTo is inFlight for a body of at most limit bytes.
+func inFlightUpTo(limit int64, f principalFunc) func(*handler) http.Handler {
+	return authenticated(limit, true, f)
+}
+
+// inFlightBatch is inFlight for a batch body, of at most
+// api.MaxBatchBodyBytes.
+func inFlightBatch(f principalFunc) func(*handler) http.Handler {
+	return authenticated(api.MaxBatchBodyBytes, true, f)
+}
+
+// heldOpen serves f to the caller route resolves, for a body of at most
+// api.MaxBodyBytes, without an in-flight slot: for a request held open
+// (a long poll, an event stream), which MaxInFlight does not count.
+func heldOpen(f principalFunc) func(*handler) http.Handler {
+	return authenticated(api.MaxBodyBytes, false, f)
+}
+
+// authenticated serves f through route with limit and slot.
+func authenticated(limit int64, slot bool, f principalFunc) func(*handler) http.Handler {
 	return func(h *handler) http.Handler {
-		return h.auth(func(w http.ResponseWriter, r *http.Request, p scheduler.Principal) { f(h, w, r, p) })
+		return h.route(limit, slot, func(w http.ResponseWriter, r *http.Request, p scheduler.Principal) { f(h, w, r, p) })
 	}
 }
 
-// bounded is limited for a body of up to limit bytes.
-func bounded(limit int64, f principalFunc) func(*handler) http.Handler {
-	return func(h *handler) http.Handler {
-		return h.route(limit, true, func(w http.ResponseWriter, r *http.Request, p scheduler.Principal) { f(h, w, r, p) })
-	}
-}
-
-// batch is limited for a batch body, up to api.MaxBatchBodyBytes.
-func batch(f principalFunc) func(*handler) http.Handler { return bounded(api.MaxBatchBodyBytes, f) }
-
-// unlimited serves f behind auth without an in-flight slot (long polls).
-func unlimited(f principalFunc) func(*handler) http.Handler {
-	return func(h *handler) http.Handler {
-		return h.authUnlimited(func(w http.ResponseWriter, r *http.Request, p scheduler.Principal) { f(h, w, r, p) })
-	}
-}
-
-// public serves f to anyone, without a token or a slot.
+// public serves f to anyone, without a token or a slot, reading no body.
 func public(f func(*handler, http.ResponseWriter, *http.Request)) func(*handler) http.Handler {
 	return func(h *handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { f(h, w, r) })
@@ -319,18 +326,6 @@ func public(f func(*handler, http.ResponseWriter, *http.Request)) func(*handler)
 // principalHandler is a route's handler, called for the caller's
 // principal.
 type principalHandler func(http.ResponseWriter, *http.Request, scheduler.Principal)
-
-// auth is route for a body of at most api.MaxBodyBytes that holds an
-// in-flight slot.
-func (h *handler) auth(next principalHandler) http.HandlerFunc {
-	return h.route(api.MaxBodyBytes, true, next)
-}
-
-// authUnlimited is route for a long poll: a body of at most
-// api.MaxBodyBytes and no in-flight slot.
-func (h *handler) authUnlimited(next principalHandler) http.HandlerFunc {
-	return h.route(api.MaxBodyBytes, false, next)
-}
 
 // route resolves the bearer token to a principal (401 without a known
 // token when tokens are configured, the operator when they are not),
