@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/taskledger/taskledger/api"
-	"github.com/taskledger/taskledger/internal/scheduler"
+	"github.com/taskledger/taskledger/internal/service"
 )
 
 // runDocument is api.RunDocument with the run kept as stored, so the
@@ -21,7 +21,7 @@ type runDocument struct {
 	Run        json.RawMessage `json:"run"`
 }
 
-func newRunDocument(taskID string, r scheduler.Run) runDocument {
+func newRunDocument(taskID string, r service.Run) runDocument {
 	return runDocument{TaskID: taskID, Revision: r.Revision, UpdatedAt: r.UpdatedAt, DeliveryID: r.DeliveryID, Run: r.Doc}
 }
 
@@ -33,7 +33,7 @@ type runSave struct {
 }
 
 // saveRun replaces the task's run (PUT /v1/tasks/{id}/run).
-func (h *handler) saveRun(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) saveRun(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := pathID(r)
 	var b runSave
 	if err == nil {
@@ -43,7 +43,7 @@ func (h *handler) saveRun(w http.ResponseWriter, r *http.Request, p scheduler.Pr
 		h.fail(w, r, err)
 		return
 	}
-	run, err := h.Service.SaveRun(r.Context(), p, id, scheduler.RunSave(b))
+	run, err := h.Service.SaveRun(r.Context(), p, id, service.RunSave(b))
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -52,7 +52,7 @@ func (h *handler) saveRun(w http.ResponseWriter, r *http.Request, p scheduler.Pr
 }
 
 // getRun answers the task's run (GET /v1/tasks/{id}/run).
-func (h *handler) getRun(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) getRun(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := pathID(r)
 	if err != nil {
 		h.fail(w, r, err)
@@ -85,12 +85,12 @@ func (l *Local) SaveRun(ctx context.Context, id string, s api.RunSave) (api.RunD
 	if err != nil {
 		return api.RunDocument{}, invalidArg("run: %v", err)
 	}
-	run, err := l.svc.SaveRun(ctx, l.p, id, scheduler.RunSave{DeliveryID: s.DeliveryID, Revision: s.Revision, Run: doc})
+	run, err := l.svc.SaveRun(ctx, l.p, id, service.RunSave{DeliveryID: s.DeliveryID, Revision: s.Revision, Run: doc})
 	return localRunDocument(id, run, err)
 }
 
 // localRunDocument renders the answer of a Local run call.
-func localRunDocument(id string, r scheduler.Run, err error) (api.RunDocument, error) {
+func localRunDocument(id string, r service.Run, err error) (api.RunDocument, error) {
 	if err != nil {
 		return api.RunDocument{}, wireError(err)
 	}

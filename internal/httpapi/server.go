@@ -1,6 +1,8 @@
-// Package httpapi serves the HTTP API (docs/API.md) over a
-// scheduler.Service, and calls the same service in process (Local) with the
-// same answers.
+// Package httpapi serves the HTTP API (docs/API.md) over a Service (the
+// service layer, internal/scheduler, through the interface declared in
+// service.go), and calls the same service in process (Local) with the
+// same answers. It links neither the log nor the projections, the
+// reactors or replay: what it shows of them comes from the service.
 package httpapi
 
 import (
@@ -27,7 +29,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/console"
 	"github.com/taskledger/taskledger/internal/ratelog"
-	"github.com/taskledger/taskledger/internal/scheduler"
+	"github.com/taskledger/taskledger/internal/service"
 )
 
 // Readiness reports whether the projections have caught up, and rebuilds
@@ -60,11 +62,11 @@ type TimerPartitions interface {
 
 // ServerConfig configures the HTTP handler.
 type ServerConfig struct {
-	Service *scheduler.Service
+	Service Service
 	Ready   Readiness
 	Health  LogHealth // optional
 	// Lateness, if set, returns how late the alarm acted on its timers
-	// lately (scheduler.AlarmStats) for GET /v1/stats (nil: no samples).
+	// lately (internal/scheduler's AlarmStats) for GET /v1/stats (nil: no samples).
 	Lateness func() api.AlarmStats
 	// Partitions is the timer partitions this process holds; optional
 	// (nil: /readyz and GET /v1/stats show none, the alarm acts on all).
@@ -283,7 +285,7 @@ func metrics(h *handler) http.Handler {
 }
 
 // principalFunc is a handler method of a route that needs a principal.
-type principalFunc func(*handler, http.ResponseWriter, *http.Request, scheduler.Principal)
+type principalFunc func(*handler, http.ResponseWriter, *http.Request, service.Principal)
 
 // inFlight serves f to the caller route resolves, for a body of at most
 // api.MaxBodyBytes, holding one of the MaxInFlight slots while f runs.
@@ -312,7 +314,7 @@ func heldOpen(f principalFunc) func(*handler) http.Handler {
 // authenticated serves f through route with limit and slot.
 func authenticated(limit int64, slot bool, f principalFunc) func(*handler) http.Handler {
 	return func(h *handler) http.Handler {
-		return h.route(limit, slot, func(w http.ResponseWriter, r *http.Request, p scheduler.Principal) { f(h, w, r, p) })
+		return h.route(limit, slot, func(w http.ResponseWriter, r *http.Request, p service.Principal) { f(h, w, r, p) })
 	}
 }
 
@@ -325,7 +327,7 @@ func public(f func(*handler, http.ResponseWriter, *http.Request)) func(*handler)
 
 // principalHandler is a route's handler, called for the caller's
 // principal.
-type principalHandler func(http.ResponseWriter, *http.Request, scheduler.Principal)
+type principalHandler func(http.ResponseWriter, *http.Request, service.Principal)
 
 // route resolves the bearer token to a principal (401 without a known
 // token when tokens are configured, the operator when they are not),
@@ -362,16 +364,16 @@ func (h *handler) route(limit int64, slot bool, next principalHandler) http.Hand
 
 // principal is who r acts for: the operator without tokens, else the
 // bearer token's customer (or operator), or 401.
-func (h *handler) principal(r *http.Request) (scheduler.Principal, error) {
+func (h *handler) principal(r *http.Request) (service.Principal, error) {
 	if h.Tokens == nil {
-		return scheduler.Operator, nil
+		return service.Operator, nil
 	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	customer, known := h.Tokens[token]
 	if !ok || token == "" || !known {
-		return scheduler.Principal{}, api.ErrUnauthenticated
+		return service.Principal{}, api.ErrUnauthenticated
 	}
-	return scheduler.Principal{CustomerID: customer}, nil
+	return service.Principal{CustomerID: customer}, nil
 }
 
 // operatorOnly admits the operator to an internal route (metrics, the
@@ -579,7 +581,7 @@ func pathID(r *http.Request) (string, error) {
 	return id, nil
 }
 
-func (h *handler) schedule(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) schedule(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	var b api.ScheduleRequest
 	if err := decode(r, &b); err != nil {
 		h.fail(w, r, err)
@@ -599,7 +601,7 @@ func (h *handler) scheduled(w http.ResponseWriter, r *http.Request, st aggregate
 	writeJSON(w, createdCode(created), NewTask(st))
 }
 
-func (h *handler) get(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) get(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := pathID(r)
 	if err != nil {
 		h.fail(w, r, err)
@@ -613,9 +615,9 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request, p scheduler.Princi
 	writeJSON(w, http.StatusOK, NewTask(st))
 }
 
-func (h *handler) list(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) list(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	q := r.URL.Query()
-	f := scheduler.TaskFilter{Status: aggregate.Status(q.Get("status")), Queue: q.Get("queue"), CustomerID: q.Get("customerId"), RootID: q.Get("rootId"),
+	f := service.TaskFilter{Status: aggregate.Status(q.Get("status")), Queue: q.Get("queue"), CustomerID: q.Get("customerId"), RootID: q.Get("rootId"),
 		IDPrefix: q.Get("idPrefix")}
 	switch f.Status {
 	case "", aggregate.StatusScheduled, aggregate.StatusQueued, aggregate.StatusRunning, aggregate.StatusSucceeded,
@@ -633,7 +635,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request, p scheduler.Princ
 			return
 		}
 	}
-	if err := searchFilter(p, q, &f); err != nil {
+	if err := h.searchFilter(p, q, &f); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -686,35 +688,35 @@ func (h *handler) taskAction(w http.ResponseWriter, r *http.Request, v any, do f
 	writeJSON(w, http.StatusOK, NewTask(st))
 }
 
-func (h *handler) claim(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) claim(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	var b api.ClaimRequest
 	h.taskAction(w, r, &b, func(id string) (aggregate.State, error) {
 		return h.Service.Claim(r.Context(), p, id, b.DeliveryID, b.ExecutorID)
 	})
 }
 
-func (h *handler) result(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) result(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	var b api.ResultRequest
 	h.taskAction(w, r, &b, func(id string) (aggregate.State, error) {
 		return h.Service.RecordResult(r.Context(), p, id, b.DeliveryID, result(b))
 	})
 }
 
-func (h *handler) effects(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) effects(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	var b api.EffectsRequest
 	h.taskAction(w, r, &b, func(id string) (aggregate.State, error) {
 		return h.Service.ReportEffects(r.Context(), p, id, b.DeliveryID, b.Effects)
 	})
 }
 
-func (h *handler) cancel(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) cancel(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	var b api.CancelRequest
 	h.taskAction(w, r, &b, func(id string) (aggregate.State, error) {
 		return h.Service.Cancel(r.Context(), p, id, b.Reason)
 	})
 }
 
-func (h *handler) claimNext(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) claimNext(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	var b api.ClaimNextRequest
 	if err := decode(r, &b); err != nil {
 		h.fail(w, r, err)
@@ -737,7 +739,7 @@ func (h *handler) claimNext(w http.ResponseWriter, r *http.Request, p scheduler.
 	writeJSON(w, http.StatusOK, NewTask(st))
 }
 
-func (h *handler) check(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) check(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := pathID(r)
 	if err != nil {
 		h.fail(w, r, err)
@@ -751,7 +753,7 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request, p scheduler.Prin
 	writeJSON(w, http.StatusOK, api.Check{ShouldStop: res.ShouldStop, Reason: res.Reason, Messages: newMailItems(res.Messages), Cursor: res.Cursor})
 }
 
-func (h *handler) appendMail(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) appendMail(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := pathID(r)
 	var b api.MailRequest
 	if err == nil {
@@ -769,7 +771,7 @@ func (h *handler) appendMail(w http.ResponseWriter, r *http.Request, p scheduler
 	writeJSON(w, http.StatusAccepted, api.MailAccepted{MessageID: msgID, Index: index})
 }
 
-func (h *handler) mailbox(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) mailbox(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := pathID(r)
 	if err != nil {
 		h.fail(w, r, err)
@@ -790,7 +792,7 @@ func (h *handler) mailbox(w http.ResponseWriter, r *http.Request, p scheduler.Pr
 	writeJSON(w, http.StatusOK, api.Mail{Messages: newMailItems(items), Cursor: cursor})
 }
 
-func (h *handler) history(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) history(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := pathID(r)
 	if err != nil {
 		h.fail(w, r, err)
@@ -808,7 +810,7 @@ func (h *handler) history(w http.ResponseWriter, r *http.Request, p scheduler.Pr
 	writeJSON(w, http.StatusOK, api.History{Events: entries})
 }
 
-func (h *handler) tree(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) tree(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := pathID(r)
 	if err != nil {
 		h.fail(w, r, err)
@@ -824,7 +826,7 @@ func (h *handler) tree(w http.ResponseWriter, r *http.Request, p scheduler.Princ
 
 // customerEvents streams a customer's events since a time as NDJSON, one
 // history entry per line (GET /v1/events?customerId=C&since=RFC3339).
-func (h *handler) customerEvents(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) customerEvents(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	q := r.URL.Query()
 	customerID := q.Get("customerId")
 	if customerID == "" && !p.IsOperator() {
@@ -856,7 +858,7 @@ func (h *handler) customerEvents(w http.ResponseWriter, r *http.Request, p sched
 
 // rebuild rebuilds the projections from the log side by side and swaps
 // them in; the API keeps serving meanwhile. Operator only.
-func (h *handler) rebuild(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) rebuild(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	if !p.IsOperator() {
 		h.fail(w, r, noRoute(r))
 		return
@@ -866,7 +868,7 @@ func (h *handler) rebuild(w http.ResponseWriter, r *http.Request, p scheduler.Pr
 		h.Logger.Info().Uint64("seq", seq).Uint64("last", last).Msg("rebuilding projections")
 	})
 	if err != nil {
-		h.fail(w, r, fmt.Errorf("%w: rebuild: %v", scheduler.ErrUnavailable, err))
+		h.fail(w, r, fmt.Errorf("%w: rebuild: %v", service.ErrUnavailable, err))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"applied": h.Ready.Applied(), "digest": h.Ready.Digest(), "seconds": time.Since(start).Seconds()})

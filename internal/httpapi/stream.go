@@ -17,7 +17,7 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/scheduler"
+	"github.com/taskledger/taskledger/internal/service"
 )
 
 // StreamLimits bound the event streams of GET /v1/events/stream. The
@@ -96,7 +96,7 @@ func (s *streams) register(reg prometheus.Registerer) error {
 
 // enter takes a stream slot for p, or answers why not; leave gives it
 // back.
-func (s *streams) enter(p scheduler.Principal) (leave func(), err error) {
+func (s *streams) enter(p service.Principal) (leave func(), err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.max >= 0 && s.total >= s.max {
@@ -129,7 +129,7 @@ func (e *overflowError) Error() string { return e.Reason }
 
 // streamArgs parses the filter and the resume token of a stream request
 // (Service.ParseCursor reads it); after is "" when the request names none.
-func streamArgs(r *http.Request) (f scheduler.StreamFilter, after string, err error) {
+func streamArgs(r *http.Request) (f service.StreamFilter, after string, err error) {
 	q := r.URL.Query()
 	list := func(name string) []string {
 		var out []string
@@ -142,7 +142,7 @@ func streamArgs(r *http.Request) (f scheduler.StreamFilter, after string, err er
 		}
 		return out
 	}
-	f = scheduler.StreamFilter{TaskIDs: list("taskId"), RootIDs: list("rootId"), Queues: list("queue")}
+	f = service.StreamFilter{TaskIDs: list("taskId"), RootIDs: list("rootId"), Queues: list("queue")}
 	for _, t := range list("type") {
 		f.Types = append(f.Types, events.Type(t))
 	}
@@ -159,7 +159,7 @@ func streamArgs(r *http.Request) (f scheduler.StreamFilter, after string, err er
 // streamCursor returns the cursor a stream starts from: the one token
 // names, or with none the log's end (live only: from the next event
 // stored).
-func (h *handler) streamCursor(r *http.Request, token string) (scheduler.Cursor, error) {
+func (h *handler) streamCursor(r *http.Request, token string) (service.Cursor, error) {
 	if token == "" {
 		return h.Service.LiveCursor(r.Context())
 	}
@@ -179,7 +179,7 @@ func (h *handler) streamCursor(r *http.Request, token string) (scheduler.Cursor,
 // events and StreamBufferBytes bytes, the handler writes them out; a
 // client that lets the buffer fill is sent it, then an overflow message,
 // and dropped.
-func (h *handler) stream(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) stream(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	f, token, err := streamArgs(r)
 	if err != nil {
 		h.fail(w, r, err)
@@ -214,7 +214,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p scheduler.Pri
 		if len(after) > 0 {
 			last = after[0]
 		}
-		err := h.Service.Stream(ctx, p, f, after, func(ev api.Event, at scheduler.Cursor) error {
+		err := h.Service.Stream(ctx, p, f, after, func(ev api.Event, at service.Cursor) error {
 			token := h.Service.CursorToken(at)
 			b, err := sseEvent(ev, token)
 			if err != nil {
@@ -315,7 +315,7 @@ func sseEvent(e api.Event, token string) ([]byte, error) {
 }
 
 // stats serves GET /v1/stats (docs/API.md, "Statistics").
-func (h *handler) stats(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) stats(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	last, err := h.Service.LastSeq(r.Context())
 	if err != nil {
 		h.fail(w, r, err)

@@ -11,15 +11,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/taskledger/taskledger/aggregate"
-	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/executor"
 	"github.com/taskledger/taskledger/internal/crashpoint"
+	"github.com/taskledger/taskledger/internal/service"
 	"github.com/taskledger/taskledger/reactors"
 )
 
-// MaxWait is the longest long poll of ClaimNext.
-const MaxWait = api.MaxWaitSeconds * time.Second
+// MaxWait is the longest long poll of ClaimNext (service.MaxWait).
+const MaxWait = service.MaxWait
 
 // dispatchers holds one dispatcher per queue, each on the queue's durable
 // pull consumer of the ready stream, which every claimer of the queue in
@@ -222,7 +222,7 @@ func (s *Service) claimWaiting(ctx context.Context, p Principal, queue, executor
 			}
 			takeCtx, cancel = untilClosed(waitCtx, sig)
 		}
-		offers, err := d.take(takeCtx, p.customerFilter(), max, linger)
+		offers, err := d.take(takeCtx, p.Scope(), max, linger)
 		cancel()
 		switch {
 		case err != nil && waitCtx.Err() != nil:

@@ -2,32 +2,16 @@ package scheduler
 
 import (
 	"context"
-	"time"
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/service"
 	"github.com/taskledger/taskledger/projections"
 )
 
-// TaskFilter selects the tasks of List (GET /v1/tasks). Empty fields
-// match everything.
-type TaskFilter struct {
-	Status     aggregate.Status
-	Queue      string
-	CustomerID string
-	RootID     string
-	// TaskID selects the one task with that id (a request id's task,
-	// RequestFilter).
-	TaskID string
-	// Labels selects tasks carrying every one of these key=value pairs.
-	Labels map[string]string
-	// CreatedAfter and CreatedBefore select tasks created strictly
-	// after and strictly before them; zero is no bound.
-	CreatedAfter, CreatedBefore time.Time
-	// IDPrefix selects the tasks whose id starts with it.
-	IDPrefix string
-}
+// TaskFilter selects the tasks of List (service.TaskFilter).
+type TaskFilter = service.TaskFilter
 
 // List returns up to limit tasks matching f after the cursor, with the
 // cursor of the next page ("" at the end). A customer sees only its own.
@@ -63,7 +47,7 @@ func (s *Service) List(ctx context.Context, p Principal, f TaskFilter, after str
 // scheduled with requestID (for an operator, f.CustomerID's, or
 // events.DefaultCustomer's when f names none, as Schedule does). Errors:
 // aggregate.ErrInvalid for a malformed request id.
-func RequestFilter(p Principal, f TaskFilter, requestID string) (TaskFilter, error) {
+func (s *Service) RequestFilter(p Principal, f TaskFilter, requestID string) (TaskFilter, error) {
 	if err := events.ValidID(requestID); err != nil {
 		return f, invalid("requestId: %v", err)
 	}

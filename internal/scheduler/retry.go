@@ -2,25 +2,14 @@ package scheduler
 
 import (
 	"context"
-	"time"
 
 	"github.com/taskledger/taskledger/aggregate"
-	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/service"
 )
 
-// RetryTaskRequest asks for a new task repeating a terminal one (POST
-// /v1/tasks/{id}/retry, a manual retry; not the retry policy). Every field
-// is optional.
-type RetryTaskRequest struct {
-	// RequestID makes the retry idempotent, as for Schedule: a repeat
-	// answers the task the first call made. It shares Schedule's request
-	// ids.
-	RequestID string
-	// Message replaces the retried task's objective.
-	Message *events.Message
-	// RunAt is when the new task is due; default now.
-	RunAt *time.Time
-}
+// RetryTaskRequest asks for a new task repeating a terminal one
+// (service.RetryTaskRequest).
+type RetryTaskRequest = service.RetryTaskRequest
 
 // RetryTask schedules a new root task with the spec of the terminal task
 // id (queue, message unless req gives one, repo, labels, signal, timeout,

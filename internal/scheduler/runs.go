@@ -6,16 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/internal/service"
 	"github.com/taskledger/taskledger/internal/store"
 )
 
 // ErrStaleRevision is returned (wrapped) by SaveRun for a revision that
-// is not the stored one (another save came first); nothing changed.
-var ErrStaleRevision = errors.New("scheduler: stale run revision")
+// is not the stored one (service.ErrStaleRevision).
+var ErrStaleRevision = service.ErrStaleRevision
 
 // Runs is the run storage as the service uses it (store.Runs).
 type Runs interface {
@@ -25,22 +25,11 @@ type Runs interface {
 
 var _ Runs = (*store.Runs)(nil)
 
-// Run is a task's run document as stored: the revision, claim and time
-// of its last save and the run object byte for byte as the executor sent
-// it, so fields the server does not know reach the reader too.
-type Run struct {
-	Revision   uint64          // grows with every save
-	DeliveryID string          // the claim that saved it
-	UpdatedAt  time.Time       // when it was saved
-	Doc        json.RawMessage // the run object
-}
+// Run is a task's run document as stored (service.Run).
+type Run = service.Run
 
-// RunSave is a request to replace a task's run (PUT /v1/tasks/{id}/run).
-type RunSave struct {
-	DeliveryID string          // the current claim's token
-	Revision   uint64          // the revision read; 0 for the first save
-	Run        json.RawMessage // a JSON object, at most api.MaxRunBytes
-}
+// RunSave is a request to replace a task's run (service.RunSave).
+type RunSave = service.RunSave
 
 // SaveRun replaces task id's run when the task is running under
 // req.DeliveryID and req.Revision is the stored revision, and returns the

@@ -13,12 +13,13 @@ import (
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/crashpoint"
+	"github.com/taskledger/taskledger/internal/service"
 	"github.com/taskledger/taskledger/projections"
 )
 
-// ErrScheduleLimit is returned when a customer already has Limits.MaxSchedules live
-// schedules.
-var ErrScheduleLimit = errors.New("scheduler: schedule limit reached")
+// ErrScheduleLimit is returned when a customer already has
+// Limits.MaxSchedules live schedules (service.ErrScheduleLimit).
+var ErrScheduleLimit = service.ErrScheduleLimit
 
 // ScheduleStore is the log of schedules as the service uses it
 // (internal/store.Store).
@@ -41,32 +42,17 @@ type ScheduleViews interface {
 	SettleRun(customerID, scheduleID string)
 }
 
-// CreateScheduleRequest is a request for a schedule (POST /v1/schedules).
-// Task is the body of each run: its queue, message, repo, signal,
-// timeoutSeconds, labels, retry policy and concurrency; ids, runAt and
-// delaySeconds are refused.
-type CreateScheduleRequest struct {
-	CustomerID, ID        string
-	Cron, Every, Timezone string
-	Task                  ScheduleRequest
-	Overlap, Catchup      string
-	Paused                bool
-}
+// CreateScheduleRequest is a request for a schedule
+// (service.CreateScheduleRequest).
+type CreateScheduleRequest = service.CreateScheduleRequest
 
-// ScheduleView is a schedule with its next instants and its last runs,
-// newest first, each with its task's status.
-type ScheduleView struct {
-	State aggregate.ScheduleState
-	Next  []time.Time
-	Runs  []ScheduleRun
-}
+// ScheduleView is a schedule with its next instants and its last runs
+// (service.ScheduleView).
+type ScheduleView = service.ScheduleView
 
-// ScheduleRun is one fire of a schedule and the status of its task (""
-// for a skip, or a task the log does not hold yet).
-type ScheduleRun struct {
-	events.ScheduleFired
-	Status aggregate.Status
-}
+// ScheduleRun is one fire of a schedule and the status of its task
+// (service.ScheduleRun).
+type ScheduleRun = service.ScheduleRun
 
 // ScheduleNextShown is how many next instants a ScheduleView holds.
 const ScheduleNextShown = 5
@@ -237,7 +223,7 @@ func (s *Service) ListSchedules(p Principal, customerID, after string, limit int
 // for p and customerID: a schedule id, or in an operator's list of every
 // customer's (customerID "") a customer id and a schedule id joined by
 // "/".
-func ScheduleCursorValid(p Principal, customerID, after string) bool {
+func (s *Service) ScheduleCursorValid(p Principal, customerID, after string) bool {
 	if customerID == "" && p.IsOperator() {
 		c, id := projections.SplitScheduleKey(after)
 		if events.ValidID(c) != nil {

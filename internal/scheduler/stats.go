@@ -1,47 +1,35 @@
 package scheduler
 
 import (
-	"time"
-
 	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/internal/service"
 	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/reactors"
 )
 
-// Stats are the statistics of GET /v1/stats that the projections give,
-// as of At.
-type Stats struct {
-	At     time.Time
-	Queues []projections.QueueStats // by customer then queue
-	// Keys are the concurrency keys with a task holding or waiting for a
-	// slot, by customer then key; KeysTruncated says more were left out.
-	Keys          []projections.KeyStats
-	KeysTruncated bool
-	// Schedules are the live schedules, by customer then id;
-	// SchedulesTruncated says more were left out.
-	Schedules          []ScheduleStats
-	SchedulesTruncated bool
-}
+// Stats are the statistics of GET /v1/stats that the projections give
+// (service.Stats).
+type Stats = service.Stats
 
-// ScheduleStats is a live schedule's next instant (zero while paused)
-// and its last run with its task's status (nil before the first).
-type ScheduleStats struct {
-	CustomerID, ID string
-	Paused         bool
-	Next           time.Time
-	LastRun        *ScheduleRun
-	Runs           int
-}
+// ScheduleStats is a live schedule's row of Stats
+// (service.ScheduleStats).
+type ScheduleStats = service.ScheduleStats
 
 // Stats returns the statistics p may see (an operator: every
 // customer's), from the projections: every queue, and up to maxRows
 // concurrency keys and schedules. It costs the queues, keys and
 // schedules, not the tasks.
 func (s *Service) Stats(p Principal, maxRows int) Stats {
-	customer := p.customerFilter()
+	customer := p.Scope()
 	out := Stats{At: s.cfg.Store.Now()}
-	out.Queues = s.cfg.Views.Stats(customer, out.At)
-	out.Keys, out.KeysTruncated = s.cfg.Views.KeyStats(customer, maxRows)
+	for _, q := range s.cfg.Views.Stats(customer, out.At) {
+		out.Queues = append(out.Queues, service.QueueStats(q))
+	}
+	keys, more := s.cfg.Views.KeyStats(customer, maxRows)
+	for _, k := range keys {
+		out.Keys = append(out.Keys, service.KeyStats(k))
+	}
+	out.KeysTruncated = more
 	scheds := s.cfg.Schedules.Schedules(customer, "", maxRows+1, false)
 	if out.SchedulesTruncated = len(scheds) > maxRows; out.SchedulesTruncated {
 		scheds = scheds[:maxRows]

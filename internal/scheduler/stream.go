@@ -11,25 +11,20 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/service"
 )
 
-// StreamFilter selects the events of Service.Stream. Each field lists
-// alternatives; an event is selected when it matches every non-empty
-// field.
-type StreamFilter struct {
-	TaskIDs, RootIDs, Queues []string
-	Types                    []events.Type
-}
+// StreamFilter selects the events of Service.Stream
+// (service.StreamFilter).
+type StreamFilter = service.StreamFilter
 
 // maxTracked bounds the tasks one stream remembers the state of (for the
 // status after each event and the rootId and queue filters); past it one
 // is forgotten, and read again from the log when it is seen again.
 const maxTracked = 4096
 
-// Cursor is where a stream stands: by shard, the position of the last
-// event it passed (0: none yet). Its token (Service.CursorToken) is the
-// stream's resume point, the SSE id of the event that moved it there.
-type Cursor []uint64
+// Cursor is where a stream stands (service.Cursor).
+type Cursor = service.Cursor
 
 // ParseCursor returns the cursor a resume token names: with one shard a
 // whole number, the stream sequence of the last event seen; with K, K
@@ -127,30 +122,6 @@ func (s *Service) Stream(ctx context.Context, p Principal, f StreamFilter, after
 		return ctx.Err()
 	}
 	return err
-}
-
-// Validate returns an ErrInvalid error unless every id of f is valid,
-// every type known, and no field lists more than api.MaxStreamFilterValues.
-func (f StreamFilter) Validate() error {
-	for name, ids := range map[string][]string{"taskId": f.TaskIDs, "rootId": f.RootIDs, "queue": f.Queues} {
-		if len(ids) > api.MaxStreamFilterValues {
-			return invalid("%s: more than %d values", name, api.MaxStreamFilterValues)
-		}
-		for _, id := range ids {
-			if err := events.ValidID(id); err != nil {
-				return invalid("%s: %v", name, err)
-			}
-		}
-	}
-	if len(f.Types) > api.MaxStreamFilterValues {
-		return invalid("type: more than %d values", api.MaxStreamFilterValues)
-	}
-	for _, t := range f.Types {
-		if !events.KnownType(t) {
-			return invalid("type: unknown event type %.64q", t)
-		}
-	}
-	return nil
 }
 
 // streamSubjects are the subjects among sub (a shard's) of the events p
