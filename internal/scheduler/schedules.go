@@ -187,12 +187,12 @@ func (s *Service) GetSchedule(ctx context.Context, p Principal, customerID, id s
 	return s.scheduleView(projections.Schedule{State: st}), nil
 }
 
-// ListSchedules returns a page of up to limit live schedules after the
-// cursor after ("" for the first page), and the cursor of the next page
-// ("" at the end): the customer's, by id, or for an operator who names
-// no customer every customer's, by customer then id (a cursor is then
-// "customer/id"; ScheduleCursorValid checks one). It is ErrUnavailable
-// while the views catch up after a start.
+// ListSchedules returns a page of up to limit (at least 1) live
+// schedules after the cursor after ("" for the first page), and the
+// cursor of the next page ("" at the end): the customer's, by id, or for
+// an operator who names no customer every customer's, by customer then
+// id (a cursor is then "customer/id"; ScheduleCursorValid checks one).
+// It is ErrUnavailable while the views catch up after a start.
 func (s *Service) ListSchedules(p Principal, customerID, after string, limit int) (page []ScheduleView, next string, err error) {
 	if err := s.caughtUp(); err != nil {
 		return nil, "", err

@@ -15,7 +15,10 @@ import (
 // fails as History does.
 func (s *Service) Timeline(ctx context.Context, p Principal, id string) ([]api.Event, error) {
 	evs, err := s.History(ctx, p, id)
-	return entries(evs), err
+	if err != nil {
+		return nil, err
+	}
+	return entries(evs), nil
 }
 
 // LineageTimeline is Timeline for the whole lineage of task id, in log
@@ -23,7 +26,10 @@ func (s *Service) Timeline(ctx context.Context, p Principal, id string) ([]api.E
 // does.
 func (s *Service) LineageTimeline(ctx context.Context, p Principal, id string) ([]api.Event, error) {
 	evs, err := s.LineageHistory(ctx, p, id)
-	return entries(evs), err
+	if err != nil {
+		return nil, err
+	}
+	return entries(evs), nil
 }
 
 // ScheduleTimeline is Timeline for a customer's schedule (GET
@@ -31,7 +37,10 @@ func (s *Service) LineageTimeline(ctx context.Context, p Principal, id string) (
 // after it. It fails as ScheduleHistory does.
 func (s *Service) ScheduleTimeline(ctx context.Context, p Principal, customerID, id string) ([]api.Event, error) {
 	evs, err := s.ScheduleHistory(ctx, p, customerID, id)
-	return entries(evs), err
+	if err != nil {
+		return nil, err
+	}
+	return entries(evs), nil
 }
 
 // CustomerTimeline calls fn, in log order, with the entry of every event
