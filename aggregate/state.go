@@ -127,6 +127,14 @@ func (s State) DueAt() time.Time {
 	return s.Spec.RunAt
 }
 
+// WaitsForSlot reports whether s is a task with a concurrency key that is
+// due at now (its runAt, or a retry's nextAt) and not released: it waits
+// for a slot of its key (or, for the moment between its due time and the
+// alarm's release, for the alarm).
+func (s State) WaitsForSlot(now time.Time) bool {
+	return s.Spec.Concurrency != nil && s.Status == StatusScheduled && s.Delivery.ID == "" && !now.Before(s.DueAt())
+}
+
 // Attempts lists every attempt that started: the retried ones and then
 // the current or last one, if it was claimed. Nil when none started.
 func (s State) Attempts() []Attempt {

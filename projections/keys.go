@@ -215,13 +215,9 @@ func (e *Engine) Waiters(customerID, key string, now time.Time, limit int) []agg
 	return waiters[:min(limit, len(waiters))]
 }
 
-// Waiting reports whether s is a task with a concurrency key that is due
-// at now (its runAt, or a retry's nextAt) and not released: it waits for
-// a slot of its key (or, for the moment between its due time and the
-// alarm's release, for the alarm).
-func Waiting(s aggregate.State, now time.Time) bool {
-	return s.Spec.Concurrency != nil && s.Status == aggregate.StatusScheduled && s.Delivery.ID == "" && !now.Before(s.DueAt())
-}
+// Waiting reports whether s waits for a slot of its concurrency key at
+// now (aggregate.State.WaitsForSlot).
+func Waiting(s aggregate.State, now time.Time) bool { return s.WaitsForSlot(now) }
 
 // KeyStats are one concurrency key's counts (GET /v1/stats).
 type KeyStats struct {

@@ -6,12 +6,12 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/scheduler"
+	"github.com/taskledger/taskledger/internal/service"
 )
 
 // scheduleRequest is the service's form of a schedule body.
-func scheduleRequest(b api.ScheduleRequest) scheduler.ScheduleRequest {
-	return scheduler.ScheduleRequest{
+func scheduleRequest(b api.ScheduleRequest) service.ScheduleRequest {
+	return service.ScheduleRequest{
 		CustomerID: b.CustomerID, ParentID: b.ParentID, RequestID: b.RequestID, RelatedTaskID: b.RelatedTaskID,
 		Signal: b.Signal, Repo: b.Repo, Queue: b.Queue, Message: b.Message,
 		RunAt: b.RunAt, DelaySeconds: b.DelaySeconds, TimeoutSeconds: b.TimeoutSeconds, Concurrency: b.Concurrency, Retry: b.Retry,
@@ -28,12 +28,12 @@ func pollArgs(queue string, waitSeconds float64) (string, time.Duration, error) 
 	if !(waitSeconds >= 0) {
 		return "", 0, invalidArg("waitSeconds must be a number ≥ 0")
 	}
-	return queue, time.Duration(min(waitSeconds, scheduler.MaxWait.Seconds()) * float64(time.Second)), nil
+	return queue, time.Duration(min(waitSeconds, service.MaxWait.Seconds()) * float64(time.Second)), nil
 }
 
 // batchItems renders a batch's outcomes in order: each item's status is
 // what its single route would have answered.
-func batchItems(outs []scheduler.Outcome, okStatus func(scheduler.Outcome) int) api.BatchAnswer {
+func batchItems(outs []service.Outcome, okStatus func(service.Outcome) int) api.BatchAnswer {
 	items := make([]api.BatchItem, len(outs))
 	tasks := make([]api.Task, len(outs)) // one allocation, not one per item
 	for i, o := range outs {
@@ -48,7 +48,7 @@ func batchItems(outs []scheduler.Outcome, okStatus func(scheduler.Outcome) int) 
 	return api.BatchAnswer{Results: items}
 }
 
-func createdStatus(o scheduler.Outcome) int { return createdCode(o.Created) }
+func createdStatus(o service.Outcome) int { return createdCode(o.Created) }
 
 // createdCode is 201 for a new task or schedule, 200 for the one a
 // repeated request found.
@@ -59,17 +59,17 @@ func createdCode(created bool) int {
 	return http.StatusOK
 }
 
-func okStatus(scheduler.Outcome) int { return http.StatusOK }
+func okStatus(service.Outcome) int { return http.StatusOK }
 
 // scheduleBatch schedules every task of the body as its own task (POST
 // /v1/tasks/batch).
-func (h *handler) scheduleBatch(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) scheduleBatch(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	var b api.BatchScheduleRequest
 	if err := decode(r, &b); err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	reqs := make([]scheduler.ScheduleRequest, len(b.Tasks))
+	reqs := make([]service.ScheduleRequest, len(b.Tasks))
 	for i, t := range b.Tasks {
 		reqs[i] = scheduleRequest(t)
 	}
@@ -82,19 +82,19 @@ func (h *handler) scheduleBatch(w http.ResponseWriter, r *http.Request, p schedu
 }
 
 // recordResults records every result of the body (POST /v1/results).
-func (h *handler) recordResults(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) recordResults(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	var b api.ResultsRequest
 	if err := decode(r, &b); err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	items := make([]scheduler.ResultItem, len(b.Results))
+	items := make([]service.ResultItem, len(b.Results))
 	for i, it := range b.Results {
 		if err := events.ValidID(it.TaskID); err != nil {
 			h.fail(w, r, invalidArg("results[%d].taskId: %v", i, err))
 			return
 		}
-		items[i] = scheduler.ResultItem{TaskID: it.TaskID, DeliveryID: it.DeliveryID, Result: result(it.ResultRequest)}
+		items[i] = service.ResultItem{TaskID: it.TaskID, DeliveryID: it.DeliveryID, Result: result(it.ResultRequest)}
 	}
 	outs, err := h.Service.RecordResults(r.Context(), p, items)
 	if err != nil {
@@ -111,7 +111,7 @@ func result(b api.ResultRequest) events.Result {
 
 // claimBatch long-polls a queue and claims up to max of its ready tasks
 // (POST /v1/claims): 200 with the tasks, or 204 when none came in time.
-func (h *handler) claimBatch(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) claimBatch(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	var b api.ClaimBatchRequest
 	if err := decode(r, &b); err != nil {
 		h.fail(w, r, err)

@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -12,10 +11,8 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
 	"github.com/taskledger/taskledger/internal/testnode"
-	"github.com/taskledger/taskledger/replay"
 )
 
 // TestConcurrencyTwoSchedulers runs two schedulers on one stream, each
@@ -106,15 +103,10 @@ func TestConcurrencyTwoSchedulers(t *testing.T) {
 
 	// Fold the whole log: slots held per key, and keyed tasks holding a
 	// delivery token or running (released, not yet terminal).
-	v := replay.NewVerifier(st.Subjects())
+	testnode.Verify(t, st)
 	holders, active := map[string]bool{}, map[string]bool{}
 	maxHolders, maxActive, succeeded, retried := 0, 0, 0, 0
-	err := store.Log{JS: st.JetStream(), Stream: st.Config().Stream, Subjects: st.Subjects()}.Read(ctx, store.ReadOptions{}, func(m store.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
-		ev, err := events.DecodeAt(m.Data, m.Seq)
-		if err != nil {
-			return err
-		}
+	for _, ev := range testnode.LogEvents(t, st) {
 		switch p := ev.Data.(type) {
 		case events.SlotAcquired:
 			holders[p.TaskID] = true
@@ -134,10 +126,6 @@ func TestConcurrencyTwoSchedulers(t *testing.T) {
 			delete(active, ev.TaskID)
 		}
 		maxHolders, maxActive = max(maxHolders, len(holders)), max(maxActive, len(active))
-		return nil
-	})
-	if err != nil && !errors.Is(err, context.Canceled) {
-		t.Fatal(err)
 	}
 	if maxHolders > limit || maxActive > limit {
 		t.Fatalf("at most %d at once, but the log has %d slot holders and %d released tasks at once", limit, maxHolders, maxActive)
@@ -147,8 +135,5 @@ func TestConcurrencyTwoSchedulers(t *testing.T) {
 	}
 	if succeeded != total || retried != total/5 || len(holders) != 0 {
 		t.Fatalf("%d tasks succeeded, %d were retried, %d still hold a slot", succeeded, retried, len(holders))
-	}
-	if r := v.Report(); !r.Clean() {
-		t.Fatalf("verifier: %+v", r.Violations)
 	}
 }

@@ -11,8 +11,7 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/store"
-	"github.com/taskledger/taskledger/replay"
+	"github.com/taskledger/taskledger/internal/testnode"
 )
 
 const storefront = "repo:example/storefront"
@@ -242,16 +241,5 @@ func TestConcurrencyWithRetry(t *testing.T) {
 // verifyStore runs replay verify over the whole log of b's node.
 func verifyStore(t *testing.T, b *bundle) {
 	t.Helper()
-	st := b.node.Store
-	v := replay.NewVerifier(st.Subjects())
-	err := store.Log{JS: st.JetStream(), Stream: st.Config().Stream, Subjects: st.Subjects()}.Read(context.Background(), store.ReadOptions{}, func(m store.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := v.Report(); !r.Clean() {
-		t.Fatalf("replay verify: %+v", r.Violations)
-	}
+	testnode.Verify(t, b.node.Store)
 }

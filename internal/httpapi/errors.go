@@ -8,7 +8,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
-	"github.com/taskledger/taskledger/internal/scheduler"
+	"github.com/taskledger/taskledger/internal/service"
 )
 
 // wireErrors is the one table from the service's errors to the wire's,
@@ -23,13 +23,13 @@ var wireErrors = []struct {
 	{aggregate.ErrTokenMismatch, api.ErrTokenMismatch},
 	{aggregate.ErrNotClaimable, api.ErrNotClaimable},
 	{aggregate.ErrNotTerminal, api.ErrNotTerminal},
-	{scheduler.ErrParentTerminal, api.ErrParentTerminal},
-	{scheduler.ErrLineageLimit, api.ErrLineageLimit},
-	{scheduler.ErrScheduleLimit, api.ErrScheduleLimit},
-	{scheduler.ErrStaleRevision, api.ErrStaleRevision},
+	{service.ErrParentTerminal, api.ErrParentTerminal},
+	{service.ErrLineageLimit, api.ErrLineageLimit},
+	{service.ErrScheduleLimit, api.ErrScheduleLimit},
+	{service.ErrStaleRevision, api.ErrStaleRevision},
 	{aggregate.ErrTooLarge, api.ErrPayloadTooLarge}, // permanent: never retried as unavailable
-	{scheduler.ErrTooManyPolls, api.ErrTooManyPolls},
-	{scheduler.ErrUnavailable, api.ErrUnavailable},
+	{service.ErrTooManyPolls, api.ErrTooManyPolls},
+	{service.ErrUnavailable, api.ErrUnavailable},
 	{aggregate.ErrConflict, api.ErrUnavailable}, // lost every OCC retry: try again
 	{context.DeadlineExceeded, api.ErrUnavailable},
 }
@@ -39,7 +39,7 @@ var wireErrors = []struct {
 // table's entry with err's text, or 500 internal.
 func wireError(err error) *api.Error {
 	var wire *api.Error
-	var rejected *scheduler.AdmissionError
+	var rejected *service.AdmissionError
 	switch {
 	case errors.As(err, &wire):
 		return wire

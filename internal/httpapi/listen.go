@@ -71,7 +71,7 @@ func (l Limits) WithDefaults() Limits {
 }
 
 // Server serves a handler over HTTP/1.1 within Limits. No write timeout
-// applies: long polls wait up to scheduler.MaxWait.
+// applies: long polls wait up to service.MaxWait.
 type Server struct {
 	http     *http.Server
 	maxConns int

@@ -7,22 +7,22 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/scheduler"
+	"github.com/taskledger/taskledger/internal/service"
 )
 
-// Local calls a scheduler.Service in the same process, as the operator,
+// Local calls a Service in the same process, as the operator,
 // with the same requests, answers and *Error values a Client gets from a
 // server on that service, minus HTTP and JSON. It is what an executor
 // embedded in a scheduler process (and the benchmarks) use instead of a
 // Client. It is safe for concurrent use.
 type Local struct {
-	svc *scheduler.Service
-	p   scheduler.Principal
+	svc Service
+	p   service.Principal
 }
 
-// NewLocal returns a Local on svc acting as scheduler.Operator.
-func NewLocal(svc *scheduler.Service) *Local {
-	return &Local{svc: svc, p: scheduler.Operator}
+// NewLocal returns a Local on svc acting as service.Operator.
+func NewLocal(svc Service) *Local {
+	return &Local{svc: svc, p: service.Operator}
 }
 
 // validTaskID rejects a malformed task id as the server's path check does.
@@ -66,7 +66,7 @@ func (l *Local) Claim(ctx context.Context, id, deliveryID, executorID string) (a
 	return task(l.svc.Claim(ctx, l.p, id, deliveryID, executorID))
 }
 
-// ClaimNext waits up to wait (at most scheduler.MaxWait) for a task of
+// ClaimNext waits up to wait (at most service.MaxWait) for a task of
 // queue ("" is events.DefaultQueue) and claims it; ok is false when nothing was
 // ready in time.
 func (l *Local) ClaimNext(ctx context.Context, queue, executorID string, wait time.Duration) (api.Task, bool, error) {
@@ -139,7 +139,7 @@ func (l *Local) Mailbox(ctx context.Context, id string, after int) (api.Mail, er
 // ScheduleBatch schedules each request as its own task; items answer in
 // request order as POST /v1/tasks/batch does.
 func (l *Local) ScheduleBatch(ctx context.Context, reqs []api.ScheduleRequest) ([]api.BatchItem, error) {
-	sreqs := make([]scheduler.ScheduleRequest, len(reqs))
+	sreqs := make([]service.ScheduleRequest, len(reqs))
 	for i, r := range reqs {
 		sreqs[i] = scheduleRequest(r)
 	}
@@ -172,12 +172,12 @@ func (l *Local) ClaimBatch(ctx context.Context, queue, executorID string, limit 
 // RecordResults reports several results; items answer in request order
 // as POST /v1/results does.
 func (l *Local) RecordResults(ctx context.Context, items []api.ResultItem) ([]api.BatchItem, error) {
-	sitems := make([]scheduler.ResultItem, len(items))
+	sitems := make([]service.ResultItem, len(items))
 	for i, it := range items {
 		if err := validTaskID(it.TaskID); err != nil {
 			return nil, err
 		}
-		sitems[i] = scheduler.ResultItem{TaskID: it.TaskID, DeliveryID: it.DeliveryID, Result: result(it.ResultRequest)}
+		sitems[i] = service.ResultItem{TaskID: it.TaskID, DeliveryID: it.DeliveryID, Result: result(it.ResultRequest)}
 	}
 	outs, err := l.svc.RecordResults(ctx, l.p, sitems)
 	if err != nil {

@@ -16,10 +16,8 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/lease"
 	"github.com/taskledger/taskledger/internal/node"
-	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
 	"github.com/taskledger/taskledger/internal/testnode"
-	"github.com/taskledger/taskledger/replay"
 )
 
 // partitionNode configures a node's name and timer partitions (noLeases:
@@ -241,15 +239,10 @@ func TestTimerPartitionsTwoOwners(t *testing.T) {
 	}
 
 	st := a.node.Store
-	v := replay.NewVerifier(st.Subjects())
+	testnode.Verify(t, st)
 	counts := map[string]map[events.Type]int{}
 	actors := map[string]int{}
-	err := store.Log{JS: st.JetStream(), Stream: st.Config().Stream, Subjects: st.Subjects()}.Read(context.Background(), store.ReadOptions{}, func(m store.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
-		ev, err := events.DecodeAt(m.Data, m.Seq)
-		if err != nil {
-			return err
-		}
+	for _, ev := range testnode.LogEvents(t, st) {
 		if counts[ev.TaskID] == nil {
 			counts[ev.TaskID] = map[events.Type]int{}
 		}
@@ -257,19 +250,12 @@ func TestTimerPartitionsTwoOwners(t *testing.T) {
 		if ev.Type() == events.TypeDeliveryPending || ev.Type() == events.TypeTimedOut {
 			actors[ev.Actor]++
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	for _, id := range ids {
 		c := counts[id]
 		if c[events.TypeDeliveryPending] != 1 || c[events.TypeReadyPublished] > 1 || c[events.TypeClaimed] != 1 || c[events.TypeTimedOut]+c[events.TypeResultRecorded] != 1 {
 			t.Errorf("task %s: %v, want one release, one claim, at most one publish, one end", id, c)
 		}
-	}
-	if r := v.Report(); !r.Clean() {
-		t.Fatalf("verifier: %+v", r.Violations)
 	}
 	t.Logf("releases and timeouts by process: %v", actors)
 }

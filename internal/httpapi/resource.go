@@ -7,9 +7,7 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/scheduler"
-	"github.com/taskledger/taskledger/projections"
-	"github.com/taskledger/taskledger/replay"
+	"github.com/taskledger/taskledger/internal/service"
 )
 
 // NewTask renders a task's state as the API resource.
@@ -54,7 +52,7 @@ func NewTask(s aggregate.State) api.Task {
 	if c := s.Spec.Concurrency; c != nil {
 		cc := *c
 		t.Concurrency = &cc
-		if projections.Waiting(s, time.Now()) {
+		if s.WaitsForSlot(time.Now()) {
 			t.WaitingFor = api.WaitingForConcurrency
 		}
 	}
@@ -82,7 +80,7 @@ func utcEffects(effects []events.Effect) []events.Effect {
 	return out
 }
 
-func newMailItems(items []scheduler.MailItem) []api.MailItem {
+func newMailItems(items []service.MailItem) []api.MailItem {
 	out := make([]api.MailItem, len(items))
 	for i, m := range items {
 		out[i] = api.MailItem{ID: m.Message.ID, Index: m.Index, CreatedAt: utc(m.Message.CreatedAt), Content: m.Message.Content}
@@ -93,21 +91,7 @@ func newMailItems(items []scheduler.MailItem) []api.MailItem {
 	return out
 }
 
-// NewEvents renders logged events (of one task, or a lineage in log order).
-func NewEvents(evs []events.Event) []api.Event {
-	t := replay.NewStatusTracker()
-	out := make([]api.Event, len(evs))
-	for i, ev := range evs {
-		out[i] = newEvent(ev, t.Entry(ev))
-	}
-	return out
-}
-
-func newEvent(ev events.Event, e replay.Entry) api.Event {
-	return api.Event{Seq: e.Seq, ID: ev.ID, TaskID: e.TaskID, Type: e.Type, At: e.At, Actor: e.Actor, Status: e.Status, Detail: e.Detail, Data: e.Data}
-}
-
-func newTree(n scheduler.Node) api.Tree {
+func newTree(n service.Node) api.Tree {
 	t := api.Tree{Task: NewTask(n.Task), Children: make([]api.Tree, len(n.Children))}
 	for i, c := range n.Children {
 		t.Children[i] = newTree(c)
@@ -118,7 +102,7 @@ func newTree(n scheduler.Node) api.Tree {
 // concurrency answers GET /v1/concurrency?key=&customerId=: the key's
 // holders and waiters, for the caller's customer (the operator may name
 // one).
-func (h *handler) concurrency(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) concurrency(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	q := r.URL.Query()
 	kv, err := h.Service.Concurrency(p, q.Get("customerId"), q.Get("key"))
 	if err != nil {
@@ -129,7 +113,7 @@ func (h *handler) concurrency(w http.ResponseWriter, r *http.Request, p schedule
 }
 
 // NewConcurrencyKey renders a concurrency key as the API resource.
-func NewConcurrencyKey(kv scheduler.KeyView) api.ConcurrencyKey {
+func NewConcurrencyKey(kv service.KeyView) api.ConcurrencyKey {
 	slotter := func(s aggregate.State) api.KeySlotter {
 		k := api.KeySlotter{TaskID: s.TaskID, Status: string(s.Status), RunAt: utc(s.Spec.RunAt)}
 		if c := s.Spec.Concurrency; c != nil {

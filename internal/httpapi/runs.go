@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/taskledger/taskledger/api"
-	"github.com/taskledger/taskledger/internal/scheduler"
-	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/service"
 )
 
 // runDocument is api.RunDocument with the run kept as stored, so the
@@ -22,7 +21,7 @@ type runDocument struct {
 	Run        json.RawMessage `json:"run"`
 }
 
-func newRunDocument(taskID string, r store.Run) runDocument {
+func newRunDocument(taskID string, r service.Run) runDocument {
 	return runDocument{TaskID: taskID, Revision: r.Revision, UpdatedAt: r.UpdatedAt, DeliveryID: r.DeliveryID, Run: r.Doc}
 }
 
@@ -34,7 +33,7 @@ type runSave struct {
 }
 
 // saveRun replaces the task's run (PUT /v1/tasks/{id}/run).
-func (h *handler) saveRun(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) saveRun(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := pathID(r)
 	var b runSave
 	if err == nil {
@@ -44,7 +43,7 @@ func (h *handler) saveRun(w http.ResponseWriter, r *http.Request, p scheduler.Pr
 		h.fail(w, r, err)
 		return
 	}
-	run, err := h.Service.SaveRun(r.Context(), p, id, scheduler.RunSave(b))
+	run, err := h.Service.SaveRun(r.Context(), p, id, service.RunSave(b))
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -53,7 +52,7 @@ func (h *handler) saveRun(w http.ResponseWriter, r *http.Request, p scheduler.Pr
 }
 
 // getRun answers the task's run (GET /v1/tasks/{id}/run).
-func (h *handler) getRun(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) getRun(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := pathID(r)
 	if err != nil {
 		h.fail(w, r, err)
@@ -86,12 +85,12 @@ func (l *Local) SaveRun(ctx context.Context, id string, s api.RunSave) (api.RunD
 	if err != nil {
 		return api.RunDocument{}, invalidArg("run: %v", err)
 	}
-	run, err := l.svc.SaveRun(ctx, l.p, id, scheduler.RunSave{DeliveryID: s.DeliveryID, Revision: s.Revision, Run: doc})
+	run, err := l.svc.SaveRun(ctx, l.p, id, service.RunSave{DeliveryID: s.DeliveryID, Revision: s.Revision, Run: doc})
 	return localRunDocument(id, run, err)
 }
 
 // localRunDocument renders the answer of a Local run call.
-func localRunDocument(id string, r store.Run, err error) (api.RunDocument, error) {
+func localRunDocument(id string, r service.Run, err error) (api.RunDocument, error) {
 	if err != nil {
 		return api.RunDocument{}, wireError(err)
 	}

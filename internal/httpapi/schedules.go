@@ -7,12 +7,11 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/scheduler"
-	"github.com/taskledger/taskledger/projections"
+	"github.com/taskledger/taskledger/internal/service"
 )
 
 // NewSchedule renders a schedule's view as the schedule resource.
-func NewSchedule(v scheduler.ScheduleView) api.Schedule {
+func NewSchedule(v service.ScheduleView) api.Schedule {
 	st, t := v.State, v.State.Spec.Task
 	timeout := t.TimeoutSeconds
 	// The runs' message, as each run gets it but for its time: the
@@ -59,13 +58,13 @@ type createScheduleBody struct {
 	Task api.ScheduleRequest `json:"task"`
 }
 
-func (h *handler) createSchedule(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) createSchedule(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	var b createScheduleBody
 	if err := decode(r, &b); err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	v, created, err := h.Service.CreateSchedule(r.Context(), p, scheduler.CreateScheduleRequest{
+	v, created, err := h.Service.CreateSchedule(r.Context(), p, service.CreateScheduleRequest{
 		CustomerID: b.CustomerID, ID: b.ID, Cron: b.Cron, Every: b.Every, Timezone: b.Timezone, Task: scheduleRequest(b.Task),
 		Overlap: b.Overlap, Catchup: b.Catchup, Paused: b.Paused,
 	})
@@ -76,7 +75,7 @@ func (h *handler) createSchedule(w http.ResponseWriter, r *http.Request, p sched
 	writeJSON(w, createdCode(created), NewSchedule(v))
 }
 
-func (h *handler) listSchedules(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) listSchedules(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	q := r.URL.Query()
 	customerID, after := q.Get("customerId"), q.Get("after")
 	if customerID != "" {
@@ -89,49 +88,28 @@ func (h *handler) listSchedules(w http.ResponseWriter, r *http.Request, p schedu
 			return
 		}
 	}
-	// A page of one customer's schedules is after an id; an operator's
-	// page of every customer's after "customer/id".
-	if after != "" {
-		check := after
-		if customerID == "" && p.IsOperator() {
-			c, id := projections.SplitScheduleKey(after)
-			if events.ValidID(c) != nil {
-				check = ""
-			} else {
-				check = id
-			}
-		}
-		if err := events.ValidID(check); err != nil {
-			h.fail(w, r, invalidArg("after: not a cursor of this list"))
-			return
-		}
+	if after != "" && !h.Service.ScheduleCursorValid(p, customerID, after) {
+		h.fail(w, r, invalidArg("after: not a cursor of this list"))
+		return
 	}
 	limit, err := listLimit(q.Get("limit"))
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	views, err := h.Service.ListSchedules(p, customerID, after, limit+1)
+	views, next, err := h.Service.ListSchedules(p, customerID, after, limit)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	out := api.ScheduleList{Schedules: []api.Schedule{}}
-	for i, v := range views {
-		if i == limit {
-			if customerID == "" && p.IsOperator() {
-				out.Next = projections.ScheduleKey(views[i-1].State.CustomerID, views[i-1].State.ID)
-			} else {
-				out.Next = views[i-1].State.ID
-			}
-			break
-		}
+	out := api.ScheduleList{Schedules: []api.Schedule{}, Next: next}
+	for _, v := range views {
 		out.Schedules = append(out.Schedules, NewSchedule(v))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (h *handler) getSchedule(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) getSchedule(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := scheduleID(r)
 	if err != nil {
 		h.fail(w, r, err)
@@ -148,7 +126,7 @@ func (h *handler) getSchedule(w http.ResponseWriter, r *http.Request, p schedule
 // scheduleAction serves a route that runs cmd on the path's schedule and
 // answers it.
 func scheduleAction(cmd aggregate.Command) principalFunc {
-	return func(h *handler, w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+	return func(h *handler, w http.ResponseWriter, r *http.Request, p service.Principal) {
 		id, err := scheduleID(r)
 		if err != nil {
 			h.fail(w, r, err)
@@ -163,7 +141,7 @@ func scheduleAction(cmd aggregate.Command) principalFunc {
 	}
 }
 
-func (h *handler) triggerSchedule(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) triggerSchedule(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := scheduleID(r)
 	if err != nil {
 		h.fail(w, r, err)
@@ -177,16 +155,16 @@ func (h *handler) triggerSchedule(w http.ResponseWriter, r *http.Request, p sche
 	writeJSON(w, http.StatusCreated, NewTask(st))
 }
 
-func (h *handler) scheduleHistory(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) scheduleHistory(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := scheduleID(r)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	evs, err := h.Service.ScheduleHistory(r.Context(), p, r.URL.Query().Get("customerId"), id)
+	entries, err := h.Service.ScheduleTimeline(r.Context(), p, r.URL.Query().Get("customerId"), id)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.History{Events: NewEvents(evs)})
+	writeJSON(w, http.StatusOK, api.History{Events: entries})
 }

@@ -18,19 +18,7 @@ import (
 // verifyClean runs replay verify over the whole log of n.
 func verifyClean(t *testing.T, n *testnode.Node) replay.Report {
 	t.Helper()
-	v := replay.NewVerifier(n.NS.Subjects)
-	err := n.Store.Log().Read(context.Background(), store.ReadOptions{}, func(m store.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := v.Report()
-	if !r.Clean() {
-		t.Fatalf("replay verify: %+v", r.Violations)
-	}
-	return r
+	return testnode.Verify(t, n.Store)
 }
 
 // TestScheduleTwoNodes runs two scheduler processes on one stream: each

@@ -10,14 +10,13 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/scheduler"
-	"github.com/taskledger/taskledger/projections"
+	"github.com/taskledger/taskledger/internal/service"
 )
 
 // searchFilter adds GET /v1/tasks's search parameters to f: label=k=v
 // (repeatable, at most api.MaxLabelFilters, each key once), requestId,
 // createdAfter and createdBefore (RFC 3339). A bad one is a 400.
-func searchFilter(p scheduler.Principal, q url.Values, f *projections.Filter) error {
+func (h *handler) searchFilter(p service.Principal, q url.Values, f *service.TaskFilter) error {
 	// An empty label= is as if left out, as every empty parameter is.
 	labels := slices.DeleteFunc(slices.Clone(q["label"]), func(l string) bool { return l == "" })
 	if len(labels) > 0 {
@@ -41,7 +40,7 @@ func searchFilter(p scheduler.Principal, q url.Values, f *projections.Filter) er
 	}
 	if id := q.Get("requestId"); id != "" {
 		var err error
-		if *f, err = scheduler.RequestFilter(p, *f, id); err != nil {
+		if *f, err = h.Service.RequestFilter(p, *f, id); err != nil {
 			return err
 		}
 	}
@@ -67,7 +66,7 @@ func trim(s string) string { return events.Truncate(s, 80) }
 
 // retryTask answers POST /v1/tasks/{id}/retry (a manual retry): 201
 // with the new task, 200 with the one a repeated requestId made.
-func (h *handler) retryTask(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) retryTask(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := pathID(r)
 	var b api.RetryTaskRequest
 	if err == nil {
@@ -77,6 +76,6 @@ func (h *handler) retryTask(w http.ResponseWriter, r *http.Request, p scheduler.
 		h.fail(w, r, err)
 		return
 	}
-	st, created, err := h.Service.RetryTask(r.Context(), p, id, scheduler.RetryTaskRequest{RequestID: b.RequestID, Message: b.Message, RunAt: b.RunAt})
+	st, created, err := h.Service.RetryTask(r.Context(), p, id, service.RetryTaskRequest{RequestID: b.RequestID, Message: b.Message, RunAt: b.RunAt})
 	h.scheduled(w, r, st, created, err)
 }

@@ -1,6 +1,8 @@
-// Package httpapi serves the HTTP API (docs/API.md) over a
-// scheduler.Service, and calls the same service in process (Local) with the
-// same answers.
+// Package httpapi serves the HTTP API (docs/API.md) over a Service (the
+// service layer, internal/scheduler, through the interface declared in
+// service.go), and calls the same service in process (Local) with the
+// same answers. It links neither the log nor the projections, the
+// reactors or replay: what it shows of them comes from the service.
 package httpapi
 
 import (
@@ -27,10 +29,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/console"
 	"github.com/taskledger/taskledger/internal/ratelog"
-	"github.com/taskledger/taskledger/internal/scheduler"
-	"github.com/taskledger/taskledger/projections"
-	"github.com/taskledger/taskledger/reactors"
-	"github.com/taskledger/taskledger/replay"
+	"github.com/taskledger/taskledger/internal/service"
 )
 
 // Readiness reports whether the projections have caught up, and rebuilds
@@ -52,14 +51,6 @@ type LogHealth interface {
 	LogWarning() string
 }
 
-// AlarmLateness reports how late the alarm acted on its timers lately
-// (reactors.LatenessWindow), for GET /v1/stats.
-type AlarmLateness interface {
-	Summary() (all reactors.Lateness, byTimer [projections.NumTimers]reactors.Lateness)
-}
-
-var _ AlarmLateness = (*reactors.LatenessWindow)(nil)
-
 // TimerPartitions reports the timer partitions this process holds a lease
 // on (internal/lease.Leases), for /readyz and GET /v1/stats.
 type TimerPartitions interface {
@@ -71,12 +62,12 @@ type TimerPartitions interface {
 
 // ServerConfig configures the HTTP handler.
 type ServerConfig struct {
-	Service *scheduler.Service
+	Service Service
 	Ready   Readiness
 	Health  LogHealth // optional
-	// Lateness is the alarm's recent lateness for GET /v1/stats;
-	// optional (nil: no samples).
-	Lateness AlarmLateness
+	// Lateness, if set, returns how late the alarm acted on its timers
+	// lately (internal/scheduler's AlarmStats) for GET /v1/stats (nil: no samples).
+	Lateness func() api.AlarmStats
 	// Partitions is the timer partitions this process holds; optional
 	// (nil: /readyz and GET /v1/stats show none, the alarm acts on all).
 	Partitions TimerPartitions
@@ -229,39 +220,39 @@ type route struct {
 // routes is every route the API serves, the one list NewHandler registers
 // and the tests hold docs/openapi.yaml against.
 var routes = []route{
-	{"POST /v1/tasks", limited((*handler).schedule)},
-	{"GET /v1/tasks", limited((*handler).list)},
-	{"GET /v1/tasks/{id}", limited((*handler).get)},
-	{"POST /v1/tasks/{id}/claim", limited((*handler).claim)},
-	{"POST /v1/claims/next", unlimited((*handler).claimNext)},
-	{"POST /v1/tasks/batch", batch((*handler).scheduleBatch)},
-	{"POST /v1/claims", unlimited((*handler).claimBatch)},
-	{"POST /v1/results", batch((*handler).recordResults)},
-	{"POST /v1/tasks/{id}/check", limited((*handler).check)},
-	{"POST /v1/tasks/{id}/result", limited((*handler).result)},
-	{"POST /v1/tasks/{id}/effects", limited((*handler).effects)},
-	{"POST /v1/tasks/{id}/cancel", limited((*handler).cancel)},
-	{"POST /v1/tasks/{id}/retry", limited((*handler).retryTask)},
-	{"POST /v1/tasks/{id}/mailbox", limited((*handler).appendMail)},
-	{"GET /v1/tasks/{id}/mailbox", limited((*handler).mailbox)},
-	{"GET /v1/tasks/{id}/history", limited((*handler).history)},
-	{"GET /v1/tasks/{id}/tree", limited((*handler).tree)},
-	{"PUT /v1/tasks/{id}/run", bounded(api.MaxRunBytes, (*handler).saveRun)},
-	{"GET /v1/tasks/{id}/run", limited((*handler).getRun)},
-	{"GET /v1/events", limited((*handler).customerEvents)},
-	{"GET /v1/concurrency", limited((*handler).concurrency)},
+	{"POST /v1/tasks", inFlight((*handler).schedule)},
+	{"GET /v1/tasks", inFlight((*handler).list)},
+	{"GET /v1/tasks/{id}", inFlight((*handler).get)},
+	{"POST /v1/tasks/{id}/claim", inFlight((*handler).claim)},
+	{"POST /v1/claims/next", heldOpen((*handler).claimNext)},
+	{"POST /v1/tasks/batch", inFlightBatch((*handler).scheduleBatch)},
+	{"POST /v1/claims", heldOpen((*handler).claimBatch)},
+	{"POST /v1/results", inFlightBatch((*handler).recordResults)},
+	{"POST /v1/tasks/{id}/check", inFlight((*handler).check)},
+	{"POST /v1/tasks/{id}/result", inFlight((*handler).result)},
+	{"POST /v1/tasks/{id}/effects", inFlight((*handler).effects)},
+	{"POST /v1/tasks/{id}/cancel", inFlight((*handler).cancel)},
+	{"POST /v1/tasks/{id}/retry", inFlight((*handler).retryTask)},
+	{"POST /v1/tasks/{id}/mailbox", inFlight((*handler).appendMail)},
+	{"GET /v1/tasks/{id}/mailbox", inFlight((*handler).mailbox)},
+	{"GET /v1/tasks/{id}/history", inFlight((*handler).history)},
+	{"GET /v1/tasks/{id}/tree", inFlight((*handler).tree)},
+	{"PUT /v1/tasks/{id}/run", inFlightUpTo(api.MaxRunBytes, (*handler).saveRun)},
+	{"GET /v1/tasks/{id}/run", inFlight((*handler).getRun)},
+	{"GET /v1/events", inFlight((*handler).customerEvents)},
+	{"GET /v1/concurrency", inFlight((*handler).concurrency)},
 	// Schedules (schedules.go).
-	{"POST /v1/schedules", limited((*handler).createSchedule)},
-	{"GET /v1/schedules", limited((*handler).listSchedules)},
-	{"GET /v1/schedules/{id}", limited((*handler).getSchedule)},
-	{"DELETE /v1/schedules/{id}", limited(scheduleAction(aggregate.DeleteSchedule{}))},
-	{"POST /v1/schedules/{id}/pause", limited(scheduleAction(aggregate.PauseSchedule{}))},
-	{"POST /v1/schedules/{id}/resume", limited(scheduleAction(aggregate.ResumeSchedule{}))},
-	{"POST /v1/schedules/{id}/trigger", limited((*handler).triggerSchedule)},
-	{"GET /v1/schedules/{id}/history", limited((*handler).scheduleHistory)},
-	{"GET /v1/events/stream", unlimited((*handler).stream)},
-	{"GET /v1/stats", limited((*handler).stats)},
-	{"POST /v1/admin/projections/rebuild", limited((*handler).rebuild)},
+	{"POST /v1/schedules", inFlight((*handler).createSchedule)},
+	{"GET /v1/schedules", inFlight((*handler).listSchedules)},
+	{"GET /v1/schedules/{id}", inFlight((*handler).getSchedule)},
+	{"DELETE /v1/schedules/{id}", inFlight(scheduleAction(aggregate.DeleteSchedule{}))},
+	{"POST /v1/schedules/{id}/pause", inFlight(scheduleAction(aggregate.PauseSchedule{}))},
+	{"POST /v1/schedules/{id}/resume", inFlight(scheduleAction(aggregate.ResumeSchedule{}))},
+	{"POST /v1/schedules/{id}/trigger", inFlight((*handler).triggerSchedule)},
+	{"GET /v1/schedules/{id}/history", inFlight((*handler).scheduleHistory)},
+	{"GET /v1/events/stream", heldOpen((*handler).stream)},
+	{"GET /v1/stats", inFlight((*handler).stats)},
+	{"POST /v1/admin/projections/rebuild", inFlight((*handler).rebuild)},
 	{"GET /v1/openapi.json", public((*handler).openAPI)},
 	{"GET /healthz", public((*handler).healthz)},
 	{"GET /readyz", public((*handler).readyz)},
@@ -294,33 +285,40 @@ func metrics(h *handler) http.Handler {
 }
 
 // principalFunc is a handler method of a route that needs a principal.
-type principalFunc func(*handler, http.ResponseWriter, *http.Request, scheduler.Principal)
+type principalFunc func(*handler, http.ResponseWriter, *http.Request, service.Principal)
 
-// limited serves f behind auth, holding an in-flight slot.
-func limited(f principalFunc) func(*handler) http.Handler {
+// inFlight serves f to the caller route resolves, for a body of at most
+// api.MaxBodyBytes, holding one of the MaxInFlight slots while f runs.
+func inFlight(f principalFunc) func(*handler) http.Handler {
+	return authenticated(api.MaxBodyBytes, true, f)
+}
+
+// inFlightUpTo is inFlight for a body of at most limit bytes.
+func inFlightUpTo(limit int64, f principalFunc) func(*handler) http.Handler {
+	return authenticated(limit, true, f)
+}
+
+// inFlightBatch is inFlight for a batch body, of at most
+// api.MaxBatchBodyBytes.
+func inFlightBatch(f principalFunc) func(*handler) http.Handler {
+	return authenticated(api.MaxBatchBodyBytes, true, f)
+}
+
+// heldOpen serves f to the caller route resolves, for a body of at most
+// api.MaxBodyBytes, without an in-flight slot: for a request held open
+// (a long poll, an event stream), which MaxInFlight does not count.
+func heldOpen(f principalFunc) func(*handler) http.Handler {
+	return authenticated(api.MaxBodyBytes, false, f)
+}
+
+// authenticated serves f through route with limit and slot.
+func authenticated(limit int64, slot bool, f principalFunc) func(*handler) http.Handler {
 	return func(h *handler) http.Handler {
-		return h.auth(func(w http.ResponseWriter, r *http.Request, p scheduler.Principal) { f(h, w, r, p) })
+		return h.route(limit, slot, func(w http.ResponseWriter, r *http.Request, p service.Principal) { f(h, w, r, p) })
 	}
 }
 
-// bounded is limited for a body of up to limit bytes.
-func bounded(limit int64, f principalFunc) func(*handler) http.Handler {
-	return func(h *handler) http.Handler {
-		return h.route(limit, true, func(w http.ResponseWriter, r *http.Request, p scheduler.Principal) { f(h, w, r, p) })
-	}
-}
-
-// batch is limited for a batch body, up to api.MaxBatchBodyBytes.
-func batch(f principalFunc) func(*handler) http.Handler { return bounded(api.MaxBatchBodyBytes, f) }
-
-// unlimited serves f behind auth without an in-flight slot (long polls).
-func unlimited(f principalFunc) func(*handler) http.Handler {
-	return func(h *handler) http.Handler {
-		return h.authUnlimited(func(w http.ResponseWriter, r *http.Request, p scheduler.Principal) { f(h, w, r, p) })
-	}
-}
-
-// public serves f to anyone, without a token or a slot.
+// public serves f to anyone, without a token or a slot, reading no body.
 func public(f func(*handler, http.ResponseWriter, *http.Request)) func(*handler) http.Handler {
 	return func(h *handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { f(h, w, r) })
@@ -329,19 +327,7 @@ func public(f func(*handler, http.ResponseWriter, *http.Request)) func(*handler)
 
 // principalHandler is a route's handler, called for the caller's
 // principal.
-type principalHandler func(http.ResponseWriter, *http.Request, scheduler.Principal)
-
-// auth is route for a body of at most api.MaxBodyBytes that holds an
-// in-flight slot.
-func (h *handler) auth(next principalHandler) http.HandlerFunc {
-	return h.route(api.MaxBodyBytes, true, next)
-}
-
-// authUnlimited is route for a long poll: a body of at most
-// api.MaxBodyBytes and no in-flight slot.
-func (h *handler) authUnlimited(next principalHandler) http.HandlerFunc {
-	return h.route(api.MaxBodyBytes, false, next)
-}
+type principalHandler func(http.ResponseWriter, *http.Request, service.Principal)
 
 // route resolves the bearer token to a principal (401 without a known
 // token when tokens are configured, the operator when they are not),
@@ -378,16 +364,16 @@ func (h *handler) route(limit int64, slot bool, next principalHandler) http.Hand
 
 // principal is who r acts for: the operator without tokens, else the
 // bearer token's customer (or operator), or 401.
-func (h *handler) principal(r *http.Request) (scheduler.Principal, error) {
+func (h *handler) principal(r *http.Request) (service.Principal, error) {
 	if h.Tokens == nil {
-		return scheduler.Operator, nil
+		return service.Operator, nil
 	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	customer, known := h.Tokens[token]
 	if !ok || token == "" || !known {
-		return scheduler.Principal{}, api.ErrUnauthenticated
+		return service.Principal{}, api.ErrUnauthenticated
 	}
-	return scheduler.Principal{CustomerID: customer}, nil
+	return service.Principal{CustomerID: customer}, nil
 }
 
 // operatorOnly admits the operator to an internal route (metrics, the
@@ -595,7 +581,7 @@ func pathID(r *http.Request) (string, error) {
 	return id, nil
 }
 
-func (h *handler) schedule(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) schedule(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	var b api.ScheduleRequest
 	if err := decode(r, &b); err != nil {
 		h.fail(w, r, err)
@@ -615,7 +601,7 @@ func (h *handler) scheduled(w http.ResponseWriter, r *http.Request, st aggregate
 	writeJSON(w, createdCode(created), NewTask(st))
 }
 
-func (h *handler) get(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) get(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := pathID(r)
 	if err != nil {
 		h.fail(w, r, err)
@@ -629,9 +615,9 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request, p scheduler.Princi
 	writeJSON(w, http.StatusOK, NewTask(st))
 }
 
-func (h *handler) list(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) list(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	q := r.URL.Query()
-	f := projections.Filter{Status: aggregate.Status(q.Get("status")), Queue: q.Get("queue"), CustomerID: q.Get("customerId"), RootID: q.Get("rootId"),
+	f := service.TaskFilter{Status: aggregate.Status(q.Get("status")), Queue: q.Get("queue"), CustomerID: q.Get("customerId"), RootID: q.Get("rootId"),
 		IDPrefix: q.Get("idPrefix")}
 	switch f.Status {
 	case "", aggregate.StatusScheduled, aggregate.StatusQueued, aggregate.StatusRunning, aggregate.StatusSucceeded,
@@ -649,7 +635,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request, p scheduler.Princ
 			return
 		}
 	}
-	if err := searchFilter(p, q, &f); err != nil {
+	if err := h.searchFilter(p, q, &f); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -702,35 +688,35 @@ func (h *handler) taskAction(w http.ResponseWriter, r *http.Request, v any, do f
 	writeJSON(w, http.StatusOK, NewTask(st))
 }
 
-func (h *handler) claim(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) claim(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	var b api.ClaimRequest
 	h.taskAction(w, r, &b, func(id string) (aggregate.State, error) {
 		return h.Service.Claim(r.Context(), p, id, b.DeliveryID, b.ExecutorID)
 	})
 }
 
-func (h *handler) result(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) result(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	var b api.ResultRequest
 	h.taskAction(w, r, &b, func(id string) (aggregate.State, error) {
 		return h.Service.RecordResult(r.Context(), p, id, b.DeliveryID, result(b))
 	})
 }
 
-func (h *handler) effects(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) effects(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	var b api.EffectsRequest
 	h.taskAction(w, r, &b, func(id string) (aggregate.State, error) {
 		return h.Service.ReportEffects(r.Context(), p, id, b.DeliveryID, b.Effects)
 	})
 }
 
-func (h *handler) cancel(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) cancel(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	var b api.CancelRequest
 	h.taskAction(w, r, &b, func(id string) (aggregate.State, error) {
 		return h.Service.Cancel(r.Context(), p, id, b.Reason)
 	})
 }
 
-func (h *handler) claimNext(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) claimNext(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	var b api.ClaimNextRequest
 	if err := decode(r, &b); err != nil {
 		h.fail(w, r, err)
@@ -753,7 +739,7 @@ func (h *handler) claimNext(w http.ResponseWriter, r *http.Request, p scheduler.
 	writeJSON(w, http.StatusOK, NewTask(st))
 }
 
-func (h *handler) check(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) check(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := pathID(r)
 	if err != nil {
 		h.fail(w, r, err)
@@ -767,7 +753,7 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request, p scheduler.Prin
 	writeJSON(w, http.StatusOK, api.Check{ShouldStop: res.ShouldStop, Reason: res.Reason, Messages: newMailItems(res.Messages), Cursor: res.Cursor})
 }
 
-func (h *handler) appendMail(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) appendMail(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := pathID(r)
 	var b api.MailRequest
 	if err == nil {
@@ -785,7 +771,7 @@ func (h *handler) appendMail(w http.ResponseWriter, r *http.Request, p scheduler
 	writeJSON(w, http.StatusAccepted, api.MailAccepted{MessageID: msgID, Index: index})
 }
 
-func (h *handler) mailbox(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) mailbox(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := pathID(r)
 	if err != nil {
 		h.fail(w, r, err)
@@ -806,25 +792,25 @@ func (h *handler) mailbox(w http.ResponseWriter, r *http.Request, p scheduler.Pr
 	writeJSON(w, http.StatusOK, api.Mail{Messages: newMailItems(items), Cursor: cursor})
 }
 
-func (h *handler) history(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) history(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := pathID(r)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	history := h.Service.History
+	timeline := h.Service.Timeline
 	if tree := r.URL.Query().Get("tree"); tree == "1" || tree == "true" {
-		history = h.Service.LineageHistory
+		timeline = h.Service.LineageTimeline
 	}
-	evs, err := history(r.Context(), p, id)
+	entries, err := timeline(r.Context(), p, id)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.History{Events: NewEvents(evs)})
+	writeJSON(w, http.StatusOK, api.History{Events: entries})
 }
 
-func (h *handler) tree(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) tree(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := pathID(r)
 	if err != nil {
 		h.fail(w, r, err)
@@ -840,7 +826,7 @@ func (h *handler) tree(w http.ResponseWriter, r *http.Request, p scheduler.Princ
 
 // customerEvents streams a customer's events since a time as NDJSON, one
 // history entry per line (GET /v1/events?customerId=C&since=RFC3339).
-func (h *handler) customerEvents(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) customerEvents(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	q := r.URL.Query()
 	customerID := q.Get("customerId")
 	if customerID == "" && !p.IsOperator() {
@@ -860,11 +846,10 @@ func (h *handler) customerEvents(w http.ResponseWriter, r *http.Request, p sched
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	enc := json.NewEncoder(w)
-	tracker := replay.NewStatusTracker()
 	started := false
-	err := h.Service.CustomerEvents(r.Context(), p, customerID, since, func(ev events.Event) error {
+	err := h.Service.CustomerTimeline(r.Context(), p, customerID, since, func(e api.Event) error {
 		started = true
-		return enc.Encode(newEvent(ev, tracker.Entry(ev)))
+		return enc.Encode(e)
 	})
 	if err != nil && !started {
 		h.fail(w, r, err)
@@ -873,7 +858,7 @@ func (h *handler) customerEvents(w http.ResponseWriter, r *http.Request, p sched
 
 // rebuild rebuilds the projections from the log side by side and swaps
 // them in; the API keeps serving meanwhile. Operator only.
-func (h *handler) rebuild(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) rebuild(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	if !p.IsOperator() {
 		h.fail(w, r, noRoute(r))
 		return
@@ -883,7 +868,7 @@ func (h *handler) rebuild(w http.ResponseWriter, r *http.Request, p scheduler.Pr
 		h.Logger.Info().Uint64("seq", seq).Uint64("last", last).Msg("rebuilding projections")
 	})
 	if err != nil {
-		h.fail(w, r, fmt.Errorf("%w: rebuild: %v", scheduler.ErrUnavailable, err))
+		h.fail(w, r, fmt.Errorf("%w: rebuild: %v", service.ErrUnavailable, err))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"applied": h.Ready.Applied(), "digest": h.Ready.Digest(), "seconds": time.Since(start).Seconds()})

@@ -13,7 +13,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
-	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/testnode"
 )
 
 // TestStats: after a mixed workload the counts of GET /v1/stats equal a
@@ -59,12 +59,8 @@ func TestStats(t *testing.T) {
 	// queue.
 	type key struct{ customer, queue string }
 	states := map[string]aggregate.State{}
-	err := b.node.Store.Log().Events(ctx, store.ReadOptions{}, func(ev events.Event) error {
+	for _, ev := range testnode.LogEvents(t, b.node.Store) {
 		states[ev.TaskID] = aggregate.Apply(states[ev.TaskID], ev)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	want, rejected := map[key]map[string]int{}, map[key]int{}
 	for _, st := range states {

@@ -15,13 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/scheduler"
-	"github.com/taskledger/taskledger/projections"
-	"github.com/taskledger/taskledger/reactors"
-	"github.com/taskledger/taskledger/replay"
+	"github.com/taskledger/taskledger/internal/service"
 )
 
 // StreamLimits bound the event streams of GET /v1/events/stream. The
@@ -100,7 +96,7 @@ func (s *streams) register(reg prometheus.Registerer) error {
 
 // enter takes a stream slot for p, or answers why not; leave gives it
 // back.
-func (s *streams) enter(p scheduler.Principal) (leave func(), err error) {
+func (s *streams) enter(p service.Principal) (leave func(), err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.max >= 0 && s.total >= s.max {
@@ -133,7 +129,7 @@ func (e *overflowError) Error() string { return e.Reason }
 
 // streamArgs parses the filter and the resume token of a stream request
 // (Service.ParseCursor reads it); after is "" when the request names none.
-func streamArgs(r *http.Request) (f scheduler.StreamFilter, after string, err error) {
+func streamArgs(r *http.Request) (f service.StreamFilter, after string, err error) {
 	q := r.URL.Query()
 	list := func(name string) []string {
 		var out []string
@@ -146,7 +142,7 @@ func streamArgs(r *http.Request) (f scheduler.StreamFilter, after string, err er
 		}
 		return out
 	}
-	f = scheduler.StreamFilter{TaskIDs: list("taskId"), RootIDs: list("rootId"), Queues: list("queue")}
+	f = service.StreamFilter{TaskIDs: list("taskId"), RootIDs: list("rootId"), Queues: list("queue")}
 	for _, t := range list("type") {
 		f.Types = append(f.Types, events.Type(t))
 	}
@@ -163,7 +159,7 @@ func streamArgs(r *http.Request) (f scheduler.StreamFilter, after string, err er
 // streamCursor returns the cursor a stream starts from: the one token
 // names, or with none the log's end (live only: from the next event
 // stored).
-func (h *handler) streamCursor(r *http.Request, token string) (scheduler.Cursor, error) {
+func (h *handler) streamCursor(r *http.Request, token string) (service.Cursor, error) {
 	if token == "" {
 		return h.Service.LiveCursor(r.Context())
 	}
@@ -183,7 +179,7 @@ func (h *handler) streamCursor(r *http.Request, token string) (scheduler.Cursor,
 // events and StreamBufferBytes bytes, the handler writes them out; a
 // client that lets the buffer fill is sent it, then an overflow message,
 // and dropped.
-func (h *handler) stream(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) stream(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	f, token, err := streamArgs(r)
 	if err != nil {
 		h.fail(w, r, err)
@@ -218,9 +214,9 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p scheduler.Pri
 		if len(after) > 0 {
 			last = after[0]
 		}
-		err := h.Service.Stream(ctx, p, f, after, func(ev events.Event, st aggregate.State, at scheduler.Cursor) error {
+		err := h.Service.Stream(ctx, p, f, after, func(ev api.Event, at service.Cursor) error {
 			token := h.Service.CursorToken(at)
-			b, err := sseEvent(ev, st, token)
+			b, err := sseEvent(ev, token)
 			if err != nil {
 				return err
 			}
@@ -304,23 +300,22 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p scheduler.Pri
 	}
 }
 
-// sseEvent is the Server-Sent Events message of ev, which left its task
-// at st; token is the resume token after it, its id (on a sharded log
-// also its cursor: with one shard the token is its sequence).
-func sseEvent(ev events.Event, st aggregate.State, token string) ([]byte, error) {
-	e := newEvent(ev, replay.EntryOf(ev, st))
-	if token != strconv.FormatUint(ev.Seq, 10) {
+// sseEvent is the Server-Sent Events message of e; token is the resume
+// token after it, its id (on a sharded log also its cursor: with one
+// shard the token is its sequence).
+func sseEvent(e api.Event, token string) ([]byte, error) {
+	if token != strconv.FormatUint(e.Seq, 10) {
 		e.Cursor = token
 	}
 	data, err := json.Marshal(e)
 	if err != nil {
 		return nil, err
 	}
-	return fmt.Appendf(nil, "id: %s\nevent: %s\ndata: %s\n\n", token, ev.Type(), data), nil
+	return fmt.Appendf(nil, "id: %s\nevent: %s\ndata: %s\n\n", token, e.Type, data), nil
 }
 
 // stats serves GET /v1/stats (docs/API.md, "Statistics").
-func (h *handler) stats(w http.ResponseWriter, r *http.Request, p scheduler.Principal) {
+func (h *handler) stats(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	last, err := h.Service.LastSeq(r.Context())
 	if err != nil {
 		h.fail(w, r, err)
@@ -359,21 +354,10 @@ func (h *handler) stats(w http.ResponseWriter, r *http.Request, p scheduler.Prin
 	writeJSON(w, http.StatusOK, out)
 }
 
-// alarmStats renders the alarm's recent lateness.
+// alarmStats renders the alarm's recent lateness; no samples without.
 func (h *handler) alarmStats() api.AlarmStats {
-	out := api.AlarmStats{Timers: map[string]api.Lateness{}}
 	if h.Lateness == nil {
-		return out
+		return api.AlarmStats{Timers: map[string]api.Lateness{}}
 	}
-	render := func(l reactors.Lateness) api.Lateness {
-		return api.Lateness{Samples: l.Samples, P50Seconds: l.P50.Seconds(), P99Seconds: l.P99.Seconds(), MaxSeconds: l.Max.Seconds()}
-	}
-	all, byTimer := h.Lateness.Summary()
-	out.Lateness = render(all)
-	for t, l := range byTimer {
-		if l.Samples > 0 {
-			out.Timers[projections.Timer(t).String()] = render(l)
-		}
-	}
-	return out
+	return h.Lateness()
 }

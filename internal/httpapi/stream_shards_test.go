@@ -9,9 +9,8 @@ import (
 	"testing"
 
 	"github.com/taskledger/taskledger/api"
-	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/node"
-	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/testnode"
 )
 
 // logEventIDs returns the id of every event of the node's log, shard
@@ -19,12 +18,8 @@ import (
 func logEventIDs(t *testing.T, n *node.Node) []string {
 	t.Helper()
 	var out []string
-	err := n.Store.Log().Events(context.Background(), store.ReadOptions{}, func(ev events.Event) error {
+	for _, ev := range testnode.LogEvents(t, n.Store) {
 		out = append(out, ev.ID)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	return out
 }

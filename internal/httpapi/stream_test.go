@@ -20,7 +20,6 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/internal/node"
-	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnode"
 )
 
@@ -155,14 +154,10 @@ func (s *stream) next(t *testing.T) sseMsg {
 func logSeqs(t *testing.T, n *node.Node, last uint64) []uint64 {
 	t.Helper()
 	var out []uint64
-	err := n.Store.Log().Read(context.Background(), store.ReadOptions{}, func(m store.Message) error {
-		if m.Seq <= last {
-			out = append(out, m.Seq)
+	for _, ev := range testnode.LogEvents(t, n.Store) {
+		if ev.Seq <= last {
+			out = append(out, ev.Seq)
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	return out
 }

@@ -4,31 +4,22 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
-	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/service"
 	"github.com/taskledger/taskledger/projections"
 )
 
-// ErrAdmissionRejected is returned when admission refused a new root task. The candidate
-// is persisted as canceled; the error is an *AdmissionError holding it.
-var ErrAdmissionRejected = errors.New("scheduler: admission rejected")
+// ErrAdmissionRejected is returned when admission refused a new root
+// task (service.ErrAdmissionRejected).
+var ErrAdmissionRejected = service.ErrAdmissionRejected
 
-// AdmissionError carries the persisted, rejected task.
-type AdmissionError struct {
-	Task aggregate.State
-}
-
-func (e *AdmissionError) Error() string {
-	return fmt.Sprintf("admission rejected task %s: %s", e.Task.TaskID, e.Task.Reason)
-}
-
-// Unwrap makes errors.Is(err, ErrAdmissionRejected) hold.
-func (e *AdmissionError) Unwrap() error { return ErrAdmissionRejected }
+// AdmissionError holds the task admission refused
+// (service.AdmissionError).
+type AdmissionError = service.AdmissionError
 
 // Quota limits a customer's new root tasks. Zero means unlimited.
 type Quota struct {

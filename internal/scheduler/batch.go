@@ -10,6 +10,7 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/service"
 )
 
 // batchParallelism bounds the items of one batch in flight at once. Each
@@ -30,22 +31,11 @@ const limitedParallelism = 64
 // the first arrived: queued ones arrive within microseconds of each other.
 const claimLinger = 2 * time.Millisecond
 
-// Outcome is one item's answer in a batch: the task and whether the call
-// created it, or the error a single call would have returned.
-type Outcome struct {
-	State   aggregate.State
-	Created bool
-	Err     error
-	// wait is the sequence the item needs the projections' tail to
-	// apply before it is answered (settle's later), 0 for none.
-	wait uint64
-}
+// Outcome is one item's answer in a batch (service.Outcome).
+type Outcome = service.Outcome
 
-// ResultItem is one result of RecordResults.
-type ResultItem struct {
-	TaskID, DeliveryID string
-	Result             events.Result
-}
+// ResultItem is one result of RecordResults (service.ResultItem).
+type ResultItem = service.ResultItem
 
 // inParallel runs fn(i) for i in [0, n), at most batchParallelism at once.
 func inParallel(n int, fn func(i int)) {
@@ -78,10 +68,11 @@ func (s *Service) ScheduleBatch(ctx context.Context, p Principal, reqs []Schedul
 		return nil, err
 	}
 	out := make([]Outcome, len(reqs))
+	waits := make([]uint64, len(reqs))
 	sem := make(chan struct{}, limitedParallelism)
 	inParallel(len(reqs), func(i int) {
 		o := &out[i]
-		later := &o.wait
+		later := &waits[i]
 		if s.limited(p, reqs[i]) {
 			sem <- struct{}{}
 			defer func() { <-sem }()
@@ -89,7 +80,7 @@ func (s *Service) ScheduleBatch(ctx context.Context, p Principal, reqs []Schedul
 		}
 		o.State, o.Created, o.Err = s.schedule(ctx, p, reqs[i], later)
 	})
-	s.settleBatch(ctx, out)
+	s.settleBatch(ctx, out, waits)
 	return out, nil
 }
 
@@ -116,26 +107,29 @@ func (s *Service) RecordResults(ctx context.Context, p Principal, items []Result
 		return nil, err
 	}
 	out := make([]Outcome, len(items))
+	waits := make([]uint64, len(items))
 	inParallel(len(items), func(i int) {
 		it, o := items[i], &out[i]
-		o.State, o.Err = s.recordResult(ctx, p, it.TaskID, it.DeliveryID, it.Result, &o.wait)
+		o.State, o.Err = s.recordResult(ctx, p, it.TaskID, it.DeliveryID, it.Result, &waits[i])
 	})
-	s.settleBatch(ctx, out)
+	s.settleBatch(ctx, out, waits)
 	return out, nil
 }
 
 // settleBatch waits once, as settle would for each, until the projections
-// have applied the highest position each shard's items need (their wait),
-// so every item's write is in the views when the batch answers. If they
-// did not in time, each item that needed the wait fails with
-// ErrUnavailable, as its single call would: its write is in the log.
-func (s *Service) settleBatch(ctx context.Context, out []Outcome) {
+// have applied the highest position each shard's items need (waits[i]
+// is the position item i needs the projections' tail to apply, settle's
+// later; 0 for none), so every item's write is in the views when the
+// batch answers. If they did not in time, each item that needed the wait
+// fails with ErrUnavailable, as its single call would: its write is in
+// the log.
+func (s *Service) settleBatch(ctx context.Context, out []Outcome, waits []uint64) {
 	shards := s.cfg.Store.Shards()
 	need := make([]uint64, shards.N()) // by shard
-	for _, o := range out {
-		if o.wait > 0 {
-			shard, _ := shards.Split(o.wait)
-			need[shard] = max(need[shard], o.wait)
+	for _, w := range waits {
+		if w > 0 {
+			shard, _ := shards.Split(w)
+			need[shard] = max(need[shard], w)
 		}
 	}
 	if !slices.ContainsFunc(need, func(p uint64) bool { return p > 0 }) {
@@ -150,7 +144,7 @@ func (s *Service) settleBatch(ctx context.Context, out []Outcome) {
 		if err := s.cfg.Views.WaitFor(ctx, pos); err != nil {
 			err = s.unavailable(err)
 			for i := range out {
-				if out[i].wait > 0 {
+				if waits[i] > 0 {
 					out[i].Err = err
 				}
 			}

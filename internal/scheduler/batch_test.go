@@ -66,7 +66,7 @@ func TestRecordResultsWaitsOnce(t *testing.T) {
 	if got := views.waits.Load(); got != 1 {
 		t.Fatalf("a batch of %d results waited for the projections %d times, want once", tasks, got)
 	}
-	list, _, err := n.Service.List(ctx, operator, projections.Filter{Queue: "results", Status: aggregate.StatusSucceeded}, "", api.MaxListLimit)
+	list, _, err := n.Service.List(ctx, operator, scheduler.TaskFilter{Queue: "results", Status: aggregate.StatusSucceeded}, "", api.MaxListLimit)
 	if err != nil || len(list) != tasks {
 		t.Fatalf("%d succeeded tasks listed right after the batch (%v), want %d", len(list), err, tasks)
 	}

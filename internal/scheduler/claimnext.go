@@ -11,14 +11,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/taskledger/taskledger/aggregate"
-	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/crashpoint"
 	"github.com/taskledger/taskledger/internal/delivery"
+	"github.com/taskledger/taskledger/internal/service"
 )
 
-// MaxWait is the longest long poll of ClaimNext.
-const MaxWait = api.MaxWaitSeconds * time.Second
+// MaxWait is the longest long poll of ClaimNext (service.MaxWait).
+const MaxWait = service.MaxWait
 
 // unknownQueuePoll is how often a claimer on a queue nobody scheduled a
 // task on looks again whether one was.
@@ -152,7 +152,7 @@ func (s *Service) claimWaiting(ctx context.Context, p Principal, queue, executor
 			}
 			takeCtx, cancel = untilClosed(waitCtx, sig)
 		}
-		offers, err := d.Take(takeCtx, p.customerFilter(), max, linger)
+		offers, err := d.Take(takeCtx, p.Scope(), max, linger)
 		cancel()
 		switch {
 		case err != nil && waitCtx.Err() != nil:

@@ -8,16 +8,12 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/service"
 	"github.com/taskledger/taskledger/replay"
 )
 
-// KeyView is a concurrency key as the projections have it: the tasks that
-// hold its slots, in the order they took them, and those due and waiting
-// for one, first due first.
-type KeyView struct {
-	CustomerID, Key  string
-	Holders, Waiters []aggregate.State
-}
+// KeyView is a concurrency key's holders and waiters (service.KeyView).
+type KeyView = service.KeyView
 
 // Concurrency returns customerID's concurrency key named key. A customer
 // sees only its own keys: another customer's is ErrNotFound. An empty

@@ -8,14 +8,12 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/service"
 	"github.com/taskledger/taskledger/internal/store"
 )
 
-// MailItem is one mailbox message with its 1-based index.
-type MailItem struct {
-	Index   int
-	Message events.Message
-}
+// MailItem is a mailbox message with its index (service.MailItem).
+type MailItem = service.MailItem
 
 // AppendMail adds a message to a task's mailbox and returns its id and
 // index. A message id seen before answers its original index, even on a
@@ -59,13 +57,8 @@ func mailAfter(evs []events.Event, after int) []MailItem {
 	return out
 }
 
-// CheckResult answers an executor's stop check.
-type CheckResult struct {
-	ShouldStop bool
-	Reason     string
-	Messages   []MailItem
-	Cursor     int
-}
+// CheckResult is Check's answer (service.CheckResult).
+type CheckResult = service.CheckResult
 
 // Check tells an executor whether to stop and hands it the mailbox
 // messages after the cursor, advancing the cursor (also when it says
@@ -91,7 +84,7 @@ func (s *Service) check(ctx context.Context, p Principal, id string) (CheckResul
 		return CheckResult{}, err
 	}
 	st := aggregate.Replay(evs)
-	if !p.sees(st) {
+	if !p.Sees(st) {
 		return CheckResult{ShouldStop: true, Reason: api.ReasonMissing}, nil
 	}
 	res := CheckResult{Reason: api.ReasonActive, Messages: mailAfter(evs, st.Cursor), Cursor: st.Cursor}

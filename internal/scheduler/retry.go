@@ -2,26 +2,14 @@ package scheduler
 
 import (
 	"context"
-	"time"
 
 	"github.com/taskledger/taskledger/aggregate"
-	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/projections"
+	"github.com/taskledger/taskledger/internal/service"
 )
 
-// RetryTaskRequest asks for a new task repeating a terminal one (POST
-// /v1/tasks/{id}/retry, a manual retry; not the retry policy). Every field
-// is optional.
-type RetryTaskRequest struct {
-	// RequestID makes the retry idempotent, as for Schedule: a repeat
-	// answers the task the first call made. It shares Schedule's request
-	// ids.
-	RequestID string
-	// Message replaces the retried task's objective.
-	Message *events.Message
-	// RunAt is when the new task is due; default now.
-	RunAt *time.Time
-}
+// RetryTaskRequest asks for a new task repeating a terminal one
+// (service.RetryTaskRequest).
+type RetryTaskRequest = service.RetryTaskRequest
 
 // RetryTask schedules a new root task with the spec of the terminal task
 // id (queue, message unless req gives one, repo, labels, signal, timeout,
@@ -59,23 +47,4 @@ func (s *Service) RetryTask(ctx context.Context, p Principal, id string, req Ret
 		return st, false, err
 	}
 	return s.create(ctx, p, old.CustomerID, spec, nil)
-}
-
-// RequestFilter returns f narrowed to the one task that p's customer
-// scheduled with requestID (for an operator, f.CustomerID's, or
-// events.DefaultCustomer's when f names none, as Schedule does). Errors:
-// aggregate.ErrInvalid for a malformed request id.
-func RequestFilter(p Principal, f projections.Filter, requestID string) (projections.Filter, error) {
-	if err := events.ValidID(requestID); err != nil {
-		return f, invalid("requestId: %v", err)
-	}
-	customerID := f.CustomerID
-	switch {
-	case !p.IsOperator():
-		customerID = p.CustomerID
-	case customerID == "":
-		customerID = events.DefaultCustomer
-	}
-	f.TaskID = requestTaskID(customerID, requestID)
-	return f, nil
 }

@@ -9,12 +9,13 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/internal/service"
 	"github.com/taskledger/taskledger/internal/store"
 )
 
 // ErrStaleRevision is returned (wrapped) by SaveRun for a revision that
-// is not the stored one (another save came first); nothing changed.
-var ErrStaleRevision = errors.New("scheduler: stale run revision")
+// is not the stored one (service.ErrStaleRevision).
+var ErrStaleRevision = service.ErrStaleRevision
 
 // Runs is the run storage as the service uses it (store.Runs).
 type Runs interface {
@@ -24,12 +25,11 @@ type Runs interface {
 
 var _ Runs = (*store.Runs)(nil)
 
-// RunSave is a request to replace a task's run (PUT /v1/tasks/{id}/run).
-type RunSave struct {
-	DeliveryID string          // the current claim's token
-	Revision   uint64          // the revision read; 0 for the first save
-	Run        json.RawMessage // a JSON object, at most api.MaxRunBytes
-}
+// Run is a task's run document as stored (service.Run).
+type Run = service.Run
+
+// RunSave is a request to replace a task's run (service.RunSave).
+type RunSave = service.RunSave
 
 // SaveRun replaces task id's run when the task is running under
 // req.DeliveryID and req.Revision is the stored revision, and returns the
@@ -41,38 +41,38 @@ type RunSave struct {
 // aggregate.ErrNotFound (no such task for p), aggregate.ErrTerminal,
 // aggregate.ErrTokenMismatch (not running, or under another claim),
 // ErrStaleRevision or ErrUnavailable.
-func (s *Service) SaveRun(ctx context.Context, p Principal, id string, req RunSave) (store.Run, error) {
+func (s *Service) SaveRun(ctx context.Context, p Principal, id string, req RunSave) (Run, error) {
 	if err := validIDs("task id", id, "deliveryId", req.DeliveryID); err != nil {
-		return store.Run{}, err
+		return Run{}, err
 	}
 	if err := checkRun(req.Run); err != nil {
-		return store.Run{}, err
+		return Run{}, err
 	}
 	st, err := s.Get(ctx, p, id)
 	if err != nil {
-		return store.Run{}, err
+		return Run{}, err
 	}
 	switch {
 	case st.Status.Terminal():
-		return store.Run{}, fmt.Errorf("%w: task %s is %s", aggregate.ErrTerminal, id, st.Status)
+		return Run{}, fmt.Errorf("%w: task %s is %s", aggregate.ErrTerminal, id, st.Status)
 	case st.Status != aggregate.StatusRunning:
-		return store.Run{}, fmt.Errorf("%w: task %s is %s, not running", aggregate.ErrTokenMismatch, id, st.Status)
+		return Run{}, fmt.Errorf("%w: task %s is %s, not running", aggregate.ErrTokenMismatch, id, st.Status)
 	case st.Claim.DeliveryID != req.DeliveryID:
-		return store.Run{}, fmt.Errorf("%w: deliveryId is not the current claim of task %s", aggregate.ErrTokenMismatch, id)
+		return Run{}, fmt.Errorf("%w: deliveryId is not the current claim of task %s", aggregate.ErrTokenMismatch, id)
 	}
 	run, err := s.cfg.Runs.Save(ctx, id, req.Revision, store.Run{DeliveryID: req.DeliveryID, UpdatedAt: s.cfg.Store.Now().UTC(), Doc: req.Run})
-	return run, s.fromRuns(err)
+	return Run(run), s.fromRuns(err)
 }
 
 // GetRun returns task id's latest run, to anyone who may see the task,
 // also after it ended (for the retention). aggregate.ErrNotFound when
 // there is no such task for p or no run was saved.
-func (s *Service) GetRun(ctx context.Context, p Principal, id string) (store.Run, error) {
+func (s *Service) GetRun(ctx context.Context, p Principal, id string) (Run, error) {
 	if _, err := s.Get(ctx, p, id); err != nil {
-		return store.Run{}, err
+		return Run{}, err
 	}
 	run, err := s.cfg.Runs.Get(ctx, id)
-	return run, s.fromRuns(err)
+	return Run(run), s.fromRuns(err)
 }
 
 // checkRun checks that doc is a JSON object of at most api.MaxRunBytes

@@ -104,7 +104,7 @@ func TestScheduleValidation(t *testing.T) {
 	if got := streamMsgs(t, n); got != 0 {
 		t.Fatalf("refused schedules wrote %d events", got)
 	}
-	if page, _, err := n.Service.List(ctx, operator, projections.Filter{}, "", 10); err != nil || len(page) != 0 {
+	if page, _, err := n.Service.List(ctx, operator, scheduler.TaskFilter{}, "", 10); err != nil || len(page) != 0 {
 		t.Fatalf("list after refused schedules: %d tasks, %v; want none", len(page), err)
 	}
 
@@ -344,7 +344,7 @@ func TestListLimit(t *testing.T) {
 	n := setup(t)
 	ctx := context.Background()
 	for _, limit := range []int{0, -1, api.MaxListLimit + 1} {
-		if _, _, err := n.Service.List(ctx, operator, projections.Filter{}, "", limit); !errors.Is(err, aggregate.ErrInvalid) {
+		if _, _, err := n.Service.List(ctx, operator, scheduler.TaskFilter{}, "", limit); !errors.Is(err, aggregate.ErrInvalid) {
 			t.Fatalf("List with limit %d = %v, want ErrInvalid", limit, err)
 		}
 	}
@@ -355,7 +355,7 @@ func TestListLimit(t *testing.T) {
 	}
 	var seen []string
 	for after := ""; ; {
-		page, next, err := n.Service.List(ctx, operator, projections.Filter{}, after, 2)
+		page, next, err := n.Service.List(ctx, operator, scheduler.TaskFilter{}, after, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -408,13 +408,13 @@ func TestGetScheduleBeforeProjections(t *testing.T) {
 	}
 	// The listings read only the views: refused until they catch up,
 	// rather than answered without what they have not applied yet.
-	if _, err := svc.ListSchedules(acme, "", "", 10); !errors.Is(err, scheduler.ErrUnavailable) {
+	if _, _, err := svc.ListSchedules(acme, "", "", 10); !errors.Is(err, scheduler.ErrUnavailable) {
 		t.Fatalf("schedules listed before the projections caught up: %v, want ErrUnavailable", err)
 	}
-	if _, _, err := svc.List(ctx, acme, projections.Filter{}, "", 10); !errors.Is(err, scheduler.ErrUnavailable) {
+	if _, _, err := svc.List(ctx, acme, scheduler.TaskFilter{}, "", 10); !errors.Is(err, scheduler.ErrUnavailable) {
 		t.Fatalf("tasks listed before the projections caught up: %v, want ErrUnavailable", err)
 	}
-	if l, err := n.Service.ListSchedules(acme, "", "", 10); err != nil || len(l) != 1 {
+	if l, _, err := n.Service.ListSchedules(acme, "", "", 10); err != nil || len(l) != 1 {
 		t.Fatalf("the caught-up node's schedules: %d, %v", len(l), err)
 	}
 }

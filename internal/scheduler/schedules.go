@@ -13,12 +13,13 @@ import (
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/crashpoint"
+	"github.com/taskledger/taskledger/internal/service"
 	"github.com/taskledger/taskledger/projections"
 )
 
-// ErrScheduleLimit is returned when a customer already has Limits.MaxSchedules live
-// schedules.
-var ErrScheduleLimit = errors.New("scheduler: schedule limit reached")
+// ErrScheduleLimit is returned when a customer already has
+// Limits.MaxSchedules live schedules (service.ErrScheduleLimit).
+var ErrScheduleLimit = service.ErrScheduleLimit
 
 // ScheduleStore is the log of schedules as the service uses it
 // (internal/store.Store).
@@ -41,32 +42,17 @@ type ScheduleViews interface {
 	SettleRun(customerID, scheduleID string)
 }
 
-// CreateScheduleRequest is a request for a schedule (POST /v1/schedules).
-// Task is the body of each run: its queue, message, repo, signal,
-// timeoutSeconds, labels, retry policy and concurrency; ids, runAt and
-// delaySeconds are refused.
-type CreateScheduleRequest struct {
-	CustomerID, ID        string
-	Cron, Every, Timezone string
-	Task                  ScheduleRequest
-	Overlap, Catchup      string
-	Paused                bool
-}
+// CreateScheduleRequest is a request for a schedule
+// (service.CreateScheduleRequest).
+type CreateScheduleRequest = service.CreateScheduleRequest
 
-// ScheduleView is a schedule with its next instants and its last runs,
-// newest first, each with its task's status.
-type ScheduleView struct {
-	State aggregate.ScheduleState
-	Next  []time.Time
-	Runs  []ScheduleRun
-}
+// ScheduleView is a schedule with its next instants and its last runs
+// (service.ScheduleView).
+type ScheduleView = service.ScheduleView
 
-// ScheduleRun is one fire of a schedule and the status of its task (""
-// for a skip, or a task the log does not hold yet).
-type ScheduleRun struct {
-	events.ScheduleFired
-	Status aggregate.Status
-}
+// ScheduleRun is one fire of a schedule and the status of its task
+// (service.ScheduleRun).
+type ScheduleRun = service.ScheduleRun
 
 // ScheduleNextShown is how many next instants a ScheduleView holds.
 const ScheduleNextShown = 5
@@ -201,13 +187,15 @@ func (s *Service) GetSchedule(ctx context.Context, p Principal, customerID, id s
 	return s.scheduleView(projections.Schedule{State: st}), nil
 }
 
-// ListSchedules returns up to limit live schedules after the id after:
-// the customer's, or for an operator who names none every customer's
-// (after is then "customer/id"). It is ErrUnavailable while the views
-// catch up after a start.
-func (s *Service) ListSchedules(p Principal, customerID, after string, limit int) ([]ScheduleView, error) {
+// ListSchedules returns a page of up to limit (at least 1) live
+// schedules after the cursor after ("" for the first page), and the
+// cursor of the next page ("" at the end): the customer's, by id, or for
+// an operator who names no customer every customer's, by customer then
+// id (a cursor is then "customer/id"; ScheduleCursorValid checks one).
+// It is ErrUnavailable while the views catch up after a start.
+func (s *Service) ListSchedules(p Principal, customerID, after string, limit int) (page []ScheduleView, next string, err error) {
 	if err := s.caughtUp(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	filter := customerID
 	if !p.IsOperator() {
@@ -216,11 +204,34 @@ func (s *Service) ListSchedules(p Principal, customerID, after string, limit int
 	if filter != "" && after != "" {
 		after = projections.ScheduleKey(filter, after)
 	}
-	var out []ScheduleView
-	for _, sc := range s.cfg.Schedules.Schedules(filter, after, limit, false) {
-		out = append(out, s.scheduleView(sc))
+	scheds := s.cfg.Schedules.Schedules(filter, after, limit+1, false)
+	if len(scheds) > limit {
+		scheds = scheds[:limit]
+		last := scheds[limit-1].State
+		next = last.ID
+		if filter == "" {
+			next = projections.ScheduleKey(last.CustomerID, last.ID)
+		}
 	}
-	return out, nil
+	for _, sc := range scheds {
+		page = append(page, s.scheduleView(sc))
+	}
+	return page, next, nil
+}
+
+// ScheduleCursorValid reports whether after can be a cursor of ListSchedules
+// for p and customerID: a schedule id, or in an operator's list of every
+// customer's (customerID "") a customer id and a schedule id joined by
+// "/".
+func (s *Service) ScheduleCursorValid(p Principal, customerID, after string) bool {
+	if customerID == "" && p.IsOperator() {
+		c, id := projections.SplitScheduleKey(after)
+		if events.ValidID(c) != nil {
+			return false
+		}
+		after = id
+	}
+	return events.ValidID(after) == nil
 }
 
 // ScheduleHistory returns every event of a customer's schedule, from the

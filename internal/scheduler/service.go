@@ -16,22 +16,18 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/crashpoint"
 	"github.com/taskledger/taskledger/internal/delivery"
+	"github.com/taskledger/taskledger/internal/service"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
 )
 
-// Errors the service adds to the aggregate's.
+// Errors the service adds to the aggregate's: internal/service's, named
+// here too.
 var (
-	// ErrParentTerminal: a child was scheduled under a terminal parent.
-	ErrParentTerminal = errors.New("scheduler: parent task is terminal")
-	// ErrUnavailable: the log or the projections could not answer in time.
-	ErrUnavailable = errors.New("scheduler: unavailable")
-	// ErrLineageLimit: a child would make its lineage deeper than
-	// Limits.MaxLineageDepth or larger than Limits.MaxLineageTasks.
-	ErrLineageLimit = errors.New("scheduler: lineage limit reached")
-	// ErrTooManyPolls: a customer already holds MaxPollsPerCustomer long
-	// polls (claims/next, batch claims).
-	ErrTooManyPolls = errors.New("scheduler: too many long polls")
+	ErrParentTerminal = service.ErrParentTerminal
+	ErrUnavailable    = service.ErrUnavailable
+	ErrLineageLimit   = service.ErrLineageLimit
+	ErrTooManyPolls   = service.ErrTooManyPolls
 )
 
 // Store is the log as the service uses it.
@@ -283,52 +279,19 @@ func (s *Service) Close() {
 	s.cfg.Delivery.Close()
 }
 
-// Principal is who makes a request: a customer, or an operator who sees
-// every customer.
-type Principal struct {
-	CustomerID string // "*" for an operator
-}
+// Principal is who makes a request (service.Principal).
+type Principal = service.Principal
 
 // Operator is the principal of a server without an auth file.
-var Operator = Principal{CustomerID: "*"}
-
-// IsOperator reports whether p sees every customer.
-func (p Principal) IsOperator() bool { return p.CustomerID == "*" }
-
-// customerFilter is the customer whose tasks p may claim, "" for any.
-func (p Principal) customerFilter() string {
-	if p.IsOperator() {
-		return ""
-	}
-	return p.CustomerID
-}
-
-func (p Principal) sees(s aggregate.State) bool {
-	return s.Exists() && (p.IsOperator() || p.CustomerID == s.CustomerID)
-}
+var Operator = service.Operator
 
 // invalid wraps a validation failure as aggregate.ErrInvalid.
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", aggregate.ErrInvalid, fmt.Sprintf(format, args...))
 }
 
-// ScheduleRequest is a request for a new task (POST /v1/tasks).
-type ScheduleRequest struct {
-	CustomerID     string
-	ParentID       string
-	RequestID      string
-	RelatedTaskID  string
-	Signal         events.Signal
-	Repo           string
-	Queue          string
-	Message        events.Message
-	RunAt          *time.Time
-	DelaySeconds   *float64
-	TimeoutSeconds *int
-	Concurrency    *events.Concurrency
-	Retry          *api.RetryRequest // nil: one attempt
-	Labels         map[string]string
-}
+// ScheduleRequest is a request for a new task (service.ScheduleRequest).
+type ScheduleRequest = service.ScheduleRequest
 
 // Schedule accepts a task. created is false when the customer's requestId
 // was seen before; the existing task comes back then, whatever this
@@ -665,7 +628,7 @@ func (s *Service) Get(ctx context.Context, p Principal, id string) (aggregate.St
 	if err != nil {
 		return st, s.unavailable(err)
 	}
-	if !p.sees(st) {
+	if !p.Sees(st) {
 		return aggregate.State{}, fmt.Errorf("%w: %s", aggregate.ErrNotFound, id)
 	}
 	return st, nil
@@ -682,7 +645,7 @@ func (s *Service) authorize(ctx context.Context, p Principal, id string) error {
 		return nil // Execute answers ErrNotFound for a missing task
 	}
 	if st, ok := s.cfg.Views.Task(id); ok {
-		if !p.sees(st) {
+		if !p.Sees(st) {
 			return fmt.Errorf("%w: %s", aggregate.ErrNotFound, id)
 		}
 		return nil
@@ -774,7 +737,7 @@ func (s *Service) History(ctx context.Context, p Principal, id string) ([]events
 		return nil, s.unavailable(err)
 	}
 	st := aggregate.Replay(evs)
-	if !p.sees(st) {
+	if !p.Sees(st) {
 		return nil, fmt.Errorf("%w: %s", aggregate.ErrNotFound, id)
 	}
 	return s.withSlots(ctx, st, evs)
@@ -843,36 +806,6 @@ func (s *Service) CustomerEvents(ctx context.Context, p Principal, customerID st
 	return nil
 }
 
-// List returns up to limit tasks matching f after the cursor, with the
-// cursor of the next page ("" at the end). A customer sees only its own.
-// It is ErrUnavailable while the views catch up after a start.
-func (s *Service) List(ctx context.Context, p Principal, f projections.Filter, after string, limit int) ([]aggregate.State, string, error) {
-	if limit < 1 || limit > api.MaxListLimit {
-		return nil, "", invalid("limit must be a whole number from 1 to %d", api.MaxListLimit)
-	}
-	if err := s.caughtUp(); err != nil {
-		return nil, "", err
-	}
-	if !p.IsOperator() {
-		if f.CustomerID != "" && f.CustomerID != p.CustomerID {
-			return nil, "", nil
-		}
-		f.CustomerID = p.CustomerID
-	}
-	page := s.cfg.Views.List(f, after, limit+1)
-	next := ""
-	if len(page) > limit {
-		page = page[:limit]
-		next = page[limit-1].TaskID
-	}
-	for i := range page {
-		if err := s.withSpec(ctx, &page[i]); err != nil {
-			return nil, "", err
-		}
-	}
-	return page, next, nil
-}
-
 // withSpec fills in the spec (message included) that the projections
 // keep only in part, from the task's first event (one read by sequence):
 // a task's spec never changes after it.
@@ -890,11 +823,8 @@ func (s *Service) withSpec(ctx context.Context, st *aggregate.State) error {
 	return nil
 }
 
-// Node is one task of a tree with its children.
-type Node struct {
-	Task     aggregate.State
-	Children []Node
-}
+// Node is one task of a tree with its children (service.Node).
+type Node = service.Node
 
 // maxTreeNodes bounds a tree answer.
 const maxTreeNodes = 10000

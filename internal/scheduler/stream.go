@@ -7,31 +7,24 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/projections"
+	"github.com/taskledger/taskledger/internal/service"
 )
 
-// StreamFilter selects the events of Service.Stream. Each field lists
-// alternatives; an event is selected when it matches every non-empty
-// field.
-type StreamFilter struct {
-	TaskIDs, RootIDs, Queues []string
-	Types                    []events.Type
-}
+// StreamFilter selects the events of Service.Stream
+// (service.StreamFilter).
+type StreamFilter = service.StreamFilter
 
 // maxTracked bounds the tasks one stream remembers the state of (for the
 // status after each event and the rootId and queue filters); past it one
 // is forgotten, and read again from the log when it is seen again.
 const maxTracked = 4096
 
-// Cursor is where a stream stands: by shard, the position of the last
-// event it passed (0: none yet). Its token (Service.CursorToken) is the
-// stream's resume point, the SSE id of the event that moved it there.
-type Cursor []uint64
+// Cursor is where a stream stands (service.Cursor).
+type Cursor = service.Cursor
 
 // ParseCursor returns the cursor a resume token names: with one shard a
 // whole number, the stream sequence of the last event seen; with K, K
@@ -94,13 +87,14 @@ func (s *Service) LiveCursor(ctx context.Context) (Cursor, error) {
 
 // Stream calls fn, in log order (with several shards, each shard's), for
 // every event p may see that f selects stored after the cursor after,
-// with its task's state after it and the cursor after it, and then for
-// each such event stored later. It returns when ctx ends or the service
-// closes (ctx.Err() or context.Canceled), or with fn's error. It reads
-// with one ordered consumer a shard on p's subjects and remembers the
-// state of at most maxTracked tasks, so it holds bounded memory. fn must
-// not keep the cursor: it changes with the next event.
-func (s *Service) Stream(ctx context.Context, p Principal, f StreamFilter, after Cursor, fn func(events.Event, aggregate.State, Cursor) error) error {
+// with its entry (with its task's status after it) and the cursor after
+// it, and then for each such event stored later. It returns when ctx
+// ends or the service closes (ctx.Err() or context.Canceled), or with
+// fn's error. It reads with one ordered consumer a shard on p's subjects
+// and remembers the state of at most maxTracked tasks, so it holds
+// bounded memory. fn must not keep the cursor: it changes with the next
+// event.
+func (s *Service) Stream(ctx context.Context, p Principal, f StreamFilter, after Cursor, fn func(api.Event, Cursor) error) error {
 	if err := f.Validate(); err != nil {
 		return err
 	}
@@ -122,36 +116,12 @@ func (s *Service) Stream(ctx context.Context, p Principal, f StreamFilter, after
 		if !selects(f, ev, st) {
 			return nil
 		}
-		return fn(ev, st, at)
+		return fn(streamEntry(ev, st), at)
 	})
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	return err
-}
-
-// Validate returns an ErrInvalid error unless every id of f is valid,
-// every type known, and no field lists more than api.MaxStreamFilterValues.
-func (f StreamFilter) Validate() error {
-	for name, ids := range map[string][]string{"taskId": f.TaskIDs, "rootId": f.RootIDs, "queue": f.Queues} {
-		if len(ids) > api.MaxStreamFilterValues {
-			return invalid("%s: more than %d values", name, api.MaxStreamFilterValues)
-		}
-		for _, id := range ids {
-			if err := events.ValidID(id); err != nil {
-				return invalid("%s: %v", name, err)
-			}
-		}
-	}
-	if len(f.Types) > api.MaxStreamFilterValues {
-		return invalid("type: more than %d values", api.MaxStreamFilterValues)
-	}
-	for _, t := range f.Types {
-		if !events.KnownType(t) {
-			return invalid("type: unknown event type %.64q", t)
-		}
-	}
-	return nil
 }
 
 // streamSubjects are the subjects among sub (a shard's) of the events p
@@ -231,57 +201,4 @@ func (s *Service) LastSeq(ctx context.Context) (uint64, error) {
 		return 0, s.unavailable(err)
 	}
 	return seq, nil
-}
-
-// Stats are the statistics of GET /v1/stats that the projections give,
-// as of At.
-type Stats struct {
-	At     time.Time
-	Queues []projections.QueueStats // by customer then queue
-	// Keys are the concurrency keys with a task holding or waiting for a
-	// slot, by customer then key; KeysTruncated says more were left out.
-	Keys          []projections.KeyStats
-	KeysTruncated bool
-	// Schedules are the live schedules, by customer then id;
-	// SchedulesTruncated says more were left out.
-	Schedules          []ScheduleStats
-	SchedulesTruncated bool
-}
-
-// ScheduleStats is a live schedule's next instant (zero while paused)
-// and its last run with its task's status (nil before the first).
-type ScheduleStats struct {
-	CustomerID, ID string
-	Paused         bool
-	Next           time.Time
-	LastRun        *ScheduleRun
-	Runs           int
-}
-
-// Stats returns the statistics p may see (an operator: every
-// customer's), from the projections: every queue, and up to maxRows
-// concurrency keys and schedules. It costs the queues, keys and
-// schedules, not the tasks.
-func (s *Service) Stats(p Principal, maxRows int) Stats {
-	customer := p.customerFilter()
-	out := Stats{At: s.cfg.Store.Now()}
-	out.Queues = s.cfg.Views.Stats(customer, out.At)
-	out.Keys, out.KeysTruncated = s.cfg.Views.KeyStats(customer, maxRows)
-	scheds := s.cfg.Schedules.Schedules(customer, "", maxRows+1, false)
-	if out.SchedulesTruncated = len(scheds) > maxRows; out.SchedulesTruncated {
-		scheds = scheds[:maxRows]
-	}
-	for _, sc := range scheds {
-		st := sc.State
-		row := ScheduleStats{CustomerID: st.CustomerID, ID: st.ID, Paused: st.Paused, Next: st.Next(), Runs: st.Runs}
-		if st.LastRun.TaskID != "" {
-			run := ScheduleRun{ScheduleFired: st.LastRun}
-			if t, ok := s.cfg.Views.Task(st.LastRun.TaskID); ok {
-				run.Status = t.Status
-			}
-			row.LastRun = &run
-		}
-		out.Schedules = append(out.Schedules, row)
-	}
-	return out
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/scheduler"
-	"github.com/taskledger/taskledger/projections"
 )
 
 func TestTenancy(t *testing.T) {
@@ -82,13 +81,13 @@ func TestTenancy(t *testing.T) {
 		t.Run("List", func(t *testing.T) {
 			t.Parallel()
 			for _, c := range []struct {
-				f    projections.Filter
+				f    scheduler.TaskFilter
 				want []string
 			}{
-				{projections.Filter{}, []string{theirs.TaskID}},
-				{projections.Filter{CustomerID: "acme"}, nil},
-				{projections.Filter{RootID: root.TaskID}, nil},
-				{projections.Filter{Queue: "tenancy"}, nil},
+				{scheduler.TaskFilter{}, []string{theirs.TaskID}},
+				{scheduler.TaskFilter{CustomerID: "acme"}, nil},
+				{scheduler.TaskFilter{RootID: root.TaskID}, nil},
+				{scheduler.TaskFilter{Queue: "tenancy"}, nil},
 			} {
 				page, next, err := n.Service.List(ctx, globex, c.f, "", 100)
 				if err != nil {
@@ -139,7 +138,7 @@ func TestTenancy(t *testing.T) {
 		if err != nil || own < len(before)+1 {
 			t.Fatalf("acme's customer events: %d, %v; want at least %d", own, err, len(before)+1)
 		}
-		page, _, err := n.Service.List(ctx, acme, projections.Filter{}, "", 100)
+		page, _, err := n.Service.List(ctx, acme, scheduler.TaskFilter{}, "", 100)
 		if err != nil || len(page) != 2 {
 			t.Fatalf("acme lists %d tasks (%v), want its 2", len(page), err)
 		}
@@ -150,7 +149,7 @@ func TestTenancy(t *testing.T) {
 	})
 
 	t.Run("OperatorSeesAll", func(t *testing.T) {
-		page, _, err := n.Service.List(ctx, operator, projections.Filter{}, "", 100)
+		page, _, err := n.Service.List(ctx, operator, scheduler.TaskFilter{}, "", 100)
 		if err != nil || len(page) != 3 {
 			t.Fatalf("operator lists %d tasks (%v), want 3", len(page), err)
 		}

@@ -1,0 +1,76 @@
+package scheduler
+
+import (
+	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/internal/service"
+	"github.com/taskledger/taskledger/projections"
+	"github.com/taskledger/taskledger/reactors"
+)
+
+// Stats are the statistics of GET /v1/stats that the projections give
+// (service.Stats).
+type Stats = service.Stats
+
+// ScheduleStats is a live schedule's row of Stats
+// (service.ScheduleStats).
+type ScheduleStats = service.ScheduleStats
+
+// Stats returns the statistics p may see (an operator: every
+// customer's), from the projections: every queue, and up to maxRows
+// concurrency keys and schedules. It costs the queues, keys and
+// schedules, not the tasks.
+func (s *Service) Stats(p Principal, maxRows int) Stats {
+	customer := p.Scope()
+	out := Stats{At: s.cfg.Store.Now()}
+	for _, q := range s.cfg.Views.Stats(customer, out.At) {
+		out.Queues = append(out.Queues, service.QueueStats(q))
+	}
+	keys, more := s.cfg.Views.KeyStats(customer, maxRows)
+	for _, k := range keys {
+		out.Keys = append(out.Keys, service.KeyStats(k))
+	}
+	out.KeysTruncated = more
+	scheds := s.cfg.Schedules.Schedules(customer, "", maxRows+1, false)
+	if out.SchedulesTruncated = len(scheds) > maxRows; out.SchedulesTruncated {
+		scheds = scheds[:maxRows]
+	}
+	for _, sc := range scheds {
+		st := sc.State
+		row := ScheduleStats{CustomerID: st.CustomerID, ID: st.ID, Paused: st.Paused, Next: st.Next(), Runs: st.Runs}
+		if st.LastRun.TaskID != "" {
+			run := ScheduleRun{ScheduleFired: st.LastRun}
+			if t, ok := s.cfg.Views.Task(st.LastRun.TaskID); ok {
+				run.Status = t.Status
+			}
+			row.LastRun = &run
+		}
+		out.Schedules = append(out.Schedules, row)
+	}
+	return out
+}
+
+// LatenessSummary is the alarm's recent lateness as the statistics read
+// it (reactors.LatenessWindow).
+type LatenessSummary interface {
+	Summary() (all reactors.Lateness, byTimer [projections.NumTimers]reactors.Lateness)
+}
+
+var _ LatenessSummary = (*reactors.LatenessWindow)(nil)
+
+// AlarmStats renders l's summary as the alarm section of GET /v1/stats:
+// the lateness over every timer queue, and that of each queue with
+// samples, by the queue's name. It is safe for concurrent use if l is.
+func AlarmStats(l LatenessSummary) api.AlarmStats {
+	render := func(l reactors.Lateness) api.Lateness {
+		return api.Lateness{Samples: l.Samples, P50Seconds: l.P50.Seconds(), P99Seconds: l.P99.Seconds(), MaxSeconds: l.Max.Seconds()}
+	}
+	out := api.AlarmStats{Timers: map[string]api.Lateness{}}
+	all, byTimer := l.Summary()
+	out.Lateness = render(all)
+	for t, l := range byTimer {
+		if l.Samples > 0 {
+			out.Timers[projections.Timer(t).String()] = render(l)
+		}
+	}
+	return out
+}

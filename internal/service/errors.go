@@ -1,0 +1,51 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/taskledger/taskledger/aggregate"
+)
+
+// Errors the service adds to the aggregate's. Their texts keep the
+// "scheduler:" prefix that error answers have always carried.
+var (
+	// ErrParentTerminal: a child was scheduled under a terminal parent.
+	ErrParentTerminal = errors.New("scheduler: parent task is terminal")
+	// ErrUnavailable: the log or the projections could not answer in time.
+	ErrUnavailable = errors.New("scheduler: unavailable")
+	// ErrLineageLimit: a child would make its lineage deeper or larger
+	// than the scheduler's limits (MaxLineageDepth, MaxLineageTasks).
+	ErrLineageLimit = errors.New("scheduler: lineage limit reached")
+	// ErrTooManyPolls: a customer already holds the most long polls it
+	// may (claims/next, batch claims; MaxPollsPerCustomer).
+	ErrTooManyPolls = errors.New("scheduler: too many long polls")
+	// ErrScheduleLimit: a customer already has the most live schedules
+	// it may (MaxSchedules).
+	ErrScheduleLimit = errors.New("scheduler: schedule limit reached")
+	// ErrStaleRevision: a SaveRun named a revision that is not the
+	// stored one (another save came first); nothing changed.
+	ErrStaleRevision = errors.New("scheduler: stale run revision")
+	// ErrAdmissionRejected: admission refused a new root task. The
+	// candidate is persisted as canceled; the error is an
+	// *AdmissionError holding it.
+	ErrAdmissionRejected = errors.New("scheduler: admission rejected")
+)
+
+// invalid wraps a validation failure as aggregate.ErrInvalid.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", aggregate.ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// AdmissionError carries the persisted, rejected task; errors.Is finds
+// ErrAdmissionRejected in it.
+type AdmissionError struct {
+	Task aggregate.State
+}
+
+func (e *AdmissionError) Error() string {
+	return fmt.Sprintf("admission rejected task %s: %s", e.Task.TaskID, e.Task.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrAdmissionRejected) hold.
+func (e *AdmissionError) Unwrap() error { return ErrAdmissionRejected }
