@@ -85,6 +85,16 @@
 // its claims (below). A child leaves the report queue when its report lands on
 // its own parent or when the parent becomes terminal.
 //
+// What the alarm acts on, and when, is one rule (projections/due.go,
+// actionable): an item its skip does not report (the alarm's own items in
+// flight, other processes' partitions) and, in the release queue, only a
+// task its concurrency key lets run (releasable: it holds its slot, or the
+// key has room counting the earlier due tasks). Due hands such items out
+// once due and Next gives the alarm the earliest of them to sleep until, so
+// a due task waiting for a full key's slot neither runs nor holds back the
+// alarm's wake-up for a later item; the SlotReleased that frees a slot wakes
+// the alarm (TimersChanged).
+//
 // Every heap item points at the slot that holds its index, kept as the heap
 // moves it. The four queues of timerOf (release, delivery, running deadline,
 // republish), of which a task is in one at a time, keep that slot in the
