@@ -13,16 +13,20 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 )
 
-// Next returns the earliest due time in timer queue t of the items the
-// alarm would act on: those actionable (skip does not report them and, in
-// the Release queue, their concurrency key lets them run). The alarm arms
-// its timer with it, so an item it would not act on — one in flight, or a
-// due waiter on a full key — never holds back its wake-up for a later one
-// it would. It is safe for concurrent use.
-func (e *Engine) Next(t Timer, skip func(taskID string) bool) (time.Time, bool) {
+// Next returns when the alarm, at now, next has work in timer queue t:
+// the earliest due time of the items Due would hand out once due (those
+// skip does not report and, in the Release queue, those their concurrency
+// key lets run). The alarm sleeps until then, so an item it would not act
+// on — one in flight, a due waiter on a full key — never holds back its
+// wake-up for a later one it would. A release due after now counts
+// whatever its key: the key decides once it is due (a slot may free
+// before), so Next never walks every future waiter of a full key; such a
+// wake-up finds the waiter skipped and costs one round. It is safe for
+// concurrent use.
+func (e *Engine) Next(t Timer, now time.Time, skip func(taskID string) bool) (time.Time, bool) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	d, ok := e.v.timers[t].earliestExcept(e.v.actionable(t, skip))
+	d, ok := e.v.timers[t].earliestExcept(e.v.actionable(t, now, skip))
 	return time.Unix(0, d), ok
 }
 
@@ -35,7 +39,7 @@ func (e *Engine) Due(t Timer, now time.Time, limit int, skip func(taskID string)
 	if t == Fire { // schedules, not tasks: DueSchedules
 		return nil
 	}
-	keys := e.v.timers[t].due(now, limit, e.v.actionable(t, skip))
+	keys := e.v.timers[t].due(now, limit, e.v.actionable(t, now, skip))
 	out := make([]aggregate.State, len(keys))
 	for i, k := range keys {
 		if t == Free {
@@ -48,20 +52,28 @@ func (e *Engine) Due(t Timer, now time.Time, limit int, skip func(taskID string)
 }
 
 // actionable is the one rule of which items of timer queue t the alarm
-// acts on once they are due: those skip does not report (the alarm's own
-// items in flight, other processes' partitions) and, in the Release
-// queue, only those their concurrency key lets run (releasable). Due,
-// DueSchedules and Next all use it, so the alarm's wake-up and what it
-// then acts on cannot disagree. Each call returns a fresh filter (the
-// Release queue's counts the slots granted within one query).
-func (v *views) actionable(t Timer, skip func(id string) bool) func(id string) bool {
-	switch {
-	case t == Release:
-		return v.releasable(skip)
-	case skip == nil:
-		return func(string) bool { return false }
+// acts on once they are due at now: those skip does not report (the
+// alarm's own items in flight, other processes' partitions) and, in the
+// Release queue, of those due at now only the ones their concurrency key
+// lets run (releasable). Due, DueSchedules and Next all use it, so the
+// alarm's wake-up and what it then acts on cannot disagree. Each call
+// returns a fresh filter (the Release queue's counts the slots granted
+// within one query), to be asked about each item at most once, in due
+// order within a customer (as TimerQueue's due and earliestExcept do).
+func (v *views) actionable(t Timer, now time.Time, skip func(id string) bool) func(id string) bool {
+	if skip == nil {
+		skip = func(string) bool { return false }
 	}
-	return skip
+	if t != Release {
+		return skip
+	}
+	q, n, rel := v.timers[Release], now.UnixNano(), v.releasable(skip)
+	return func(id string) bool {
+		if q.has(id) && q.dueOf(id) > n {
+			return skip(id) // not due yet: its key decides when it is
+		}
+		return rel(id)
+	}
 }
 
 // releasable wraps the alarm's skip for the Release queue, whose items
@@ -72,7 +84,10 @@ func (v *views) actionable(t Timer, skip func(id string) bool) func(id string) b
 // flight). So the first due take the free slots, and the rest wait
 // without being counted against the alarm's batch; a retried task still
 // holding its last attempt's slot waits for the Free queue to release
-// it; tasks of other keys and without one pass.
+// it; tasks of other keys and without one pass. Counting within one call
+// holds because a key is one customer's (events.KeyID) and the Release
+// queue takes a customer's items in due order (bucketOf): every query
+// asks about a key's tasks in the same order.
 func (v *views) releasable(skip func(taskID string) bool) func(taskID string) bool {
 	granted := make(map[string]int)
 	return func(id string) bool {

@@ -744,7 +744,9 @@ func (e *Engine) Evicted() uint64 {
 func (e *Engine) Undecodable() uint64 { return e.bad.Load() }
 
 // TimersChanged receives a value after an applied event put a task into a
-// timer queue or moved its due time; one value may stand for several.
+// timer queue or moved its due time, freed a slot of a concurrency key, or
+// ended a task waiting for one: whatever may give the alarm work sooner
+// than it planned. One value may stand for several.
 func (e *Engine) TimersChanged() <-chan struct{} { return e.kick }
 
 type waiter struct {

@@ -104,6 +104,10 @@ func (v *views) rekey(before, after *aggregate.State) bool {
 			v.free(k, after.TaskID)
 			return true
 		}
+		// A waiter that ended before its release (canceled) may have been
+		// counted against its key's room (releasable: the alarm's in
+		// flight, another process's, parked): the next may run now.
+		return before.Status == aggregate.StatusScheduled && before.Delivery.ID == ""
 	}
 	return false
 }

@@ -165,7 +165,7 @@ func (e *Engine) DueSchedules(now time.Time, limit int, skip func(key string) bo
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	q := e.v.timers[Fire]
-	keys := q.due(now, limit, e.v.actionable(Fire, skip))
+	keys := q.due(now, limit, e.v.actionable(Fire, now, skip))
 	out := make([]ScheduleDue, len(keys))
 	for i, k := range keys {
 		sc := e.v.scheds[k]

@@ -123,6 +123,42 @@ func TestTimerQueueEarliestExcept(t *testing.T) {
 	}
 }
 
+// TestTimerQueueAsksOnce: earliestExcept and due ask their filter about
+// each item at most once, and about a customer's items in due order, so a
+// filter that counts what it let through (releasable) sees what either
+// query would hand out alike. Here a limit-2 key whose first task is in
+// flight: a2, the second of the key, is the earliest the alarm acts on.
+func TestTimerQueueAsksOnce(t *testing.T) {
+	t.Parallel()
+	q := newTimerQueue()
+	q.set("a1", "A", at(1)) // in flight, holding the first slot
+	q.set("a2", "A", at(2))
+	q.set("a3", "A", at(3)) // no slot left
+	q.set("b1", "B", at(4))
+	limit2 := func(asked *[]string) func(string) bool {
+		granted := 0
+		return func(id string) bool {
+			*asked = append(*asked, id)
+			if granted >= 2 && id[0] == 'a' {
+				return true
+			}
+			if id[0] == 'a' {
+				granted++
+			}
+			return id == "a1"
+		}
+	}
+	var asked []string
+	got, ok := q.earliestExcept(limit2(&asked))
+	if !ok || got != at(2).UnixNano() || !slices.Equal(asked, []string{"a1", "a2"}) {
+		t.Fatalf("earliestExcept = %v %v, asking %v; want %v, asking [a1 a2]", time.Unix(0, got), ok, asked, at(2))
+	}
+	asked = nil
+	if keys := q.due(at(9), 10, limit2(&asked)); !slices.Equal(keys, []string{"a2", "b1"}) || !slices.Equal(asked, []string{"a1", "a2", "b1", "a3"}) {
+		t.Fatalf("due = %v, asking %v; want [a2 b1], asking [a1 a2 b1 a3]", keys, asked)
+	}
+}
+
 func TestTimerQueueDue(t *testing.T) {
 	t.Parallel()
 

@@ -146,7 +146,8 @@ func (v *views) slotOf(id string) *timerSlot {
 
 // apply folds one event into every view and reports whether it put a task
 // into a timer queue or moved its due time: what the alarm must wake for.
-// Removals do not wake it; an item leaving a queue needs no action.
+// Removals do not wake it, an item leaving a queue needing no action,
+// except a keyed waiter's (rekey): the next waiter of its key may run.
 func (v *views) apply(ev events.Event) (timersChanged bool) {
 	if events.KeyEvent(ev.Type()) {
 		v.seq = ev.Seq

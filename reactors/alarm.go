@@ -42,10 +42,12 @@ type Store interface {
 // Projection is what the alarm reads.
 type Projection interface {
 	Due(t projections.Timer, now time.Time, limit int, skip func(taskID string) bool) []aggregate.State
-	// Next returns the earliest due time of the items of timer queue t
-	// that Due (DueSchedules for Fire) would hand out with the same skip:
-	// the alarm sleeps until then.
-	Next(t projections.Timer, skip func(taskID string) bool) (time.Time, bool)
+	// Next returns when the alarm, at now, next has work in timer queue
+	// t by the rule Due (DueSchedules for Fire) applies with the same
+	// skip: never after the earliest item Due would hand out, and at or
+	// before now only if Due at now hands one out. The alarm sleeps until
+	// then.
+	Next(t projections.Timer, now time.Time, skip func(taskID string) bool) (time.Time, bool)
 	TimersChanged() <-chan struct{}
 	// Covers reports whether the projection has applied the event at
 	// position pos.
@@ -207,7 +209,9 @@ type logEach struct{ log zerolog.Logger }
 
 func (l logEach) Log(level zerolog.Level, _, msg string, fill func(*zerolog.Event)) {
 	e := l.log.WithLevel(level)
-	fill(e)
+	if fill != nil {
+		fill(e)
+	}
 	e.Msg(msg)
 }
 
@@ -396,7 +400,7 @@ func (a *Alarm) wait(sk *skipper, dispatched int, full bool) time.Duration {
 			continue
 		}
 		sk.timer = t
-		if next, ok := a.proj.Next(t, sk.skip); ok {
+		if next, ok := a.proj.Next(t, now.Add(-a.delay(t)), sk.skip); ok {
 			d = min(d, max(next.Add(a.delay(t)).Sub(now), 0))
 		}
 	}

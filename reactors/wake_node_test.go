@@ -49,7 +49,10 @@ func TestAlarmWaiterOnFullKeyDelaysNothing(t *testing.T) {
 	late := &lateness{late: map[projections.Timer][]time.Duration{}}
 	n := testnode.Start(t, func(c *node.Config) {
 		c.Alarm.Observe = late.observe
-		c.Alarm.RepublishAfter = 300 * time.Millisecond
+		// Long enough that C's notification is gone before its first
+		// check, so that check republishes it (a check that finds it
+		// postpones the next and is not observed).
+		c.Alarm.RepublishAfter = 2 * time.Second
 	})
 	ctx := context.Background()
 	c := n.Client
