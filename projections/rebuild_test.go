@@ -533,7 +533,7 @@ func TestUndecodableEventSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := b.schedule(t, "cust", nil, time.Time{})
-	if c.LastSeq <= ack.Sequence {
+	if c.LastSeq <= events.Position(ack.Sequence) {
 		t.Fatalf("later task at %d, garbage at %d", c.LastSeq, ack.Sequence)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -554,5 +554,5 @@ func TestUndecodableEventSkipped(t *testing.T) {
 		t.Fatalf("ActiveRoots = %d, want 2", got)
 	}
 	// A rebuild skips the same event and ends in the same place.
-	sameProjection(t, b.engine, rebuild(t, b.ns, c.LastSeq, 0))
+	sameProjection(t, b.engine, rebuild(t, b.ns, uint64(c.LastSeq), 0))
 }

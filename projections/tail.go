@@ -57,12 +57,12 @@ type tail struct {
 // error; ended means the tail stopped on its own (its consumer could not
 // be created, or was closed).
 type tailMsg struct {
-	seq   uint64 // the position
+	pos   events.Position
 	ev    events.Event
 	bad   error
 	err   error
 	ended bool
-	// owned: the event at seq was folded in already (ApplyOwn), so it
+	// owned: the event at pos was folded in already (ApplyOwn), so it
 	// was not decoded.
 	owned bool
 }
@@ -70,7 +70,7 @@ type tailMsg struct {
 // follow starts a tail from stream sequence from[i] of each shard i (nil:
 // from each one's start). owned, if set, says which positions need no
 // decoding: ApplyOwn folded them in already.
-func (e *Engine) follow(from []uint64, owned func(pos uint64) bool) *tail {
+func (e *Engine) follow(from []uint64, owned func(pos events.Position) bool) *tail {
 	t := &tail{next: make(chan tailMsg, tailBuffer), done: make(chan struct{}), exited: make(chan struct{})}
 	var running sync.WaitGroup
 	for i := range e.cfg.Shards.N() {
@@ -93,7 +93,7 @@ func (e *Engine) follow(from []uint64, owned func(pos uint64) bool) *tail {
 
 // run reads shard i, whose stream is named stream, from sequence from
 // until the tail stops.
-func (t *tail) run(js jetstream.JetStream, shards events.Shards, i int, stream string, from uint64, owned func(pos uint64) bool) {
+func (t *tail) run(js jetstream.JetStream, shards events.Shards, i int, stream string, from uint64, owned func(pos events.Position) bool) {
 	// No filter: the stream holds only the log's subjects (store.Open
 	// makes it so), and a filter, even one that matches every subject,
 	// makes the server match it against each message block's subject
@@ -151,13 +151,13 @@ func (t *tail) run(js jetstream.JetStream, shards events.Shards, i int, stream s
 			if seq, err = streamSeq(msg); err == nil {
 				pos := shards.Position(i, seq)
 				if owned != nil && owned(pos) {
-					if !send(tailMsg{seq: pos, owned: true}) {
+					if !send(tailMsg{pos: pos, owned: true}) {
 						return
 					}
 					continue
 				}
 				ev, bad := decode(msg.Data(), pos)
-				if !send(tailMsg{seq: ev.Seq, ev: ev, bad: bad}) {
+				if !send(tailMsg{pos: ev.Seq, ev: ev, bad: bad}) {
 					return
 				}
 				continue

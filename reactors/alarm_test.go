@@ -467,7 +467,7 @@ func TestAlarmFairness(t *testing.T) {
 	bTask := p.schedule(alSpec{customer: "B"})
 	// The backlog is in place before the alarm starts, as after a restart
 	// or a burst: B's task is the last one due.
-	alEventually(t, "backlog projected", func() bool { return p.engine.Applied() >= bTask.LastSeq })
+	alEventually(t, "backlog projected", func() bool { return p.engine.Applied() >= uint64(bTask.LastSeq) })
 	p.startAlarm(reactors.AlarmConfig{}, nil)
 	alEventually(t, "everything published", func() bool {
 		return p.engine.QueueCounts()["q"][aggregate.StatusQueued] == backlog+1

@@ -457,7 +457,7 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 
 	var want []replay.Violation
 	expect := func(seq uint64, taskID, kind string) {
-		want = append(want, replay.Violation{Seq: seq, TaskID: taskID, Kind: kind})
+		want = append(want, replay.Violation{Seq: events.Position(seq), TaskID: taskID, Kind: kind})
 	}
 
 	// (a) Garbage bytes on a real task's subject.
@@ -547,8 +547,8 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 		id := events.NewID()
 		spec.RootID = id
 		st, _ := p.exec(id, aggregate.Schedule{TaskID: id, CustomerID: cust, Spec: spec})
-		expect(st.LastSeq, id, replay.BadRetry)
-		return st.LastSeq
+		expect(uint64(st.LastSeq), id, replay.BadRetry)
+		return uint64(st.LastSeq)
 	}
 	retry(p.scheduled("beta"), "beta")
 	retry(expired, "acme")
@@ -588,7 +588,7 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("violations:\n got %+v\nwant %+v\nfull report: %+v", got, want, report.Violations)
 	}
-	details := map[uint64]string{}
+	details := map[events.Position]string{}
 	for _, v := range report.Violations {
 		details[v.Seq] = v.Detail
 	}
@@ -623,7 +623,7 @@ func TestVerifyChecksTheLogsEnd(t *testing.T) {
 		v := replay.NewVerifier(subjects)
 		v.ExpectHead(head.Seq, head.Hash)
 		for _, seq := range seqs {
-			v.Add(seq, subjects.Event("c1", "t1"), msgs[seq-1])
+			v.Add(events.Position(seq), subjects.Event("c1", "t1"), msgs[seq-1])
 		}
 		var kinds []string
 		for _, viol := range v.Report().Violations {
@@ -653,7 +653,7 @@ func TestVerifyChecksTheLogsEnd(t *testing.T) {
 				v := replay.NewVerifier(subjects)
 				v.ExpectHead(tt.head.Seq, tt.head.Hash)
 				for i, seq := range tt.seqs {
-					v.Add(seq, subjects.Event("c1", "t1"), msgs[i])
+					v.Add(events.Position(seq), subjects.Event("c1", "t1"), msgs[i])
 				}
 				var kinds []string
 				for _, viol := range v.Report().Violations {

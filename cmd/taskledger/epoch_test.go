@@ -58,7 +58,7 @@ func testEpochCommands(t *testing.T, k int) {
 		t.Fatal(err)
 	}
 	layout := events.Shards{K: k, Slots: 2}
-	part, _ := layout.Split(h.Events[0].Seq)
+	part, _ := layout.Split(events.Position(h.Events[0].Seq))
 	slot, _ := layout.SlotOf(part)
 	var epoch int64
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {

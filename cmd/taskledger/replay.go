@@ -145,7 +145,7 @@ func historyCommand(ctx context.Context, args []string, stdout io.Writer) error 
 			return err
 		}
 		for _, e := range h.Events {
-			entries = append(entries, replay.Entry{Seq: e.Seq, At: e.At, TaskID: e.TaskID, Type: e.Type, Actor: e.Actor, Status: e.Status, Detail: e.Detail, Data: e.Data})
+			entries = append(entries, replay.Entry{Seq: events.Position(e.Seq), At: e.At, TaskID: e.TaskID, Type: e.Type, Actor: e.Actor, Status: e.Status, Detail: e.Detail, Data: e.Data})
 		}
 	}
 	switch {
@@ -184,7 +184,7 @@ func customerHistory(ctx context.Context, stdout io.Writer, cf clientFlags, off 
 	}
 	if !direct {
 		return cf.client().CustomerEvents(ctx, customer, since, func(e api.Event) error {
-			return emit(replay.Entry{Seq: e.Seq, At: e.At, TaskID: e.TaskID, Type: e.Type, Actor: e.Actor, Status: e.Status, Detail: e.Detail, Data: e.Data})
+			return emit(replay.Entry{Seq: events.Position(e.Seq), At: e.At, TaskID: e.TaskID, Type: e.Type, Actor: e.Actor, Status: e.Status, Detail: e.Detail, Data: e.Data})
 		})
 	}
 	log, closeLog, err := off.openLog(ctx)

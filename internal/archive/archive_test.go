@@ -472,7 +472,7 @@ func removeEvent(t *testing.T, d string, m Manifest) {
 		if !ok {
 			break
 		}
-		msgs = append(msgs, store.Message{Seq: rec.seq, Subject: rec.subject, Data: rec.data, Time: rec.time})
+		msgs = append(msgs, store.Message{Seq: events.Position(rec.seq), Subject: rec.subject, Data: rec.data, Time: rec.time})
 	}
 	r.close()
 	drop := -1
@@ -502,7 +502,7 @@ func removeEvent(t *testing.T, d string, m Manifest) {
 	}
 	p.Count, p.LastSeq, p.Bytes, p.SHA256 = p.Count-1, p.LastSeq-1, int64(len(out)), Sum(sha256.Sum256(out))
 	head := *p.Head
-	head.Seq = p.LastSeq
+	head.Seq = events.Position(p.LastSeq)
 	p.Head = &head
 	m.Parts = []Part{p}
 	writeManifest(t, d, m)

@@ -121,7 +121,7 @@ func (r *run) replay(ctx context.Context, nc *nats.Conn) error {
 		return err
 	}
 	cpu, start = processCPU(), time.Now()
-	if err := eng.RebuildTo(ctx, []uint64{last}, nil); err != nil {
+	if err := eng.RebuildTo(ctx, []events.Position{events.Position(last)}, nil); err != nil {
 		return err
 	}
 	rebuildRate := float64(last) / time.Since(start).Seconds()
@@ -139,7 +139,7 @@ func (r *run) replay(ctx context.Context, nc *nats.Conn) error {
 
 	// Loads as a node makes them: the projections tell the store the
 	// task's customer, so it reads the task's own subject.
-	ld, err := openStore(ctx, nc, name, func(id string) (string, string, uint64, bool) {
+	ld, err := openStore(ctx, nc, name, func(id string) (string, string, events.Position, bool) {
 		t, ok := eng.Task(id)
 		return t.CustomerID, t.Spec.RootID, t.FirstSeq, ok
 	})

@@ -104,7 +104,7 @@ func NewEvents(evs []events.Event) []api.Event {
 }
 
 func newEvent(ev events.Event, e replay.Entry) api.Event {
-	return api.Event{Seq: e.Seq, ID: ev.ID, TaskID: e.TaskID, Type: e.Type, At: e.At, Actor: e.Actor, Status: e.Status, Detail: e.Detail, Data: e.Data}
+	return api.Event{Seq: uint64(e.Seq), ID: ev.ID, TaskID: e.TaskID, Type: e.Type, At: e.At, Actor: e.Actor, Status: e.Status, Detail: e.Detail, Data: e.Data}
 }
 
 func newTree(n scheduler.Node) api.Tree {

@@ -214,7 +214,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p scheduler.Pri
 	heldBytes := 0
 	done := make(chan error, 1)
 	go func() {
-		last, lastToken := uint64(0), h.Service.CursorToken(after)
+		last, lastToken := events.Position(0), h.Service.CursorToken(after)
 		if len(after) > 0 {
 			last = after[0]
 		}
@@ -233,7 +233,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p scheduler.Pri
 			held.Unlock()
 			if full {
 				h.streams.overflows.Add(1)
-				o := api.StreamOverflow{After: last, Reason: fmt.Sprintf(
+				o := api.StreamOverflow{After: uint64(last), Reason: fmt.Sprintf(
 					"the client read too slowly: %d events (%d bytes) not taken", n, bytes)}
 				if len(at) > 1 {
 					o.Cursor = lastToken
@@ -309,7 +309,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p scheduler.Pri
 // also its cursor: with one shard the token is its sequence).
 func sseEvent(ev events.Event, st aggregate.State, token string) ([]byte, error) {
 	e := newEvent(ev, replay.EntryOf(ev, st))
-	if token != strconv.FormatUint(ev.Seq, 10) {
+	if token != strconv.FormatUint(uint64(ev.Seq), 10) {
 		e.Cursor = token
 	}
 	data, err := json.Marshal(e)

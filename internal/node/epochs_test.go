@@ -68,7 +68,7 @@ func TestEpochs(t *testing.T) {
 		if err != nil || len(h.Events) == 0 {
 			t.Fatalf("history of %s: %v", id, err)
 		}
-		part, _ := shards.Split(h.Events[0].Seq)
+		part, _ := shards.Split(events.Position(h.Events[0].Seq))
 		slot, ok := shards.SlotOf(part)
 		if !ok {
 			t.Fatalf("task %s is in part %d, not in an epoch slot", id, part)
@@ -198,7 +198,7 @@ func TestEpochs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if part, seq := shards.Split(h.Events[0].Seq); part != shards.Part(0, 0) || seq != last+1 {
+	if part, seq := shards.Split(events.Position(h.Events[0].Seq)); part != shards.Part(0, 0) || seq != last+1 {
 		t.Fatalf("the third epoch's first event at part %d seq %d, want part %d seq %d", part, seq, shards.Part(0, 0), last+1)
 	}
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
 )
@@ -66,7 +67,7 @@ func LoadHeads(ctx context.Context, js jetstream.JetStream, stream string) ([]st
 // SaveHead saves the chain heads of stream at positions (by shard; nil:
 // at every shard's last event) in heads: one head as an object, as
 // before sharding, several as an array. An empty log saves nothing.
-func SaveHead(ctx context.Context, log store.Log, heads projections.SnapshotStore, positions []uint64) error {
+func SaveHead(ctx context.Context, log store.Log, heads projections.SnapshotStore, positions []events.Position) error {
 	hs, err := log.HeadsAt(ctx, positions)
 	if err != nil || len(hs) == 0 {
 		return err

@@ -167,7 +167,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.StorageRetry = 5 * time.Second
 	}
 	var eng *projections.Engine
-	locate := func(taskID string) (string, string, uint64, bool) {
+	locate := func(taskID string) (string, string, events.Position, bool) {
 		s, ok := eng.Task(taskID)
 		return s.CustomerID, s.Spec.RootID, s.FirstSeq, ok
 	}
@@ -207,7 +207,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 		pcfg.Snapshots = snaps
-		pcfg.AfterSnapshot = func(ctx context.Context, applied []uint64) {
+		pcfg.AfterSnapshot = func(ctx context.Context, applied []events.Position) {
 			if err := SaveHead(ctx, st.Log(), heads, applied); err != nil {
 				cfg.Logger.Warn().Err(err).Msg("chain head not saved")
 			}

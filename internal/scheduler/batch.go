@@ -36,9 +36,9 @@ type Outcome struct {
 	State   aggregate.State
 	Created bool
 	Err     error
-	// wait is the sequence the item needs the projections' tail to
+	// wait is the position the item needs the projections' tail to
 	// apply before it is answered (settle's later), 0 for none.
-	wait uint64
+	wait events.Position
 }
 
 // ResultItem is one result of RecordResults.
@@ -131,14 +131,14 @@ func (s *Service) RecordResults(ctx context.Context, p Principal, items []Result
 // ErrUnavailable, as its single call would: its write is in the log.
 func (s *Service) settleBatch(ctx context.Context, out []Outcome) {
 	shards := s.cfg.Store.Shards()
-	need := make([]uint64, shards.N()) // by shard
+	need := make([]events.Position, shards.N()) // by shard
 	for _, o := range out {
 		if o.wait > 0 {
-			shard, _ := shards.Split(o.wait)
+			shard := o.wait.Part(shards)
 			need[shard] = max(need[shard], o.wait)
 		}
 	}
-	if !slices.ContainsFunc(need, func(p uint64) bool { return p > 0 }) {
+	if !slices.ContainsFunc(need, func(p events.Position) bool { return p > 0 }) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)

@@ -72,7 +72,7 @@ func TestFireScheduleFromTheViews(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := func(seq uint64) func() bool {
+	held := func(seq events.Position) func() bool {
 		return func() bool { sc, ok := views.Schedule("acme", "hourly"); return ok && sc.State.LastSeq == seq }
 	}
 	testnode.Eventually(t, "the projections hold the schedule", held(created.LastSeq))

@@ -31,7 +31,7 @@ const maxTracked = 4096
 // Cursor is where a stream stands: by shard, the position of the last
 // event it passed (0: none yet). Its token (Service.CursorToken) is the
 // stream's resume point, the SSE id of the event that moved it there.
-type Cursor []uint64
+type Cursor []events.Position
 
 // ParseCursor returns the cursor a resume token names: with one shard a
 // whole number, the stream sequence of the last event seen; with K, K
@@ -75,7 +75,7 @@ func (s *Service) CursorToken(c Cursor) string {
 	for i := range parts {
 		var seq uint64
 		if i < len(c) {
-			_, seq = shards.Split(c[i])
+			seq = c[i].Seq(shards)
 		}
 		parts[i] = strconv.FormatUint(seq, 10)
 	}
@@ -117,8 +117,7 @@ func (s *Service) Stream(ctx context.Context, p Principal, f StreamFilter, after
 		if err != nil {
 			return err
 		}
-		shard, _ := shards.Split(ev.Seq)
-		at[shard] = ev.Seq
+		at[ev.Seq.Part(shards)] = ev.Seq
 		if !selects(f, ev, st) {
 			return nil
 		}

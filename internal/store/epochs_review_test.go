@@ -53,8 +53,8 @@ func TestRemovedTwicePositionsNeverRepeat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if now.FirstSeq <= old.FirstSeq+3*uint64(shards.N()) {
-		t.Fatalf("a task of the third epoch of slot 0 is at position %d, the first epoch's were %d to %d", now.FirstSeq, old.FirstSeq, old.FirstSeq+3*uint64(shards.N()))
+	if now.FirstSeq <= old.FirstSeq+events.Position(3*shards.N()) {
+		t.Fatalf("a task of the third epoch of slot 0 is at position %d, the first epoch's were %d to %d", now.FirstSeq, old.FirstSeq, old.FirstSeq+events.Position(3*shards.N()))
 	}
 }
 

@@ -34,7 +34,7 @@ var (
 // events are chained by their hashes, but the last events of the stream
 // have no successor to vouch for them.
 type Head struct {
-	Seq  uint64
+	Seq  events.Position // the head's log position
 	Hash events.Hash
 }
 
@@ -45,7 +45,7 @@ type wireHead struct {
 
 // MarshalJSON implements json.Marshaler: {"seq": N, "sha256": "hex"}.
 func (h Head) MarshalJSON() ([]byte, error) {
-	return json.Marshal(wireHead{Seq: h.Seq, SHA256: hex.EncodeToString(h.Hash[:])})
+	return json.Marshal(wireHead{Seq: uint64(h.Seq), SHA256: hex.EncodeToString(h.Hash[:])})
 }
 
 // UnmarshalJSON implements json.Unmarshaler.
@@ -58,7 +58,7 @@ func (h *Head) UnmarshalJSON(b []byte) error {
 	if err != nil || len(sum) != len(h.Hash) {
 		return fmt.Errorf("store: chain head: bad sha256 %q", w.SHA256)
 	}
-	h.Seq = w.Seq
+	h.Seq = events.Position(w.Seq)
 	copy(h.Hash[:], sum)
 	return nil
 }
@@ -70,9 +70,9 @@ func (h *Head) UnmarshalJSON(b []byte) error {
 // sequence whose message is gone. That costs one read a shard; only when
 // the message is missing does it ask for the last one on the stream's
 // subjects (which walks the server's subject index).
-func (l Log) LastPositions(ctx context.Context) ([]uint64, error) {
+func (l Log) LastPositions(ctx context.Context) ([]events.Position, error) {
 	l = l.withDefaults()
-	last := make([]uint64, l.Shards.N())
+	last := make([]events.Position, l.Shards.N())
 	for i := range last {
 		var err error
 		if last[i], err = l.lastOf(ctx, i); err != nil {
@@ -96,7 +96,7 @@ func (l Log) FirstSeq(ctx context.Context, i int) (uint64, error) {
 }
 
 // lastOf is LastPositions of shard i.
-func (l Log) lastOf(ctx context.Context, i int) (uint64, error) {
+func (l Log) lastOf(ctx context.Context, i int) (events.Position, error) {
 	l = l.withDefaults()
 	name := l.Shards.Stream(l.Stream, i)
 	s, err := l.JS.Stream(ctx, name)
@@ -135,7 +135,7 @@ func (l Log) lastOf(ctx context.Context, i int) (uint64, error) {
 // event when pos is 0. An empty shard, and a position of a removed
 // epoch, have the zero Head. A Head's Seq is
 // a position.
-func (l Log) HeadAt(ctx context.Context, pos uint64) (Head, error) {
+func (l Log) HeadAt(ctx context.Context, pos events.Position) (Head, error) {
 	l = l.withDefaults()
 	if pos == 0 {
 		var err error
@@ -161,7 +161,7 @@ func (l Log) HeadAt(ctx context.Context, pos uint64) (Head, error) {
 
 // HeadsAt returns the chain head at each of positions (nil: at every
 // shard's last event), leaving out an empty shard's.
-func (l Log) HeadsAt(ctx context.Context, positions []uint64) ([]Head, error) {
+func (l Log) HeadsAt(ctx context.Context, positions []events.Position) ([]Head, error) {
 	if positions == nil {
 		var err error
 		if positions, err = l.LastPositions(ctx); err != nil {

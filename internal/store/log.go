@@ -13,7 +13,7 @@ import (
 
 // Message is one stored message of the log.
 type Message struct {
-	Seq     uint64
+	Seq     events.Position // the message's log position
 	Subject string
 	Data    []byte
 	Time    time.Time
@@ -29,7 +29,7 @@ type ReadOptions struct {
 	Since  time.Time // start at the first message stored at or after Since
 	// From, if Since is zero, starts at this position: in its shard at
 	// its sequence, in the others at their start.
-	From uint64
+	From events.Position
 	// Progress, if set, is called about every 50,000 messages and at the
 	// end with the number of messages reached and the sum of the shards'
 	// last sequences (with one shard: the sequence reached and the
@@ -305,7 +305,7 @@ const followBatch = 32
 // interleave as they arrive, and fn is called from one goroutine at a
 // time. An event that does not decode ends it with its sequence in the
 // error.
-func (l Log) Follow(ctx context.Context, filters func(events.Subjects) []string, after []uint64, fn func(events.Event) error) error {
+func (l Log) Follow(ctx context.Context, filters func(events.Subjects) []string, after []events.Position, fn func(events.Event) error) error {
 	l = l.withDefaults()
 	start := func(i int) uint64 {
 		if i >= len(after) {

@@ -67,7 +67,7 @@ type Config struct {
 	// (several times faster) in every shard.
 	// It also returns the position of the task's first event, whose part
 	// holds all of them.
-	Locate func(taskID string) (customerID, rootID string, first uint64, ok bool)
+	Locate func(taskID string) (customerID, rootID string, first events.Position, ok bool)
 	// ReadTimeout bounds one read when the caller's context has no
 	// deadline; default 10s.
 	ReadTimeout time.Duration
@@ -404,7 +404,7 @@ func (s *Store) readSubject(ctx context.Context, i int, subject string, from uin
 }
 
 // Event returns the event stored at position pos.
-func (s *Store) Event(ctx context.Context, pos uint64) (events.Event, error) {
+func (s *Store) Event(ctx context.Context, pos events.Position) (events.Event, error) {
 	i, seq := s.shards.Split(pos)
 	msg, err := s.parts[i].stream.GetMsg(ctx, seq)
 	if err != nil {
@@ -436,7 +436,7 @@ func (s *Store) Execute(ctx context.Context, taskID, actor string, cmd aggregate
 // rejection decided on a cached state at least that new is returned as it
 // is, without a fresh load, since a fresher view would only show the task
 // further along. The caller acts again when its own view moves on.
-func (s *Store) ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggregate.Command, seen uint64) (aggregate.State, []events.Event, error) {
+func (s *Store) ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggregate.Command, seen events.Position) (aggregate.State, []events.Event, error) {
 	if actor == "" {
 		actor = s.cfg.Actor
 	}
@@ -489,7 +489,7 @@ func (s *Store) ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggre
 // catchUp applies to st the events stored after it on ev's subject and
 // reports the sequence at which ev itself was stored, or 0. It reads them
 // one by one: after a conflict there are only a few.
-func (s *Store) catchUp(ctx context.Context, st aggregate.State, ev events.Event) (aggregate.State, uint64, error) {
+func (s *Store) catchUp(ctx context.Context, st aggregate.State, ev events.Event) (aggregate.State, events.Position, error) {
 	i, err := s.partOf(ctx, st, ev)
 	if err != nil {
 		return st, 0, err
@@ -507,7 +507,7 @@ func (s *Store) catchUp(ctx context.Context, st aggregate.State, ev events.Event
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.ReadTimeout)
 		defer cancel()
 	}
-	var landed uint64
+	var landed events.Position
 	_, last := s.shards.Split(st.LastSeq)
 	for from := last + 1; ; {
 		seq, data, ok, err := get(ctx, subject, from)
@@ -683,7 +683,7 @@ func (s *Store) partOf(ctx context.Context, st aggregate.State, ev events.Event)
 // write timeout it retries what may be transient; past it, or when the
 // retries are spent, it fails as ErrUnavailable and marks writes failing
 // (WriteError) until an append or a Probe succeeds.
-func (s *Store) publish(ctx context.Context, ev *events.Event, shard int, expected uint64) error {
+func (s *Store) publish(ctx context.Context, ev *events.Event, shard int, expected events.Position) error {
 	if i, _ := s.shards.Split(expected); expected > 0 && i != shard {
 		return fmt.Errorf("store: append %s: expected position %d is in part %d, the event's part is %d", ev.Type(), expected, i, shard)
 	}
@@ -927,7 +927,7 @@ func (s *Store) Config() Config { return s.cfg }
 // Follow calls fn for every event stored after the positions after on one
 // of the subjects filters gives, then for each later one, until ctx ends
 // or fn fails (Log.Follow).
-func (s *Store) Follow(ctx context.Context, filters func(events.Subjects) []string, after []uint64, fn func(events.Event) error) error {
+func (s *Store) Follow(ctx context.Context, filters func(events.Subjects) []string, after []events.Position, fn func(events.Event) error) error {
 	return s.Log().Follow(ctx, filters, after, fn)
 }
 
@@ -941,8 +941,8 @@ func (s *Store) LastSeq(ctx context.Context) (uint64, error) {
 
 // LastPositions returns the position of every shard's last event, by
 // shard, 0 for an empty shard.
-func (s *Store) LastPositions(ctx context.Context) ([]uint64, error) {
-	last := make([]uint64, len(s.parts))
+func (s *Store) LastPositions(ctx context.Context) ([]events.Position, error) {
+	last := make([]events.Position, len(s.parts))
 	for i := range last {
 		var err error
 		if last[i], err = s.lastOf(ctx, i); err != nil {
@@ -955,7 +955,7 @@ func (s *Store) LastPositions(ctx context.Context) ([]uint64, error) {
 // lastOf returns the position of shard i's last event from its stream's
 // state. An epoch slot's stream is deleted and created again while its
 // epoch is removed (RemoveEpoch): for that moment it holds nothing.
-func (s *Store) lastOf(ctx context.Context, i int) (uint64, error) {
+func (s *Store) lastOf(ctx context.Context, i int) (events.Position, error) {
 	info, err := s.parts[i].stream.Info(ctx)
 	if _, slot := s.shards.SlotOf(i); slot && errors.Is(err, jetstream.ErrStreamNotFound) {
 		return 0, nil

@@ -418,7 +418,7 @@ func TestPipelineLosesConnection(t *testing.T) {
 	const writers, each = 32, 40
 	type acked struct {
 		id  string
-		seq uint64
+		seq events.Position
 	}
 	var mu sync.Mutex
 	var done []acked
@@ -555,7 +555,7 @@ func TestAppendsLinkEachEventToItsPredecessor(t *testing.T) {
 	}
 	var prev events.Hash
 	for _, ev := range evs {
-		msg, err := a.Stream().GetMsg(ctx, ev.Seq)
+		msg, err := a.Stream().GetMsg(ctx, ev.Seq.Seq(a.Shards()))
 		if err != nil {
 			t.Fatal(err)
 		}
