@@ -38,7 +38,7 @@ type Config struct {
 	// LastPositions, if set, gives Run the position of the last event
 	// stored in each shard, which it catches up to before it is ready;
 	// default the streams' states' last sequences. The node passes
-	// store.Log.LastPositions: after a block file lost its tail, the
+	// eventlog.Log.LastPositions: after a block file lost its tail, the
 	// state may name a sequence whose message is gone, and the engine
 	// would wait for it forever.
 	LastPositions func(ctx context.Context) ([]events.Position, error)
@@ -148,7 +148,7 @@ func (e *Engine) lastPositions(ctx context.Context) ([]events.Position, error) {
 // skipRemoved moves the applied position of every part whose stream
 // starts past the next sequence to apply to just before its first one:
 // the stream of an epoch slot whose epoch was removed starts after the
-// removed events (store.RemoveEpoch), which are not missing.
+// removed events (eventlog.RemoveEpoch), which are not missing.
 func (e *Engine) skipRemoved(ctx context.Context) error {
 	firsts, err := e.firstSeqs(ctx)
 	if err != nil {
@@ -181,7 +181,7 @@ func (e *Engine) firstSeqs(ctx context.Context) ([]uint64, error) {
 }
 
 // foldsRemoved returns "" when a snapshot at applied folded every event
-// of each removed epoch (store.RemoveEpoch), else why not: its position
+// of each removed epoch (eventlog.RemoveEpoch), else why not: its position
 // in a part is before the removed events' end, so the events between,
 // the ends of that epoch's tasks among them, are in no stream any more
 // and the snapshot's tasks would stay as it saw them (open, with their

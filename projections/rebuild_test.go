@@ -14,6 +14,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/store"
@@ -484,7 +485,7 @@ func retentionRebuildEqualsLive(t *testing.T, shards int) {
 	ln.stop()
 
 	states := map[string]aggregate.State{}
-	if err := st.Log().Events(context.Background(), store.ReadOptions{}, func(ev events.Event) error {
+	if err := st.Log().Events(context.Background(), eventlog.ReadOptions{}, func(ev events.Event) error {
 		states[ev.TaskID] = aggregate.Apply(states[ev.TaskID], ev)
 		return nil
 	}); err != nil {

@@ -255,7 +255,7 @@ func (v *Verifier) partOfTask(st aggregate.State) int {
 
 // StartAt tells the verifier that part's stream starts at stream
 // sequence first: the sequences before it belonged to a removed epoch
-// (store.RemoveEpoch) and are not missing, nor is a saved chain head
+// (eventlog.RemoveEpoch) and are not missing, nor is a saved chain head
 // among them, and the log is Partial. Call it before the first Add.
 func (v *Verifier) StartAt(part int, first uint64) {
 	if first > v.lastSeqs[part]+1 {

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
-	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnode"
 	"github.com/taskledger/taskledger/replay"
 )
@@ -49,14 +49,14 @@ func TestVerifyShardedLog(t *testing.T) {
 		t.Fatalf("%d chain heads (%v), want one a shard", len(heads), err)
 	}
 	// verify reads the log with the chain heads expected.
-	verify := func(expect ...store.Head) replay.Report {
+	verify := func(expect ...eventlog.Head) replay.Report {
 		t.Helper()
 		v := replay.NewVerifier(n.Store.Subjects())
 		v.Shard(shards)
 		for _, h := range expect {
 			v.ExpectHead(h.Seq, h.Hash)
 		}
-		err := n.Store.Log().Read(ctx, store.ReadOptions{}, func(m store.Message) error {
+		err := n.Store.Log().Read(ctx, eventlog.ReadOptions{}, func(m eventlog.Message) error {
 			v.Add(m.Seq, m.Subject, m.Data)
 			return nil
 		})
@@ -113,7 +113,7 @@ func TestVerifyShardedKeys(t *testing.T) {
 	}
 	v := replay.NewVerifier(n.Store.Subjects())
 	v.Shard(n.Store.Shards())
-	if err := n.Store.Log().Read(ctx, store.ReadOptions{}, func(m store.Message) error {
+	if err := n.Store.Log().Read(ctx, eventlog.ReadOptions{}, func(m eventlog.Message) error {
 		v.Add(m.Seq, m.Subject, m.Data)
 		return nil
 	}); err != nil {

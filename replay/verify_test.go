@@ -18,6 +18,7 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/store"
@@ -619,7 +620,7 @@ func TestVerifyChecksTheLogsEnd(t *testing.T) {
 		}
 		msgs, prev = append(msgs, b), events.HashOf(b)
 	}
-	verify := func(seqs []uint64, head store.Head) []string {
+	verify := func(seqs []uint64, head eventlog.Head) []string {
 		v := replay.NewVerifier(subjects)
 		v.ExpectHead(head.Seq, head.Hash)
 		for _, seq := range seqs {
@@ -631,19 +632,19 @@ func TestVerifyChecksTheLogsEnd(t *testing.T) {
 		}
 		return kinds
 	}
-	tail := store.Head{Seq: 3, Hash: events.HashOf(msgs[2])}
+	tail := eventlog.Head{Seq: 3, Hash: events.HashOf(msgs[2])}
 	for _, tt := range []struct {
 		name string
 		seqs []uint64
-		head store.Head
+		head eventlog.Head
 		want []string
 	}{
 		{"Clean", []uint64{1, 2, 3}, tail, nil},
-		{"NoHead", []uint64{1, 2, 3}, store.Head{}, nil},
+		{"NoHead", []uint64{1, 2, 3}, eventlog.Head{}, nil},
 		{"DeletedEvent", []uint64{1, 3}, tail, []string{replay.Missing, replay.Gap, replay.BrokenLink, replay.IllegalEvent}},
 		{"CutTail", []uint64{1, 2}, tail, []string{replay.Truncated}},
-		{"OtherHead", []uint64{1, 2, 3}, store.Head{Seq: 3, Hash: events.HashOf(msgs[1])}, []string{replay.HeadMismatch}},
-		{"HeadDeleted", []uint64{1, 2, 4}, store.Head{Seq: 3, Hash: events.HashOf(msgs[2])}, nil},
+		{"OtherHead", []uint64{1, 2, 3}, eventlog.Head{Seq: 3, Hash: events.HashOf(msgs[1])}, []string{replay.HeadMismatch}},
+		{"HeadDeleted", []uint64{1, 2, 4}, eventlog.Head{Seq: 3, Hash: events.HashOf(msgs[2])}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/taskledger/taskledger/internal/archive"
-	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/eventlog"
 )
 
 // archiveCommand is `archive EPOCH --to DIR` and `archive verify DIR`.
@@ -50,8 +50,8 @@ func archiveCommand(ctx context.Context, args []string, stdout io.Writer) error 
 // resolveEpoch returns the epoch of log that name names: for a log with
 // epochs a live one by its number (taskledger epoch list), for a log
 // without, "0", made of all its parts.
-func resolveEpoch(ctx context.Context, log store.Log, name string) (archive.Epoch, error) {
-	e, ok, err := store.ReadEpochs(ctx, log.JS, log.Stream)
+func resolveEpoch(ctx context.Context, log eventlog.Log, name string) (archive.Epoch, error) {
+	e, ok, err := eventlog.ReadEpochs(ctx, log.JS, log.Stream)
 	if err != nil {
 		return archive.Epoch{}, err
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/testnats"
 	"github.com/taskledger/taskledger/internal/testnode"
 	"github.com/taskledger/taskledger/replay"
@@ -109,7 +109,7 @@ func TestConcurrencyTwoSchedulers(t *testing.T) {
 	v := replay.NewVerifier(st.Subjects())
 	holders, active := map[string]bool{}, map[string]bool{}
 	maxHolders, maxActive, succeeded, retried := 0, 0, 0, 0
-	err := store.Log{JS: st.JetStream(), Stream: st.Config().Stream, Subjects: st.Subjects()}.Read(ctx, store.ReadOptions{}, func(m store.Message) error {
+	err := eventlog.Log{JS: st.JetStream(), Stream: st.Config().Stream, Subjects: st.Subjects()}.Read(ctx, eventlog.ReadOptions{}, func(m eventlog.Message) error {
 		v.Add(m.Seq, m.Subject, m.Data)
 		ev, err := events.DecodeAt(m.Data, m.Seq)
 		if err != nil {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/replay"
 )
 
@@ -244,7 +244,7 @@ func verifyStore(t *testing.T, b *bundle) {
 	t.Helper()
 	st := b.node.Store
 	v := replay.NewVerifier(st.Subjects())
-	err := store.Log{JS: st.JetStream(), Stream: st.Config().Stream, Subjects: st.Subjects()}.Read(context.Background(), store.ReadOptions{}, func(m store.Message) error {
+	err := eventlog.Log{JS: st.JetStream(), Stream: st.Config().Stream, Subjects: st.Subjects()}.Read(context.Background(), eventlog.ReadOptions{}, func(m eventlog.Message) error {
 		v.Add(m.Seq, m.Subject, m.Data)
 		return nil
 	})

@@ -14,9 +14,9 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/lease"
 	"github.com/taskledger/taskledger/internal/node"
-	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
 	"github.com/taskledger/taskledger/internal/testnode"
 	"github.com/taskledger/taskledger/replay"
@@ -244,7 +244,7 @@ func TestTimerPartitionsTwoOwners(t *testing.T) {
 	v := replay.NewVerifier(st.Subjects())
 	counts := map[string]map[events.Type]int{}
 	actors := map[string]int{}
-	err := store.Log{JS: st.JetStream(), Stream: st.Config().Stream, Subjects: st.Subjects()}.Read(context.Background(), store.ReadOptions{}, func(m store.Message) error {
+	err := eventlog.Log{JS: st.JetStream(), Stream: st.Config().Stream, Subjects: st.Subjects()}.Read(context.Background(), eventlog.ReadOptions{}, func(m eventlog.Message) error {
 		v.Add(m.Seq, m.Subject, m.Data)
 		ev, err := events.DecodeAt(m.Data, m.Seq)
 		if err != nil {

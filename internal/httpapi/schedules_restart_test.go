@@ -9,6 +9,7 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnode"
@@ -19,7 +20,7 @@ import (
 func verifyClean(t *testing.T, n *testnode.Node) replay.Report {
 	t.Helper()
 	v := replay.NewVerifier(n.NS.Subjects)
-	err := n.Store.Log().Read(context.Background(), store.ReadOptions{}, func(m store.Message) error {
+	err := n.Store.Log().Read(context.Background(), eventlog.ReadOptions{}, func(m eventlog.Message) error {
 		v.Add(m.Seq, m.Subject, m.Data)
 		return nil
 	})

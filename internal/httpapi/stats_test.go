@@ -11,9 +11,9 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
-	"github.com/taskledger/taskledger/internal/store"
 )
 
 // TestStats: after a mixed workload the counts of GET /v1/stats equal a
@@ -59,7 +59,7 @@ func TestStats(t *testing.T) {
 	// queue.
 	type key struct{ customer, queue string }
 	states := map[string]aggregate.State{}
-	err := b.node.Store.Log().Events(ctx, store.ReadOptions{}, func(ev events.Event) error {
+	err := b.node.Store.Log().Events(ctx, eventlog.ReadOptions{}, func(ev events.Event) error {
 		states[ev.TaskID] = aggregate.Apply(states[ev.TaskID], ev)
 		return nil
 	})

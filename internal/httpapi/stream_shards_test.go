@@ -10,8 +10,8 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/node"
-	"github.com/taskledger/taskledger/internal/store"
 )
 
 // logEventIDs returns the id of every event of the node's log, shard
@@ -19,7 +19,7 @@ import (
 func logEventIDs(t *testing.T, n *node.Node) []string {
 	t.Helper()
 	var out []string
-	err := n.Store.Log().Events(context.Background(), store.ReadOptions{}, func(ev events.Event) error {
+	err := n.Store.Log().Events(context.Background(), eventlog.ReadOptions{}, func(ev events.Event) error {
 		out = append(out, ev.ID)
 		return nil
 	})

@@ -18,9 +18,9 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/internal/node"
-	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnode"
 )
 
@@ -155,7 +155,7 @@ func (s *stream) next(t *testing.T) sseMsg {
 func logSeqs(t *testing.T, n *node.Node, last uint64) []uint64 {
 	t.Helper()
 	var out []uint64
-	err := n.Store.Log().Read(context.Background(), store.ReadOptions{}, func(m store.Message) error {
+	err := n.Store.Log().Read(context.Background(), eventlog.ReadOptions{}, func(m eventlog.Message) error {
 		if uint64(m.Seq) <= last {
 			out = append(out, uint64(m.Seq))
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
 )
@@ -41,11 +42,11 @@ func TestShardsAreFixedWhenTheLogIsCreated(t *testing.T) {
 			t.Fatalf("a start with the same shards: %v", err)
 		}
 		for _, k := range []int{1, 2} {
-			if _, err := openSharded(t, nc, ns, k); !errors.Is(err, store.ErrShardsMismatch) {
+			if _, err := openSharded(t, nc, ns, k); !errors.Is(err, eventlog.ErrShardsMismatch) {
 				t.Fatalf("a start with %d shards: %v, want ErrShardsMismatch", k, err)
 			}
 		}
-		if got, err := store.ReadShards(ctx, js, ns.Stream); err != nil || got.N() != 3 {
+		if got, err := eventlog.ReadShards(ctx, js, ns.Stream); err != nil || got.N() != 3 {
 			t.Fatalf("ReadShards = %v, %v; want 3", got, err)
 		}
 		for i := range 3 {
@@ -63,15 +64,15 @@ func TestShardsAreFixedWhenTheLogIsCreated(t *testing.T) {
 		if _, err := openSharded(t, nc, ns, 3); err != nil {
 			t.Fatal(err)
 		}
-		if err := js.DeleteKeyValue(ctx, store.MetaBucket(ns.Stream)); err != nil {
+		if err := js.DeleteKeyValue(ctx, eventlog.MetaBucket(ns.Stream)); err != nil {
 			t.Fatal(err)
 		}
 		for _, k := range []int{1, 3} {
-			if _, err := openSharded(t, nc, ns, k); !errors.Is(err, store.ErrShardsMismatch) {
+			if _, err := openSharded(t, nc, ns, k); !errors.Is(err, eventlog.ErrShardsMismatch) {
 				t.Fatalf("a start with %d shards on a sharded log without its entry: %v, want ErrShardsMismatch", k, err)
 			}
 		}
-		if _, err := store.ReadShards(ctx, js, ns.Stream); !errors.Is(err, store.ErrShardsMismatch) {
+		if _, err := eventlog.ReadShards(ctx, js, ns.Stream); !errors.Is(err, eventlog.ErrShardsMismatch) {
 			t.Fatalf("ReadShards on a sharded log without its entry: %v, want ErrShardsMismatch", err)
 		}
 		if _, err := js.Stream(ctx, ns.Stream); err == nil {
@@ -87,19 +88,19 @@ func TestShardsAreFixedWhenTheLogIsCreated(t *testing.T) {
 		}
 		schedule(t, st)
 		// A data directory written before the metadata entry existed.
-		if err := js.DeleteKeyValue(ctx, store.MetaBucket(ns.Stream)); err != nil {
+		if err := js.DeleteKeyValue(ctx, eventlog.MetaBucket(ns.Stream)); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := store.ReadShards(ctx, js, ns.Stream); err != nil || got.N() != 1 {
+		if got, err := eventlog.ReadShards(ctx, js, ns.Stream); err != nil || got.N() != 1 {
 			t.Fatalf("ReadShards = %v, %v; want 1", got, err)
 		}
-		if _, err := openSharded(t, nc, ns, 3); !errors.Is(err, store.ErrShardsMismatch) {
+		if _, err := openSharded(t, nc, ns, 3); !errors.Is(err, eventlog.ErrShardsMismatch) {
 			t.Fatalf("3 shards on an unsharded log: %v, want ErrShardsMismatch", err)
 		}
 		if _, err := openSharded(t, nc, ns, 1); err != nil {
 			t.Fatalf("the unsharded log's own start: %v", err)
 		}
-		if _, err := openSharded(t, nc, ns, 2); !errors.Is(err, store.ErrShardsMismatch) {
+		if _, err := openSharded(t, nc, ns, 2); !errors.Is(err, eventlog.ErrShardsMismatch) {
 			t.Fatalf("2 shards once 1 is recorded: %v, want ErrShardsMismatch", err)
 		}
 	})
@@ -182,7 +183,7 @@ func TestShardedLogRoutesLineagesKeysAndSchedules(t *testing.T) {
 	}
 
 	var read int
-	if err := st.Log().Events(ctx, store.ReadOptions{}, func(events.Event) error { read++; return nil }); err != nil || read != 2*lineages+1 {
+	if err := st.Log().Events(ctx, eventlog.ReadOptions{}, func(events.Event) error { read++; return nil }); err != nil || read != 2*lineages+1 {
 		t.Fatalf("the whole log read %d events, %v; want %d", read, err, 2*lineages+1)
 	}
 }

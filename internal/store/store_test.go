@@ -18,6 +18,7 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/broker"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
 )
@@ -630,7 +631,7 @@ func TestScheduleEventsOnTheirSubject(t *testing.T) {
 		t.Fatalf("loaded %+v, %v", sc, err)
 	}
 	n := 0
-	err = st.Log().Read(ctx, store.ReadOptions{}, func(m store.Message) error {
+	err = st.Log().Read(ctx, eventlog.ReadOptions{}, func(m eventlog.Message) error {
 		if want := st.Subjects().Schedule("acme", "s1"); m.Subject != want {
 			t.Errorf("seq %d on %s, want %s", m.Seq, m.Subject, want)
 		}

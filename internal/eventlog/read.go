@@ -1,4 +1,4 @@
-package store
+package eventlog
 
 import (
 	"context"
@@ -88,7 +88,7 @@ func (l Log) Read(ctx context.Context, o ReadOptions, fn func(Message) error) er
 		name := l.Shards.Stream(l.Stream, i)
 		s, err := l.JS.Stream(ctx, name)
 		if err != nil {
-			return fmt.Errorf("store: stream %s: %w", name, err)
+			return fmt.Errorf("eventlog: stream %s: %w", name, err)
 		}
 		streams[n], total = s, total+s.CachedInfo().State.LastSeq
 	}
@@ -126,12 +126,12 @@ func (l Log) readShard(ctx context.Context, i int, s jetstream.Stream, o ReadOpt
 	}
 	cons, err := l.JS.OrderedConsumer(ctx, s.CachedInfo().Config.Name, cfg)
 	if err != nil {
-		return fmt.Errorf("store: consumer: %w", err)
+		return fmt.Errorf("eventlog: consumer: %w", err)
 	}
 	// Read stops where the stream ended when it started, or earlier when
 	// the consumer reports no more matching messages pending.
 	if info, err := cons.Info(ctx); err != nil {
-		return fmt.Errorf("store: consumer info: %w", err)
+		return fmt.Errorf("eventlog: consumer info: %w", err)
 	} else if info.NumPending == 0 {
 		return nil
 	}
@@ -148,7 +148,7 @@ func (l Log) readShard(ctx context.Context, i int, s jetstream.Stream, o ReadOpt
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("store: read: %w", err)
+			return fmt.Errorf("eventlog: read: %w", err)
 		}
 		meta, err := msg.Metadata()
 		if err != nil {
@@ -180,7 +180,7 @@ func (l Log) Events(ctx context.Context, o ReadOptions, fn func(events.Event) er
 	return l.Read(ctx, o, func(m Message) error {
 		ev, err := events.DecodeAt(m.Data, m.Seq)
 		if err != nil {
-			return fmt.Errorf("store: seq %d: %w", m.Seq, err)
+			return fmt.Errorf("eventlog: seq %d: %w", m.Seq, err)
 		}
 		return fn(ev)
 	})
@@ -266,14 +266,16 @@ func InLineage(rootID string) func(events.Event) bool {
 	return func(ev events.Event) bool {
 		in, seen := member[ev.TaskID]
 		if !seen {
-			in = creationRoot(ev) == rootID
+			in = CreationRoot(ev) == rootID
 			member[ev.TaskID] = in
 		}
 		return in
 	}
 }
 
-func creationRoot(ev events.Event) string {
+// CreationRoot returns the root a task's creation names (its
+// TaskScheduled or AdmissionRejected), "" for any other event.
+func CreationRoot(ev events.Event) string {
 	switch p := ev.Data.(type) {
 	case events.TaskScheduled:
 		return p.Spec.RootID
@@ -367,11 +369,11 @@ func (l Log) followShard(ctx context.Context, i int, filters func(events.Subject
 		FilterSubjects: subs, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from,
 	})
 	if err != nil {
-		return fmt.Errorf("store: consumer: %w", err)
+		return fmt.Errorf("eventlog: consumer: %w", err)
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(followBatch))
 	if err != nil {
-		return fmt.Errorf("store: follow: %w", err)
+		return fmt.Errorf("eventlog: follow: %w", err)
 	}
 	defer it.Stop()
 	defer context.AfterFunc(ctx, it.Stop)()
@@ -381,7 +383,7 @@ func (l Log) followShard(ctx context.Context, i int, filters func(events.Subject
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("store: follow: %w", err)
+			return fmt.Errorf("eventlog: follow: %w", err)
 		}
 		meta, err := msg.Metadata()
 		if err != nil {
@@ -389,7 +391,7 @@ func (l Log) followShard(ctx context.Context, i int, filters func(events.Subject
 		}
 		ev, err := events.DecodeAt(msg.Data(), l.Shards.Position(i, meta.Sequence.Stream))
 		if err != nil {
-			return fmt.Errorf("store: seq %d of shard %d: %w", meta.Sequence.Stream, i, err)
+			return fmt.Errorf("eventlog: seq %d of shard %d: %w", meta.Sequence.Stream, i, err)
 		}
 		if err := fn(ev); err != nil {
 			return err

@@ -1,4 +1,4 @@
-package store
+package eventlog
 
 import (
 	"context"
@@ -18,13 +18,13 @@ var (
 	// event stream denies deletes, so a hole means the server dropped a
 	// message it could not read back (a damaged block file) or someone
 	// edited the files.
-	ErrEventsMissing = errors.New("store: events are missing from the log")
+	ErrEventsMissing = errors.New("eventlog: events are missing from the log")
 	// ErrLogTruncated: the log ends before the sequence of its saved
 	// chain head, so events it once held are gone (a cut block file).
-	ErrLogTruncated = errors.New("store: the log ends before its saved chain head")
+	ErrLogTruncated = errors.New("eventlog: the log ends before its saved chain head")
 	// ErrHeadMismatch: the message at the saved head's sequence is not
 	// the one that was there when the head was saved.
-	ErrHeadMismatch = errors.New("store: the log differs from its saved chain head")
+	ErrHeadMismatch = errors.New("eventlog: the log differs from its saved chain head")
 )
 
 // Head is a chain head: a stream sequence of the log and the SHA-256 of
@@ -56,7 +56,7 @@ func (h *Head) UnmarshalJSON(b []byte) error {
 	}
 	sum, err := hex.DecodeString(w.SHA256)
 	if err != nil || len(sum) != len(h.Hash) {
-		return fmt.Errorf("store: chain head: bad sha256 %q", w.SHA256)
+		return fmt.Errorf("eventlog: chain head: bad sha256 %q", w.SHA256)
 	}
 	h.Seq = events.Position(w.Seq)
 	copy(h.Hash[:], sum)
@@ -90,7 +90,7 @@ func (l Log) FirstSeq(ctx context.Context, i int) (uint64, error) {
 	name := l.Shards.Stream(l.Stream, i)
 	s, err := l.JS.Stream(ctx, name)
 	if err != nil {
-		return 0, fmt.Errorf("store: stream %s: %w", name, err)
+		return 0, fmt.Errorf("eventlog: stream %s: %w", name, err)
 	}
 	return max(s.CachedInfo().Config.FirstSeq, 1), nil
 }
@@ -101,7 +101,7 @@ func (l Log) lastOf(ctx context.Context, i int) (events.Position, error) {
 	name := l.Shards.Stream(l.Stream, i)
 	s, err := l.JS.Stream(ctx, name)
 	if err != nil {
-		return 0, fmt.Errorf("store: stream %s: %w", name, err)
+		return 0, fmt.Errorf("eventlog: stream %s: %w", name, err)
 	}
 	last := s.CachedInfo().State.LastSeq
 	if last == 0 {
@@ -126,7 +126,7 @@ func (l Log) lastOf(ctx context.Context, i int) (events.Position, error) {
 		}
 	}
 	if err != nil {
-		return 0, fmt.Errorf("store: last event: %w", err)
+		return 0, fmt.Errorf("eventlog: last event: %w", err)
 	}
 	return l.Shards.Position(i, last), nil
 }
@@ -147,14 +147,14 @@ func (l Log) HeadAt(ctx context.Context, pos events.Position) (Head, error) {
 	name := l.Shards.Stream(l.Stream, i)
 	s, err := l.JS.Stream(ctx, name)
 	if err != nil {
-		return Head{}, fmt.Errorf("store: stream %s: %w", name, err)
+		return Head{}, fmt.Errorf("eventlog: stream %s: %w", name, err)
 	}
 	if seq < s.CachedInfo().Config.FirstSeq {
 		return Head{}, nil // in a removed epoch (RemoveEpoch)
 	}
 	msg, err := s.GetMsg(ctx, seq)
 	if err != nil {
-		return Head{}, fmt.Errorf("store: chain head at %d: %w", pos, err)
+		return Head{}, fmt.Errorf("eventlog: chain head at %d: %w", pos, err)
 	}
 	return Head{Seq: pos, Hash: events.HashOf(msg.Data)}, nil
 }
@@ -210,7 +210,7 @@ func (l Log) Check(ctx context.Context, h Head) error {
 		name := l.Shards.Stream(l.Stream, i)
 		s, err := l.JS.Stream(ctx, name)
 		if err != nil {
-			return fmt.Errorf("store: stream %s: %w", name, err)
+			return fmt.Errorf("eventlog: stream %s: %w", name, err)
 		}
 		if st := s.CachedInfo().State; st.NumDeleted > 0 {
 			missing = append(missing, fmt.Errorf("%w: %d of sequences %d to %d of %s hold no message", ErrEventsMissing, st.NumDeleted, st.FirstSeq, st.LastSeq, name))
