@@ -12,20 +12,39 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/taskledger/taskledger/events"
 )
 
-// Config configures an Engine. JS is required by Run and Rebuild; an
+// Log is the log the engine folds, read in order: internal/eventlog's
+// Log is the one a server passes. Its methods are safe for concurrent
+// use.
+type Log interface {
+	// LastPositions returns the position of every part's last event, by
+	// part (0 for an empty part): what Run catches up to before it is
+	// ready. It must read the messages themselves: after a block file
+	// lost its tail, a stream's state may name a sequence whose message
+	// is gone, and the engine would wait for it forever.
+	LastPositions(ctx context.Context) ([]events.Position, error)
+	// FirstSeq returns the first stream sequence part's stream holds
+	// (past 1 once an epoch of its slot was removed).
+	FirstSeq(ctx context.Context, part int) (uint64, error)
+	// Tail calls fn, on the calling goroutine, with every message of
+	// part from stream sequence from in order, then with each one
+	// stored later, until ctx ends, fn fails or the read ends, and
+	// returns why. A failed read is passed to fn as err and the read
+	// goes on. heartbeat is the idle heartbeat of its consumer.
+	Tail(ctx context.Context, part int, from uint64, heartbeat time.Duration, fn func(pos events.Position, data []byte, err error) error) error
+}
+
+// Config configures an Engine. Log is required by Run and Rebuild; an
 // engine without it only folds the events given to Apply (offline tools).
 type Config struct {
-	JS       jetstream.JetStream
-	Stream   string          // event stream; default events.DefaultStream
-	Subjects events.Subjects // default events.DefaultSubjects
+	Log Log
 	// Shards says how many streams the log is spread over (docs/DESIGN.md,
-	// "Sharded log"); the engine follows every one. Default one.
+	// "Sharded log"); the engine follows every one. Default one. It is
+	// the layout of Log.
 	Shards events.Shards
 	Logger zerolog.Logger
 	// Snapshots, if set, is where the engine loads its state from on
@@ -35,13 +54,6 @@ type Config struct {
 	Snapshots        SnapshotStore
 	SnapshotEvery    uint64
 	SnapshotInterval time.Duration
-	// LastPositions, if set, gives Run the position of the last event
-	// stored in each shard, which it catches up to before it is ready;
-	// default the streams' states' last sequences. The node passes
-	// eventlog.Log.LastPositions: after a block file lost its tail, the
-	// state may name a sequence whose message is gone, and the engine
-	// would wait for it forever.
-	LastPositions func(ctx context.Context) ([]events.Position, error)
 	// AfterSnapshot, if set, is called after every snapshot written, with
 	// the positions it covers, by shard (with one shard: the sequence; the
 	// node saves the log's chain heads there).
@@ -56,7 +68,6 @@ type Config struct {
 // every projection. Reads are safe for concurrent use with Run.
 type Engine struct {
 	cfg Config
-	js  jetstream.JetStream
 
 	mu sync.RWMutex
 	v  *views
@@ -92,17 +103,10 @@ type Engine struct {
 	snapshotBusy atomic.Bool
 }
 
-// New returns an Engine that will read the stream through cfg.JS once
-// Run starts.
+// New returns an Engine that will read cfg.Log once Run starts.
 func New(cfg Config) (*Engine, error) {
-	if cfg.Snapshots != nil && cfg.JS == nil {
-		return nil, errors.New("projections: Config.Snapshots needs Config.JS")
-	}
-	if cfg.Stream == "" {
-		cfg.Stream = events.DefaultStream
-	}
-	if cfg.Subjects.Root == "" {
-		cfg.Subjects = events.DefaultSubjects
+	if cfg.Snapshots != nil && cfg.Log == nil {
+		return nil, errors.New("projections: Config.Snapshots needs Config.Log")
 	}
 	if cfg.SnapshotEvery == 0 {
 		cfg.SnapshotEvery = 100_000
@@ -113,7 +117,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Retain == 0 {
 		cfg.Retain = DefaultRetain
 	}
-	return &Engine{cfg: cfg, js: cfg.JS, v: newViews(cfg.Retain, cfg.Shards), kick: make(chan struct{}, 1), ready: make(chan struct{}),
+	return &Engine{cfg: cfg, v: newViews(cfg.Retain, cfg.Shards), kick: make(chan struct{}, 1), ready: make(chan struct{}),
 		queuedSig: make(map[string]chan struct{}), owned: make(map[events.Position]bool),
 		applied: make([]position, cfg.Shards.N()), wanted: make([]position, cfg.Shards.N())}, nil
 }
@@ -125,24 +129,6 @@ func (p *position) Load() events.Position     { return events.Position(p.v.Load(
 func (p *position) Store(pos events.Position) { p.v.Store(uint64(pos)) }
 func (p *position) CompareAndSwap(old, pos events.Position) bool {
 	return p.v.CompareAndSwap(uint64(old), uint64(pos))
-}
-
-// lastPositions returns the position of each shard's last event: from
-// Config.LastPositions, or from the streams' states.
-func (e *Engine) lastPositions(ctx context.Context) ([]events.Position, error) {
-	if e.cfg.LastPositions != nil {
-		return e.cfg.LastPositions(ctx)
-	}
-	last := make([]events.Position, e.cfg.Shards.N())
-	for i := range last {
-		name := e.cfg.Shards.Stream(e.cfg.Stream, i)
-		info, err := e.js.Stream(ctx, name)
-		if err != nil {
-			return nil, fmt.Errorf("stream %s: %w", name, err)
-		}
-		last[i] = e.cfg.Shards.Position(i, info.CachedInfo().State.LastSeq)
-	}
-	return last, nil
 }
 
 // skipRemoved moves the applied position of every part whose stream
@@ -170,12 +156,10 @@ func (e *Engine) firstSeqs(ctx context.Context) ([]uint64, error) {
 	}
 	firsts := make([]uint64, e.cfg.Shards.N())
 	for i := range firsts {
-		name := e.cfg.Shards.Stream(e.cfg.Stream, i)
-		info, err := e.js.Stream(ctx, name)
-		if err != nil {
-			return nil, fmt.Errorf("stream %s: %w", name, err)
+		var err error
+		if firsts[i], err = e.cfg.Log.FirstSeq(ctx, i); err != nil {
+			return nil, err
 		}
-		firsts[i] = info.CachedInfo().Config.FirstSeq
 	}
 	return firsts, nil
 }
@@ -202,10 +186,10 @@ func (e *Engine) foldsRemoved(ctx context.Context, applied []events.Position) (s
 // Run consumes the log until ctx ends, then returns nil. It returns
 // earlier only if the stream cannot be read.
 func (e *Engine) Run(ctx context.Context) error {
-	if e.js == nil {
-		return errors.New("projections: Config.JS is required to Run")
+	if e.cfg.Log == nil {
+		return errors.New("projections: Config.Log is required to Run")
 	}
-	target, err := e.lastPositions(ctx)
+	target, err := e.cfg.Log.LastPositions(ctx)
 	if err != nil {
 		return fmt.Errorf("projections: %w", err)
 	}

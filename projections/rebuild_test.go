@@ -305,7 +305,7 @@ func rebuildShards(t *testing.T, ns testnats.Namespace, shards events.Shards, la
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh := mustEngine(projections.Config{JS: js, Stream: ns.Stream, Subjects: ns.Subjects, Shards: shards, Logger: testLogger(t), Retain: retain})
+	fresh := mustEngine(projections.Config{Log: eventlog.Log{JS: js, Stream: ns.Stream, Subjects: ns.Subjects, Shards: shards}, Shards: shards, Logger: testLogger(t), Retain: retain})
 	run(t, fresh)
 	eventually(t, "rebuild caught up", func() bool { return fresh.CaughtUp() && fresh.Applied() == last })
 	return fresh

@@ -18,6 +18,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/store"
@@ -155,7 +156,7 @@ func settledTraffic(t *testing.T, r *running, n int) {
 // log up to last.
 func rebuiltDigest(t *testing.T, js jetstream.JetStream, ns testnats.Namespace, last uint64) string {
 	t.Helper()
-	e := mustEngine(projections.Config{JS: js, Stream: ns.Stream, Subjects: ns.Subjects})
+	e := mustEngine(projections.Config{Log: eventlog.Log{JS: js, Stream: ns.Stream, Subjects: ns.Subjects}})
 	if err := e.RebuildTo(context.Background(), []events.Position{events.Position(last)}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +334,7 @@ func TestSnapshotRecovery(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e := mustEngine(projections.Config{JS: js, Stream: longer.Stream, Subjects: longer.Subjects, Snapshots: scratch})
+		e := mustEngine(projections.Config{Log: eventlog.Log{JS: js, Stream: longer.Stream, Subjects: longer.Subjects}, Snapshots: scratch})
 		if err := e.RebuildTo(ctx, []events.Position{events.Position(otherLast)}, nil); err != nil {
 			t.Fatal(err)
 		}

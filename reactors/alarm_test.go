@@ -18,6 +18,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testlog"
@@ -59,7 +60,7 @@ func alStart(t *testing.T, ns testnats.Namespace, opts ...func(*store.Config)) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := mustEngine(projections.Config{JS: st.JetStream(), Stream: ns.Stream, Subjects: ns.Subjects, Logger: alLogger(t)})
+	eng := mustEngine(projections.Config{Log: eventlog.Log{JS: st.JetStream(), Stream: ns.Stream, Subjects: ns.Subjects}, Logger: alLogger(t)})
 	alGo(t, "engine", eng.Run)
 	alEventually(t, "engine caught up", eng.CaughtUp)
 	return &alProc{t: t, ns: ns, store: st, engine: eng, ready: reactors.ReadyPublisher{JS: st.JetStream(), Subjects: ns.Subjects, Stream: ready}}

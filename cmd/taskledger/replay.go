@@ -374,7 +374,7 @@ func rebuildCommand(ctx context.Context, args []string, stdout io.Writer) error 
 	if err != nil {
 		return err
 	}
-	eng, err := projections.New(projections.Config{JS: log.JS, Stream: off.nf.stream, Shards: log.Shards, Snapshots: snaps, Retain: *retain})
+	eng, err := projections.New(projections.Config{Log: log, Shards: log.Shards, Snapshots: snaps, Retain: *retain})
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/internal/lease"
 	"github.com/taskledger/taskledger/internal/ratelog"
@@ -192,9 +193,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	pcfg := projections.Config{
-		JS: st.JetStream(), Stream: cfg.Stream, Subjects: cfg.Subjects, Shards: st.Shards(), Logger: cfg.Logger,
+		Log: st.Log(), Shards: st.Shards(), Logger: cfg.Logger,
 		SnapshotEvery: cfg.SnapshotEvery, SnapshotInterval: cfg.SnapshotInterval, Retain: cfg.Retain,
-		LastPositions: st.Log().LastPositions,
 	}
 	var heads projections.SnapshotStore
 	if !cfg.NoSnapshots {
@@ -238,6 +238,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 
 // The ready publisher sends its notifications through the store's pipeline.
 var _ reactors.AckedPublisher = (*store.Store)(nil)
+
+// The engine reads the log through eventlog's one ordered reader.
+var _ projections.Log = eventlog.Log{}
 
 // build makes the parts on an open store and ready stream.
 func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Config, ready jetstream.Stream, leases *lease.Leases) (*Node, error) {
