@@ -13,60 +13,95 @@
 // (tl.conc.<customerId>.<keyId>) and one per schedule
 // (tl.sched.<customerId>.<scheduleId>). DenyDelete and DenyPurge make it
 // append-only at the server; no retention limit is set. Duplicate window
-// 2 minutes; direct get allowed (OpenPart).
+// 2 minutes; direct get allowed (OpenPart creates it so).
 //
 // # Sharded log
 //
 // One stream is one leader: every append of every customer goes through
-// the node that leads it. --shards K (default 1, at most MaxShards, as
-// every process follows every shard) spreads the log over K streams,
+// the node that leads it. --shards K (default 1, at most 64: MaxShards,
+// as every process follows every shard) spreads the log over K streams,
 // each with a leader of its own.
 //
-//   - Layout. K = 1 is one stream named --stream on tl.evt.>, tl.conc.>
-//     and tl.sched.>. With K > 1 shard i is the stream <stream>_<i> on the
-//     same subjects under the root tl.<i>: two streams of one account may
-//     not share a subject, and a subject then names its shard. Every
-//     shard has the event stream's settings. Ready notifications, the run
-//     bucket, the snapshot bucket, the lease bucket and the probe stream
-//     are not sharded.
+//   - Layout. K = 1 is the layout above: one stream named
+//     --stream (TASKLEDGER) on tl.evt.>, tl.conc.>, tl.sched.>. With K >
+//     1 shard i (0 ≤ i < K) is the stream <stream>_<i> on the same
+//     subjects under the root tl.<i> (tl.<i>.evt.<customerId>.<taskId>,
+//     tl.<i>.conc.…, tl.<i>.sched.…): two streams of one account may not
+//     share a subject, and a subject then names its shard. Every shard
+//     has the event stream's settings (append-only, duplicate window,
+//     replicas). Ready notifications, the run bucket, the snapshot
+//     bucket, the lease bucket and the probe stream are not sharded.
 //   - Routing (events.Shards, the one place that knows K). A task lives
 //     in shard FNV-1a(customerId "/" rootId) mod K, so a whole lineage
-//     shares one stream; a concurrency key's events in FNV-1a(customerId
-//     "/" keyId) mod K, a schedule's in FNV-1a(customerId "/" scheduleId)
-//     mod K.
-//   - Positions (events.Position). A stream sequence names a message only
-//     within its part, so everything above this package speaks of
-//     positions: sequence × N + part, N the number of parts (K without
-//     epochs). With one part a position is the sequence. Position.Part
-//     and Position.Seq turn one back into its part and stream sequence
-//     where JetStream needs one (the expected last subject sequence of an
-//     append, the start of a read). Two positions of one part compare as
-//     their sequences do; positions of different parts are not ordered.
-//   - Metadata. The layout is fixed when the log is created: the KV
-//     bucket <stream>_META (MetaBucket) holds the entry "shards"
-//     (Layout). AgreeLayout records it or refuses another one
-//     (ErrShardsMismatch). A log from before sharding has no entry and a
-//     stream named <stream>: it is K = 1. A log with <stream>_0 but no
-//     entry is refused: guessing could start a second log beside it.
-//     Offline tools read the layout with ReadShards.
+//     shares one stream: a child's creation, its ancestor checks and its
+//     report to its parent read and append within it. A concurrency
+//     key's events live in FNV-1a(customerId "/" keyId) mod K, a
+//     schedule's in FNV-1a(customerId "/" scheduleId) mod K: a key event
+//     and a schedule event carry their key's or schedule's id where a
+//     task event carries its task id, so the rule is one function of the
+//     event's customer and its "shard id" (the root for a task event).
+//   - Positions. A stream sequence names a message only within its
+//     shard, so everything above this package speaks of positions
+//     (events.Position): position = sequence × K + shard. With K = 1 a
+//     position is the sequence. An event's Seq, a task's LastSeq and FirstSeq, what
+//     WaitFor and the alarm wait for and the seq fields of the API are
+//     positions; Position.Part and Position.Seq turn them back into a shard and its stream
+//     sequence where JetStream needs one (the expected last subject
+//     sequence of an append, the start of a read). Two positions of one
+//     shard compare as their sequences do; positions of different shards
+//     are not ordered, so what waits for several writes waits for each
+//     shard's highest (a batch's answer), and a schedule's fire, whose
+//     run task may be in another shard, waits for the schedule's
+//     position.
+//   - Optimistic concurrency is unchanged: an append expects the last
+//     sequence of its subject, now within its shard's stream.
+//   - Metadata. K is fixed when the log is created: the KV bucket
+//     <stream>_META holds the entry shards ({"shards":K}). A start with
+//     another --shards is refused (ErrShardsMismatch from AgreeLayout, exit 1). A
+//     log from before sharding has no entry and a stream named <stream>:
+//     it is K = 1, recorded on its first start, with no migration step.
+//     A log with <stream>_0 but no entry (the bucket was lost) is
+//     refused by a start and by the offline tools alike, whatever K they
+//     name: guessing could start a second log beside it; restore the
+//     entry. Offline tools (replay, history) read K from the entry, so
+//     they take no --shards flag.
 //
 // # Epochs
 //
-// With epoch slots S > 0 (--epoch-slots, at most MaxEpochSlots; period
-// at least MinEpochPeriod) the K shards hold the log's concurrency keys
-// and schedules, and its tasks live in S slots of K streams each
-// (<stream>_s<s>_<i>), one epoch to a slot: part K×(1+s)+i is shard i of
-// slot s, and N = K×(1+S). The entry "epochs" of <stream>_META (Epochs)
-// records each slot's epoch, state (SlotOpen, SlotSealed, SlotFree) and
-// times, the current slot and the removed epochs; it changes only by
-// compare-and-set (UpdateEpochs). A new lineage starts in the current
-// slot and stays there for life. A slot whose epoch ended and whose
-// lineages all ended is sealed (SealSlot: JetStream's Sealed, immutable);
-// once archived, RemoveEpoch deletes its streams and creates them again
-// empty with FirstSeq after the removed sequences, so no position is
-// ever used twice, and frees the slot. A crash in between is finished by
-// running it again; OpenPart creates a missing stream of such a slot
-// from the recorded sequences.
+// The NATS server keeps an in-memory index entry for every subject a
+// stream holds, a few hundred bytes per task ever written, and a start
+// without a snapshot reads all history. Epochs bound both by the live
+// work: serve --epoch-slots S --epoch-period P (S from 2 to 16:
+// MaxEpochSlots; P at least MinEpochPeriod, default 30 days) gives a new
+// log S slots of K streams each for its tasks, one epoch to a slot.
+//
+//   - Layout. The K shards (<stream>_<i>, subjects tl.<i>.…) hold the
+//     log's concurrency keys and schedules, which live for as long as
+//     their customer uses them (their index entries grow with keys and
+//     schedules, not tasks). Slot s is the K streams <stream>_s<s>_<i>;
+//     events.Shards{K, Slots} numbers every stream as a part: shard i
+//     is part i, shard i of slot s part K×(1+s)+i, and positions are
+//     sequence × N + part with N = K×(1+S). The streams are named by
+//     slot, not by epoch, so every process follows a fixed set of
+//     streams and the projections' vector keeps its length.
+//   - Epochs. Epoch n is the period unix time ÷ P = n. The entry epochs
+//     of <stream>_META (Epochs) records each slot's epoch, state
+//     (open, sealed, free) and times, the current slot and the removed
+//     epochs; it changes only by compare-and-set (UpdateEpochs). A new lineage starts
+//     in the current slot (shard FNV-1a(customerId "/" rootId) mod K of
+//     it) and stays there for life: a child is appended in its root's
+//     part (the projections' Locate, else a direct get in each slot).
+//     Routing reads the epochs from memory; every node re-reads them
+//     each epoch check (--epoch-check, default P ÷ 10 between 100 ms and
+//     1 min).
+//
+// A slot whose epoch ended and whose lineages all ended is sealed
+// (SealSlot: JetStream's Sealed, immutable); once archived, RemoveEpoch
+// records each stream's next sequence in the slot, deletes each sealed
+// stream and creates it again empty and unsealed with FirstSeq at that
+// sequence, so no position is ever used twice, then frees the slot. A
+// crash in between is finished by running it again, and OpenPart creates
+// a missing stream of such a slot from the recorded sequences.
 //
 // # Appends
 //
@@ -79,12 +114,16 @@
 //
 // # Reading in order
 //
-// Log is the one ordered reader of the log. Read and Events read what the
+// Log is the one ordered reader of the log, for the projections (Tail,
+// through projections.Log), the live event stream (Follow), replay,
+// archives and the offline tools (Read). Read and Events read what the
 // streams hold now, part after part, each in its order; Follow reads
 // from a vector of positions (one a part) and keeps following, the
-// parts' events interleaving as they arrive. Task, Lineage and Customer
-// are Read with a subject filter. A Log needs no Store, so offline tools
-// read a log they have not opened for writing.
+// parts' events interleaving as they arrive; Tail is one part's raw
+// follow, each message with its position, for a reader that decodes
+// itself. Follow and Tail share one consumer loop. Task, Lineage and
+// Customer are Read with a subject filter. A Log needs no Store, so
+// offline tools read a log they have not opened for writing.
 //
 // # Chain heads
 //
