@@ -195,7 +195,7 @@ func TestSnapshotRecovery(t *testing.T) {
 	headAt := func(want uint64) {
 		t.Helper()
 		h, ok, err := node.LoadHead(ctx, js, ns.Stream)
-		if err != nil || !ok || h.Seq != events.Position(want) {
+		if err != nil || !ok || h.Pos != events.Position(want) {
 			t.Fatalf("chain head %+v (saved %v, %v), want one at %d", h, ok, err, want)
 		}
 		if err := first.Store.Log().Check(ctx, h); err != nil {

@@ -306,7 +306,7 @@ func TestHistory(t *testing.T) {
 		msgs, _ := readAll(t, l.js, l.ns.Stream)
 		stored := map[events.Position]time.Time{}
 		for _, m := range msgs {
-			stored[m.Seq] = m.Time
+			stored[m.Pos] = m.Time
 		}
 		since := stored[rootEntries[5].Seq]
 		var want []events.Position

@@ -36,7 +36,7 @@ func readAll(t testing.TB, js jetstream.JetStream, stream string) ([]eventlog.Me
 	var evs []events.Event
 	err := eventlog.Log{JS: js, Stream: stream}.Read(context.Background(), eventlog.ReadOptions{}, func(m eventlog.Message) error {
 		msgs = append(msgs, m)
-		ev, err := events.DecodeAt(m.Data, m.Seq)
+		ev, err := events.DecodeAt(m.Data, m.Pos)
 		if err != nil {
 			ev = events.Event{}
 		}
@@ -58,7 +58,7 @@ func logOf(js jetstream.JetStream, ns testnats.Namespace) eventlog.Log {
 func verifyLog(ctx context.Context, log eventlog.Log, progress func(seq, last uint64)) (replay.Report, error) {
 	v := replay.NewVerifier(log.Subjects)
 	err := log.Read(ctx, eventlog.ReadOptions{Progress: progress}, func(m eventlog.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
+		v.Add(m.Pos, m.Subject, m.Data)
 		return nil
 	})
 	return v.Report(), err

@@ -54,10 +54,10 @@ func TestVerifyShardedLog(t *testing.T) {
 		v := replay.NewVerifier(n.Store.Subjects())
 		v.Shard(shards)
 		for _, h := range expect {
-			v.ExpectHead(h.Seq, h.Hash)
+			v.ExpectHead(h.Pos, h.Hash)
 		}
 		err := n.Store.Log().Read(ctx, eventlog.ReadOptions{}, func(m eventlog.Message) error {
-			v.Add(m.Seq, m.Subject, m.Data)
+			v.Add(m.Pos, m.Subject, m.Data)
 			return nil
 		})
 		if err != nil {
@@ -71,10 +71,10 @@ func TestVerifyShardedLog(t *testing.T) {
 	changed := heads[2]
 	changed.Hash[0] ^= 1
 	beyond := heads[1]
-	beyond.Seq += 3 * 10 // ten sequences past shard 1's end
+	beyond.Pos += 3 * 10 // ten sequences past shard 1's end
 	r := verify(heads[0], beyond, changed)
-	if len(r.Violations) != 2 || r.Violations[0].Kind != replay.HeadMismatch || r.Violations[0].Seq != changed.Seq ||
-		r.Violations[1].Kind != replay.Truncated || r.Violations[1].Seq != beyond.Seq {
+	if len(r.Violations) != 2 || r.Violations[0].Kind != replay.HeadMismatch || r.Violations[0].Seq != changed.Pos ||
+		r.Violations[1].Kind != replay.Truncated || r.Violations[1].Seq != beyond.Pos {
 		t.Fatalf("violations %+v, want the changed head of shard 2 and the truncation of shard 1", r.Violations)
 	}
 }
@@ -114,7 +114,7 @@ func TestVerifyShardedKeys(t *testing.T) {
 	v := replay.NewVerifier(n.Store.Subjects())
 	v.Shard(n.Store.Shards())
 	if err := n.Store.Log().Read(ctx, eventlog.ReadOptions{}, func(m eventlog.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
+		v.Add(m.Pos, m.Subject, m.Data)
 		return nil
 	}); err != nil {
 		t.Fatal(err)

@@ -622,7 +622,7 @@ func TestVerifyChecksTheLogsEnd(t *testing.T) {
 	}
 	verify := func(seqs []uint64, head eventlog.Head) []string {
 		v := replay.NewVerifier(subjects)
-		v.ExpectHead(head.Seq, head.Hash)
+		v.ExpectHead(head.Pos, head.Hash)
 		for _, seq := range seqs {
 			v.Add(events.Position(seq), subjects.Event("c1", "t1"), msgs[seq-1])
 		}
@@ -632,7 +632,7 @@ func TestVerifyChecksTheLogsEnd(t *testing.T) {
 		}
 		return kinds
 	}
-	tail := eventlog.Head{Seq: 3, Hash: events.HashOf(msgs[2])}
+	tail := eventlog.Head{Pos: 3, Hash: events.HashOf(msgs[2])}
 	for _, tt := range []struct {
 		name string
 		seqs []uint64
@@ -643,8 +643,8 @@ func TestVerifyChecksTheLogsEnd(t *testing.T) {
 		{"NoHead", []uint64{1, 2, 3}, eventlog.Head{}, nil},
 		{"DeletedEvent", []uint64{1, 3}, tail, []string{replay.Missing, replay.Gap, replay.BrokenLink, replay.IllegalEvent}},
 		{"CutTail", []uint64{1, 2}, tail, []string{replay.Truncated}},
-		{"OtherHead", []uint64{1, 2, 3}, eventlog.Head{Seq: 3, Hash: events.HashOf(msgs[1])}, []string{replay.HeadMismatch}},
-		{"HeadDeleted", []uint64{1, 2, 4}, eventlog.Head{Seq: 3, Hash: events.HashOf(msgs[2])}, nil},
+		{"OtherHead", []uint64{1, 2, 3}, eventlog.Head{Pos: 3, Hash: events.HashOf(msgs[1])}, []string{replay.HeadMismatch}},
+		{"HeadDeleted", []uint64{1, 2, 4}, eventlog.Head{Pos: 3, Hash: events.HashOf(msgs[2])}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -652,7 +652,7 @@ func TestVerifyChecksTheLogsEnd(t *testing.T) {
 				// Sequence 4 carries the third event: 3 is missing, and so
 				// is the message of the head saved there.
 				v := replay.NewVerifier(subjects)
-				v.ExpectHead(tt.head.Seq, tt.head.Hash)
+				v.ExpectHead(tt.head.Pos, tt.head.Hash)
 				for i, seq := range tt.seqs {
 					v.Add(events.Position(seq), subjects.Event("c1", "t1"), msgs[i])
 				}

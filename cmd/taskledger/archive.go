@@ -112,7 +112,7 @@ func printParts(w io.Writer, m archive.Manifest) {
 	for _, p := range m.Parts {
 		fmt.Fprintf(w, "part %d %s: sequences %d to %d, %d events, %d bytes", p.Part, p.Stream, p.FirstSeq, p.LastSeq, p.Count, p.Bytes)
 		if p.Head != nil {
-			fmt.Fprintf(w, ", chain head %d sha256 %x", p.Head.Seq, p.Head.Hash)
+			fmt.Fprintf(w, ", chain head %d sha256 %x", p.Head.Pos, p.Head.Hash)
 		}
 		fmt.Fprintln(w)
 	}

@@ -274,10 +274,10 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 	for _, head := range heads {
-		v.ExpectHead(head.Seq, head.Hash)
+		v.ExpectHead(head.Pos, head.Hash)
 	}
 	err := read(func(m eventlog.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
+		v.Add(m.Pos, m.Subject, m.Data)
 		return nil
 	})
 	report := v.Report()
@@ -295,7 +295,7 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "%d events, %d tasks, %d violations\n", report.Events, report.Tasks, len(report.Violations))
 		for _, head := range heads {
-			fmt.Fprintf(stdout, "saved chain head: sequence %d, sha256 %x\n", head.Seq, head.Hash)
+			fmt.Fprintf(stdout, "saved chain head: sequence %d, sha256 %x\n", head.Pos, head.Hash)
 		}
 	}
 	if !report.Clean() {

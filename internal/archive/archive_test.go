@@ -164,10 +164,10 @@ func verifyReport(t *testing.T, subjects events.Subjects, shards events.Shards, 
 	v := replay.NewVerifier(subjects)
 	v.Shard(shards)
 	for _, h := range heads {
-		v.ExpectHead(h.Seq, h.Hash)
+		v.ExpectHead(h.Pos, h.Hash)
 	}
 	if err := read(func(m eventlog.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
+		v.Add(m.Pos, m.Subject, m.Data)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -472,7 +472,7 @@ func removeEvent(t *testing.T, d string, m Manifest) {
 		if !ok {
 			break
 		}
-		msgs = append(msgs, eventlog.Message{Seq: events.Position(rec.seq), Subject: rec.subject, Data: rec.data, Time: rec.time})
+		msgs = append(msgs, eventlog.Message{Pos: events.Position(rec.seq), Subject: rec.subject, Data: rec.data, Time: rec.time})
 	}
 	r.close()
 	drop := -1
@@ -502,7 +502,7 @@ func removeEvent(t *testing.T, d string, m Manifest) {
 	}
 	p.Count, p.LastSeq, p.Bytes, p.SHA256 = p.Count-1, p.LastSeq-1, int64(len(out)), Sum(sha256.Sum256(out))
 	head := *p.Head
-	head.Seq = events.Position(p.LastSeq)
+	head.Pos = events.Position(p.LastSeq)
 	p.Head = &head
 	m.Parts = []Part{p}
 	writeManifest(t, d, m)

@@ -50,7 +50,7 @@ func CheckLive(ctx context.Context, log eventlog.Log, m Manifest) error {
 			return fmt.Errorf("archive: part %d: %w", p.Part, err)
 		}
 		if p.Head == nil || head != *p.Head {
-			return fmt.Errorf("%w: part %d: the live chain head at position %d is not the archive's", ErrLiveMismatch, p.Part, head.Seq)
+			return fmt.Errorf("%w: part %d: the live chain head at position %d is not the archive's", ErrLiveMismatch, p.Part, head.Pos)
 		}
 	}
 	return nil

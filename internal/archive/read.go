@@ -99,7 +99,7 @@ func (m Manifest) check() error {
 			return bad("part %d is empty but names sequences or a head", p.Part)
 		case p.Count > 0 && (p.FirstSeq == 0 || p.LastSeq < p.FirstSeq || p.LastSeq-p.FirstSeq+1 != p.Count):
 			return bad("part %d: %d events do not fill sequences %d to %d", p.Part, p.Count, p.FirstSeq, p.LastSeq)
-		case p.Count > 0 && (p.Head == nil || p.Head.Seq != shards.Position(p.Part, p.LastSeq)):
+		case p.Count > 0 && (p.Head == nil || p.Head.Pos != shards.Position(p.Part, p.LastSeq)):
 			return bad("part %d: no chain head at its last event", p.Part)
 		}
 	}
@@ -247,7 +247,7 @@ func (a *Archive) scanPart(ctx context.Context, p Part, fn func(Part, record) er
 // stream order, as eventlog.Log.Read does: a message's Seq is its position.
 func (a *Archive) Read(ctx context.Context, fn func(eventlog.Message) error) error {
 	return a.scan(ctx, nil, func(p Part, rec record) error {
-		return fn(eventlog.Message{Seq: a.shards.Position(p.Part, rec.seq), Subject: rec.subject, Data: rec.data, Time: rec.time})
+		return fn(eventlog.Message{Pos: a.shards.Position(p.Part, rec.seq), Subject: rec.subject, Data: rec.data, Time: rec.time})
 	})
 }
 
@@ -255,9 +255,9 @@ func (a *Archive) Read(ctx context.Context, fn func(eventlog.Message) error) err
 // decode ends the read with its position in the error.
 func (a *Archive) Events(ctx context.Context, fn func(events.Event) error) error {
 	return a.Read(ctx, func(m eventlog.Message) error {
-		ev, err := events.DecodeAt(m.Data, m.Seq)
+		ev, err := events.DecodeAt(m.Data, m.Pos)
 		if err != nil {
-			return fmt.Errorf("archive: seq %d: %w", m.Seq, err)
+			return fmt.Errorf("archive: seq %d: %w", m.Pos, err)
 		}
 		return fn(ev)
 	})

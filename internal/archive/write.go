@@ -161,7 +161,7 @@ func (w *partWriter) write(ctx context.Context, p int, info *jetstream.StreamInf
 	var rec []byte
 	var last events.Hash // of the last message's stored bytes
 	err = w.log.Read(ctx, eventlog.ReadOptions{Shards: []int{p}}, func(msg eventlog.Message) error {
-		_, seq := w.log.Shards.Split(msg.Seq)
+		_, seq := w.log.Shards.Split(msg.Pos)
 		switch {
 		case pm.Count > 0 && seq != pm.LastSeq+1:
 			return fmt.Errorf("%w: part %d: sequences %d to %d hold no message", ErrIncomplete, p, pm.LastSeq+1, seq-1)

@@ -34,6 +34,8 @@ type DirectGetter struct {
 	waiting map[string]chan *nats.Msg
 }
 
+// NewDirectGetter returns a DirectGetter of stream on nc, subscribed to
+// its replies' inbox; Close ends the subscription.
 func NewDirectGetter(nc *nats.Conn, stream string) (*DirectGetter, error) {
 	g := &DirectGetter{
 		nc:      nc,
@@ -63,6 +65,7 @@ func (g *DirectGetter) route(m *nats.Msg) {
 	}
 }
 
+// Close ends g's reply subscription. It does not close the connection.
 func (g *DirectGetter) Close() error { return g.sub.Unsubscribe() }
 
 type directGetRequest struct {
@@ -71,7 +74,7 @@ type directGetRequest struct {
 	Batch   int    `json:"batch,omitempty"`
 }
 
-// fetch calls fn for every message on subject (wildcards allowed) from
+// Fetch calls fn for every message on subject (wildcards allowed) from
 // stream sequence from on, in order, with the message's stream sequence.
 func (g *DirectGetter) Fetch(ctx context.Context, subject string, from uint64, fn func(seq uint64, data []byte) error) error {
 	req, _ := json.Marshal(directGetRequest{Seq: from, NextFor: subject, Batch: batchSize})
@@ -151,10 +154,10 @@ func (g *DirectGetter) receive(ctx context.Context, ch chan *nats.Msg, fn func(u
 	}
 }
 
-// fetchCurrent is fetch for a replicated stream. Any replica answers a
+// FetchCurrent is Fetch for a replicated stream. Any replica answers a
 // direct get, and a follower may not have applied the latest appends yet,
 // so a read right after an acknowledged append (from this process or
-// another) could miss it. fetchCurrent asks the stream leader for the
+// another) could miss it. FetchCurrent asks the stream leader for the
 // subject's last sequence and reads from the leader whatever the replica
 // lacked, so it returns every message acknowledged before it was called.
 func (g *DirectGetter) FetchCurrent(ctx context.Context, subject string, from uint64, fn func(seq uint64, data []byte) error) error {
@@ -179,16 +182,18 @@ func (g *DirectGetter) FetchCurrent(ctx context.Context, subject string, from ui
 	return err
 }
 
-// leaderAttempt bounds one request of leaderGet.
+// leaderAttempt bounds one request of LeaderGet.
 const leaderAttempt = 500 * time.Millisecond
 
+// LeaderGetRequest is a leader message get: the message at Seq, the last
+// one on LastFor, or the first on NextFor at or after Seq.
 type LeaderGetRequest struct {
 	Seq     uint64 `json:"seq,omitempty"`
 	LastFor string `json:"last_by_subj,omitempty"`
 	NextFor string `json:"next_by_subj,omitempty"`
 }
 
-// nextMsg reads the first message on subject at or after sequence from with
+// NextMsg reads the first message on subject at or after sequence from with
 // one direct get (no batch: the server skips counting what is pending,
 // which costs more than the read on a large stream); ok is false when
 // there is none.
@@ -211,7 +216,7 @@ func (g *DirectGetter) NextMsg(ctx context.Context, subject string, from uint64)
 	return seq, msg.Data, true, nil
 }
 
-// leaderGet reads one message with the stream leader's message get; ok is
+// LeaderGet reads one message with the stream leader's message get; ok is
 // false when no message matches.
 func (g *DirectGetter) LeaderGet(ctx context.Context, req LeaderGetRequest) (seq uint64, data []byte, ok bool, err error) {
 	body, _ := json.Marshal(req)

@@ -12,7 +12,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 )
 
-// Epochs (docs/DESIGN.md, "Epochs"): with Config.EpochSlots S > 0 the
+// Epochs (the package doc, "Epochs"): with S epoch slots > 0 the
 // log's tasks live in S slots of K streams each, one epoch to a slot. New
 // lineages start in the current epoch's slot and stay in it for life. An
 // epoch whose period is over and whose tasks are all terminal is sealed;
@@ -204,7 +204,7 @@ func SealSlot(ctx context.Context, js jetstream.JetStream, stream string, shards
 // cluster and frees its slot. Each shard's stream is created again,
 // empty, starting at the sequence after its last, so no position is ever
 // used twice; those sequences are recorded first, so RemoveEpoch (or
-// Open) run again after a crash in between finishes the same way. The
+// OpenPart) run again after a crash in between finishes the same way. The
 // caller checked that an archive of the epoch is complete
 // (archive.CheckLive).
 func RemoveEpoch(ctx context.Context, log Log, n int64) error {

@@ -27,14 +27,14 @@ var (
 	ErrHeadMismatch = errors.New("eventlog: the log differs from its saved chain head")
 )
 
-// Head is a chain head: a stream sequence of the log and the SHA-256 of
+// Head is a chain head: a position of the log and the SHA-256 of
 // the message stored there. Saved from time to time (with every
 // projection snapshot and at clean shutdown), it lets a later reader tell
 // a log that lost its tail from one that simply ended: every task's
 // events are chained by their hashes, but the last events of the stream
 // have no successor to vouch for them.
 type Head struct {
-	Seq  events.Position // the head's log position
+	Pos  events.Position // the head's log position
 	Hash events.Hash
 }
 
@@ -45,7 +45,7 @@ type wireHead struct {
 
 // MarshalJSON implements json.Marshaler: {"seq": N, "sha256": "hex"}.
 func (h Head) MarshalJSON() ([]byte, error) {
-	return json.Marshal(wireHead{Seq: uint64(h.Seq), SHA256: hex.EncodeToString(h.Hash[:])})
+	return json.Marshal(wireHead{Seq: uint64(h.Pos), SHA256: hex.EncodeToString(h.Hash[:])})
 }
 
 // UnmarshalJSON implements json.Unmarshaler.
@@ -58,7 +58,7 @@ func (h *Head) UnmarshalJSON(b []byte) error {
 	if err != nil || len(sum) != len(h.Hash) {
 		return fmt.Errorf("eventlog: chain head: bad sha256 %q", w.SHA256)
 	}
-	h.Seq = events.Position(w.Seq)
+	h.Pos = events.Position(w.Seq)
 	copy(h.Hash[:], sum)
 	return nil
 }
@@ -133,8 +133,7 @@ func (l Log) lastOf(ctx context.Context, i int) (events.Position, error) {
 
 // HeadAt returns the chain head at position pos, or at shard 0's last
 // event when pos is 0. An empty shard, and a position of a removed
-// epoch, have the zero Head. A Head's Seq is
-// a position.
+// epoch, have the zero Head.
 func (l Log) HeadAt(ctx context.Context, pos events.Position) (Head, error) {
 	l = l.withDefaults()
 	if pos == 0 {
@@ -156,7 +155,7 @@ func (l Log) HeadAt(ctx context.Context, pos events.Position) (Head, error) {
 	if err != nil {
 		return Head{}, fmt.Errorf("eventlog: chain head at %d: %w", pos, err)
 	}
-	return Head{Seq: pos, Hash: events.HashOf(msg.Data)}, nil
+	return Head{Pos: pos, Hash: events.HashOf(msg.Data)}, nil
 }
 
 // HeadsAt returns the chain head at each of positions (nil: at every
@@ -177,7 +176,7 @@ func (l Log) HeadsAt(ctx context.Context, positions []events.Position) ([]Head, 
 		if err != nil {
 			return nil, err
 		}
-		if h.Seq != 0 {
+		if h.Pos != 0 {
 			heads = append(heads, h)
 		}
 	}
@@ -216,7 +215,7 @@ func (l Log) Check(ctx context.Context, h Head) error {
 			missing = append(missing, fmt.Errorf("%w: %d of sequences %d to %d of %s hold no message", ErrEventsMissing, st.NumDeleted, st.FirstSeq, st.LastSeq, name))
 		}
 	}
-	if h.Seq == 0 {
+	if h.Pos == 0 {
 		return errors.Join(missing...)
 	}
 	return errors.Join(append(missing, l.checkHead(ctx, h))...)
@@ -226,7 +225,7 @@ func (l Log) Check(ctx context.Context, h Head) error {
 // holds it, else an error wrapping ErrLogTruncated or ErrHeadMismatch,
 // or the read's error.
 func (l Log) checkHead(ctx context.Context, h Head) error {
-	shard, seq := l.Shards.Split(h.Seq)
+	shard, seq := l.Shards.Split(h.Pos)
 	if first, err := l.FirstSeq(ctx, shard); err != nil || seq < first {
 		return err // a head in a removed epoch: its archive holds it
 	}
@@ -234,12 +233,12 @@ func (l Log) checkHead(ctx context.Context, h Head) error {
 	if err != nil {
 		return err
 	}
-	if last < h.Seq {
-		return fmt.Errorf("%w: the last event is at sequence %d, the head saved at %d", ErrLogTruncated, last, h.Seq)
-	} else if got, err := l.HeadAt(ctx, h.Seq); err != nil {
+	if last < h.Pos {
+		return fmt.Errorf("%w: the last event is at sequence %d, the head saved at %d", ErrLogTruncated, last, h.Pos)
+	} else if got, err := l.HeadAt(ctx, h.Pos); err != nil {
 		return fmt.Errorf("%w: %w", ErrHeadMismatch, err)
 	} else if got.Hash != h.Hash {
-		return fmt.Errorf("%w: the message at sequence %d is not the one saved", ErrHeadMismatch, h.Seq)
+		return fmt.Errorf("%w: the message at sequence %d is not the one saved", ErrHeadMismatch, h.Pos)
 	}
 	return nil
 }

@@ -12,9 +12,11 @@ import (
 	"github.com/taskledger/taskledger/events"
 )
 
-// ErrShardsMismatch is returned (wrapped) by Open when the log was
-// created with another number of shards than Config.Shards asks for: K
-// is fixed when the log is created (docs/DESIGN.md, "Sharded log").
+// ErrShardsMismatch is returned (wrapped) by AgreeLayout (and so by
+// store.Open) when the log was created with another layout than the one
+// asked for, and by ReadShards when a sharded log lost its layout entry:
+// the layout is fixed when the log is created (the package doc, "Sharded
+// log").
 var ErrShardsMismatch = errors.New("eventlog: the log has another number of shards")
 
 // MaxShards is the most shards a log may have: each is a stream with a
@@ -34,7 +36,7 @@ const (
 	MinEpochPeriod = time.Second
 )
 
-// layout is the stored form of the shards entry: the number of shards
+// Layout is the stored form of the shards entry: the number of shards
 // and, for a log with epochs, its slots and period.
 type Layout struct {
 	Shards int           `json:"shards"`

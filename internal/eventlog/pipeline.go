@@ -77,7 +77,7 @@ func NewPipeline(nc *nats.Conn, maxPending int, timeout time.Duration) (*Pipelin
 	return p, nil
 }
 
-// close ends the subscription and the status watch; appends still
+// Close ends the subscription and the status watch; appends still
 // awaiting acks time out.
 func (p *Pipeline) Close() error {
 	p.nc.RemoveStatusListener(p.status) // closes p.status: watch returns
@@ -86,7 +86,7 @@ func (p *Pipeline) Close() error {
 
 // watch fails every append awaiting an ack when the connection is lost:
 // its ack will not come. It returns once the connection is closed or
-// close removed its listener.
+// Close removed its listener.
 func (p *Pipeline) watch() {
 	for status := range p.status {
 		p.mu.Lock()
@@ -109,7 +109,7 @@ const (
 	noResponderWait    = 250 * time.Millisecond
 )
 
-// publish sends msg (its Reply is set here) and waits for its ack, for
+// Publish sends msg (its Reply is set here) and waits for its ack, for
 // room in the pipeline, or for ctx, within the write timeout; it returns
 // the stream sequence the ack names, the server's error
 // (*jetstream.APIError), nats.ErrNoResponders, ErrAckTimeout, or the

@@ -13,7 +13,7 @@ import (
 
 // Message is one stored message of the log.
 type Message struct {
-	Seq     events.Position // the message's log position
+	Pos     events.Position // the message's log position
 	Subject string
 	Data    []byte
 	Time    time.Time
@@ -40,7 +40,7 @@ type ReadOptions struct {
 // Log reads the event streams in log order: whole, by task, by lineage or
 // by customer. It needs no Store, so offline tools read a log they have
 // not opened for writing (ReadShards gives them Shards). A sharded log is
-// read shard after shard, each in its order; a message's Seq is its
+// read shard after shard, each in its order; a message's Pos is its
 // position. It is safe for concurrent use.
 type Log struct {
 	JS       jetstream.JetStream
@@ -158,7 +158,7 @@ func (l Log) readShard(ctx context.Context, i int, s jetstream.Stream, o ReadOpt
 		if seq > last {
 			break
 		}
-		if err := fn(Message{Seq: l.Shards.Position(i, seq), Subject: msg.Subject(), Data: msg.Data(), Time: meta.Timestamp}); err != nil {
+		if err := fn(Message{Pos: l.Shards.Position(i, seq), Subject: msg.Subject(), Data: msg.Data(), Time: meta.Timestamp}); err != nil {
 			return err
 		}
 		if o.Progress != nil && seq%50000 == 0 {
@@ -178,9 +178,9 @@ func (l Log) readShard(ctx context.Context, i int, s jetstream.Stream, o ReadOpt
 // that does not decode ends the read with its sequence in the error.
 func (l Log) Events(ctx context.Context, o ReadOptions, fn func(events.Event) error) error {
 	return l.Read(ctx, o, func(m Message) error {
-		ev, err := events.DecodeAt(m.Data, m.Seq)
+		ev, err := events.DecodeAt(m.Data, m.Pos)
 		if err != nil {
-			return fmt.Errorf("eventlog: seq %d: %w", m.Seq, err)
+			return fmt.Errorf("eventlog: seq %d: %w", m.Pos, err)
 		}
 		return fn(ev)
 	})

@@ -110,8 +110,8 @@ func TestConcurrencyTwoSchedulers(t *testing.T) {
 	holders, active := map[string]bool{}, map[string]bool{}
 	maxHolders, maxActive, succeeded, retried := 0, 0, 0, 0
 	err := eventlog.Log{JS: st.JetStream(), Stream: st.Config().Stream, Subjects: st.Subjects()}.Read(ctx, eventlog.ReadOptions{}, func(m eventlog.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
-		ev, err := events.DecodeAt(m.Data, m.Seq)
+		v.Add(m.Pos, m.Subject, m.Data)
+		ev, err := events.DecodeAt(m.Data, m.Pos)
 		if err != nil {
 			return err
 		}

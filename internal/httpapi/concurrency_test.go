@@ -245,7 +245,7 @@ func verifyStore(t *testing.T, b *bundle) {
 	st := b.node.Store
 	v := replay.NewVerifier(st.Subjects())
 	err := eventlog.Log{JS: st.JetStream(), Stream: st.Config().Stream, Subjects: st.Subjects()}.Read(context.Background(), eventlog.ReadOptions{}, func(m eventlog.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
+		v.Add(m.Pos, m.Subject, m.Data)
 		return nil
 	})
 	if err != nil {

@@ -245,8 +245,8 @@ func TestTimerPartitionsTwoOwners(t *testing.T) {
 	counts := map[string]map[events.Type]int{}
 	actors := map[string]int{}
 	err := eventlog.Log{JS: st.JetStream(), Stream: st.Config().Stream, Subjects: st.Subjects()}.Read(context.Background(), eventlog.ReadOptions{}, func(m eventlog.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
-		ev, err := events.DecodeAt(m.Data, m.Seq)
+		v.Add(m.Pos, m.Subject, m.Data)
+		ev, err := events.DecodeAt(m.Data, m.Pos)
 		if err != nil {
 			return err
 		}

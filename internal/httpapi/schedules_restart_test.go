@@ -21,7 +21,7 @@ func verifyClean(t *testing.T, n *testnode.Node) replay.Report {
 	t.Helper()
 	v := replay.NewVerifier(n.NS.Subjects)
 	err := n.Store.Log().Read(context.Background(), eventlog.ReadOptions{}, func(m eventlog.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
+		v.Add(m.Pos, m.Subject, m.Data)
 		return nil
 	})
 	if err != nil {

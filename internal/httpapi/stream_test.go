@@ -156,8 +156,8 @@ func logSeqs(t *testing.T, n *node.Node, last uint64) []uint64 {
 	t.Helper()
 	var out []uint64
 	err := n.Store.Log().Read(context.Background(), eventlog.ReadOptions{}, func(m eventlog.Message) error {
-		if uint64(m.Seq) <= last {
-			out = append(out, uint64(m.Seq))
+		if uint64(m.Pos) <= last {
+			out = append(out, uint64(m.Pos))
 		}
 		return nil
 	})

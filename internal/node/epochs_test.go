@@ -258,7 +258,7 @@ func verifyClean(t *testing.T, ctx context.Context, log eventlog.Log) {
 		v.StartAt(i, first)
 	}
 	if err := log.Read(ctx, eventlog.ReadOptions{}, func(m eventlog.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
+		v.Add(m.Pos, m.Subject, m.Data)
 		return nil
 	}); err != nil {
 		t.Fatal(err)

@@ -259,7 +259,7 @@ func fullDiskRecovers(t *testing.T, disk *fullDisk) {
 	}
 	v := replay.NewVerifier(events.DefaultSubjects)
 	err = n.Store.Log().Read(ctx, eventlog.ReadOptions{}, func(m eventlog.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
+		v.Add(m.Pos, m.Subject, m.Data)
 		return nil
 	})
 	if report := v.Report(); err != nil || !report.Clean() {

@@ -320,7 +320,7 @@ func (s *Store) replay(ctx context.Context, taskID string, fn func(events.Event)
 }
 
 // taskParts returns the parts that may hold tasks: every part without
-// epochs, else those of every slot (slotsToRead).
+// epochs, else those of every slot (Epochs.SlotsToRead).
 func (s *Store) taskParts() []int {
 	if s.shards.Slots == 0 {
 		return s.shards.SlotParts(-1) // the shards
@@ -515,7 +515,7 @@ func (s *Store) state(ctx context.Context, taskID string, fresh bool, cmd aggreg
 
 // loadCreated returns the state of task taskID of customerID rooted at
 // rootID from the epoch slot that holds it, if one does: one direct get
-// per slot, in the root's shard (every slot: see slotsToRead).
+// per slot, in the root's shard (every slot: see Epochs.SlotsToRead).
 func (s *Store) loadCreated(ctx context.Context, taskID, customerID, rootID string) (aggregate.State, error) {
 	var st aggregate.State
 	for _, slot := range s.Epochs().SlotsToRead() {

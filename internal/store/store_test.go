@@ -633,7 +633,7 @@ func TestScheduleEventsOnTheirSubject(t *testing.T) {
 	n := 0
 	err = st.Log().Read(ctx, eventlog.ReadOptions{}, func(m eventlog.Message) error {
 		if want := st.Subjects().Schedule("acme", "s1"); m.Subject != want {
-			t.Errorf("seq %d on %s, want %s", m.Seq, m.Subject, want)
+			t.Errorf("seq %d on %s, want %s", m.Pos, m.Subject, want)
 		}
 		n++
 		return nil
