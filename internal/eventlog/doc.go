@@ -121,7 +121,7 @@
 // from a vector of positions (one a part) and keeps following, the
 // parts' events interleaving as they arrive; Tail is one part's raw
 // follow, each message with its position, for a reader that decodes
-// itself. Follow and Tail share one consumer loop. Task, Lineage and
+// itself. Read, Follow and Tail share one consumer loop. Task, Lineage and
 // Customer are Read with a subject filter. A Log needs no Store, so
 // offline tools read a log they have not opened for writing.
 //

@@ -88,14 +88,11 @@ func (l Log) followShard(ctx context.Context, i int, filters func(events.Subject
 	if len(subs) == 0 {
 		subs = []string{subjects.Events()}
 	}
-	o := followOptions{filters: subs, pull: jetstream.PullMaxMessages(followBatch)}
-	return l.followPart(ctx, i, from, o, func(pos events.Position, data []byte, err error) error {
+	o := followOptions{filters: subs, pull: []jetstream.PullMessagesOpt{jetstream.PullMaxMessages(followBatch)}}
+	return l.followPart(ctx, i, from, o, func(msg jetstream.Msg, seq uint64, _ error) error {
+		ev, err := events.DecodeAt(msg.Data(), l.Shards.Position(i, seq))
 		if err != nil {
-			return err // not passed: o.goOn is false
-		}
-		ev, err := events.DecodeAt(data, pos)
-		if err != nil {
-			return fmt.Errorf("eventlog: seq %d of shard %d: %w", pos.Seq(l.Shards), i, err)
+			return fmt.Errorf("eventlog: seq %d of shard %d: %w", seq, i, err)
 		}
 		return fn(ev)
 	})
@@ -118,26 +115,47 @@ func (l Log) followShard(ctx context.Context, i int, filters func(events.Subject
 // event and held reads to ~14,000 events/s). Creating the consumer may
 // take up to 10 s. Safe for concurrent use, one call a part.
 func (l Log) Tail(ctx context.Context, part int, from uint64, heartbeat time.Duration, fn func(pos events.Position, data []byte, err error) error) error {
-	o := followOptions{pull: jetstream.PullHeartbeat(heartbeat), createTimeout: tailCreateTimeout, goOn: true}
-	return l.withDefaults().followPart(ctx, part, from, o, fn)
+	o := followOptions{pull: []jetstream.PullMessagesOpt{jetstream.PullHeartbeat(heartbeat)}, createTimeout: tailCreateTimeout, goOn: true}
+	l = l.withDefaults()
+	return l.followPart(ctx, part, from, o, func(msg jetstream.Msg, seq uint64, err error) error {
+		if err != nil {
+			return fn(0, nil, err)
+		}
+		return fn(l.Shards.Position(part, seq), msg.Data(), nil)
+	})
 }
 
 // followOptions are how followPart reads.
 type followOptions struct {
-	filters       []string // subject filters; none: every message
-	pull          jetstream.PullMessagesOpt
-	createTimeout time.Duration // bounds the consumer's creation; 0: ctx alone
-	goOn          bool          // a failed pull is passed to fn and the read goes on
+	filters []string  // subject filters; none: every message
+	since   time.Time // if set, start at the first message stored at or after since, not at from
+	pull    []jetstream.PullMessagesOpt
+	// createTimeout bounds the consumer's creation; 0: ctx alone.
+	createTimeout time.Duration
+	goOn          bool // a failed pull is passed to fn and the read goes on
+	// pendingOnly: end with errNothingPending at once when the consumer
+	// has no message pending.
+	pendingOnly bool
 }
 
-// followPart is the ordered read of part i from its stream sequence from
-// that Follow and Tail share: it calls fn with each message's position
-// and body, in order, until ctx ends, fn fails or the consumer ends. A
-// failed pull ends it with the pull's error unless o.goOn, when fn gets
-// it instead.
-func (l Log) followPart(ctx context.Context, i int, from uint64, o followOptions, fn func(events.Position, []byte, error) error) error {
+// errNothingPending ends a followPart with pendingOnly whose consumer has
+// no message pending; errReadEnd is how Read's fn ends its followPart.
+var (
+	errNothingPending = errors.New("eventlog: nothing pending")
+	errReadEnd        = errors.New("eventlog: read to its end")
+)
+
+// followPart is the one ordered read of the log, of part i from its
+// stream sequence from, that Read, Follow and Tail share: it calls fn
+// with each message and its stream sequence, in order, until ctx ends
+// (returning ctx.Err()), fn fails (returning fn's error) or the consumer
+// ends. A failed pull ends it with the pull's error unless o.goOn, when
+// fn gets it instead (with a nil message) and the read goes on.
+func (l Log) followPart(ctx context.Context, i int, from uint64, o followOptions, fn func(msg jetstream.Msg, seq uint64, err error) error) error {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: o.filters}
-	if from > 1 {
+	if !o.since.IsZero() {
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &o.since
+	} else if from > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
 	}
 	cctx, cancel := ctx, context.CancelFunc(func() {})
@@ -149,7 +167,14 @@ func (l Log) followPart(ctx context.Context, i int, from uint64, o followOptions
 	if err != nil {
 		return fmt.Errorf("eventlog: consumer: %w", err)
 	}
-	it, err := cons.Messages(o.pull)
+	if o.pendingOnly {
+		if info, err := cons.Info(ctx); err != nil {
+			return fmt.Errorf("eventlog: consumer info: %w", err)
+		} else if info.NumPending == 0 {
+			return errNothingPending
+		}
+	}
+	it, err := cons.Messages(o.pull...)
 	if err != nil {
 		return fmt.Errorf("eventlog: consume: %w", err)
 	}
@@ -171,12 +196,12 @@ func (l Log) followPart(ctx context.Context, i int, from uint64, o followOptions
 			if !o.goOn {
 				return fmt.Errorf("eventlog: follow: %w", err)
 			}
-			if err := fn(0, nil, err); err != nil {
+			if err := fn(nil, 0, err); err != nil {
 				return err
 			}
 			continue
 		}
-		if err := fn(l.Shards.Position(i, seq), msg.Data(), nil); err != nil {
+		if err := fn(msg, seq, nil); err != nil {
 			return err
 		}
 	}

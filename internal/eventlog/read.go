@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -109,54 +110,30 @@ func (l Log) Read(ctx context.Context, o ReadOptions, fn func(Message) error) er
 	return nil
 }
 
-// readShard is Read of shard i, whose stream is s.
+// readShard is Read of shard i, whose stream is s: followPart, stopped
+// where the stream ended when Read came to it, or earlier when the
+// consumer reports no more matching messages pending.
 func (l Log) readShard(ctx context.Context, i int, s jetstream.Stream, o ReadOptions, fn func(Message) error) error {
 	last := s.CachedInfo().State.LastSeq
 	if last == 0 || s.CachedInfo().State.Msgs == 0 {
 		return nil
 	}
-	cfg := jetstream.OrderedConsumerConfig{}
+	fo := followOptions{since: o.Since, pendingOnly: true}
 	if o.Filter != nil {
-		cfg.FilterSubjects = []string{o.Filter(l.Shards.Subjects(l.Subjects, i))}
+		fo.filters = []string{o.Filter(l.Shards.Subjects(l.Subjects, i))}
 	}
-	if !o.Since.IsZero() {
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &o.Since
-	} else if shard, from := l.Shards.Split(o.From); from > 0 && shard == i {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+	var from uint64
+	if shard, seq := l.Shards.Split(o.From); o.Since.IsZero() && seq > 0 && shard == i {
+		from = seq
 	}
-	cons, err := l.JS.OrderedConsumer(ctx, s.CachedInfo().Config.Name, cfg)
-	if err != nil {
-		return fmt.Errorf("eventlog: consumer: %w", err)
-	}
-	// Read stops where the stream ended when it started, or earlier when
-	// the consumer reports no more matching messages pending.
-	if info, err := cons.Info(ctx); err != nil {
-		return fmt.Errorf("eventlog: consumer info: %w", err)
-	} else if info.NumPending == 0 {
-		return nil
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return err
-	}
-	defer it.Stop()
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer stop()
-	for {
-		msg, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("eventlog: read: %w", err)
-		}
+	err := l.followPart(ctx, i, from, fo, func(msg jetstream.Msg, _ uint64, _ error) error {
 		meta, err := msg.Metadata()
 		if err != nil {
 			return err
 		}
 		seq := meta.Sequence.Stream
 		if seq > last {
-			break
+			return errReadEnd
 		}
 		if err := fn(Message{Pos: l.Shards.Position(i, seq), Subject: msg.Subject(), Data: msg.Data(), Time: meta.Timestamp}); err != nil {
 			return err
@@ -165,8 +142,15 @@ func (l Log) readShard(ctx context.Context, i int, s jetstream.Stream, o ReadOpt
 			o.Progress(seq, last)
 		}
 		if seq == last || meta.NumPending == 0 {
-			break
+			return errReadEnd
 		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errNothingPending):
+		return nil
+	case err != nil && !errors.Is(err, errReadEnd):
+		return err
 	}
 	if o.Progress != nil {
 		o.Progress(last, last)

@@ -51,11 +51,11 @@ type Config struct {
 	Stream   string          // event stream name; default events.DefaultStream
 	Subjects events.Subjects // default events.DefaultSubjects
 	// Shards is the number of event streams the log is spread over
-	// (docs/DESIGN.md, "Sharded log"); default 1, the unsharded log. It
+	// (internal/eventlog, "Sharded log"); default 1, the unsharded log. It
 	// is fixed when the log is created: Open refuses another one with
-	// ErrShardsMismatch.
+	// eventlog.ErrShardsMismatch.
 	Shards int
-	// EpochSlots, if above 0, gives the log epochs (docs/DESIGN.md,
+	// EpochSlots, if above 0, gives the log epochs (internal/eventlog,
 	// "Epochs"): its tasks live in EpochSlots sets of Shards streams, one
 	// epoch of EpochPeriod to a set. Fixed when the log is created, like
 	// Shards; 0, the default, keeps every task in the shards' streams.
@@ -190,7 +190,7 @@ func (s *Store) take(taskID string) func() {
 
 // Open creates the event streams (one per shard), or updates them to this
 // configuration, and returns a Store on them. It fails with an error
-// wrapping ErrShardsMismatch when the log has another number of shards.
+// wrapping eventlog.ErrShardsMismatch when the log has another layout.
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	// Appends are pipelined: every caller's message goes out at once on
