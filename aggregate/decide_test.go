@@ -644,7 +644,7 @@ func TestDecideMailbox(t *testing.T) {
 func TestApplyReplayCounters(t *testing.T) {
 	t.Parallel()
 	s := replay(withMail)
-	if !s.Exists() || s.Version != len(withMail) || s.LastSeq != uint64(len(withMail)) {
+	if !s.Exists() || s.Version != len(withMail) || s.LastSeq != events.Position(len(withMail)) {
 		t.Fatalf("Version, LastSeq = %d, %d; want %d, %d", s.Version, s.LastSeq, len(withMail), len(withMail))
 	}
 	if got := s.MailIndex("m2"); got != 2 {

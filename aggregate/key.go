@@ -29,8 +29,8 @@ type KeyState struct {
 	// every holder's slot is for its first attempt.
 	Attempts map[string]int `msgpack:",omitempty"`
 
-	Version  int    // number of events applied
-	LastSeq  uint64 // stream sequence of the last event applied
+	Version  int             // number of events applied
+	LastSeq  events.Position // log position of the last event applied
 	LastHash events.Hash
 }
 

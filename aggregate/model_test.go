@@ -418,7 +418,7 @@ func (h *harness) exec(t *rapid.T, cmd aggregate.Command) {
 	}
 	prev := h.s.Status
 	for _, e := range got {
-		e.Seq = uint64(len(h.log)) + 1
+		e.Seq = events.Position(len(h.log)) + 1
 		h.log = append(h.log, e)
 		h.s = aggregate.Apply(h.s, e)
 		h.m = h.m.apply(e)
@@ -450,7 +450,7 @@ func (h *harness) check(t *rapid.T) {
 	if !slices.Equal(s.MailIDs, h.m.mail) || s.Cursor != h.m.cursor {
 		t.Fatalf("mailbox %v cursor %d, model %v cursor %d", s.MailIDs, s.Cursor, h.m.mail, h.m.cursor)
 	}
-	if s.Version != len(h.log) || s.LastSeq != uint64(len(h.log)) {
+	if s.Version != len(h.log) || s.LastSeq != events.Position(len(h.log)) {
 		t.Fatalf("Version %d LastSeq %d after %d events", s.Version, s.LastSeq, len(h.log))
 	}
 	if !reflect.DeepEqual(s.Effects, h.m.effects) {

@@ -30,9 +30,9 @@ type ScheduleState struct {
 	Runs    int // fires that made a run
 
 	Version  int
-	FirstSeq uint64
-	LastSeq  uint64
-	LastHash events.Hash `msgpack:",omitempty"`
+	FirstSeq events.Position // log position of the first event
+	LastSeq  events.Position // log position of the last event applied
+	LastHash events.Hash     `msgpack:",omitempty"`
 
 	timing *Timing // parsed Spec; nil until needed (a restored snapshot)
 }

@@ -83,9 +83,9 @@ type State struct {
 	MailIDs []string // mailbox message ids; MailIDs[i] has index i+1
 	Cursor  int      // mailbox messages handed out by check
 
-	Version  int    // number of events applied
-	FirstSeq uint64 // stream sequence of the first event (the task's spec)
-	LastSeq  uint64 // stream sequence of the last event applied
+	Version  int             // number of events applied
+	FirstSeq events.Position // log position of the first event (the task's spec)
+	LastSeq  events.Position // log position of the last event applied
 	// LastHash is the Hash of the last event applied, the Prev of the
 	// task's next event; zero when that event's Hash was not set.
 	LastHash events.Hash `msgpack:",omitempty"`

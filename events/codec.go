@@ -184,9 +184,9 @@ func AppendEncode(dst []byte, ev Event) ([]byte, error) {
 	return b, nil
 }
 
-// DecodeAt decodes the event stored at stream sequence seq and sets its
+// DecodeAt decodes the event stored at log position seq and sets its
 // Seq; errors are Decode's.
-func DecodeAt(b []byte, seq uint64) (Event, error) {
+func DecodeAt(b []byte, seq Position) (Event, error) {
 	ev, err := Decode(b)
 	ev.Seq = seq
 	return ev, err
@@ -194,7 +194,7 @@ func DecodeAt(b []byte, seq uint64) (Event, error) {
 
 // DecodeHashed is DecodeAt that also sets the event's Hash from b: for a
 // reader that continues the task's chain or checks it.
-func DecodeHashed(b []byte, seq uint64) (Event, error) {
+func DecodeHashed(b []byte, seq Position) (Event, error) {
 	ev, err := DecodeAt(b, seq)
 	ev.Hash = HashOf(b)
 	return ev, err

@@ -59,9 +59,10 @@ type Event struct {
 	Prev Hash
 	Data Payload
 
-	// Seq is the stream sequence the event was stored at. It is set when
-	// an event is read from the log and is not part of the encoding.
-	Seq uint64
+	// Seq is the log position the event was stored at (with one part,
+	// its stream sequence). It is set when an event is read from the log
+	// and is not part of the encoding.
+	Seq Position
 	// Hash is the SHA-256 of the event's stored bytes, set by a reader
 	// that continues or checks the chain (DecodeHashed) and by the store
 	// when it appends. It is not part of the encoding.

@@ -231,7 +231,7 @@ func TestGoldenV2LogDecodes(t *testing.T) {
 	}
 	last := map[string]events.Hash{}
 	for i, b := range stored {
-		got, err := events.DecodeHashed(b, uint64(i+1))
+		got, err := events.DecodeHashed(b, events.Position(i+1))
 		if err != nil {
 			t.Fatalf("event %d of the v2 log no longer decodes: %v", i, err)
 		}

@@ -82,31 +82,43 @@ func (s Shards) Of(customerID, id string) int {
 	return int(h.Sum32() % uint32(s.shards()))
 }
 
-// Position returns the log position of stream sequence seq of part i:
-// seq × N + i (seq itself when N = 1). Sequence 0, "nothing yet", is
-// position 0 whatever the shard.
-func (s Shards) Position(i int, seq uint64) uint64 {
+// Position is a place in the log: stream sequence seq of part i is
+// position seq × N + i, for the N parts of a Shards (seq itself when
+// N = 1). Positions of one part grow with its sequence; positions of
+// different parts interleave but say nothing about which was stored
+// first. Position 0 is "nothing yet" in any part. A Position does not
+// know N: its part and sequence are read with the Shards that made it.
+type Position uint64
+
+// Position returns the log position of stream sequence seq of part i.
+// Sequence 0, "nothing yet", is position 0 whatever the part.
+func (s Shards) Position(i int, seq uint64) Position {
 	if seq == 0 {
 		return 0
 	}
-	return seq*uint64(s.N()) + uint64(i)
+	return Position(seq*uint64(s.N()) + uint64(i))
 }
 
-// Split returns the shard and the stream sequence of position pos, the
-// inverse of Position. Position 0 is sequence 0 of shard 0.
-func (s Shards) Split(pos uint64) (shard int, seq uint64) {
-	n := uint64(s.N())
-	return int(pos % n), pos / n
+// Split returns the part and the stream sequence of position pos, the
+// inverse of Position. Position 0 is sequence 0 of part 0.
+func (s Shards) Split(pos Position) (part int, seq uint64) {
+	return pos.Part(s), pos.Seq(s)
 }
+
+// Part returns the part (the stream) of the log position p of s.
+func (p Position) Part(s Shards) int { return int(uint64(p) % uint64(s.N())) }
+
+// Seq returns the stream sequence, in its part's stream, of the log
+// position p of s.
+func (p Position) Seq(s Shards) uint64 { return uint64(p) / uint64(s.N()) }
 
 // SumSeqs returns the sum of the stream sequences of positions: with one
 // shard the sequence itself, with K a count of events that grows by one
 // with each, whatever its shard.
-func (s Shards) SumSeqs(positions []uint64) uint64 {
+func (s Shards) SumSeqs(positions []Position) uint64 {
 	var n uint64
 	for _, pos := range positions {
-		_, seq := s.Split(pos)
-		n += seq
+		n += pos.Seq(s)
 	}
 	return n
 }

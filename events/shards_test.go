@@ -15,10 +15,10 @@ func TestShardsOneIsTheUnshardedLog(t *testing.T) {
 			t.Fatalf("Of = %d", got)
 		}
 		for _, seq := range []uint64{0, 1, 7, 1 << 40} {
-			if pos := s.Position(0, seq); pos != seq {
+			if pos := s.Position(0, seq); pos != Position(seq) {
 				t.Fatalf("Position(0, %d) = %d", seq, pos)
 			}
-			if shard, got := s.Split(seq); shard != 0 || got != seq {
+			if shard, got := s.Split(Position(seq)); shard != 0 || got != seq {
 				t.Fatalf("Split(%d) = %d, %d", seq, shard, got)
 			}
 		}
@@ -35,11 +35,14 @@ func TestShardsPositionsRoundTripAndKeepShardOrder(t *testing.T) {
 		t.Fatalf("subject = %q", got)
 	}
 	for i := range 3 {
-		prev := uint64(0)
+		prev := Position(0)
 		for seq := uint64(1); seq < 50; seq++ {
 			pos := s.Position(i, seq)
 			if shard, got := s.Split(pos); shard != i || got != seq {
 				t.Fatalf("Split(Position(%d, %d)) = %d, %d", i, seq, shard, got)
+			}
+			if pos.Part(s) != i || pos.Seq(s) != seq {
+				t.Fatalf("Position(%d, %d): Part %d, Seq %d", i, seq, pos.Part(s), pos.Seq(s))
 			}
 			if pos <= prev {
 				t.Fatalf("position %d of seq %d not above %d", pos, seq, prev)

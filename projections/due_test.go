@@ -19,7 +19,7 @@ func TestWaiterLeavingWakesTheAlarm(t *testing.T) {
 	v := newViews(DefaultRetain, events.Shards{})
 	e := &Engine{v: v}
 	now := at(10)
-	var seq uint64
+	var seq events.Position
 	apply := func(s aggregate.State, cmd aggregate.Command) (aggregate.State, bool) {
 		t.Helper()
 		evs, err := aggregate.Decide(s, cmd, now)
@@ -59,7 +59,7 @@ func BenchmarkNextFullKey(b *testing.B) {
 	v := newViews(DefaultRetain, events.Shards{})
 	e := &Engine{v: v}
 	now := at(0)
-	var seq uint64
+	var seq events.Position
 	schedule := func(id, customer string, runAt time.Time, c *events.Concurrency) {
 		evs, err := aggregate.Decide(aggregate.State{}, aggregate.Schedule{TaskID: id, CustomerID: customer, Spec: events.TaskSpec{
 			RootID: id, Queue: "q", TimeoutSeconds: 60, RunAt: runAt, Concurrency: c}}, now.Add(-time.Hour))

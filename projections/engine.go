@@ -8,20 +8,39 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/taskledger/taskledger/events"
 )
 
-// Config configures an Engine. JS is required by Run and Rebuild; an
+// Log is the log the engine folds, read in order: internal/eventlog's
+// Log is the one a server passes. Its methods are safe for concurrent
+// use.
+type Log interface {
+	// LastPositions returns the position of every part's last event, by
+	// part (0 for an empty part): what Run catches up to before it is
+	// ready. It must read the messages themselves: after a block file
+	// lost its tail, a stream's state may name a sequence whose message
+	// is gone, and the engine would wait for it forever.
+	LastPositions(ctx context.Context) ([]events.Position, error)
+	// FirstSeq returns the first stream sequence part's stream holds
+	// (past 1 once an epoch of its slot was removed).
+	FirstSeq(ctx context.Context, part int) (uint64, error)
+	// Tail calls fn, on the calling goroutine, with every message of
+	// part from stream sequence from in order, then with each one
+	// stored later, until ctx ends, fn fails or the read ends, and
+	// returns why. A failed read is passed to fn as err and the read
+	// goes on. heartbeat is the idle heartbeat of its consumer.
+	Tail(ctx context.Context, part int, from uint64, heartbeat time.Duration, fn func(pos events.Position, data []byte, err error) error) error
+}
+
+// Config configures an Engine. Log is required by Run and Rebuild; an
 // engine without it only folds the events given to Apply (offline tools).
 type Config struct {
-	JS       jetstream.JetStream
-	Stream   string          // event stream; default events.DefaultStream
-	Subjects events.Subjects // default events.DefaultSubjects
+	Log Log
 	// Shards says how many streams the log is spread over (docs/DESIGN.md,
-	// "Sharded log"); the engine follows every one. Default one.
+	// "Sharded log"); the engine follows every one. Default one. It is
+	// the layout of Log.
 	Shards events.Shards
 	Logger zerolog.Logger
 	// Snapshots, if set, is where the engine loads its state from on
@@ -31,17 +50,10 @@ type Config struct {
 	Snapshots        SnapshotStore
 	SnapshotEvery    uint64
 	SnapshotInterval time.Duration
-	// LastPositions, if set, gives Run the position of the last event
-	// stored in each shard, which it catches up to before it is ready;
-	// default the streams' states' last sequences. The node passes
-	// store.Log.LastPositions: after a block file lost its tail, the
-	// state may name a sequence whose message is gone, and the engine
-	// would wait for it forever.
-	LastPositions func(ctx context.Context) ([]uint64, error)
 	// AfterSnapshot, if set, is called after every snapshot written, with
 	// the positions it covers, by shard (with one shard: the sequence; the
 	// node saves the log's chain heads there).
-	AfterSnapshot func(ctx context.Context, applied []uint64)
+	AfterSnapshot func(ctx context.Context, applied []events.Position)
 	// Retain is how many tasks of finished lineages the projections keep
 	// for listing (default DefaultRetain; negative keeps all). Older
 	// ones are evicted, oldest finished first; the log keeps them.
@@ -52,7 +64,6 @@ type Config struct {
 // every projection. Reads are safe for concurrent use with Run.
 type Engine struct {
 	cfg Config
-	js  jetstream.JetStream
 
 	mu sync.RWMutex
 	v  *views
@@ -71,12 +82,12 @@ type Engine struct {
 	// reached yet: it skips them without decoding. Each says whether its
 	// event changed the timer queues, so passing it wakes the alarm again.
 	ownMu sync.Mutex
-	owned map[uint64]bool
+	owned map[events.Position]bool
 
 	// applied is the vector of positions applied, by shard: the last
 	// event's of each; wanted, by shard, the highest a caller waited for.
-	applied  []atomic.Uint64
-	wanted   []atomic.Uint64
+	applied  []position
+	wanted   []position
 	caughtUp atomic.Bool
 	ready    chan struct{} // closed once caughtUp is first set
 	kick     chan struct{}
@@ -88,17 +99,10 @@ type Engine struct {
 	snapshotBusy atomic.Bool
 }
 
-// New returns an Engine that will read the stream through cfg.JS once
-// Run starts.
+// New returns an Engine that will read cfg.Log once Run starts.
 func New(cfg Config) (*Engine, error) {
-	if cfg.Snapshots != nil && cfg.JS == nil {
-		return nil, errors.New("projections: Config.Snapshots needs Config.JS")
-	}
-	if cfg.Stream == "" {
-		cfg.Stream = events.DefaultStream
-	}
-	if cfg.Subjects.Root == "" {
-		cfg.Subjects = events.DefaultSubjects
+	if cfg.Snapshots != nil && cfg.Log == nil {
+		return nil, errors.New("projections: Config.Snapshots needs Config.Log")
 	}
 	if cfg.SnapshotEvery == 0 {
 		cfg.SnapshotEvery = 100_000
@@ -109,40 +113,31 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Retain == 0 {
 		cfg.Retain = DefaultRetain
 	}
-	return &Engine{cfg: cfg, js: cfg.JS, v: newViews(cfg.Retain, cfg.Shards), kick: make(chan struct{}, 1), ready: make(chan struct{}),
-		queuedSig: make(map[string]chan struct{}), owned: make(map[uint64]bool),
-		applied: make([]atomic.Uint64, cfg.Shards.N()), wanted: make([]atomic.Uint64, cfg.Shards.N())}, nil
+	return &Engine{cfg: cfg, v: newViews(cfg.Retain, cfg.Shards), kick: make(chan struct{}, 1), ready: make(chan struct{}),
+		queuedSig: make(map[string]chan struct{}), owned: make(map[events.Position]bool),
+		applied: make([]position, cfg.Shards.N()), wanted: make([]position, cfg.Shards.N())}, nil
 }
 
-// lastPositions returns the position of each shard's last event: from
-// Config.LastPositions, or from the streams' states.
-func (e *Engine) lastPositions(ctx context.Context) ([]uint64, error) {
-	if e.cfg.LastPositions != nil {
-		return e.cfg.LastPositions(ctx)
-	}
-	last := make([]uint64, e.cfg.Shards.N())
-	for i := range last {
-		name := e.cfg.Shards.Stream(e.cfg.Stream, i)
-		info, err := e.js.Stream(ctx, name)
-		if err != nil {
-			return nil, fmt.Errorf("stream %s: %w", name, err)
-		}
-		last[i] = e.cfg.Shards.Position(i, info.CachedInfo().State.LastSeq)
-	}
-	return last, nil
+// position is an events.Position safe for concurrent use.
+type position struct{ v atomic.Uint64 }
+
+func (p *position) Load() events.Position     { return events.Position(p.v.Load()) }
+func (p *position) Store(pos events.Position) { p.v.Store(uint64(pos)) }
+func (p *position) CompareAndSwap(old, pos events.Position) bool {
+	return p.v.CompareAndSwap(uint64(old), uint64(pos))
 }
 
 // skipRemoved moves the applied position of every part whose stream
 // starts past the next sequence to apply to just before its first one:
 // the stream of an epoch slot whose epoch was removed starts after the
-// removed events (store.RemoveEpoch), which are not missing.
+// removed events (eventlog.RemoveEpoch), which are not missing.
 func (e *Engine) skipRemoved(ctx context.Context) error {
 	firsts, err := e.firstSeqs(ctx)
 	if err != nil {
 		return err
 	}
 	for i, first := range firsts {
-		if _, seq := e.cfg.Shards.Split(e.applied[i].Load()); first > seq+1 {
+		if seq := e.applied[i].Load().Seq(e.cfg.Shards); first > seq+1 {
 			e.applied[i].Store(e.cfg.Shards.Position(i, first-1))
 		}
 	}
@@ -157,29 +152,27 @@ func (e *Engine) firstSeqs(ctx context.Context) ([]uint64, error) {
 	}
 	firsts := make([]uint64, e.cfg.Shards.N())
 	for i := range firsts {
-		name := e.cfg.Shards.Stream(e.cfg.Stream, i)
-		info, err := e.js.Stream(ctx, name)
-		if err != nil {
-			return nil, fmt.Errorf("stream %s: %w", name, err)
+		var err error
+		if firsts[i], err = e.cfg.Log.FirstSeq(ctx, i); err != nil {
+			return nil, err
 		}
-		firsts[i] = info.CachedInfo().Config.FirstSeq
 	}
 	return firsts, nil
 }
 
 // foldsRemoved returns "" when a snapshot at applied folded every event
-// of each removed epoch (store.RemoveEpoch), else why not: its position
+// of each removed epoch (eventlog.RemoveEpoch), else why not: its position
 // in a part is before the removed events' end, so the events between,
 // the ends of that epoch's tasks among them, are in no stream any more
 // and the snapshot's tasks would stay as it saw them (open, with their
 // timers). A rebuild from the log holds none of them.
-func (e *Engine) foldsRemoved(ctx context.Context, applied []uint64) (string, error) {
+func (e *Engine) foldsRemoved(ctx context.Context, applied []events.Position) (string, error) {
 	firsts, err := e.firstSeqs(ctx)
 	if err != nil {
 		return "", err
 	}
 	for i, first := range firsts[:min(len(firsts), len(applied))] {
-		if _, seq := e.cfg.Shards.Split(applied[i]); first > seq+1 {
+		if seq := applied[i].Seq(e.cfg.Shards); first > seq+1 {
 			return fmt.Sprintf("part %d is at sequence %d, and its stream starts at %d after an epoch was removed", i, seq, first), nil
 		}
 	}
@@ -189,10 +182,10 @@ func (e *Engine) foldsRemoved(ctx context.Context, applied []uint64) (string, er
 // Run consumes the log until ctx ends, then returns nil. It returns
 // earlier only if the stream cannot be read.
 func (e *Engine) Run(ctx context.Context) error {
-	if e.js == nil {
-		return errors.New("projections: Config.JS is required to Run")
+	if e.cfg.Log == nil {
+		return errors.New("projections: Config.Log is required to Run")
 	}
-	target, err := e.lastPositions(ctx)
+	target, err := e.cfg.Log.LastPositions(ctx)
 	if err != nil {
 		return fmt.Errorf("projections: %w", err)
 	}
@@ -301,8 +294,8 @@ func (e *Engine) Ready() <-chan struct{} { return e.ready }
 
 // want records that a caller waits for the event at position pos to be
 // applied.
-func (e *Engine) want(pos uint64) {
-	shard, _ := e.cfg.Shards.Split(pos)
+func (e *Engine) want(pos events.Position) {
+	shard := pos.Part(e.cfg.Shards)
 	for {
 		w := e.wanted[shard].Load()
 		if pos <= w || e.wanted[shard].CompareAndSwap(w, pos) {
@@ -323,14 +316,14 @@ func (e *Engine) behind() bool {
 
 // Covers reports whether the engine has applied the event at position
 // pos (and every earlier one of its shard). Safe for concurrent use.
-func (e *Engine) Covers(pos uint64) bool {
-	shard, _ := e.cfg.Shards.Split(pos)
+func (e *Engine) Covers(pos events.Position) bool {
+	shard := pos.Part(e.cfg.Shards)
 	return e.applied[shard].Load() >= pos
 }
 
 // coversAll reports whether the engine has applied every position of
 // last, by shard.
-func (e *Engine) coversAll(last []uint64) bool {
+func (e *Engine) coversAll(last []events.Position) bool {
 	for _, pos := range last {
 		if !e.Covers(pos) {
 			return false
@@ -340,15 +333,15 @@ func (e *Engine) coversAll(last []uint64) bool {
 }
 
 // setApplied moves the applied position of pos's shard to pos.
-func (e *Engine) setApplied(pos uint64) {
-	shard, _ := e.cfg.Shards.Split(pos)
+func (e *Engine) setApplied(pos events.Position) {
+	shard := pos.Part(e.cfg.Shards)
 	e.applied[shard].Store(pos)
 }
 
 // setPositions sets the applied position of every shard from ps, by
 // shard: an empty shard's 0 stays in its own place (setApplied would
 // route 0 to shard 0).
-func (e *Engine) setPositions(ps []uint64) {
+func (e *Engine) setPositions(ps []events.Position) {
 	for i, pos := range ps {
 		e.applied[i].Store(pos)
 	}
@@ -358,8 +351,7 @@ func (e *Engine) setPositions(ps []uint64) {
 func (e *Engine) nextSeqs() []uint64 {
 	next := make([]uint64, len(e.applied))
 	for i := range e.applied {
-		_, seq := e.cfg.Shards.Split(e.applied[i].Load())
-		next[i] = seq + 1
+		next[i] = e.applied[i].Load().Seq(e.cfg.Shards) + 1
 	}
 	return next
 }
@@ -368,7 +360,7 @@ func (e *Engine) nextSeqs() []uint64 {
 // bad one (checksum, format, another number of shards, ahead of a
 // stream's last position in last) is logged and ignored, and the engine
 // rebuilds from the log.
-func (e *Engine) restoreSnapshot(ctx context.Context, last []uint64) {
+func (e *Engine) restoreSnapshot(ctx context.Context, last []events.Position) {
 	data, ok, err := e.cfg.Snapshots.Load(ctx)
 	if err != nil || !ok {
 		e.cfg.Logger.Info().Err(err).Msg("no projection snapshot; rebuilding from the log")
@@ -424,7 +416,7 @@ func (e *Engine) SaveSnapshot(ctx context.Context) error {
 // RebuildTo folds the log up to the positions last (by shard) into an
 // engine that is not running (an offline rebuild) and marks it caught up
 // there.
-func (e *Engine) RebuildTo(ctx context.Context, last []uint64, progress func(seq, last uint64)) error {
+func (e *Engine) RebuildTo(ctx context.Context, last []events.Position, progress func(seq, last uint64)) error {
 	e.setPositions(last)
 	if err := e.Rebuild(ctx, progress); err != nil {
 		return err
@@ -442,8 +434,8 @@ func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) e
 	defer tails.Wait()
 	t := e.follow(nil, nil)
 	defer t.stop(&tails)
-	reached := make([]uint64, e.cfg.Shards.N()) // by shard, the position folded
-	var seq uint64                              // events folded
+	reached := make([]events.Position, e.cfg.Shards.N()) // by shard, the position folded
+	var seq uint64                                       // events folded
 	// behind reports whether fresh lacks an event the live views applied.
 	behind := func() bool {
 		for i := range reached {
@@ -464,8 +456,7 @@ func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) e
 		if m.err != nil {
 			return fmt.Errorf("projections: rebuild read: %w", m.err)
 		}
-		shard, _ := e.cfg.Shards.Split(m.seq)
-		if reached[shard], seq = m.seq, seq+1; m.bad == nil {
+		if reached[m.pos.Part(e.cfg.Shards)], seq = m.pos, seq+1; m.bad == nil {
 			fresh.apply(m.ev)
 		}
 		if progress != nil && seq%50000 == 0 {
@@ -513,20 +504,20 @@ func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) e
 	return nil
 }
 
-// Apply folds the event stored at seq into the projections. Events that
-// do not decode are counted and skipped (the verifier reports them); the
-// applied sequence still advances. Offline tools may call Apply; Run
-// folds the events its tail decoded.
-func (e *Engine) Apply(seq uint64, data []byte) {
-	e.apply(decode(data, seq))
+// Apply folds the event stored at position pos into the projections.
+// Events that do not decode are counted and skipped (the verifier
+// reports them); the applied position still advances. Offline tools may
+// call Apply; Run folds the events its tail decoded.
+func (e *Engine) Apply(pos events.Position, data []byte) {
+	e.apply(decode(data, pos))
 }
 
-// decode decodes the event stored at seq. A schedule's event also gets
+// decode decodes the event stored at position pos. A schedule's event also gets
 // its Hash, so the schedule's state in the views carries its chain's
 // last hash, and a fire decided on it can be appended without reading
 // the log (store.ExecuteScheduleOn).
-func decode(data []byte, seq uint64) (events.Event, error) {
-	ev, err := events.DecodeAt(data, seq)
+func decode(data []byte, pos events.Position) (events.Event, error) {
+	ev, err := events.DecodeAt(data, pos)
 	if err == nil && events.IsSchedule(ev.Type()) {
 		ev.Hash = events.HashOf(data)
 	}
@@ -552,7 +543,7 @@ func (e *Engine) apply(ev events.Event, bad error) {
 func (e *Engine) fold(ev events.Event, bad error) (kick bool, customer, queue string) {
 	if bad != nil {
 		e.bad.Add(1)
-		e.cfg.Logger.Error().Err(bad).Uint64("seq", ev.Seq).Msg("projections: undecodable event skipped")
+		e.cfg.Logger.Error().Err(bad).Uint64("seq", uint64(ev.Seq)).Msg("projections: undecodable event skipped")
 	} else {
 		kick = e.v.apply(ev)
 	}
@@ -579,22 +570,21 @@ func (e *Engine) applyTail(batch []tailMsg) bool {
 	kick, applied, ok := false, false, true
 	e.mu.Lock()
 	for _, m := range batch {
-		if e.Covers(m.seq) {
+		if e.Covers(m.pos) {
 			continue
 		}
-		shard, seq := e.cfg.Shards.Split(m.seq)
-		_, from := e.cfg.Shards.Split(e.applied[shard].Load())
-		from++
+		shard, seq := e.cfg.Shards.Split(m.pos)
+		from := e.applied[shard].Load().Seq(e.cfg.Shards) + 1
 		if m.owned {
 			e.ownMu.Lock()
-			changed, held := e.owned[m.seq]
-			delete(e.owned, m.seq)
+			changed, held := e.owned[m.pos]
+			delete(e.owned, m.pos)
 			e.ownMu.Unlock()
 			if !held {
 				ok = false
 				break
 			}
-			e.setApplied(m.seq)
+			e.setApplied(m.pos)
 			kick = changed || kick
 		}
 		if seq > from {
@@ -646,12 +636,12 @@ func (e *Engine) after(applied, kick bool) {
 	}
 }
 
-// isOwned reports whether ApplyOwn folded in the event at seq before the
-// tail reached it.
-func (e *Engine) isOwned(seq uint64) bool {
+// isOwned reports whether ApplyOwn folded in the event at position pos
+// before the tail reached it.
+func (e *Engine) isOwned(pos events.Position) bool {
 	e.ownMu.Lock()
 	defer e.ownMu.Unlock()
-	_, ok := e.owned[seq]
+	_, ok := e.owned[pos]
 	return ok
 }
 
@@ -704,24 +694,27 @@ func (e *Engine) ApplyOwn(evs []events.Event) bool {
 func (e *Engine) Applied() uint64 {
 	var n uint64
 	for i := range e.applied {
-		_, seq := e.cfg.Shards.Split(e.applied[i].Load())
-		n += seq
+		n += e.applied[i].Load().Seq(e.cfg.Shards)
 	}
 	return n
 }
 
 // withPositions adds positions to a log line under key when the log has
 // several shards (with one, the line's sequences say it all).
-func (e *Engine) withPositions(ev *zerolog.Event, key string, positions []uint64) *zerolog.Event {
+func (e *Engine) withPositions(ev *zerolog.Event, key string, positions []events.Position) *zerolog.Event {
 	if e.cfg.Shards.N() > 1 {
-		ev = ev.Uints64(key, positions)
+		ps := make([]uint64, len(positions))
+		for i, pos := range positions {
+			ps[i] = uint64(pos)
+		}
+		ev = ev.Uints64(key, ps)
 	}
 	return ev
 }
 
 // Positions returns the applied position of every shard, by shard.
-func (e *Engine) Positions() []uint64 {
-	out := make([]uint64, len(e.applied))
+func (e *Engine) Positions() []events.Position {
+	out := make([]events.Position, len(e.applied))
 	for i := range e.applied {
 		out[i] = e.applied[i].Load()
 	}
@@ -750,7 +743,7 @@ func (e *Engine) Undecodable() uint64 { return e.bad.Load() }
 func (e *Engine) TimersChanged() <-chan struct{} { return e.kick }
 
 type waiter struct {
-	seq uint64
+	pos events.Position
 	ch  chan struct{}
 }
 
@@ -760,7 +753,7 @@ func (e *Engine) wake() {
 	defer e.waitMu.Unlock()
 	kept := e.waiters[:0]
 	for _, w := range e.waiters {
-		if e.Covers(w.seq) {
+		if e.Covers(w.pos) {
 			close(w.ch)
 		} else {
 			kept = append(kept, w)
@@ -770,20 +763,20 @@ func (e *Engine) wake() {
 	e.waiters = kept
 }
 
-// WaitFor blocks until the event at position seq has been applied (its
+// WaitFor blocks until the event at position pos has been applied (its
 // shard's component of the applied vector has reached it) or ctx ends.
-func (e *Engine) WaitFor(ctx context.Context, seq uint64) error {
-	if e.Covers(seq) {
+func (e *Engine) WaitFor(ctx context.Context, pos events.Position) error {
+	if e.Covers(pos) {
 		return nil
 	}
-	e.want(seq)
+	e.want(pos)
 	ch := make(chan struct{})
 	e.waitMu.Lock()
-	if e.Covers(seq) {
+	if e.Covers(pos) {
 		e.waitMu.Unlock()
 		return nil
 	}
-	e.waiters = append(e.waiters, waiter{seq: seq, ch: ch})
+	e.waiters = append(e.waiters, waiter{pos: pos, ch: ch})
 	e.waitMu.Unlock()
 	select {
 	case <-ch:
@@ -797,6 +790,6 @@ func (e *Engine) WaitFor(ctx context.Context, seq uint64) error {
 			}
 		}
 		e.waitMu.Unlock()
-		return fmt.Errorf("projections: waiting for seq %d (applied %v): %w", seq, e.Positions(), ctx.Err())
+		return fmt.Errorf("projections: waiting for seq %d (applied %v): %w", pos, e.Positions(), ctx.Err())
 	}
 }

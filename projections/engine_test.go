@@ -48,7 +48,7 @@ func TestEngineWaitFor(t *testing.T) {
 		if _, ok := b.engine.Task(a.TaskID); !ok {
 			t.Fatal("task not projected after WaitFor returned")
 		}
-		next := lastSeq(t, b.store.Stream()) + 1
+		next := events.Position(lastSeq(t, b.store.Stream()) + 1)
 		done := make(chan error, 1)
 		go func() { done <- b.engine.WaitFor(ctx, next) }()
 		select {
@@ -68,7 +68,7 @@ func TestEngineWaitFor(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("WaitFor(%d) = %v", next, err)
 		}
-		if got := b.engine.Applied(); got < next {
+		if got := b.engine.Applied(); got < uint64(next) {
 			t.Fatalf("Applied = %d after WaitFor(%d)", got, next)
 		}
 		if s, _ := b.engine.Task(a.TaskID); s.Status != aggregate.StatusCanceled {
@@ -145,7 +145,7 @@ func taskIDs(states []aggregate.State) []string {
 type offline struct {
 	t   *testing.T
 	e   *projections.Engine
-	seq uint64
+	seq events.Position
 	at  time.Time
 	num map[string]int // events per task so far
 }
@@ -230,7 +230,7 @@ func TestEngineApply(t *testing.T) {
 		o.seq++
 		o.e.Apply(o.seq, []byte("not msgpack at all"))
 		o.schedule("b", "", "b")
-		if o.e.Undecodable() != 1 || o.e.Applied() != o.seq {
+		if o.e.Undecodable() != 1 || o.e.Applied() != uint64(o.seq) {
 			t.Fatalf("Undecodable = %d, Applied = %d (want 1, %d)", o.e.Undecodable(), o.e.Applied(), o.seq)
 		}
 		if n := o.e.ActiveRoots("cust"); n != 2 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
 	"github.com/taskledger/taskledger/internal/testnode"
@@ -42,7 +43,7 @@ func setupLog(t *testing.T) *logBundle {
 }
 
 func newEngine(t testing.TB, js jetstream.JetStream, ns testnats.Namespace) *projections.Engine {
-	return mustEngine(projections.Config{JS: js, Stream: ns.Stream, Subjects: ns.Subjects, Logger: testLogger(t)})
+	return mustEngine(projections.Config{Log: eventlog.Log{JS: js, Stream: ns.Stream, Subjects: ns.Subjects}, Logger: testLogger(t)})
 }
 
 // run runs e until the test ends and checks that it stopped only then.

@@ -23,7 +23,7 @@ func TestListSearch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.Apply(seq, b)
+		e.Apply(events.Position(seq), b)
 	}
 	spec := func(id string, kv ...string) events.TaskSpec {
 		s := events.TaskSpec{RootID: id, Queue: "q", RunAt: at.Add(time.Hour), TimeoutSeconds: 60}

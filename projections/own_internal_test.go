@@ -17,7 +17,7 @@ func TestPassOwnedAfterSwap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	created := func(id string, seq uint64) events.Event {
+	created := func(id string, seq events.Position) events.Event {
 		return events.Event{ID: "e-" + id, TaskID: id, CustomerID: "c", Number: 1, At: time.Unix(1_700_000_000, 0), Seq: seq,
 			Data: events.TaskScheduled{Spec: events.TaskSpec{RootID: id, Queue: "q", TimeoutSeconds: 60}}}
 	}
@@ -27,8 +27,8 @@ func TestPassOwnedAfterSwap(t *testing.T) {
 	e.ownMu.Lock()
 	clear(e.owned) // what Rebuild's swap does
 	e.ownMu.Unlock()
-	owned := func(seq uint64) tailMsg { return tailMsg{seq: seq, owned: true} }
-	if e.applyTail([]tailMsg{owned(1), {seq: 2, ev: created("b", 2)}}) || e.Applied() != 0 {
+	owned := func(pos events.Position) tailMsg { return tailMsg{pos: pos, owned: true} }
+	if e.applyTail([]tailMsg{owned(1), {pos: 2, ev: created("b", 2)}}) || e.Applied() != 0 {
 		t.Fatalf("passed over an event the swapped-in views lack (applied %d)", e.Applied())
 	}
 	if _, ok := e.Task("b"); ok {
@@ -37,7 +37,7 @@ func TestPassOwnedAfterSwap(t *testing.T) {
 	if !e.ApplyOwn([]events.Event{created("c", 1)}) || !e.isOwned(1) { // as the fresh views would
 		t.Fatal("a root's TaskScheduled was not folded in and marked")
 	}
-	if !e.applyTail([]tailMsg{owned(1), {seq: 2, ev: created("b", 2)}}) || e.Applied() != 2 || e.isOwned(1) {
+	if !e.applyTail([]tailMsg{owned(1), {pos: 2, ev: created("b", 2)}}) || e.Applied() != 2 || e.isOwned(1) {
 		t.Fatalf("a marked event and the one after it were not applied: applied %d", e.Applied())
 	}
 	if _, ok := e.Task("b"); !ok {

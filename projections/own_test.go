@@ -31,7 +31,7 @@ func TestApplyOwnRules(t *testing.T) {
 		seq++
 		num[task]++
 		at = at.Add(1e9)
-		ev := events.Event{ID: fmt.Sprintf("e%d", seq), TaskID: task, CustomerID: "cust", Number: num[task], At: at, Data: p, Seq: seq}
+		ev := events.Event{ID: fmt.Sprintf("e%d", seq), TaskID: task, CustomerID: "cust", Number: num[task], At: at, Data: p, Seq: events.Position(seq)}
 		b, err := events.Encode(ev)
 		if err != nil {
 			t.Fatal(err)
@@ -78,7 +78,7 @@ func TestApplyOwnRules(t *testing.T) {
 	// The tail brings every event in log order: those folded in already
 	// change nothing, the others apply.
 	for i, b := range stored {
-		e.Apply(uint64(i+1), b)
+		e.Apply(events.Position(i+1), b)
 	}
 	st, _ := e.Task("root")
 	want := aggregate.Replay([]events.Event{root, published, claimed, read, mail, done})

@@ -15,7 +15,7 @@ func (o *offline) queue(id, customer, queue string) {
 	o.t.Helper()
 	o.apply(id, customer, events.TaskScheduled{Spec: events.TaskSpec{RootID: id, Queue: queue, TimeoutSeconds: 60, RunAt: o.at}})
 	o.apply(id, customer, events.DeliveryPending{DeliveryID: "d-" + id, Attempt: 1, NextAt: o.at})
-	o.apply(id, customer, events.ReadyPublished{DeliveryID: "d-" + id, ReadySeq: o.seq})
+	o.apply(id, customer, events.ReadyPublished{DeliveryID: "d-" + id, ReadySeq: uint64(o.seq)})
 }
 
 func ids(sts []aggregate.State) []string {

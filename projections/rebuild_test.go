@@ -14,6 +14,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/store"
@@ -304,7 +305,7 @@ func rebuildShards(t *testing.T, ns testnats.Namespace, shards events.Shards, la
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh := mustEngine(projections.Config{JS: js, Stream: ns.Stream, Subjects: ns.Subjects, Shards: shards, Logger: testLogger(t), Retain: retain})
+	fresh := mustEngine(projections.Config{Log: eventlog.Log{JS: js, Stream: ns.Stream, Subjects: ns.Subjects, Shards: shards}, Shards: shards, Logger: testLogger(t), Retain: retain})
 	run(t, fresh)
 	eventually(t, "rebuild caught up", func() bool { return fresh.CaughtUp() && fresh.Applied() == last })
 	return fresh
@@ -484,7 +485,7 @@ func retentionRebuildEqualsLive(t *testing.T, shards int) {
 	ln.stop()
 
 	states := map[string]aggregate.State{}
-	if err := st.Log().Events(context.Background(), store.ReadOptions{}, func(ev events.Event) error {
+	if err := st.Log().Events(context.Background(), eventlog.ReadOptions{}, func(ev events.Event) error {
 		states[ev.TaskID] = aggregate.Apply(states[ev.TaskID], ev)
 		return nil
 	}); err != nil {
@@ -533,7 +534,7 @@ func TestUndecodableEventSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := b.schedule(t, "cust", nil, time.Time{})
-	if c.LastSeq <= ack.Sequence {
+	if c.LastSeq <= events.Position(ack.Sequence) {
 		t.Fatalf("later task at %d, garbage at %d", c.LastSeq, ack.Sequence)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -554,5 +555,5 @@ func TestUndecodableEventSkipped(t *testing.T) {
 		t.Fatalf("ActiveRoots = %d, want 2", got)
 	}
 	// A rebuild skips the same event and ends in the same place.
-	sameProjection(t, b.engine, rebuild(t, b.ns, c.LastSeq, 0))
+	sameProjection(t, b.engine, rebuild(t, b.ns, uint64(c.LastSeq), 0))
 }

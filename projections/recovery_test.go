@@ -18,6 +18,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/store"
@@ -155,8 +156,8 @@ func settledTraffic(t *testing.T, r *running, n int) {
 // log up to last.
 func rebuiltDigest(t *testing.T, js jetstream.JetStream, ns testnats.Namespace, last uint64) string {
 	t.Helper()
-	e := mustEngine(projections.Config{JS: js, Stream: ns.Stream, Subjects: ns.Subjects})
-	if err := e.RebuildTo(context.Background(), []uint64{last}, nil); err != nil {
+	e := mustEngine(projections.Config{Log: eventlog.Log{JS: js, Stream: ns.Stream, Subjects: ns.Subjects}})
+	if err := e.RebuildTo(context.Background(), []events.Position{events.Position(last)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	return e.Digest()
@@ -194,7 +195,7 @@ func TestSnapshotRecovery(t *testing.T) {
 	headAt := func(want uint64) {
 		t.Helper()
 		h, ok, err := node.LoadHead(ctx, js, ns.Stream)
-		if err != nil || !ok || h.Seq != want {
+		if err != nil || !ok || h.Pos != events.Position(want) {
 			t.Fatalf("chain head %+v (saved %v, %v), want one at %d", h, ok, err, want)
 		}
 		if err := first.Store.Log().Check(ctx, h); err != nil {
@@ -333,8 +334,8 @@ func TestSnapshotRecovery(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e := mustEngine(projections.Config{JS: js, Stream: longer.Stream, Subjects: longer.Subjects, Snapshots: scratch})
-		if err := e.RebuildTo(ctx, []uint64{otherLast}, nil); err != nil {
+		e := mustEngine(projections.Config{Log: eventlog.Log{JS: js, Stream: longer.Stream, Subjects: longer.Subjects}, Snapshots: scratch})
+		if err := e.RebuildTo(ctx, []events.Position{events.Position(otherLast)}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.SaveSnapshot(ctx); err != nil {

@@ -27,9 +27,9 @@ const DefaultRetain = 100_000
 type retention struct {
 	limit   int // per shard; < 0: keep everything
 	shards  events.Shards
-	kept    int        // tasks of closed lineages the views hold, in all shards
-	parts   []retained // by shard
-	seq     uint64     // the position being applied
+	kept    int             // tasks of closed lineages the views hold, in all shards
+	parts   []retained      // by shard
+	seq     events.Position // the position being applied
 	evicted uint64
 }
 
@@ -55,20 +55,19 @@ func newRetention(limit int, shards events.Shards) retention {
 }
 
 // part returns the account of the shard of position pos.
-func (r *retention) part(pos uint64) *retained {
-	shard, _ := r.shards.Split(pos)
-	return &r.parts[shard]
+func (r *retention) part(pos events.Position) *retained {
+	return &r.parts[pos.Part(r.shards)]
 }
 
 // account adds n tasks to the kept count of the shard of position pos.
-func (r *retention) account(pos uint64, n int) {
+func (r *retention) account(pos events.Position, n int) {
 	r.part(pos).kept += n
 	r.kept += n
 }
 
 type closedLineage struct {
 	head string
-	seq  uint64
+	seq  events.Position
 }
 
 // head returns the top of t's lineage: its furthest ancestor the views

@@ -152,11 +152,12 @@ func (v *schedules) restoreSchedules(records []scheduleRecord, q *TimerQueue) {
 }
 
 // ScheduleDue is a schedule the alarm should fire: its key's parts, when
-// it is due, and the last sequence of its events the projections applied.
+// it is due, and the log position of its last event the projections
+// applied.
 type ScheduleDue struct {
 	CustomerID, ID string
 	Due            time.Time
-	Seq            uint64
+	Seq            events.Position
 }
 
 // DueSchedules returns up to limit schedules of the Fire queue due at or

@@ -12,9 +12,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
-	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
 	"github.com/taskledger/taskledger/projections"
 )
@@ -59,7 +59,7 @@ func TestShardedSnapshotRestart(t *testing.T) {
 	second.Stop()
 
 	_, err := node.New(ctx, node.Config{NC: nc, Stream: ns.Stream, ReadyStream: ns.ReadyStream, Subjects: ns.Subjects})
-	if !errors.Is(err, store.ErrShardsMismatch) {
+	if !errors.Is(err, eventlog.ErrShardsMismatch) {
 		t.Fatalf("a start with one shard on a log of three: %v, want ErrShardsMismatch", err)
 	}
 }

@@ -50,11 +50,11 @@ type SnapshotStore interface {
 // and a checksum of the body. The derived views (timers, status sets,
 // active roots, reports, retention) are recomputed from the body on load.
 type snapshot struct {
-	Format    int      `msgpack:"format"`
-	Applied   uint64   `msgpack:"applied"`
-	Positions []uint64 `msgpack:"positions,omitempty"`
-	Sum       []byte   `msgpack:"sum"`
-	Body      []byte   `msgpack:"body"`
+	Format    int               `msgpack:"format"`
+	Applied   events.Position   `msgpack:"applied"`
+	Positions []events.Position `msgpack:"positions,omitempty"`
+	Sum       []byte            `msgpack:"sum"`
+	Body      []byte            `msgpack:"body"`
 }
 
 // body holds every task record and the usage view's recent admissions,
@@ -70,11 +70,11 @@ type body struct {
 type record struct {
 	State     aggregate.State `msgpack:"state"`
 	Children  []string        `msgpack:"children"`
-	ClosedSeq uint64          `msgpack:"closed,omitempty"`
+	ClosedSeq events.Position `msgpack:"closed,omitempty"`
 }
 
 // encodeSnapshot captures the views at the applied positions, by shard.
-func encodeSnapshot(applied []uint64, b body) ([]byte, error) {
+func encodeSnapshot(applied []events.Position, b body) ([]byte, error) {
 	data, err := msgpack.Marshal(b)
 	if err != nil {
 		return nil, err
@@ -92,7 +92,7 @@ func encodeSnapshot(applied []uint64, b body) ([]byte, error) {
 // decodeSnapshot checks and decodes a snapshot; last are the shards' last
 // positions, which a valid snapshot cannot be ahead of (nor have another
 // number of).
-func decodeSnapshot(data []byte, last []uint64) (applied []uint64, b body, err error) {
+func decodeSnapshot(data []byte, last []events.Position) (applied []events.Position, b body, err error) {
 	var s snapshot
 	if err := msgpack.Unmarshal(data, &s); err != nil {
 		return nil, b, fmt.Errorf("%w: %v", ErrSnapshotChecksum, err)
@@ -105,14 +105,14 @@ func decodeSnapshot(data []byte, last []uint64) (applied []uint64, b body, err e
 	}
 	applied = s.Positions
 	if applied == nil {
-		applied = []uint64{s.Applied}
+		applied = []events.Position{s.Applied}
 	}
 	if len(applied) != len(last) {
 		return nil, b, fmt.Errorf("%w: a snapshot of %d shards, the log has %d", ErrSnapshotFormat, len(applied), len(last))
 	}
 	shards := events.Shards{K: len(applied)}
 	for i := range applied {
-		if shard, _ := shards.Split(applied[i]); applied[i] != 0 && shard != i {
+		if applied[i] != 0 && applied[i].Part(shards) != i {
 			return nil, b, fmt.Errorf("%w: position %d in shard %d's place", ErrSnapshotFormat, applied[i], i)
 		}
 		if applied[i] > last[i] {

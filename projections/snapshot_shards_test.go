@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/taskledger/taskledger/events"
 )
 
 // A snapshot stores the applied vector; one shard keeps the format of the
@@ -13,7 +15,7 @@ import (
 func TestSnapshotStoresTheAppliedVector(t *testing.T) {
 	t.Parallel()
 	var b body
-	one, err := encodeSnapshot([]uint64{42}, b)
+	one, err := encodeSnapshot([]events.Position{42}, b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,23 +23,23 @@ func TestSnapshotStoresTheAppliedVector(t *testing.T) {
 	if err := msgpack.Unmarshal(one, &stored); err != nil || stored.Applied != 42 || stored.Positions != nil {
 		t.Fatalf("one shard stored as %+v, %v; want applied 42 and no positions", stored, err)
 	}
-	three, err := encodeSnapshot([]uint64{12, 7, 0}, b)
+	three, err := encodeSnapshot([]events.Position{12, 7, 0}, b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
 		name string
 		data []byte
-		last []uint64
-		want []uint64
+		last []events.Position
+		want []events.Position
 		err  error
 	}{
-		{"OneShard", one, []uint64{42}, []uint64{42}, nil},
-		{"OneShardAhead", one, []uint64{41}, nil, ErrSnapshotAhead},
-		{"ThreeShards", three, []uint64{12, 10, 5}, []uint64{12, 7, 0}, nil},
-		{"ThreeShardsOneAhead", three, []uint64{12, 4, 5}, nil, ErrSnapshotAhead},
-		{"ShardsDiffer", three, []uint64{42}, nil, ErrSnapshotFormat},
-		{"UnshardedOnThree", one, []uint64{42, 0, 0}, nil, ErrSnapshotFormat},
+		{"OneShard", one, []events.Position{42}, []events.Position{42}, nil},
+		{"OneShardAhead", one, []events.Position{41}, nil, ErrSnapshotAhead},
+		{"ThreeShards", three, []events.Position{12, 10, 5}, []events.Position{12, 7, 0}, nil},
+		{"ThreeShardsOneAhead", three, []events.Position{12, 4, 5}, nil, ErrSnapshotAhead},
+		{"ShardsDiffer", three, []events.Position{42}, nil, ErrSnapshotFormat},
+		{"UnshardedOnThree", one, []events.Position{42, 0, 0}, nil, ErrSnapshotFormat},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, _, err := decodeSnapshot(c.data, c.last)

@@ -141,7 +141,7 @@ func TestSnapshotRestoresEveryView(t *testing.T) {
 func testSnapshotRestores(t *testing.T, retain int) {
 	live, _ := New(Config{Retain: retain})
 	for i, b := range snapshotLog(t) {
-		live.Apply(uint64(i+1), b)
+		live.Apply(events.Position(i+1), b)
 	}
 	for _, id := range []string{"r1", "c1", "r2", "r3", "r4", "r5", "c5", "r6", "r7", "r8", "r9", "r10"} {
 		_, ok := live.Task(id)
@@ -226,7 +226,7 @@ func TestRetriedHoldersFromTheLog(t *testing.T) {
 	t.Parallel()
 	e, _ := New(Config{Retain: -1})
 	for i, b := range snapshotLog(t) {
-		e.Apply(uint64(i+1), b)
+		e.Apply(events.Position(i+1), b)
 	}
 	now := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
 	k, _, _ := e.ConcurrencyKey("a", "k2", now)
@@ -258,7 +258,7 @@ func TestKeysFromTheLog(t *testing.T) {
 	t.Parallel()
 	e, _ := New(Config{Retain: -1})
 	for i, b := range snapshotLog(t) {
-		e.Apply(uint64(i+1), b)
+		e.Apply(events.Position(i+1), b)
 	}
 	now := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
 	k, holders, waiters := e.ConcurrencyKey("a", "k", now)
@@ -301,12 +301,12 @@ func (m *memSnapshots) Delete(context.Context) error               { m.data = ni
 // shard's place is refused.
 func TestSnapshotEmptyShard(t *testing.T) {
 	k := events.Shards{K: 3}
-	applied := []uint64{k.Position(0, 5), 0, k.Position(2, 4)}
+	applied := []events.Position{k.Position(0, 5), 0, k.Position(2, 4)}
 	data, err := encodeSnapshot(applied, body{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	last := []uint64{k.Position(0, 9), 0, k.Position(2, 9)}
+	last := []events.Position{k.Position(0, 9), 0, k.Position(2, 9)}
 	e, err := New(Config{Shards: k})
 	if err != nil {
 		t.Fatal(err)
@@ -320,7 +320,7 @@ func TestSnapshotEmptyShard(t *testing.T) {
 	if got := e.Positions(); !slices.Equal(got, last) {
 		t.Fatalf("positions %v, set %v", got, last)
 	}
-	misplaced, err := encodeSnapshot([]uint64{k.Position(1, 5), 0, 0}, body{})
+	misplaced, err := encodeSnapshot([]events.Position{k.Position(1, 5), 0, 0}, body{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,12 +339,12 @@ func TestFreezeIsACopy(t *testing.T) {
 	for cut := range log {
 		live, _ := New(Config{})
 		for i, b := range log[:cut] {
-			live.Apply(uint64(i+1), b)
+			live.Apply(events.Position(i+1), b)
 		}
 		want := live.v.body()
 		f := live.v.freeze()
 		for i, b := range log[cut:] {
-			live.Apply(uint64(cut+i+1), b)
+			live.Apply(events.Position(cut+i+1), b)
 		}
 		if got := f.body(); !reflect.DeepEqual(got, want) {
 			t.Fatalf("cut at event %d: the frozen views changed with the events applied after", cut)

@@ -45,13 +45,14 @@ type task struct {
 	// Unix nanoseconds, 0 for the zero time.
 	runAt, created, started, completed, deadline, nextAt, firstAt int64
 
-	firstSeq, lastSeq, readySeq uint64
-	version, attempt            int32
-	members, open               int32
-	statusAt                    int32 // the index in its status's set (views.byStatus)
-	status                      uint8 // index in statuses
-	published                   bool
-	rejected                    bool
+	firstSeq, lastSeq events.Position
+	readySeq          uint64
+	version, attempt  int32
+	members, open     int32
+	statusAt          int32 // the index in its status's set (views.byStatus)
+	status            uint8 // index in statuses
+	published         bool
+	rejected          bool
 }
 
 // taskExtra holds a task's rarely set fields: the State's Reason, Result,
@@ -64,7 +65,7 @@ type taskExtra struct {
 	effects   *[]events.Effect
 	retries   *[]aggregate.Attempt
 	lists     *taskLists
-	closedSeq uint64 // 0 while the lineage is open
+	closedSeq events.Position // 0 while the lineage is open
 	cursor    int32
 }
 
@@ -91,9 +92,9 @@ func (t *task) setExtras(x taskExtra) {
 
 // closedSeq is the sequence at which t's lineage closed, if t is its
 // head; 0 while it is open.
-func (t *task) closedSeq() uint64 { return t.extras().closedSeq }
+func (t *task) closedSeq() events.Position { return t.extras().closedSeq }
 
-func (t *task) setClosedSeq(seq uint64) {
+func (t *task) setClosedSeq(seq events.Position) {
 	x := t.extras()
 	x.closedSeq = seq
 	t.setExtras(x)

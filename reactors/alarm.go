@@ -31,7 +31,7 @@ type Store interface {
 	Execute(ctx context.Context, taskID, actor string, cmd aggregate.Command) (aggregate.State, []events.Event, error)
 	// ExecuteSeen is Execute for a command chosen from the task as it
 	// stood at sequence seen.
-	ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggregate.Command, seen uint64) (aggregate.State, []events.Event, error)
+	ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggregate.Command, seen events.Position) (aggregate.State, []events.Event, error)
 	// Load returns a task as the log has it now.
 	Load(ctx context.Context, taskID string) (aggregate.State, error)
 	// ExecuteKey decides a concurrency key's command and appends its
@@ -51,9 +51,9 @@ type Projection interface {
 	TimersChanged() <-chan struct{}
 	// Covers reports whether the projection has applied the event at
 	// position pos.
-	Covers(pos uint64) bool
+	Covers(pos events.Position) bool
 	// WaitFor returns once the projection has applied seq, or ctx ends.
-	WaitFor(ctx context.Context, seq uint64) error
+	WaitFor(ctx context.Context, seq events.Position) error
 	// Postpone moves a task's due time in timer queue t, if it is there.
 	Postpone(t projections.Timer, taskID string, due time.Time)
 	// Waiters returns up to limit tasks due at now waiting for a slot of
@@ -74,7 +74,7 @@ type Firer interface {
 	// the last sequence it appended or read and, when the log had nothing
 	// due, the log's next due instant (zero otherwise); errors are the
 	// store's and the aggregate's.
-	FireSchedule(ctx context.Context, customerID, scheduleID string) (seq uint64, notBefore time.Time, err error)
+	FireSchedule(ctx context.Context, customerID, scheduleID string) (seq events.Position, notBefore time.Time, err error)
 }
 
 // Publisher publishes ready notifications.
@@ -264,7 +264,7 @@ type key struct {
 type flight struct {
 	running  bool
 	parked   bool
-	untilSeq uint64
+	untilSeq events.Position
 	retryAt  time.Time
 	notDue   *notDue
 }
@@ -273,7 +273,7 @@ type flight struct {
 // the log had it at seq, has nothing due until until.
 type notDue struct {
 	customerID, id string
-	seq            uint64
+	seq            events.Position
 	until          time.Time
 }
 
@@ -374,7 +374,7 @@ func (a *Alarm) Run(ctx context.Context) error {
 // timer queue (a ReadyPublished), so nothing else would wake the alarm
 // when it is applied. Its result, sent after this, does. The action's
 // slot is free meanwhile; the item stays in flight.
-func (a *Alarm) awaitApplied(ctx context.Context, seq uint64) {
+func (a *Alarm) awaitApplied(ctx context.Context, seq events.Position) {
 	if !a.proj.Covers(seq) {
 		a.proj.WaitFor(ctx, seq) // an error is ctx's end: Run is stopping
 	}
@@ -568,7 +568,7 @@ func (a *Alarm) observe(t projections.Timer, due time.Time, err error) {
 
 // settled is what follows an action on item s of timer queue t, due at
 // due, that ended with err after the log reached seq for it.
-func (a *Alarm) settled(t projections.Timer, due time.Time, s aggregate.State, seq uint64, err error) flight {
+func (a *Alarm) settled(t projections.Timer, due time.Time, s aggregate.State, seq events.Position, err error) flight {
 	a.observe(t, due, err)
 	switch {
 	case err == nil:

@@ -19,6 +19,7 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/delivery"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testlog"
@@ -60,7 +61,7 @@ func alStart(t *testing.T, ns testnats.Namespace, opts ...func(*store.Config)) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := mustEngine(projections.Config{JS: st.JetStream(), Stream: ns.Stream, Subjects: ns.Subjects, Logger: alLogger(t)})
+	eng := mustEngine(projections.Config{Log: eventlog.Log{JS: st.JetStream(), Stream: ns.Stream, Subjects: ns.Subjects}, Logger: alLogger(t)})
 	alGo(t, "engine", eng.Run)
 	alEventually(t, "engine caught up", eng.CaughtUp)
 	return &alProc{t: t, ns: ns, store: st, engine: eng, ready: delivery.Publisher{JS: st.JetStream(), Subjects: ns.Subjects, Stream: ready}}
@@ -468,7 +469,7 @@ func TestAlarmFairness(t *testing.T) {
 	bTask := p.schedule(alSpec{customer: "B"})
 	// The backlog is in place before the alarm starts, as after a restart
 	// or a burst: B's task is the last one due.
-	alEventually(t, "backlog projected", func() bool { return p.engine.Applied() >= bTask.LastSeq })
+	alEventually(t, "backlog projected", func() bool { return p.engine.Applied() >= uint64(bTask.LastSeq) })
 	p.startAlarm(reactors.AlarmConfig{}, nil)
 	alEventually(t, "everything published", func() bool {
 		return p.engine.QueueCounts()["q"][aggregate.StatusQueued] == backlog+1

@@ -22,7 +22,7 @@ type earlyFirer struct {
 	calls chan int
 }
 
-func (f *earlyFirer) FireSchedule(context.Context, string, string) (uint64, time.Time, error) {
+func (f *earlyFirer) FireSchedule(context.Context, string, string) (events.Position, time.Time, error) {
 	f.mu.Lock()
 	f.n++
 	n := f.n

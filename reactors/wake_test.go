@@ -41,7 +41,7 @@ func TestAlarmWakeModel(t *testing.T) {
 type wakeModel struct {
 	now   time.Time
 	eng   *projections.Engine
-	seq   uint64
+	seq   events.Position
 	tasks map[string]aggregate.State
 	keys  map[string]aggregate.KeyState
 	ids   []string // the tasks, in the order they were scheduled
@@ -145,7 +145,7 @@ func (m *wakeModel) step(rt *rapid.T) {
 		if !ok {
 			return
 		}
-		var cmd aggregate.Command = aggregate.MarkReadyPublished{DeliveryID: s.Delivery.ID, ReadySeq: m.seq + 1}
+		var cmd aggregate.Command = aggregate.MarkReadyPublished{DeliveryID: s.Delivery.ID, ReadySeq: uint64(m.seq) + 1}
 		if s.Status == aggregate.StatusQueued && rapid.Bool().Draw(rt, "claim") {
 			cmd = aggregate.Claim{DeliveryID: s.Delivery.ID, ExecutorID: "w"}
 		}
@@ -256,7 +256,7 @@ type unusedStore struct{}
 func (unusedStore) Execute(context.Context, string, string, aggregate.Command) (aggregate.State, []events.Event, error) {
 	return aggregate.State{}, nil, errUnused
 }
-func (unusedStore) ExecuteSeen(context.Context, string, string, aggregate.Command, uint64) (aggregate.State, []events.Event, error) {
+func (unusedStore) ExecuteSeen(context.Context, string, string, aggregate.Command, events.Position) (aggregate.State, []events.Event, error) {
 	return aggregate.State{}, nil, errUnused
 }
 func (unusedStore) Load(context.Context, string) (aggregate.State, error) {

@@ -16,14 +16,14 @@ import (
 
 // Entry is one event of a timeline with the status it left its task in.
 type Entry struct {
-	Seq    uint64    `json:"seq"`
-	At     time.Time `json:"at"`
-	TaskID string    `json:"taskId"`
-	Type   string    `json:"type"`
-	Actor  string    `json:"actor,omitempty"`
-	Status string    `json:"status"`
-	Detail string    `json:"detail"`
-	Data   any       `json:"data"`
+	Seq    events.Position `json:"seq"`
+	At     time.Time       `json:"at"`
+	TaskID string          `json:"taskId"`
+	Type   string          `json:"type"`
+	Actor  string          `json:"actor,omitempty"`
+	Status string          `json:"status"`
+	Detail string          `json:"detail"`
+	Data   any             `json:"data"`
 }
 
 // Timeline folds events (of one task, or of several interleaved in log

@@ -107,8 +107,8 @@ func (l *lineageLog) history(t *testing.T, id string) []events.Event {
 	return evs
 }
 
-func seqs(evs []events.Event) []uint64 {
-	out := make([]uint64, len(evs))
+func seqs(evs []events.Event) []events.Position {
+	out := make([]events.Position, len(evs))
 	for i, ev := range evs {
 		out[i] = ev.Seq
 	}
@@ -253,7 +253,7 @@ func TestHistory(t *testing.T) {
 				t.Fatalf("line %d %q: %v", i, line, err)
 			}
 			e := rootEntries[i]
-			if got.Seq == nil || *got.Seq != e.Seq || got.Type != e.Type || got.Status != e.Status || got.TaskID != e.TaskID ||
+			if got.Seq == nil || *got.Seq != uint64(e.Seq) || got.Type != e.Type || got.Status != e.Status || got.TaskID != e.TaskID ||
 				got.Detail != e.Detail || !got.At.Equal(e.At) || got.Data == nil {
 				t.Errorf("line %d %q does not match entry %+v", i, line, e)
 			}
@@ -261,7 +261,7 @@ func TestHistory(t *testing.T) {
 	})
 
 	t.Run("LineageHistory", func(t *testing.T) {
-		var want []uint64
+		var want []events.Position
 		for _, id := range []string{l.root, l.child, l.grand} {
 			want = append(want, seqs(l.history(t, id))...)
 		}
@@ -304,12 +304,12 @@ func TestHistory(t *testing.T) {
 		// From the time the root's mailbox was read: what was stored at
 		// or after it, by the stream's own timestamps.
 		msgs, _ := readAll(t, l.js, l.ns.Stream)
-		stored := map[uint64]time.Time{}
+		stored := map[events.Position]time.Time{}
 		for _, m := range msgs {
-			stored[m.Seq] = m.Time
+			stored[m.Pos] = m.Time
 		}
 		since := stored[rootEntries[5].Seq]
-		var want []uint64
+		var want []events.Position
 		for _, ev := range all {
 			if !stored[ev.Seq].Before(since) {
 				want = append(want, ev.Seq)

@@ -7,7 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/testnats"
 	"github.com/taskledger/taskledger/replay"
 )
@@ -30,13 +30,13 @@ func streamState(t testing.TB, js jetstream.JetStream, stream string) (msgs, las
 
 // readAll returns every message of the stream with its event decoded (nil
 // Data for an undecodable one).
-func readAll(t testing.TB, js jetstream.JetStream, stream string) ([]store.Message, []events.Event) {
+func readAll(t testing.TB, js jetstream.JetStream, stream string) ([]eventlog.Message, []events.Event) {
 	t.Helper()
-	var msgs []store.Message
+	var msgs []eventlog.Message
 	var evs []events.Event
-	err := store.Log{JS: js, Stream: stream}.Read(context.Background(), store.ReadOptions{}, func(m store.Message) error {
+	err := eventlog.Log{JS: js, Stream: stream}.Read(context.Background(), eventlog.ReadOptions{}, func(m eventlog.Message) error {
 		msgs = append(msgs, m)
-		ev, err := events.DecodeAt(m.Data, m.Seq)
+		ev, err := events.DecodeAt(m.Data, m.Pos)
 		if err != nil {
 			ev = events.Event{}
 		}
@@ -50,15 +50,15 @@ func readAll(t testing.TB, js jetstream.JetStream, stream string) ([]store.Messa
 }
 
 // logOf reads the namespace's stream.
-func logOf(js jetstream.JetStream, ns testnats.Namespace) store.Log {
-	return store.Log{JS: js, Stream: ns.Stream, Subjects: ns.Subjects}
+func logOf(js jetstream.JetStream, ns testnats.Namespace) eventlog.Log {
+	return eventlog.Log{JS: js, Stream: ns.Stream, Subjects: ns.Subjects}
 }
 
 // verifyLog runs the verifier over the whole log, as `replay verify` does.
-func verifyLog(ctx context.Context, log store.Log, progress func(seq, last uint64)) (replay.Report, error) {
+func verifyLog(ctx context.Context, log eventlog.Log, progress func(seq, last uint64)) (replay.Report, error) {
 	v := replay.NewVerifier(log.Subjects)
-	err := log.Read(ctx, store.ReadOptions{Progress: progress}, func(m store.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
+	err := log.Read(ctx, eventlog.ReadOptions{Progress: progress}, func(m eventlog.Message) error {
+		v.Add(m.Pos, m.Subject, m.Data)
 		return nil
 	})
 	return v.Report(), err

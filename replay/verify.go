@@ -29,12 +29,13 @@ const (
 	// Concurrency (verifykeys.go): a concurrency key's promise broken.
 )
 
-// Violation is one broken invariant, located by stream sequence and task.
+// Violation is one broken invariant, located by log position (with one
+// shard, the stream sequence) and task.
 type Violation struct {
-	Seq    uint64 `json:"seq"`
-	TaskID string `json:"taskId,omitempty"`
-	Kind   string `json:"kind"`
-	Detail string `json:"detail"`
+	Seq    events.Position `json:"seq"`
+	TaskID string          `json:"taskId,omitempty"`
+	Kind   string          `json:"kind"`
+	Detail string          `json:"detail"`
 }
 
 // Report summarises a verification.
@@ -80,7 +81,7 @@ type Verifier struct {
 
 // head is the chain head a log must still hold, and whether it was seen.
 type head struct {
-	seq  uint64
+	seq  events.Position
 	hash events.Hash
 	seen bool
 }
@@ -102,7 +103,7 @@ func (v *Verifier) Shard(shards events.Shards) {
 // stream (of a sharded log: the shard of position seq) must reach seq and
 // hold there a message whose SHA-256 is hash. Call it, once per head,
 // before the first Add.
-func (v *Verifier) ExpectHead(seq uint64, hash events.Hash) {
+func (v *Verifier) ExpectHead(seq events.Position, hash events.Hash) {
 	v.heads = append(v.heads, head{seq: seq, hash: hash})
 }
 
@@ -136,14 +137,14 @@ func (v *Verifier) Report() Report {
 	return r
 }
 
-func (v *Verifier) fail(seq uint64, taskID, kind, format string, args ...any) {
+func (v *Verifier) fail(seq events.Position, taskID, kind, format string, args ...any) {
 	v.report.Violations = append(v.report.Violations, Violation{Seq: seq, TaskID: taskID, Kind: kind, Detail: fmt.Sprintf(format, args...)})
 }
 
-// Add checks the message stored at seq on subject. Messages must be added
-// in stream order; a sequence skipped is reported as missing (the event
-// stream denies deletes, so nothing may leave a hole).
-func (v *Verifier) Add(seq uint64, subject string, data []byte) {
+// Add checks the message stored at log position seq on subject. Messages
+// must be added in stream order; a sequence skipped is reported as
+// missing (the event stream denies deletes, so nothing may leave a hole).
+func (v *Verifier) Add(seq events.Position, subject string, data []byte) {
 	shard, raw := v.shards.Split(seq)
 	if last := v.lastSeqs[shard]; raw > last+1 {
 		v.fail(seq, "", Missing, "sequences %d to %d are absent", last+1, raw-1)
@@ -245,13 +246,12 @@ func (v *Verifier) rootOf(ev events.Event) string {
 
 // partOfTask returns the part holding st's task: its first event's.
 func (v *Verifier) partOfTask(st aggregate.State) int {
-	part, _ := v.shards.Split(st.FirstSeq)
-	return part
+	return st.FirstSeq.Part(v.shards)
 }
 
 // StartAt tells the verifier that part's stream starts at stream
 // sequence first: the sequences before it belonged to a removed epoch
-// (store.RemoveEpoch) and are not missing, nor is a saved chain head
+// (eventlog.RemoveEpoch) and are not missing, nor is a saved chain head
 // among them, and the log is Partial. Call it before the first Add.
 func (v *Verifier) StartAt(part int, first uint64) {
 	if first > v.lastSeqs[part]+1 {
@@ -340,7 +340,7 @@ func (v *Verifier) checkRetry(ev events.Event) {
 
 // retry is a new task that retries another.
 type retry struct {
-	seq                    uint64
+	seq                    events.Position
 	taskID, customerID, of string
 }
 

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
-	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnode"
 	"github.com/taskledger/taskledger/replay"
 )
@@ -49,15 +49,15 @@ func TestVerifyShardedLog(t *testing.T) {
 		t.Fatalf("%d chain heads (%v), want one a shard", len(heads), err)
 	}
 	// verify reads the log with the chain heads expected.
-	verify := func(expect ...store.Head) replay.Report {
+	verify := func(expect ...eventlog.Head) replay.Report {
 		t.Helper()
 		v := replay.NewVerifier(n.Store.Subjects())
 		v.Shard(shards)
 		for _, h := range expect {
-			v.ExpectHead(h.Seq, h.Hash)
+			v.ExpectHead(h.Pos, h.Hash)
 		}
-		err := n.Store.Log().Read(ctx, store.ReadOptions{}, func(m store.Message) error {
-			v.Add(m.Seq, m.Subject, m.Data)
+		err := n.Store.Log().Read(ctx, eventlog.ReadOptions{}, func(m eventlog.Message) error {
+			v.Add(m.Pos, m.Subject, m.Data)
 			return nil
 		})
 		if err != nil {
@@ -71,10 +71,10 @@ func TestVerifyShardedLog(t *testing.T) {
 	changed := heads[2]
 	changed.Hash[0] ^= 1
 	beyond := heads[1]
-	beyond.Seq += 3 * 10 // ten sequences past shard 1's end
+	beyond.Pos += 3 * 10 // ten sequences past shard 1's end
 	r := verify(heads[0], beyond, changed)
-	if len(r.Violations) != 2 || r.Violations[0].Kind != replay.HeadMismatch || r.Violations[0].Seq != changed.Seq ||
-		r.Violations[1].Kind != replay.Truncated || r.Violations[1].Seq != beyond.Seq {
+	if len(r.Violations) != 2 || r.Violations[0].Kind != replay.HeadMismatch || r.Violations[0].Seq != changed.Pos ||
+		r.Violations[1].Kind != replay.Truncated || r.Violations[1].Seq != beyond.Pos {
 		t.Fatalf("violations %+v, want the changed head of shard 2 and the truncation of shard 1", r.Violations)
 	}
 }
@@ -113,8 +113,8 @@ func TestVerifyShardedKeys(t *testing.T) {
 	}
 	v := replay.NewVerifier(n.Store.Subjects())
 	v.Shard(n.Store.Shards())
-	if err := n.Store.Log().Read(ctx, store.ReadOptions{}, func(m store.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
+	if err := n.Store.Log().Read(ctx, eventlog.ReadOptions{}, func(m eventlog.Message) error {
+		v.Add(m.Pos, m.Subject, m.Data)
 		return nil
 	}); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/store"
@@ -457,7 +458,7 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 
 	var want []replay.Violation
 	expect := func(seq uint64, taskID, kind string) {
-		want = append(want, replay.Violation{Seq: seq, TaskID: taskID, Kind: kind})
+		want = append(want, replay.Violation{Seq: events.Position(seq), TaskID: taskID, Kind: kind})
 	}
 
 	// (a) Garbage bytes on a real task's subject.
@@ -547,8 +548,8 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 		id := events.NewID()
 		spec.RootID = id
 		st, _ := p.exec(id, aggregate.Schedule{TaskID: id, CustomerID: cust, Spec: spec})
-		expect(st.LastSeq, id, replay.BadRetry)
-		return st.LastSeq
+		expect(uint64(st.LastSeq), id, replay.BadRetry)
+		return uint64(st.LastSeq)
 	}
 	retry(p.scheduled("beta"), "beta")
 	retry(expired, "acme")
@@ -588,7 +589,7 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("violations:\n got %+v\nwant %+v\nfull report: %+v", got, want, report.Violations)
 	}
-	details := map[uint64]string{}
+	details := map[events.Position]string{}
 	for _, v := range report.Violations {
 		details[v.Seq] = v.Detail
 	}
@@ -619,11 +620,11 @@ func TestVerifyChecksTheLogsEnd(t *testing.T) {
 		}
 		msgs, prev = append(msgs, b), events.HashOf(b)
 	}
-	verify := func(seqs []uint64, head store.Head) []string {
+	verify := func(seqs []uint64, head eventlog.Head) []string {
 		v := replay.NewVerifier(subjects)
-		v.ExpectHead(head.Seq, head.Hash)
+		v.ExpectHead(head.Pos, head.Hash)
 		for _, seq := range seqs {
-			v.Add(seq, subjects.Event("c1", "t1"), msgs[seq-1])
+			v.Add(events.Position(seq), subjects.Event("c1", "t1"), msgs[seq-1])
 		}
 		var kinds []string
 		for _, viol := range v.Report().Violations {
@@ -631,19 +632,19 @@ func TestVerifyChecksTheLogsEnd(t *testing.T) {
 		}
 		return kinds
 	}
-	tail := store.Head{Seq: 3, Hash: events.HashOf(msgs[2])}
+	tail := eventlog.Head{Pos: 3, Hash: events.HashOf(msgs[2])}
 	for _, tt := range []struct {
 		name string
 		seqs []uint64
-		head store.Head
+		head eventlog.Head
 		want []string
 	}{
 		{"Clean", []uint64{1, 2, 3}, tail, nil},
-		{"NoHead", []uint64{1, 2, 3}, store.Head{}, nil},
+		{"NoHead", []uint64{1, 2, 3}, eventlog.Head{}, nil},
 		{"DeletedEvent", []uint64{1, 3}, tail, []string{replay.Missing, replay.Gap, replay.BrokenLink, replay.IllegalEvent}},
 		{"CutTail", []uint64{1, 2}, tail, []string{replay.Truncated}},
-		{"OtherHead", []uint64{1, 2, 3}, store.Head{Seq: 3, Hash: events.HashOf(msgs[1])}, []string{replay.HeadMismatch}},
-		{"HeadDeleted", []uint64{1, 2, 4}, store.Head{Seq: 3, Hash: events.HashOf(msgs[2])}, nil},
+		{"OtherHead", []uint64{1, 2, 3}, eventlog.Head{Pos: 3, Hash: events.HashOf(msgs[1])}, []string{replay.HeadMismatch}},
+		{"HeadDeleted", []uint64{1, 2, 4}, eventlog.Head{Pos: 3, Hash: events.HashOf(msgs[2])}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -651,9 +652,9 @@ func TestVerifyChecksTheLogsEnd(t *testing.T) {
 				// Sequence 4 carries the third event: 3 is missing, and so
 				// is the message of the head saved there.
 				v := replay.NewVerifier(subjects)
-				v.ExpectHead(tt.head.Seq, tt.head.Hash)
+				v.ExpectHead(tt.head.Pos, tt.head.Hash)
 				for i, seq := range tt.seqs {
-					v.Add(seq, subjects.Event("c1", "t1"), msgs[i])
+					v.Add(events.Position(seq), subjects.Event("c1", "t1"), msgs[i])
 				}
 				var kinds []string
 				for _, viol := range v.Report().Violations {

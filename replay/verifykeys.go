@@ -121,7 +121,7 @@ func (v *Verifier) checkSlot(st aggregate.State, ev events.Event, shard int) {
 // slotUser is a task a key event names from another shard of a sharded
 // log.
 type slotUser struct {
-	seq                            uint64
+	seq                            events.Position
 	keyID, taskID, customerID, key string
 }
 

@@ -41,7 +41,7 @@ func (l *keyLog) add(id string, p events.Payload) {
 		subject = events.DefaultSubjects.Key(keyCust, id)
 	}
 	l.seq++
-	l.v.Add(l.seq, subject, b)
+	l.v.Add(events.Position(l.seq), subject, b)
 }
 
 func (l *keyLog) schedule(task, key string, limit int) {

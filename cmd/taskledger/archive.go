@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/taskledger/taskledger/internal/archive"
-	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/eventlog"
 )
 
 // archiveCommand is `archive EPOCH --to DIR` and `archive verify DIR`.
@@ -50,8 +50,8 @@ func archiveCommand(ctx context.Context, args []string, stdout io.Writer) error 
 // resolveEpoch returns the epoch of log that name names: for a log with
 // epochs a live one by its number (taskledger epoch list), for a log
 // without, "0", made of all its parts.
-func resolveEpoch(ctx context.Context, log store.Log, name string) (archive.Epoch, error) {
-	e, ok, err := store.ReadEpochs(ctx, log.JS, log.Stream)
+func resolveEpoch(ctx context.Context, log eventlog.Log, name string) (archive.Epoch, error) {
+	e, ok, err := eventlog.ReadEpochs(ctx, log.JS, log.Stream)
 	if err != nil {
 		return archive.Epoch{}, err
 	}
@@ -112,7 +112,7 @@ func printParts(w io.Writer, m archive.Manifest) {
 	for _, p := range m.Parts {
 		fmt.Fprintf(w, "part %d %s: sequences %d to %d, %d events, %d bytes", p.Part, p.Stream, p.FirstSeq, p.LastSeq, p.Count, p.Bytes)
 		if p.Head != nil {
-			fmt.Fprintf(w, ", chain head %d sha256 %x", p.Head.Seq, p.Head.Hash)
+			fmt.Fprintf(w, ", chain head %d sha256 %x", p.Head.Pos, p.Head.Hash)
 		}
 		fmt.Fprintln(w)
 	}

@@ -28,7 +28,7 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/replay"
 )
 
@@ -163,7 +163,7 @@ func connectCluster(t *testing.T, nodes []*clusterNode) *nats.Conn {
 // CLUSTER_SHARDS, default 3 (docs/DESIGN.md, "Sharded log").
 func clusterShards(t *testing.T) events.Shards {
 	t.Helper()
-	return events.Shards{K: envInt(t, "CLUSTER_SHARDS", 3, 1, store.MaxShards)}
+	return events.Shards{K: envInt(t, "CLUSTER_SHARDS", 3, 1, eventlog.MaxShards)}
 }
 
 // envInt returns the whole number in the environment variable name,

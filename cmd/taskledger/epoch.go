@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/taskledger/taskledger/internal/archive"
-	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/eventlog"
 )
 
 // epochCommand is `epoch list` and `epoch remove EPOCH --archive DIR`.
@@ -27,18 +27,18 @@ func epochCommand(ctx context.Context, args []string, stdout io.Writer) error {
 }
 
 // epochs opens the log the offline flags name and reads its epochs.
-func (o *offline) epochs(ctx context.Context) (store.Log, store.Epochs, func(), error) {
+func (o *offline) epochs(ctx context.Context) (eventlog.Log, eventlog.Epochs, func(), error) {
 	log, closeLog, err := o.openLog(ctx)
 	if err != nil {
-		return store.Log{}, store.Epochs{}, nil, err
+		return eventlog.Log{}, eventlog.Epochs{}, nil, err
 	}
-	e, ok, err := store.ReadEpochs(ctx, log.JS, log.Stream)
+	e, ok, err := eventlog.ReadEpochs(ctx, log.JS, log.Stream)
 	if err == nil && !ok {
 		err = fmt.Errorf("%s was created without epochs (serve --epoch-slots): it has one, epoch 0", log.Stream)
 	}
 	if err != nil {
 		closeLog()
-		return store.Log{}, store.Epochs{}, nil, err
+		return eventlog.Log{}, eventlog.Epochs{}, nil, err
 	}
 	return log, e, closeLog, nil
 }
@@ -63,7 +63,7 @@ func epochListCommand(ctx context.Context, args []string, stdout io.Writer) erro
 	fmt.Fprintln(tw, "SLOT\tEPOCH\tSTATE\tPERIOD\tOPENED\tSEALED")
 	for i, s := range e.Slots {
 		epoch, period, current := "-", "-", ""
-		if s.State != store.SlotFree {
+		if s.State != eventlog.SlotFree {
 			from := time.Unix(0, s.Epoch*int64(e.Period)).UTC()
 			epoch, period = strconv.FormatInt(s.Epoch, 10), from.Format(time.RFC3339)+" – "+from.Add(e.Period).Format(time.RFC3339)
 		}
@@ -109,7 +109,7 @@ func when(t time.Time) string {
 
 // epochRemoveCommand is `epoch remove EPOCH --archive DIR`: it verifies
 // the archive whole, checks it against the sealed streams, and only then
-// removes them (store.RemoveEpoch).
+// removes them (eventlog.RemoveEpoch).
 func epochRemoveCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("epoch remove")
 	var off offline
@@ -135,7 +135,7 @@ func epochRemoveCommand(ctx context.Context, args []string, stdout io.Writer) er
 		return err
 	}
 	defer closeLog()
-	if slot, ok := e.SlotOfEpoch(n); ok && e.Slots[slot].State == store.SlotSealed && e.Slots[slot].NextSeqs != nil {
+	if slot, ok := e.SlotOfEpoch(n); ok && e.Slots[slot].State == eventlog.SlotSealed && e.Slots[slot].NextSeqs != nil {
 		// A removal of this epoch stopped half way: some of its streams
 		// may be empty already, so the archive is checked against the
 		// sequences that removal recorded instead.
@@ -146,7 +146,7 @@ func epochRemoveCommand(ctx context.Context, args []string, stdout io.Writer) er
 	if err != nil {
 		return err
 	}
-	if err := store.RemoveEpoch(ctx, log, n); err != nil {
+	if err := eventlog.RemoveEpoch(ctx, log, n); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "removed epoch %d of %s (%d events, archived in %s)\n", n, log.Stream, m.Events(), *dir)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/eventlog"
 )
 
 // TestEpochCommands runs a server whose log has epochs of a second: an
@@ -58,7 +58,7 @@ func testEpochCommands(t *testing.T, k int) {
 		t.Fatal(err)
 	}
 	layout := events.Shards{K: k, Slots: 2}
-	part, _ := layout.Split(h.Events[0].Seq)
+	part, _ := layout.Split(events.Position(h.Events[0].Seq))
 	slot, _ := layout.SlotOf(part)
 	var epoch int64
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
@@ -66,7 +66,7 @@ func testEpochCommands(t *testing.T, k int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s := stats.Epochs.Slots[slot]; s.State == store.SlotSealed {
+		if s := stats.Epochs.Slots[slot]; s.State == eventlog.SlotSealed {
 			epoch = *s.Epoch
 			break
 		}
@@ -98,9 +98,9 @@ func testEpochCommands(t *testing.T, k int) {
 		t.Fatalf("epoch remove: exit %d, output %q\nstderr:\n%s", code, out, errOut)
 	}
 	out, errOut, code := replayCLI(t, "epoch", "list", "--json", "--data", data)
-	var e store.Epochs
+	var e eventlog.Epochs
 	// (An empty epoch may have been removed before, by the server.)
-	if code != 0 || json.Unmarshal([]byte(out), &e) != nil || !slices.Contains(e.Removed, epoch) || e.Slots[slot].State != store.SlotFree {
+	if code != 0 || json.Unmarshal([]byte(out), &e) != nil || !slices.Contains(e.Removed, epoch) || e.Slots[slot].State != eventlog.SlotFree {
 		t.Fatalf("epoch list after the removal: exit %d, %s\nstderr:\n%s", code, out, errOut)
 	}
 
@@ -139,7 +139,7 @@ func stopRemoval(t *testing.T, data string, layout events.Shards, slot int, epoc
 			deleted = name
 		}
 	}
-	if _, err := store.UpdateEpochs(ctx, js, events.DefaultStream, func(e *store.Epochs) bool {
+	if _, err := eventlog.UpdateEpochs(ctx, js, events.DefaultStream, func(e *eventlog.Epochs) bool {
 		e.Slots[slot].NextSeqs = next
 		return e.Slots[slot].Epoch == epoch
 	}); err != nil {

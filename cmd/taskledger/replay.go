@@ -16,8 +16,8 @@ import (
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/archive"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/node"
-	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/replay"
 )
@@ -35,29 +35,29 @@ func (o *offline) register(fs flagSet) {
 // openLog connects to the log (the NATS URL, or an embedded server on the
 // data directory, which no running `taskledger serve` may be using) and
 // returns a reader of it, sharded as its metadata records
-// (store.ReadShards), and what closes the connection.
-func (o *offline) openLog(ctx context.Context) (store.Log, func(), error) {
+// (eventlog.ReadShards), and what closes the connection.
+func (o *offline) openLog(ctx context.Context) (eventlog.Log, func(), error) {
 	if o.nf.url == "" {
 		if _, err := os.Stat(o.nf.data); err != nil {
-			return store.Log{}, nil, fmt.Errorf("data directory: %w", err)
+			return eventlog.Log{}, nil, fmt.Errorf("data directory: %w", err)
 		}
 	}
 	nc, _, closeNATS, err := o.nf.connect(zerolog.Nop())
 	if err != nil {
-		return store.Log{}, nil, err
+		return eventlog.Log{}, nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err == nil {
 		var shards events.Shards
-		if shards, err = store.ReadShards(ctx, js, o.nf.stream); err == nil {
-			return store.Log{JS: js, Stream: o.nf.stream, Shards: shards}, closeNATS, nil
+		if shards, err = eventlog.ReadShards(ctx, js, o.nf.stream); err == nil {
+			return eventlog.Log{JS: js, Stream: o.nf.stream, Shards: shards}, closeNATS, nil
 		}
 	}
 	closeNATS()
-	return store.Log{}, nil, err
+	return eventlog.Log{}, nil, err
 }
 
-// taskReader reads a task's or a lineage's events: store.Log, or an
+// taskReader reads a task's or a lineage's events: eventlog.Log, or an
 // archive.Archive.
 type taskReader interface {
 	Task(ctx context.Context, id string) ([]events.Event, error)
@@ -145,7 +145,7 @@ func historyCommand(ctx context.Context, args []string, stdout io.Writer) error 
 			return err
 		}
 		for _, e := range h.Events {
-			entries = append(entries, replay.Entry{Seq: e.Seq, At: e.At, TaskID: e.TaskID, Type: e.Type, Actor: e.Actor, Status: e.Status, Detail: e.Detail, Data: e.Data})
+			entries = append(entries, replay.Entry{Seq: events.Position(e.Seq), At: e.At, TaskID: e.TaskID, Type: e.Type, Actor: e.Actor, Status: e.Status, Detail: e.Detail, Data: e.Data})
 		}
 	}
 	switch {
@@ -184,7 +184,7 @@ func customerHistory(ctx context.Context, stdout io.Writer, cf clientFlags, off 
 	}
 	if !direct {
 		return cf.client().CustomerEvents(ctx, customer, since, func(e api.Event) error {
-			return emit(replay.Entry{Seq: e.Seq, At: e.At, TaskID: e.TaskID, Type: e.Type, Actor: e.Actor, Status: e.Status, Detail: e.Detail, Data: e.Data})
+			return emit(replay.Entry{Seq: events.Position(e.Seq), At: e.At, TaskID: e.TaskID, Type: e.Type, Actor: e.Actor, Status: e.Status, Detail: e.Detail, Data: e.Data})
 		})
 	}
 	log, closeLog, err := off.openLog(ctx)
@@ -222,8 +222,8 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	var (
 		v     *replay.Verifier
-		heads []store.Head
-		read  func(fn func(store.Message) error) error
+		heads []eventlog.Head
+		read  func(fn func(eventlog.Message) error) error
 		bar   = newProgress("verify")
 	)
 	if *archiveDir != "" {
@@ -240,11 +240,11 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 			v.StartAt(p.Part, p.FirstSeq)
 		}
 		heads = a.Manifest.Heads()
-		read = func(fn func(store.Message) error) error {
+		read = func(fn func(eventlog.Message) error) error {
 			var n uint64
 			total := a.Manifest.Events()
 			defer bar.update(total, total)
-			return a.Read(ctx, func(m store.Message) error {
+			return a.Read(ctx, func(m eventlog.Message) error {
 				if n++; n%50000 == 0 {
 					bar.update(n, total)
 				}
@@ -269,15 +269,15 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		if heads, err = node.LoadHeads(ctx, log.JS, off.nf.stream); err != nil {
 			return err
 		}
-		read = func(fn func(store.Message) error) error {
-			return log.Read(ctx, store.ReadOptions{Progress: bar.update}, fn)
+		read = func(fn func(eventlog.Message) error) error {
+			return log.Read(ctx, eventlog.ReadOptions{Progress: bar.update}, fn)
 		}
 	}
 	for _, head := range heads {
-		v.ExpectHead(head.Seq, head.Hash)
+		v.ExpectHead(head.Pos, head.Hash)
 	}
-	err := read(func(m store.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
+	err := read(func(m eventlog.Message) error {
+		v.Add(m.Pos, m.Subject, m.Data)
 		return nil
 	})
 	report := v.Report()
@@ -295,7 +295,7 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "%d events, %d tasks, %d violations\n", report.Events, report.Tasks, len(report.Violations))
 		for _, head := range heads {
-			fmt.Fprintf(stdout, "saved chain head: sequence %d, sha256 %x\n", head.Seq, head.Hash)
+			fmt.Fprintf(stdout, "saved chain head: sequence %d, sha256 %x\n", head.Pos, head.Hash)
 		}
 	}
 	if !report.Clean() {
@@ -374,7 +374,7 @@ func rebuildCommand(ctx context.Context, args []string, stdout io.Writer) error 
 	if err != nil {
 		return err
 	}
-	eng, err := projections.New(projections.Config{JS: log.JS, Stream: off.nf.stream, Shards: log.Shards, Snapshots: snaps, Retain: *retain})
+	eng, err := projections.New(projections.Config{Log: log, Shards: log.Shards, Snapshots: snaps, Retain: *retain})
 	if err != nil {
 		return err
 	}

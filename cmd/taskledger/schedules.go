@@ -88,7 +88,7 @@ func schedulesCommand(ctx context.Context, args []string, stdout io.Writer) erro
 		}
 		entries := make([]replay.Entry, len(h.Events))
 		for i, e := range h.Events {
-			entries[i] = replay.Entry{Seq: e.Seq, At: e.At, TaskID: e.TaskID, Type: e.Type, Actor: e.Actor, Status: e.Status, Detail: e.Detail, Data: e.Data}
+			entries[i] = replay.Entry{Seq: events.Position(e.Seq), At: e.At, TaskID: e.TaskID, Type: e.Type, Actor: e.Actor, Status: e.Status, Detail: e.Detail, Data: e.Data}
 		}
 		return replay.WriteText(stdout, entries, false)
 	default:

@@ -23,6 +23,7 @@ import (
 
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/broker"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/internal/lease"
 	"github.com/taskledger/taskledger/internal/node"
@@ -225,14 +226,14 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		h, _ := os.Hostname()
 		*name = "scheduler-" + sanitize(h)
 	}
-	if *epochSlots != 0 && (*epochSlots > store.MaxEpochSlots || *epochPeriod < store.MinEpochPeriod || *retainEpochs < 1 || *epochSlots < *retainEpochs+1) {
+	if *epochSlots != 0 && (*epochSlots > eventlog.MaxEpochSlots || *epochPeriod < eventlog.MinEpochPeriod || *retainEpochs < 1 || *epochSlots < *retainEpochs+1) {
 		// The current epoch, the retained ones and one being sealed each
 		// hold a slot; with fewer the ring waits.
 		return fmt.Errorf("%w: --epoch-slots %d --epoch-period %s --retain-epochs %d: want at least --retain-epochs + 1 slots and at most %d, a period of at least %s and at least 1 period retained", errUsage,
-			*epochSlots, *epochPeriod, *retainEpochs, store.MaxEpochSlots, store.MinEpochPeriod)
+			*epochSlots, *epochPeriod, *retainEpochs, eventlog.MaxEpochSlots, eventlog.MinEpochPeriod)
 	}
-	if *shards < 1 || *shards > store.MaxShards {
-		return fmt.Errorf("%w: --shards %d: want 1 to %d", errUsage, *shards, store.MaxShards)
+	if *shards < 1 || *shards > eventlog.MaxShards {
+		return fmt.Errorf("%w: --shards %d: want 1 to %d", errUsage, *shards, eventlog.MaxShards)
 	}
 	if *partitions < 1 || *partitions > lease.MaxPartitions {
 		return fmt.Errorf("%w: --timer-partitions %d: want 1 to %d", errUsage, *partitions, lease.MaxPartitions)

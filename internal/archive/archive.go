@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/eventlog"
 )
 
 // Errors, returned wrapped with the part and sequence concerned.
@@ -56,7 +56,7 @@ const maxRecord = recordHeader + 1<<16 - 1 + MaxData
 // Epoch names a set of parts of the log to archive.
 type Epoch struct {
 	Name  string
-	Parts []int // part (shard) indices, as store.ReadOptions.Shards takes them
+	Parts []int // part (shard) indices, as eventlog.ReadOptions.Shards takes them
 	// From and To, if set, are the times the epoch covers, recorded in
 	// the manifest.
 	From, To time.Time
@@ -104,7 +104,7 @@ type Part struct {
 	SHA256   Sum    `json:"sha256"` // of the whole file
 	// Head is the live log's chain head at the part's last event (its
 	// position and the SHA-256 of its stored bytes); nil for an empty part.
-	Head *store.Head `json:"head,omitempty"`
+	Head *eventlog.Head `json:"head,omitempty"`
 }
 
 // Sum is a SHA-256, hex in JSON.
@@ -142,8 +142,8 @@ func fileName(part int) string { return fmt.Sprintf("part-%d.tlar", part) }
 
 // Heads returns the live log's chain head at the last event of each
 // non-empty part.
-func (m Manifest) Heads() []store.Head {
-	var hs []store.Head
+func (m Manifest) Heads() []eventlog.Head {
+	var hs []eventlog.Head
 	for _, p := range m.Parts {
 		if p.Head != nil {
 			hs = append(hs, *p.Head)

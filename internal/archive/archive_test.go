@@ -19,8 +19,8 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/node"
-	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
 	"github.com/taskledger/taskledger/internal/testnode"
 	"github.com/taskledger/taskledger/replay"
@@ -38,7 +38,7 @@ type traffic struct {
 // writeLog runs a node on k shards, schedules 200 roots and 40 children,
 // cancels 20 roots and runs every other task to a result (success or a
 // final failure), stops the node and returns a reader of its log.
-func writeLog(t *testing.T, k int) (store.Log, traffic) {
+func writeLog(t *testing.T, k int) (eventlog.Log, traffic) {
 	t.Helper()
 	n := testnode.Start(t, func(c *node.Config) { c.Shards = k })
 	ctx := context.Background()
@@ -116,11 +116,11 @@ func writeLog(t *testing.T, k int) (store.Log, traffic) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return store.Log{JS: js, Stream: n.NS.Stream, Subjects: n.NS.Subjects, Shards: events.Shards{K: k}}, tr
+	return eventlog.Log{JS: js, Stream: n.NS.Stream, Subjects: n.NS.Subjects, Shards: events.Shards{K: k}}, tr
 }
 
 // seal seals every stream of log.
-func seal(t *testing.T, log store.Log) {
+func seal(t *testing.T, log eventlog.Log) {
 	t.Helper()
 	ctx := context.Background()
 	for i := range log.Shards.N() {
@@ -136,7 +136,7 @@ func seal(t *testing.T, log store.Log) {
 	}
 }
 
-func allParts(log store.Log) Epoch {
+func allParts(log eventlog.Log) Epoch {
 	e := Epoch{Name: "0"}
 	for i := range log.Shards.N() {
 		e.Parts = append(e.Parts, i)
@@ -145,10 +145,10 @@ func allParts(log store.Log) Epoch {
 }
 
 // liveEvents returns every event of log, in order.
-func liveEvents(t *testing.T, log store.Log, parts []int) []events.Event {
+func liveEvents(t *testing.T, log eventlog.Log, parts []int) []events.Event {
 	t.Helper()
 	var evs []events.Event
-	err := log.Events(context.Background(), store.ReadOptions{Shards: parts}, func(ev events.Event) error {
+	err := log.Events(context.Background(), eventlog.ReadOptions{Shards: parts}, func(ev events.Event) error {
 		evs = append(evs, ev)
 		return nil
 	})
@@ -159,15 +159,15 @@ func liveEvents(t *testing.T, log store.Log, parts []int) []events.Event {
 }
 
 // verifyReport is replay verify's report over read, expecting heads.
-func verifyReport(t *testing.T, subjects events.Subjects, shards events.Shards, heads []store.Head, read func(func(store.Message) error) error) replay.Report {
+func verifyReport(t *testing.T, subjects events.Subjects, shards events.Shards, heads []eventlog.Head, read func(func(eventlog.Message) error) error) replay.Report {
 	t.Helper()
 	v := replay.NewVerifier(subjects)
 	v.Shard(shards)
 	for _, h := range heads {
-		v.ExpectHead(h.Seq, h.Hash)
+		v.ExpectHead(h.Pos, h.Hash)
 	}
-	if err := read(func(m store.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
+	if err := read(func(m eventlog.Message) error {
+		v.Add(m.Pos, m.Subject, m.Data)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -177,7 +177,7 @@ func verifyReport(t *testing.T, subjects events.Subjects, shards events.Shards, 
 
 // sameReaders checks that the archive reads as the live log does: every
 // event, the tasks and the lineages of ids, and replay verify's report.
-func sameReaders(t *testing.T, log store.Log, a *Archive, ids []string) {
+func sameReaders(t *testing.T, log eventlog.Log, a *Archive, ids []string) {
 	t.Helper()
 	ctx := context.Background()
 	got := archived(t, a)
@@ -208,9 +208,9 @@ func sameReaders(t *testing.T, log store.Log, a *Archive, ids []string) {
 		t.Fatalf("an unknown task: %v, %v", evs, err)
 	}
 	heads := a.Manifest.Heads()
-	archived := verifyReport(t, log.Subjects, log.Shards, heads, func(fn func(store.Message) error) error { return a.Read(ctx, fn) })
-	live := verifyReport(t, log.Subjects, log.Shards, heads, func(fn func(store.Message) error) error {
-		return log.Read(ctx, store.ReadOptions{}, fn)
+	archived := verifyReport(t, log.Subjects, log.Shards, heads, func(fn func(eventlog.Message) error) error { return a.Read(ctx, fn) })
+	live := verifyReport(t, log.Subjects, log.Shards, heads, func(fn func(eventlog.Message) error) error {
+		return log.Read(ctx, eventlog.ReadOptions{}, fn)
 	})
 	if !archived.Clean() || !reflect.DeepEqual(archived, live) {
 		t.Fatalf("replay verify on the archive: %+v; on the live log: %+v", archived, live)
@@ -444,7 +444,7 @@ func damage(t *testing.T, dir string, m Manifest) {
 			// A forger's rewrite keeps the files consistent: only Verify's
 			// event chain tells.
 			if a, err := Open(d); err == nil && c.name != "EventRemovedAndRechained" {
-				if err := a.Read(context.Background(), func(store.Message) error { return nil }); !errors.Is(err, ErrDamaged) {
+				if err := a.Read(context.Background(), func(eventlog.Message) error { return nil }); !errors.Is(err, ErrDamaged) {
 					t.Fatalf("Read of the damaged archive: %v, want ErrDamaged", err)
 				}
 			}
@@ -463,7 +463,7 @@ func removeEvent(t *testing.T, d string, m Manifest) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var msgs []store.Message
+	var msgs []eventlog.Message
 	for {
 		rec, ok, err := r.next()
 		if err != nil {
@@ -472,7 +472,7 @@ func removeEvent(t *testing.T, d string, m Manifest) {
 		if !ok {
 			break
 		}
-		msgs = append(msgs, store.Message{Seq: rec.seq, Subject: rec.subject, Data: rec.data, Time: rec.time})
+		msgs = append(msgs, eventlog.Message{Pos: events.Position(rec.seq), Subject: rec.subject, Data: rec.data, Time: rec.time})
 	}
 	r.close()
 	drop := -1
@@ -481,7 +481,7 @@ func removeEvent(t *testing.T, d string, m Manifest) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ev.Number == 2 && slices.ContainsFunc(msgs[i+1:], func(o store.Message) bool { return o.Subject == msg.Subject }) {
+		if ev.Number == 2 && slices.ContainsFunc(msgs[i+1:], func(o eventlog.Message) bool { return o.Subject == msg.Subject }) {
 			drop = i
 			break
 		}
@@ -502,7 +502,7 @@ func removeEvent(t *testing.T, d string, m Manifest) {
 	}
 	p.Count, p.LastSeq, p.Bytes, p.SHA256 = p.Count-1, p.LastSeq-1, int64(len(out)), Sum(sha256.Sum256(out))
 	head := *p.Head
-	head.Seq = p.LastSeq
+	head.Pos = events.Position(p.LastSeq)
 	p.Head = &head
 	m.Parts = []Part{p}
 	writeManifest(t, d, m)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
 )
@@ -54,8 +55,8 @@ func (l epochLog) advance(t *testing.T, from, to int, n int64) {
 	t.Helper()
 	ctx := context.Background()
 	sealing := l.st.Epochs().Slots[from].Epoch
-	if _, err := store.UpdateEpochs(ctx, l.st.JetStream(), l.ns.Stream, func(e *store.Epochs) bool {
-		e.Current, e.Slots[to] = to, store.Slot{Epoch: n, State: store.SlotOpen}
+	if _, err := eventlog.UpdateEpochs(ctx, l.st.JetStream(), l.ns.Stream, func(e *eventlog.Epochs) bool {
+		e.Current, e.Slots[to] = to, eventlog.Slot{Epoch: n, State: eventlog.SlotOpen}
 		return true
 	}); err != nil {
 		t.Fatal(err)
@@ -63,7 +64,7 @@ func (l epochLog) advance(t *testing.T, from, to int, n int64) {
 	if err := l.st.RefreshEpochs(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.SealSlot(ctx, l.st.JetStream(), l.ns.Stream, l.st.Shards(), from, sealing); err != nil {
+	if err := eventlog.SealSlot(ctx, l.st.JetStream(), l.ns.Stream, l.st.Shards(), from, sealing); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -90,7 +91,7 @@ func TestArchiveReusedSlotWithAnEmptyPart(t *testing.T) {
 	if err := CheckLive(ctx, l.st.Log(), m); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.RemoveEpoch(ctx, l.st.Log(), n0); err != nil {
+	if err := eventlog.RemoveEpoch(ctx, l.st.Log(), n0); err != nil {
 		t.Fatal(err)
 	}
 	l.advance(t, 1, 0, n0+2)

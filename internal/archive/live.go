@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/eventlog"
 )
 
 // CheckLive returns nil when the live streams of m's parts on log still
@@ -20,7 +20,7 @@ import (
 // operator proves so that an archive, verified, is complete before the
 // streams are removed. It reads each stream's info and one message a
 // part. Errors wrap ErrLiveMismatch or ErrNotSealed, or are the reads'.
-func CheckLive(ctx context.Context, log store.Log, m Manifest) error {
+func CheckLive(ctx context.Context, log eventlog.Log, m Manifest) error {
 	log = log.WithDefaults()
 	if m.Stream != log.Stream || m.Subjects != log.Subjects.Root || m.Layout() != (events.Shards{K: max(log.Shards.K, 1), Slots: log.Shards.Slots}) {
 		return fmt.Errorf("%w: the archive is of stream %s on %s with %+v, the log is %s on %s with %+v", ErrLiveMismatch,
@@ -50,7 +50,7 @@ func CheckLive(ctx context.Context, log store.Log, m Manifest) error {
 			return fmt.Errorf("archive: part %d: %w", p.Part, err)
 		}
 		if p.Head == nil || head != *p.Head {
-			return fmt.Errorf("%w: part %d: the live chain head at position %d is not the archive's", ErrLiveMismatch, p.Part, head.Seq)
+			return fmt.Errorf("%w: part %d: the live chain head at position %d is not the archive's", ErrLiveMismatch, p.Part, head.Pos)
 		}
 	}
 	return nil
@@ -71,11 +71,11 @@ func holds(info *jetstream.StreamInfo, p Part) bool {
 
 // wholeEpoch returns nil when log has no epochs, or when m's parts are
 // exactly those of the slot holding the live epoch m names.
-func wholeEpoch(ctx context.Context, log store.Log, m Manifest) error {
+func wholeEpoch(ctx context.Context, log eventlog.Log, m Manifest) error {
 	if log.Shards.Slots == 0 {
 		return nil
 	}
-	e, ok, err := store.ReadEpochs(ctx, log.JS, log.Stream)
+	e, ok, err := eventlog.ReadEpochs(ctx, log.JS, log.Stream)
 	if err != nil {
 		return err
 	}

@@ -17,14 +17,14 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/eventlog"
 )
 
 // maxManifest bounds the manifest Open reads: a log has at most
-// store.MaxShards parts, each described in well under 1 KiB.
+// eventlog.MaxShards parts, each described in well under 1 KiB.
 const maxManifest = 1 << 20
 
-// Archive reads an archive directory as store.Log reads the live log.
+// Archive reads an archive directory as eventlog.Log reads the live log.
 // Every read streams the part files from their start and checks each
 // record as it goes (framing, sequences); a read that reaches a part's
 // end also checks its count, chain and file hash, and fails with
@@ -37,7 +37,7 @@ type Archive struct {
 	subjects events.Subjects
 }
 
-var _ store.TaskReader = (*Archive)(nil)
+var _ eventlog.TaskReader = (*Archive)(nil)
 
 // Open reads and checks dir's manifest, and that every part file it names
 // is there with its size: cheap, it reads no record (Verify reads all).
@@ -83,7 +83,7 @@ func (m Manifest) check() error {
 	switch {
 	case m.Format != Format:
 		return bad("format %d, this build reads %d", m.Format, Format)
-	case m.Shards < 1 || m.Shards > store.MaxShards || m.EpochSlots < 0 || m.EpochSlots > store.MaxEpochSlots:
+	case m.Shards < 1 || m.Shards > eventlog.MaxShards || m.EpochSlots < 0 || m.EpochSlots > eventlog.MaxEpochSlots:
 		return bad("%d shards, %d epoch slots", m.Shards, m.EpochSlots)
 	case m.Stream == "" || m.Subjects == "" || m.Epoch == "" || len(m.Parts) == 0:
 		return bad("no stream, subjects, epoch or parts")
@@ -99,7 +99,7 @@ func (m Manifest) check() error {
 			return bad("part %d is empty but names sequences or a head", p.Part)
 		case p.Count > 0 && (p.FirstSeq == 0 || p.LastSeq < p.FirstSeq || p.LastSeq-p.FirstSeq+1 != p.Count):
 			return bad("part %d: %d events do not fill sequences %d to %d", p.Part, p.Count, p.FirstSeq, p.LastSeq)
-		case p.Count > 0 && (p.Head == nil || p.Head.Seq != shards.Position(p.Part, p.LastSeq)):
+		case p.Count > 0 && (p.Head == nil || p.Head.Pos != shards.Position(p.Part, p.LastSeq)):
 			return bad("part %d: no chain head at its last event", p.Part)
 		}
 	}
@@ -244,20 +244,20 @@ func (a *Archive) scanPart(ctx context.Context, p Part, fn func(Part, record) er
 }
 
 // Read calls fn for every archived message, part after part, each in
-// stream order, as store.Log.Read does: a message's Seq is its position.
-func (a *Archive) Read(ctx context.Context, fn func(store.Message) error) error {
+// stream order, as eventlog.Log.Read does: a message's Seq is its position.
+func (a *Archive) Read(ctx context.Context, fn func(eventlog.Message) error) error {
 	return a.scan(ctx, nil, func(p Part, rec record) error {
-		return fn(store.Message{Seq: a.shards.Position(p.Part, rec.seq), Subject: rec.subject, Data: rec.data, Time: rec.time})
+		return fn(eventlog.Message{Pos: a.shards.Position(p.Part, rec.seq), Subject: rec.subject, Data: rec.data, Time: rec.time})
 	})
 }
 
 // Events calls fn for every archived event, in order; one that does not
 // decode ends the read with its position in the error.
 func (a *Archive) Events(ctx context.Context, fn func(events.Event) error) error {
-	return a.Read(ctx, func(m store.Message) error {
-		ev, err := events.DecodeAt(m.Data, m.Seq)
+	return a.Read(ctx, func(m eventlog.Message) error {
+		ev, err := events.DecodeAt(m.Data, m.Pos)
 		if err != nil {
-			return fmt.Errorf("archive: seq %d: %w", m.Seq, err)
+			return fmt.Errorf("archive: seq %d: %w", m.Pos, err)
 		}
 		return fn(ev)
 	})
@@ -280,7 +280,7 @@ func (a *Archive) events(ctx context.Context, keep func(Part) bool, match func(s
 }
 
 // Task returns one task's archived events in log order (none for an
-// unknown id), as store.Log.Task.
+// unknown id), as eventlog.Log.Task.
 func (a *Archive) Task(ctx context.Context, taskID string) ([]events.Event, error) {
 	var evs []events.Event
 	err := a.events(ctx, nil, func(subj events.Subjects, subject string) bool {
@@ -295,20 +295,20 @@ func (a *Archive) Task(ctx context.Context, taskID string) ([]events.Event, erro
 }
 
 // LineageOf returns the archived events of the whole lineage taskID
-// belongs to, in log order; nil for an unknown id (store.Log.LineageOf).
+// belongs to, in log order; nil for an unknown id (eventlog.Log.LineageOf).
 func (a *Archive) LineageOf(ctx context.Context, taskID string) ([]events.Event, error) {
-	return store.FindLineage(ctx, a, taskID)
+	return eventlog.FindLineage(ctx, a, taskID)
 }
 
 // Lineage returns the archived events of the lineage root heads, in log
 // order: its customer's events in the root's part from the root's first
-// (store.Log.Lineage).
+// (eventlog.Log.Lineage).
 func (a *Archive) Lineage(ctx context.Context, root aggregate.State) ([]events.Event, error) {
 	if root.Spec.RootID == "" {
 		return nil, nil
 	}
 	part, _ := a.shards.Split(root.FirstSeq)
-	in := store.InLineage(root.Spec.RootID)
+	in := eventlog.InLineage(root.Spec.RootID)
 	var out []events.Event
 	err := a.events(ctx, func(p Part) bool { return p.Part == part }, func(subj events.Subjects, subject string) bool {
 		return strings.HasPrefix(subject, strings.TrimSuffix(subj.Customer(root.CustomerID), ">"))

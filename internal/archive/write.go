@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/eventlog"
 )
 
 // progressEvery is how many events Write archives between progress calls.
@@ -33,7 +33,7 @@ const progressEvery = 50000
 // holds one message at a time. progress, if set, is called about every
 // 50,000 events and at the end with the events archived and the epoch's
 // total. ctx ends the reads.
-func Write(ctx context.Context, log store.Log, epoch Epoch, dir string, progress func(done, total uint64)) (Manifest, error) {
+func Write(ctx context.Context, log eventlog.Log, epoch Epoch, dir string, progress func(done, total uint64)) (Manifest, error) {
 	log = log.WithDefaults()
 	parts, err := checkEpoch(epoch, log.Shards)
 	if err != nil {
@@ -139,7 +139,7 @@ func emptyOrAbsent(dir string) error {
 
 // partWriter writes the part files of one archive.
 type partWriter struct {
-	log         store.Log
+	log         eventlog.Log
 	dir         string
 	done, total uint64
 	progress    func(done, total uint64)
@@ -160,8 +160,8 @@ func (w *partWriter) write(ctx context.Context, p int, info *jetstream.StreamInf
 	bw.WriteString(magic)
 	var rec []byte
 	var last events.Hash // of the last message's stored bytes
-	err = w.log.Read(ctx, store.ReadOptions{Shards: []int{p}}, func(msg store.Message) error {
-		_, seq := w.log.Shards.Split(msg.Seq)
+	err = w.log.Read(ctx, eventlog.ReadOptions{Shards: []int{p}}, func(msg eventlog.Message) error {
+		_, seq := w.log.Shards.Split(msg.Pos)
 		switch {
 		case pm.Count > 0 && seq != pm.LastSeq+1:
 			return fmt.Errorf("%w: part %d: sequences %d to %d hold no message", ErrIncomplete, p, pm.LastSeq+1, seq-1)
@@ -210,7 +210,7 @@ func (w *partWriter) write(ctx context.Context, p int, info *jetstream.StreamInf
 
 // appendRecord appends the record of msg, stored at stream sequence seq,
 // to b.
-func appendRecord(b []byte, seq uint64, msg store.Message) []byte {
+func appendRecord(b []byte, seq uint64, msg eventlog.Message) []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(recordHeader+len(msg.Subject)+len(msg.Data)))
 	b = binary.LittleEndian.AppendUint64(b, seq)
 	b = binary.LittleEndian.AppendUint64(b, uint64(msg.Time.UnixNano()))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/store"
 )
 
@@ -152,13 +153,13 @@ func (p *asyncPublisher) wait(ctx context.Context) error {
 }
 
 // rawRead reads every event of stream with an ordered consumer, as
-// store.Log.Read does, doing nothing with them, and returns messages/s and
+// eventlog.Log.Read does, doing nothing with them, and returns messages/s and
 // the count. It reads without a filter, as the projections' tail does:
 // the stream holds nothing else.
 func rawRead(ctx context.Context, js jetstream.JetStream, stream string, subj events.Subjects) (float64, int, error) {
 	n := 0
 	start := time.Now()
-	err := store.Log{JS: js, Stream: stream, Subjects: subj}.Read(ctx, store.ReadOptions{}, func(store.Message) error {
+	err := eventlog.Log{JS: js, Stream: stream, Subjects: subj}.Read(ctx, eventlog.ReadOptions{}, func(eventlog.Message) error {
 		n++
 		return nil
 	})

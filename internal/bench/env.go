@@ -44,7 +44,7 @@ func startServer(dir string, syncAlways bool) (*broker.Embedded, *nats.Conn, err
 }
 
 // openStore opens a Store on its own stream and subject root.
-func openStore(ctx context.Context, nc *nats.Conn, name string, locate func(string) (string, string, uint64, bool)) (*store.Store, error) {
+func openStore(ctx context.Context, nc *nats.Conn, name string, locate func(string) (string, string, events.Position, bool)) (*store.Store, error) {
 	return store.Open(ctx, nc, store.Config{
 		Stream:   "BENCH_" + strings.ToUpper(name),
 		Subjects: events.Subjects{Root: name},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/store"
 )
 
@@ -63,17 +64,17 @@ func (r *run) epochs(ctx context.Context, nc *nats.Conn) error {
 	live := serverHeap()
 	js, stream := st.JetStream(), "BENCH_"+strings.ToUpper(name)
 	e := st.Epochs()
-	if _, err := store.UpdateEpochs(ctx, js, stream, func(e *store.Epochs) bool {
-		e.Current, e.Slots[1] = 1, store.Slot{Epoch: e.Slots[0].Epoch + 1, State: store.SlotOpen}
+	if _, err := eventlog.UpdateEpochs(ctx, js, stream, func(e *eventlog.Epochs) bool {
+		e.Current, e.Slots[1] = 1, eventlog.Slot{Epoch: e.Slots[0].Epoch + 1, State: eventlog.SlotOpen}
 		return true
 	}); err != nil {
 		return err
 	}
-	if err := store.SealSlot(ctx, js, stream, st.Shards(), 0, e.Slots[0].Epoch); err != nil {
+	if err := eventlog.SealSlot(ctx, js, stream, st.Shards(), 0, e.Slots[0].Epoch); err != nil {
 		return err
 	}
 	sealed := serverHeap()
-	if err := store.RemoveEpoch(ctx, st.Log(), e.Slots[0].Epoch); err != nil {
+	if err := eventlog.RemoveEpoch(ctx, st.Log(), e.Slots[0].Epoch); err != nil {
 		return err
 	}
 	removed := serverHeap()

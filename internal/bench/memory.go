@@ -75,7 +75,7 @@ func (r *run) memory(ctx context.Context) error {
 				return err
 			}
 			seq++
-			eng.Apply(seq, data)
+			eng.Apply(events.Position(seq), data)
 		}
 	}
 	elapsed := time.Since(start)

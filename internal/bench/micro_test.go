@@ -81,7 +81,7 @@ func benchmarkCodec(b *testing.B, op func(ev events.Event, data []byte) error) {
 func BenchmarkReplay10(b *testing.B) {
 	evs := microHistory()
 	for i := range evs {
-		evs[i].Seq = uint64(i + 1)
+		evs[i].Seq = events.Position(i + 1)
 	}
 	b.ReportAllocs()
 	var s aggregate.State
@@ -142,7 +142,7 @@ func BenchmarkApplyProjection(b *testing.B) {
 		}
 		for _, data := range encoded[i%tasks] {
 			seq++
-			eng.Apply(seq, data)
+			eng.Apply(events.Position(seq), data)
 		}
 		i++
 	}

@@ -116,12 +116,12 @@ func (r *run) replay(ctx context.Context, nc *nats.Conn) error {
 
 	// Every task is finished here; the projections keep them all, so
 	// each event's fold is measured and loads find every customer.
-	eng, err := projections.New(projections.Config{JS: st.JetStream(), Stream: stream, Subjects: st.Subjects(), Logger: discardLogger, Retain: keepAll})
+	eng, err := projections.New(projections.Config{Log: st.Log(), Logger: discardLogger, Retain: keepAll})
 	if err != nil {
 		return err
 	}
 	cpu, start = processCPU(), time.Now()
-	if err := eng.RebuildTo(ctx, []uint64{last}, nil); err != nil {
+	if err := eng.RebuildTo(ctx, []events.Position{events.Position(last)}, nil); err != nil {
 		return err
 	}
 	rebuildRate := float64(last) / time.Since(start).Seconds()
@@ -139,7 +139,7 @@ func (r *run) replay(ctx context.Context, nc *nats.Conn) error {
 
 	// Loads as a node makes them: the projections tell the store the
 	// task's customer, so it reads the task's own subject.
-	ld, err := openStore(ctx, nc, name, func(id string) (string, string, uint64, bool) {
+	ld, err := openStore(ctx, nc, name, func(id string) (string, string, events.Position, bool) {
 		t, ok := eng.Task(id)
 		return t.CustomerID, t.Spec.RootID, t.FirstSeq, ok
 	})
@@ -178,7 +178,7 @@ const keepAll = -1
 // event) and from a snapshot written by eng.
 func (r *run) startup(ctx context.Context, eng *projections.Engine, st *store.Store, stream string) error {
 	snaps := &projections.MemorySnapshots{}
-	writer, err := projections.New(projections.Config{JS: st.JetStream(), Stream: stream, Subjects: st.Subjects(), Logger: discardLogger, Snapshots: snaps, Retain: keepAll})
+	writer, err := projections.New(projections.Config{Log: st.Log(), Logger: discardLogger, Snapshots: snaps, Retain: keepAll})
 	if err != nil {
 		return err
 	}
@@ -194,7 +194,7 @@ func (r *run) startup(ctx context.Context, eng *projections.Engine, st *store.St
 		name  string
 		snaps projections.SnapshotStore
 	}{{FigStartCold, nil}, {FigStartSnapshot, snaps}} {
-		e, err := projections.New(projections.Config{JS: st.JetStream(), Stream: stream, Subjects: st.Subjects(), Logger: discardLogger, Snapshots: c.snaps, Retain: keepAll})
+		e, err := projections.New(projections.Config{Log: st.Log(), Logger: discardLogger, Snapshots: c.snaps, Retain: keepAll})
 		if err != nil {
 			return err
 		}

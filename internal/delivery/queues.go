@@ -20,7 +20,7 @@ import (
 // delivery's notification was published (aggregate.MarkReadyPublished).
 type Log interface {
 	// ExecuteSeen executes cmd on the task as it stood at sequence seen.
-	ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggregate.Command, seen uint64) (aggregate.State, []events.Event, error)
+	ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggregate.Command, seen events.Position) (aggregate.State, []events.Event, error)
 }
 
 // Views is the projections as Queues uses them.

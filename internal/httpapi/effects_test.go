@@ -259,7 +259,7 @@ func taskSeqs(t *testing.T, b *bundle, ids ...string) []uint64 {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[i] = st.LastSeq
+		out[i] = uint64(st.LastSeq)
 	}
 	return out
 }

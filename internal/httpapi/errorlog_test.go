@@ -27,7 +27,7 @@ type stuckViews struct {
 	*projections.Engine
 }
 
-func (stuckViews) WaitFor(context.Context, uint64) error { return context.DeadlineExceeded }
+func (stuckViews) WaitFor(context.Context, events.Position) error { return context.DeadlineExceeded }
 
 // ApplyOwn folds nothing in either: every write waits, and times out.
 func (stuckViews) ApplyOwn([]events.Event) bool { return false }

@@ -210,7 +210,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p service.Princ
 	heldBytes := 0
 	done := make(chan error, 1)
 	go func() {
-		last, lastToken := uint64(0), h.Service.CursorToken(after)
+		last, lastToken := events.Position(0), h.Service.CursorToken(after)
 		if len(after) > 0 {
 			last = after[0]
 		}
@@ -229,7 +229,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p service.Princ
 			held.Unlock()
 			if full {
 				h.streams.overflows.Add(1)
-				o := api.StreamOverflow{After: last, Reason: fmt.Sprintf(
+				o := api.StreamOverflow{After: uint64(last), Reason: fmt.Sprintf(
 					"the client read too slowly: %d events (%d bytes) not taken", n, bytes)}
 				if len(at) > 1 {
 					o.Cursor = lastToken
@@ -237,7 +237,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p service.Princ
 				return &overflowError{o}
 			}
 			msgs <- b // never blocks: only this goroutine sends, and msgs is not full
-			last, lastToken = ev.Seq, token
+			last, lastToken = events.Position(ev.Seq), token
 			return nil
 		})
 		// The handler may be stuck writing to a client that reads

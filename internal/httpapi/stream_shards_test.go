@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/testnode"
 )
@@ -41,7 +42,7 @@ func TestShardedStreamResumesExactly(t *testing.T) {
 		if parts := strings.Split(m.id, "-"); len(parts) != 3 || e.Cursor != m.id {
 			t.Fatalf("id %q, cursor %q: want three sequences, the same", m.id, e.Cursor)
 		}
-		shard, _ := shards.Split(e.Seq)
+		shard, _ := shards.Split(events.Position(e.Seq))
 		if e.Seq <= lastPos[shard] {
 			t.Fatalf("event at %d after %d in shard %d", e.Seq, lastPos[shard], shard)
 		}

@@ -155,8 +155,8 @@ func logSeqs(t *testing.T, n *node.Node, last uint64) []uint64 {
 	t.Helper()
 	var out []uint64
 	for _, ev := range testnode.LogEvents(t, n.Store) {
-		if ev.Seq <= last {
-			out = append(out, ev.Seq)
+		if uint64(ev.Seq) <= last {
+			out = append(out, uint64(ev.Seq))
 		}
 	}
 	return out

@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/store"
 )
 
@@ -47,13 +48,13 @@ func (n *Node) runEpochs(ctx context.Context) {
 // stepEpochs is one check of runEpochs.
 func (n *Node) stepEpochs(ctx context.Context) error {
 	st, period := n.Store, n.cfg.EpochPeriod
-	now := store.EpochOf(n.cfg.Now(), period)
-	e, err := store.UpdateEpochs(ctx, st.JetStream(), n.cfg.Stream, func(e *store.Epochs) bool {
+	now := eventlog.EpochOf(n.cfg.Now(), period)
+	e, err := eventlog.UpdateEpochs(ctx, st.JetStream(), n.cfg.Stream, func(e *eventlog.Epochs) bool {
 		next := (e.Current + 1) % len(e.Slots)
-		if e.Slots[e.Current].Epoch >= now || e.Slots[next].State != store.SlotFree {
+		if e.Slots[e.Current].Epoch >= now || e.Slots[next].State != eventlog.SlotFree {
 			return false
 		}
-		e.Slots[next] = store.Slot{Epoch: now, State: store.SlotOpen, Opened: n.cfg.Now().UTC()}
+		e.Slots[next] = eventlog.Slot{Epoch: now, State: eventlog.SlotOpen, Opened: n.cfg.Now().UTC()}
 		e.Current = next
 		return true
 	})
@@ -64,23 +65,23 @@ func (n *Node) stepEpochs(ctx context.Context) error {
 		return err
 	}
 	for slot, s := range e.Slots {
-		if s.State == store.SlotSealed && s.NextSeqs != nil {
+		if s.State == eventlog.SlotSealed && s.NextSeqs != nil {
 			// A removal that stopped once it recorded the next sequences
-			// (store.RemoveEpoch: its caller's checks were done): finish
+			// (eventlog.RemoveEpoch: its caller's checks were done): finish
 			// it, or the slot is never free again.
-			if err := store.RemoveEpoch(ctx, st.Log(), s.Epoch); err != nil {
+			if err := eventlog.RemoveEpoch(ctx, st.Log(), s.Epoch); err != nil {
 				return err
 			}
 			n.cfg.Logger.Info().Int64("epoch", s.Epoch).Int("slot", slot).Msg("epoch removal finished")
 			continue
 		}
-		if slot == e.Current || s.State != store.SlotOpen || s.Epoch+int64(n.cfg.EpochRetain) >= now {
+		if slot == e.Current || s.State != eventlog.SlotOpen || s.Epoch+int64(n.cfg.EpochRetain) >= now {
 			continue
 		}
 		if done, err := n.epochDone(ctx, slot); err != nil || !done {
 			return err
 		}
-		if err := store.SealSlot(ctx, st.JetStream(), n.cfg.Stream, st.Shards(), slot, s.Epoch); err != nil {
+		if err := eventlog.SealSlot(ctx, st.JetStream(), n.cfg.Stream, st.Shards(), slot, s.Epoch); err != nil {
 			return err
 		}
 		n.cfg.Logger.Info().Int64("epoch", s.Epoch).Int("slot", slot).Msg("epoch sealed")
@@ -90,7 +91,7 @@ func (n *Node) stepEpochs(ctx context.Context) error {
 		if empty, err := n.slotEmpty(ctx, slot); err != nil || !empty {
 			return err
 		}
-		if err := store.RemoveEpoch(ctx, st.Log(), s.Epoch); err != nil {
+		if err := eventlog.RemoveEpoch(ctx, st.Log(), s.Epoch); err != nil {
 			return err
 		}
 		n.cfg.Logger.Info().Int64("epoch", s.Epoch).Int("slot", slot).Msg("empty epoch removed")
@@ -140,7 +141,7 @@ func epochStats(st *store.Store, period time.Duration) func() *api.EpochStats {
 		out := &api.EpochStats{PeriodSeconds: period.Seconds(), Current: e.Current, Removed: append([]int64{}, e.Removed...)}
 		for i, s := range e.Slots {
 			row := api.EpochSlot{Slot: i, State: s.State}
-			if s.State != store.SlotFree {
+			if s.State != eventlog.SlotFree {
 				epoch, start := s.Epoch, time.Unix(0, s.Epoch*int64(period)).UTC()
 				end := start.Add(period)
 				row.Epoch, row.Start, row.End, row.Opened = &epoch, &start, &end, &s.Opened

@@ -7,8 +7,8 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/node"
-	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnode"
 )
 
@@ -33,13 +33,13 @@ func TestRequestRepeatedAfterItsEpochWasRemoved(t *testing.T) {
 	}
 	n0 := n.Store.Epochs().Slots[0].Epoch
 	clock.next()
-	waitEpochs(t, n, "the second epoch", func(e store.Epochs) bool { return e.Current == 1 })
+	waitEpochs(t, n, "the second epoch", func(e eventlog.Epochs) bool { return e.Current == 1 })
 	clock.next()
-	waitEpochs(t, n, "the first sealed", func(e store.Epochs) bool { return e.Slots[0].State == store.SlotSealed })
-	if err := store.RemoveEpoch(ctx, n.Store.Log(), n0); err != nil {
+	waitEpochs(t, n, "the first sealed", func(e eventlog.Epochs) bool { return e.Slots[0].State == eventlog.SlotSealed })
+	if err := eventlog.RemoveEpoch(ctx, n.Store.Log(), n0); err != nil {
 		t.Fatal(err)
 	}
-	waitEpochs(t, n, "the third epoch in slot 0", func(e store.Epochs) bool { return e.Current == 0 && e.Slots[0].Epoch == n0+2 })
+	waitEpochs(t, n, "the third epoch in slot 0", func(e eventlog.Epochs) bool { return e.Current == 0 && e.Slots[0].Epoch == n0+2 })
 	waitStoreEpoch(t, n, 0)
 	again, created, err := n.Client.Schedule(ctx, req)
 	if err != nil {
@@ -77,19 +77,19 @@ func TestRemovalStoppedIsFinished(t *testing.T) {
 	js := n.Store.JetStream()
 	n0 := n.Store.Epochs().Slots[0].Epoch
 	clock.next()
-	waitEpochs(t, n, "the second epoch", func(e store.Epochs) bool { return e.Current == 1 })
+	waitEpochs(t, n, "the second epoch", func(e eventlog.Epochs) bool { return e.Current == 1 })
 	// The crash: slot 0 sealed and its next sequences recorded, no more.
-	if err := store.SealSlot(ctx, js, n.NS.Stream, n.Store.Shards(), 0, n0); err != nil {
+	if err := eventlog.SealSlot(ctx, js, n.NS.Stream, n.Store.Shards(), 0, n0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.UpdateEpochs(ctx, js, n.NS.Stream, func(e *store.Epochs) bool {
+	if _, err := eventlog.UpdateEpochs(ctx, js, n.NS.Stream, func(e *eventlog.Epochs) bool {
 		e.Slots[0].NextSeqs = []uint64{1}
 		return true
 	}); err != nil {
 		t.Fatal(err)
 	}
 	clock.next()
-	waitEpochs(t, n, "the removal finished and slot 0 taken by the third epoch", func(e store.Epochs) bool {
+	waitEpochs(t, n, "the removal finished and slot 0 taken by the third epoch", func(e eventlog.Epochs) bool {
 		return len(e.Removed) == 1 && e.Removed[0] == n0 && e.Current == 0 && e.Slots[0].Epoch == n0+2
 	})
 }
@@ -116,7 +116,7 @@ func TestCheckOfASealedEpochsTask(t *testing.T) {
 	}
 	clock.next()
 	clock.next()
-	waitEpochs(t, n, "the first epoch sealed", func(e store.Epochs) bool { return e.Slots[0].State == store.SlotSealed })
+	waitEpochs(t, n, "the first epoch sealed", func(e eventlog.Epochs) bool { return e.Slots[0].State == eventlog.SlotSealed })
 	ch, err := n.Client.Check(ctx, task.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -151,8 +151,8 @@ func TestSnapshotFromBeforeARemoval(t *testing.T) {
 	clock.next()
 	waitStoreEpoch(t, n, 1)
 	clock.next()
-	waitEpochs(t, n, "the first epoch sealed", func(e store.Epochs) bool { return e.Slots[0].State == store.SlotSealed })
-	if err := store.RemoveEpoch(ctx, n.Store.Log(), n0); err != nil {
+	waitEpochs(t, n, "the first epoch sealed", func(e eventlog.Epochs) bool { return e.Slots[0].State == eventlog.SlotSealed })
+	if err := eventlog.RemoveEpoch(ctx, n.Store.Log(), n0); err != nil {
 		t.Fatal(err)
 	}
 	// The slot takes the third epoch, whose first task puts its stream's

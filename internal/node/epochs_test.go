@@ -9,8 +9,8 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/node"
-	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnode"
 	"github.com/taskledger/taskledger/replay"
 )
@@ -68,7 +68,7 @@ func TestEpochs(t *testing.T) {
 		if err != nil || len(h.Events) == 0 {
 			t.Fatalf("history of %s: %v", id, err)
 		}
-		part, _ := shards.Split(h.Events[0].Seq)
+		part, _ := shards.Split(events.Position(h.Events[0].Seq))
 		slot, ok := shards.SlotOf(part)
 		if !ok {
 			t.Fatalf("task %s is in part %d, not in an epoch slot", id, part)
@@ -108,7 +108,7 @@ func TestEpochs(t *testing.T) {
 		}
 	}
 
-	first := waitEpochs(t, n, "first epoch", func(e store.Epochs) bool { return e.Current == 0 })
+	first := waitEpochs(t, n, "first epoch", func(e eventlog.Epochs) bool { return e.Current == 0 })
 	n0 := first.Slots[0].Epoch
 	root := schedule(api.ScheduleRequest{RequestID: "r1"})
 	child := schedule(api.ScheduleRequest{ParentID: root.ID})
@@ -119,7 +119,7 @@ func TestEpochs(t *testing.T) {
 	}
 
 	clock.next()
-	waitEpochs(t, n, "the second epoch opened", func(e store.Epochs) bool { return e.Current == 1 && e.Slots[1].Epoch == n0+1 })
+	waitEpochs(t, n, "the second epoch opened", func(e eventlog.Epochs) bool { return e.Current == 1 && e.Slots[1].Epoch == n0+1 })
 	waitStoreEpoch(t, n, 1)
 	later := schedule(api.ScheduleRequest{})
 	child2 := schedule(api.ScheduleRequest{ParentID: root.ID})
@@ -136,14 +136,14 @@ func TestEpochs(t *testing.T) {
 	clock.next()
 	for range 10 {
 		time.Sleep(40 * time.Millisecond) // two epoch checks
-		if e, _, _ := store.ReadEpochs(ctx, n.Store.JetStream(), n.NS.Stream); e.Slots[0].State != store.SlotOpen {
+		if e, _, _ := eventlog.ReadEpochs(ctx, n.Store.JetStream(), n.NS.Stream); e.Slots[0].State != eventlog.SlotOpen {
 			t.Fatalf("slot 0 is %s while its lineage runs", e.Slots[0].State)
 		}
 	}
 	for _, id := range []string{child.ID, child2.ID, root.ID} {
 		finish(id)
 	}
-	waitEpochs(t, n, "the first epoch sealed", func(e store.Epochs) bool { return e.Slots[0].State == store.SlotSealed })
+	waitEpochs(t, n, "the first epoch sealed", func(e eventlog.Epochs) bool { return e.Slots[0].State == eventlog.SlotSealed })
 	js := n.Store.JetStream()
 	sealed, err := js.Stream(ctx, shards.Stream(n.NS.Stream, shards.Part(0, 0)))
 	if err != nil || !sealed.CachedInfo().Config.Sealed {
@@ -156,7 +156,7 @@ func TestEpochs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ep := stats.Epochs; ep != nil && len(ep.Slots) == 2 && ep.Slots[0].State == store.SlotSealed && ep.Slots[0].Sealed != nil && *ep.Slots[0].Epoch == n0 && ep.Current == 1 {
+		if ep := stats.Epochs; ep != nil && len(ep.Slots) == 2 && ep.Slots[0].State == eventlog.SlotSealed && ep.Slots[0].Sealed != nil && *ep.Slots[0].Epoch == n0 && ep.Current == 1 {
 			break
 		}
 		if time.Now().After(waitStoreSealed) {
@@ -177,13 +177,13 @@ func TestEpochs(t *testing.T) {
 	}
 
 	log := n.Store.Log()
-	if err := store.RemoveEpoch(ctx, log, n0+1); err == nil {
+	if err := eventlog.RemoveEpoch(ctx, log, n0+1); err == nil {
 		t.Fatal("the open second epoch was removed")
 	}
-	if err := store.RemoveEpoch(ctx, log, n0); err != nil {
+	if err := eventlog.RemoveEpoch(ctx, log, n0); err != nil {
 		t.Fatal(err)
 	}
-	e := waitEpochs(t, n, "the third epoch in the freed slot", func(e store.Epochs) bool { return e.Current == 0 && e.Slots[0].Epoch == n0+2 })
+	e := waitEpochs(t, n, "the third epoch in the freed slot", func(e eventlog.Epochs) bool { return e.Current == 0 && e.Slots[0].Epoch == n0+2 })
 	if len(e.Removed) != 1 || e.Removed[0] != n0 {
 		t.Fatalf("removed epochs %v, want [%d]", e.Removed, n0)
 	}
@@ -198,7 +198,7 @@ func TestEpochs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if part, seq := shards.Split(h.Events[0].Seq); part != shards.Part(0, 0) || seq != last+1 {
+	if part, seq := shards.Split(events.Position(h.Events[0].Seq)); part != shards.Part(0, 0) || seq != last+1 {
 		t.Fatalf("the third epoch's first event at part %d seq %d, want part %d seq %d", part, seq, shards.Part(0, 0), last+1)
 	}
 
@@ -219,10 +219,10 @@ func TestEpochs(t *testing.T) {
 
 // waitEpochs waits until the epochs of n's log are as ok wants them, and
 // returns them; what says what it waits for.
-func waitEpochs(t *testing.T, n *testnode.Node, what string, ok func(store.Epochs) bool) store.Epochs {
+func waitEpochs(t *testing.T, n *testnode.Node, what string, ok func(eventlog.Epochs) bool) eventlog.Epochs {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		e, _, err := store.ReadEpochs(context.Background(), n.Store.JetStream(), n.NS.Stream)
+		e, _, err := eventlog.ReadEpochs(context.Background(), n.Store.JetStream(), n.NS.Stream)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,7 +246,7 @@ func waitStoreEpoch(t *testing.T, n *testnode.Node, slot int) {
 }
 
 // verifyClean runs replay verify's checks over the whole log.
-func verifyClean(t *testing.T, ctx context.Context, log store.Log) {
+func verifyClean(t *testing.T, ctx context.Context, log eventlog.Log) {
 	t.Helper()
 	v := replay.NewVerifier(log.Subjects)
 	v.Shard(log.Shards)
@@ -257,8 +257,8 @@ func verifyClean(t *testing.T, ctx context.Context, log store.Log) {
 		}
 		v.StartAt(i, first)
 	}
-	if err := log.Read(ctx, store.ReadOptions{}, func(m store.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
+	if err := log.Read(ctx, eventlog.ReadOptions{}, func(m eventlog.Message) error {
+		v.Add(m.Pos, m.Subject, m.Data)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -274,11 +274,11 @@ func TestEmptyEpochRemoved(t *testing.T) {
 	t.Parallel()
 	clock := newEpochClock()
 	n := testnode.Start(t, withEpochs(clock))
-	n0 := waitEpochs(t, n, "the first epoch", func(e store.Epochs) bool { return e.Current == 0 }).Slots[0].Epoch
+	n0 := waitEpochs(t, n, "the first epoch", func(e eventlog.Epochs) bool { return e.Current == 0 }).Slots[0].Epoch
 	clock.next()
-	waitEpochs(t, n, "the second epoch", func(e store.Epochs) bool { return e.Current == 1 })
+	waitEpochs(t, n, "the second epoch", func(e eventlog.Epochs) bool { return e.Current == 1 })
 	clock.next() // the first is past its retention, and empty
-	waitEpochs(t, n, "the empty epoch removed and its slot taken by the third", func(e store.Epochs) bool {
+	waitEpochs(t, n, "the empty epoch removed and its slot taken by the third", func(e eventlog.Epochs) bool {
 		return len(e.Removed) == 1 && e.Removed[0] == n0 && e.Current == 0 && e.Slots[0].Epoch == n0+2
 	})
 }

@@ -10,7 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/projections"
 )
 
@@ -18,13 +19,13 @@ import (
 // watch that recovers from storage errors.
 
 // headObject is the object of the snapshot bucket that holds the log's
-// chain head (store.Head as JSON; a sharded log's, a JSON array of one
+// chain head (eventlog.Head as JSON; a sharded log's, a JSON array of one
 // head a shard).
 const headObject = "chainhead"
 
 // LoadHead returns the chain head saved for stream, the first when a
 // sharded log saved one a shard (LoadHeads); ok is false when none was.
-func LoadHead(ctx context.Context, js jetstream.JetStream, stream string) (h store.Head, ok bool, err error) {
+func LoadHead(ctx context.Context, js jetstream.JetStream, stream string) (h eventlog.Head, ok bool, err error) {
 	hs, err := LoadHeads(ctx, js, stream)
 	if err != nil || len(hs) == 0 {
 		return h, false, err
@@ -35,7 +36,7 @@ func LoadHead(ctx context.Context, js jetstream.JetStream, stream string) (h sto
 // LoadHeads returns the chain heads saved for stream: one, or on a
 // sharded log one a shard that held events; none when none was saved (no
 // snapshot bucket, or nothing saved yet). It creates nothing.
-func LoadHeads(ctx context.Context, js jetstream.JetStream, stream string) ([]store.Head, error) {
+func LoadHeads(ctx context.Context, js jetstream.JetStream, stream string) ([]eventlog.Head, error) {
 	bucket, err := js.ObjectStore(ctx, SnapshotBucket(stream))
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, nil
@@ -50,11 +51,11 @@ func LoadHeads(ctx context.Context, js jetstream.JetStream, stream string) ([]st
 	if !ok {
 		return nil, nil
 	}
-	var hs []store.Head
+	var hs []eventlog.Head
 	if len(data) > 0 && data[0] == '[' {
 		err = json.Unmarshal(data, &hs)
 	} else {
-		hs = make([]store.Head, 1)
+		hs = make([]eventlog.Head, 1)
 		err = json.Unmarshal(data, &hs[0])
 	}
 	if err != nil {
@@ -66,7 +67,7 @@ func LoadHeads(ctx context.Context, js jetstream.JetStream, stream string) ([]st
 // SaveHead saves the chain heads of stream at positions (by shard; nil:
 // at every shard's last event) in heads: one head as an object, as
 // before sharding, several as an array. An empty log saves nothing.
-func SaveHead(ctx context.Context, log store.Log, heads projections.SnapshotStore, positions []uint64) error {
+func SaveHead(ctx context.Context, log eventlog.Log, heads projections.SnapshotStore, positions []events.Position) error {
 	hs, err := log.HeadsAt(ctx, positions)
 	if err != nil || len(hs) == 0 {
 		return err
@@ -91,7 +92,7 @@ func (n *Node) checkHead(ctx context.Context) string {
 		err = n.Store.Log().CheckHeads(ctx, hs)
 	}
 	switch {
-	case errors.Is(err, store.ErrEventsMissing) || errors.Is(err, store.ErrLogTruncated) || errors.Is(err, store.ErrHeadMismatch):
+	case errors.Is(err, eventlog.ErrEventsMissing) || errors.Is(err, eventlog.ErrLogTruncated) || errors.Is(err, eventlog.ErrHeadMismatch):
 		n.cfg.Logger.Warn().Err(err).Msg("the log is damaged: events were lost or changed; run taskledger replay verify")
 		return err.Error() + "; run taskledger replay verify"
 	case err != nil:

@@ -21,6 +21,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/crashpoint"
 	"github.com/taskledger/taskledger/internal/delivery"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/internal/lease"
 	"github.com/taskledger/taskledger/internal/ratelog"
@@ -170,7 +171,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.StorageRetry = 5 * time.Second
 	}
 	var eng *projections.Engine
-	locate := func(taskID string) (string, string, uint64, bool) {
+	locate := func(taskID string) (string, string, events.Position, bool) {
 		s, ok := eng.Task(taskID)
 		return s.CustomerID, s.Spec.RootID, s.FirstSeq, ok
 	}
@@ -195,9 +196,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	pcfg := projections.Config{
-		JS: st.JetStream(), Stream: cfg.Stream, Subjects: cfg.Subjects, Shards: st.Shards(), Logger: cfg.Logger,
+		Log: st.Log(), Shards: st.Shards(), Logger: cfg.Logger,
 		SnapshotEvery: cfg.SnapshotEvery, SnapshotInterval: cfg.SnapshotInterval, Retain: cfg.Retain,
-		LastPositions: st.Log().LastPositions,
 	}
 	var heads projections.SnapshotStore
 	if !cfg.NoSnapshots {
@@ -210,7 +210,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 		pcfg.Snapshots = snaps
-		pcfg.AfterSnapshot = func(ctx context.Context, applied []uint64) {
+		pcfg.AfterSnapshot = func(ctx context.Context, applied []events.Position) {
 			if err := SaveHead(ctx, st.Log(), heads, applied); err != nil {
 				cfg.Logger.Warn().Err(err).Msg("chain head not saved")
 			}
@@ -241,6 +241,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 
 // The ready publisher sends its notifications through the store's pipeline.
 var _ delivery.AckedPublisher = (*store.Store)(nil)
+
+// The engine reads the log through eventlog's one ordered reader.
+var _ projections.Log = eventlog.Log{}
 
 // build makes the parts on an open store and ready stream.
 func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Config, ready jetstream.Stream, leases *lease.Leases) (*Node, error) {

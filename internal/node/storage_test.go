@@ -21,8 +21,8 @@ import (
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/broker"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/node"
-	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
 	"github.com/taskledger/taskledger/replay"
 )
@@ -258,8 +258,8 @@ func fullDiskRecovers(t *testing.T, disk *fullDisk) {
 		}
 	}
 	v := replay.NewVerifier(events.DefaultSubjects)
-	err = n.Store.Log().Read(ctx, store.ReadOptions{}, func(m store.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
+	err = n.Store.Log().Read(ctx, eventlog.ReadOptions{}, func(m eventlog.Message) error {
+		v.Add(m.Pos, m.Subject, m.Data)
 		return nil
 	})
 	if report := v.Report(); err != nil || !report.Clean() {

@@ -68,7 +68,7 @@ func (s *Service) ScheduleBatch(ctx context.Context, p Principal, reqs []Schedul
 		return nil, err
 	}
 	out := make([]Outcome, len(reqs))
-	waits := make([]uint64, len(reqs))
+	waits := make([]events.Position, len(reqs))
 	sem := make(chan struct{}, limitedParallelism)
 	inParallel(len(reqs), func(i int) {
 		o := &out[i]
@@ -107,7 +107,7 @@ func (s *Service) RecordResults(ctx context.Context, p Principal, items []Result
 		return nil, err
 	}
 	out := make([]Outcome, len(items))
-	waits := make([]uint64, len(items))
+	waits := make([]events.Position, len(items))
 	inParallel(len(items), func(i int) {
 		it, o := items[i], &out[i]
 		o.State, o.Err = s.recordResult(ctx, p, it.TaskID, it.DeliveryID, it.Result, &waits[i])
@@ -123,16 +123,16 @@ func (s *Service) RecordResults(ctx context.Context, p Principal, items []Result
 // batch answers. If they did not in time, each item that needed the wait
 // fails with ErrUnavailable, as its single call would: its write is in
 // the log.
-func (s *Service) settleBatch(ctx context.Context, out []Outcome, waits []uint64) {
+func (s *Service) settleBatch(ctx context.Context, out []Outcome, waits []events.Position) {
 	shards := s.cfg.Store.Shards()
-	need := make([]uint64, shards.N()) // by shard
+	need := make([]events.Position, shards.N()) // by shard
 	for _, w := range waits {
 		if w > 0 {
-			shard, _ := shards.Split(w)
+			shard := w.Part(shards)
 			need[shard] = max(need[shard], w)
 		}
 	}
-	if !slices.ContainsFunc(need, func(p uint64) bool { return p > 0 }) {
+	if !slices.ContainsFunc(need, func(p events.Position) bool { return p > 0 }) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)

@@ -21,12 +21,12 @@ type waitCounter struct {
 	*projections.Engine
 	waits atomic.Int64
 	mu    sync.Mutex
-	at    []uint64 // the positions waited for
+	at    []events.Position // the positions waited for
 }
 
 func (w *waitCounter) ApplyOwn([]events.Event) bool { return false }
 
-func (w *waitCounter) WaitFor(ctx context.Context, seq uint64) error {
+func (w *waitCounter) WaitFor(ctx context.Context, seq events.Position) error {
 	w.waits.Add(1)
 	w.mu.Lock()
 	w.at = append(w.at, seq)

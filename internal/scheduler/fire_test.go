@@ -8,6 +8,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
@@ -51,7 +52,7 @@ func TestFireScheduleFromTheViews(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	views, err := projections.New(projections.Config{JS: st.JetStream(), Stream: ns.Stream, Subjects: ns.Subjects})
+	views, err := projections.New(projections.Config{Log: eventlog.Log{JS: st.JetStream(), Stream: ns.Stream, Subjects: ns.Subjects}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestFireScheduleFromTheViews(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := func(seq uint64) func() bool {
+	held := func(seq events.Position) func() bool {
 		return func() bool { sc, ok := views.Schedule("acme", "hourly"); return ok && sc.State.LastSeq == seq }
 	}
 	testnode.Eventually(t, "the projections hold the schedule", held(created.LastSeq))

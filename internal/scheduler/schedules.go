@@ -306,7 +306,7 @@ func (s *Service) TriggerSchedule(ctx context.Context, p Principal, customerID, 
 // the append's expected sequence refuses it if the log has moved on, and
 // then the log's state decides. So an on-time fire reads nothing before
 // its ScheduleFired.
-func (s *Service) FireSchedule(ctx context.Context, customerID, id string) (seq uint64, notBefore time.Time, err error) {
+func (s *Service) FireSchedule(ctx context.Context, customerID, id string) (seq events.Position, notBefore time.Time, err error) {
 	if sc, ok := s.cfg.Schedules.Schedule(customerID, id); ok && sc.State.LastHash != (events.Hash{}) {
 		if next := sc.State.Next(); !next.IsZero() && !next.After(s.cfg.Store.Now()) {
 			seq, _, err := s.fire(ctx, sc.State, true)
@@ -326,7 +326,7 @@ func (s *Service) FireSchedule(ctx context.Context, customerID, id string) (seq 
 // which is appended after only if the log has not moved on (an error
 // wrapping aggregate.ErrConflict, before anything is appended, if it
 // has).
-func (s *Service) fire(ctx context.Context, st aggregate.ScheduleState, held bool) (uint64, time.Time, error) {
+func (s *Service) fire(ctx context.Context, st aggregate.ScheduleState, held bool) (events.Position, time.Time, error) {
 	customerID, id := st.CustomerID, st.ID
 	prevLive := false
 	if run := st.LastRun; run.TaskID != "" {
@@ -384,12 +384,10 @@ func (s *Service) fire(ctx context.Context, st aggregate.ScheduleState, held boo
 // they cover it), else the schedule's, which the next fire waits on (a
 // run's task the views lack yet is read from the log). Positions in two
 // shards do not compare.
-func (s *Service) firedSeq(sched, task uint64) uint64 {
+func (s *Service) firedSeq(sched, task events.Position) events.Position {
 	shards := s.cfg.Store.Shards()
-	if a, _ := shards.Split(sched); task != 0 {
-		if b, _ := shards.Split(task); a == b {
-			return max(sched, task)
-		}
+	if task != 0 && sched.Part(shards) == task.Part(shards) {
+		return max(sched, task)
 	}
 	return sched
 }

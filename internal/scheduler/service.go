@@ -35,10 +35,10 @@ type Store interface {
 	Execute(ctx context.Context, taskID, actor string, cmd aggregate.Command) (aggregate.State, []events.Event, error)
 	// ExecuteSeen is Execute for a command chosen from the task as it
 	// stood at sequence seen.
-	ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggregate.Command, seen uint64) (aggregate.State, []events.Event, error)
+	ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggregate.Command, seen events.Position) (aggregate.State, []events.Event, error)
 	Load(ctx context.Context, taskID string) (aggregate.State, error)
 	History(ctx context.Context, taskID string) ([]events.Event, error)
-	Event(ctx context.Context, seq uint64) (events.Event, error)
+	Event(ctx context.Context, pos events.Position) (events.Event, error)
 	// Lineage returns the events of the lineage root heads, in log order.
 	Lineage(ctx context.Context, root aggregate.State) ([]events.Event, error)
 	// CustomerEvents calls fn for every event of a customer's tasks
@@ -50,12 +50,12 @@ type Store interface {
 	// (by shard) on one of the subjects filters gives for a shard's
 	// subjects (none: all), then for each later one, until ctx ends or fn
 	// fails.
-	Follow(ctx context.Context, filters func(events.Subjects) []string, after []uint64, fn func(events.Event) error) error
+	Follow(ctx context.Context, filters func(events.Subjects) []string, after []events.Position, fn func(events.Event) error) error
 	// LastSeq returns the sum of the shards' last stream sequences: the
 	// log's last sequence when it has one shard (0 when empty).
 	LastSeq(ctx context.Context) (uint64, error)
 	// LastPositions returns the position of every shard's last event.
-	LastPositions(ctx context.Context) ([]uint64, error)
+	LastPositions(ctx context.Context) ([]events.Position, error)
 	// Shards says how the log is sharded.
 	Shards() events.Shards
 	Now() time.Time
@@ -66,7 +66,7 @@ type Views interface {
 	// CaughtUp reports whether the views have applied everything the log
 	// held when they started: before, a listing would miss tasks.
 	CaughtUp() bool
-	WaitFor(ctx context.Context, seq uint64) error
+	WaitFor(ctx context.Context, pos events.Position) error
 	// ApplyOwn folds events just appended into the views where it may
 	// ahead of their tail, and reports whether all of them are in.
 	ApplyOwn(evs []events.Event) bool
@@ -302,7 +302,7 @@ func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest
 }
 
 // schedule is Schedule, settling as settle does with later.
-func (s *Service) schedule(ctx context.Context, p Principal, req ScheduleRequest, later *uint64) (st aggregate.State, created bool, err error) {
+func (s *Service) schedule(ctx context.Context, p Principal, req ScheduleRequest, later *events.Position) (st aggregate.State, created bool, err error) {
 	spec, customerID, err := s.validate(p, req)
 	if err != nil {
 		return st, false, err
@@ -319,7 +319,7 @@ func requestTaskID(customerID, requestID string) string {
 // create schedules the task spec describes for customerID (whose id its
 // RequestID names, when it has one): Schedule's work once the request is
 // checked, shared with RetryTask. It settles as settle does with later.
-func (s *Service) create(ctx context.Context, p Principal, customerID string, spec events.TaskSpec, later *uint64) (st aggregate.State, created bool, err error) {
+func (s *Service) create(ctx context.Context, p Principal, customerID string, spec events.TaskSpec, later *events.Position) (st aggregate.State, created bool, err error) {
 	// Checked here, not only by the aggregate: a repeated request id
 	// answers its task before the aggregate sees the spec, and an invalid
 	// request is refused whether it repeats or not. Before the parent is
@@ -439,7 +439,7 @@ func (s *Service) lineageRoom(parentID string) error {
 // repeated answers a repeated request id with the task it named (found),
 // and a task admission rejected with the same rejection. It settles as
 // settle does with later.
-func (s *Service) repeated(ctx context.Context, taskID string, later *uint64) (st aggregate.State, found bool, err error) {
+func (s *Service) repeated(ctx context.Context, taskID string, later *events.Position) (st aggregate.State, found bool, err error) {
 	if st, err = s.cfg.Store.Load(ctx, taskID); err != nil {
 		return st, false, s.unavailable(err)
 	}
@@ -571,7 +571,7 @@ const maxDelaySeconds = events.MaxTimeoutSeconds * 52
 // it does not wait for the tail: it raises *later to st.LastSeq and
 // returns nil, and the caller (a batch) waits once, with waitApplied, for
 // the highest sequence its items need.
-func (s *Service) settle(ctx context.Context, st aggregate.State, evs []events.Event, later *uint64) error {
+func (s *Service) settle(ctx context.Context, st aggregate.State, evs []events.Event, later *events.Position) error {
 	if len(evs) > 0 && s.cfg.Views.ApplyOwn(evs) {
 		return nil
 	}
@@ -583,8 +583,9 @@ func (s *Service) settle(ctx context.Context, st aggregate.State, evs []events.E
 }
 
 // waitApplied waits, up to WriteTimeout, until the projections' tail has
-// applied the event at seq; ErrUnavailable when it did not in time.
-func (s *Service) waitApplied(ctx context.Context, seq uint64) error {
+// applied the event at position seq; ErrUnavailable when it did not in
+// time.
+func (s *Service) waitApplied(ctx context.Context, seq events.Position) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
 	defer cancel()
 	if err := s.cfg.Views.WaitFor(ctx, seq); err != nil {
@@ -656,7 +657,7 @@ func (s *Service) authorize(ctx context.Context, p Principal, id string) error {
 
 // execute runs cmd on a task the principal may see, then settles it
 // (settle, with later).
-func (s *Service) execute(ctx context.Context, p Principal, id, actor string, cmd aggregate.Command, later *uint64) (aggregate.State, error) {
+func (s *Service) execute(ctx context.Context, p Principal, id, actor string, cmd aggregate.Command, later *events.Position) (aggregate.State, error) {
 	if err := s.authorize(ctx, p, id); err != nil {
 		return aggregate.State{}, err
 	}
@@ -686,7 +687,7 @@ func (s *Service) RecordResult(ctx context.Context, p Principal, id, deliveryID 
 }
 
 // recordResult is RecordResult, settling as settle does with later.
-func (s *Service) recordResult(ctx context.Context, p Principal, id, deliveryID string, r events.Result, later *uint64) (aggregate.State, error) {
+func (s *Service) recordResult(ctx context.Context, p Principal, id, deliveryID string, r events.Result, later *events.Position) (aggregate.State, error) {
 	if deliveryID != "" {
 		if err := validIDs("deliveryId", deliveryID); err != nil {
 			return aggregate.State{}, err

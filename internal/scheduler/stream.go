@@ -68,7 +68,7 @@ func (s *Service) CursorToken(c Cursor) string {
 	for i := range parts {
 		var seq uint64
 		if i < len(c) {
-			_, seq = shards.Split(c[i])
+			seq = c[i].Seq(shards)
 		}
 		parts[i] = strconv.FormatUint(seq, 10)
 	}
@@ -111,8 +111,7 @@ func (s *Service) Stream(ctx context.Context, p Principal, f StreamFilter, after
 		if err != nil {
 			return err
 		}
-		shard, _ := shards.Split(ev.Seq)
-		at[shard] = ev.Seq
+		at[ev.Seq.Part(shards)] = ev.Seq
 		if !selects(f, ev, st) {
 			return nil
 		}

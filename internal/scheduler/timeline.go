@@ -72,5 +72,5 @@ func streamEntry(ev events.Event, st aggregate.State) api.Event {
 }
 
 func entry(ev events.Event, e replay.Entry) api.Event {
-	return api.Event{Seq: e.Seq, ID: ev.ID, TaskID: e.TaskID, Type: e.Type, At: e.At, Actor: e.Actor, Status: e.Status, Detail: e.Detail, Data: e.Data}
+	return api.Event{Seq: uint64(e.Seq), ID: ev.ID, TaskID: e.TaskID, Type: e.Type, At: e.At, Actor: e.Actor, Status: e.Status, Detail: e.Detail, Data: e.Data}
 }

@@ -40,4 +40,4 @@ func (f StreamFilter) Validate() error {
 // Cursor is where a stream stands: by shard, the position of the last
 // event it passed (0: none yet). Its token (the service's CursorToken) is the
 // stream's resume point, the SSE id of the event that moved it there.
-type Cursor []uint64
+type Cursor []events.Position

@@ -8,6 +8,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
 )
@@ -35,10 +36,10 @@ func TestRemovedTwicePositionsNeverRepeat(t *testing.T) {
 	advance := func(to int, n int64) { openEpoch(t, st, ns.Stream, to, n) }
 	remove := func(slot int, n int64) {
 		t.Helper()
-		if err := store.SealSlot(ctx, js, ns.Stream, shards, slot, n); err != nil {
+		if err := eventlog.SealSlot(ctx, js, ns.Stream, shards, slot, n); err != nil {
 			t.Fatal(err)
 		}
-		if err := store.RemoveEpoch(ctx, st.Log(), n); err != nil {
+		if err := eventlog.RemoveEpoch(ctx, st.Log(), n); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -53,8 +54,8 @@ func TestRemovedTwicePositionsNeverRepeat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if now.FirstSeq <= old.FirstSeq+3*uint64(shards.N()) {
-		t.Fatalf("a task of the third epoch of slot 0 is at position %d, the first epoch's were %d to %d", now.FirstSeq, old.FirstSeq, old.FirstSeq+3*uint64(shards.N()))
+	if now.FirstSeq <= old.FirstSeq+events.Position(3*shards.N()) {
+		t.Fatalf("a task of the third epoch of slot 0 is at position %d, the first epoch's were %d to %d", now.FirstSeq, old.FirstSeq, old.FirstSeq+events.Position(3*shards.N()))
 	}
 }
 
@@ -113,15 +114,15 @@ func TestStaleSealLeavesANewEpochAlone(t *testing.T) {
 	n0 := st.Epochs().Slots[0].Epoch
 	open := func(slot int, n int64) { openEpoch(t, st, ns.Stream, slot, n) }
 	open(1, n0+1)
-	if err := store.SealSlot(ctx, js, ns.Stream, shards, 0, n0); err != nil {
+	if err := eventlog.SealSlot(ctx, js, ns.Stream, shards, 0, n0); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.RemoveEpoch(ctx, st.Log(), n0); err != nil {
+	if err := eventlog.RemoveEpoch(ctx, st.Log(), n0); err != nil {
 		t.Fatal(err)
 	}
 	open(0, n0+2)
 	// The other node, which read slot 0 as epoch n0, open, seals it now.
-	if err := store.SealSlot(ctx, js, ns.Stream, shards, 0, n0); err != nil {
+	if err := eventlog.SealSlot(ctx, js, ns.Stream, shards, 0, n0); err != nil {
 		t.Logf("the stale seal: %v", err)
 	}
 	schedule(t, st)
@@ -138,4 +139,21 @@ func twoSlots(t *testing.T) (*store.Store, testnats.Namespace) {
 	}
 	t.Cleanup(func() { st.Close() })
 	return st, ns
+}
+
+// openEpoch opens epoch n in slot of st's log (whose stream is stream)
+// and makes it current, as a node's advance does, and has st read the
+// epochs again.
+func openEpoch(t *testing.T, st *store.Store, stream string, slot int, n int64) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := eventlog.UpdateEpochs(ctx, st.JetStream(), stream, func(e *eventlog.Epochs) bool {
+		e.Current, e.Slots[slot] = slot, eventlog.Slot{Epoch: n, State: eventlog.SlotOpen}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RefreshEpochs(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

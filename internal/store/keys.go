@@ -52,7 +52,7 @@ func (s *Store) KeyHistory(ctx context.Context, customerID, key string) ([]event
 func (s *Store) keyEvents(ctx context.Context, customerID, key string, from uint64, fn func(events.Event)) error {
 	keyID := events.KeyID(customerID, key)
 	i := s.shards.Of(customerID, keyID)
-	return s.readSubject(ctx, i, s.parts[i].subjects.Key(customerID, keyID), from, fn)
+	return s.readSubject(ctx, i, s.parts[i].Subjects.Key(customerID, keyID), from, fn)
 }
 
 // ExecuteKey decides cmd against the key's state, loaded from the log

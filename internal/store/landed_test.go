@@ -50,7 +50,7 @@ func TestCatchUpFindsOwnEvent(t *testing.T) {
 	}
 	// The first attempt lands; its ack is lost; the retry conflicts.
 	ack, err := st.js.PublishMsg(ctx, &nats.Msg{Subject: st.cfg.Subjects.Event("c1", "t1"), Data: data},
-		jetstream.WithExpectLastSequencePerSubject(s1.LastSeq))
+		jetstream.WithExpectLastSequencePerSubject(s1.LastSeq.Seq(st.shards)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestCatchUpFindsOwnEvent(t *testing.T) {
 		t.Fatalf("retry: %v, want a conflict", err)
 	}
 	caught, seq, err := st.catchUp(ctx, s1, mine)
-	if err != nil || seq != ack.Sequence || caught.Version != 2 || caught.MailIndex("m1") != 1 {
+	if err != nil || seq != st.shards.Position(0, ack.Sequence) || caught.Version != 2 || caught.MailIndex("m1") != 1 {
 		t.Fatalf("catchUp = v%d, seq %d, %v; want v2 with m1, seq %d", caught.Version, seq, err, ack.Sequence)
 	}
 	// Someone else's event at that place: caught up, not ours.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 )
 
 // Errors of Runs.
@@ -150,7 +151,7 @@ func (r *Runs) Save(ctx context.Context, taskID string, revision uint64, run Run
 	switch {
 	case err == nil:
 		return run, nil
-	case IsConflict(err):
+	case eventlog.IsConflict(err):
 		return Run{}, fmt.Errorf("%w: task %s, revision %d", ErrRunRevision, taskID, revision)
 	case errors.Is(err, nats.ErrMaxPayload) || errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
 		return Run{}, fmt.Errorf("%w: the run of task %s is %d bytes stored, more than the runs bucket takes", aggregate.ErrTooLarge, taskID, len(data))

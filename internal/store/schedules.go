@@ -33,7 +33,7 @@ func (s *Store) readSchedule(ctx context.Context, customerID, scheduleID string,
 		return err
 	}
 	i := s.shards.Of(customerID, scheduleID)
-	return s.readSubject(ctx, i, s.parts[i].subjects.Schedule(customerID, scheduleID), 0, fn)
+	return s.readSubject(ctx, i, s.parts[i].Subjects.Schedule(customerID, scheduleID), 0, fn)
 }
 
 // ExecuteSchedule decides cmd against the customer's schedule as the log

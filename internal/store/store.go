@@ -1,6 +1,11 @@
-// Package store keeps tasks in the JetStream log: it creates the streams,
-// loads a task by replaying its subject, and executes aggregate commands
-// with per-task optimistic concurrency. It is the only writer of the log.
+// Package store is the repository of tasks, concurrency keys and
+// schedules over the log: it loads one by replaying its subject (with a
+// cache of states), decides commands with the aggregate, appends the
+// events with the subject's last sequence as the expected one, and on a
+// conflict catches up and decides again. It is the only writer of the
+// log. The log itself, its streams, layout, append pipeline and readers,
+// is internal/eventlog; the store opens it (Open) and calls it. Runs, the
+// latest run state of each task, are a key-value bucket beside the log.
 package store
 
 import (
@@ -19,6 +24,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 )
 
 // TypeHeader carries the event type so consumers can skip an event
@@ -45,11 +51,11 @@ type Config struct {
 	Stream   string          // event stream name; default events.DefaultStream
 	Subjects events.Subjects // default events.DefaultSubjects
 	// Shards is the number of event streams the log is spread over
-	// (docs/DESIGN.md, "Sharded log"); default 1, the unsharded log. It
+	// (internal/eventlog, "Sharded log"); default 1, the unsharded log. It
 	// is fixed when the log is created: Open refuses another one with
-	// ErrShardsMismatch.
+	// eventlog.ErrShardsMismatch.
 	Shards int
-	// EpochSlots, if above 0, gives the log epochs (docs/DESIGN.md,
+	// EpochSlots, if above 0, gives the log epochs (internal/eventlog,
 	// "Epochs"): its tasks live in EpochSlots sets of Shards streams, one
 	// epoch of EpochPeriod to a set. Fixed when the log is created, like
 	// Shards; 0, the default, keeps every task in the shards' streams.
@@ -67,7 +73,7 @@ type Config struct {
 	// (several times faster) in every shard.
 	// It also returns the position of the task's first event, whose part
 	// holds all of them.
-	Locate func(taskID string) (customerID, rootID string, first uint64, ok bool)
+	Locate func(taskID string) (customerID, rootID string, first events.Position, ok bool)
 	// ReadTimeout bounds one read when the caller's context has no
 	// deadline; default 10s.
 	ReadTimeout time.Duration
@@ -127,8 +133,8 @@ type Store struct {
 	cfg    Config
 	js     jetstream.JetStream
 	shards events.Shards
-	parts  []part // by shard
-	pipe   *pipeline
+	parts  []eventlog.Part // by shard
+	pipe   *eventlog.Pipeline
 
 	mu    sync.Mutex
 	cache map[string]aggregate.State
@@ -141,8 +147,8 @@ type Store struct {
 	turnsMu sync.Mutex
 	turns   map[string]*turn
 
-	failing atomic.Pointer[writeFailure] // nil while appends succeed
-	epochs  atomic.Pointer[Epochs]       // nil without epochs
+	failing atomic.Pointer[writeFailure]    // nil while appends succeed
+	epochs  atomic.Pointer[eventlog.Epochs] // nil without epochs
 
 	conflictsMu sync.Mutex
 	conflicts   map[events.Type]uint64 // appends refused for a wrong expected sequence, by event type
@@ -153,14 +159,6 @@ type Store struct {
 type writeFailure struct {
 	since time.Time
 	err   error
-}
-
-// part is one shard of the log: its stream, the subjects it holds and
-// its reader.
-type part struct {
-	stream   jetstream.Stream
-	subjects events.Subjects
-	get      *directGetter
 }
 
 // turn is one task's lock and how many commands hold or wait for it.
@@ -192,7 +190,7 @@ func (s *Store) take(taskID string) func() {
 
 // Open creates the event streams (one per shard), or updates them to this
 // configuration, and returns a Store on them. It fails with an error
-// wrapping ErrShardsMismatch when the log has another number of shards.
+// wrapping eventlog.ErrShardsMismatch when the log has another layout.
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	// Appends are pipelined: every caller's message goes out at once on
@@ -203,17 +201,17 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: jetstream: %w", err)
 	}
-	if cfg.Shards < 1 || cfg.Shards > MaxShards {
-		return nil, fmt.Errorf("store: %d shards: want 1 to %d", cfg.Shards, MaxShards)
+	if cfg.Shards < 1 || cfg.Shards > eventlog.MaxShards {
+		return nil, fmt.Errorf("store: %d shards: want 1 to %d", cfg.Shards, eventlog.MaxShards)
 	}
-	if cfg.EpochSlots < 0 || cfg.EpochSlots == 1 || cfg.EpochSlots > MaxEpochSlots || cfg.EpochSlots > 0 && cfg.EpochPeriod < MinEpochPeriod {
-		return nil, fmt.Errorf("store: %d epoch slots of %s: want 0, or 2 to %d slots of at least %s", cfg.EpochSlots, cfg.EpochPeriod, MaxEpochSlots, MinEpochPeriod)
+	if cfg.EpochSlots < 0 || cfg.EpochSlots == 1 || cfg.EpochSlots > eventlog.MaxEpochSlots || cfg.EpochSlots > 0 && cfg.EpochPeriod < eventlog.MinEpochPeriod {
+		return nil, fmt.Errorf("store: %d epoch slots of %s: want 0, or 2 to %d slots of at least %s", cfg.EpochSlots, cfg.EpochPeriod, eventlog.MaxEpochSlots, eventlog.MinEpochPeriod)
 	}
 	if cfg.EpochSlots == 0 {
 		cfg.EpochPeriod = 0
 	}
 	shards := events.Shards{K: cfg.Shards, Slots: cfg.EpochSlots}
-	if err := agreeShards(ctx, js, cfg.Stream, layout{Shards: cfg.Shards, Slots: cfg.EpochSlots, Period: cfg.EpochPeriod}, cfg.Replicas, cfg.Now()); err != nil {
+	if err := eventlog.AgreeLayout(ctx, js, cfg.Stream, eventlog.Layout{Shards: cfg.Shards, Slots: cfg.EpochSlots, Period: cfg.EpochPeriod}, cfg.Replicas, cfg.Now()); err != nil {
 		return nil, err
 	}
 	st := &Store{cfg: cfg, js: js, shards: shards, cache: make(map[string]aggregate.State),
@@ -222,82 +220,38 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	for i := range shards.N() {
-		p, err := openPart(ctx, nc, js, cfg, shards, i, st.Epochs())
+		p, err := eventlog.OpenPart(ctx, nc, js, eventlog.StreamConfig{Stream: cfg.Stream, Subjects: cfg.Subjects, Replicas: cfg.Replicas, DuplicateWindow: cfg.DuplicateWindow, MaxEventBytes: cfg.MaxEventBytes}, shards, i, st.Epochs())
 		if err != nil {
 			st.closeParts()
 			return nil, err
 		}
 		st.parts = append(st.parts, p)
 	}
-	if st.pipe, err = newPipeline(nc, maxPipelined, cfg.WriteTimeout); err != nil {
+	if st.pipe, err = eventlog.NewPipeline(nc, maxPipelined, cfg.WriteTimeout); err != nil {
 		st.closeParts()
 		return nil, err
 	}
 	return st, nil
 }
 
-// openPart creates part i's stream, or updates it to cfg, and its
-// reader. A sealed stream is left as it is; a missing stream of a slot
-// whose epoch was removed starts after the removed one's last sequence.
-func openPart(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config, shards events.Shards, i int, epochs Epochs) (part, error) {
-	name, subjects := shards.Stream(cfg.Stream, i), shards.Subjects(cfg.Subjects, i)
-	stream, err := js.Stream(ctx, name)
-	switch {
-	case err == nil && stream.CachedInfo().Config.Sealed:
-		get, err := newDirectGetter(nc, name)
-		return part{stream: stream, subjects: subjects, get: get}, err
-	case err != nil && !errors.Is(err, jetstream.ErrStreamNotFound):
-		return part{}, fmt.Errorf("store: stream %s: %w", name, err)
-	}
-	var first uint64 // an update keeps the stream's
-	if err == nil {
-		first = stream.CachedInfo().Config.FirstSeq
-	} else if slot, ok := shards.SlotOf(i); ok {
-		if next := epochs.Slots[slot].NextSeqs; next != nil {
-			first = next[i%len(next)]
-		}
-	}
-	stream, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		FirstSeq:    first,
-		Name:        name,
-		Description: "taskledger event log: one subject per task, per concurrency key and per schedule",
-		Subjects:    subjects.Log(),
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		Duplicates:  cfg.DuplicateWindow,
-		DenyDelete:  true,
-		DenyPurge:   true,
-		AllowDirect: true,
-		MaxMsgSize:  cfg.MaxEventBytes,
-	})
-	if err != nil {
-		return part{}, fmt.Errorf("store: stream %s: %w", name, err)
-	}
-	get, err := newDirectGetter(nc, name)
-	if err != nil {
-		return part{}, err
-	}
-	return part{stream: stream, subjects: subjects, get: get}, nil
-}
-
 func (s *Store) closeParts() error {
 	var errs []error
 	for _, p := range s.parts {
-		errs = append(errs, p.get.close())
+		errs = append(errs, p.Get.Close())
 	}
 	return errors.Join(errs...)
 }
 
 // Close releases the Store's subscriptions. It does not close the
 // connection.
-func (s *Store) Close() error { return errors.Join(s.pipe.close(), s.closeParts()) }
+func (s *Store) Close() error { return errors.Join(s.pipe.Close(), s.closeParts()) }
 
 // JetStream returns the JetStream context the store appends with.
 func (s *Store) JetStream() jetstream.JetStream { return s.js }
 
 // Stream returns the event stream of shard 0: the only one when the log
 // is not sharded.
-func (s *Store) Stream() jetstream.Stream { return s.parts[0].stream }
+func (s *Store) Stream() jetstream.Stream { return s.parts[0].Stream }
 
 // Shards returns how the log is sharded.
 func (s *Store) Shards() events.Shards { return s.shards }
@@ -306,8 +260,8 @@ func (s *Store) Shards() events.Shards { return s.shards }
 func (s *Store) Subjects() events.Subjects { return s.cfg.Subjects }
 
 // Log returns a reader of the store's whole stream.
-func (s *Store) Log() Log {
-	return Log{JS: s.js, Stream: s.cfg.Stream, Subjects: s.cfg.Subjects, Shards: s.shards}
+func (s *Store) Log() eventlog.Log {
+	return eventlog.Log{JS: s.js, Stream: s.cfg.Stream, Subjects: s.cfg.Subjects, Shards: s.shards}
 }
 
 // Lineage returns the events of the lineage root heads, in log order
@@ -352,12 +306,12 @@ func (s *Store) replay(ctx context.Context, taskID string, fn func(events.Event)
 	if s.cfg.Locate != nil {
 		if customerID, _, first, ok := s.cfg.Locate(taskID); ok {
 			i, _ := s.shards.Split(first)
-			return s.readSubject(ctx, i, s.parts[i].subjects.Event(customerID, taskID), 0, fn)
+			return s.readSubject(ctx, i, s.parts[i].Subjects.Event(customerID, taskID), 0, fn)
 		}
 	}
 	for _, i := range s.taskParts() {
 		found := false
-		err := s.readSubject(ctx, i, s.parts[i].subjects.Task(taskID), 0, func(ev events.Event) { found = true; fn(ev) })
+		err := s.readSubject(ctx, i, s.parts[i].Subjects.Task(taskID), 0, func(ev events.Event) { found = true; fn(ev) })
 		if err != nil || found {
 			return err
 		}
@@ -366,13 +320,13 @@ func (s *Store) replay(ctx context.Context, taskID string, fn func(events.Event)
 }
 
 // taskParts returns the parts that may hold tasks: every part without
-// epochs, else those of every slot (slotsToRead).
+// epochs, else those of every slot (Epochs.SlotsToRead).
 func (s *Store) taskParts() []int {
 	if s.shards.Slots == 0 {
 		return s.shards.SlotParts(-1) // the shards
 	}
 	var parts []int
-	for _, slot := range s.Epochs().slotsToRead() {
+	for _, slot := range s.Epochs().SlotsToRead() {
 		parts = append(parts, s.shards.SlotParts(slot)...)
 	}
 	return parts
@@ -388,10 +342,10 @@ func (s *Store) readSubject(ctx context.Context, i int, subject string, from uin
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.ReadTimeout)
 		defer cancel()
 	}
-	get := s.parts[i].get
-	fetch := get.fetch
+	get := s.parts[i].Get
+	fetch := get.Fetch
 	if s.cfg.Replicas > 1 {
-		fetch = get.fetchCurrent
+		fetch = get.FetchCurrent
 	}
 	return fetch(ctx, subject, from, func(seq uint64, data []byte) error {
 		ev, err := events.DecodeHashed(data, s.shards.Position(i, seq))
@@ -404,9 +358,9 @@ func (s *Store) readSubject(ctx context.Context, i int, subject string, from uin
 }
 
 // Event returns the event stored at position pos.
-func (s *Store) Event(ctx context.Context, pos uint64) (events.Event, error) {
+func (s *Store) Event(ctx context.Context, pos events.Position) (events.Event, error) {
 	i, seq := s.shards.Split(pos)
-	msg, err := s.parts[i].stream.GetMsg(ctx, seq)
+	msg, err := s.parts[i].Stream.GetMsg(ctx, seq)
 	if err != nil {
 		return events.Event{}, fmt.Errorf("store: get seq %d of shard %d: %w", seq, i, err)
 	}
@@ -436,7 +390,7 @@ func (s *Store) Execute(ctx context.Context, taskID, actor string, cmd aggregate
 // rejection decided on a cached state at least that new is returned as it
 // is, without a fresh load, since a fresher view would only show the task
 // further along. The caller acts again when its own view moves on.
-func (s *Store) ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggregate.Command, seen uint64) (aggregate.State, []events.Event, error) {
+func (s *Store) ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggregate.Command, seen events.Position) (aggregate.State, []events.Event, error) {
 	if actor == "" {
 		actor = s.cfg.Actor
 	}
@@ -489,17 +443,17 @@ func (s *Store) ExecuteSeen(ctx context.Context, taskID, actor string, cmd aggre
 // catchUp applies to st the events stored after it on ev's subject and
 // reports the sequence at which ev itself was stored, or 0. It reads them
 // one by one: after a conflict there are only a few.
-func (s *Store) catchUp(ctx context.Context, st aggregate.State, ev events.Event) (aggregate.State, uint64, error) {
+func (s *Store) catchUp(ctx context.Context, st aggregate.State, ev events.Event) (aggregate.State, events.Position, error) {
 	i, err := s.partOf(ctx, st, ev)
 	if err != nil {
 		return st, 0, err
 	}
-	subject := s.parts[i].subjects.Event(ev.CustomerID, ev.TaskID)
-	dg := s.parts[i].get
-	get := dg.nextMsg
+	subject := s.parts[i].Subjects.Event(ev.CustomerID, ev.TaskID)
+	dg := s.parts[i].Get
+	get := dg.NextMsg
 	if s.cfg.Replicas > 1 { // ask the leader: a follower may lag
 		get = func(ctx context.Context, subject string, from uint64) (uint64, []byte, bool, error) {
-			return dg.leaderGet(ctx, leaderGetRequest{Seq: from, NextFor: subject})
+			return dg.LeaderGet(ctx, eventlog.LeaderGetRequest{Seq: from, NextFor: subject})
 		}
 	}
 	if _, ok := ctx.Deadline(); !ok {
@@ -507,7 +461,7 @@ func (s *Store) catchUp(ctx context.Context, st aggregate.State, ev events.Event
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.ReadTimeout)
 		defer cancel()
 	}
-	var landed uint64
+	var landed events.Position
 	_, last := s.shards.Split(st.LastSeq)
 	for from := last + 1; ; {
 		seq, data, ok, err := get(ctx, subject, from)
@@ -561,12 +515,12 @@ func (s *Store) state(ctx context.Context, taskID string, fresh bool, cmd aggreg
 
 // loadCreated returns the state of task taskID of customerID rooted at
 // rootID from the epoch slot that holds it, if one does: one direct get
-// per slot, in the root's shard (every slot: see slotsToRead).
+// per slot, in the root's shard (every slot: see Epochs.SlotsToRead).
 func (s *Store) loadCreated(ctx context.Context, taskID, customerID, rootID string) (aggregate.State, error) {
 	var st aggregate.State
-	for _, slot := range s.Epochs().slotsToRead() {
+	for _, slot := range s.Epochs().SlotsToRead() {
 		part := s.shards.Part(slot, s.shards.Of(customerID, rootID))
-		err := s.readSubject(ctx, part, s.parts[part].subjects.Event(customerID, taskID), 0, func(ev events.Event) { st = aggregate.Apply(st, ev) })
+		err := s.readSubject(ctx, part, s.parts[part].Subjects.Event(customerID, taskID), 0, func(ev events.Event) { st = aggregate.Apply(st, ev) })
 		if err != nil || st.Exists() {
 			return st, err
 		}
@@ -641,7 +595,7 @@ const maxPipelined = 4096
 // ctx's, or the write timeout's; none is retried. It is safe for
 // concurrent use.
 func (s *Store) PublishAcked(ctx context.Context, msg *nats.Msg) (uint64, error) {
-	return s.pipe.publish(ctx, msg)
+	return s.pipe.Publish(ctx, msg)
 }
 
 // MaxEventBytes is the largest message the log takes now: the NATS
@@ -661,7 +615,7 @@ func taskRoot(st aggregate.State, ev events.Event) string {
 	if st.Spec.RootID != "" {
 		return st.Spec.RootID
 	}
-	return creationRoot(ev)
+	return eventlog.CreationRoot(ev)
 }
 
 // partOf returns the part ev goes in: a key's or a schedule's shard, the
@@ -683,7 +637,7 @@ func (s *Store) partOf(ctx context.Context, st aggregate.State, ev events.Event)
 // write timeout it retries what may be transient; past it, or when the
 // retries are spent, it fails as ErrUnavailable and marks writes failing
 // (WriteError) until an append or a Probe succeeds.
-func (s *Store) publish(ctx context.Context, ev *events.Event, shard int, expected uint64) error {
+func (s *Store) publish(ctx context.Context, ev *events.Event, shard int, expected events.Position) error {
 	if i, _ := s.shards.Split(expected); expected > 0 && i != shard {
 		return fmt.Errorf("store: append %s: expected position %d is in part %d, the event's part is %d", ev.Type(), expected, i, shard)
 	}
@@ -694,7 +648,7 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, shard int, expect
 		return err
 	}
 	_, expectedSeq := s.shards.Split(expected)
-	s.fillMsg(am, ev, s.parts[shard].subjects, data, expectedSeq)
+	s.fillMsg(am, ev, s.parts[shard].Subjects, data, expectedSeq)
 	msg := &am.msg
 	tooLarge := func() error {
 		return fmt.Errorf("%w: the %s event is %d bytes, and the log takes at most %d bytes a message (headers included)",
@@ -708,13 +662,13 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, shard int, expect
 	deadline := time.Now().Add(s.cfg.WriteTimeout)
 	wctx := ctx
 	for attempt := 1; ; attempt++ {
-		seq, err := s.pipe.publish(wctx, msg)
+		seq, err := s.pipe.Publish(wctx, msg)
 		if err == nil {
 			ev.Seq, ev.Hash = s.shards.Position(shard, seq), events.HashOf(data)
 			s.wrote()
 			return nil
 		}
-		if IsConflict(err) {
+		if eventlog.IsConflict(err) {
 			s.wrote() // the log answered: it takes writes
 			s.conflicted(ev.Type())
 			return fmt.Errorf("%w: %v", aggregate.ErrConflict, err)
@@ -736,7 +690,7 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, shard int, expect
 			apiErr.ErrorCode != errCodeAccountResources {
 			return fmt.Errorf("append %s: %w", ev.Type(), err)
 		}
-		late := func() bool { return errors.Is(err, errAckTimeout) || !time.Now().Before(deadline) }
+		late := func() bool { return errors.Is(err, eventlog.ErrAckTimeout) || !time.Now().Before(deadline) }
 		if attempt < publishAttempts && !late() {
 			if wctx == ctx {
 				var cancel context.CancelFunc
@@ -910,24 +864,13 @@ func creates(cmd aggregate.Command) (customerID, rootID string, ok bool) {
 	return "", "", false
 }
 
-// IsConflict reports whether err is JetStream's answer to a wrong expected
-// last sequence: 10071 on a single replica, 10164 on a replicated stream.
-func IsConflict(err error) bool {
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
-}
-
 // Config returns the store's configuration with its defaults filled in.
 func (s *Store) Config() Config { return s.cfg }
 
 // Follow calls fn for every event stored after the positions after on one
 // of the subjects filters gives, then for each later one, until ctx ends
 // or fn fails (Log.Follow).
-func (s *Store) Follow(ctx context.Context, filters func(events.Subjects) []string, after []uint64, fn func(events.Event) error) error {
+func (s *Store) Follow(ctx context.Context, filters func(events.Subjects) []string, after []events.Position, fn func(events.Event) error) error {
 	return s.Log().Follow(ctx, filters, after, fn)
 }
 
@@ -941,8 +884,8 @@ func (s *Store) LastSeq(ctx context.Context) (uint64, error) {
 
 // LastPositions returns the position of every shard's last event, by
 // shard, 0 for an empty shard.
-func (s *Store) LastPositions(ctx context.Context) ([]uint64, error) {
-	last := make([]uint64, len(s.parts))
+func (s *Store) LastPositions(ctx context.Context) ([]events.Position, error) {
+	last := make([]events.Position, len(s.parts))
 	for i := range last {
 		var err error
 		if last[i], err = s.lastOf(ctx, i); err != nil {
@@ -955,8 +898,8 @@ func (s *Store) LastPositions(ctx context.Context) ([]uint64, error) {
 // lastOf returns the position of shard i's last event from its stream's
 // state. An epoch slot's stream is deleted and created again while its
 // epoch is removed (RemoveEpoch): for that moment it holds nothing.
-func (s *Store) lastOf(ctx context.Context, i int) (uint64, error) {
-	info, err := s.parts[i].stream.Info(ctx)
+func (s *Store) lastOf(ctx context.Context, i int) (events.Position, error) {
+	info, err := s.parts[i].Stream.Info(ctx)
 	if _, slot := s.shards.SlotOf(i); slot && errors.Is(err, jetstream.ErrStreamNotFound) {
 		return 0, nil
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/broker"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
 )
@@ -418,7 +419,7 @@ func TestPipelineLosesConnection(t *testing.T) {
 	const writers, each = 32, 40
 	type acked struct {
 		id  string
-		seq uint64
+		seq events.Position
 	}
 	var mu sync.Mutex
 	var done []acked
@@ -555,7 +556,7 @@ func TestAppendsLinkEachEventToItsPredecessor(t *testing.T) {
 	}
 	var prev events.Hash
 	for _, ev := range evs {
-		msg, err := a.Stream().GetMsg(ctx, ev.Seq)
+		msg, err := a.Stream().GetMsg(ctx, ev.Seq.Seq(a.Shards()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -630,9 +631,9 @@ func TestScheduleEventsOnTheirSubject(t *testing.T) {
 		t.Fatalf("loaded %+v, %v", sc, err)
 	}
 	n := 0
-	err = st.Log().Read(ctx, store.ReadOptions{}, func(m store.Message) error {
+	err = st.Log().Read(ctx, eventlog.ReadOptions{}, func(m eventlog.Message) error {
 		if want := st.Subjects().Schedule("acme", "s1"); m.Subject != want {
-			t.Errorf("seq %d on %s, want %s", m.Seq, m.Subject, want)
+			t.Errorf("seq %d on %s, want %s", m.Pos, m.Subject, want)
 		}
 		n++
 		return nil

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/replay"
 )
@@ -14,7 +15,7 @@ import (
 func LogEvents(t testing.TB, st *store.Store) []events.Event {
 	t.Helper()
 	var out []events.Event
-	err := st.Log().Events(context.Background(), store.ReadOptions{}, func(ev events.Event) error {
+	err := st.Log().Events(context.Background(), eventlog.ReadOptions{}, func(ev events.Event) error {
 		out = append(out, ev)
 		return nil
 	})
@@ -30,8 +31,8 @@ func LogEvents(t testing.TB, st *store.Store) []events.Event {
 func Verify(t testing.TB, st *store.Store) replay.Report {
 	t.Helper()
 	v := replay.NewVerifier(st.Subjects())
-	err := st.Log().Read(context.Background(), store.ReadOptions{}, func(m store.Message) error {
-		v.Add(m.Seq, m.Subject, m.Data)
+	err := st.Log().Read(context.Background(), eventlog.ReadOptions{}, func(m eventlog.Message) error {
+		v.Add(m.Pos, m.Subject, m.Data)
 		return nil
 	})
 	if err != nil {

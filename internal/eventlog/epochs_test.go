@@ -1,4 +1,4 @@
-package store_test
+package eventlog_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
 )
@@ -31,10 +32,10 @@ func TestRemoveEpochAfterACrash(t *testing.T) {
 	e := st.Epochs()
 	n0 := e.Slots[0].Epoch
 	openEpoch(t, st, ns.Stream, 1, n0+1)
-	if err := store.RemoveEpoch(ctx, st.Log(), n0); !errors.Is(err, store.ErrEpochNotSealed) {
+	if err := eventlog.RemoveEpoch(ctx, st.Log(), n0); !errors.Is(err, eventlog.ErrEpochNotSealed) {
 		t.Fatalf("removing an open epoch: %v", err)
 	}
-	if err := store.SealSlot(ctx, js, ns.Stream, shards, 0, n0); err != nil {
+	if err := eventlog.SealSlot(ctx, js, ns.Stream, shards, 0, n0); err != nil {
 		t.Fatal(err)
 	}
 	lasts := map[int]uint64{}
@@ -46,7 +47,7 @@ func TestRemoveEpochAfterACrash(t *testing.T) {
 		lasts[part] = s.CachedInfo().State.LastSeq
 	}
 	// The crash: the sequences recorded, one stream deleted, nothing more.
-	if _, err := store.UpdateEpochs(ctx, js, ns.Stream, func(e *store.Epochs) bool {
+	if _, err := eventlog.UpdateEpochs(ctx, js, ns.Stream, func(e *eventlog.Epochs) bool {
 		e.Slots[0].NextSeqs = []uint64{lasts[shards.Part(0, 0)] + 1, lasts[shards.Part(0, 1)] + 1}
 		return true
 	}); err != nil {
@@ -67,11 +68,11 @@ func TestRemoveEpochAfterACrash(t *testing.T) {
 	if s, err := js.Stream(ctx, gone); err != nil || s.CachedInfo().Config.FirstSeq != lasts[shards.Part(0, 0)]+1 {
 		t.Fatalf("Open made %s start at %d (%v), want %d", gone, s.CachedInfo().Config.FirstSeq, err, lasts[shards.Part(0, 0)]+1)
 	}
-	if err := store.RemoveEpoch(ctx, st.Log(), n0); err != nil {
+	if err := eventlog.RemoveEpoch(ctx, st.Log(), n0); err != nil {
 		t.Fatal(err)
 	}
-	e, ok, err := store.ReadEpochs(ctx, js, ns.Stream)
-	if err != nil || !ok || e.Slots[0].State != store.SlotFree || len(e.Removed) != 1 {
+	e, ok, err := eventlog.ReadEpochs(ctx, js, ns.Stream)
+	if err != nil || !ok || e.Slots[0].State != eventlog.SlotFree || len(e.Removed) != 1 {
 		t.Fatalf("epochs after the removal: %+v %v", e, err)
 	}
 	for _, part := range shards.SlotParts(0) {
@@ -80,7 +81,7 @@ func TestRemoveEpochAfterACrash(t *testing.T) {
 			t.Fatalf("part %d after the removal: %+v %+v (%v)", part, s.CachedInfo().Config, s.CachedInfo().State, err)
 		}
 	}
-	if err := store.RemoveEpoch(ctx, st.Log(), n0); err == nil {
+	if err := eventlog.RemoveEpoch(ctx, st.Log(), n0); err == nil {
 		t.Fatal("a removed epoch was removed again")
 	}
 	// The emptied streams' positions go on from the removed epoch's last,
@@ -102,8 +103,8 @@ func TestRemoveEpochAfterACrash(t *testing.T) {
 func openEpoch(t *testing.T, st *store.Store, stream string, slot int, n int64) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := store.UpdateEpochs(ctx, st.JetStream(), stream, func(e *store.Epochs) bool {
-		e.Current, e.Slots[slot] = slot, store.Slot{Epoch: n, State: store.SlotOpen}
+	if _, err := eventlog.UpdateEpochs(ctx, st.JetStream(), stream, func(e *eventlog.Epochs) bool {
+		e.Current, e.Slots[slot] = slot, eventlog.Slot{Epoch: n, State: eventlog.SlotOpen}
 		return true
 	}); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,8 @@
-package store
+package eventlog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 
 // Message is one stored message of the log.
 type Message struct {
-	Seq     uint64
+	Pos     events.Position // the message's log position
 	Subject string
 	Data    []byte
 	Time    time.Time
@@ -29,7 +30,7 @@ type ReadOptions struct {
 	Since  time.Time // start at the first message stored at or after Since
 	// From, if Since is zero, starts at this position: in its shard at
 	// its sequence, in the others at their start.
-	From uint64
+	From events.Position
 	// Progress, if set, is called about every 50,000 messages and at the
 	// end with the number of messages reached and the sum of the shards'
 	// last sequences (with one shard: the sequence reached and the
@@ -40,7 +41,7 @@ type ReadOptions struct {
 // Log reads the event streams in log order: whole, by task, by lineage or
 // by customer. It needs no Store, so offline tools read a log they have
 // not opened for writing (ReadShards gives them Shards). A sharded log is
-// read shard after shard, each in its order; a message's Seq is its
+// read shard after shard, each in its order; a message's Pos is its
 // position. It is safe for concurrent use.
 type Log struct {
 	JS       jetstream.JetStream
@@ -88,7 +89,7 @@ func (l Log) Read(ctx context.Context, o ReadOptions, fn func(Message) error) er
 		name := l.Shards.Stream(l.Stream, i)
 		s, err := l.JS.Stream(ctx, name)
 		if err != nil {
-			return fmt.Errorf("store: stream %s: %w", name, err)
+			return fmt.Errorf("eventlog: stream %s: %w", name, err)
 		}
 		streams[n], total = s, total+s.CachedInfo().State.LastSeq
 	}
@@ -109,64 +110,47 @@ func (l Log) Read(ctx context.Context, o ReadOptions, fn func(Message) error) er
 	return nil
 }
 
-// readShard is Read of shard i, whose stream is s.
+// readShard is Read of shard i, whose stream is s: followPart, stopped
+// where the stream ended when Read came to it, or earlier when the
+// consumer reports no more matching messages pending.
 func (l Log) readShard(ctx context.Context, i int, s jetstream.Stream, o ReadOptions, fn func(Message) error) error {
 	last := s.CachedInfo().State.LastSeq
 	if last == 0 || s.CachedInfo().State.Msgs == 0 {
 		return nil
 	}
-	cfg := jetstream.OrderedConsumerConfig{}
+	fo := followOptions{since: o.Since, pendingOnly: true}
 	if o.Filter != nil {
-		cfg.FilterSubjects = []string{o.Filter(l.Shards.Subjects(l.Subjects, i))}
+		fo.filters = []string{o.Filter(l.Shards.Subjects(l.Subjects, i))}
 	}
-	if !o.Since.IsZero() {
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &o.Since
-	} else if shard, from := l.Shards.Split(o.From); from > 0 && shard == i {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+	var from uint64
+	if shard, seq := l.Shards.Split(o.From); o.Since.IsZero() && seq > 0 && shard == i {
+		from = seq
 	}
-	cons, err := l.JS.OrderedConsumer(ctx, s.CachedInfo().Config.Name, cfg)
-	if err != nil {
-		return fmt.Errorf("store: consumer: %w", err)
-	}
-	// Read stops where the stream ended when it started, or earlier when
-	// the consumer reports no more matching messages pending.
-	if info, err := cons.Info(ctx); err != nil {
-		return fmt.Errorf("store: consumer info: %w", err)
-	} else if info.NumPending == 0 {
-		return nil
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return err
-	}
-	defer it.Stop()
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer stop()
-	for {
-		msg, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("store: read: %w", err)
-		}
+	err := l.followPart(ctx, i, from, fo, func(msg jetstream.Msg, _ uint64, _ error) error {
 		meta, err := msg.Metadata()
 		if err != nil {
 			return err
 		}
 		seq := meta.Sequence.Stream
 		if seq > last {
-			break
+			return errReadEnd
 		}
-		if err := fn(Message{Seq: l.Shards.Position(i, seq), Subject: msg.Subject(), Data: msg.Data(), Time: meta.Timestamp}); err != nil {
+		if err := fn(Message{Pos: l.Shards.Position(i, seq), Subject: msg.Subject(), Data: msg.Data(), Time: meta.Timestamp}); err != nil {
 			return err
 		}
 		if o.Progress != nil && seq%50000 == 0 {
 			o.Progress(seq, last)
 		}
 		if seq == last || meta.NumPending == 0 {
-			break
+			return errReadEnd
 		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errNothingPending):
+		return nil
+	case err != nil && !errors.Is(err, errReadEnd):
+		return err
 	}
 	if o.Progress != nil {
 		o.Progress(last, last)
@@ -178,9 +162,9 @@ func (l Log) readShard(ctx context.Context, i int, s jetstream.Stream, o ReadOpt
 // that does not decode ends the read with its sequence in the error.
 func (l Log) Events(ctx context.Context, o ReadOptions, fn func(events.Event) error) error {
 	return l.Read(ctx, o, func(m Message) error {
-		ev, err := events.DecodeAt(m.Data, m.Seq)
+		ev, err := events.DecodeAt(m.Data, m.Pos)
 		if err != nil {
-			return fmt.Errorf("store: seq %d: %w", m.Seq, err)
+			return fmt.Errorf("eventlog: seq %d: %w", m.Pos, err)
 		}
 		return fn(ev)
 	})
@@ -266,14 +250,16 @@ func InLineage(rootID string) func(events.Event) bool {
 	return func(ev events.Event) bool {
 		in, seen := member[ev.TaskID]
 		if !seen {
-			in = creationRoot(ev) == rootID
+			in = CreationRoot(ev) == rootID
 			member[ev.TaskID] = in
 		}
 		return in
 	}
 }
 
-func creationRoot(ev events.Event) string {
+// CreationRoot returns the root a task's creation names (its
+// TaskScheduled or AdmissionRejected), "" for any other event.
+func CreationRoot(ev events.Event) string {
 	switch p := ev.Data.(type) {
 	case events.TaskScheduled:
 		return p.Spec.RootID
@@ -288,111 +274,4 @@ func creationRoot(ev events.Event) string {
 func (l Log) Customer(ctx context.Context, customerID string, since time.Time, fn func(events.Event) error) error {
 	filter := func(subj events.Subjects) string { return subj.Customer(customerID) }
 	return l.Events(ctx, ReadOptions{Filter: filter, Since: since}, fn)
-}
-
-// followBatch is how many messages Follow's consumer pulls at once: with
-// its own buffer of at most this many events, a follower holds bounded
-// memory whatever the log's size.
-const followBatch = 32
-
-// Follow calls fn for every event stored after the positions after (by
-// shard; nil or 0: from a shard's start) whose subject matches one of the
-// subjects filters gives for a shard's subjects (nil, or none: the whole
-// log), each shard in log order, and then for each one stored later,
-// until ctx ends (returning ctx.Err()) or fn returns an error, which
-// Follow returns. It reads each shard with an ordered consumer, so a lost
-// connection resumes where it was; with several shards their events
-// interleave as they arrive, and fn is called from one goroutine at a
-// time. An event that does not decode ends it with its sequence in the
-// error.
-func (l Log) Follow(ctx context.Context, filters func(events.Subjects) []string, after []uint64, fn func(events.Event) error) error {
-	l = l.withDefaults()
-	start := func(i int) uint64 {
-		if i >= len(after) {
-			return 1
-		}
-		_, seq := l.Shards.Split(after[i])
-		return seq + 1
-	}
-	if l.Shards.N() == 1 {
-		return l.followShard(ctx, 0, filters, start(0), fn)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	evs := make(chan events.Event)
-	errs := make(chan error, l.Shards.N())
-	for i := range l.Shards.N() {
-		go func() {
-			errs <- l.followShard(ctx, i, filters, start(i), func(ev events.Event) error {
-				select {
-				case evs <- ev:
-					return nil
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			})
-		}()
-	}
-	var err error
-	for running := l.Shards.N(); running > 0; {
-		select {
-		case ev := <-evs:
-			if err == nil {
-				if err = fn(ev); err != nil {
-					cancel()
-				}
-			}
-		case ferr := <-errs:
-			running--
-			if err == nil {
-				err = ferr
-				cancel()
-			}
-		}
-	}
-	return err
-}
-
-// followShard is Follow of shard i from its stream sequence from.
-func (l Log) followShard(ctx context.Context, i int, filters func(events.Subjects) []string, from uint64, fn func(events.Event) error) error {
-	subjects := l.Shards.Subjects(l.Subjects, i)
-	var subs []string
-	if filters != nil {
-		subs = filters(subjects)
-	}
-	if len(subs) == 0 {
-		subs = []string{subjects.Events()}
-	}
-	cons, err := l.JS.OrderedConsumer(ctx, l.Shards.Stream(l.Stream, i), jetstream.OrderedConsumerConfig{
-		FilterSubjects: subs, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from,
-	})
-	if err != nil {
-		return fmt.Errorf("store: consumer: %w", err)
-	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(followBatch))
-	if err != nil {
-		return fmt.Errorf("store: follow: %w", err)
-	}
-	defer it.Stop()
-	defer context.AfterFunc(ctx, it.Stop)()
-	for {
-		msg, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("store: follow: %w", err)
-		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			return err
-		}
-		ev, err := events.DecodeAt(msg.Data(), l.Shards.Position(i, meta.Sequence.Stream))
-		if err != nil {
-			return fmt.Errorf("store: seq %d of shard %d: %w", meta.Sequence.Stream, i, err)
-		}
-		if err := fn(ev); err != nil {
-			return err
-		}
-	}
 }

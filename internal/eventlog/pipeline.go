@@ -1,4 +1,4 @@
-package store
+package eventlog
 
 import (
 	"bytes"
@@ -16,17 +16,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// errAckTimeout is a pipeline's answer when an append's ack did not come
+// ErrAckTimeout is a pipeline's answer when an append's ack did not come
 // back within the write timeout: the append may have landed.
-var errAckTimeout = errors.New("store: no ack within the write timeout")
+var ErrAckTimeout = errors.New("eventlog: no ack within the write timeout")
 
-// pipeline sends appends on one connection without waiting for each
+// Pipeline sends appends on one connection without waiting for each
 // other's acks and hands each ack to its caller by the token of its reply
 // subject: nats.go's asynchronous publish with less per append. An append
 // takes a pooled waiter (its channel and timer are reused) instead of a
 // future, two channels and a timer, and its ack is read in place instead
 // of through encoding/json. It is safe for concurrent use.
-type pipeline struct {
+type Pipeline struct {
 	nc      *nats.Conn
 	prefix  string        // reply subjects: prefix + token
 	slots   chan struct{} // one per append awaiting its ack
@@ -57,18 +57,18 @@ var ackWaiters = sync.Pool{New: func() any {
 	return &ackWaiter{answer: make(chan ackAnswer, 1), timer: t}
 }}
 
-// newPipeline subscribes to the acks of the appends it will send: at most
+// NewPipeline subscribes to the acks of the appends it will send: at most
 // maxPending at once, each answered within timeout or failed with
-// errAckTimeout. A lost connection fails the appends awaiting acks with
+// ErrAckTimeout. A lost connection fails the appends awaiting acks with
 // nats.ErrDisconnected at once, as nats.go does.
-func newPipeline(nc *nats.Conn, maxPending int, timeout time.Duration) (*pipeline, error) {
-	p := &pipeline{
+func NewPipeline(nc *nats.Conn, maxPending int, timeout time.Duration) (*Pipeline, error) {
+	p := &Pipeline{
 		nc: nc, prefix: nc.NewInbox() + ".", slots: make(chan struct{}, maxPending), timeout: timeout,
 		waiting: make(map[uint64]*ackWaiter),
 	}
 	sub, err := nc.Subscribe(p.prefix+"*", p.acked)
 	if err != nil {
-		return nil, fmt.Errorf("store: ack subscription: %w", err)
+		return nil, fmt.Errorf("eventlog: ack subscription: %w", err)
 	}
 	sub.SetPendingLimits(-1, -1) // an ack dropped here would fail a write that landed
 	p.sub = sub
@@ -77,17 +77,17 @@ func newPipeline(nc *nats.Conn, maxPending int, timeout time.Duration) (*pipelin
 	return p, nil
 }
 
-// close ends the subscription and the status watch; appends still
+// Close ends the subscription and the status watch; appends still
 // awaiting acks time out.
-func (p *pipeline) close() error {
+func (p *Pipeline) Close() error {
 	p.nc.RemoveStatusListener(p.status) // closes p.status: watch returns
 	return p.sub.Unsubscribe()
 }
 
 // watch fails every append awaiting an ack when the connection is lost:
 // its ack will not come. It returns once the connection is closed or
-// close removed its listener.
-func (p *pipeline) watch() {
+// Close removed its listener.
+func (p *Pipeline) watch() {
 	for status := range p.status {
 		p.mu.Lock()
 		for tok, w := range p.waiting {
@@ -109,12 +109,12 @@ const (
 	noResponderWait    = 250 * time.Millisecond
 )
 
-// publish sends msg (its Reply is set here) and waits for its ack, for
+// Publish sends msg (its Reply is set here) and waits for its ack, for
 // room in the pipeline, or for ctx, within the write timeout; it returns
 // the stream sequence the ack names, the server's error
-// (*jetstream.APIError), nats.ErrNoResponders, errAckTimeout, or the
+// (*jetstream.APIError), nats.ErrNoResponders, ErrAckTimeout, or the
 // transport's or ctx's error.
-func (p *pipeline) publish(ctx context.Context, msg *nats.Msg) (uint64, error) {
+func (p *Pipeline) Publish(ctx context.Context, msg *nats.Msg) (uint64, error) {
 	deadline := time.Now().Add(p.timeout)
 	for retries := 0; ; retries++ {
 		seq, err := p.send(ctx, msg, time.Until(deadline))
@@ -130,14 +130,14 @@ func (p *pipeline) publish(ctx context.Context, msg *nats.Msg) (uint64, error) {
 }
 
 // send is one publish of msg, its ack awaited for at most timeout.
-func (p *pipeline) send(ctx context.Context, msg *nats.Msg, timeout time.Duration) (uint64, error) {
+func (p *Pipeline) send(ctx context.Context, msg *nats.Msg, timeout time.Duration) (uint64, error) {
 	w := ackWaiters.Get().(*ackWaiter)
 	w.timer.Reset(timeout)
 	select {
 	case p.slots <- struct{}{}:
 	case <-w.timer.C:
 		ackWaiters.Put(w)
-		return 0, errAckTimeout
+		return 0, ErrAckTimeout
 	case <-ctx.Done():
 		w.timer.Stop()
 		ackWaiters.Put(w)
@@ -157,7 +157,7 @@ func (p *pipeline) send(ctx context.Context, msg *nats.Msg, timeout time.Duratio
 		select {
 		case a = <-w.answer:
 		case <-w.timer.C:
-			a = p.abandon(tok, w, errAckTimeout)
+			a = p.abandon(tok, w, ErrAckTimeout)
 		case <-ctx.Done():
 			a = p.abandon(tok, w, ctx.Err())
 		}
@@ -169,7 +169,7 @@ func (p *pipeline) send(ctx context.Context, msg *nats.Msg, timeout time.Duratio
 
 // abandon stops waiting for tok's answer and returns err, or the answer
 // when it arrived meanwhile.
-func (p *pipeline) abandon(tok uint64, w *ackWaiter, err error) ackAnswer {
+func (p *Pipeline) abandon(tok uint64, w *ackWaiter, err error) ackAnswer {
 	p.mu.Lock()
 	_, ok := p.waiting[tok]
 	delete(p.waiting, tok)
@@ -182,7 +182,7 @@ func (p *pipeline) abandon(tok uint64, w *ackWaiter, err error) ackAnswer {
 
 // acked hands an ack to its append; a late one (the append gave up) is
 // dropped.
-func (p *pipeline) acked(m *nats.Msg) {
+func (p *Pipeline) acked(m *nats.Msg) {
 	tok, err := strconv.ParseUint(strings.TrimPrefix(m.Subject, p.prefix), 36, 64)
 	if err != nil {
 		return

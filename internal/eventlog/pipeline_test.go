@@ -1,4 +1,4 @@
-package store
+package eventlog
 
 import (
 	"context"
@@ -80,11 +80,11 @@ func TestPipeline(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "P", Subjects: []string{"p.>"}}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := newPipeline(nc, 2, 5*time.Second)
+	p, err := NewPipeline(nc, 2, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.close() })
+	t.Cleanup(func() { p.Close() })
 	msg := func(subject string, expected string) *nats.Msg {
 		m := &nats.Msg{Subject: subject, Data: []byte("x"), Header: nats.Header{}}
 		if expected != "" {
@@ -95,19 +95,19 @@ func TestPipeline(t *testing.T) {
 
 	t.Run("Sequences", func(t *testing.T) {
 		for want := uint64(1); want <= 3; want++ {
-			seq, err := p.publish(ctx, msg("p.a", ""))
+			seq, err := p.Publish(ctx, msg("p.a", ""))
 			if err != nil || seq != want {
 				t.Fatalf("append %d: seq %d, %v", want, seq, err)
 			}
 		}
 	})
 	t.Run("Conflict", func(t *testing.T) {
-		if _, err := p.publish(ctx, msg("p.a", "1")); !IsConflict(err) {
+		if _, err := p.Publish(ctx, msg("p.a", "1")); !IsConflict(err) {
 			t.Fatalf("wrong expected sequence: %v, want a conflict", err)
 		}
 	})
 	t.Run("NoResponders", func(t *testing.T) {
-		if _, err := p.publish(ctx, msg("nostream", "")); !errors.Is(err, nats.ErrNoResponders) {
+		if _, err := p.Publish(ctx, msg("nostream", "")); !errors.Is(err, nats.ErrNoResponders) {
 			t.Fatalf("no stream: %v, want no responders", err)
 		}
 	})
@@ -120,25 +120,25 @@ func TestPipeline(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer sub.Unsubscribe()
-		if _, err := p.publish(cctx, msg("silent", "")); !errors.Is(err, context.Canceled) {
+		if _, err := p.Publish(cctx, msg("silent", "")); !errors.Is(err, context.Canceled) {
 			t.Fatalf("canceled: %v", err)
 		}
 	})
 	t.Run("Timeout", func(t *testing.T) {
-		quick, err := newPipeline(nc, 1, 50*time.Millisecond)
+		quick, err := NewPipeline(nc, 1, 50*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer quick.close()
+		defer quick.Close()
 		sub, err := nc.SubscribeSync("silent")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer sub.Unsubscribe()
-		if _, err := quick.publish(ctx, msg("silent", "")); !errors.Is(err, errAckTimeout) {
+		if _, err := quick.Publish(ctx, msg("silent", "")); !errors.Is(err, ErrAckTimeout) {
 			t.Fatalf("unanswered: %v, want the ack timeout", err)
 		}
-		if seq, err := quick.publish(ctx, msg("p.b", "")); err != nil || seq == 0 {
+		if seq, err := quick.Publish(ctx, msg("p.b", "")); err != nil || seq == 0 {
 			t.Fatalf("after a timeout: seq %d, %v", seq, err)
 		}
 	})
@@ -150,7 +150,7 @@ func TestPipeline(t *testing.T) {
 		defer sub.Unsubscribe()
 		got := make(chan error, 1)
 		go func() {
-			_, err := p.publish(ctx, msg("silent", ""))
+			_, err := p.Publish(ctx, msg("silent", ""))
 			got <- err
 		}()
 		if _, err := sub.NextMsg(5 * time.Second); err != nil { // the append is out, awaiting its ack

@@ -1,4 +1,4 @@
-package store
+package eventlog
 
 import (
 	"context"
@@ -12,10 +12,12 @@ import (
 	"github.com/taskledger/taskledger/events"
 )
 
-// ErrShardsMismatch is returned (wrapped) by Open when the log was
-// created with another number of shards than Config.Shards asks for: K
-// is fixed when the log is created (docs/DESIGN.md, "Sharded log").
-var ErrShardsMismatch = errors.New("store: the log has another number of shards")
+// ErrShardsMismatch is returned (wrapped) by AgreeLayout (and so by
+// store.Open) when the log was created with another layout than the one
+// asked for, and by ReadShards when a sharded log lost its layout entry:
+// the layout is fixed when the log is created (the package doc, "Sharded
+// log").
+var ErrShardsMismatch = errors.New("eventlog: the log has another number of shards")
 
 // MaxShards is the most shards a log may have: each is a stream with a
 // leader of its own, and every process follows every one.
@@ -34,34 +36,34 @@ const (
 	MinEpochPeriod = time.Second
 )
 
-// layout is the stored form of the shards entry: the number of shards
+// Layout is the stored form of the shards entry: the number of shards
 // and, for a log with epochs, its slots and period.
-type layout struct {
+type Layout struct {
 	Shards int           `json:"shards"`
 	Slots  int           `json:"epochSlots,omitempty"`
 	Period time.Duration `json:"epochPeriod,omitempty"`
 }
 
-func (l layout) String() string {
+func (l Layout) String() string {
 	if l.Slots == 0 {
 		return fmt.Sprintf("%d shards", l.Shards)
 	}
 	return fmt.Sprintf("%d shards, %d epoch slots of %s", l.Shards, l.Slots, l.Period)
 }
 
-// agreeShards records want as the log's layout, or checks it against
+// AgreeLayout records want as the log's layout, or checks it against
 // the one recorded. A log with no entry whose stream (the unsharded one,
 // named stream) exists predates sharding: it has one shard. Two
 // processes creating one log at once both read what the first recorded.
 // A new log with epochs records its epoch slots too, the first holding
 // the epoch of now.
-func agreeShards(ctx context.Context, js jetstream.JetStream, stream string, want layout, replicas int, now time.Time) error {
+func AgreeLayout(ctx context.Context, js jetstream.JetStream, stream string, want Layout, replicas int, now time.Time) error {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: MetaBucket(stream), Description: "taskledger log metadata", History: 1,
 		Storage: jetstream.FileStorage, Replicas: replicas,
 	})
 	if err != nil {
-		return fmt.Errorf("store: metadata bucket %s: %w", MetaBucket(stream), err)
+		return fmt.Errorf("eventlog: metadata bucket %s: %w", MetaBucket(stream), err)
 	}
 	for range 2 {
 		recorded, ok, err := recordedLayout(ctx, kv)
@@ -70,9 +72,9 @@ func agreeShards(ctx context.Context, js jetstream.JetStream, stream string, wan
 		}
 		if !ok {
 			if _, serr := js.Stream(ctx, stream); serr == nil {
-				recorded, ok = layout{Shards: 1}, true // a log from before sharding
+				recorded, ok = Layout{Shards: 1}, true // a log from before sharding
 			} else if !errors.Is(serr, jetstream.ErrStreamNotFound) {
-				return fmt.Errorf("store: stream %s: %w", stream, serr)
+				return fmt.Errorf("eventlog: stream %s: %w", stream, serr)
 			}
 			if err := noShardsWithoutEntry(ctx, js, stream); err != nil {
 				return err
@@ -91,25 +93,25 @@ func agreeShards(ctx context.Context, js jetstream.JetStream, stream string, wan
 			return nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return fmt.Errorf("store: record shards: %w", err)
+			return fmt.Errorf("eventlog: record shards: %w", err)
 		}
 		// Another process recorded it first: check against its entry.
 	}
-	return fmt.Errorf("store: record shards: the entry changed while it was recorded")
+	return fmt.Errorf("eventlog: record shards: the entry changed while it was recorded")
 }
 
 // recordedLayout returns the layout kv records; ok is false when it
 // records none.
-func recordedLayout(ctx context.Context, kv jetstream.KeyValue) (l layout, ok bool, err error) {
+func recordedLayout(ctx context.Context, kv jetstream.KeyValue) (l Layout, ok bool, err error) {
 	e, err := kv.Get(ctx, shardsKey)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return l, false, nil
 	}
 	if err != nil {
-		return l, false, fmt.Errorf("store: read shards: %w", err)
+		return l, false, fmt.Errorf("eventlog: read shards: %w", err)
 	}
 	if err := json.Unmarshal(e.Value(), &l); err != nil || l.Shards < 1 || l.Slots < 0 || l.Slots > 0 && l.Period < MinEpochPeriod {
-		return l, false, fmt.Errorf("store: bad shards entry %q", e.Value())
+		return l, false, fmt.Errorf("eventlog: bad shards entry %q", e.Value())
 	}
 	return l, true, nil
 }
@@ -121,7 +123,7 @@ func recordedLayout(ctx context.Context, kv jetstream.KeyValue) (l layout, ok bo
 func ReadShards(ctx context.Context, js jetstream.JetStream, stream string) (events.Shards, error) {
 	kv, err := js.KeyValue(ctx, MetaBucket(stream))
 	if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return events.Shards{}, fmt.Errorf("store: metadata bucket %s: %w", MetaBucket(stream), err)
+		return events.Shards{}, fmt.Errorf("eventlog: metadata bucket %s: %w", MetaBucket(stream), err)
 	}
 	if err == nil {
 		l, ok, err := recordedLayout(ctx, kv)
@@ -145,6 +147,6 @@ func noShardsWithoutEntry(ctx context.Context, js jetstream.JetStream, stream st
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return nil
 	default:
-		return fmt.Errorf("store: stream %s: %w", first, err)
+		return fmt.Errorf("eventlog: stream %s: %w", first, err)
 	}
 }

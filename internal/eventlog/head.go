@@ -1,4 +1,4 @@
-package store
+package eventlog
 
 import (
 	"context"
@@ -18,23 +18,23 @@ var (
 	// event stream denies deletes, so a hole means the server dropped a
 	// message it could not read back (a damaged block file) or someone
 	// edited the files.
-	ErrEventsMissing = errors.New("store: events are missing from the log")
+	ErrEventsMissing = errors.New("eventlog: events are missing from the log")
 	// ErrLogTruncated: the log ends before the sequence of its saved
 	// chain head, so events it once held are gone (a cut block file).
-	ErrLogTruncated = errors.New("store: the log ends before its saved chain head")
+	ErrLogTruncated = errors.New("eventlog: the log ends before its saved chain head")
 	// ErrHeadMismatch: the message at the saved head's sequence is not
 	// the one that was there when the head was saved.
-	ErrHeadMismatch = errors.New("store: the log differs from its saved chain head")
+	ErrHeadMismatch = errors.New("eventlog: the log differs from its saved chain head")
 )
 
-// Head is a chain head: a stream sequence of the log and the SHA-256 of
+// Head is a chain head: a position of the log and the SHA-256 of
 // the message stored there. Saved from time to time (with every
 // projection snapshot and at clean shutdown), it lets a later reader tell
 // a log that lost its tail from one that simply ended: every task's
 // events are chained by their hashes, but the last events of the stream
 // have no successor to vouch for them.
 type Head struct {
-	Seq  uint64
+	Pos  events.Position // the head's log position
 	Hash events.Hash
 }
 
@@ -45,7 +45,7 @@ type wireHead struct {
 
 // MarshalJSON implements json.Marshaler: {"seq": N, "sha256": "hex"}.
 func (h Head) MarshalJSON() ([]byte, error) {
-	return json.Marshal(wireHead{Seq: h.Seq, SHA256: hex.EncodeToString(h.Hash[:])})
+	return json.Marshal(wireHead{Seq: uint64(h.Pos), SHA256: hex.EncodeToString(h.Hash[:])})
 }
 
 // UnmarshalJSON implements json.Unmarshaler.
@@ -56,9 +56,9 @@ func (h *Head) UnmarshalJSON(b []byte) error {
 	}
 	sum, err := hex.DecodeString(w.SHA256)
 	if err != nil || len(sum) != len(h.Hash) {
-		return fmt.Errorf("store: chain head: bad sha256 %q", w.SHA256)
+		return fmt.Errorf("eventlog: chain head: bad sha256 %q", w.SHA256)
 	}
-	h.Seq = w.Seq
+	h.Pos = events.Position(w.Seq)
 	copy(h.Hash[:], sum)
 	return nil
 }
@@ -70,9 +70,9 @@ func (h *Head) UnmarshalJSON(b []byte) error {
 // sequence whose message is gone. That costs one read a shard; only when
 // the message is missing does it ask for the last one on the stream's
 // subjects (which walks the server's subject index).
-func (l Log) LastPositions(ctx context.Context) ([]uint64, error) {
+func (l Log) LastPositions(ctx context.Context) ([]events.Position, error) {
 	l = l.withDefaults()
-	last := make([]uint64, l.Shards.N())
+	last := make([]events.Position, l.Shards.N())
 	for i := range last {
 		var err error
 		if last[i], err = l.lastOf(ctx, i); err != nil {
@@ -90,18 +90,18 @@ func (l Log) FirstSeq(ctx context.Context, i int) (uint64, error) {
 	name := l.Shards.Stream(l.Stream, i)
 	s, err := l.JS.Stream(ctx, name)
 	if err != nil {
-		return 0, fmt.Errorf("store: stream %s: %w", name, err)
+		return 0, fmt.Errorf("eventlog: stream %s: %w", name, err)
 	}
 	return max(s.CachedInfo().Config.FirstSeq, 1), nil
 }
 
 // lastOf is LastPositions of shard i.
-func (l Log) lastOf(ctx context.Context, i int) (uint64, error) {
+func (l Log) lastOf(ctx context.Context, i int) (events.Position, error) {
 	l = l.withDefaults()
 	name := l.Shards.Stream(l.Stream, i)
 	s, err := l.JS.Stream(ctx, name)
 	if err != nil {
-		return 0, fmt.Errorf("store: stream %s: %w", name, err)
+		return 0, fmt.Errorf("eventlog: stream %s: %w", name, err)
 	}
 	last := s.CachedInfo().State.LastSeq
 	if last == 0 {
@@ -126,16 +126,15 @@ func (l Log) lastOf(ctx context.Context, i int) (uint64, error) {
 		}
 	}
 	if err != nil {
-		return 0, fmt.Errorf("store: last event: %w", err)
+		return 0, fmt.Errorf("eventlog: last event: %w", err)
 	}
 	return l.Shards.Position(i, last), nil
 }
 
 // HeadAt returns the chain head at position pos, or at shard 0's last
 // event when pos is 0. An empty shard, and a position of a removed
-// epoch, have the zero Head. A Head's Seq is
-// a position.
-func (l Log) HeadAt(ctx context.Context, pos uint64) (Head, error) {
+// epoch, have the zero Head.
+func (l Log) HeadAt(ctx context.Context, pos events.Position) (Head, error) {
 	l = l.withDefaults()
 	if pos == 0 {
 		var err error
@@ -147,21 +146,21 @@ func (l Log) HeadAt(ctx context.Context, pos uint64) (Head, error) {
 	name := l.Shards.Stream(l.Stream, i)
 	s, err := l.JS.Stream(ctx, name)
 	if err != nil {
-		return Head{}, fmt.Errorf("store: stream %s: %w", name, err)
+		return Head{}, fmt.Errorf("eventlog: stream %s: %w", name, err)
 	}
 	if seq < s.CachedInfo().Config.FirstSeq {
 		return Head{}, nil // in a removed epoch (RemoveEpoch)
 	}
 	msg, err := s.GetMsg(ctx, seq)
 	if err != nil {
-		return Head{}, fmt.Errorf("store: chain head at %d: %w", pos, err)
+		return Head{}, fmt.Errorf("eventlog: chain head at %d: %w", pos, err)
 	}
-	return Head{Seq: pos, Hash: events.HashOf(msg.Data)}, nil
+	return Head{Pos: pos, Hash: events.HashOf(msg.Data)}, nil
 }
 
 // HeadsAt returns the chain head at each of positions (nil: at every
 // shard's last event), leaving out an empty shard's.
-func (l Log) HeadsAt(ctx context.Context, positions []uint64) ([]Head, error) {
+func (l Log) HeadsAt(ctx context.Context, positions []events.Position) ([]Head, error) {
 	if positions == nil {
 		var err error
 		if positions, err = l.LastPositions(ctx); err != nil {
@@ -177,7 +176,7 @@ func (l Log) HeadsAt(ctx context.Context, positions []uint64) ([]Head, error) {
 		if err != nil {
 			return nil, err
 		}
-		if h.Seq != 0 {
+		if h.Pos != 0 {
 			heads = append(heads, h)
 		}
 	}
@@ -210,13 +209,13 @@ func (l Log) Check(ctx context.Context, h Head) error {
 		name := l.Shards.Stream(l.Stream, i)
 		s, err := l.JS.Stream(ctx, name)
 		if err != nil {
-			return fmt.Errorf("store: stream %s: %w", name, err)
+			return fmt.Errorf("eventlog: stream %s: %w", name, err)
 		}
 		if st := s.CachedInfo().State; st.NumDeleted > 0 {
 			missing = append(missing, fmt.Errorf("%w: %d of sequences %d to %d of %s hold no message", ErrEventsMissing, st.NumDeleted, st.FirstSeq, st.LastSeq, name))
 		}
 	}
-	if h.Seq == 0 {
+	if h.Pos == 0 {
 		return errors.Join(missing...)
 	}
 	return errors.Join(append(missing, l.checkHead(ctx, h))...)
@@ -226,7 +225,7 @@ func (l Log) Check(ctx context.Context, h Head) error {
 // holds it, else an error wrapping ErrLogTruncated or ErrHeadMismatch,
 // or the read's error.
 func (l Log) checkHead(ctx context.Context, h Head) error {
-	shard, seq := l.Shards.Split(h.Seq)
+	shard, seq := l.Shards.Split(h.Pos)
 	if first, err := l.FirstSeq(ctx, shard); err != nil || seq < first {
 		return err // a head in a removed epoch: its archive holds it
 	}
@@ -234,12 +233,12 @@ func (l Log) checkHead(ctx context.Context, h Head) error {
 	if err != nil {
 		return err
 	}
-	if last < h.Seq {
-		return fmt.Errorf("%w: the last event is at sequence %d, the head saved at %d", ErrLogTruncated, last, h.Seq)
-	} else if got, err := l.HeadAt(ctx, h.Seq); err != nil {
+	if last < h.Pos {
+		return fmt.Errorf("%w: the last event is at sequence %d, the head saved at %d", ErrLogTruncated, last, h.Pos)
+	} else if got, err := l.HeadAt(ctx, h.Pos); err != nil {
 		return fmt.Errorf("%w: %w", ErrHeadMismatch, err)
 	} else if got.Hash != h.Hash {
-		return fmt.Errorf("%w: the message at sequence %d is not the one saved", ErrHeadMismatch, h.Seq)
+		return fmt.Errorf("%w: the message at sequence %d is not the one saved", ErrHeadMismatch, h.Pos)
 	}
 	return nil
 }
