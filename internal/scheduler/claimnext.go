@@ -20,6 +20,19 @@ import (
 // MaxWait is the longest long poll of ClaimNext (service.MaxWait).
 const MaxWait = service.MaxWait
 
+// ClaimViews is what claims/next and batch claims read from the
+// projections, besides Applied: which queues exist and a customer's
+// queued tasks. Its methods are safe for concurrent use.
+type ClaimViews interface {
+	// HasQueue reports whether a task was ever scheduled on queue.
+	HasQueue(queue string) bool
+	// Queued returns up to limit of customerID's queued tasks on queue,
+	// published longest ago first, skipping those skip reports.
+	Queued(customerID, queue string, limit int, skip func(taskID string) bool) []aggregate.State
+	// QueuedSignal is closed once a task of customerID is queued on queue.
+	QueuedSignal(customerID, queue string) <-chan struct{}
+}
+
 // unknownQueuePoll is how often a claimer on a queue nobody scheduled a
 // task on looks again whether one was.
 const unknownQueuePoll = 100 * time.Millisecond

@@ -18,7 +18,6 @@ import (
 	"github.com/taskledger/taskledger/internal/delivery"
 	"github.com/taskledger/taskledger/internal/service"
 	"github.com/taskledger/taskledger/internal/store"
-	"github.com/taskledger/taskledger/projections"
 )
 
 // Errors the service adds to the aggregate's: internal/service's, named
@@ -61,44 +60,52 @@ type Store interface {
 	Now() time.Time
 }
 
-// Views is what the service reads from the projections.
+// Views is every view the service reads from the projections
+// (projections.Engine): the union of what its parts declare, so that one
+// value configures them all.
 type Views interface {
+	Applied
+	TaskViews
+	ClaimViews
+	FeedViews
+}
+
+// Applied is what every part of the service reads from the projections:
+// whether they hold a write yet (read-your-writes) and who owns a task.
+// Its methods are safe for concurrent use.
+type Applied interface {
 	// CaughtUp reports whether the views have applied everything the log
 	// held when they started: before, a listing would miss tasks.
 	CaughtUp() bool
+	// WaitFor returns once the views have applied the event at seq, or
+	// with ctx's error when ctx ends first.
 	WaitFor(ctx context.Context, seq uint64) error
 	// ApplyOwn folds events just appended into the views where it may
 	// ahead of their tail, and reports whether all of them are in.
 	ApplyOwn(evs []events.Event) bool
+	// Task returns a task as the views hold it; ok is false for one they
+	// do not hold (not applied yet, or evicted by retention).
 	Task(id string) (aggregate.State, bool)
+}
+
+// TaskViews is what scheduling, retrying and checking a task read from
+// the projections, besides Applied: its lineage's size and ancestors,
+// its customer's queues, and the repair of a timer queue.
+type TaskViews interface {
 	// Lineage returns how many levels below its root a task sits and
 	// how many tasks its lineage has; ok is false for a task the views
 	// do not hold.
 	Lineage(id string) (depth, size int, ok bool)
-	Children(id string) []string
+	// Ancestors returns the states of a task's parent, its parent, and
+	// so on up to the root; it fails until the views have caught up.
 	Ancestors(id string) ([]aggregate.State, error)
-	List(f projections.Filter, after string, limit int) []aggregate.State
-	Repair(s aggregate.State) bool
-	// HasQueue reports whether a task was ever scheduled on queue.
-	HasQueue(queue string) bool
 	// CustomerQueue reports whether customerID has a live task on queue,
 	// and on how many queues it has live tasks.
 	CustomerQueue(customerID, queue string) (live bool, queues int)
-	// Queued returns up to limit of customerID's queued tasks on queue,
-	// published longest ago first, skipping those skip reports.
-	Queued(customerID, queue string, limit int, skip func(taskID string) bool) []aggregate.State
-	// Stats returns the statistics of customerID's queues ("": all) at
-	// now, by customer then queue.
-	Stats(customerID string, now time.Time) []projections.QueueStats
-	// QueuedSignal is closed once a task of customerID is queued on queue.
-	QueuedSignal(customerID, queue string) <-chan struct{}
-	// ConcurrencyKey returns a concurrency key's state, holders and the
-	// tasks waiting for a slot at now.
-	ConcurrencyKey(customerID, key string, now time.Time) (aggregate.KeyState, []aggregate.State, []aggregate.State)
-	// KeyStats returns up to limit of customerID's ("": all) concurrency
-	// keys with a task holding or waiting for a slot, by customer then
-	// key, and whether there were more.
-	KeyStats(customerID string, limit int) ([]projections.KeyStats, bool)
+	// Repair makes sure a task that s (just loaded from the log) says
+	// waits on a timer is in that timer queue, and reports whether it
+	// had to put it back.
+	Repair(s aggregate.State) bool
 }
 
 // Delivery is the ready queue as the service uses it (delivery.Queues).
