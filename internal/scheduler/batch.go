@@ -123,8 +123,8 @@ func (s *Service) RecordResults(ctx context.Context, p Principal, items []Result
 // batch answers. If they did not in time, each item that needed the wait
 // fails with ErrUnavailable, as its single call would: its write is in
 // the log.
-func (s *Service) settleBatch(ctx context.Context, out []Outcome, waits []uint64) {
-	shards := s.cfg.Store.Shards()
+func (s *core) settleBatch(ctx context.Context, out []Outcome, waits []uint64) {
+	shards := s.store.Shards()
 	need := make([]uint64, shards.N()) // by shard
 	for _, w := range waits {
 		if w > 0 {
@@ -135,13 +135,13 @@ func (s *Service) settleBatch(ctx context.Context, out []Outcome, waits []uint64
 	if !slices.ContainsFunc(need, func(p uint64) bool { return p > 0 }) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 	defer cancel()
 	for _, pos := range need {
 		if pos == 0 {
 			continue
 		}
-		if err := s.cfg.Views.WaitFor(ctx, pos); err != nil {
+		if err := s.applied.WaitFor(ctx, pos); err != nil {
 			err = s.unavailable(err)
 			for i := range out {
 				if waits[i] > 0 {

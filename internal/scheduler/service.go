@@ -207,12 +207,11 @@ const (
 
 // Service is safe for concurrent use.
 type Service struct {
+	*core
 	cfg      Config
 	polls    polls
 	claiming claiming
-	// closing ends long polls when the process shuts down.
-	closing context.Context
-	close   context.CancelFunc
+	close    context.CancelFunc
 }
 
 // New returns a Service. Store, Views and Delivery or JS are required.
@@ -272,8 +271,9 @@ func New(cfg Config) (*Service, error) {
 		cfg.Delivery = q
 	}
 	closing, close := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, polls: polls{n: make(map[string]int)},
-		claiming: claiming{ids: make(map[string]struct{})}, closing: closing, close: close}, nil
+	c := &core{store: cfg.Store, applied: cfg.Views, writeTimeout: cfg.WriteTimeout, closing: closing}
+	return &Service{core: c, cfg: cfg, polls: polls{n: make(map[string]int)},
+		claiming: claiming{ids: make(map[string]struct{})}, close: close}, nil
 }
 
 // Close ends every long poll in progress (they answer "nothing ready") so
@@ -571,6 +571,17 @@ func checkRunAt(runAt, now time.Time) error {
 // longest timeouts (a year).
 const maxDelaySeconds = events.MaxTimeoutSeconds * 52
 
+// core is what every part of the service shares: the log, the
+// projections' read-your-writes, how long a write waits for them, and the
+// service's shutdown. Its methods are safe for concurrent use.
+type core struct {
+	store        Store
+	applied      Applied
+	writeTimeout time.Duration
+	// closing ends long polls and streams when the process shuts down.
+	closing context.Context
+}
+
 // settle makes the projections show st, the task after the caller's
 // write appended evs, so the caller's next read (a list, a tree) sees it:
 // at once where the views may fold evs in themselves (Views.ApplyOwn),
@@ -578,8 +589,8 @@ const maxDelaySeconds = events.MaxTimeoutSeconds * 52
 // it does not wait for the tail: it raises *later to st.LastSeq and
 // returns nil, and the caller (a batch) waits once, with waitApplied, for
 // the highest sequence its items need.
-func (s *Service) settle(ctx context.Context, st aggregate.State, evs []events.Event, later *uint64) error {
-	if len(evs) > 0 && s.cfg.Views.ApplyOwn(evs) {
+func (s *core) settle(ctx context.Context, st aggregate.State, evs []events.Event, later *uint64) error {
+	if len(evs) > 0 && s.applied.ApplyOwn(evs) {
 		return nil
 	}
 	if later != nil {
@@ -591,22 +602,22 @@ func (s *Service) settle(ctx context.Context, st aggregate.State, evs []events.E
 
 // waitApplied waits, up to WriteTimeout, until the projections' tail has
 // applied the event at seq; ErrUnavailable when it did not in time.
-func (s *Service) waitApplied(ctx context.Context, seq uint64) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+func (s *core) waitApplied(ctx context.Context, seq uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 	defer cancel()
-	if err := s.cfg.Views.WaitFor(ctx, seq); err != nil {
+	if err := s.applied.WaitFor(ctx, seq); err != nil {
 		return s.unavailable(err)
 	}
 	return nil
 }
 
-func (s *Service) unavailable(err error) error {
+func (s *core) unavailable(err error) error {
 	return fmt.Errorf("%w: %v", ErrUnavailable, err)
 }
 
 // fromStore maps the store's failure to reach the log to ErrUnavailable
 // (the caller may retry); the aggregate's decisions pass through.
-func (s *Service) fromStore(err error) error {
+func (s *core) fromStore(err error) error {
 	if errors.Is(err, store.ErrUnavailable) {
 		return s.unavailable(err)
 	}
@@ -619,8 +630,8 @@ var errCatchingUp = errors.New("the projections are catching up with the log aft
 // caughtUp fails with ErrUnavailable until the views have caught up with
 // the log: the listings read only the views, so before that they would
 // leave out what the views have not applied yet, without saying so.
-func (s *Service) caughtUp() error {
-	if !s.cfg.Views.CaughtUp() {
+func (s *core) caughtUp() error {
+	if !s.applied.CaughtUp() {
 		return s.unavailable(errCatchingUp)
 	}
 	return nil
@@ -628,10 +639,15 @@ func (s *Service) caughtUp() error {
 
 // Get returns a task as the log has it now.
 func (s *Service) Get(ctx context.Context, p Principal, id string) (aggregate.State, error) {
+	return s.get(ctx, p, id)
+}
+
+// get returns a task as the log has it now (Service.Get).
+func (s *core) get(ctx context.Context, p Principal, id string) (aggregate.State, error) {
 	if err := events.ValidID(id); err != nil {
 		return aggregate.State{}, invalid("task id: %v", err)
 	}
-	st, err := s.cfg.Store.Load(ctx, id)
+	st, err := s.store.Load(ctx, id)
 	if err != nil {
 		return st, s.unavailable(err)
 	}
@@ -644,30 +660,30 @@ func (s *Service) Get(ctx context.Context, p Principal, id string) (aggregate.St
 // authorize fails with ErrNotFound unless p may see task id. A task's
 // customer never changes, so the projections answer when they know the
 // task; only a task they have not seen yet is read from the log.
-func (s *Service) authorize(ctx context.Context, p Principal, id string) error {
+func (s *core) authorize(ctx context.Context, p Principal, id string) error {
 	if err := events.ValidID(id); err != nil {
 		return invalid("task id: %v", err)
 	}
 	if p.IsOperator() {
 		return nil // Execute answers ErrNotFound for a missing task
 	}
-	if st, ok := s.cfg.Views.Task(id); ok {
+	if st, ok := s.applied.Task(id); ok {
 		if !p.Sees(st) {
 			return fmt.Errorf("%w: %s", aggregate.ErrNotFound, id)
 		}
 		return nil
 	}
-	_, err := s.Get(ctx, p, id)
+	_, err := s.get(ctx, p, id)
 	return err
 }
 
 // execute runs cmd on a task the principal may see, then settles it
 // (settle, with later).
-func (s *Service) execute(ctx context.Context, p Principal, id, actor string, cmd aggregate.Command, later *uint64) (aggregate.State, error) {
+func (s *core) execute(ctx context.Context, p Principal, id, actor string, cmd aggregate.Command, later *uint64) (aggregate.State, error) {
 	if err := s.authorize(ctx, p, id); err != nil {
 		return aggregate.State{}, err
 	}
-	st, evs, err := s.cfg.Store.Execute(ctx, id, actor, cmd)
+	st, evs, err := s.store.Execute(ctx, id, actor, cmd)
 	if err != nil {
 		return st, s.fromStore(err)
 	}
