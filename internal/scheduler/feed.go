@@ -7,6 +7,19 @@ import (
 	"github.com/taskledger/taskledger/projections"
 )
 
+// feed is the part of the service that reads the log and the views for
+// the edge: a task's history and tree (GET /v1/tasks/{id}/history and
+// /tree), the task list and its request filter (GET /v1/tasks), the
+// event stream and its cursors (GET /v1/events/stream), a customer's
+// events (GET /v1/events), statistics (GET /v1/stats) and concurrency
+// keys (GET /v1/concurrency). It writes nothing. It is safe for
+// concurrent use.
+type feed struct {
+	*core
+	views     FeedViews
+	schedules ScheduleViews // the statistics' schedule rows
+}
+
 // FeedViews is what the reads of the log and the listings (histories,
 // trees, task lists, statistics, concurrency keys) read from the
 // projections, besides Applied. Its methods are safe for concurrent use.
