@@ -102,7 +102,7 @@ func (s *Service) limited(p Principal, req ScheduleRequest) bool {
 
 // RecordResults records each result as RecordResult would and answers in
 // request order; one item's failure does not affect another's.
-func (s *Service) RecordResults(ctx context.Context, p Principal, items []ResultItem) ([]Outcome, error) {
+func (s *claims) RecordResults(ctx context.Context, p Principal, items []ResultItem) ([]Outcome, error) {
 	if err := checkBatch(len(items)); err != nil {
 		return nil, err
 	}
@@ -158,7 +158,7 @@ func (s *core) settleBatch(ctx context.Context, out []Outcome, waits []uint64) {
 // ready then for executorID, and returns them; none when nothing could be
 // claimed in time. It fails only when no task was claimed and the log
 // could not answer.
-func (s *Service) ClaimBatch(ctx context.Context, p Principal, queue, executorID string, limit int, wait time.Duration) ([]aggregate.State, error) {
+func (s *claims) ClaimBatch(ctx context.Context, p Principal, queue, executorID string, limit int, wait time.Duration) ([]aggregate.State, error) {
 	if err := validIDs("queue", queue, "executorId", executorID); err != nil {
 		return nil, err
 	}

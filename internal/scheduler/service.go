@@ -207,10 +207,9 @@ const (
 type Service struct {
 	*core
 	*feed
-	cfg      Config
-	polls    polls
-	claiming claiming
-	close    context.CancelFunc
+	*claims
+	cfg   Config
+	close context.CancelFunc
 }
 
 // New returns a Service. Store, Views and Delivery or JS are required.
@@ -271,8 +270,10 @@ func New(cfg Config) (*Service, error) {
 	}
 	closing, close := context.WithCancel(context.Background())
 	c := &core{store: cfg.Store, applied: cfg.Views, writeTimeout: cfg.WriteTimeout, closing: closing}
-	return &Service{core: c, feed: &feed{core: c, views: cfg.Views, schedules: cfg.Schedules}, cfg: cfg, polls: polls{n: make(map[string]int)},
-		claiming: claiming{ids: make(map[string]struct{})}, close: close}, nil
+	return &Service{core: c, feed: &feed{core: c, views: cfg.Views, schedules: cfg.Schedules},
+		claims: &claims{core: c, views: cfg.Views, delivery: cfg.Delivery, maxPolls: cfg.MaxPollsPerCustomer,
+			polls: polls{n: make(map[string]int)}, claiming: claiming{ids: make(map[string]struct{})}},
+		cfg: cfg, close: close}, nil
 }
 
 // Close ends every long poll in progress (they answer "nothing ready") so
@@ -687,52 +688,6 @@ func (s *core) execute(ctx context.Context, p Principal, id, actor string, cmd a
 		return st, s.fromStore(err)
 	}
 	return st, s.settle(ctx, st, evs, later)
-}
-
-// Claim consumes deliveryID and starts the run for executorID.
-func (s *Service) Claim(ctx context.Context, p Principal, id, deliveryID, executorID string) (aggregate.State, error) {
-	if err := validIDs("deliveryId", deliveryID, "executorId", executorID); err != nil {
-		return aggregate.State{}, err
-	}
-	crashpoint.Hit(crashpoint.ClaimReceived)
-	st, err := s.execute(ctx, p, id, executorID, aggregate.Claim{DeliveryID: deliveryID, ExecutorID: executorID}, nil)
-	if err == nil {
-		crashpoint.Hit(crashpoint.Claimed)
-	}
-	return st, err
-}
-
-// RecordResult finishes a task. A non-empty deliveryID must be the claim's.
-func (s *Service) RecordResult(ctx context.Context, p Principal, id, deliveryID string, r events.Result) (aggregate.State, error) {
-	return s.recordResult(ctx, p, id, deliveryID, r, nil)
-}
-
-// recordResult is RecordResult, settling as settle does with later.
-func (s *Service) recordResult(ctx context.Context, p Principal, id, deliveryID string, r events.Result, later *uint64) (aggregate.State, error) {
-	if deliveryID != "" {
-		if err := validIDs("deliveryId", deliveryID); err != nil {
-			return aggregate.State{}, err
-		}
-	}
-	crashpoint.Hit(crashpoint.ResultPending)
-	st, err := s.execute(ctx, p, id, "", aggregate.RecordResult{DeliveryID: deliveryID, Result: r}, later)
-	if err == nil {
-		crashpoint.Hit(crashpoint.ResultStored)
-	}
-	return st, err
-}
-
-// ReportEffects records effects the run under deliveryID made, while the
-// task is running under that claim, and returns the task with every
-// effect reported so far. Errors: aggregate.ErrNotFound (no such task for
-// p), ErrTerminal, ErrTokenMismatch (not running under deliveryID),
-// ErrInvalid (no effects, more than events.MaxEffects, a bad one, or past
-// events.MaxTaskEffects distinct ones), ErrTooLarge, ErrUnavailable.
-func (s *Service) ReportEffects(ctx context.Context, p Principal, id, deliveryID string, effects []events.Effect) (aggregate.State, error) {
-	if err := validIDs("deliveryId", deliveryID); err != nil {
-		return aggregate.State{}, err
-	}
-	return s.execute(ctx, p, id, "", aggregate.ReportEffects{DeliveryID: deliveryID, Effects: effects}, nil)
 }
 
 // Cancel cancels a non-terminal task.
