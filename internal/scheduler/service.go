@@ -208,6 +208,7 @@ type Service struct {
 	*core
 	*feed
 	*claims
+	*runs
 	cfg   Config
 	close context.CancelFunc
 }
@@ -273,7 +274,8 @@ func New(cfg Config) (*Service, error) {
 	return &Service{core: c, feed: &feed{core: c, views: cfg.Views, schedules: cfg.Schedules},
 		claims: &claims{core: c, views: cfg.Views, delivery: cfg.Delivery, maxPolls: cfg.MaxPollsPerCustomer,
 			polls: polls{n: make(map[string]int)}, claiming: claiming{ids: make(map[string]struct{})}},
-		cfg: cfg, close: close}, nil
+		runs: &runs{core: c, docs: cfg.Runs},
+		cfg:  cfg, close: close}, nil
 }
 
 // Close ends every long poll in progress (they answer "nothing ready") so
