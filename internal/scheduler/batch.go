@@ -63,7 +63,7 @@ func checkBatch(n int) error {
 // would, and answers in request order; one item's failure does not affect
 // another's. An empty batch or one over api.MaxBatchItems schedules
 // nothing and returns ErrInvalid.
-func (s *Service) ScheduleBatch(ctx context.Context, p Principal, reqs []ScheduleRequest) ([]Outcome, error) {
+func (s *tasks) ScheduleBatch(ctx context.Context, p Principal, reqs []ScheduleRequest) ([]Outcome, error) {
 	if err := checkBatch(len(reqs)); err != nil {
 		return nil, err
 	}
@@ -88,7 +88,7 @@ func (s *Service) ScheduleBatch(ctx context.Context, p Principal, reqs []Schedul
 // count: a child against its lineage's (Limits.MaxLineageTasks and
 // MaxLineageDepth), a root against its customer's admission quotas or
 // the usage checker (which should not see a whole batch at once either).
-func (s *Service) limited(p Principal, req ScheduleRequest) bool {
+func (s *tasks) limited(p Principal, req ScheduleRequest) bool {
 	if req.ParentID != "" {
 		return true
 	}
@@ -96,8 +96,8 @@ func (s *Service) limited(p Principal, req ScheduleRequest) bool {
 	if p.IsOperator() {
 		customerID = cmp.Or(req.CustomerID, events.DefaultCustomer)
 	}
-	q := s.cfg.Admission.quota(customerID)
-	return s.cfg.Usage != nil && (q.MaxActiveRoots > 0 || q.MaxRootsPerMinute > 0 || s.cfg.Admission.CheckerURL != "")
+	q := s.admission.quota(customerID)
+	return s.usage != nil && (q.MaxActiveRoots > 0 || q.MaxRootsPerMinute > 0 || s.admission.CheckerURL != "")
 }
 
 // RecordResults records each result as RecordResult would and answers in
