@@ -182,13 +182,13 @@ const (
 
 // Service is safe for concurrent use.
 type Service struct {
-	*core
 	*tasks
-	*feed
 	*claims
+	*schedules
 	*runs
-	cfg   Config
-	close context.CancelFunc
+	*feed
+	delivery Delivery // closed by Close
+	close    context.CancelFunc
 }
 
 // New returns a Service. Store, Views and Delivery or JS are required.
@@ -253,11 +253,14 @@ func New(cfg Config) (*Service, error) {
 	t := &tasks{core: c, views: cfg.Views, delivery: cfg.Delivery, readyGrace: cfg.ReadyGrace,
 		usage: cfg.Usage, admission: cfg.Admission, metrics: cfg.Metrics, logger: cfg.Logger,
 		maxLineageTasks: cfg.MaxLineageTasks, maxLineageDepth: cfg.MaxLineageDepth, maxQueues: cfg.MaxQueuesPerCustomer, feed: f}
-	return &Service{core: c, tasks: t, feed: f,
+	return &Service{
+		tasks: t, feed: f,
 		claims: &claims{core: c, views: cfg.Views, delivery: cfg.Delivery, maxPolls: cfg.MaxPollsPerCustomer,
 			polls: polls{n: make(map[string]int)}, claiming: claiming{ids: make(map[string]struct{})}},
-		runs: &runs{core: c, docs: cfg.Runs},
-		cfg:  cfg, close: close}, nil
+		schedules: &schedules{core: c, log: cfg.ScheduleStore, views: cfg.Schedules, tasks: t, maxSchedules: cfg.MaxSchedules},
+		runs:      &runs{core: c, docs: cfg.Runs},
+		delivery:  cfg.Delivery, close: close,
+	}, nil
 }
 
 // Close ends every long poll in progress (they answer "nothing ready") so
@@ -267,7 +270,7 @@ func New(cfg Config) (*Service, error) {
 // unaffected. Close is idempotent.
 func (s *Service) Close() {
 	s.close()
-	s.cfg.Delivery.Close()
+	s.delivery.Close()
 }
 
 // Principal is who makes a request (service.Principal).

@@ -35,7 +35,7 @@ func (s *feed) LineageTimeline(ctx context.Context, p Principal, id string) ([]a
 // ScheduleTimeline is Timeline for a customer's schedule (GET
 // /v1/schedules/{id}/history), each entry with the schedule's status
 // after it. It fails as ScheduleHistory does.
-func (s *Service) ScheduleTimeline(ctx context.Context, p Principal, customerID, id string) ([]api.Event, error) {
+func (s *schedules) ScheduleTimeline(ctx context.Context, p Principal, customerID, id string) ([]api.Event, error) {
 	evs, err := s.ScheduleHistory(ctx, p, customerID, id)
 	if err != nil {
 		return nil, err
