@@ -29,10 +29,17 @@ const MaxWait = service.MaxWait
 type claims struct {
 	*core
 	views    ClaimViews
-	delivery Delivery
+	delivery claimQueue
 	maxPolls int // Limits.MaxPollsPerCustomer
 	polls    polls
 	claiming claiming
+}
+
+// claimQueue is the ready queue as claims use it (Config.Delivery).
+type claimQueue interface {
+	Dispatcher(ctx context.Context, queue string) (*delivery.Dispatcher, error)
+	Drop(ctx context.Context, st aggregate.State)
+	Waiting(queue string) int
 }
 
 // ClaimViews is what claims/next and batch claims read from the

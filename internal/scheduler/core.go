@@ -22,6 +22,24 @@ type core struct {
 	closing context.Context
 }
 
+// Applied is what every part of the service reads from the projections:
+// whether they hold a write yet (read-your-writes) and who owns a task.
+// Its methods are safe for concurrent use.
+type Applied interface {
+	// CaughtUp reports whether the views have applied everything the log
+	// held when they started: before, a listing would miss tasks.
+	CaughtUp() bool
+	// WaitFor returns once the views have applied the event at seq, or
+	// with ctx's error when ctx ends first.
+	WaitFor(ctx context.Context, seq uint64) error
+	// ApplyOwn folds events just appended into the views where it may
+	// ahead of their tail, and reports whether all of them are in.
+	ApplyOwn(evs []events.Event) bool
+	// Task returns a task as the views hold it; ok is false for one they
+	// do not hold (not applied yet, or evicted by retention).
+	Task(id string) (aggregate.State, bool)
+}
+
 // settle makes the projections show st, the task after the caller's
 // write appended evs, so the caller's next read (a list, a tree) sees it:
 // at once where the views may fold evs in themselves (Views.ApplyOwn),

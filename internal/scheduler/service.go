@@ -65,24 +65,6 @@ type Views interface {
 	FeedViews
 }
 
-// Applied is what every part of the service reads from the projections:
-// whether they hold a write yet (read-your-writes) and who owns a task.
-// Its methods are safe for concurrent use.
-type Applied interface {
-	// CaughtUp reports whether the views have applied everything the log
-	// held when they started: before, a listing would miss tasks.
-	CaughtUp() bool
-	// WaitFor returns once the views have applied the event at seq, or
-	// with ctx's error when ctx ends first.
-	WaitFor(ctx context.Context, seq uint64) error
-	// ApplyOwn folds events just appended into the views where it may
-	// ahead of their tail, and reports whether all of them are in.
-	ApplyOwn(evs []events.Event) bool
-	// Task returns a task as the views hold it; ok is false for one they
-	// do not hold (not applied yet, or evicted by retention).
-	Task(id string) (aggregate.State, bool)
-}
-
 // Delivery is the ready queue as the service uses it (delivery.Queues).
 type Delivery interface {
 	// Dispatcher returns queue's dispatcher, on the queue's ready
@@ -180,7 +162,9 @@ const (
 	DefaultMaxLineageDepth      = 16   // levels below the root
 )
 
-// Service is safe for concurrent use.
+// Service is the service layer: a façade over its parts by noun, each
+// holding only what it needs, whose methods it exports as its own (the
+// package doc, "Parts"). It is safe for concurrent use.
 type Service struct {
 	*tasks
 	*claims

@@ -24,7 +24,7 @@ import (
 type tasks struct {
 	*core
 	views      TaskViews
-	delivery   Delivery // Schedule's own release and publish
+	delivery   releaser
 	readyGrace time.Duration
 	usage      Usage
 	admission  Admission
@@ -33,6 +33,13 @@ type tasks struct {
 	feed       *feed // the mailbox reads a task's history
 	// The Limits it enforces.
 	maxLineageTasks, maxLineageDepth, maxQueues int
+}
+
+// releaser is the ready queue as Schedule uses it to release and publish
+// a task due at once itself (Config.Delivery).
+type releaser interface {
+	Publishes() bool
+	PublishReleased(ctx context.Context, st aggregate.State) (aggregate.State, []events.Event)
 }
 
 // TaskViews is what scheduling, retrying and checking a task read from
