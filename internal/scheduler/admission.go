@@ -71,10 +71,10 @@ type Usage interface {
 // reason when it may not. The counts come from the usage projection, so
 // racing requests of one customer may overshoot a quota by the number in
 // flight at once.
-func (s *Service) admit(ctx context.Context, customerID string, spec events.TaskSpec) string {
-	a := s.cfg.Admission
-	active := s.cfg.Usage.ActiveRoots(customerID)
-	recent := s.cfg.Usage.RecentAdmissions(customerID, s.cfg.Store.Now().Add(-projections.AdmissionWindow))
+func (s *tasks) admit(ctx context.Context, customerID string, spec events.TaskSpec) string {
+	a := s.admission
+	active := s.usage.ActiveRoots(customerID)
+	recent := s.usage.RecentAdmissions(customerID, s.store.Now().Add(-projections.AdmissionWindow))
 	q := a.quota(customerID)
 	if q.MaxActiveRoots > 0 && active >= q.MaxActiveRoots {
 		return fmt.Sprintf("quota: %d active root tasks, at most %d", active, q.MaxActiveRoots)
@@ -87,8 +87,8 @@ func (s *Service) admit(ctx context.Context, customerID string, spec events.Task
 	}
 	v, err := s.askChecker(ctx, UsageQuery{CustomerID: customerID, Queue: spec.Queue, RequestID: spec.RequestID, ActiveRoots: active, RecentRoots: recent})
 	if err != nil {
-		s.cfg.Metrics.CheckerFailures.Inc()
-		s.cfg.Logger.Warn().Err(err).Str("customer", customerID).Msg("usage checker unavailable; admitting (fail-open)")
+		s.metrics.CheckerFailures.Inc()
+		s.logger.Warn().Err(err).Str("customer", customerID).Msg("usage checker unavailable; admitting (fail-open)")
 		return ""
 	}
 	if !v.Allow {
@@ -100,15 +100,15 @@ func (s *Service) admit(ctx context.Context, customerID string, spec events.Task
 	return ""
 }
 
-func (s *Service) askChecker(ctx context.Context, q UsageQuery) (UsageVerdict, error) {
-	timeout := s.cfg.Admission.CheckerTimeout
+func (s *tasks) askChecker(ctx context.Context, q UsageQuery) (UsageVerdict, error) {
+	timeout := s.admission.CheckerTimeout
 	if timeout <= 0 {
 		timeout = 500 * time.Millisecond
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	body, _ := json.Marshal(q)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.Admission.CheckerURL, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.admission.CheckerURL, bytes.NewReader(body))
 	if err != nil {
 		return UsageVerdict{}, err
 	}

@@ -63,7 +63,7 @@ func checkBatch(n int) error {
 // would, and answers in request order; one item's failure does not affect
 // another's. An empty batch or one over api.MaxBatchItems schedules
 // nothing and returns ErrInvalid.
-func (s *Service) ScheduleBatch(ctx context.Context, p Principal, reqs []ScheduleRequest) ([]Outcome, error) {
+func (s *tasks) ScheduleBatch(ctx context.Context, p Principal, reqs []ScheduleRequest) ([]Outcome, error) {
 	if err := checkBatch(len(reqs)); err != nil {
 		return nil, err
 	}
@@ -88,7 +88,7 @@ func (s *Service) ScheduleBatch(ctx context.Context, p Principal, reqs []Schedul
 // count: a child against its lineage's (Limits.MaxLineageTasks and
 // MaxLineageDepth), a root against its customer's admission quotas or
 // the usage checker (which should not see a whole batch at once either).
-func (s *Service) limited(p Principal, req ScheduleRequest) bool {
+func (s *tasks) limited(p Principal, req ScheduleRequest) bool {
 	if req.ParentID != "" {
 		return true
 	}
@@ -96,13 +96,13 @@ func (s *Service) limited(p Principal, req ScheduleRequest) bool {
 	if p.IsOperator() {
 		customerID = cmp.Or(req.CustomerID, events.DefaultCustomer)
 	}
-	q := s.cfg.Admission.quota(customerID)
-	return s.cfg.Usage != nil && (q.MaxActiveRoots > 0 || q.MaxRootsPerMinute > 0 || s.cfg.Admission.CheckerURL != "")
+	q := s.admission.quota(customerID)
+	return s.usage != nil && (q.MaxActiveRoots > 0 || q.MaxRootsPerMinute > 0 || s.admission.CheckerURL != "")
 }
 
 // RecordResults records each result as RecordResult would and answers in
 // request order; one item's failure does not affect another's.
-func (s *Service) RecordResults(ctx context.Context, p Principal, items []ResultItem) ([]Outcome, error) {
+func (s *claims) RecordResults(ctx context.Context, p Principal, items []ResultItem) ([]Outcome, error) {
 	if err := checkBatch(len(items)); err != nil {
 		return nil, err
 	}
@@ -123,8 +123,8 @@ func (s *Service) RecordResults(ctx context.Context, p Principal, items []Result
 // batch answers. If they did not in time, each item that needed the wait
 // fails with ErrUnavailable, as its single call would: its write is in
 // the log.
-func (s *Service) settleBatch(ctx context.Context, out []Outcome, waits []events.Position) {
-	shards := s.cfg.Store.Shards()
+func (s *core) settleBatch(ctx context.Context, out []Outcome, waits []events.Position) {
+	shards := s.store.Shards()
 	need := make([]events.Position, shards.N()) // by shard
 	for _, w := range waits {
 		if w > 0 {
@@ -135,13 +135,13 @@ func (s *Service) settleBatch(ctx context.Context, out []Outcome, waits []events
 	if !slices.ContainsFunc(need, func(p events.Position) bool { return p > 0 }) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 	defer cancel()
 	for _, pos := range need {
 		if pos == 0 {
 			continue
 		}
-		if err := s.cfg.Views.WaitFor(ctx, pos); err != nil {
+		if err := s.applied.WaitFor(ctx, pos); err != nil {
 			err = s.unavailable(err)
 			for i := range out {
 				if waits[i] > 0 {
@@ -158,7 +158,7 @@ func (s *Service) settleBatch(ctx context.Context, out []Outcome, waits []events
 // ready then for executorID, and returns them; none when nothing could be
 // claimed in time. It fails only when no task was claimed and the log
 // could not answer.
-func (s *Service) ClaimBatch(ctx context.Context, p Principal, queue, executorID string, limit int, wait time.Duration) ([]aggregate.State, error) {
+func (s *claims) ClaimBatch(ctx context.Context, p Principal, queue, executorID string, limit int, wait time.Duration) ([]aggregate.State, error) {
 	if err := validIDs("queue", queue, "executorId", executorID); err != nil {
 		return nil, err
 	}

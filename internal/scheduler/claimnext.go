@@ -20,6 +20,41 @@ import (
 // MaxWait is the longest long poll of ClaimNext (service.MaxWait).
 const MaxWait = service.MaxWait
 
+// claims is the part of the service that hands tasks to executors and
+// takes their answers: claims/next and batch claims (POST
+// /v1/claims/next, POST /v1/claims), a claim by delivery (POST
+// /v1/tasks/{id}/claim), results (POST /v1/tasks/{id}/result, POST
+// /v1/results) and effects (POST /v1/tasks/{id}/effects). It is safe for
+// concurrent use.
+type claims struct {
+	*core
+	views    ClaimViews
+	delivery claimQueue
+	maxPolls int // Limits.MaxPollsPerCustomer
+	polls    polls
+	claiming claiming
+}
+
+// claimQueue is the ready queue as claims use it (Config.Delivery).
+type claimQueue interface {
+	Dispatcher(ctx context.Context, queue string) (*delivery.Dispatcher, error)
+	Drop(ctx context.Context, st aggregate.State)
+	Waiting(queue string) int
+}
+
+// ClaimViews is what claims/next and batch claims read from the
+// projections, besides Applied: which queues exist and a customer's
+// queued tasks. Its methods are safe for concurrent use.
+type ClaimViews interface {
+	// HasQueue reports whether a task was ever scheduled on queue.
+	HasQueue(queue string) bool
+	// Queued returns up to limit of customerID's queued tasks on queue,
+	// published longest ago first, skipping those skip reports.
+	Queued(customerID, queue string, limit int, skip func(taskID string) bool) []aggregate.State
+	// QueuedSignal is closed once a task of customerID is queued on queue.
+	QueuedSignal(customerID, queue string) <-chan struct{}
+}
+
 // unknownQueuePoll is how often a claimer on a queue nobody scheduled a
 // task on looks again whether one was.
 const unknownQueuePoll = 100 * time.Millisecond
@@ -31,7 +66,7 @@ const unknownQueuePoll = 100 * time.Millisecond
 // deadline and Service.Close end waitCtx; end releases the slot. d is nil
 // (and there is nothing to end) when the wait ended before the queue had a
 // task.
-func (s *Service) poll(ctx context.Context, p Principal, queue string, wait time.Duration) (d *delivery.Dispatcher, waitCtx context.Context, end func(), err error) {
+func (s *claims) poll(ctx context.Context, p Principal, queue string, wait time.Duration) (d *delivery.Dispatcher, waitCtx context.Context, end func(), err error) {
 	leave, err := s.holdPoll(p)
 	if err != nil {
 		return nil, nil, nil, err
@@ -43,7 +78,7 @@ func (s *Service) poll(ctx context.Context, p Principal, queue string, wait time
 		end()
 		return nil, nil, nil, nil
 	}
-	if d, err = s.cfg.Delivery.Dispatcher(ctx, queue); err != nil {
+	if d, err = s.delivery.Dispatcher(ctx, queue); err != nil {
 		end()
 		return nil, nil, nil, s.unavailable(err)
 	}
@@ -52,8 +87,8 @@ func (s *Service) poll(ctx context.Context, p Principal, queue string, wait time
 
 // awaitQueue waits until the projections know a task scheduled on queue,
 // and reports false if ctx ended first.
-func (s *Service) awaitQueue(ctx context.Context, queue string) bool {
-	if s.cfg.Views.HasQueue(queue) {
+func (s *claims) awaitQueue(ctx context.Context, queue string) bool {
+	if s.views.HasQueue(queue) {
 		return true
 	}
 	tick := time.NewTicker(unknownQueuePoll)
@@ -63,7 +98,7 @@ func (s *Service) awaitQueue(ctx context.Context, queue string) bool {
 		case <-ctx.Done():
 			return false
 		case <-tick.C:
-			if s.cfg.Views.HasQueue(queue) {
+			if s.views.HasQueue(queue) {
 				return true
 			}
 		}
@@ -79,8 +114,8 @@ type polls struct {
 // holdPoll takes one of p's MaxPollsPerCustomer long-poll slots and
 // returns its release; past the limit it fails with ErrTooManyPolls. An
 // operator's polls are not limited.
-func (s *Service) holdPoll(p Principal) (func(), error) {
-	limit := s.cfg.MaxPollsPerCustomer
+func (s *claims) holdPoll(p Principal) (func(), error) {
+	limit := s.maxPolls
 	if p.IsOperator() || limit < 0 {
 		return func() {}, nil
 	}
@@ -101,7 +136,7 @@ func (s *Service) holdPoll(p Principal) (func(), error) {
 
 // Waiting returns how many claimers wait on queue in this process, or on
 // every queue for "".
-func (s *Service) Waiting(queue string) int { return s.cfg.Delivery.Waiting(queue) }
+func (s *claims) Waiting(queue string) int { return s.delivery.Waiting(queue) }
 
 // minWait is the shortest long poll: enough for one pull to find a
 // notification that is already there.
@@ -118,7 +153,7 @@ const minWait = 20 * time.Millisecond
 // MaxPollsPerCustomer polls already gets ErrTooManyPolls; a poll on a
 // queue no task was scheduled on waits without creating anything for the
 // queue.
-func (s *Service) ClaimNext(ctx context.Context, p Principal, queue, executorID string, wait time.Duration) (st aggregate.State, ok bool, err error) {
+func (s *claims) ClaimNext(ctx context.Context, p Principal, queue, executorID string, wait time.Duration) (st aggregate.State, ok bool, err error) {
 	if err := validIDs("queue", queue, "executorId", executorID); err != nil {
 		return st, false, err
 	}
@@ -135,7 +170,7 @@ func (s *Service) ClaimNext(ctx context.Context, p Principal, queue, executorID 
 // the projections (see claimQueued), whichever comes first. The deadline
 // and shutdown end the wait, never a claim under way: that runs on the
 // caller's ctx until its answer. It fails only when nothing was claimed.
-func (s *Service) claimWaiting(ctx context.Context, p Principal, queue, executorID string, max int, linger, wait time.Duration) ([]aggregate.State, error) {
+func (s *claims) claimWaiting(ctx context.Context, p Principal, queue, executorID string, max int, linger, wait time.Duration) ([]aggregate.State, error) {
 	d, waitCtx, end, err := s.poll(ctx, p, queue, wait)
 	if err != nil || d == nil {
 		return nil, err
@@ -146,7 +181,7 @@ func (s *Service) claimWaiting(ctx context.Context, p Principal, queue, executor
 		if !p.IsOperator() {
 			// Watch for the customer's next queued task before looking,
 			// so none slips between the look and the wait.
-			sig := s.cfg.Views.QueuedSignal(p.CustomerID, queue)
+			sig := s.views.QueuedSignal(p.CustomerID, queue)
 			if got, err := s.claimQueued(ctx, p, queue, executorID, max); len(got) > 0 || err != nil {
 				return got, err
 			}
@@ -191,20 +226,20 @@ func (s *Service) claimWaiting(ctx context.Context, p Principal, queue, executor
 // skipped. Each claimed task's notification is deleted from the ready
 // stream (it would only be stale). It fails only when nothing was claimed
 // and the log could not answer.
-func (s *Service) claimQueued(ctx context.Context, p Principal, queue, executorID string, max int) ([]aggregate.State, error) {
+func (s *claims) claimQueued(ctx context.Context, p Principal, queue, executorID string, max int) ([]aggregate.State, error) {
 	cands := s.claiming.reserve(func(skip func(string) bool) []aggregate.State {
-		return s.cfg.Views.Queued(p.CustomerID, queue, max, skip)
+		return s.views.Queued(p.CustomerID, queue, max, skip)
 	})
 	defer s.claiming.release(cands)
 	claimed := make([]aggregate.State, len(cands))
 	errs := make([]error, len(cands))
 	inParallel(len(cands), func(i int) {
 		crashpoint.Hit(crashpoint.ClaimReceived)
-		st, evs, err := s.cfg.Store.Execute(ctx, cands[i].TaskID, executorID, aggregate.Claim{DeliveryID: cands[i].Delivery.ID, ExecutorID: executorID})
+		st, evs, err := s.store.Execute(ctx, cands[i].TaskID, executorID, aggregate.Claim{DeliveryID: cands[i].Delivery.ID, ExecutorID: executorID})
 		switch {
 		case err == nil:
 			crashpoint.Hit(crashpoint.Claimed)
-			s.cfg.Delivery.Drop(ctx, st)
+			s.delivery.Drop(ctx, st)
 			claimed[i], errs[i] = st, s.settle(ctx, st, evs, nil)
 		case !errors.Is(err, aggregate.ErrNotClaimable) && !errors.Is(err, aggregate.ErrTokenMismatch) && !errors.Is(err, aggregate.ErrNotFound):
 			errs[i] = s.unavailable(err)
@@ -263,9 +298,9 @@ func untilClosed(ctx context.Context, sig <-chan struct{}) (context.Context, con
 // log could not answer. msg is nil for a delivery handed off (see
 // delivery.Offer): there is nothing to settle, and should the claim fail
 // the alarm publishes the delivery after its grace.
-func (s *Service) claimNotified(ctx context.Context, msg jetstream.Msg, n events.ReadyNotification, executorID string) (aggregate.State, bool, error) {
+func (s *claims) claimNotified(ctx context.Context, msg jetstream.Msg, n events.ReadyNotification, executorID string) (aggregate.State, bool, error) {
 	crashpoint.Hit(crashpoint.ClaimReceived)
-	st, evs, err := s.cfg.Store.Execute(ctx, n.TaskID, executorID, aggregate.Claim{DeliveryID: n.DeliveryID, ExecutorID: executorID})
+	st, evs, err := s.store.Execute(ctx, n.TaskID, executorID, aggregate.Claim{DeliveryID: n.DeliveryID, ExecutorID: executorID})
 	switch {
 	case err == nil:
 		crashpoint.Hit(crashpoint.Claimed)
@@ -286,4 +321,50 @@ func settleMsg(msg jetstream.Msg, how func(jetstream.Msg) error) {
 	if msg != nil {
 		how(msg)
 	}
+}
+
+// Claim consumes deliveryID and starts the run for executorID.
+func (s *claims) Claim(ctx context.Context, p Principal, id, deliveryID, executorID string) (aggregate.State, error) {
+	if err := validIDs("deliveryId", deliveryID, "executorId", executorID); err != nil {
+		return aggregate.State{}, err
+	}
+	crashpoint.Hit(crashpoint.ClaimReceived)
+	st, err := s.execute(ctx, p, id, executorID, aggregate.Claim{DeliveryID: deliveryID, ExecutorID: executorID}, nil)
+	if err == nil {
+		crashpoint.Hit(crashpoint.Claimed)
+	}
+	return st, err
+}
+
+// RecordResult finishes a task. A non-empty deliveryID must be the claim's.
+func (s *claims) RecordResult(ctx context.Context, p Principal, id, deliveryID string, r events.Result) (aggregate.State, error) {
+	return s.recordResult(ctx, p, id, deliveryID, r, nil)
+}
+
+// recordResult is RecordResult, settling as settle does with later.
+func (s *claims) recordResult(ctx context.Context, p Principal, id, deliveryID string, r events.Result, later *events.Position) (aggregate.State, error) {
+	if deliveryID != "" {
+		if err := validIDs("deliveryId", deliveryID); err != nil {
+			return aggregate.State{}, err
+		}
+	}
+	crashpoint.Hit(crashpoint.ResultPending)
+	st, err := s.execute(ctx, p, id, "", aggregate.RecordResult{DeliveryID: deliveryID, Result: r}, later)
+	if err == nil {
+		crashpoint.Hit(crashpoint.ResultStored)
+	}
+	return st, err
+}
+
+// ReportEffects records effects the run under deliveryID made, while the
+// task is running under that claim, and returns the task with every
+// effect reported so far. Errors: aggregate.ErrNotFound (no such task for
+// p), ErrTerminal, ErrTokenMismatch (not running under deliveryID),
+// ErrInvalid (no effects, more than events.MaxEffects, a bad one, or past
+// events.MaxTaskEffects distinct ones), ErrTooLarge, ErrUnavailable.
+func (s *claims) ReportEffects(ctx context.Context, p Principal, id, deliveryID string, effects []events.Effect) (aggregate.State, error) {
+	if err := validIDs("deliveryId", deliveryID); err != nil {
+		return aggregate.State{}, err
+	}
+	return s.execute(ctx, p, id, "", aggregate.ReportEffects{DeliveryID: deliveryID, Effects: effects}, nil)
 }

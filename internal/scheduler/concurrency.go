@@ -20,7 +20,7 @@ type KeyView = service.KeyView
 // customerID is the caller's (the default customer for the operator). A
 // key the log never saw has no holders and no waiters. It is safe for
 // concurrent use.
-func (s *Service) Concurrency(p Principal, customerID, key string) (KeyView, error) {
+func (s *feed) Concurrency(p Principal, customerID, key string) (KeyView, error) {
 	if customerID == "" {
 		customerID = p.CustomerID
 		if p.IsOperator() {
@@ -36,18 +36,18 @@ func (s *Service) Concurrency(p Principal, customerID, key string) (KeyView, err
 	if err := aggregate.ValidConcurrency(events.Concurrency{Key: key, Limit: events.MinConcurrencyLimit}); err != nil {
 		return KeyView{}, err
 	}
-	_, holders, waiters := s.cfg.Views.ConcurrencyKey(customerID, key, s.cfg.Store.Now())
+	_, holders, waiters := s.views.ConcurrencyKey(customerID, key, s.store.Now())
 	return KeyView{CustomerID: customerID, Key: key, Holders: holders, Waiters: waiters}, nil
 }
 
 // withSlots merges into a task's events, in log order, the events of its
 // concurrency key that name it (when it took and gave back its slot).
-func (s *Service) withSlots(ctx context.Context, st aggregate.State, evs []events.Event) ([]events.Event, error) {
+func (s *feed) withSlots(ctx context.Context, st aggregate.State, evs []events.Event) ([]events.Event, error) {
 	c := st.Spec.Concurrency
 	if c == nil {
 		return evs, nil
 	}
-	keyEvs, err := s.cfg.Store.KeyHistory(ctx, st.CustomerID, c.Key)
+	keyEvs, err := s.store.KeyHistory(ctx, st.CustomerID, c.Key)
 	if err != nil {
 		return nil, s.unavailable(err)
 	}

@@ -3,6 +3,39 @@
 // projections to apply its writes (read-your-writes), and serves reads.
 // The HTTP API and in-process callers use it alike.
 //
+// # Parts
+//
+// Service is a thin façade: it embeds one part per noun and exports their
+// methods as its own. Each part holds only what it needs and declares the
+// few views it reads from the projections; projections.Engine serves them
+// all, and Config.Views takes their union (Views).
+//
+//   - tasks (tasks.go, mailbox.go, retry.go, admission.go): POST /v1/tasks
+//     and /v1/tasks/batch, GET /v1/tasks/{id}, cancel, retry, the mailbox
+//     and the stop check. It reads TaskViews (a lineage's size and
+//     ancestors, a customer's queues, the timer queues' repair).
+//   - claims (claimnext.go, batch.go): POST /v1/claims/next and /v1/claims,
+//     a claim by delivery, results (one or a batch) and effects. It reads
+//     ClaimViews (which queues exist, a customer's queued tasks and their
+//     signal) and waits on the ready queue.
+//   - schedules (schedules.go; ScheduleTimeline in timeline.go): the
+//     /v1/schedules routes and the alarm's
+//     fires (FireSchedule). It reads ScheduleViews and the schedules' log,
+//     and schedules each run's task through the tasks part.
+//   - runs (runs.go): PUT and GET /v1/tasks/{id}/run, on the run storage;
+//     it reads no views.
+//   - feed (feed.go, history.go, list.go, stream.go, timeline.go, stats.go,
+//     concurrency.go): histories and trees, the task list, the event stream
+//     and its cursors, a customer's events, statistics and concurrency
+//     keys. It reads FeedViews (children, the list, queue and key
+//     statistics, a key's holders and waiters) and, for the statistics,
+//     ScheduleViews.
+//
+// What the parts share lives once, in core (core.go): the log, the
+// read-your-writes wait (Applied: CaughtUp, WaitFor, ApplyOwn, and Task for
+// who owns a task), the mapping of the log's failures to ErrUnavailable,
+// and running a command on a task the principal may see.
+//
 // # The service
 //
 // internal/scheduler validates requests (ids, limits, runAt after 1970 and at

@@ -16,7 +16,7 @@ type TaskFilter = service.TaskFilter
 // List returns up to limit tasks matching f after the cursor, with the
 // cursor of the next page ("" at the end). A customer sees only its own.
 // It is ErrUnavailable while the views catch up after a start.
-func (s *Service) List(ctx context.Context, p Principal, f TaskFilter, after string, limit int) ([]aggregate.State, string, error) {
+func (s *feed) List(ctx context.Context, p Principal, f TaskFilter, after string, limit int) ([]aggregate.State, string, error) {
 	if limit < 1 || limit > api.MaxListLimit {
 		return nil, "", invalid("limit must be a whole number from 1 to %d", api.MaxListLimit)
 	}
@@ -29,7 +29,7 @@ func (s *Service) List(ctx context.Context, p Principal, f TaskFilter, after str
 		}
 		f.CustomerID = p.CustomerID
 	}
-	page := s.cfg.Views.List(projections.Filter(f), after, limit+1)
+	page := s.views.List(projections.Filter(f), after, limit+1)
 	next := ""
 	if len(page) > limit {
 		page = page[:limit]
@@ -47,7 +47,7 @@ func (s *Service) List(ctx context.Context, p Principal, f TaskFilter, after str
 // scheduled with requestID (for an operator, f.CustomerID's, or
 // events.DefaultCustomer's when f names none, as Schedule does). Errors:
 // aggregate.ErrInvalid for a malformed request id.
-func (s *Service) RequestFilter(p Principal, f TaskFilter, requestID string) (TaskFilter, error) {
+func (s *feed) RequestFilter(p Principal, f TaskFilter, requestID string) (TaskFilter, error) {
 	if err := events.ValidID(requestID); err != nil {
 		return f, invalid("requestId: %v", err)
 	}

@@ -21,7 +21,7 @@ type MailItem = service.MailItem
 // Appending to a live task also checks that its release, pending
 // delivery, notification check (queued) or deadline is in the timer
 // queues, and repairs it if not.
-func (s *Service) AppendMail(ctx context.Context, p Principal, id string, msg events.Message) (string, int, error) {
+func (s *tasks) AppendMail(ctx context.Context, p Principal, id string, msg events.Message) (string, int, error) {
 	if msg.ID == "" {
 		msg.ID = events.NewID()
 	}
@@ -30,17 +30,17 @@ func (s *Service) AppendMail(ctx context.Context, p Principal, id string, msg ev
 	if err != nil {
 		return "", 0, err
 	}
-	if !st.Status.Terminal() && s.cfg.Views.Repair(st) {
-		s.cfg.Metrics.Repairs.Inc()
-		s.cfg.Logger.Warn().Str("task", id).Str("status", string(st.Status)).Msg("timer queue lacked the task; repaired from the log")
+	if !st.Status.Terminal() && s.views.Repair(st) {
+		s.metrics.Repairs.Inc()
+		s.logger.Warn().Str("task", id).Str("status", string(st.Status)).Msg("timer queue lacked the task; repaired from the log")
 	}
 	return msg.ID, st.MailIndex(msg.ID), nil
 }
 
 // Mailbox returns the messages with index > after and the scheduler's
 // cursor, without moving it.
-func (s *Service) Mailbox(ctx context.Context, p Principal, id string, after int) ([]MailItem, int, error) {
-	evs, err := s.History(ctx, p, id)
+func (s *tasks) Mailbox(ctx context.Context, p Principal, id string, after int) ([]MailItem, int, error) {
+	evs, err := s.feed.History(ctx, p, id)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -65,21 +65,21 @@ type CheckResult = service.CheckResult
 // stop). It fails open: a fault while checking answers "continue" with
 // reason check_failed, and is logged and counted. Only a malformed id is
 // an error.
-func (s *Service) Check(ctx context.Context, p Principal, id string) (CheckResult, error) {
+func (s *tasks) Check(ctx context.Context, p Principal, id string) (CheckResult, error) {
 	if err := events.ValidID(id); err != nil {
 		return CheckResult{}, invalid("task id: %v", err)
 	}
 	res, err := s.check(ctx, p, id)
 	if err != nil {
-		s.cfg.Metrics.CheckFailures.Inc()
-		s.cfg.Logger.Error().Err(err).Str("task", id).Msg("stop check failed; answering continue")
+		s.metrics.CheckFailures.Inc()
+		s.logger.Error().Err(err).Str("task", id).Msg("stop check failed; answering continue")
 		res.ShouldStop, res.Reason = false, api.ReasonCheckFailed
 	}
 	return res, nil
 }
 
-func (s *Service) check(ctx context.Context, p Principal, id string) (CheckResult, error) {
-	evs, err := s.cfg.Store.History(ctx, id)
+func (s *tasks) check(ctx context.Context, p Principal, id string) (CheckResult, error) {
+	evs, err := s.store.History(ctx, id)
 	if err != nil {
 		return CheckResult{}, err
 	}
@@ -92,7 +92,7 @@ func (s *Service) check(ctx context.Context, p Principal, id string) (CheckResul
 		res.Cursor += n
 		// A task of a sealed epoch ended long ago and its log is
 		// read-only: it gets its mail, and the cursor stays.
-		if _, _, err := s.cfg.Store.Execute(ctx, id, "", aggregate.ReadMail{Cursor: res.Cursor}); err != nil && !errors.Is(err, store.ErrSealed) {
+		if _, _, err := s.store.Execute(ctx, id, "", aggregate.ReadMail{Cursor: res.Cursor}); err != nil && !errors.Is(err, store.ErrSealed) {
 			return res, fmt.Errorf("advance cursor: %w", err)
 		}
 	}
@@ -100,7 +100,7 @@ func (s *Service) check(ctx context.Context, p Principal, id string) (CheckResul
 		res.ShouldStop, res.Reason = true, api.ReasonTerminal
 		return res, nil
 	}
-	ancestors, err := s.cfg.Views.Ancestors(id)
+	ancestors, err := s.views.Ancestors(id)
 	if err != nil {
 		return res, err
 	}

@@ -20,7 +20,7 @@ type RetryTaskRequest = service.RetryTaskRequest
 // then. Errors: aggregate.ErrNotFound (no such task for p),
 // aggregate.ErrNotTerminal (the task is live), aggregate.ErrInvalid (a
 // bad request id, message or runAt), an *AdmissionError, ErrUnavailable.
-func (s *Service) RetryTask(ctx context.Context, p Principal, id string, req RetryTaskRequest) (st aggregate.State, created bool, err error) {
+func (s *tasks) RetryTask(ctx context.Context, p Principal, id string, req RetryTaskRequest) (st aggregate.State, created bool, err error) {
 	old, err := s.Get(ctx, p, id)
 	if err != nil {
 		return st, false, err
@@ -29,7 +29,7 @@ func (s *Service) RetryTask(ctx context.Context, p Principal, id string, req Ret
 	if err != nil {
 		return st, false, err
 	}
-	now := s.cfg.Store.Now()
+	now := s.store.Now()
 	spec.RequestID, spec.RunAt = req.RequestID, now.UTC()
 	if req.Message != nil {
 		spec.Message = *req.Message

@@ -17,6 +17,15 @@ import (
 // is not the stored one (service.ErrStaleRevision).
 var ErrStaleRevision = service.ErrStaleRevision
 
+// runs is the part of the service that keeps the run documents of
+// running tasks (PUT and GET /v1/tasks/{id}/run): it reads the task from
+// the log and the document from docs, and reads no views. It is safe for
+// concurrent use.
+type runs struct {
+	*core
+	docs Runs
+}
+
 // Runs is the run storage as the service uses it (store.Runs).
 type Runs interface {
 	Get(ctx context.Context, taskID string) (store.Run, error)
@@ -41,14 +50,14 @@ type RunSave = service.RunSave
 // aggregate.ErrNotFound (no such task for p), aggregate.ErrTerminal,
 // aggregate.ErrTokenMismatch (not running, or under another claim),
 // ErrStaleRevision or ErrUnavailable.
-func (s *Service) SaveRun(ctx context.Context, p Principal, id string, req RunSave) (Run, error) {
+func (s *runs) SaveRun(ctx context.Context, p Principal, id string, req RunSave) (Run, error) {
 	if err := validIDs("task id", id, "deliveryId", req.DeliveryID); err != nil {
 		return Run{}, err
 	}
 	if err := checkRun(req.Run); err != nil {
 		return Run{}, err
 	}
-	st, err := s.Get(ctx, p, id)
+	st, err := s.get(ctx, p, id)
 	if err != nil {
 		return Run{}, err
 	}
@@ -60,18 +69,18 @@ func (s *Service) SaveRun(ctx context.Context, p Principal, id string, req RunSa
 	case st.Claim.DeliveryID != req.DeliveryID:
 		return Run{}, fmt.Errorf("%w: deliveryId is not the current claim of task %s", aggregate.ErrTokenMismatch, id)
 	}
-	run, err := s.cfg.Runs.Save(ctx, id, req.Revision, store.Run{DeliveryID: req.DeliveryID, UpdatedAt: s.cfg.Store.Now().UTC(), Doc: req.Run})
+	run, err := s.docs.Save(ctx, id, req.Revision, store.Run{DeliveryID: req.DeliveryID, UpdatedAt: s.store.Now().UTC(), Doc: req.Run})
 	return Run(run), s.fromRuns(err)
 }
 
 // GetRun returns task id's latest run, to anyone who may see the task,
 // also after it ended (for the retention). aggregate.ErrNotFound when
 // there is no such task for p or no run was saved.
-func (s *Service) GetRun(ctx context.Context, p Principal, id string) (Run, error) {
-	if _, err := s.Get(ctx, p, id); err != nil {
+func (s *runs) GetRun(ctx context.Context, p Principal, id string) (Run, error) {
+	if _, err := s.get(ctx, p, id); err != nil {
 		return Run{}, err
 	}
-	run, err := s.cfg.Runs.Get(ctx, id)
+	run, err := s.docs.Get(ctx, id)
 	return Run(run), s.fromRuns(err)
 }
 
@@ -92,7 +101,7 @@ func checkRun(doc json.RawMessage) error {
 }
 
 // fromRuns maps the run storage's errors to the service's.
-func (s *Service) fromRuns(err error) error {
+func (s *runs) fromRuns(err error) error {
 	switch {
 	case err == nil:
 		return nil

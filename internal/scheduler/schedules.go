@@ -21,6 +21,19 @@ import (
 // Limits.MaxSchedules live schedules (service.ErrScheduleLimit).
 var ErrScheduleLimit = service.ErrScheduleLimit
 
+// schedules is the part of the service that keeps schedules: their
+// routes (POST, GET and DELETE /v1/schedules..., pause, resume, trigger,
+// history) and the alarm's fires (FireSchedule). It reads the
+// schedules' log and view and who owns a task, and schedules each run's
+// task through the tasks part. It is safe for concurrent use.
+type schedules struct {
+	*core
+	log          ScheduleStore
+	views        ScheduleViews
+	tasks        *tasks // each run's task
+	maxSchedules int    // Limits.MaxSchedules
+}
+
 // ScheduleStore is the log of schedules as the service uses it
 // (internal/store.Store).
 type ScheduleStore interface {
@@ -102,7 +115,7 @@ func scheduleSpec(req CreateScheduleRequest) (events.ScheduleSpec, error) {
 // with that id (created is false then, and when nothing changed). A
 // customer has at most Limits.MaxSchedules live schedules
 // (ErrScheduleLimit); the count comes from the projections.
-func (s *Service) CreateSchedule(ctx context.Context, p Principal, req CreateScheduleRequest) (v ScheduleView, created bool, err error) {
+func (s *schedules) CreateSchedule(ctx context.Context, p Principal, req CreateScheduleRequest) (v ScheduleView, created bool, err error) {
 	customerID, err := scheduleCustomer(p, req.CustomerID)
 	if err != nil {
 		return v, false, err
@@ -117,10 +130,10 @@ func (s *Service) CreateSchedule(ctx context.Context, p Principal, req CreateSch
 	if err := aggregate.ValidateScheduleSpec(req.ID, customerID, spec); err != nil {
 		return v, false, err
 	}
-	if _, live := s.liveSchedule(customerID, req.ID); !live && s.cfg.MaxSchedules >= 0 && s.cfg.Schedules.LiveSchedules(customerID) >= s.cfg.MaxSchedules {
-		return v, false, fmt.Errorf("%w: customer %s has %d schedules, at most %d", ErrScheduleLimit, customerID, s.cfg.Schedules.LiveSchedules(customerID), s.cfg.MaxSchedules)
+	if _, live := s.liveSchedule(customerID, req.ID); !live && s.maxSchedules >= 0 && s.views.LiveSchedules(customerID) >= s.maxSchedules {
+		return v, false, fmt.Errorf("%w: customer %s has %d schedules, at most %d", ErrScheduleLimit, customerID, s.views.LiveSchedules(customerID), s.maxSchedules)
 	}
-	st, evs, err := s.cfg.ScheduleStore.ExecuteSchedule(ctx, customerID, req.ID, "", aggregate.CreateSchedule{ID: req.ID, CustomerID: customerID, Spec: spec, Paused: req.Paused})
+	st, evs, err := s.log.ExecuteSchedule(ctx, customerID, req.ID, "", aggregate.CreateSchedule{ID: req.ID, CustomerID: customerID, Spec: spec, Paused: req.Paused})
 	if err != nil {
 		return v, false, s.fromStore(err)
 	}
@@ -129,32 +142,32 @@ func (s *Service) CreateSchedule(ctx context.Context, p Principal, req CreateSch
 	return v, created, err
 }
 
-func (s *Service) liveSchedule(customerID, id string) (projections.Schedule, bool) {
-	sc, ok := s.cfg.Schedules.Schedule(customerID, id)
+func (s *schedules) liveSchedule(customerID, id string) (projections.Schedule, bool) {
+	sc, ok := s.views.Schedule(customerID, id)
 	return sc, ok && sc.State.Live()
 }
 
 // scheduleAfter waits until the projections have applied st and answers
 // the schedule's view.
-func (s *Service) scheduleAfter(ctx context.Context, st aggregate.ScheduleState) (ScheduleView, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+func (s *schedules) scheduleAfter(ctx context.Context, st aggregate.ScheduleState) (ScheduleView, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 	defer cancel()
-	if err := s.cfg.Views.WaitFor(ctx, st.LastSeq); err != nil {
+	if err := s.applied.WaitFor(ctx, st.LastSeq); err != nil {
 		return ScheduleView{}, s.unavailable(err)
 	}
-	sc, ok := s.cfg.Schedules.Schedule(st.CustomerID, st.ID)
+	sc, ok := s.views.Schedule(st.CustomerID, st.ID)
 	if !ok {
 		sc = projections.Schedule{State: st}
 	}
 	return s.scheduleView(sc), nil
 }
 
-func (s *Service) scheduleView(sc projections.Schedule) ScheduleView {
+func (s *schedules) scheduleView(sc projections.Schedule) ScheduleView {
 	v := ScheduleView{State: sc.State, Next: sc.State.NextN(ScheduleNextShown)}
 	for _, f := range slices.Backward(sc.Runs) {
 		r := ScheduleRun{ScheduleFired: f}
 		if f.TaskID != "" {
-			if t, ok := s.cfg.Views.Task(f.TaskID); ok {
+			if t, ok := s.applied.Task(f.TaskID); ok {
 				r.Status = t.Status
 			}
 		}
@@ -166,7 +179,7 @@ func (s *Service) scheduleView(sc projections.Schedule) ScheduleView {
 // GetSchedule returns a customer's schedule, a deleted one too, from the
 // projections; one they do not hold yet (catching up after a restart) is
 // read from the log, without its runs. Another customer's is ErrNotFound.
-func (s *Service) GetSchedule(ctx context.Context, p Principal, customerID, id string) (ScheduleView, error) {
+func (s *schedules) GetSchedule(ctx context.Context, p Principal, customerID, id string) (ScheduleView, error) {
 	customerID, err := scheduleCustomer(p, customerID)
 	if err != nil {
 		return ScheduleView{}, err
@@ -174,10 +187,10 @@ func (s *Service) GetSchedule(ctx context.Context, p Principal, customerID, id s
 	if err := events.ValidID(id); err != nil {
 		return ScheduleView{}, invalid("schedule id: %v", err)
 	}
-	if sc, ok := s.cfg.Schedules.Schedule(customerID, id); ok {
+	if sc, ok := s.views.Schedule(customerID, id); ok {
 		return s.scheduleView(sc), nil
 	}
-	st, err := s.cfg.ScheduleStore.LoadSchedule(ctx, customerID, id)
+	st, err := s.log.LoadSchedule(ctx, customerID, id)
 	if err != nil {
 		return ScheduleView{}, s.unavailable(err)
 	}
@@ -193,7 +206,7 @@ func (s *Service) GetSchedule(ctx context.Context, p Principal, customerID, id s
 // an operator who names no customer every customer's, by customer then
 // id (a cursor is then "customer/id"; ScheduleCursorValid checks one).
 // It is ErrUnavailable while the views catch up after a start.
-func (s *Service) ListSchedules(p Principal, customerID, after string, limit int) (page []ScheduleView, next string, err error) {
+func (s *schedules) ListSchedules(p Principal, customerID, after string, limit int) (page []ScheduleView, next string, err error) {
 	if err := s.caughtUp(); err != nil {
 		return nil, "", err
 	}
@@ -204,7 +217,7 @@ func (s *Service) ListSchedules(p Principal, customerID, after string, limit int
 	if filter != "" && after != "" {
 		after = projections.ScheduleKey(filter, after)
 	}
-	scheds := s.cfg.Schedules.Schedules(filter, after, limit+1, false)
+	scheds := s.views.Schedules(filter, after, limit+1, false)
 	if len(scheds) > limit {
 		scheds = scheds[:limit]
 		last := scheds[limit-1].State
@@ -223,7 +236,7 @@ func (s *Service) ListSchedules(p Principal, customerID, after string, limit int
 // for p and customerID: a schedule id, or in an operator's list of every
 // customer's (customerID "") a customer id and a schedule id joined by
 // "/".
-func (s *Service) ScheduleCursorValid(p Principal, customerID, after string) bool {
+func (s *schedules) ScheduleCursorValid(p Principal, customerID, after string) bool {
 	if customerID == "" && p.IsOperator() {
 		c, id := projections.SplitScheduleKey(after)
 		if events.ValidID(c) != nil {
@@ -236,7 +249,7 @@ func (s *Service) ScheduleCursorValid(p Principal, customerID, after string) boo
 
 // ScheduleHistory returns every event of a customer's schedule, from the
 // log. Another customer's is ErrNotFound.
-func (s *Service) ScheduleHistory(ctx context.Context, p Principal, customerID, id string) ([]events.Event, error) {
+func (s *schedules) ScheduleHistory(ctx context.Context, p Principal, customerID, id string) ([]events.Event, error) {
 	customerID, err := scheduleCustomer(p, customerID)
 	if err != nil {
 		return nil, err
@@ -244,7 +257,7 @@ func (s *Service) ScheduleHistory(ctx context.Context, p Principal, customerID, 
 	if err := events.ValidID(id); err != nil {
 		return nil, invalid("schedule id: %v", err)
 	}
-	evs, err := s.cfg.ScheduleStore.ScheduleHistory(ctx, customerID, id)
+	evs, err := s.log.ScheduleHistory(ctx, customerID, id)
 	if err != nil {
 		return nil, s.unavailable(err)
 	}
@@ -257,7 +270,7 @@ func (s *Service) ScheduleHistory(ctx context.Context, p Principal, customerID, 
 // ScheduleAction runs PauseSchedule, ResumeSchedule or DeleteSchedule on
 // a customer's live schedule and answers it (ErrNotFound for none, a
 // deleted one, or another customer's).
-func (s *Service) ScheduleAction(ctx context.Context, p Principal, customerID, id string, cmd aggregate.Command) (ScheduleView, error) {
+func (s *schedules) ScheduleAction(ctx context.Context, p Principal, customerID, id string, cmd aggregate.Command) (ScheduleView, error) {
 	customerID, err := scheduleCustomer(p, customerID)
 	if err != nil {
 		return ScheduleView{}, err
@@ -265,7 +278,7 @@ func (s *Service) ScheduleAction(ctx context.Context, p Principal, customerID, i
 	if err := events.ValidID(id); err != nil {
 		return ScheduleView{}, invalid("schedule id: %v", err)
 	}
-	st, _, err := s.cfg.ScheduleStore.ExecuteSchedule(ctx, customerID, id, "", cmd)
+	st, _, err := s.log.ExecuteSchedule(ctx, customerID, id, "", cmd)
 	if err != nil {
 		return ScheduleView{}, s.fromStore(err)
 	}
@@ -274,7 +287,7 @@ func (s *Service) ScheduleAction(ctx context.Context, p Principal, customerID, i
 
 // TriggerSchedule makes a run of a customer's live schedule now, paused or
 // not, and returns its task.
-func (s *Service) TriggerSchedule(ctx context.Context, p Principal, customerID, id string) (aggregate.State, error) {
+func (s *schedules) TriggerSchedule(ctx context.Context, p Principal, customerID, id string) (aggregate.State, error) {
 	customerID, err := scheduleCustomer(p, customerID)
 	if err != nil {
 		return aggregate.State{}, err
@@ -282,7 +295,7 @@ func (s *Service) TriggerSchedule(ctx context.Context, p Principal, customerID, 
 	if err := events.ValidID(id); err != nil {
 		return aggregate.State{}, invalid("schedule id: %v", err)
 	}
-	st, evs, err := s.cfg.ScheduleStore.ExecuteSchedule(ctx, customerID, id, "", aggregate.TriggerSchedule{})
+	st, evs, err := s.log.ExecuteSchedule(ctx, customerID, id, "", aggregate.TriggerSchedule{})
 	if err != nil {
 		return aggregate.State{}, s.fromStore(err)
 	}
@@ -306,16 +319,16 @@ func (s *Service) TriggerSchedule(ctx context.Context, p Principal, customerID, 
 // the append's expected sequence refuses it if the log has moved on, and
 // then the log's state decides. So an on-time fire reads nothing before
 // its ScheduleFired.
-func (s *Service) FireSchedule(ctx context.Context, customerID, id string) (seq events.Position, notBefore time.Time, err error) {
-	if sc, ok := s.cfg.Schedules.Schedule(customerID, id); ok && sc.State.LastHash != (events.Hash{}) {
-		if next := sc.State.Next(); !next.IsZero() && !next.After(s.cfg.Store.Now()) {
+func (s *schedules) FireSchedule(ctx context.Context, customerID, id string) (seq events.Position, notBefore time.Time, err error) {
+	if sc, ok := s.views.Schedule(customerID, id); ok && sc.State.LastHash != (events.Hash{}) {
+		if next := sc.State.Next(); !next.IsZero() && !next.After(s.store.Now()) {
 			seq, _, err := s.fire(ctx, sc.State, true)
 			if !errors.Is(err, aggregate.ErrConflict) {
 				return seq, time.Time{}, err
 			}
 		}
 	}
-	st, err := s.cfg.ScheduleStore.LoadSchedule(ctx, customerID, id)
+	st, err := s.log.LoadSchedule(ctx, customerID, id)
 	if err != nil {
 		return 0, time.Time{}, s.unavailable(err)
 	}
@@ -326,7 +339,7 @@ func (s *Service) FireSchedule(ctx context.Context, customerID, id string) (seq 
 // which is appended after only if the log has not moved on (an error
 // wrapping aggregate.ErrConflict, before anything is appended, if it
 // has).
-func (s *Service) fire(ctx context.Context, st aggregate.ScheduleState, held bool) (events.Position, time.Time, error) {
+func (s *schedules) fire(ctx context.Context, st aggregate.ScheduleState, held bool) (events.Position, time.Time, error) {
 	customerID, id := st.CustomerID, st.ID
 	prevLive := false
 	if run := st.LastRun; run.TaskID != "" {
@@ -334,10 +347,10 @@ func (s *Service) fire(ctx context.Context, st aggregate.ScheduleState, held boo
 		// settles it: a task they hold is in the log, and a terminal one
 		// stays terminal; a live one may have ended since, which overlap
 		// "skip" must read from the log.
-		task, ok := s.cfg.Views.Task(run.TaskID)
+		task, ok := s.applied.Task(run.TaskID)
 		if !ok || !task.Status.Terminal() && st.Spec.Overlap != events.OverlapAllow {
 			var err error
-			if task, err = s.cfg.Store.Load(ctx, run.TaskID); err != nil {
+			if task, err = s.store.Load(ctx, run.TaskID); err != nil {
 				return st.LastSeq, time.Time{}, s.unavailable(err)
 			}
 		}
@@ -345,21 +358,21 @@ func (s *Service) fire(ctx context.Context, st aggregate.ScheduleState, held boo
 			t, err := s.runTask(ctx, st, run)
 			return s.firedSeq(st.LastSeq, t.LastSeq), time.Time{}, err
 		}
-		s.cfg.Schedules.SettleRun(customerID, id)
+		s.views.SettleRun(customerID, id)
 		prevLive = !task.Status.Terminal()
 	}
-	if next := st.Next(); next.IsZero() || next.After(s.cfg.Store.Now()) {
+	if next := st.Next(); next.IsZero() || next.After(s.store.Now()) {
 		return st.LastSeq, next, nil // nothing due; the projections lag, or were early
 	}
 	cmd := aggregate.FireSchedule{PrevLive: prevLive}
 	var evs []events.Event
 	var err error
 	if held {
-		if st, evs, err = s.cfg.ScheduleStore.ExecuteScheduleOn(ctx, st, "", cmd); errors.Is(err, aggregate.ErrConflict) {
+		if st, evs, err = s.log.ExecuteScheduleOn(ctx, st, "", cmd); errors.Is(err, aggregate.ErrConflict) {
 			return st.LastSeq, time.Time{}, err
 		}
 	} else {
-		st, evs, err = s.cfg.ScheduleStore.ExecuteSchedule(ctx, customerID, id, "", cmd)
+		st, evs, err = s.log.ExecuteSchedule(ctx, customerID, id, "", cmd)
 	}
 	if errors.Is(err, aggregate.ErrStale) {
 		// Another process fired it (or paused it) first. If it died before
@@ -384,8 +397,8 @@ func (s *Service) fire(ctx context.Context, st aggregate.ScheduleState, held boo
 // they cover it), else the schedule's, which the next fire waits on (a
 // run's task the views lack yet is read from the log). Positions in two
 // shards do not compare.
-func (s *Service) firedSeq(sched, task events.Position) events.Position {
-	shards := s.cfg.Store.Shards()
+func (s *schedules) firedSeq(sched, task events.Position) events.Position {
+	shards := s.store.Shards()
 	if task != 0 && sched.Part(shards) == task.Part(shards) {
 		return max(sched, task)
 	}
@@ -397,7 +410,7 @@ func (s *Service) firedSeq(sched, task events.Position) events.Position {
 // still the run's task (canceled). A task refused for a bound that may
 // free (the customer's queues) is an error the alarm retries, not one it
 // gives up on.
-func (s *Service) runTask(ctx context.Context, st aggregate.ScheduleState, f events.ScheduleFired) (aggregate.State, error) {
+func (s *schedules) runTask(ctx context.Context, st aggregate.ScheduleState, f events.ScheduleFired) (aggregate.State, error) {
 	task, err := s.scheduleRun(ctx, st, f)
 	if errors.Is(err, aggregate.ErrInvalid) {
 		return task, fmt.Errorf("schedule %s: the task of the run at %s was refused, will retry: %v", st.ID, f.At.Format(time.RFC3339), err)
@@ -405,11 +418,11 @@ func (s *Service) runTask(ctx context.Context, st aggregate.ScheduleState, f eve
 	return task, err
 }
 
-func (s *Service) scheduleRun(ctx context.Context, st aggregate.ScheduleState, f events.ScheduleFired) (aggregate.State, error) {
+func (s *schedules) scheduleRun(ctx context.Context, st aggregate.ScheduleState, f events.ScheduleFired) (aggregate.State, error) {
 	t := st.Spec.Task
 	timeout := t.TimeoutSeconds
 	t.Message.CreatedAt = f.At // each run's objective is of its instant
-	task, _, err := s.Schedule(ctx, Principal{CustomerID: st.CustomerID}, ScheduleRequest{
+	task, _, err := s.tasks.Schedule(ctx, Principal{CustomerID: st.CustomerID}, ScheduleRequest{
 		RequestID: f.RequestID, Signal: t.Signal, Repo: t.Repo, Queue: t.Queue, Message: t.Message, TimeoutSeconds: &timeout,
 		Labels: t.Labels, Retry: api.RetryRequestOf(t.Retry), Concurrency: t.Concurrency,
 	})

@@ -1,24 +1,18 @@
 package scheduler
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/taskledger/taskledger/aggregate"
-	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
-	"github.com/taskledger/taskledger/internal/crashpoint"
 	"github.com/taskledger/taskledger/internal/delivery"
 	"github.com/taskledger/taskledger/internal/service"
-	"github.com/taskledger/taskledger/internal/store"
-	"github.com/taskledger/taskledger/projections"
 )
 
 // Errors the service adds to the aggregate's: internal/service's, named
@@ -61,44 +55,14 @@ type Store interface {
 	Now() time.Time
 }
 
-// Views is what the service reads from the projections.
+// Views is every view the service reads from the projections
+// (projections.Engine): the union of what its parts declare, so that one
+// value configures them all.
 type Views interface {
-	// CaughtUp reports whether the views have applied everything the log
-	// held when they started: before, a listing would miss tasks.
-	CaughtUp() bool
-	WaitFor(ctx context.Context, pos events.Position) error
-	// ApplyOwn folds events just appended into the views where it may
-	// ahead of their tail, and reports whether all of them are in.
-	ApplyOwn(evs []events.Event) bool
-	Task(id string) (aggregate.State, bool)
-	// Lineage returns how many levels below its root a task sits and
-	// how many tasks its lineage has; ok is false for a task the views
-	// do not hold.
-	Lineage(id string) (depth, size int, ok bool)
-	Children(id string) []string
-	Ancestors(id string) ([]aggregate.State, error)
-	List(f projections.Filter, after string, limit int) []aggregate.State
-	Repair(s aggregate.State) bool
-	// HasQueue reports whether a task was ever scheduled on queue.
-	HasQueue(queue string) bool
-	// CustomerQueue reports whether customerID has a live task on queue,
-	// and on how many queues it has live tasks.
-	CustomerQueue(customerID, queue string) (live bool, queues int)
-	// Queued returns up to limit of customerID's queued tasks on queue,
-	// published longest ago first, skipping those skip reports.
-	Queued(customerID, queue string, limit int, skip func(taskID string) bool) []aggregate.State
-	// Stats returns the statistics of customerID's queues ("": all) at
-	// now, by customer then queue.
-	Stats(customerID string, now time.Time) []projections.QueueStats
-	// QueuedSignal is closed once a task of customerID is queued on queue.
-	QueuedSignal(customerID, queue string) <-chan struct{}
-	// ConcurrencyKey returns a concurrency key's state, holders and the
-	// tasks waiting for a slot at now.
-	ConcurrencyKey(customerID, key string, now time.Time) (aggregate.KeyState, []aggregate.State, []aggregate.State)
-	// KeyStats returns up to limit of customerID's ("": all) concurrency
-	// keys with a task holding or waiting for a slot, by customer then
-	// key, and whether there were more.
-	KeyStats(customerID string, limit int) ([]projections.KeyStats, bool)
+	Applied
+	TaskViews
+	ClaimViews
+	FeedViews
 }
 
 // Delivery is the ready queue as the service uses it (delivery.Queues).
@@ -198,14 +162,17 @@ const (
 	DefaultMaxLineageDepth      = 16   // levels below the root
 )
 
-// Service is safe for concurrent use.
+// Service is the service layer: a façade over its parts by noun, each
+// holding only what it needs, whose methods it exports as its own (the
+// package doc, "Parts"). It is safe for concurrent use.
 type Service struct {
-	cfg      Config
-	polls    polls
-	claiming claiming
-	// closing ends long polls when the process shuts down.
-	closing context.Context
-	close   context.CancelFunc
+	*tasks
+	*claims
+	*schedules
+	*runs
+	*feed
+	delivery Delivery // closed by Close
+	close    context.CancelFunc
 }
 
 // New returns a Service. Store, Views and Delivery or JS are required.
@@ -265,8 +232,19 @@ func New(cfg Config) (*Service, error) {
 		cfg.Delivery = q
 	}
 	closing, close := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, polls: polls{n: make(map[string]int)},
-		claiming: claiming{ids: make(map[string]struct{})}, closing: closing, close: close}, nil
+	c := &core{store: cfg.Store, applied: cfg.Views, writeTimeout: cfg.WriteTimeout, closing: closing}
+	f := &feed{core: c, views: cfg.Views, schedules: cfg.Schedules}
+	t := &tasks{core: c, views: cfg.Views, delivery: cfg.Delivery, readyGrace: cfg.ReadyGrace,
+		usage: cfg.Usage, admission: cfg.Admission, metrics: cfg.Metrics, logger: cfg.Logger,
+		maxLineageTasks: cfg.MaxLineageTasks, maxLineageDepth: cfg.MaxLineageDepth, maxQueues: cfg.MaxQueuesPerCustomer, feed: f}
+	return &Service{
+		tasks: t, feed: f,
+		claims: &claims{core: c, views: cfg.Views, delivery: cfg.Delivery, maxPolls: cfg.MaxPollsPerCustomer,
+			polls: polls{n: make(map[string]int)}, claiming: claiming{ids: make(map[string]struct{})}},
+		schedules: &schedules{core: c, log: cfg.ScheduleStore, views: cfg.Schedules, tasks: t, maxSchedules: cfg.MaxSchedules},
+		runs:      &runs{core: c, docs: cfg.Runs},
+		delivery:  cfg.Delivery, close: close,
+	}, nil
 }
 
 // Close ends every long poll in progress (they answer "nothing ready") so
@@ -276,7 +254,7 @@ func New(cfg Config) (*Service, error) {
 // unaffected. Close is idempotent.
 func (s *Service) Close() {
 	s.close()
-	s.cfg.Delivery.Close()
+	s.delivery.Close()
 }
 
 // Principal is who makes a request (service.Principal).
@@ -290,435 +268,6 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", aggregate.ErrInvalid, fmt.Sprintf(format, args...))
 }
 
-// ScheduleRequest is a request for a new task (service.ScheduleRequest).
-type ScheduleRequest = service.ScheduleRequest
-
-// Schedule accepts a task. created is false when the customer's requestId
-// was seen before; the existing task comes back then, whatever this
-// request said. A task's id is derived from (customer, requestId) when a
-// requestId is given, so racing retries land on one task.
-func (s *Service) Schedule(ctx context.Context, p Principal, req ScheduleRequest) (st aggregate.State, created bool, err error) {
-	return s.schedule(ctx, p, req, nil)
-}
-
-// schedule is Schedule, settling as settle does with later.
-func (s *Service) schedule(ctx context.Context, p Principal, req ScheduleRequest, later *events.Position) (st aggregate.State, created bool, err error) {
-	spec, customerID, err := s.validate(p, req)
-	if err != nil {
-		return st, false, err
-	}
-	return s.create(ctx, p, customerID, spec, later)
-}
-
-// requestTaskID is the id of the task a customer's request id names:
-// derived from both, so racing retries land on one task.
-func requestTaskID(customerID, requestID string) string {
-	return events.DeriveID("r", customerID, requestID)
-}
-
-// create schedules the task spec describes for customerID (whose id its
-// RequestID names, when it has one): Schedule's work once the request is
-// checked, shared with RetryTask. It settles as settle does with later.
-func (s *Service) create(ctx context.Context, p Principal, customerID string, spec events.TaskSpec, later *events.Position) (st aggregate.State, created bool, err error) {
-	// Checked here, not only by the aggregate: a repeated request id
-	// answers its task before the aggregate sees the spec, and an invalid
-	// request is refused whether it repeats or not. Before the parent is
-	// loaded, too: a parentId of "*" or ">" would match every task's
-	// subject.
-	if err := aggregate.ValidateRequest(spec); err != nil {
-		return st, false, err
-	}
-	taskID := events.NewID()
-	if spec.RequestID != "" {
-		taskID = requestTaskID(customerID, spec.RequestID)
-	}
-	if spec.RelatedTaskID != "" {
-		if _, err := s.Get(ctx, p, spec.RelatedTaskID); err != nil {
-			return st, false, fmt.Errorf("relatedTaskId: %w", err)
-		}
-	}
-	if spec.ParentID != "" {
-		parent, err := s.cfg.Store.Load(ctx, spec.ParentID)
-		if err != nil {
-			return st, false, s.unavailable(err)
-		}
-		if !parent.Exists() || parent.CustomerID != customerID {
-			return st, false, fmt.Errorf("%w: parent %s", aggregate.ErrNotFound, spec.ParentID)
-		}
-		if parent.Status.Terminal() {
-			// A repeated requestId answers the child it created before the
-			// parent ended (answered 200 with the existing task), not a conflict.
-			if spec.RequestID != "" {
-				if st, found, err := s.repeated(ctx, taskID, later); found || err != nil {
-					return st, false, err
-				}
-			}
-			return st, false, fmt.Errorf("%w: parent %s is %s", ErrParentTerminal, spec.ParentID, parent.Status)
-		}
-		if err := s.lineageRoom(spec.ParentID); err != nil {
-			// As for a terminal parent: a repeat answers the child it made.
-			if spec.RequestID != "" {
-				if st, found, rerr := s.repeated(ctx, taskID, later); found || rerr != nil {
-					return st, false, rerr
-				}
-			}
-			return st, false, err
-		}
-		spec.RootID = parent.Spec.RootID
-	} else {
-		spec.RootID = taskID
-	}
-	sc := aggregate.Schedule{TaskID: taskID, CustomerID: customerID, Spec: spec}
-	if now := s.cfg.Store.Now(); s.cfg.Delivery.Publishes() && !spec.RunAt.After(now) && spec.Concurrency == nil {
-		sc.DeliveryID, sc.NextAt = events.NewID(), now.Add(s.cfg.ReadyGrace)
-	}
-	var cmd aggregate.Command = sc
-	if spec.ParentID == "" && s.cfg.Usage != nil {
-		// A replay is not charged again: look before admitting.
-		if spec.RequestID != "" {
-			if st, found, err := s.repeated(ctx, taskID, later); found || err != nil {
-				return st, false, err
-			}
-		}
-		if reason := s.admit(ctx, customerID, spec); reason != "" {
-			s.cfg.Metrics.Rejections.Inc()
-			cmd = aggregate.Reject{TaskID: taskID, CustomerID: customerID, Spec: spec, Reason: reason}
-		}
-	}
-	st, evs, err := s.cfg.Store.Execute(ctx, taskID, "", cmd)
-	err = s.fromStore(err)
-	if err == nil {
-		crashpoint.Hit(crashpoint.Scheduled)
-	}
-	if errors.Is(err, aggregate.ErrExists) {
-		st, _, err = s.repeated(ctx, taskID, later)
-		return st, false, err
-	}
-	if err != nil {
-		return st, false, err
-	}
-	if st.Version == 1 && st.Delivery.ID != "" {
-		// The views take the release before anyone may claim the task: a
-		// claim it is handed to (handoff) then folds its Claimed in at once
-		// instead of waiting for the tail.
-		if s.cfg.Views.ApplyOwn(evs) {
-			evs = nil
-		}
-		var published []events.Event
-		st, published = s.cfg.Delivery.PublishReleased(ctx, st)
-		if evs = append(evs, published...); len(evs) == 0 {
-			return st, true, nil
-		}
-	}
-	if err := s.settle(ctx, st, evs, later); err != nil {
-		return st, false, err
-	}
-	if st.Rejected {
-		return st, false, &AdmissionError{Task: st}
-	}
-	return st, true, nil
-}
-
-// lineageRoom fails with ErrLineageLimit when a new child of parentID
-// would be deeper than MaxLineageDepth or make its lineage larger than
-// MaxLineageTasks. The counts come from the projections, so concurrent
-// requests can overshoot by the number in flight; a parent the views do
-// not hold yet (another process wrote it) is not checked.
-func (s *Service) lineageRoom(parentID string) error {
-	depth, size, ok := s.cfg.Views.Lineage(parentID)
-	switch {
-	case !ok:
-	case s.cfg.MaxLineageDepth >= 0 && depth+1 > s.cfg.MaxLineageDepth:
-		return fmt.Errorf("%w: a child of %s would be %d levels below its root, at most %d", ErrLineageLimit, parentID, depth+1, s.cfg.MaxLineageDepth)
-	case s.cfg.MaxLineageTasks >= 0 && size+1 > s.cfg.MaxLineageTasks:
-		return fmt.Errorf("%w: the lineage of %s has %d tasks, at most %d", ErrLineageLimit, parentID, size, s.cfg.MaxLineageTasks)
-	}
-	return nil
-}
-
-// repeated answers a repeated request id with the task it named (found),
-// and a task admission rejected with the same rejection. It settles as
-// settle does with later.
-func (s *Service) repeated(ctx context.Context, taskID string, later *events.Position) (st aggregate.State, found bool, err error) {
-	if st, err = s.cfg.Store.Load(ctx, taskID); err != nil {
-		return st, false, s.unavailable(err)
-	}
-	if !st.Exists() {
-		return st, false, nil
-	}
-	if err := s.settle(ctx, st, nil, later); err != nil {
-		return st, true, err
-	}
-	if st.Rejected {
-		return st, true, &AdmissionError{Task: st}
-	}
-	return st, true, nil
-}
-
-func (s *Service) validate(p Principal, req ScheduleRequest) (events.TaskSpec, string, error) {
-	customerID := req.CustomerID
-	switch {
-	case !p.IsOperator() && customerID != "" && customerID != p.CustomerID:
-		return events.TaskSpec{}, "", invalid("customerId is taken from the token")
-	case !p.IsOperator():
-		customerID = p.CustomerID
-	case customerID == "":
-		customerID = events.DefaultCustomer
-	}
-	queue := req.Queue
-	if queue == "" {
-		queue = events.DefaultQueue
-	}
-	timeout := events.DefaultTimeoutSeconds
-	if req.TimeoutSeconds != nil {
-		timeout = *req.TimeoutSeconds
-	}
-	if req.RunAt != nil && req.DelaySeconds != nil {
-		return events.TaskSpec{}, "", invalid("give runAt or delaySeconds, not both")
-	}
-	now := s.cfg.Store.Now()
-	runAt := now
-	if req.RunAt != nil {
-		runAt = *req.RunAt
-		if err := checkRunAt(runAt, now); err != nil {
-			return events.TaskSpec{}, "", err
-		}
-	}
-	if req.DelaySeconds != nil {
-		d := *req.DelaySeconds
-		if !(d >= 0 && d <= maxDelaySeconds) { // NaN too
-			return events.TaskSpec{}, "", invalid("delaySeconds must be between 0 and %d", maxDelaySeconds)
-		}
-		runAt = now.Add(time.Duration(d * float64(time.Second)))
-	}
-	if err := events.ValidID(customerID); err != nil {
-		return events.TaskSpec{}, "", invalid("customerId: %v", err)
-	}
-	msg := req.Message
-	if msg.CreatedAt.IsZero() {
-		msg.CreatedAt = now
-	}
-	spec := events.TaskSpec{
-		ParentID: req.ParentID, RequestID: req.RequestID, RelatedTaskID: req.RelatedTaskID,
-		Queue: queue, Signal: req.Signal, Repo: req.Repo, Message: msg,
-		RunAt: runAt.UTC(), TimeoutSeconds: timeout, Concurrency: req.Concurrency, Retry: retryPolicy(req.Retry),
-		Labels: req.Labels,
-	}
-	if err := events.ValidID(queue); err != nil {
-		return events.TaskSpec{}, "", invalid("queue: %v", err)
-	}
-	if err := s.checkQueues(customerID, queue); err != nil {
-		return events.TaskSpec{}, "", err
-	}
-	return spec, customerID, nil
-}
-
-// retryPolicy fills a requested retry policy's defaults (api.RetryRequest);
-// the aggregate checks its bounds.
-func retryPolicy(r *api.RetryRequest) *events.RetryPolicy {
-	if r == nil {
-		return nil
-	}
-	or := func(v *int, def int) int {
-		if v == nil {
-			return def
-		}
-		return *v
-	}
-	on := r.On
-	if on == nil {
-		on = []string{events.RetryOnFailed}
-	}
-	return &events.RetryPolicy{
-		MaxAttempts:       or(r.MaxAttempts, 1),
-		BackoffSeconds:    or(r.BackoffSeconds, events.DefaultBackoffSeconds),
-		MaxBackoffSeconds: or(r.MaxBackoffSeconds, events.DefaultMaxBackoffSeconds),
-		On:                on,
-	}
-}
-
-// checkQueues refuses a task on one more queue than MaxQueuesPerCustomer
-// queues the customer has live tasks on. Counts come from the projections,
-// so racing requests may overshoot by those in flight.
-func (s *Service) checkQueues(customerID, queue string) error {
-	max := s.cfg.MaxQueuesPerCustomer
-	if max < 0 {
-		return nil
-	}
-	if live, n := s.cfg.Views.CustomerQueue(customerID, queue); !live && n >= max {
-		return invalid("customer %s has live tasks on %d queues, at most %d: use one of those, or wait for their tasks to finish", customerID, n, max)
-	}
-	return nil
-}
-
-// checkRunAt fails with ErrInvalid for a runAt before 1970 or more than
-// maxDelaySeconds after now.
-func checkRunAt(runAt, now time.Time) error {
-	if runAt.Before(time.Unix(0, 0)) || runAt.After(now.Add(maxDelaySeconds*time.Second)) {
-		return invalid("runAt must be after 1970 and at most %d seconds ahead", maxDelaySeconds)
-	}
-	return nil
-}
-
-// maxDelaySeconds bounds how far ahead a task may be scheduled: 52 of the
-// longest timeouts (a year).
-const maxDelaySeconds = events.MaxTimeoutSeconds * 52
-
-// settle makes the projections show st, the task after the caller's
-// write appended evs, so the caller's next read (a list, a tree) sees it:
-// at once where the views may fold evs in themselves (Views.ApplyOwn),
-// else once the projections' tail has applied st. With a non-nil later
-// it does not wait for the tail: it raises *later to st.LastSeq and
-// returns nil, and the caller (a batch) waits once, with waitApplied, for
-// the highest sequence its items need.
-func (s *Service) settle(ctx context.Context, st aggregate.State, evs []events.Event, later *events.Position) error {
-	if len(evs) > 0 && s.cfg.Views.ApplyOwn(evs) {
-		return nil
-	}
-	if later != nil {
-		*later = max(*later, st.LastSeq)
-		return nil
-	}
-	return s.waitApplied(ctx, st.LastSeq)
-}
-
-// waitApplied waits, up to WriteTimeout, until the projections' tail has
-// applied the event at position seq; ErrUnavailable when it did not in
-// time.
-func (s *Service) waitApplied(ctx context.Context, seq events.Position) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
-	defer cancel()
-	if err := s.cfg.Views.WaitFor(ctx, seq); err != nil {
-		return s.unavailable(err)
-	}
-	return nil
-}
-
-func (s *Service) unavailable(err error) error {
-	return fmt.Errorf("%w: %v", ErrUnavailable, err)
-}
-
-// fromStore maps the store's failure to reach the log to ErrUnavailable
-// (the caller may retry); the aggregate's decisions pass through.
-func (s *Service) fromStore(err error) error {
-	if errors.Is(err, store.ErrUnavailable) {
-		return s.unavailable(err)
-	}
-	return err
-}
-
-// errCatchingUp is why a listing is refused while the views catch up.
-var errCatchingUp = errors.New("the projections are catching up with the log after a start (GET /readyz says when they are done); a listing now would miss tasks")
-
-// caughtUp fails with ErrUnavailable until the views have caught up with
-// the log: the listings read only the views, so before that they would
-// leave out what the views have not applied yet, without saying so.
-func (s *Service) caughtUp() error {
-	if !s.cfg.Views.CaughtUp() {
-		return s.unavailable(errCatchingUp)
-	}
-	return nil
-}
-
-// Get returns a task as the log has it now.
-func (s *Service) Get(ctx context.Context, p Principal, id string) (aggregate.State, error) {
-	if err := events.ValidID(id); err != nil {
-		return aggregate.State{}, invalid("task id: %v", err)
-	}
-	st, err := s.cfg.Store.Load(ctx, id)
-	if err != nil {
-		return st, s.unavailable(err)
-	}
-	if !p.Sees(st) {
-		return aggregate.State{}, fmt.Errorf("%w: %s", aggregate.ErrNotFound, id)
-	}
-	return st, nil
-}
-
-// authorize fails with ErrNotFound unless p may see task id. A task's
-// customer never changes, so the projections answer when they know the
-// task; only a task they have not seen yet is read from the log.
-func (s *Service) authorize(ctx context.Context, p Principal, id string) error {
-	if err := events.ValidID(id); err != nil {
-		return invalid("task id: %v", err)
-	}
-	if p.IsOperator() {
-		return nil // Execute answers ErrNotFound for a missing task
-	}
-	if st, ok := s.cfg.Views.Task(id); ok {
-		if !p.Sees(st) {
-			return fmt.Errorf("%w: %s", aggregate.ErrNotFound, id)
-		}
-		return nil
-	}
-	_, err := s.Get(ctx, p, id)
-	return err
-}
-
-// execute runs cmd on a task the principal may see, then settles it
-// (settle, with later).
-func (s *Service) execute(ctx context.Context, p Principal, id, actor string, cmd aggregate.Command, later *events.Position) (aggregate.State, error) {
-	if err := s.authorize(ctx, p, id); err != nil {
-		return aggregate.State{}, err
-	}
-	st, evs, err := s.cfg.Store.Execute(ctx, id, actor, cmd)
-	if err != nil {
-		return st, s.fromStore(err)
-	}
-	return st, s.settle(ctx, st, evs, later)
-}
-
-// Claim consumes deliveryID and starts the run for executorID.
-func (s *Service) Claim(ctx context.Context, p Principal, id, deliveryID, executorID string) (aggregate.State, error) {
-	if err := validIDs("deliveryId", deliveryID, "executorId", executorID); err != nil {
-		return aggregate.State{}, err
-	}
-	crashpoint.Hit(crashpoint.ClaimReceived)
-	st, err := s.execute(ctx, p, id, executorID, aggregate.Claim{DeliveryID: deliveryID, ExecutorID: executorID}, nil)
-	if err == nil {
-		crashpoint.Hit(crashpoint.Claimed)
-	}
-	return st, err
-}
-
-// RecordResult finishes a task. A non-empty deliveryID must be the claim's.
-func (s *Service) RecordResult(ctx context.Context, p Principal, id, deliveryID string, r events.Result) (aggregate.State, error) {
-	return s.recordResult(ctx, p, id, deliveryID, r, nil)
-}
-
-// recordResult is RecordResult, settling as settle does with later.
-func (s *Service) recordResult(ctx context.Context, p Principal, id, deliveryID string, r events.Result, later *events.Position) (aggregate.State, error) {
-	if deliveryID != "" {
-		if err := validIDs("deliveryId", deliveryID); err != nil {
-			return aggregate.State{}, err
-		}
-	}
-	crashpoint.Hit(crashpoint.ResultPending)
-	st, err := s.execute(ctx, p, id, "", aggregate.RecordResult{DeliveryID: deliveryID, Result: r}, later)
-	if err == nil {
-		crashpoint.Hit(crashpoint.ResultStored)
-	}
-	return st, err
-}
-
-// ReportEffects records effects the run under deliveryID made, while the
-// task is running under that claim, and returns the task with every
-// effect reported so far. Errors: aggregate.ErrNotFound (no such task for
-// p), ErrTerminal, ErrTokenMismatch (not running under deliveryID),
-// ErrInvalid (no effects, more than events.MaxEffects, a bad one, or past
-// events.MaxTaskEffects distinct ones), ErrTooLarge, ErrUnavailable.
-func (s *Service) ReportEffects(ctx context.Context, p Principal, id, deliveryID string, effects []events.Effect) (aggregate.State, error) {
-	if err := validIDs("deliveryId", deliveryID); err != nil {
-		return aggregate.State{}, err
-	}
-	return s.execute(ctx, p, id, "", aggregate.ReportEffects{DeliveryID: deliveryID, Effects: effects}, nil)
-}
-
-// Cancel cancels a non-terminal task.
-func (s *Service) Cancel(ctx context.Context, p Principal, id, reason string) (aggregate.State, error) {
-	return s.execute(ctx, p, id, "", aggregate.Cancel{Reason: reason}, nil)
-}
-
 func validIDs(nameValues ...string) error {
 	for i := 0; i+1 < len(nameValues); i += 2 {
 		if err := events.ValidID(nameValues[i+1]); err != nil {
@@ -726,173 +275,4 @@ func validIDs(nameValues ...string) error {
 		}
 	}
 	return nil
-}
-
-// History returns every event of a task in log order.
-func (s *Service) History(ctx context.Context, p Principal, id string) ([]events.Event, error) {
-	if err := events.ValidID(id); err != nil {
-		return nil, invalid("task id: %v", err)
-	}
-	evs, err := s.cfg.Store.History(ctx, id)
-	if err != nil {
-		return nil, s.unavailable(err)
-	}
-	st := aggregate.Replay(evs)
-	if !p.Sees(st) {
-		return nil, fmt.Errorf("%w: %s", aggregate.ErrNotFound, id)
-	}
-	return s.withSlots(ctx, st, evs)
-}
-
-// LineageHistory returns the events of a task's whole lineage (its root
-// and every descendant), interleaved in log order.
-func (s *Service) LineageHistory(ctx context.Context, p Principal, id string) ([]events.Event, error) {
-	st, err := s.Get(ctx, p, id)
-	if err != nil {
-		return nil, err
-	}
-	if s.retained(st.Spec.RootID) {
-		var all []events.Event
-		queue := []string{st.Spec.RootID}
-		for len(queue) > 0 && len(all) < maxTreeNodes*64 {
-			tid := queue[0]
-			queue = queue[1:]
-			evs, err := s.cfg.Store.History(ctx, tid)
-			if err != nil {
-				return nil, s.unavailable(err)
-			}
-			all = append(all, evs...)
-			queue = append(queue, s.cfg.Views.Children(tid)...)
-		}
-		if s.retained(st.Spec.RootID) { // not evicted during the walk
-			slices.SortFunc(all, func(a, b events.Event) int { return cmp.Compare(a.Seq, b.Seq) })
-			return all, nil
-		}
-	}
-	return s.lineageFromLog(ctx, st)
-}
-
-// retained reports whether the projections hold the task: a lineage
-// evicted by retention is known only to the log.
-func (s *Service) retained(id string) bool {
-	_, ok := s.cfg.Views.Task(id)
-	return ok
-}
-
-// lineageFromLog reads the lineage of task st from the log.
-func (s *Service) lineageFromLog(ctx context.Context, st aggregate.State) ([]events.Event, error) {
-	root := st
-	if st.Spec.RootID != st.TaskID {
-		var err error
-		if root, err = s.cfg.Store.Load(ctx, st.Spec.RootID); err != nil {
-			return nil, s.unavailable(err)
-		}
-	}
-	evs, err := s.cfg.Store.Lineage(ctx, root)
-	if err != nil {
-		return nil, s.unavailable(err)
-	}
-	return evs, nil
-}
-
-// CustomerEvents calls fn for every event of customerID's tasks stored at
-// or after since, in log order.
-func (s *Service) CustomerEvents(ctx context.Context, p Principal, customerID string, since time.Time, fn func(events.Event) error) error {
-	if !p.IsOperator() && p.CustomerID != customerID {
-		return fmt.Errorf("%w: customer %s", aggregate.ErrNotFound, customerID)
-	}
-	if err := s.cfg.Store.CustomerEvents(ctx, customerID, since, fn); err != nil {
-		return s.unavailable(err)
-	}
-	return nil
-}
-
-// withSpec fills in the spec (message included) that the projections
-// keep only in part, from the task's first event (one read by sequence):
-// a task's spec never changes after it.
-func (s *Service) withSpec(ctx context.Context, st *aggregate.State) error {
-	ev, err := s.cfg.Store.Event(ctx, st.FirstSeq)
-	if err != nil {
-		return s.unavailable(err)
-	}
-	switch p := ev.Data.(type) {
-	case events.TaskScheduled:
-		st.Spec = p.Spec
-	case events.AdmissionRejected:
-		st.Spec = p.Spec
-	}
-	return nil
-}
-
-// Node is one task of a tree with its children (service.Node).
-type Node = service.Node
-
-// maxTreeNodes bounds a tree answer.
-const maxTreeNodes = 10000
-
-// Tree returns the whole lineage of a task, from its root.
-func (s *Service) Tree(ctx context.Context, p Principal, id string) (Node, error) {
-	st, err := s.Get(ctx, p, id)
-	if err != nil {
-		return Node{}, err
-	}
-	if !s.retained(st.Spec.RootID) {
-		evs, err := s.lineageFromLog(ctx, st)
-		if err != nil {
-			return Node{}, err
-		}
-		return treeOf(evs, st.Spec.RootID), nil
-	}
-	budget := maxTreeNodes
-	return s.subtree(ctx, st.Spec.RootID, &budget)
-}
-
-// treeOf folds a lineage's events into its tree, children in creation
-// order, at most maxTreeNodes tasks.
-func treeOf(evs []events.Event, rootID string) Node {
-	states := map[string]aggregate.State{}
-	children := map[string][]string{}
-	for _, ev := range evs {
-		before := states[ev.TaskID]
-		st := aggregate.Apply(before, ev)
-		if !before.Exists() && st.Spec.ParentID != "" {
-			children[st.Spec.ParentID] = append(children[st.Spec.ParentID], ev.TaskID)
-		}
-		states[ev.TaskID] = st
-	}
-	budget := maxTreeNodes
-	var build func(id string) Node
-	build = func(id string) Node {
-		n := Node{Task: states[id]}
-		for _, c := range children[id] {
-			if budget--; budget <= 0 {
-				break
-			}
-			n.Children = append(n.Children, build(c))
-		}
-		return n
-	}
-	return build(rootID)
-}
-
-func (s *Service) subtree(ctx context.Context, id string, budget *int) (Node, error) {
-	st, ok := s.cfg.Views.Task(id)
-	if !ok {
-		return Node{}, s.unavailable(fmt.Errorf("task %s not in the projections yet", id))
-	}
-	if err := s.withSpec(ctx, &st); err != nil {
-		return Node{}, err
-	}
-	n := Node{Task: st}
-	for _, c := range s.cfg.Views.Children(id) {
-		if *budget--; *budget <= 0 {
-			break
-		}
-		child, err := s.subtree(ctx, c, budget)
-		if err != nil {
-			return Node{}, err
-		}
-		n.Children = append(n.Children, child)
-	}
-	return n, nil
 }

@@ -19,18 +19,18 @@ type ScheduleStats = service.ScheduleStats
 // customer's), from the projections: every queue, and up to maxRows
 // concurrency keys and schedules. It costs the queues, keys and
 // schedules, not the tasks.
-func (s *Service) Stats(p Principal, maxRows int) Stats {
+func (s *feed) Stats(p Principal, maxRows int) Stats {
 	customer := p.Scope()
-	out := Stats{At: s.cfg.Store.Now()}
-	for _, q := range s.cfg.Views.Stats(customer, out.At) {
+	out := Stats{At: s.store.Now()}
+	for _, q := range s.views.Stats(customer, out.At) {
 		out.Queues = append(out.Queues, service.QueueStats(q))
 	}
-	keys, more := s.cfg.Views.KeyStats(customer, maxRows)
+	keys, more := s.views.KeyStats(customer, maxRows)
 	for _, k := range keys {
 		out.Keys = append(out.Keys, service.KeyStats(k))
 	}
 	out.KeysTruncated = more
-	scheds := s.cfg.Schedules.Schedules(customer, "", maxRows+1, false)
+	scheds := s.schedules.Schedules(customer, "", maxRows+1, false)
 	if out.SchedulesTruncated = len(scheds) > maxRows; out.SchedulesTruncated {
 		scheds = scheds[:maxRows]
 	}
@@ -39,7 +39,7 @@ func (s *Service) Stats(p Principal, maxRows int) Stats {
 		row := ScheduleStats{CustomerID: st.CustomerID, ID: st.ID, Paused: st.Paused, Next: st.Next(), Runs: st.Runs}
 		if st.LastRun.TaskID != "" {
 			run := ScheduleRun{ScheduleFired: st.LastRun}
-			if t, ok := s.cfg.Views.Task(st.LastRun.TaskID); ok {
+			if t, ok := s.applied.Task(st.LastRun.TaskID); ok {
 				run.Status = t.Status
 			}
 			row.LastRun = &run

@@ -31,8 +31,8 @@ type Cursor = service.Cursor
 // stream sequences joined by "-", shard 0's first, or "0", the start of
 // every shard (docs/API.md, "Live event stream"). ok is false for a token
 // of another form (CursorForm).
-func (s *Service) ParseCursor(token string) (c Cursor, ok bool) {
-	shards := s.cfg.Store.Shards()
+func (s *feed) ParseCursor(token string) (c Cursor, ok bool) {
+	shards := s.store.Shards()
 	if token == "0" {
 		return make(Cursor, shards.N()), true
 	}
@@ -54,16 +54,16 @@ func (s *Service) ParseCursor(token string) (c Cursor, ok bool) {
 }
 
 // CursorForm says what a resume token is, for an error message.
-func (s *Service) CursorForm() string {
-	if k := s.cfg.Store.Shards().N(); k > 1 {
+func (s *feed) CursorForm() string {
+	if k := s.store.Shards().N(); k > 1 {
 		return fmt.Sprintf("0 or %d whole numbers ≥ 0 joined by \"-\" (each shard's stream sequence)", k)
 	}
 	return "a whole number ≥ 0 (a stream sequence)"
 }
 
 // CursorToken returns the resume token of c (ParseCursor's inverse).
-func (s *Service) CursorToken(c Cursor) string {
-	shards := s.cfg.Store.Shards()
+func (s *feed) CursorToken(c Cursor) string {
+	shards := s.store.Shards()
 	parts := make([]string, shards.N())
 	for i := range parts {
 		var seq uint64
@@ -77,8 +77,8 @@ func (s *Service) CursorToken(c Cursor) string {
 
 // LiveCursor returns the cursor at the log's end now: a stream from it
 // passes only events stored later.
-func (s *Service) LiveCursor(ctx context.Context) (Cursor, error) {
-	last, err := s.cfg.Store.LastPositions(ctx)
+func (s *feed) LiveCursor(ctx context.Context) (Cursor, error) {
+	last, err := s.store.LastPositions(ctx)
 	if err != nil {
 		return nil, s.unavailable(err)
 	}
@@ -94,19 +94,19 @@ func (s *Service) LiveCursor(ctx context.Context) (Cursor, error) {
 // and remembers the state of at most maxTracked tasks, so it holds
 // bounded memory. fn must not keep the cursor: it changes with the next
 // event.
-func (s *Service) Stream(ctx context.Context, p Principal, f StreamFilter, after Cursor, fn func(api.Event, Cursor) error) error {
+func (s *feed) Stream(ctx context.Context, p Principal, f StreamFilter, after Cursor, fn func(api.Event, Cursor) error) error {
 	if err := f.Validate(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.closing, cancel)()
-	t := tracker{store: s.cfg.Store, states: make(map[string]aggregate.State)}
-	shards := s.cfg.Store.Shards()
+	t := tracker{store: s.store, states: make(map[string]aggregate.State)}
+	shards := s.store.Shards()
 	at := make(Cursor, shards.N())
 	copy(at, after)
 	subjects := func(sub events.Subjects) []string { return streamSubjects(sub, p, f.TaskIDs) }
-	err := s.cfg.Store.Follow(ctx, subjects, at, func(ev events.Event) error {
+	err := s.store.Follow(ctx, subjects, at, func(ev events.Event) error {
 		st, err := t.apply(ctx, ev)
 		if err != nil {
 			return err
@@ -194,8 +194,8 @@ func (t *tracker) apply(ctx context.Context, ev events.Event) (aggregate.State, 
 }
 
 // LastSeq returns the log's last stream sequence.
-func (s *Service) LastSeq(ctx context.Context) (uint64, error) {
-	seq, err := s.cfg.Store.LastSeq(ctx)
+func (s *feed) LastSeq(ctx context.Context) (uint64, error) {
+	seq, err := s.store.LastSeq(ctx)
 	if err != nil {
 		return 0, s.unavailable(err)
 	}

@@ -13,7 +13,7 @@ import (
 // Timeline returns the history of task id as the API's entries (GET
 // /v1/tasks/{id}/history), each with the task's status after it. It
 // fails as History does.
-func (s *Service) Timeline(ctx context.Context, p Principal, id string) ([]api.Event, error) {
+func (s *feed) Timeline(ctx context.Context, p Principal, id string) ([]api.Event, error) {
 	evs, err := s.History(ctx, p, id)
 	if err != nil {
 		return nil, err
@@ -24,7 +24,7 @@ func (s *Service) Timeline(ctx context.Context, p Principal, id string) ([]api.E
 // LineageTimeline is Timeline for the whole lineage of task id, in log
 // order (GET /v1/tasks/{id}/history?tree=1). It fails as LineageHistory
 // does.
-func (s *Service) LineageTimeline(ctx context.Context, p Principal, id string) ([]api.Event, error) {
+func (s *feed) LineageTimeline(ctx context.Context, p Principal, id string) ([]api.Event, error) {
 	evs, err := s.LineageHistory(ctx, p, id)
 	if err != nil {
 		return nil, err
@@ -35,7 +35,7 @@ func (s *Service) LineageTimeline(ctx context.Context, p Principal, id string) (
 // ScheduleTimeline is Timeline for a customer's schedule (GET
 // /v1/schedules/{id}/history), each entry with the schedule's status
 // after it. It fails as ScheduleHistory does.
-func (s *Service) ScheduleTimeline(ctx context.Context, p Principal, customerID, id string) ([]api.Event, error) {
+func (s *schedules) ScheduleTimeline(ctx context.Context, p Principal, customerID, id string) ([]api.Event, error) {
 	evs, err := s.ScheduleHistory(ctx, p, customerID, id)
 	if err != nil {
 		return nil, err
@@ -47,7 +47,7 @@ func (s *Service) ScheduleTimeline(ctx context.Context, p Principal, customerID,
 // of customerID's tasks stored at or after since (GET /v1/events), each
 // with its task's status after it. It fails as CustomerEvents does, or
 // with fn's error.
-func (s *Service) CustomerTimeline(ctx context.Context, p Principal, customerID string, since time.Time, fn func(api.Event) error) error {
+func (s *feed) CustomerTimeline(ctx context.Context, p Principal, customerID string, since time.Time, fn func(api.Event) error) error {
 	t := replay.NewStatusTracker()
 	return s.CustomerEvents(ctx, p, customerID, since, func(ev events.Event) error {
 		return fn(entry(ev, t.Entry(ev)))
