@@ -23,30 +23,30 @@ import (
 // before), so Next never walks every future waiter of a full key; such a
 // wake-up finds the waiter skipped and costs one round. It is safe for
 // concurrent use.
-func (e *Engine) Next(t Timer, now time.Time, skip func(taskID string) bool) (time.Time, bool) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	d, ok := e.v.timers[t].earliestExcept(e.v.actionable(t, now, skip))
+func (vw *Views) Next(t Timer, now time.Time, skip func(taskID string) bool) (time.Time, bool) {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
+	d, ok := vw.v.timers[t].earliestExcept(vw.v.actionable(t, now, skip))
 	return time.Unix(0, d), ok
 }
 
 // Due returns up to limit tasks of timer queue t due at or before now
 // that the alarm would act on (the items Next considers), taking turns
 // across customers. It is safe for concurrent use.
-func (e *Engine) Due(t Timer, now time.Time, limit int, skip func(taskID string) bool) []aggregate.State {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
+func (vw *Views) Due(t Timer, now time.Time, limit int, skip func(taskID string) bool) []aggregate.State {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
 	if t == Fire { // schedules, not tasks: DueSchedules
 		return nil
 	}
-	keys := e.v.timers[t].due(now, limit, e.v.actionable(t, now, skip))
+	keys := vw.v.timers[t].due(now, limit, vw.v.actionable(t, now, skip))
 	out := make([]aggregate.State, len(keys))
 	for i, k := range keys {
 		if t == Free {
-			out[i] = e.v.freeing[k]
+			out[i] = vw.v.freeing[k]
 			continue
 		}
-		out[i] = e.v.state(e.v.tasks[k])
+		out[i] = vw.v.state(vw.v.tasks[k])
 	}
 	return out
 }

@@ -17,7 +17,7 @@ import (
 func TestWaiterLeavingWakesTheAlarm(t *testing.T) {
 	t.Parallel()
 	v := newViews(DefaultRetain, events.Shards{})
-	e := &Engine{v: v}
+	e := &Views{v: v}
 	now := at(10)
 	var seq events.Position
 	apply := func(s aggregate.State, cmd aggregate.Command) (aggregate.State, bool) {
@@ -57,7 +57,7 @@ func TestWaiterLeavingWakesTheAlarm(t *testing.T) {
 // the due waiters (Due does too) but not the future ones.
 func BenchmarkNextFullKey(b *testing.B) {
 	v := newViews(DefaultRetain, events.Shards{})
-	e := &Engine{v: v}
+	e := &Views{v: v}
 	now := at(0)
 	var seq events.Position
 	schedule := func(id, customer string, runAt time.Time, c *events.Concurrency) {

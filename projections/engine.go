@@ -60,23 +60,19 @@ type Config struct {
 	Retain int
 }
 
-// Engine consumes the log in order from its applied sequence and feeds
-// every projection. Reads are safe for concurrent use with Run.
+// Engine is the fold loop: it consumes the log in order from its applied
+// positions and folds every event into its Views, which it embeds, so an
+// Engine answers their queries too. Reads are safe for concurrent use
+// with Run.
 type Engine struct {
+	Views
 	cfg Config
-
-	mu sync.RWMutex
-	v  *views
 
 	// waiters are WaitFor calls, each woken once its sequence is applied
 	// (not on every event: with many writers in flight that would wake
 	// them all thousands of times a second).
 	waitMu  sync.Mutex
 	waiters []waiter
-
-	// queuedSig are the QueuedSignal channels by customer and queue.
-	sigMu     sync.Mutex
-	queuedSig map[string]chan struct{}
 
 	// owned are the sequences ApplyOwn folded in that the tail has not
 	// reached yet: it skips them without decoding. Each says whether its
@@ -86,13 +82,12 @@ type Engine struct {
 
 	// applied is the vector of positions applied, by shard: the last
 	// event's of each; wanted, by shard, the highest a caller waited for.
-	applied  []position
-	wanted   []position
-	caughtUp atomic.Bool
-	ready    chan struct{} // closed once caughtUp is first set
-	kick     chan struct{}
-	bad      atomic.Uint64
-	missing  atomic.Uint64 // sequences the tail skipped: holes in the log
+	applied []position
+	wanted  []position
+	ready   chan struct{} // closed once caughtUp is first set
+	kick    chan struct{}
+	bad     atomic.Uint64
+	missing atomic.Uint64 // sequences the tail skipped: holes in the log
 
 	policy       snapshotPolicy // owned by Run's goroutine
 	snapshots    sync.WaitGroup
@@ -113,8 +108,8 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Retain == 0 {
 		cfg.Retain = DefaultRetain
 	}
-	return &Engine{cfg: cfg, v: newViews(cfg.Retain, cfg.Shards), kick: make(chan struct{}, 1), ready: make(chan struct{}),
-		queuedSig: make(map[string]chan struct{}), owned: make(map[events.Position]bool),
+	return &Engine{cfg: cfg, Views: Views{shards: cfg.Shards, v: newViews(cfg.Retain, cfg.Shards), queuedSig: make(map[string]chan struct{})},
+		kick: make(chan struct{}, 1), ready: make(chan struct{}), owned: make(map[events.Position]bool),
 		applied: make([]position, cfg.Shards.N()), wanted: make([]position, cfg.Shards.N())}, nil
 }
 
@@ -724,14 +719,6 @@ func (e *Engine) Positions() []events.Position {
 // CaughtUp reports whether the engine has applied everything the stream
 // held when Run started.
 func (e *Engine) CaughtUp() bool { return e.caughtUp.Load() }
-
-// Evicted counts the tasks of finished lineages retention dropped from
-// the projections since the engine started.
-func (e *Engine) Evicted() uint64 {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	return e.v.evicted
-}
 
 // Undecodable counts events skipped because they did not decode.
 func (e *Engine) Undecodable() uint64 { return e.bad.Load() }

@@ -182,25 +182,25 @@ func (v *views) keyStates() []aggregate.KeyState {
 // a task evicted from the views has only its id, customer and key) and
 // the tasks waiting for a slot at now (due, not released, not holding
 // one), first due first. It is safe for concurrent use.
-func (e *Engine) ConcurrencyKey(customerID, key string, now time.Time) (k aggregate.KeyState, holders, waiters []aggregate.State) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
+func (vw *Views) ConcurrencyKey(customerID, key string, now time.Time) (k aggregate.KeyState, holders, waiters []aggregate.State) {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
 	kid := events.KeyID(customerID, key)
-	if ks := e.v.byKey[kid]; ks != nil {
+	if ks := vw.v.byKey[kid]; ks != nil {
 		k = *ks
 	}
 	for _, id := range k.Holders {
-		s, ok := e.v.freeing[id]
-		if t := e.v.tasks[id]; t != nil {
-			s, ok = e.v.state(t), true
+		s, ok := vw.v.freeing[id]
+		if t := vw.v.tasks[id]; t != nil {
+			s, ok = vw.v.state(t), true
 		}
 		if !ok {
 			s = aggregate.State{TaskID: id, CustomerID: customerID}
 		}
 		holders = append(holders, s)
 	}
-	for id := range e.v.keys.live[kid] {
-		s := e.v.state(e.v.tasks[id])
+	for id := range vw.v.keys.live[kid] {
+		s := vw.v.state(vw.v.tasks[id])
 		if Waiting(s, now) && !k.Holds(id) {
 			waiters = append(waiters, s)
 		}
@@ -214,8 +214,8 @@ func (e *Engine) ConcurrencyKey(customerID, key string, now time.Time) (k aggreg
 // Waiters returns up to limit tasks of a customer's concurrency key due
 // at now that wait for a slot (not released, holding none), first due
 // first. It is safe for concurrent use.
-func (e *Engine) Waiters(customerID, key string, now time.Time, limit int) []aggregate.State {
-	_, _, waiters := e.ConcurrencyKey(customerID, key, now)
+func (vw *Views) Waiters(customerID, key string, now time.Time, limit int) []aggregate.State {
+	_, _, waiters := vw.ConcurrencyKey(customerID, key, now)
 	return waiters[:min(limit, len(waiters))]
 }
 
@@ -239,10 +239,10 @@ type KeyStats struct {
 // then key, at most limit of them; more reports that there were others.
 // It costs the keys and their holders, not their waiting tasks. It is
 // safe for concurrent use.
-func (e *Engine) KeyStats(customerID string, limit int) (out []KeyStats, more bool) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	v := &e.v.keys
+func (vw *Views) KeyStats(customerID string, limit int) (out []KeyStats, more bool) {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
+	v := &vw.v.keys
 	row := func(kid string) (KeyStats, bool) {
 		var ks KeyStats
 		live := v.live[kid]
@@ -253,7 +253,7 @@ func (e *Engine) KeyStats(customerID string, limit int) (out []KeyStats, more bo
 					ks.Waiting--
 				}
 				if ks.Limit == 0 {
-					if t := e.v.tasks[id]; t != nil && t.conc != nil {
+					if t := vw.v.tasks[id]; t != nil && t.conc != nil {
 						ks.Limit = t.conc.Limit
 					} else if s, ok := v.freeing[id]; ok {
 						ks.Limit = s.Spec.Concurrency.Limit
@@ -263,7 +263,7 @@ func (e *Engine) KeyStats(customerID string, limit int) (out []KeyStats, more bo
 		}
 		ks.Waiting += len(live)
 		for id := range live { // one is enough: any unfinished task names the key
-			if t := e.v.tasks[id]; t != nil && t.conc != nil {
+			if t := vw.v.tasks[id]; t != nil && t.conc != nil {
 				ks.CustomerID, ks.Key = t.customer, t.conc.Key
 				if ks.Limit == 0 {
 					ks.Limit = t.conc.Limit

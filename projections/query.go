@@ -10,37 +10,69 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
 )
 
-// The engine's reads: every method here is safe for concurrent use with
-// Run and answers from the projections as applied so far.
+// Views are the read models the Engine keeps. Their methods here and in
+// due.go, keys.go, schedules.go and stats.go only read: each takes the
+// read lock and answers from the events applied so far, so they are safe
+// for concurrent use with the fold. Every write goes through the Engine
+// (Run, Apply, ApplyOwn, Rebuild, a restored snapshot, and the
+// corrections in repair.go) under the write lock. The zero Views is not
+// usable: an Engine's are.
+type Views struct {
+	shards events.Shards // the log's layout, to tell a task's part
+
+	// mu guards v, which a rebuild or a restored snapshot swaps whole.
+	mu sync.RWMutex
+	v  *views
+
+	// caughtUp is set once the Engine has applied every event the log
+	// held when Run started (Engine.CaughtUp).
+	caughtUp atomic.Bool
+
+	// queuedSig are the QueuedSignal channels by customer and queue,
+	// closed by the fold (signalQueued).
+	sigMu     sync.Mutex
+	queuedSig map[string]chan struct{}
+}
+
+// Evicted counts the tasks of finished lineages retention dropped from
+// the projections since the engine started.
+func (vw *Views) Evicted() uint64 {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
+	return vw.v.evicted
+}
 
 // Task returns the projected state of a task. Of its spec it has the
 // root, parent, queue and runAt, and the signal until the ready
 // notification is published: read the rest from the task's first event.
-func (e *Engine) Task(id string) (aggregate.State, bool) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	t := e.v.tasks[id]
+func (vw *Views) Task(id string) (aggregate.State, bool) {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
+	t := vw.v.tasks[id]
 	if t == nil {
 		return aggregate.State{}, false
 	}
-	return e.v.state(t), true
+	return vw.v.state(t), true
 }
 
 // OpenIn returns how many lineages whose root is in one of parts have not
 // ended: a task not terminal, or not reported to its parent yet.
-func (e *Engine) OpenIn(parts []int) int {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
+func (vw *Views) OpenIn(parts []int) int {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
 	n := 0
-	for _, t := range e.v.tasks {
-		if part, _ := e.cfg.Shards.Split(t.firstSeq); t.id == t.root && t.open > 0 && slices.Contains(parts, part) {
+	for _, t := range vw.v.tasks {
+		if part, _ := vw.shards.Split(t.firstSeq); t.id == t.root && t.open > 0 && slices.Contains(parts, part) {
 			n++
 		}
 	}
@@ -48,10 +80,10 @@ func (e *Engine) OpenIn(parts []int) int {
 }
 
 // Children returns the ids of a task's children in creation order.
-func (e *Engine) Children(id string) []string {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if t := e.v.tasks[id]; t != nil {
+func (vw *Views) Children(id string) []string {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
+	if t := vw.v.tasks[id]; t != nil {
 		return slices.Clone(t.children())
 	}
 	return nil
@@ -62,14 +94,14 @@ func (e *Engine) Children(id string) []string {
 // ok is false when they do not hold the task. An open lineage is never
 // evicted, so for a live task the views hold all of it that this process
 // has applied.
-func (e *Engine) Lineage(id string) (depth, size int, ok bool) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	t := e.v.tasks[id]
+func (vw *Views) Lineage(id string) (depth, size int, ok bool) {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
+	t := vw.v.tasks[id]
 	if t == nil {
 		return 0, 0, false
 	}
-	h, depth := e.v.ancestry(t)
+	h, depth := vw.v.ancestry(t)
 	return depth, int(h.members), true
 }
 
@@ -80,34 +112,34 @@ var ErrNotReady = errors.New("projections: not caught up with the log")
 // Ancestors returns the projected states of a task's parent, its parent,
 // and so on up to the root. A missing ancestor ends the chain. It fails
 // with ErrNotReady until the engine has caught up.
-func (e *Engine) Ancestors(id string) ([]aggregate.State, error) {
-	if !e.caughtUp.Load() {
+func (vw *Views) Ancestors(id string) ([]aggregate.State, error) {
+	if !vw.caughtUp.Load() {
 		return nil, ErrNotReady
 	}
-	e.mu.RLock()
-	defer e.mu.RUnlock()
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
 	var out []aggregate.State
 	seen := map[string]bool{id: true}
-	for t := e.v.tasks[id]; t != nil && t.parent != ""; {
+	for t := vw.v.tasks[id]; t != nil && t.parent != ""; {
 		pid := t.parent
 		if seen[pid] {
 			break
 		}
 		seen[pid] = true
-		if t = e.v.tasks[pid]; t != nil {
-			out = append(out, e.v.state(t))
+		if t = vw.v.tasks[pid]; t != nil {
+			out = append(out, vw.v.state(t))
 		}
 	}
 	return out, nil
 }
 
 // Earliest returns the earliest due time across the timer queues.
-func (e *Engine) Earliest() (time.Time, bool) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
+func (vw *Views) Earliest() (time.Time, bool) {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
 	var best time.Time
 	found := false
-	for _, q := range e.v.timers {
+	for _, q := range vw.v.timers {
 		if t, ok := q.earliest(); ok && (!found || t.Before(best)) {
 			best, found = t, true
 		}
@@ -116,60 +148,26 @@ func (e *Engine) Earliest() (time.Time, bool) {
 }
 
 // TimerLen returns how many tasks wait in timer queue t.
-func (e *Engine) TimerLen(t Timer) int {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	return e.v.timers[t].Len()
-}
-
-// Postpone moves task taskID's due time in timer queue t to due, if it
-// is there. Only Republish items are postponed, when their notification
-// was found live: the next check is then due a window later, with
-// nothing appended to the log. A rebuild or a restart puts the item back
-// at its last publish, which costs one early check.
-func (e *Engine) Postpone(t Timer, taskID string, due time.Time) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.v.timers[t].postpone(taskID, due)
-}
-
-// Repair makes sure a task that s (freshly loaded from the log) says is
-// waiting on a timer is in that timer queue, and reports whether it had to
-// put it back. It is the self-healing step: a projection that lost a
-// release or a pending delivery gets it from the aggregate.
-func (e *Engine) Repair(s aggregate.State) bool {
-	tm, due, ok := timerOf(&s)
-	if !ok {
-		return false
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	t := e.v.tasks[s.TaskID]
-	if t == nil || int(t.version) > s.Version || e.v.timers[tm].has(s.TaskID) {
-		return false
-	}
-	e.v.timers[tm].set(s.TaskID, bucketOf(tm, &s), due)
-	select {
-	case e.kick <- struct{}{}:
-	default:
-	}
-	return true
+func (vw *Views) TimerLen(t Timer) int {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
+	return vw.v.timers[t].Len()
 }
 
 // ActiveRoots returns how many non-terminal root tasks customerID has.
-func (e *Engine) ActiveRoots(customerID string) int {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	return e.v.activeRoots[customerID]
+func (vw *Views) ActiveRoots(customerID string) int {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
+	return vw.v.activeRoots[customerID]
 }
 
 // RecentAdmissions returns how many root tasks customerID had admitted
 // after since (at most AdmissionWindow ago).
-func (e *Engine) RecentAdmissions(customerID string, since time.Time) int {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
+func (vw *Views) RecentAdmissions(customerID string, since time.Time) int {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
 	n := 0
-	for _, at := range e.v.admissions[customerID] {
+	for _, at := range vw.v.admissions[customerID] {
 		if at.After(since) {
 			n++
 		}
@@ -178,11 +176,11 @@ func (e *Engine) RecentAdmissions(customerID string, since time.Time) int {
 }
 
 // QueueCounts returns the number of tasks per queue and status.
-func (e *Engine) QueueCounts() map[string]map[aggregate.Status]int {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	out := make(map[string]map[aggregate.Status]int, len(e.v.queueCounts))
-	for q, m := range e.v.queueCounts {
+func (vw *Views) QueueCounts() map[string]map[aggregate.Status]int {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
+	out := make(map[string]map[aggregate.Status]int, len(vw.v.queueCounts))
+	for q, m := range vw.v.queueCounts {
 		out[q] = make(map[aggregate.Status]int, len(m))
 		for s, n := range m {
 			if n != 0 {
@@ -195,10 +193,10 @@ func (e *Engine) QueueCounts() map[string]map[aggregate.Status]int {
 
 // Queued returns up to limit of customerID's queued tasks on queue, the
 // one published longest ago first, skipping ids skip reports.
-func (e *Engine) Queued(customerID, queue string, limit int, skip func(taskID string) bool) []aggregate.State {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	h := e.v.timers[Republish].byCustomer[queueBucket(customerID, queue)]
+func (vw *Views) Queued(customerID, queue string, limit int, skip func(taskID string) bool) []aggregate.State {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
+	h := vw.v.timers[Republish].byCustomer[queueBucket(customerID, queue)]
 	if h == nil {
 		return nil
 	}
@@ -206,7 +204,7 @@ func (e *Engine) Queued(customerID, queue string, limit int, skip func(taskID st
 	it := h.ascending(math.MaxInt64)
 	for item, ok := it.next(); ok && len(out) < limit; item, ok = it.next() {
 		if !skip(item.key) {
-			out = append(out, e.v.state(e.v.tasks[item.key]))
+			out = append(out, vw.v.state(vw.v.tasks[item.key]))
 		}
 	}
 	return out
@@ -214,44 +212,44 @@ func (e *Engine) Queued(customerID, queue string, limit int, skip func(taskID st
 
 // QueuedSignal returns a channel closed once a task of customerID is
 // queued on queue (its ready notification published) after the call.
-func (e *Engine) QueuedSignal(customerID, queue string) <-chan struct{} {
-	e.sigMu.Lock()
-	defer e.sigMu.Unlock()
+func (vw *Views) QueuedSignal(customerID, queue string) <-chan struct{} {
+	vw.sigMu.Lock()
+	defer vw.sigMu.Unlock()
 	k := queueBucket(customerID, queue)
-	ch := e.queuedSig[k]
+	ch := vw.queuedSig[k]
 	if ch == nil {
 		ch = make(chan struct{})
-		e.queuedSig[k] = ch
+		vw.queuedSig[k] = ch
 	}
 	return ch
 }
 
 // signalQueued closes the QueuedSignal channel of customerID and queue.
-func (e *Engine) signalQueued(customerID, queue string) {
-	e.sigMu.Lock()
-	defer e.sigMu.Unlock()
+func (vw *Views) signalQueued(customerID, queue string) {
+	vw.sigMu.Lock()
+	defer vw.sigMu.Unlock()
 	k := queueBucket(customerID, queue)
-	if ch := e.queuedSig[k]; ch != nil {
+	if ch := vw.queuedSig[k]; ch != nil {
 		close(ch)
-		delete(e.queuedSig, k)
+		delete(vw.queuedSig, k)
 	}
 }
 
 // HasQueue reports whether a task was ever scheduled on queue, as far as
 // the views keep it: only such a queue gets a ready consumer.
-func (e *Engine) HasQueue(queue string) bool {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	_, ok := e.v.queueCounts[queue]
+func (vw *Views) HasQueue(queue string) bool {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
+	_, ok := vw.v.queueCounts[queue]
 	return ok
 }
 
 // CustomerQueue reports whether customerID has a non-terminal task on
 // queue, and on how many queues it has non-terminal tasks.
-func (e *Engine) CustomerQueue(customerID, queue string) (live bool, queues int) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	qs := e.v.liveQueues[customerID]
+func (vw *Views) CustomerQueue(customerID, queue string) (live bool, queues int) {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
+	qs := vw.v.liveQueues[customerID]
 	return qs[queue] > 0, len(qs)
 }
 
@@ -321,28 +319,28 @@ func (v *views) candidates(f *Filter) (iter.Seq[*task], bool) {
 // stops at limit matches, so it reads only the ids it passes (for an
 // operator naming no customer, up to limit matches of each customer).
 // It is safe for concurrent use.
-func (e *Engine) List(f Filter, after string, limit int) []aggregate.State {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
+func (vw *Views) List(f Filter, after string, limit int) []aggregate.State {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
 	var out []aggregate.State
 	add := func(t *task) bool {
-		if t == nil || t.id <= after || !e.v.match(&f, t) {
+		if t == nil || t.id <= after || !vw.v.match(&f, t) {
 			return false
 		}
-		out = append(out, e.v.state(t))
+		out = append(out, vw.v.state(t))
 		return true
 	}
-	tasks, indexed := e.v.candidates(&f)
+	tasks, indexed := vw.v.candidates(&f)
 	switch {
 	case indexed:
 		for t := range tasks {
 			add(t)
 		}
 	case f.CustomerID != "":
-		e.v.walk(e.v.ids[f.CustomerID], &f, after, limit, add)
+		vw.v.walk(vw.v.ids[f.CustomerID], &f, after, limit, add)
 	default:
-		for _, x := range e.v.ids {
-			e.v.walk(x, &f, after, limit, add)
+		for _, x := range vw.v.ids {
+			vw.v.walk(x, &f, after, limit, add)
 		}
 	}
 	slices.SortFunc(out, func(a, b aggregate.State) int { return strings.Compare(a.TaskID, b.TaskID) })
@@ -369,13 +367,13 @@ func (v *views) walk(x *idIndex, f *Filter, after string, limit int, add func(*t
 
 // Digest returns a deterministic hash of every projected fact, so a
 // projection built live and one rebuilt from the log can be compared.
-func (e *Engine) Digest() string {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
+func (vw *Views) Digest() string {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
 	h := sha256.New()
-	for _, id := range sortedKeys(e.v.tasks) {
-		t := e.v.tasks[id]
-		st := e.v.state(t)                                            // labels included
+	for _, id := range sortedKeys(vw.v.tasks) {
+		t := vw.v.tasks[id]
+		st := vw.v.state(t)                                           // labels included
 		st.Result, st.Spec.Concurrency, st.Spec.Retry = nil, nil, nil // pointers: printed by value
 		fmt.Fprintf(h, "%+v|%+v|%v|%d %d %d", st, t.extras().result, t.children(), t.members, t.open, t.closedSeq())
 		if t.conc != nil {
@@ -386,37 +384,37 @@ func (e *Engine) Digest() string {
 		}
 		fmt.Fprintln(h)
 	}
-	for _, id := range sortedKeys(e.v.byKey) {
-		k := e.v.byKey[id]
+	for _, id := range sortedKeys(vw.v.byKey) {
+		k := vw.v.byKey[id]
 		fmt.Fprintf(h, "key %s %s %q %v %v %d\n", id, k.CustomerID, k.Key, k.Holders, k.Attempts, k.LastSeq)
 	}
-	fmt.Fprintf(h, "retention kept %d\n", e.v.kept)
-	for i, q := range e.v.timers {
+	fmt.Fprintf(h, "retention kept %d\n", vw.v.kept)
+	for i, q := range vw.v.timers {
 		items := q.entries()
 		for _, id := range sortedKeys(items) {
 			fmt.Fprintf(h, "timer %d %s %s %d\n", i, id, items[id].bucket, items[id].due)
 		}
 	}
-	for _, c := range sortedKeys(e.v.activeRoots) {
-		fmt.Fprintf(h, "roots %s %d\n", c, e.v.activeRoots[c])
+	for _, c := range sortedKeys(vw.v.activeRoots) {
+		fmt.Fprintf(h, "roots %s %d\n", c, vw.v.activeRoots[c])
 	}
-	for _, c := range sortedKeys(e.v.admissions) {
-		fmt.Fprintf(h, "admissions %s %v\n", c, e.v.admissions[c])
+	for _, c := range sortedKeys(vw.v.admissions) {
+		fmt.Fprintf(h, "admissions %s %v\n", c, vw.v.admissions[c])
 	}
-	byStatus := e.v.statusIDs()
+	byStatus := vw.v.statusIDs()
 	for _, st := range sortedKeys(byStatus) {
 		fmt.Fprintf(h, "status %s %v\n", st, byStatus[st])
 	}
 	enc := msgpack.NewEncoder(h)
 	enc.SetSortMapKeys(true) // a task spec's labels hash the same every time
-	for _, k := range sortedKeys(e.v.scheds) {
-		sc := e.v.scheds[k]
+	for _, k := range sortedKeys(vw.v.scheds) {
+		sc := vw.v.scheds[k]
 		fmt.Fprintf(h, "schedule %s ", k)
 		_ = enc.Encode(sc.state) // its exported fields: not the parsed timing's pointers
 		fmt.Fprintf(h, " %+v %s\n", sc.runs, sc.pending)
 	}
-	for _, p := range sortedKeys(e.v.labels.byPair) {
-		fmt.Fprintf(h, "label %s %v\n", p, sortedKeys(e.v.labels.byPair[p]))
+	for _, p := range sortedKeys(vw.v.labels.byPair) {
+		fmt.Fprintf(h, "label %s %v\n", p, sortedKeys(vw.v.labels.byPair[p]))
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }

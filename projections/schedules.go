@@ -162,24 +162,24 @@ type ScheduleDue struct {
 
 // DueSchedules returns up to limit schedules of the Fire queue due at or
 // before now, skipping keys skip reports, taking turns across customers.
-func (e *Engine) DueSchedules(now time.Time, limit int, skip func(key string) bool) []ScheduleDue {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	q := e.v.timers[Fire]
-	keys := q.due(now, limit, e.v.actionable(Fire, now, skip))
+func (vw *Views) DueSchedules(now time.Time, limit int, skip func(key string) bool) []ScheduleDue {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
+	q := vw.v.timers[Fire]
+	keys := q.due(now, limit, vw.v.actionable(Fire, now, skip))
 	out := make([]ScheduleDue, len(keys))
 	for i, k := range keys {
-		sc := e.v.scheds[k]
+		sc := vw.v.scheds[k]
 		out[i] = ScheduleDue{CustomerID: sc.state.CustomerID, ID: sc.state.ID, Due: time.Unix(0, q.dueOf(k)), Seq: sc.state.LastSeq}
 	}
 	return out
 }
 
 // Schedule returns a customer's schedule, deleted ones included.
-func (e *Engine) Schedule(customerID, scheduleID string) (Schedule, bool) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	sc := e.v.scheds[ScheduleKey(customerID, scheduleID)]
+func (vw *Views) Schedule(customerID, scheduleID string) (Schedule, bool) {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
+	sc := vw.v.scheds[ScheduleKey(customerID, scheduleID)]
 	if sc == nil || !sc.state.Exists() {
 		return Schedule{}, false
 	}
@@ -189,12 +189,12 @@ func (e *Engine) Schedule(customerID, scheduleID string) (Schedule, bool) {
 // Schedules returns up to limit schedules, by key (customer, then id)
 // after the key after; of customerID only unless it is empty; deleted ones
 // only when deleted is set.
-func (e *Engine) Schedules(customerID, after string, limit int, deleted bool) []Schedule {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
+func (vw *Views) Schedules(customerID, after string, limit int, deleted bool) []Schedule {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
 	var out []Schedule
-	for _, k := range sortedKeys(e.v.scheds) { // schedules are few per customer (a bound)
-		sc := e.v.scheds[k]
+	for _, k := range sortedKeys(vw.v.scheds) { // schedules are few per customer (a bound)
+		sc := vw.v.scheds[k]
 		if k <= after || customerID != "" && sc.state.CustomerID != customerID || !sc.state.Exists() || sc.state.Deleted && !deleted {
 			continue
 		}
@@ -206,18 +206,8 @@ func (e *Engine) Schedules(customerID, after string, limit int, deleted bool) []
 }
 
 // LiveSchedules counts a customer's live (not deleted) schedules.
-func (e *Engine) LiveSchedules(customerID string) int {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	return e.v.schedules.live[customerID]
-}
-
-// SettleRun tells the projections that the task of the schedule's last
-// run exists (the service found it in the log), for a run whose task's
-// creation the views did not see: one created before it fired, then
-// evicted.
-func (e *Engine) SettleRun(customerID, scheduleID string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.v.settleRun(ScheduleKey(customerID, scheduleID), e.v.timers[Fire])
+func (vw *Views) LiveSchedules(customerID string) int {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
+	return vw.v.schedules.live[customerID]
 }

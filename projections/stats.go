@@ -137,16 +137,16 @@ func (v *views) rate(ev events.Event, s *aggregate.State) {
 // customer's) at now, ordered by customer then queue. It costs the
 // queues and their running tasks, not every task. Safe for concurrent
 // use.
-func (e *Engine) Stats(customerID string, now time.Time) []QueueStats {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
+func (vw *Views) Stats(customerID string, now time.Time) []QueueStats {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
 	var out []QueueStats
-	for customer, qs := range e.v.stats {
+	for customer, qs := range vw.v.stats {
 		if customerID != "" && customer != customerID {
 			continue
 		}
 		for queue, c := range qs {
-			out = append(out, e.v.queueStats(customer, queue, c, now))
+			out = append(out, vw.v.queueStats(customer, queue, c, now))
 		}
 	}
 	slices.SortFunc(out, func(a, b QueueStats) int {

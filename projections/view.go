@@ -78,8 +78,8 @@ func queueBucket(customerID, queue string) string { return customerID + "/" + qu
 // AdmissionWindow is how far back the usage view remembers admissions.
 const AdmissionWindow = time.Minute
 
-// views holds every projection. It is not safe for concurrent use; the
-// Engine guards it.
+// views holds every projection. It is not safe for concurrent use: Views
+// guards it with its lock.
 type views struct {
 	tasks  map[string]*task
 	timers [NumTimers]*TimerQueue

@@ -1,0 +1,55 @@
+package projections
+
+import (
+	"time"
+
+	"github.com/taskledger/taskledger/aggregate"
+)
+
+// The engine's writes that are not events of the log: the alarm and the
+// service correct the views with what they found in the log or the ready
+// stream. Each takes the views' write lock, as the fold does.
+
+// Postpone moves task taskID's due time in timer queue t to due, if it
+// is there. Only Republish items are postponed, when their notification
+// was found live: the next check is then due a window later, with
+// nothing appended to the log. A rebuild or a restart puts the item back
+// at its last publish, which costs one early check.
+func (e *Engine) Postpone(t Timer, taskID string, due time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.v.timers[t].postpone(taskID, due)
+}
+
+// Repair makes sure a task that s (freshly loaded from the log) says is
+// waiting on a timer is in that timer queue, and reports whether it had to
+// put it back. It is the self-healing step: a projection that lost a
+// release or a pending delivery gets it from the aggregate.
+func (e *Engine) Repair(s aggregate.State) bool {
+	tm, due, ok := timerOf(&s)
+	if !ok {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t := e.v.tasks[s.TaskID]
+	if t == nil || int(t.version) > s.Version || e.v.timers[tm].has(s.TaskID) {
+		return false
+	}
+	e.v.timers[tm].set(s.TaskID, bucketOf(tm, &s), due)
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// SettleRun tells the projections that the task of the schedule's last
+// run exists (the service found it in the log), for a run whose task's
+// creation the views did not see: one created before it fired, then
+// evicted.
+func (e *Engine) SettleRun(customerID, scheduleID string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.v.settleRun(ScheduleKey(customerID, scheduleID), e.v.timers[Fire])
+}
