@@ -3,6 +3,22 @@
 // lineage and usage. They may lag the log; every action they
 // trigger is decided again by the aggregate.
 //
+// # The fold loop and the views
+//
+// Two nouns. Engine is the fold loop (engine.go, tail.go, snapshot.go): it
+// reads the log in order and folds each event into the views under their
+// write lock, keeps the applied positions (Applied, Covers, WaitFor, and
+// ApplyOwn for read-your-writes), writes and restores snapshots, rebuilds,
+// and says when the views are complete (Ready, CaughtUp) and when the timer
+// queues changed (TimersChanged); the corrections the alarm and the service
+// make without an event (Repair, Postpone, SettleRun: repair.go) are its
+// writes too. Views are the read models it keeps (view.go and the files of
+// each view): every query (query.go, due.go, keys.go, schedules.go,
+// stats.go) only reads, under the read lock, from the events applied so
+// far. Engine embeds Views, so one *Engine serves every small interface its
+// consumers declare, those that mix the two included (reactors.Projection,
+// internal/scheduler's).
+//
 // # Projections
 //
 // One engine consumes the log in order and feeds every view. It reads through
