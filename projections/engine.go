@@ -65,7 +65,8 @@ type Config struct {
 // Engine answers their queries too. Reads are safe for concurrent use
 // with Run.
 type Engine struct {
-	Views
+	Views // what the fold writes and every query reads
+
 	cfg Config
 
 	// waiters are WaitFor calls, each woken once its sequence is applied
