@@ -47,7 +47,7 @@
 //     positions and routing), the epoch's name (and its period's times), and
 //     per part: stream, first and last sequence, count, file bytes, the
 //     chain's final value, the file's SHA-256 and the live log's chain head at
-//     the part's last event (store.Log.HeadAt: position and SHA-256 of the
+//     the part's last event (eventlog.Log.HeadAt: position and SHA-256 of the
 //     stored bytes), which ties the archive to the log's own chain.
 //   - Write refuses an unsealed stream and a DIR that exists and is not empty;
 //     it writes into a temporary sibling directory, fsyncs, and renames it
@@ -70,10 +70,10 @@
 //     the live epoch it names, so epoch remove cannot delete a stream the
 //     archive does not hold. Verify then CheckLive is what an operator runs
 //     before removing the streams.
-//   - Reading. archive.Archive mirrors store.Log: Read (raw, for the
+//   - Reading. archive.Archive mirrors eventlog.Log: Read (raw, for the
 //     verifier), Events, Task and LineageOf (the same lookup and lineage rule:
-//     store.FindLineage, store.InLineage), positions as the live log's. Every
-//     read streams the files from their start and checks the framing, and at a
-//     part's end its count, chain and hash. history, show and replay verify
-//     take --archive DIR.
+//     eventlog.FindLineage, eventlog.InLineage), positions as the live log's.
+//     Every read streams the files from their start and checks the framing,
+//     and at a part's end its count, chain and hash. history, show and
+//     replay verify take --archive DIR.
 package archive
