@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/store"
@@ -134,4 +135,22 @@ func countExhausted(reg prometheus.Registerer) func(aggregate.State) {
 	})
 	reg.MustRegister(exhausted)
 	return func(aggregate.State) { exhausted.Inc() }
+}
+
+// alarmStats renders the alarm's recent lateness (w) as the alarm section
+// of GET /v1/stats: the lateness over every timer queue, and that of each
+// queue with samples, by the queue's name. It is safe for concurrent use.
+func alarmStats(w *reactors.LatenessWindow) api.AlarmStats {
+	render := func(l reactors.Lateness) api.Lateness {
+		return api.Lateness{Samples: l.Samples, P50Seconds: l.P50.Seconds(), P99Seconds: l.P99.Seconds(), MaxSeconds: l.Max.Seconds()}
+	}
+	out := api.AlarmStats{Timers: map[string]api.Lateness{}}
+	all, byTimer := w.Summary()
+	out.Lateness = render(all)
+	for t, l := range byTimer {
+		if l.Samples > 0 {
+			out.Timers[projections.Timer(t).String()] = render(l)
+		}
+	}
+	return out
 }

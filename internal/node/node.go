@@ -298,7 +298,7 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 	}
 	n := &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, Leases: leases, alarm: alarm, errorLog: errorLog}
 	n.Handler, err = httpapi.NewHandler(httpapi.ServerConfig{
-		Service: svc, Ready: eng, Health: n, Lateness: func() api.AlarmStats { return scheduler.AlarmStats(lateness) }, Partitions: partitions, Epochs: epochStats(st, cfg.EpochPeriod), Tokens: cfg.Tokens, Gatherer: cfg.Registry, Registerer: cfg.Registry, Logger: cfg.Logger, ErrorLog: errorLog,
+		Service: svc, Ready: eng, Health: n, Lateness: func() api.AlarmStats { return alarmStats(lateness) }, Partitions: partitions, Epochs: epochStats(st, cfg.EpochPeriod), Tokens: cfg.Tokens, Gatherer: cfg.Registry, Registerer: cfg.Registry, Logger: cfg.Logger, ErrorLog: errorLog,
 		MaxInFlight: cfg.MaxInFlight, BodyTimeout: cfg.BodyTimeout, MaxBodyMemory: cfg.MaxBodyMemory, Streams: cfg.Streams,
 	})
 	if err != nil {

@@ -1,10 +1,7 @@
 package scheduler
 
 import (
-	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/internal/service"
-	"github.com/taskledger/taskledger/projections"
-	"github.com/taskledger/taskledger/reactors"
 )
 
 // Stats are the statistics of GET /v1/stats that the projections give
@@ -45,32 +42,6 @@ func (s *feed) Stats(p Principal, maxRows int) Stats {
 			row.LastRun = &run
 		}
 		out.Schedules = append(out.Schedules, row)
-	}
-	return out
-}
-
-// LatenessSummary is the alarm's recent lateness as the statistics read
-// it (reactors.LatenessWindow).
-type LatenessSummary interface {
-	Summary() (all reactors.Lateness, byTimer [projections.NumTimers]reactors.Lateness)
-}
-
-var _ LatenessSummary = (*reactors.LatenessWindow)(nil)
-
-// AlarmStats renders l's summary as the alarm section of GET /v1/stats:
-// the lateness over every timer queue, and that of each queue with
-// samples, by the queue's name. It is safe for concurrent use if l is.
-func AlarmStats(l LatenessSummary) api.AlarmStats {
-	render := func(l reactors.Lateness) api.Lateness {
-		return api.Lateness{Samples: l.Samples, P50Seconds: l.P50.Seconds(), P99Seconds: l.P99.Seconds(), MaxSeconds: l.Max.Seconds()}
-	}
-	out := api.AlarmStats{Timers: map[string]api.Lateness{}}
-	all, byTimer := l.Summary()
-	out.Lateness = render(all)
-	for t, l := range byTimer {
-		if l.Samples > 0 {
-			out.Timers[projections.Timer(t).String()] = render(l)
-		}
 	}
 	return out
 }
