@@ -365,3 +365,17 @@ func (w *Worker) handle(ctx context.Context, r *Run) (summary string, err error)
 	}()
 	return w.handler(ctx, r)
 }
+
+// ReadyConsumerIdle is ready.ConsumerIdle.
+//
+// Deprecated: the ready queue's wire contract moved to package ready; use
+// ready.ConsumerIdle.
+const ReadyConsumerIdle = ready.ConsumerIdle
+
+// ReadyConsumerConfig is ready.ConsumerConfig.
+//
+// Deprecated: the ready queue's wire contract moved to package ready; use
+// ready.ConsumerConfig.
+func ReadyConsumerConfig(subjects events.Subjects, queue string, ackWait time.Duration) jetstream.ConsumerConfig {
+	return ready.ConsumerConfig(subjects, queue, ackWait)
+}
