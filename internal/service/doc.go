@@ -4,7 +4,7 @@
 // service adds to the aggregate's.
 //
 // internal/scheduler implements the service over the log, the
-// projections and the reactors, and names these types (as aliases) in
+// projections and the ready queue, and names these types (as aliases) in
 // its own signatures; internal/httpapi serves the service over HTTP
 // through an interface it declares of the methods it calls, in these
 // types, the wire's (api) and the aggregate's. This package imports
