@@ -12,6 +12,9 @@ import (
 	"github.com/taskledger/taskledger/internal/testnode"
 )
 
+// history and types are the shared harness's.
+var history, types = testnode.History, testnode.Types
+
 // The principals of the handoff tests.
 var (
 	operator = scheduler.Operator
@@ -123,23 +126,4 @@ func idle(t *testing.T, n *testnode.Node, p scheduler.Principal, req scheduler.S
 	t.Helper()
 	req.DelaySeconds = new(3600.0)
 	return mustSchedule(t, n, p, req)
-}
-
-// history returns a task's events as the operator sees them.
-func history(t *testing.T, n *testnode.Node, id string) []events.Event {
-	t.Helper()
-	evs, err := n.Service.History(context.Background(), operator, id)
-	if err != nil {
-		t.Fatalf("history %s: %v", id, err)
-	}
-	return evs
-}
-
-// types returns the event types of evs in order.
-func types(evs []events.Event) []events.Type {
-	out := make([]events.Type, len(evs))
-	for i, ev := range evs {
-		out[i] = ev.Type()
-	}
-	return out
 }

@@ -6,23 +6,15 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/taskledger/taskledger/internal/eventlog"
-	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
+	"github.com/taskledger/taskledger/internal/testnode"
 )
 
-// openSharded opens a Store on ns with k shards.
-func openSharded(t *testing.T, nc *nats.Conn, ns testnats.Namespace, k int) (*store.Store, error) {
-	t.Helper()
-	st, err := store.Open(context.Background(), nc, store.Config{Stream: ns.Stream, Subjects: ns.Subjects, Shards: k})
-	if err == nil {
-		t.Cleanup(func() { st.Close() })
-	}
-	return st, err
-}
+// openSharded opens a Store with k shards (the shared harness's).
+var openSharded = testnode.OpenSharded
 
 // TestShardsAreFixedWhenTheLogIsCreated: AgreeLayout records the layout
 // of a new log and refuses another one; ReadShards reads it.

@@ -12,6 +12,9 @@ import (
 	"github.com/taskledger/taskledger/internal/testnode"
 )
 
+// history and types are the shared harness's.
+var history, types = testnode.History, testnode.Types
+
 // Helpers shared by the tests of scheduler.Service, called directly (no
 // HTTP) on a real node of the package's embedded NATS server.
 
@@ -111,25 +114,6 @@ func requireIs(t *testing.T, err, target error) {
 	if !errors.Is(err, target) {
 		t.Fatalf("got error %v, want %v", err, target)
 	}
-}
-
-// history returns a task's events as the operator sees them.
-func history(t *testing.T, n *testnode.Node, id string) []events.Event {
-	t.Helper()
-	evs, err := n.Service.History(context.Background(), operator, id)
-	if err != nil {
-		t.Fatalf("history %s: %v", id, err)
-	}
-	return evs
-}
-
-// types returns the event types of evs in order.
-func types(evs []events.Event) []events.Type {
-	out := make([]events.Type, len(evs))
-	for i, ev := range evs {
-		out[i] = ev.Type()
-	}
-	return out
 }
 
 // streamMsgs returns how many events the node's log holds now, read from

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/taskledger/taskledger/aggregate"
@@ -15,17 +14,11 @@ import (
 	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
+	"github.com/taskledger/taskledger/internal/testnode"
 )
 
-// openSharded opens a Store on ns with k shards.
-func openSharded(t *testing.T, nc *nats.Conn, ns testnats.Namespace, k int) (*store.Store, error) {
-	t.Helper()
-	st, err := store.Open(context.Background(), nc, store.Config{Stream: ns.Stream, Subjects: ns.Subjects, Shards: k})
-	if err == nil {
-		t.Cleanup(func() { st.Close() })
-	}
-	return st, err
-}
+// openSharded opens a Store with k shards (the shared harness's).
+var openSharded = testnode.OpenSharded
 
 // lineage schedules a root and a child of it with st, returning their ids.
 func lineage(t *testing.T, st *store.Store, customer string) (rootID, childID string) {

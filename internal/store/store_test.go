@@ -21,7 +21,11 @@ import (
 	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/internal/testnats"
+	"github.com/taskledger/taskledger/internal/testnode"
 )
+
+// schedule appends a root task (the shared harness's).
+var schedule = testnode.ScheduleRoot
 
 func TestMain(m *testing.M) { testnats.Main(m) }
 
@@ -47,19 +51,6 @@ func another(t *testing.T, nc *nats.Conn, st *store.Store) *store.Store {
 	}
 	t.Cleanup(func() { b.Close() })
 	return b
-}
-
-func schedule(t *testing.T, st *store.Store) string {
-	t.Helper()
-	id := events.NewID()
-	_, _, err := st.Execute(context.Background(), id, "", aggregate.Schedule{
-		TaskID: id, CustomerID: "acme",
-		Spec: events.TaskSpec{RootID: id, Queue: "default", TimeoutSeconds: 60},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
 }
 
 // released schedules a task and releases it, returning its delivery token.

@@ -1,0 +1,60 @@
+package testnode
+
+import (
+	"context"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/service"
+	"github.com/taskledger/taskledger/internal/store"
+	"github.com/taskledger/taskledger/internal/testnats"
+)
+
+// OpenSharded opens a store on ns with k shards, closed when the test
+// ends; the error is Open's, for tests of what Open refuses.
+func OpenSharded(t testing.TB, nc *nats.Conn, ns testnats.Namespace, k int) (*store.Store, error) {
+	t.Helper()
+	st, err := store.Open(context.Background(), nc, store.Config{Stream: ns.Stream, Subjects: ns.Subjects, Shards: k})
+	if err == nil {
+		t.Cleanup(func() { st.Close() })
+	}
+	return st, err
+}
+
+// ScheduleRoot appends a new root task of customer acme on queue default
+// to st's log and returns its id. It fails t if the store refuses it.
+func ScheduleRoot(t testing.TB, st *store.Store) string {
+	t.Helper()
+	id := events.NewID()
+	_, _, err := st.Execute(context.Background(), id, "", aggregate.Schedule{
+		TaskID: id, CustomerID: "acme",
+		Spec: events.TaskSpec{RootID: id, Queue: "default", TimeoutSeconds: 60},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// History returns a task's events as the operator sees them through n's
+// service. It fails t if the service refuses.
+func History(t testing.TB, n *Node, id string) []events.Event {
+	t.Helper()
+	evs, err := n.Service.History(context.Background(), service.Operator, id)
+	if err != nil {
+		t.Fatalf("history %s: %v", id, err)
+	}
+	return evs
+}
+
+// Types returns the event types of evs in order.
+func Types(evs []events.Event) []events.Type {
+	out := make([]events.Type, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.Type()
+	}
+	return out
+}
