@@ -351,3 +351,15 @@ func (EffectsReported) EventType() Type        { return TypeEffectsReported }
 func (SlotAcquired) EventType() Type           { return TypeSlotAcquired }
 func (SlotReleased) EventType() Type           { return TypeSlotReleased }
 func (RetryScheduled) EventType() Type         { return TypeRetryScheduled }
+
+// CreationRoot returns the root a task's creation names (its
+// TaskScheduled or AdmissionRejected), "" for any other event.
+func CreationRoot(ev Event) string {
+	switch p := ev.Data.(type) {
+	case TaskScheduled:
+		return p.Spec.RootID
+	case AdmissionRejected:
+		return p.Spec.RootID
+	}
+	return ""
+}

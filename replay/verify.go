@@ -235,13 +235,7 @@ func (v *Verifier) rootOf(ev events.Event) string {
 	if st := v.tasks[ev.TaskID]; st != nil && st.Spec.RootID != "" {
 		return st.Spec.RootID
 	}
-	switch p := ev.Data.(type) {
-	case events.TaskScheduled:
-		return p.Spec.RootID
-	case events.AdmissionRejected:
-		return p.Spec.RootID
-	}
-	return ""
+	return events.CreationRoot(ev)
 }
 
 // partOfTask returns the part holding st's task: its first event's.

@@ -107,19 +107,8 @@ func TestHandoff(t *testing.T) {
 	})
 }
 
-// mustSchedule schedules req as p and requires a new task, scheduled or
-// queued (or scheduled when it was handed to a claimer waiting here).
-func mustSchedule(t *testing.T, n *testnode.Node, p scheduler.Principal, req scheduler.ScheduleRequest) aggregate.State {
-	t.Helper()
-	st, created, err := n.Service.Schedule(context.Background(), p, req)
-	if err != nil {
-		t.Fatalf("schedule %+v as %q: %v", req, p.CustomerID, err)
-	}
-	if !created || !st.Exists() || st.Status != aggregate.StatusScheduled && st.Status != aggregate.StatusQueued {
-		t.Fatalf("schedule %+v: created %v, state %+v; want a new scheduled or queued task", req, created, st)
-	}
-	return st
-}
+// mustSchedule is the shared harness's.
+var mustSchedule = testnode.MustSchedule
 
 // idle schedules a task as p that stays scheduled for the whole test.
 func idle(t *testing.T, n *testnode.Node, p scheduler.Principal, req scheduler.ScheduleRequest) aggregate.State {

@@ -250,23 +250,11 @@ func InLineage(rootID string) func(events.Event) bool {
 	return func(ev events.Event) bool {
 		in, seen := member[ev.TaskID]
 		if !seen {
-			in = CreationRoot(ev) == rootID
+			in = events.CreationRoot(ev) == rootID
 			member[ev.TaskID] = in
 		}
 		return in
 	}
-}
-
-// CreationRoot returns the root a task's creation names (its
-// TaskScheduled or AdmissionRejected), "" for any other event.
-func CreationRoot(ev events.Event) string {
-	switch p := ev.Data.(type) {
-	case events.TaskScheduled:
-		return p.Spec.RootID
-	case events.AdmissionRejected:
-		return p.Spec.RootID
-	}
-	return ""
 }
 
 // Customer calls fn for every event of a customer's tasks stored at or

@@ -45,21 +45,8 @@ func text(id, s string) events.Message {
 	return events.Message{ID: id, Content: []events.ContentPart{{Type: "text", Text: s}}}
 }
 
-// mustSchedule schedules req as p and requires a new task.
-func mustSchedule(t *testing.T, n *testnode.Node, p scheduler.Principal, req scheduler.ScheduleRequest) aggregate.State {
-	t.Helper()
-	st, created, err := n.Service.Schedule(context.Background(), p, req)
-	if err != nil {
-		t.Fatalf("schedule %+v as %q: %v", req, p.CustomerID, err)
-	}
-	// A task due at once is released and its notification published
-	// before Schedule answers: queued, or scheduled when it was handed to
-	// a claimer waiting here. A later one waits: scheduled.
-	if !created || !st.Exists() || st.Status != aggregate.StatusScheduled && st.Status != aggregate.StatusQueued {
-		t.Fatalf("schedule %+v: created %v, state %+v; want a new scheduled or queued task", req, created, st)
-	}
-	return st
-}
+// mustSchedule is the shared harness's.
+var mustSchedule = testnode.MustSchedule
 
 // idle schedules a task as p that stays scheduled for the whole test.
 func idle(t *testing.T, n *testnode.Node, p scheduler.Principal, req scheduler.ScheduleRequest) aggregate.State {

@@ -615,7 +615,7 @@ func taskRoot(st aggregate.State, ev events.Event) string {
 	if st.Spec.RootID != "" {
 		return st.Spec.RootID
 	}
-	return eventlog.CreationRoot(ev)
+	return events.CreationRoot(ev)
 }
 
 // partOf returns the part ev goes in: a key's or a schedule's shard, the

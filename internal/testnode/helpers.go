@@ -58,3 +58,19 @@ func Types(evs []events.Event) []events.Type {
 	}
 	return out
 }
+
+// MustSchedule schedules req as p through n's service and fails t unless
+// it made a new task: queued (a task due at once is released and its
+// notification published before Schedule answers), or scheduled (due
+// later, or handed to a claimer waiting in n).
+func MustSchedule(t testing.TB, n *Node, p service.Principal, req service.ScheduleRequest) aggregate.State {
+	t.Helper()
+	st, created, err := n.Service.Schedule(context.Background(), p, req)
+	if err != nil {
+		t.Fatalf("schedule %+v as %q: %v", req, p.CustomerID, err)
+	}
+	if !created || !st.Exists() || st.Status != aggregate.StatusScheduled && st.Status != aggregate.StatusQueued {
+		t.Fatalf("schedule %+v: created %v, state %+v; want a new scheduled or queued task", req, created, st)
+	}
+	return st
+}
