@@ -126,8 +126,8 @@ func TestEngineCatchUp(t *testing.T) {
 		if err := b.engine.WaitFor(context.Background(), a.LastSeq); err != nil {
 			t.Fatal(err)
 		}
-		if n := b.engine.ActiveRoots("cust"); n != 1 {
-			t.Fatalf("ActiveRoots = %d, want 1", n)
+		if n, _ := b.engine.Admissions("cust", time.Time{}); n != 1 {
+			t.Fatalf("active roots = %d, want 1", n)
 		}
 	})
 }
@@ -218,8 +218,8 @@ func TestEngineApply(t *testing.T) {
 		if n := o.e.TimerLen(projections.Report); n != 0 {
 			t.Fatalf("child of a terminal parent queued for a report (%d)", n)
 		}
-		if n := o.e.ActiveRoots("cust"); n != 0 {
-			t.Fatalf("ActiveRoots = %d, want 0", n)
+		if n, _ := o.e.Admissions("cust", time.Time{}); n != 0 {
+			t.Fatalf("active roots = %d, want 0", n)
 		}
 	})
 
@@ -233,8 +233,8 @@ func TestEngineApply(t *testing.T) {
 		if o.e.Undecodable() != 1 || o.e.Applied() != uint64(o.seq) {
 			t.Fatalf("Undecodable = %d, Applied = %d (want 1, %d)", o.e.Undecodable(), o.e.Applied(), o.seq)
 		}
-		if n := o.e.ActiveRoots("cust"); n != 2 {
-			t.Fatalf("ActiveRoots = %d, want 2", n)
+		if n, _ := o.e.Admissions("cust", time.Time{}); n != 2 {
+			t.Fatalf("active roots = %d, want 2", n)
 		}
 	})
 }

@@ -154,25 +154,18 @@ func (vw *Views) TimerLen(t Timer) int {
 	return vw.v.timers[t].Len()
 }
 
-// ActiveRoots returns how many non-terminal root tasks customerID has.
-func (vw *Views) ActiveRoots(customerID string) int {
+// Admissions returns how many non-terminal root tasks customerID has
+// (active) and how many root tasks it had admitted after since (recent;
+// at most AdmissionWindow ago): what admission control counts.
+func (vw *Views) Admissions(customerID string, since time.Time) (active, recent int) {
 	vw.mu.RLock()
 	defer vw.mu.RUnlock()
-	return vw.v.activeRoots[customerID]
-}
-
-// RecentAdmissions returns how many root tasks customerID had admitted
-// after since (at most AdmissionWindow ago).
-func (vw *Views) RecentAdmissions(customerID string, since time.Time) int {
-	vw.mu.RLock()
-	defer vw.mu.RUnlock()
-	n := 0
 	for _, at := range vw.v.admissions[customerID] {
 		if at.After(since) {
-			n++
+			recent++
 		}
 	}
-	return n
+	return vw.v.activeRoots[customerID], recent
 }
 
 // QueueCounts returns the number of tasks per queue and status.

@@ -44,7 +44,7 @@ func appendTask(ctx context.Context, st *store.Store, data []byte, k int) error 
 	for range k {
 		msg := rawMsg(subject, data)
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
-		seq, err := st.PublishAcked(ctx, msg)
+		seq, err := st.Pipeline().Publish(ctx, msg)
 		if err != nil {
 			return err
 		}

@@ -46,8 +46,8 @@
 //
 // # Handoff and hold
 //
-// Before a released delivery is published (by the schedule call for a
-// task due at once, Queues.PublishReleased; by the alarm right after its
+// Before a released delivery is published (for the schedule call of a
+// task due at once, Queues.Release; by the alarm right after its
 // release, Queues.HoldOrHandoff), it is offered to its queue's dispatcher
 // here: a claimer that may claim it and waits in line gets it as if it
 // had pulled its notification (Offer.Msg is nil), and nothing is
@@ -59,6 +59,10 @@
 // 50 ms (at most 1,000 per queue and process) and only then published,
 // with its ReadyPublished, as the alarm would have; shutdown drops the
 // held ones, which the alarm publishes after its grace. The schedule call
-// does not hold. docs/DESIGN.md, "Handoff" under "The alarm", says what
+// does not hold, and does not wait for a publish either: Release queues
+// the delivery for a pool of publishers (16, with room for 4,096 waiting;
+// past that the schedule call publishes itself), and the answer goes out
+// as soon as the task is on the log. A crash, or a shutdown, before the
+// publish leaves it to the alarm's grace, as after a crash today. docs/DESIGN.md, "Handoff" under "The alarm", says what
 // this saves.
 package delivery

@@ -95,8 +95,8 @@ func TestHandoff(t *testing.T) {
 	t.Run("OtherCustomer", func(t *testing.T) {
 		got := waiting(globex, "handoff-shared", 300*time.Millisecond)
 		task := mustSchedule(t, n, acme, scheduler.ScheduleRequest{Queue: "handoff-shared"})
-		if task.Status != aggregate.StatusQueued {
-			t.Fatalf("acme's task answered %s, want queued: published, not handed to globex", task.Status)
+		if task = testnode.Published(t, n, task.TaskID, events.DefaultReadyGrace/2); task.Status != aggregate.StatusQueued {
+			t.Fatalf("acme's task is %s, want queued: published, not handed to globex", task.Status)
 		}
 		if c := <-got; c.ok || c.err != nil {
 			t.Fatalf("globex's claimer got %s (ok %v, %v), want nothing", c.st.TaskID, c.ok, c.err)

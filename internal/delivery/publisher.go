@@ -45,21 +45,21 @@ type Publisher struct {
 	// Content-Type header names the encoding.
 	JSON bool
 	// Acked, if set, publishes the notifications instead of JS (the
-	// store's append pipeline, which costs less a message).
+	// log's append pipeline, which costs less a message).
 	Acked AckedPublisher
 }
 
 // AckedPublisher publishes a message to a stream once and returns the
 // sequence the stream's ack names, or its error (*jetstream.APIError for
-// the server's answer). store.Store implements it.
+// the server's answer). eventlog.Pipeline implements it.
 type AckedPublisher interface {
-	PublishAcked(ctx context.Context, msg *nats.Msg) (uint64, error)
+	Publish(ctx context.Context, msg *nats.Msg) (uint64, error)
 }
 
 // publish sends msg through Acked, or else JS.
 func (p Publisher) publish(ctx context.Context, msg *nats.Msg) (uint64, error) {
 	if p.Acked != nil {
-		return p.Acked.PublishAcked(ctx, msg)
+		return p.Acked.Publish(ctx, msg)
 	}
 	ack, err := p.JS.PublishMsg(ctx, msg)
 	if err != nil {

@@ -43,7 +43,7 @@ type Config struct {
 	// a pull; default ready.ConsumerIdle.
 	Idle time.Duration
 	// Publisher, if set, publishes the released deliveries no claimer
-	// here takes (PublishReleased, and HoldOrHandoff once a hold ends);
+	// here takes (Release, and HoldOrHandoff once a hold ends);
 	// Log then records them. Without it Queues only hands deliveries off
 	// and the alarm publishes the rest.
 	Publisher *Publisher
@@ -51,11 +51,11 @@ type Config struct {
 	// Views, if set, takes the events that released a delivery before it
 	// is handed off, so that the claim folds its own Claimed in at once.
 	Views Views
-	// ReadyGrace bounds PublishReleased's wait for the ready stream: past
+	// ReadyGrace bounds a publish's wait for the ready stream: past
 	// it the alarm publishes anyway. Default events.DefaultReadyGrace.
 	ReadyGrace time.Duration
-	// WriteTimeout bounds the publish and record of a delivery whose hold
-	// ended; default 10s.
+	// WriteTimeout bounds the record of a published delivery
+	// (ReadyPublished); default 10s.
 	WriteTimeout time.Duration
 	Logger       zerolog.Logger
 	// Handed, if set, is called for each delivery handed to a claimer
@@ -78,7 +78,21 @@ type Queues struct {
 		mu     sync.Mutex
 		stream jetstream.Stream // nil until first needed
 	}
+	// The publishers of released deliveries (Release): releases is nil
+	// without a Publisher; stop ends them.
+	releases chan aggregate.State
+	stop     context.CancelFunc
+	stopping context.Context
+	wg       sync.WaitGroup
 }
+
+// The publishers of Release: how many publish at once, and how many
+// released deliveries may wait for them before Release publishes in its
+// caller's goroutine.
+const (
+	releasePublishers = 16
+	releaseBacklog    = 4096
+)
 
 // New returns the Queues cfg describes; it fails when cfg.JS is nil, or
 // cfg.Publisher is set without cfg.Log.
@@ -107,7 +121,16 @@ func New(cfg Config) (*Queues, error) {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
 	}
-	return &Queues{cfg: cfg}, nil
+	q := &Queues{cfg: cfg}
+	q.stopping, q.stop = context.WithCancel(context.Background())
+	if cfg.Publisher != nil {
+		q.releases = make(chan aggregate.State, releaseBacklog)
+		q.wg.Add(releasePublishers)
+		for range releasePublishers {
+			go q.publishReleases()
+		}
+	}
+	return q, nil
 }
 
 // lookup returns queue's dispatcher, nil when it has none yet.
@@ -177,16 +200,18 @@ func (q *Queues) Waiting(queue string) int {
 // Close starts no more pulls and returns once the pulls of ready
 // notifications in flight have ended (at most a second); what they bring,
 // and every parked notification, is handed back to the consumer at once.
-// Held deliveries are dropped: the alarm publishes them after its grace.
-// Close is idempotent.
+// Held deliveries, and released ones not yet published (Release), are
+// dropped: the alarm publishes them after its grace. Close is idempotent.
 func (q *Queues) Close() {
+	q.stop()
+	q.wg.Wait()
 	for _, d := range q.all() {
 		d.stop()
 	}
 }
 
-// Publishes reports whether PublishReleased publishes what no claimer
-// here takes (Config.Publisher is set).
+// Publishes reports whether Release publishes what no claimer here takes
+// (Config.Publisher is set).
 func (q *Queues) Publishes() bool { return q.cfg.Publisher != nil }
 
 // HoldOrHandoff is the handoff for the alarm's releases
@@ -201,11 +226,7 @@ func (q *Queues) HoldOrHandoff(st aggregate.State, evs []events.Event) bool {
 	var publish func()
 	if q.Publishes() {
 		publish = func() {
-			ctx, cancel := context.WithTimeout(context.Background(), q.cfg.WriteTimeout)
-			defer cancel()
-			if _, evs := q.PublishReleased(ctx, st); len(evs) > 0 && q.cfg.Views != nil {
-				q.cfg.Views.ApplyOwn(evs)
-			}
+			q.publishReleased(st)
 		}
 	}
 	return q.handoff(st, evs, publish)
@@ -234,34 +255,60 @@ func (q *Queues) handoff(st aggregate.State, evs []events.Event, publish func())
 	return d.handoff(notification(st), publish)
 }
 
-// PublishReleased hands st, a task its TaskScheduled released (and the
-// views already hold), to a claimer waiting here, or else publishes its
-// ready notification and records it (ReadyPublished) as the alarm would,
-// and returns the task after that and the event appended. A failure, or
-// Queues without a Publisher, is left to the alarm: the task waits in its
-// delivery queue until the grace ends, and a notification published twice
-// is dropped by the ready stream (same message id) or stale for its
-// claim. A claim that got there first makes ReadyPublished stale, which
-// needs no write.
-func (q *Queues) PublishReleased(ctx context.Context, st aggregate.State) (aggregate.State, []events.Event) {
+// Release hands st, a task its TaskScheduled released (and the views
+// already hold), to a claimer waiting here, or else has its ready
+// notification published and recorded (ReadyPublished) as the alarm
+// would. It does not wait for the publish: Release's publishers do it,
+// unless releaseBacklog deliveries already wait for them, when the caller
+// publishes itself (so a burst slows its writers down rather than growing
+// without bound). A failure, a shutdown first, or Queues without a
+// Publisher, is left to the alarm: the task waits in its delivery queue
+// until the grace ends, and a notification published twice is dropped by
+// the ready stream (same message id) or stale for its claim.
+func (q *Queues) Release(st aggregate.State) {
 	crashpoint.Hit(crashpoint.Released)
-	if q.handoff(st, nil, nil) || q.cfg.Publisher == nil {
-		return st, nil
+	if q.handoff(st, nil, nil) || q.releases == nil {
+		return
 	}
-	// Past the grace the alarm publishes anyway: a ready stream that does
-	// not answer delays the answer by no more than that.
-	pctx, cancel := context.WithTimeout(ctx, q.cfg.ReadyGrace)
+	select {
+	case q.releases <- st:
+	default:
+		q.publishReleased(st)
+	}
+}
+
+// publishReleases publishes what Release queues until Close.
+func (q *Queues) publishReleases() {
+	defer q.wg.Done()
+	for {
+		select {
+		case st := <-q.releases:
+			q.publishReleased(st)
+		case <-q.stopping.Done():
+			return
+		}
+	}
+}
+
+// publishReleased publishes the ready notification of st, a released task
+// nobody here took, records it (ReadyPublished) and folds that into the
+// views. A claim that got there first makes ReadyPublished stale, which
+// needs no write. Past the grace the alarm publishes anyway: the publish
+// waits no longer than that.
+func (q *Queues) publishReleased(st aggregate.State) {
+	pctx, cancel := context.WithTimeout(q.stopping, q.cfg.ReadyGrace)
 	seq, err := q.cfg.Publisher.PublishReady(pctx, st, st.Delivery.ID)
 	cancel()
 	if err != nil {
-		return st, nil
+		return
 	}
 	crashpoint.Hit(crashpoint.Published)
+	ctx, cancel := context.WithTimeout(q.stopping, q.cfg.WriteTimeout)
+	defer cancel()
 	cmd := aggregate.MarkReadyPublished{DeliveryID: st.Delivery.ID, ReadySeq: seq}
-	if next, evs, err := q.cfg.Log.ExecuteSeen(ctx, st.TaskID, "", cmd, st.LastSeq); err == nil {
-		return next, evs
+	if _, evs, err := q.cfg.Log.ExecuteSeen(ctx, st.TaskID, "", cmd, st.LastSeq); err == nil && q.cfg.Views != nil {
+		q.cfg.Views.ApplyOwn(evs)
 	}
-	return st, nil
 }
 
 // Drop deletes the ready notification of a task claimed without it; a

@@ -239,8 +239,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// The ready publisher sends its notifications through the store's pipeline.
-var _ delivery.AckedPublisher = (*store.Store)(nil)
+// The ready publisher sends its notifications through the log's pipeline.
+var _ delivery.AckedPublisher = (*eventlog.Pipeline)(nil)
 
 // The engine reads the log through eventlog's one ordered reader.
 var _ projections.Log = eventlog.Log{}
@@ -255,7 +255,7 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 		cfg.Registry = newRegistry(eng, st)
 	}
 	metrics := scheduler.NewMetrics(cfg.Registry)
-	publisher := &delivery.Publisher{JS: st.JetStream(), Subjects: cfg.Subjects, Stream: ready, JSON: cfg.ReadyJSON, Acked: st}
+	publisher := &delivery.Publisher{JS: st.JetStream(), Subjects: cfg.Subjects, Stream: ready, JSON: cfg.ReadyJSON, Acked: st.Pipeline()}
 	queues, err := delivery.New(delivery.Config{
 		JS: st.JetStream(), Stream: cfg.ReadyStream, Subjects: cfg.Subjects, Idle: cfg.Limits.QueueIdle,
 		Publisher: publisher, Log: st, Views: eng, Logger: cfg.Logger, Handed: metrics.Handoffs.Inc,
@@ -266,7 +266,7 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 	svc, err := scheduler.New(scheduler.Config{
 		Store: st, Views: eng, Runs: runs, Delivery: queues,
 		Usage: eng, Admission: cfg.Admission, Logger: cfg.Logger, Metrics: metrics,
-		Limits: cfg.Limits,
+		Limits: cfg.Limits, Now: cfg.Now,
 	})
 	if err != nil {
 		return nil, err

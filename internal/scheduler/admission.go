@@ -63,18 +63,18 @@ func (a Admission) quota(customerID string) Quota {
 
 // Usage is what admission reads from the projections.
 type Usage interface {
-	ActiveRoots(customerID string) int
-	RecentAdmissions(customerID string, since time.Time) int
+	// Admissions returns how many root tasks of customerID are live and
+	// how many it was admitted since since.
+	Admissions(customerID string, since time.Time) (active, recent int)
 }
 
 // admit decides whether a new root task may be scheduled and returns the
 // reason when it may not. The counts come from the usage projection, so
 // racing requests of one customer may overshoot a quota by the number in
-// flight at once.
-func (s *tasks) admit(ctx context.Context, customerID string, spec events.TaskSpec) string {
+// flight at once. now is the request's time.
+func (s *tasks) admit(ctx context.Context, customerID string, spec events.TaskSpec, now time.Time) string {
 	a := s.admission
-	active := s.usage.ActiveRoots(customerID)
-	recent := s.usage.RecentAdmissions(customerID, s.store.Now().Add(-projections.AdmissionWindow))
+	active, recent := s.usage.Admissions(customerID, now.Add(-projections.AdmissionWindow))
 	q := a.quota(customerID)
 	if q.MaxActiveRoots > 0 && active >= q.MaxActiveRoots {
 		return fmt.Sprintf("quota: %d active root tasks, at most %d", active, q.MaxActiveRoots)

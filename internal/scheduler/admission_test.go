@@ -73,7 +73,7 @@ func TestAdmissionMaxActiveRoots(t *testing.T) {
 	if over.CustomerID != "acme" || over.Spec.RequestID != "r2" || over.Spec.RootID != over.TaskID {
 		t.Fatalf("rejected candidate: customer %q request %q root %q", over.CustomerID, over.Spec.RequestID, over.Spec.RootID)
 	}
-	if got := n.Engine.ActiveRoots("acme"); got != 2 {
+	if got, _ := n.Engine.Admissions("acme", time.Time{}); got != 2 {
 		t.Fatalf("acme has %d active roots after a rejection, want 2", got)
 	}
 
@@ -101,7 +101,7 @@ func TestAdmissionMaxActiveRoots(t *testing.T) {
 		idle(t, n, acme, scheduler.ScheduleRequest{ParentID: r0.TaskID})
 		idle(t, n, acme, scheduler.ScheduleRequest{ParentID: r1.TaskID})
 		idle(t, n, acme, scheduler.ScheduleRequest{ParentID: child.TaskID})
-		if got := n.Engine.ActiveRoots("acme"); got != 2 {
+		if got, _ := n.Engine.Admissions("acme", time.Time{}); got != 2 {
 			t.Fatalf("acme has %d active roots after children, want 2", got)
 		}
 	})
@@ -152,7 +152,7 @@ func TestAdmissionMaxRootsPerMinute(t *testing.T) {
 		for range 3 {
 			idle(t, n, operator, scheduler.ScheduleRequest{CustomerID: "initech", ParentID: live.TaskID})
 		}
-		if got := n.Engine.RecentAdmissions("initech", time.Now().Add(-projections.AdmissionWindow)); got != 2 {
+		if _, got := n.Engine.Admissions("initech", time.Now().Add(-projections.AdmissionWindow)); got != 2 {
 			t.Fatalf("initech has %d recent admissions, want its 2 roots", got)
 		}
 		rejected(t, n, operator, initech, "last minute")

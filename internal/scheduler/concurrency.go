@@ -36,7 +36,7 @@ func (s *feed) Concurrency(p Principal, customerID, key string) (KeyView, error)
 	if err := aggregate.ValidConcurrency(events.Concurrency{Key: key, Limit: events.MinConcurrencyLimit}); err != nil {
 		return KeyView{}, err
 	}
-	_, holders, waiters := s.views.ConcurrencyKey(customerID, key, s.store.Now())
+	_, holders, waiters := s.views.ConcurrencyKey(customerID, key, s.now())
 	return KeyView{CustomerID: customerID, Key: key, Holders: holders, Waiters: waiters}, nil
 }
 

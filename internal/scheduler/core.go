@@ -17,6 +17,7 @@ import (
 type core struct {
 	store        Store
 	applied      Applied
+	now          func() time.Time // the clock (Config.Now)
 	writeTimeout time.Duration
 	// closing ends long polls and streams when the process shuts down.
 	closing context.Context

@@ -137,17 +137,22 @@ func metric(t *testing.T, n *testnode.Node, name string) float64 {
 	return 0
 }
 
-// A task due at once is released in its TaskScheduled and its
-// notification published before Schedule answers: queued, two events,
-// the notification in the ready stream under the delivery id. A delayed
-// task waits unreleased for the alarm.
+// A task due at once is released in its TaskScheduled, and its
+// notification published by the ready queue's publishers, not the
+// alarm's grace later: queued, two events, the notification in the ready
+// stream under the delivery id. A delayed task waits unreleased for the
+// alarm.
 func TestScheduleDuePublishedAtOnce(t *testing.T) {
 	t.Parallel()
 	n := setup(t)
 	ctx := context.Background()
-	st := mustSchedule(t, n, acme, scheduler.ScheduleRequest{Queue: "direct"})
-	if st.Status != aggregate.StatusQueued || !st.Delivery.Published || st.Delivery.ReadySeq == 0 {
-		t.Fatalf("task due at once answered %s with delivery %+v, want queued and published", st.Status, st.Delivery)
+	answered := mustSchedule(t, n, acme, scheduler.ScheduleRequest{Queue: "direct"})
+	if answered.Delivery.ID == "" {
+		t.Fatalf("task due at once answered %s with delivery %+v, want released", answered.Status, answered.Delivery)
+	}
+	st := testnode.Published(t, n, answered.TaskID, events.DefaultReadyGrace/2)
+	if st.Status != aggregate.StatusQueued || st.Delivery.ID != answered.Delivery.ID || st.Delivery.ReadySeq == 0 {
+		t.Fatalf("task due at once is %s with delivery %+v, want queued under %s", st.Status, st.Delivery, answered.Delivery.ID)
 	}
 	evs := history(t, n, st.TaskID)
 	if got, want := types(evs), []events.Type{events.TypeTaskScheduled, events.TypeReadyPublished}; !slices.Equal(got, want) {
@@ -196,6 +201,7 @@ func TestReadyNotificationEncoding(t *testing.T) {
 			n := setup(t, func(cfg *node.Config) { cfg.ReadyJSON = c.json })
 			ctx := context.Background()
 			st := mustSchedule(t, n, acme, scheduler.ScheduleRequest{Queue: "enc"})
+			st = testnode.Published(t, n, st.TaskID, 10*time.Second)
 			rs, err := n.Store.JetStream().Stream(ctx, n.NS.ReadyStream)
 			if err != nil {
 				t.Fatal(err)

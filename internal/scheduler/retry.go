@@ -29,7 +29,7 @@ func (s *tasks) RetryTask(ctx context.Context, p Principal, id string, req Retry
 	if err != nil {
 		return st, false, err
 	}
-	now := s.store.Now()
+	now := s.now()
 	spec.RequestID, spec.RunAt = req.RequestID, now.UTC()
 	if req.Message != nil {
 		spec.Message = *req.Message
@@ -46,5 +46,5 @@ func (s *tasks) RetryTask(ctx context.Context, p Principal, id string, req Retry
 	if err := s.checkQueues(old.CustomerID, spec.Queue); err != nil {
 		return st, false, err
 	}
-	return s.create(ctx, p, old.CustomerID, spec, nil)
+	return s.create(ctx, p, old.CustomerID, spec, now, nil)
 }

@@ -321,7 +321,7 @@ func (s *schedules) TriggerSchedule(ctx context.Context, p Principal, customerID
 // its ScheduleFired.
 func (s *schedules) FireSchedule(ctx context.Context, customerID, id string) (seq events.Position, notBefore time.Time, err error) {
 	if sc, ok := s.views.Schedule(customerID, id); ok && sc.State.LastHash != (events.Hash{}) {
-		if next := sc.State.Next(); !next.IsZero() && !next.After(s.store.Now()) {
+		if next := sc.State.Next(); !next.IsZero() && !next.After(s.now()) {
 			seq, _, err := s.fire(ctx, sc.State, true)
 			if !errors.Is(err, aggregate.ErrConflict) {
 				return seq, time.Time{}, err
@@ -361,7 +361,7 @@ func (s *schedules) fire(ctx context.Context, st aggregate.ScheduleState, held b
 		s.views.SettleRun(customerID, id)
 		prevLive = !task.Status.Terminal()
 	}
-	if next := st.Next(); next.IsZero() || next.After(s.store.Now()) {
+	if next := st.Next(); next.IsZero() || next.After(s.now()) {
 		return st.LastSeq, next, nil // nothing due; the projections lag, or were early
 	}
 	cmd := aggregate.FireSchedule{PrevLive: prevLive}

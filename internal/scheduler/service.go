@@ -71,14 +71,15 @@ type Delivery interface {
 	// consumer, which it creates (again) when needed; the error is the
 	// ready stream's.
 	Dispatcher(ctx context.Context, queue string) (*delivery.Dispatcher, error)
-	// Publishes reports whether PublishReleased publishes what no
-	// claimer here takes: only then does Schedule release a task itself.
+	// Publishes reports whether Release publishes what no claimer here
+	// takes: only then does Schedule release a task itself. It is asked
+	// once, by New.
 	Publishes() bool
-	// PublishReleased hands st, just released, to a claimer waiting in
-	// this process, or else publishes its notification and records
-	// ReadyPublished; it returns the task after that and the events
-	// appended. A failure is left to the alarm.
-	PublishReleased(ctx context.Context, st aggregate.State) (aggregate.State, []events.Event)
+	// Release hands st, just released, to a claimer waiting in this
+	// process, or else has its notification published and recorded
+	// (ReadyPublished) without the caller waiting for either. A failure
+	// is left to the alarm.
+	Release(st aggregate.State)
 	// Drop deletes the ready notification of a task claimed without it.
 	Drop(ctx context.Context, st aggregate.State)
 	// Waiting returns how many claimers wait on queue ("": every queue).
@@ -96,10 +97,11 @@ type Config struct {
 	Runs  Runs // the tasks' Run state; nil: the run calls are ErrUnavailable
 	// Delivery is the ready queue claims/next waits on. When it
 	// publishes (Delivery.Publishes), Schedule releases a task due at
-	// once in its TaskScheduled and hands it off or publishes its ready
-	// notification itself (then records ReadyPublished) before it
-	// answers, instead of leaving both to the alarm: two writes and two
-	// alarm hops fewer. Otherwise the alarm releases and publishes every
+	// once in its TaskScheduled and hands it to Delivery.Release, which
+	// gives it to a claimer waiting here or publishes its ready
+	// notification (and records ReadyPublished) while Schedule answers,
+	// instead of leaving both to the alarm: a write and two alarm hops
+	// fewer. Otherwise the alarm releases and publishes every
 	// task. Default: a delivery.Queues without a publisher, on JS,
 	// ReadyStream, Subjects, AckWait and Limits.QueueIdle (which
 	// configure nothing else).
@@ -123,6 +125,9 @@ type Config struct {
 	// WriteTimeout bounds how long a write waits for the projections to
 	// apply it; default 10s.
 	WriteTimeout time.Duration
+	// Now is the service's clock, read once a request; default
+	// Store.Now. It must agree with the store's.
+	Now func() time.Time
 	// AckWait is how long a notification the default Delivery hands a
 	// claimer stays invisible to other claimers while it claims.
 	AckWait time.Duration
@@ -188,6 +193,9 @@ func New(cfg Config) (*Service, error) {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
 	}
+	if cfg.Now == nil {
+		cfg.Now = cfg.Store.Now
+	}
 	if cfg.ReadyGrace <= 0 {
 		cfg.ReadyGrace = events.DefaultReadyGrace
 	}
@@ -232,9 +240,9 @@ func New(cfg Config) (*Service, error) {
 		cfg.Delivery = q
 	}
 	closing, close := context.WithCancel(context.Background())
-	c := &core{store: cfg.Store, applied: cfg.Views, writeTimeout: cfg.WriteTimeout, closing: closing}
+	c := &core{store: cfg.Store, applied: cfg.Views, now: cfg.Now, writeTimeout: cfg.WriteTimeout, closing: closing}
 	f := &feed{core: c, views: cfg.Views, schedules: cfg.Schedules}
-	t := &tasks{core: c, views: cfg.Views, delivery: cfg.Delivery, readyGrace: cfg.ReadyGrace,
+	t := &tasks{core: c, views: cfg.Views, delivery: cfg.Delivery, publishes: cfg.Delivery.Publishes(), readyGrace: cfg.ReadyGrace,
 		usage: cfg.Usage, admission: cfg.Admission, metrics: cfg.Metrics, logger: cfg.Logger,
 		maxLineageTasks: cfg.MaxLineageTasks, maxLineageDepth: cfg.MaxLineageDepth, maxQueues: cfg.MaxQueuesPerCustomer, feed: f}
 	return &Service{

@@ -18,7 +18,7 @@ type ScheduleStats = service.ScheduleStats
 // schedules, not the tasks.
 func (s *feed) Stats(p Principal, maxRows int) Stats {
 	customer := p.Scope()
-	out := Stats{At: s.store.Now()}
+	out := Stats{At: s.now()}
 	for _, q := range s.views.Stats(customer, out.At) {
 		out.Queues = append(out.Queues, service.QueueStats(q))
 	}

@@ -23,8 +23,11 @@ import (
 // concurrent use.
 type tasks struct {
 	*core
-	views      TaskViews
-	delivery   releaser
+	views    TaskViews
+	delivery releaser
+	// publishes is the ready queue's Publishes, asked once: only then does
+	// create release a task due at once itself.
+	publishes  bool
 	readyGrace time.Duration
 	usage      Usage
 	admission  Admission
@@ -35,11 +38,10 @@ type tasks struct {
 	maxLineageTasks, maxLineageDepth, maxQueues int
 }
 
-// releaser is the ready queue as Schedule uses it to release and publish
-// a task due at once itself (Config.Delivery).
+// releaser is the ready queue as Schedule uses it to hand on a task due
+// at once that it released itself (Config.Delivery).
 type releaser interface {
-	Publishes() bool
-	PublishReleased(ctx context.Context, st aggregate.State) (aggregate.State, []events.Event)
+	Release(st aggregate.State)
 }
 
 // TaskViews is what scheduling, retrying and checking a task read from
@@ -75,11 +77,12 @@ func (s *tasks) Schedule(ctx context.Context, p Principal, req ScheduleRequest) 
 
 // schedule is Schedule, settling as settle does with later.
 func (s *tasks) schedule(ctx context.Context, p Principal, req ScheduleRequest, later *events.Position) (st aggregate.State, created bool, err error) {
-	spec, customerID, err := s.validate(p, req)
+	now := s.now()
+	spec, customerID, err := s.validate(p, req, now)
 	if err != nil {
 		return st, false, err
 	}
-	return s.create(ctx, p, customerID, spec, later)
+	return s.create(ctx, p, customerID, spec, now, later)
 }
 
 // requestTaskID is the id of the task a customer's request id names:
@@ -90,8 +93,9 @@ func requestTaskID(customerID, requestID string) string {
 
 // create schedules the task spec describes for customerID (whose id its
 // RequestID names, when it has one): Schedule's work once the request is
-// checked, shared with RetryTask. It settles as settle does with later.
-func (s *tasks) create(ctx context.Context, p Principal, customerID string, spec events.TaskSpec, later *events.Position) (st aggregate.State, created bool, err error) {
+// checked, shared with RetryTask; now is the request's time. It settles
+// as settle does with later.
+func (s *tasks) create(ctx context.Context, p Principal, customerID string, spec events.TaskSpec, now time.Time, later *events.Position) (st aggregate.State, created bool, err error) {
 	// Checked here, not only by the aggregate: a repeated request id
 	// answers its task before the aggregate sees the spec, and an invalid
 	// request is refused whether it repeats or not. Before the parent is
@@ -141,7 +145,7 @@ func (s *tasks) create(ctx context.Context, p Principal, customerID string, spec
 		spec.RootID = taskID
 	}
 	sc := aggregate.Schedule{TaskID: taskID, CustomerID: customerID, Spec: spec}
-	if now := s.store.Now(); s.delivery.Publishes() && !spec.RunAt.After(now) && spec.Concurrency == nil {
+	if s.publishes && !spec.RunAt.After(now) && spec.Concurrency == nil {
 		sc.DeliveryID, sc.NextAt = events.NewID(), now.Add(s.readyGrace)
 	}
 	var cmd aggregate.Command = sc
@@ -152,7 +156,7 @@ func (s *tasks) create(ctx context.Context, p Principal, customerID string, spec
 				return st, false, err
 			}
 		}
-		if reason := s.admit(ctx, customerID, spec); reason != "" {
+		if reason := s.admit(ctx, customerID, spec, now); reason != "" {
 			s.metrics.Rejections.Inc()
 			cmd = aggregate.Reject{TaskID: taskID, CustomerID: customerID, Spec: spec, Reason: reason}
 		}
@@ -172,13 +176,13 @@ func (s *tasks) create(ctx context.Context, p Principal, customerID string, spec
 	if st.Version == 1 && st.Delivery.ID != "" {
 		// The views take the release before anyone may claim the task: a
 		// claim it is handed to (handoff) then folds its Claimed in at once
-		// instead of waiting for the tail.
+		// instead of waiting for the tail. The ready queue hands it on
+		// without this request waiting for its publish.
 		if s.applied.ApplyOwn(evs) {
 			evs = nil
 		}
-		var published []events.Event
-		st, published = s.delivery.PublishReleased(ctx, st)
-		if evs = append(evs, published...); len(evs) == 0 {
+		s.delivery.Release(st)
+		if len(evs) == 0 {
 			return st, true, nil
 		}
 	}
@@ -227,7 +231,7 @@ func (s *tasks) repeated(ctx context.Context, taskID string, later *events.Posit
 	return st, true, nil
 }
 
-func (s *tasks) validate(p Principal, req ScheduleRequest) (events.TaskSpec, string, error) {
+func (s *tasks) validate(p Principal, req ScheduleRequest, now time.Time) (events.TaskSpec, string, error) {
 	customerID := req.CustomerID
 	switch {
 	case !p.IsOperator() && customerID != "" && customerID != p.CustomerID:
@@ -248,7 +252,6 @@ func (s *tasks) validate(p Principal, req ScheduleRequest) (events.TaskSpec, str
 	if req.RunAt != nil && req.DelaySeconds != nil {
 		return events.TaskSpec{}, "", invalid("give runAt or delaySeconds, not both")
 	}
-	now := s.store.Now()
 	runAt := now
 	if req.RunAt != nil {
 		runAt = *req.RunAt

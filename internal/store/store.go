@@ -588,15 +588,10 @@ const publishAttempts = 4
 // (it may have landed).
 const maxPipelined = 4096
 
-// PublishAcked publishes msg (to any stream: a ready notification, say)
-// once through the store's append pipeline and returns the sequence the
-// stream's ack names. It sets msg.Reply and keeps nothing of msg once it
-// returns. Errors are the server's (*jetstream.APIError), the transport's,
-// ctx's, or the write timeout's; none is retried. It is safe for
-// concurrent use.
-func (s *Store) PublishAcked(ctx context.Context, msg *nats.Msg) (uint64, error) {
-	return s.pipe.Publish(ctx, msg)
-}
+// Pipeline is the store's append pipeline, for publishing other messages
+// through it (a ready notification, say) at its cost: one acknowledged
+// publish each, none retried. It is safe for concurrent use.
+func (s *Store) Pipeline() *eventlog.Pipeline { return s.pipe }
 
 // MaxEventBytes is the largest message the log takes now: the NATS
 // server's max payload, or the stream's maximum message size when that is

@@ -3,6 +3,7 @@ package testnode
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -60,9 +61,9 @@ func Types(evs []events.Event) []events.Type {
 }
 
 // MustSchedule schedules req as p through n's service and fails t unless
-// it made a new task: queued (a task due at once is released and its
-// notification published before Schedule answers), or scheduled (due
-// later, or handed to a claimer waiting in n).
+// it made a new task: scheduled (due later, or released and its
+// notification being published, or handed to a claimer waiting in n), or
+// already queued (published before Schedule answered).
 func MustSchedule(t testing.TB, n *Node, p service.Principal, req service.ScheduleRequest) aggregate.State {
 	t.Helper()
 	st, created, err := n.Service.Schedule(context.Background(), p, req)
@@ -73,4 +74,27 @@ func MustSchedule(t testing.TB, n *Node, p service.Principal, req service.Schedu
 		t.Fatalf("schedule %+v: created %v, state %+v; want a new scheduled or queued task", req, created, st)
 	}
 	return st
+}
+
+// Published waits until the ready notification of task id, which its
+// TaskScheduled released, is published and recorded, and returns the
+// task then: queued, with its ready sequence. Schedule's own publish is
+// done within a moment; within is shorter than the alarm's grace
+// (events.DefaultReadyGrace) where a test proves it was not the alarm's.
+func Published(t testing.TB, n *Node, id string, within time.Duration) aggregate.State {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		st, err := n.Service.Get(context.Background(), service.Operator, id)
+		if err != nil {
+			t.Fatalf("get %s: %v", id, err)
+		}
+		if st.Delivery.Published {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s not published within %v: %s with delivery %+v", id, within, st.Status, st.Delivery)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
