@@ -51,6 +51,7 @@ var errUsage = errors.New("usage")
 
 func main() {
 	bench.PollsChild() // a child process the bench started for its polls
+	guardChild()       // a child process the worker started for a command
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout)
 	stop()

@@ -82,10 +82,12 @@ func workCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	return w.Run(ctx)
 }
 
-// runCommand runs command for one task in its own process group, streams
-// its output line by line, and kills the whole group when ctx is
-// cancelled (a stop check said stop) or when the shell exits (so nothing
-// it started in the background outlives the run). It returns the last
+// runCommand runs command for one task in its own process group, under a
+// guard (guardChild) that takes the group down if this process dies, even
+// by kill -9; streams its output line by line; and kills the whole group
+// when ctx is cancelled (a stop check said stop, or the worker stops) or
+// when the shell exits (so nothing it started in the background outlives
+// the run). It returns the last
 // lines of output and an error for a non-zero exit.
 func runCommand(ctx context.Context, command, server string, run *executor.Run, emit func(string)) (string, error) {
 	t := run.Task
@@ -93,15 +95,15 @@ func runCommand(ctx context.Context, command, server string, run *executor.Run, 
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", command)
-	cmd.Stdin = strings.NewReader(string(input) + "\n")
-	cmd.Env = append(os.Environ(),
+	cmd, err := guarded(ctx, command,
 		"TASKLEDGER_TASK_ID="+t.ID, "TASKLEDGER_ROOT_ID="+t.RootID, "TASKLEDGER_PARENT_ID="+t.ParentID,
 		"TASKLEDGER_CUSTOMER_ID="+t.CustomerID, "TASKLEDGER_QUEUE="+t.Queue, "TASKLEDGER_SERVER="+server,
 		"TASKLEDGER_DELIVERY_ID="+t.Claim.DeliveryID, "TASKLEDGER_ATTEMPT="+strconv.Itoa(t.Attempt),
 	)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	if err != nil {
+		return "", err
+	}
+	cmd.Stdin = strings.NewReader(string(input) + "\n")
 	cmd.WaitDelay = 5 * time.Second
 	// An *os.File, not an io.Pipe: Wait then returns when the shell exits
 	// instead of waiting (WaitDelay, then ErrWaitDelay) for processes it
@@ -112,7 +114,7 @@ func runCommand(ctx context.Context, command, server string, run *executor.Run, 
 	}
 	defer pr.Close()
 	cmd.Stdout, cmd.Stderr = pw, pw
-	err = cmd.Start()
+	err = startGuarded(cmd)
 	pw.Close() // the child holds its own copy
 	if err != nil {
 		return "", err
@@ -131,7 +133,7 @@ func runCommand(ctx context.Context, command, server string, run *executor.Run, 
 		}
 		io.Copy(io.Discard, pr)
 	}()
-	err = cmd.Wait()
+	err = waitGuarded(cmd)
 	// The shell is gone: end whatever it left in its process group, so
 	// nothing outlives the run and the output pipe reaches EOF.
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)

@@ -285,3 +285,49 @@ func TestWorkExecEndToEnd(t *testing.T) {
 		}
 	})
 }
+
+// TestWorkExecKillNine: a worker killed with kill -9 mid-command leaves no
+// orphan: the command's guard takes the shell and everything it started
+// down with the worker.
+func TestWorkExecKillNine(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, t.TempDir(), freeAddr(t))
+	c := srv.client
+	ctx := context.Background()
+	dir := t.TempDir()
+	var stderr testlog.Buffer
+	worker := exec.Command(taskledgerBinary(t), "work", "--server", c.BaseURL, "--queue", "w",
+		"--exec", workScript(dir), "--executor-id", "w-doomed", "--log-format", "json")
+	worker.Stderr = &stderr
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		worker.Process.Kill()
+		worker.Wait()
+		if t.Failed() {
+			t.Logf("worker stderr:\n%s", stderr.String())
+		}
+	})
+	task, _, err := c.Schedule(ctx, workRequest("mode-sleep"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shell := workReadPID(t, filepath.Join(dir, task.ID+".pid"))
+	sleeper := workReadPID(t, filepath.Join(dir, task.ID+".sleep"))
+	if workProcessGone(shell) || workProcessGone(sleeper) {
+		t.Fatalf("command not running before the kill (sh %d, sleep %d)", shell, sleeper)
+	}
+	if err := worker.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	worker.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for !workProcessGone(shell) || !workProcessGone(sleeper) {
+		if time.Now().After(deadline) {
+			t.Fatalf("5 s after kill -9 of the worker: shell %d gone %v, background sleep %d gone %v",
+				shell, workProcessGone(shell), sleeper, workProcessGone(sleeper))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
