@@ -14,7 +14,8 @@ import (
 
 // TestKindAndPayload: a task's kind and payload go in through schedule,
 // batch, manual retry and schedules, and come out in the task, its
-// history and the kind filter; a result's output is kept in the result; each limit is a clear 4xx.
+// history and the kind filter; a result's output is kept in the result;
+// each limit is a clear 4xx that changes nothing.
 func TestKindAndPayload(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -50,8 +51,7 @@ func TestKindAndPayload(t *testing.T) {
 	if err != nil || retried.Kind != "resize" || string(retried.Payload) != compact {
 		t.Fatalf("a manual retry keeps kind and payload: %+v, %v", retried, err)
 	}
-	every := "1h"
-	s, _, err := b.client.CreateSchedule(ctx, api.ScheduleCreateRequest{ID: "nightly-resize", Every: every,
+	s, _, err := b.client.CreateSchedule(ctx, api.ScheduleCreateRequest{ID: "nightly-resize", Every: "1h",
 		Task: api.ScheduleTask{Queue: "img", Kind: "resize", Payload: payload}})
 	if err != nil || s.Task.Kind != "resize" || string(s.Task.Payload) != compact {
 		t.Fatalf("schedule: %+v, %v", s.Task, err)
