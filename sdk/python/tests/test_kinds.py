@@ -4,12 +4,13 @@ handlers (``@worker.handler("resize")``)."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import unittest
 from dataclasses import dataclass
 from typing import Any
 
-from tests.harness import ACME, Server, eventually, unique
+from tests.harness import ACME, Server, binary, eventually, unique
 
 import taskledger
 from taskledger import ResultRequest, Run, ScheduleRequest, ScheduleTask, Worker
@@ -107,6 +108,12 @@ class KindsTest(unittest.TestCase):
         self.assertEqual(self.ended(other.id).result.summary, "default thumb")
         self.assertEqual(got, [Resize("cat.png", 64)])
         self.assertEqual(sorted(t.id for t in self.api.list_all(kind="resize", queue=self.queue)), sorted([ok.id, bad.id]))
+        # The command line finds them too: taskledger list --kind resize.
+        out = subprocess.run([binary(), "list", "--kind", "resize", "--queue", self.queue, "--server", srv.url, "--token", ACME],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+        rows = out.strip().splitlines()[1:]
+        self.assertEqual(sorted(r.split()[0] for r in rows), sorted([ok.id, bad.id]), out)
+        self.assertTrue(all(r.split()[3] == "resize" for r in rows), out)
 
     def test_no_default_handler(self) -> None:
         w = Worker(self.api, queue=self.queue, executor_id="py-typed-only", check_interval=0.1, poll_wait=1)
