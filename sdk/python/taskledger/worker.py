@@ -369,7 +369,8 @@ class Run:
         the output as it was, when value is not JSON or too large."""
         if value is not None:
             try:
-                n = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode())
+                # As the client sends it: its size is the size the server counts.
+                n = len(json.dumps(value, separators=(",", ":"), allow_nan=False).encode())
             except (TypeError, ValueError) as e:
                 raise ValueError(f"taskledger: output is not JSON: {e}") from e
             if n > MAX_OUTPUT_BYTES:

@@ -14,7 +14,7 @@ from tests.harness import ACME, Server, binary, eventually, unique
 
 import taskledger
 from taskledger import ResultRequest, Run, ScheduleRequest, ScheduleTask, Worker
-from taskledger.types import MAX_PAYLOAD_BYTES, Task
+from taskledger.types import MAX_OUTPUT_BYTES, MAX_PAYLOAD_BYTES, Task
 
 srv: Server
 
@@ -87,13 +87,19 @@ class KindsTest(unittest.TestCase):
             run.set_output({"thumb": args.src.removesuffix(".png") + f"-{args.width}.png"})
             return "resized"
 
+        refused: list[str] = []
+
         @w.handler("echo")
         def echo(run: Run, payload: Any) -> None:
             run.set_output(payload)
+            # "ü" is sent as \u00fc, 6 bytes: the server counts what is sent.
+            for bad in ({"x": float("nan")}, {"x": object()}, "ü" * (MAX_OUTPUT_BYTES // 6 + 1)):
+                try:
+                    run.set_output(bad)
+                except ValueError as e:
+                    refused.append(str(e))
 
         self.assertRaises(ValueError, w.handler, "Resize")
-        with self.assertRaises(ValueError):
-            Run.set_output(Run.__new__(Run), {"x": float("nan")})
         self.start(w)
         ok = self.api.schedule(queue=self.queue, kind="resize", payload={"src": "cat.png", "width": 64})[0]
         bad = self.api.schedule(queue=self.queue, kind="resize", payload={"source": "cat.png"})[0]
@@ -104,7 +110,8 @@ class KindsTest(unittest.TestCase):
         r = self.ended(bad.id)
         self.assertEqual((r.status, r.result.retryable), ("failed", False))
         self.assertIn("the payload of kind 'resize' does not decode", r.result.error)
-        self.assertEqual(self.ended(echoed.id).result.output, [1, "two", None])
+        self.assertEqual(self.ended(echoed.id).result.output, [1, "two", None])  # the refused outputs changed nothing
+        self.assertEqual(len(refused), 3, refused)
         self.assertEqual(self.ended(other.id).result.summary, "default thumb")
         self.assertEqual(got, [Resize("cat.png", 64)])
         self.assertEqual(sorted(t.id for t in self.api.list_all(kind="resize", queue=self.queue)), sorted([ok.id, bad.id]))
