@@ -29,7 +29,8 @@ type Task struct {
 	RetryOf string `json:"retryOf,omitempty"`
 	// Kind and Payload are the task's kind and its payload (compact
 	// JSON), as scheduled; left out when it has none. A list (GET
-	// /v1/tasks) leaves the payload out, as it does the message.
+	// /v1/tasks) and a tree (GET /v1/tasks/{id}/tree) leave the payload
+	// out: read the task for it.
 	Kind           string          `json:"kind,omitempty"`
 	Payload        json.RawMessage `json:"payload,omitempty"`
 	Status         string          `json:"status"`

@@ -82,6 +82,17 @@ func TestKindAndPayload(t *testing.T) {
 		requireErrorBody(t, rawDo(t, b, http.MethodGet, "/v1/tasks?kind=Resize", ""), http.StatusBadRequest, "invalid_argument")
 	})
 
+	t.Run("TreeWithoutPayloads", func(t *testing.T) {
+		child := mustSchedule(t, b, api.ScheduleRequest{Queue: "img-tree", ParentID: run.ID, Kind: "thumb", Payload: payload})
+		tr, err := b.client.Tree(ctx, child.ID)
+		if err != nil || tr.Task.ID != run.ID || len(tr.Children) != 1 {
+			t.Fatalf("tree: %+v, %v", tr, err)
+		}
+		if c := tr.Children[0].Task; tr.Task.Kind != "resize" || tr.Task.Payload != nil || c.Kind != "thumb" || c.Payload != nil {
+			t.Fatalf("tree nodes %+v and %+v, want their kinds without payloads", tr.Task, c)
+		}
+	})
+
 	t.Run("Limits", func(t *testing.T) {
 		big := `"` + strings.Repeat("x", events.MaxPayloadBytes-1) + `"` // one byte over
 		for _, tc := range []struct {
