@@ -41,8 +41,10 @@ var (
 	// append. Returned by stores, never by Decide.
 	ErrConflict = errors.New("aggregate: concurrent append")
 	// ErrTooLarge: the encoded event is larger than the log accepts (the
-	// NATS server's max payload, or the stream's maximum message size).
-	// Retrying cannot help. Returned by stores, never by Decide.
+	// NATS server's max payload, or the stream's maximum message size),
+	// returned by stores; or a task's payload or a result's output is
+	// over its limit (CompactJSON), returned by Decide. Retrying cannot
+	// help.
 	ErrTooLarge = errors.New("aggregate: event too large for the log")
 )
 
@@ -229,6 +231,10 @@ func decideNew(s State, taskID, customerID string, spec events.TaskSpec, now tim
 	if err := validateNew(taskID, customerID, spec); err != nil {
 		return nil, err
 	}
+	spec, err := compactSpec(spec) // valid: checked just above
+	if err != nil {
+		return nil, err
+	}
 	return []events.Event{{TaskID: taskID, CustomerID: customerID, Number: 1, At: now, Data: payload(spec)}}, nil
 }
 
@@ -273,7 +279,7 @@ func ValidateRequest(spec events.TaskSpec) error {
 }
 
 // ValidateContent checks what a task's spec holds besides its ids: the
-// timeout, repo, signal and message limits.
+// timeout, repo, signal, labels, kind, payload and message limits.
 func ValidateContent(spec events.TaskSpec) error {
 	if spec.TimeoutSeconds < events.MinTimeoutSeconds || spec.TimeoutSeconds > events.MaxTimeoutSeconds {
 		return fmt.Errorf("%w: timeoutSeconds must be %d..%d", ErrInvalid, events.MinTimeoutSeconds, events.MaxTimeoutSeconds)
@@ -298,7 +304,14 @@ func ValidateContent(spec events.TaskSpec) error {
 	if err := ValidateLabels(spec.Labels); err != nil {
 		return err
 	}
-	return validateMessage(spec.Message)
+	if err := ValidateKind(spec.Kind); err != nil {
+		return err
+	}
+	if err := validateMessage(spec.Message); err != nil {
+		return err
+	}
+	_, err := compactSpec(spec) // last: the one check that may be ErrTooLarge
+	return err
 }
 
 // validateRetry checks a complete retry policy; nil is none.
@@ -548,6 +561,11 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 		if err := validateResult(c.Result); err != nil { // a full effects list never refuses a result: see Apply
 			return nil, err
 		}
+		result, err := compactResult(c.Result)
+		if err != nil {
+			return nil, err
+		}
+		c.Result = result
 		if r := c.Result; !r.Success && s.Status == StatusRunning && (r.Retryable == nil || *r.Retryable) && retryOn(s, events.RetryOnFailed) {
 			return events.RetryScheduled{
 				Attempt: s.Attempt() + 1, NextAt: retryAt(s, now), Cause: events.RetryOnFailed, DeliveryID: c.DeliveryID, Result: &r,

@@ -22,8 +22,10 @@
 //     (maxAttempts 1..100, backoffSeconds 0..86400, maxBackoffSeconds
 //     0..604800, on: failed and/or timed_out once each; the service fills the
 //     defaults first), a field over its limit (message, content parts, repo,
-//     signal, labels; events/limits.go, docs/API.md, "Limits"); a retryOf that
-//     is not the relatedTaskId of a root task
+//     signal, labels, kind; events/limits.go, docs/API.md, "Limits"), a
+//     payload that is not JSON; a retryOf that is not the relatedTaskId of a
+//     root task; ErrTooLarge for a payload over 256 KiB of compact JSON (the
+//     payload is stored compact)
 //   - Reject (admission) — allowed when: no event yet; appends:
 //     AdmissionRejected; status after: canceled (rejected); otherwise: as
 //     Schedule; ErrInvalid for a reason over 1 KiB
@@ -63,7 +65,9 @@
 //     ResultRecorded; status after: succeeded or failed; otherwise:
 //     ErrTerminal; ErrTokenMismatch; ErrInvalid (over 32 effects, an effect
 //     without kind, an effect's kind, ref or url, the summary or the error
-//     over its limit); effects past the task's 256 stay in the result only
+//     over its limit, an output that is not JSON); ErrTooLarge for an
+//     output over 256 KiB of compact JSON (the output is stored compact);
+//     effects past the task's 256 stay in the result only
 //   - ReportEffects (POST effects) — allowed when: running, and the deliveryId
 //     is the claim's token; appends: EffectsReported (an effect without at
 //     gets now); status after: running; otherwise: ErrTerminal;

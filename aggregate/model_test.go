@@ -1,6 +1,8 @@
 package aggregate_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"maps"
@@ -167,6 +169,11 @@ func (m model) decide(cmd aggregate.Command, now time.Time) (events.Payload, err
 			slices.ContainsFunc(c.Result.Effects, badEffect) {
 			return nil, aggregate.ErrInvalid
 		}
+		output, err := modelJSON(c.Result.Output)
+		if err != nil {
+			return nil, err
+		}
+		c.Result.Output = output
 		if r := c.Result; !r.Success && m.status == mRunning && (r.Retryable == nil || *r.Retryable) && m.retries(events.RetryOnFailed) {
 			return events.RetryScheduled{Attempt: m.run + 1, NextAt: m.nextAt(now), Cause: events.RetryOnFailed, DeliveryID: c.DeliveryID, Result: &r}, nil
 		}
@@ -252,6 +259,7 @@ func (m model) admit(taskID, custID string, spec events.TaskSpec, now time.Time)
 		!validContent(spec.Message) || len(spec.Repo) > 4<<10 || len(spec.Signal.URI) > 4<<10 ||
 		slices.ContainsFunc([]string{spec.Signal.ID, spec.Signal.RequestID, spec.Signal.EventType, spec.Signal.EventAction},
 			func(v string) bool { return len(v) > 256 }) || !modelLabels(spec.Labels) ||
+		spec.Kind != "" && !modelKind.MatchString(spec.Kind) ||
 		spec.RetryOf != "" && (spec.RetryOf != spec.RelatedTaskID || spec.ParentID != "") {
 		return spec, aggregate.ErrInvalid
 	}
@@ -261,10 +269,37 @@ func (m model) admit(taskID, custID string, spec events.TaskSpec, now time.Time)
 	if len(spec.Labels) == 0 {
 		spec.Labels = nil
 	}
+	payload, err := modelJSON(spec.Payload)
+	if err != nil {
+		return spec, err
+	}
+	spec.Payload = payload
 	if spec.RunAt.IsZero() {
 		spec.RunAt = now
 	}
 	return spec, nil
+}
+
+var modelKind = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
+
+// modelJSON: a payload or an output is stored compact, none for blank or
+// null; not JSON is invalid, more than 256 KiB compact too large.
+func modelJSON(raw []byte) ([]byte, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, nil
+	}
+	if !json.Valid(raw) {
+		return nil, aggregate.ErrInvalid
+	}
+	var b bytes.Buffer
+	_ = json.Compact(&b, raw)
+	switch {
+	case b.String() == "null":
+		return nil, nil
+	case b.Len() > 256<<10:
+		return nil, aggregate.ErrTooLarge
+	}
+	return b.Bytes(), nil
 }
 
 var modelLabelKey = regexp.MustCompile(`^[a-z0-9][a-z0-9_./-]{0,62}$`)
@@ -510,7 +545,7 @@ func drawSpec(t *rapid.T, taskID string, now time.Time) events.TaskSpec {
 		spec.RunAt = now.Add(time.Duration(off) * time.Second)
 	} // else zero, which means now
 	spec.Retry = drawRetry(t)
-	switch rapid.IntRange(0, 23).Draw(t, "specVariant") {
+	switch rapid.IntRange(0, 27).Draw(t, "specVariant") {
 	case 1:
 		spec.ParentID, spec.RootID = "parent-1", "root-9" // a valid child
 	case 2:
@@ -561,6 +596,14 @@ func drawSpec(t *rapid.T, taskID string, now time.Time) events.TaskSpec {
 		spec.RetryOf, spec.RelatedTaskID = "old-1", "old-2"
 	case 22:
 		spec.RetryOf, spec.RelatedTaskID, spec.ParentID, spec.RootID = "old-1", "old-1", "parent-1", "root-9"
+	case 23:
+		spec.Kind = rapid.SampledFrom([]string{"resize", "image.resize-v2_x", strings.Repeat("k", 64), "Resize", "-x", strings.Repeat("k", 65), "a/b"}).Draw(t, "kind")
+	case 24:
+		spec.Kind, spec.Payload = "resize", drawJSON(t, "payload")
+	case 25:
+		spec.Payload = []byte(rapid.SampledFrom([]string{" null ", "", "{", `{"a":1} {"b":2}`, "'x'"}).Draw(t, "oddPayload"))
+	case 26:
+		spec.Payload = bigJSON(rapid.SampledFrom([]int{256 << 10, 256<<10 + 1}).Draw(t, "payloadLen"))
 	}
 	return spec
 }
@@ -603,7 +646,25 @@ func drawResult(t *rapid.T) events.Result {
 	if v := rapid.IntRange(0, 3).Draw(t, "retryable"); v < 2 {
 		r.Retryable = &[]bool{true, false}[v]
 	}
+	switch rapid.IntRange(0, 3).Draw(t, "outputVariant") {
+	case 1:
+		r.Output = drawJSON(t, "output")
+	case 2:
+		r.Output = []byte(rapid.SampledFrom([]string{"null", "{", "[1,]"}).Draw(t, "oddOutput"))
+	case 3:
+		r.Output = bigJSON(rapid.SampledFrom([]int{256 << 10, 256<<10 + 1}).Draw(t, "outputLen"))
+	}
 	return r
+}
+
+// drawJSON draws a small JSON value, sometimes with spaces to compact.
+func drawJSON(t *rapid.T, label string) []byte {
+	return []byte(rapid.SampledFrom([]string{`{"w":640,"h":480}`, "{ \"src\" : [1, 2.5, \"ü\"] ,\n \"x\": null }", `"text"`, `0`, `[]`}).Draw(t, label))
+}
+
+// bigJSON returns a JSON string of exactly n bytes.
+func bigJSON(n int) []byte {
+	return []byte(`"` + strings.Repeat("x", n-2) + `"`)
 }
 
 // drawEffects draws a list of effects of one of the lengths: mostly valid,

@@ -123,6 +123,11 @@ func DecideSchedule(s ScheduleState, cmd Command, now time.Time) ([]events.Event
 		if err := ValidateScheduleSpec(c.ID, c.CustomerID, c.Spec); err != nil {
 			return nil, err
 		}
+		task, err := compactSpec(c.Spec.Task) // valid: checked just above
+		if err != nil {
+			return nil, err
+		}
+		c.Spec.Task = task
 		var p events.Payload = events.ScheduleCreated{Spec: c.Spec, Paused: c.Paused}
 		if s.Live() {
 			if reflect.DeepEqual(s.Spec, c.Spec) {

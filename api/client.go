@@ -123,6 +123,8 @@ type ListOptions struct {
 	RequestID string
 	// Labels select tasks carrying every pair (at most MaxLabelFilters).
 	Labels map[string]string
+	// Kind selects the tasks of that kind.
+	Kind string
 	// CreatedAfter and CreatedBefore bound the creation time, both
 	// exclusive; zero is no bound.
 	CreatedAfter, CreatedBefore time.Time
@@ -136,7 +138,7 @@ type ListOptions struct {
 func (c *Client) List(ctx context.Context, o ListOptions) (l TaskList, err error) {
 	q := url.Values{}
 	for k, v := range map[string]string{"status": o.Status, "queue": o.Queue, "customerId": o.CustomerID, "rootId": o.RootID,
-		"after": o.After, "requestId": o.RequestID, "idPrefix": o.IDPrefix} {
+		"after": o.After, "requestId": o.RequestID, "idPrefix": o.IDPrefix, "kind": o.Kind} {
 		if v != "" {
 			q.Set(k, v)
 		}

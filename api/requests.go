@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"slices"
 	"time"
 
@@ -55,6 +56,13 @@ type ScheduleRequest struct {
 	// events.MaxLabelValueBytes bytes. A child does not inherit its
 	// parent's.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Kind names the sort of job, for executors to route on: 1 to
+	// events.MaxKindBytes of [a-z0-9._-], starting with a letter or
+	// digit. Payload is its arguments, any JSON value of at most
+	// events.MaxPayloadBytes once compact (larger is 413
+	// ErrPayloadTooLarge); the task stores it compact.
+	Kind    string          `json:"kind,omitempty"`
+	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
 // RetryRequest is a task's retry policy as a schedule request gives it;
@@ -117,6 +125,10 @@ type ResultRequest struct {
 	// Retryable false makes a failure final even with attempts left;
 	// left out, a failure is retried if the task's policy allows.
 	Retryable *bool `json:"retryable,omitempty"`
+	// Output is the run's structured result, any JSON value of at most
+	// events.MaxOutputBytes once compact (larger is 413
+	// ErrPayloadTooLarge); it is kept in the task's result.
+	Output json.RawMessage `json:"output,omitempty"`
 }
 
 // CancelRequest is the body of POST /v1/tasks/{id}/cancel.

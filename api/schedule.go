@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -27,6 +28,9 @@ type ScheduleTask struct {
 	Labels         map[string]string   `json:"labels,omitempty"`
 	Retry          *RetryRequest       `json:"retry,omitempty"`
 	Concurrency    *events.Concurrency `json:"concurrency,omitempty"`
+	// Kind and Payload are every run's task's, as in ScheduleRequest.
+	Kind    string          `json:"kind,omitempty"`
+	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
 // ScheduleCreateRequest is the body of POST /v1/schedules. Exactly one of

@@ -4,6 +4,7 @@
 package api
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/taskledger/taskledger/events"
@@ -25,18 +26,24 @@ type Task struct {
 	Labels map[string]string `json:"labels,omitempty"`
 	// RetryOf is the task this one retries (POST /v1/tasks/{id}/retry);
 	// RelatedTaskID names it too.
-	RetryOf        string         `json:"retryOf,omitempty"`
-	Status         string         `json:"status"`
-	CreatedAt      time.Time      `json:"createdAt,omitzero"`
-	RunAt          time.Time      `json:"runAt,omitzero"`
-	StartedAt      time.Time      `json:"startedAt,omitzero"`
-	CompletedAt    time.Time      `json:"completedAt,omitzero"`
-	TimeoutSeconds int            `json:"timeoutSeconds"`
-	Deadline       time.Time      `json:"deadline,omitzero"`
-	Delivery       *Delivery      `json:"delivery,omitempty"`
-	Claim          *Claim         `json:"claim,omitempty"`
-	Mailbox        Mailbox        `json:"mailbox"`
-	Result         *events.Result `json:"result,omitempty"`
+	RetryOf string `json:"retryOf,omitempty"`
+	// Kind and Payload are the task's kind and its payload (compact
+	// JSON), as scheduled; left out when it has none. A list (GET
+	// /v1/tasks) and a tree (GET /v1/tasks/{id}/tree) leave the payload
+	// out: read the task for it.
+	Kind           string          `json:"kind,omitempty"`
+	Payload        json.RawMessage `json:"payload,omitempty"`
+	Status         string          `json:"status"`
+	CreatedAt      time.Time       `json:"createdAt,omitzero"`
+	RunAt          time.Time       `json:"runAt,omitzero"`
+	StartedAt      time.Time       `json:"startedAt,omitzero"`
+	CompletedAt    time.Time       `json:"completedAt,omitzero"`
+	TimeoutSeconds int             `json:"timeoutSeconds"`
+	Deadline       time.Time       `json:"deadline,omitzero"`
+	Delivery       *Delivery       `json:"delivery,omitempty"`
+	Claim          *Claim          `json:"claim,omitempty"`
+	Mailbox        Mailbox         `json:"mailbox"`
+	Result         *events.Result  `json:"result,omitempty"`
 	// Effects are every effect reported so far (POST /v1/tasks/{id}/effects
 	// and the result's), merged by kind and ref.
 	Effects []events.Effect `json:"effects,omitempty"`

@@ -40,6 +40,8 @@ func sampleSpec() TaskSpec {
 		TimeoutSeconds: 900,
 		Labels:         map[string]string{"repo": "example/repo", "team": "ünïcode", "a.b/c-d_e": ""},
 		RetryOf:        "related-1",
+		Kind:           "image.resize",
+		Payload:        []byte(`{"src":"s3://b/k.png","width":640,"tags":["ünï",null]}`),
 	}
 }
 
@@ -63,6 +65,7 @@ func samplePayloads() []Payload {
 				{Kind: "pull_request", Ref: "#12", URL: "https://example.com/pr/12", Uncertain: false},
 				{Kind: "comment", Ref: "c-3", URL: "https://example.com/c/3", Uncertain: true, At: base.Add(time.Minute)},
 			},
+			Output: []byte(`{"pr":12,"files":["a.go"]}`),
 		}},
 		Canceled{Reason: "user asked"},
 		MailboxAppended{Index: 4, Message: Message{
@@ -240,9 +243,9 @@ func TestEncodeLabelsDeterministic(t *testing.T) {
 		}
 	}
 	bare := sampleSpec()
-	bare.Labels, bare.RetryOf = nil, ""
+	bare.Labels, bare.RetryOf, bare.Kind, bare.Payload = nil, "", "", nil
 	b := mustEncode(t, sampleEvent(TaskScheduled{Spec: bare}))
-	for _, key := range []string{"labels", "retryOf"} {
+	for _, key := range []string{"labels", "retryOf", "kind", "payload"} {
 		if bytes.Contains(b, []byte(key)) {
 			t.Fatalf("a spec without %s stores the key", key)
 		}

@@ -66,7 +66,8 @@
 //   - TaskScheduled (v3) — payload (JSON names): spec: rootId, parentId,
 //     requestId, relatedTaskId, queue, signal, repo, message, runAt,
 //     timeoutSeconds, retry (maxAttempts, backoffSeconds, maxBackoffSeconds,
-//     on; absent without a policy), optional concurrency, labels and retryOf;
+//     on; absent without a policy), optional concurrency, labels, retryOf,
+//     kind and payload (compact JSON);
 //     since v3 optional deliveryId, nextAt; meaning: the task was accepted; it
 //     waits for runAt. With deliveryId it was due when scheduled and is
 //     released in the same event, as a DeliveryPending (attempt 1, due at
@@ -94,7 +95,8 @@
 //   - TimedOut — payload (JSON names): deadline; meaning: the running deadline
 //     passed without a result
 //   - ResultRecorded — payload (JSON names): deliveryId (optional), result:
-//     success, summary, error, effects; meaning: the task finished
+//     success, summary, error, effects, retryable (optional), output
+//     (optional, compact JSON); meaning: the task finished
 //   - EffectsReported — payload (JSON names): deliveryId, effects: each kind,
 //     ref, url, uncertain, at; meaning: the run under this claim made these
 //     effects (before its result, if any)
@@ -150,6 +152,14 @@
 // of their own (the spec reads the same at every version). A label never
 // changes after the task is scheduled, and a child does not inherit its
 // parent's.
+//
+// A spec's kind and payload (the job's type, ValidKind, and its arguments as
+// compact JSON of at most MaxPayloadBytes) and a result's output (compact
+// JSON, at most MaxOutputBytes) were added the same way: absent when unset,
+// so earlier events are stored and decoded as before. The payload is a
+// msgpack bin holding the JSON text, so the stored bytes of a payload are
+// the bytes the aggregate accepted. A ready notification carries the kind,
+// never the payload.
 //
 // Manual retry (POST /v1/tasks/{id}/retry) appends no event to the retried
 // task, which is terminal and stays as it is: it schedules a new root task

@@ -2,6 +2,7 @@ package events
 
 import (
 	"crypto/sha256"
+	"encoding/json"
 	"time"
 )
 
@@ -133,6 +134,10 @@ type Result struct {
 	// Retryable false says a failure is final: the task fails even with
 	// attempts left in its retry policy. Nil (left out) means true.
 	Retryable *bool `json:"retryable,omitempty"`
+	// Output is the run's structured result, compact JSON of at most
+	// MaxOutputBytes; nil for none, and then left out of the stored
+	// bytes, so results without one encode as before.
+	Output json.RawMessage `json:"output,omitempty"`
 }
 
 // Retry causes: what ended an attempt that a RetryScheduled follows, and
@@ -181,6 +186,12 @@ type TaskSpec struct {
 	// /v1/tasks/{id}/retry); it equals RelatedTaskID. Empty for any other
 	// task, and left out of the stored bytes then, as Labels is.
 	RetryOf string `json:"retryOf,omitempty"`
+	// Kind names the sort of job the task is, for executors to route on
+	// (ValidKind); Payload is its arguments, compact JSON of at most
+	// MaxPayloadBytes. Empty (nil) for a task without them, and left out
+	// of the stored bytes then, as Labels is.
+	Kind    string          `json:"kind,omitempty"`
+	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
 // Concurrency is a task's concurrency limit: at most Limit tasks of its

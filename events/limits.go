@@ -42,7 +42,32 @@ const (
 	MaxLabels          = 16  // label pairs of one task
 	MaxLabelKeyBytes   = 63  // a label key: [a-z0-9][a-z0-9_./-]{0,62}
 	MaxLabelValueBytes = 256 // a label value: valid UTF-8, may be empty
+
+	// MaxKindBytes bounds a task's kind: [a-z0-9][a-z0-9._-]{0,63}.
+	MaxKindBytes = 64
+	// MaxPayloadBytes and MaxOutputBytes bound a task's payload and a
+	// result's output, counted as compact JSON.
+	MaxPayloadBytes = 256 << 10
+	MaxOutputBytes  = 256 << 10
 )
+
+// ValidKind reports whether k is a task kind: 1 to MaxKindBytes of
+// lower-case letters, digits and . _ -, starting with a letter or digit.
+func ValidKind(k string) bool {
+	if k == "" || len(k) > MaxKindBytes {
+		return false
+	}
+	for i := range len(k) {
+		c := k[i]
+		switch {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		case i > 0 && (c == '_' || c == '.' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // ValidLabelKey reports whether k is a label key: 1 to MaxLabelKeyBytes
 // of lower-case letters, digits and _ . / -, starting with a letter or

@@ -28,3 +28,19 @@ func TestTruncate(t *testing.T) {
 		}
 	}
 }
+
+func TestValidKind(t *testing.T) {
+	t.Parallel()
+	long := "a"
+	for len(long) < events.MaxKindBytes {
+		long += "b"
+	}
+	for k, want := range map[string]bool{
+		"resize": true, "image.resize-v2_x": true, "0": true, long: true,
+		"": false, long + "c": false, "Resize": false, ".resize": false, "-x": false, "a/b": false, "a b": false, "ré": false,
+	} {
+		if got := events.ValidKind(k); got != want {
+			t.Errorf("ValidKind(%q) = %v, want %v", k, got, want)
+		}
+	}
+}

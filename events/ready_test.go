@@ -22,7 +22,7 @@ func sameReady(a, b ReadyNotification) bool {
 func TestReadyNotificationEncodings(t *testing.T) {
 	t.Parallel()
 	n := ReadyNotification{TaskID: "t1", CustomerID: "c1", RootID: "r1", ParentID: "p1", Queue: "q", DeliveryID: "d1",
-		Signal: Signal{ID: "s", URI: "https://example.com/s", EventType: "push"}, Labels: map[string]string{"repo": "x", "team": ""}}
+		Signal: Signal{ID: "s", URI: "https://example.com/s", EventType: "push"}, Labels: map[string]string{"repo": "x", "team": ""}, Kind: "resize"}
 	for _, ct := range []string{ContentTypeMsgpack, ContentTypeJSON, ""} {
 		b, err := MarshalReady(n, ct)
 		if err != nil {

@@ -86,4 +86,7 @@ type ReadyNotification struct {
 	Attempt int `json:"attempt,omitempty"`
 	// Labels are the task's labels; left out when it has none.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Kind is the task's kind (TaskSpec.Kind); left out when it has none.
+	// The payload is not carried: the claim answers it.
+	Kind string `json:"kind,omitempty"`
 }

@@ -139,4 +139,15 @@
 // process with the same executor id resumes each run from its saved Run
 // without repeating the tool or the effect, and one never restarted times out
 // with its pending tool in the Run.
+//
+// # Typed handlers
+//
+// A task may carry a kind and a JSON payload (api.Task.Kind, Payload).
+// Handle[T](w, kind, fn) registers fn for the tasks of kind: the payload is
+// decoded into a T with encoding/json (none decodes as null) and fn runs
+// with it; Run.SetOutput gives the result a structured output. A payload
+// that does not decode fails its task for good (*PayloadError, retryable
+// false) without calling fn. The tasks of a kind without a typed handler, or
+// without a kind, run the worker's default Handler; a worker without one
+// fails them with ErrNoHandler (kinds.go).
 package executor

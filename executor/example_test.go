@@ -135,3 +135,23 @@ func lastOutput(r api.RunState) (string, bool) {
 }
 
 func text(s string) []events.ContentPart { return []events.ContentPart{{Type: "text", Text: s}} }
+
+// A worker with a typed handler per kind (docs/executors.md, "Typed
+// payloads"): the tasks of kind "resize" get their payload decoded into
+// a resize; tasks of other kinds fail with ErrNoHandler, as the worker
+// has no default handler.
+func ExampleHandle() {
+	type resize struct {
+		Src   string `json:"src"`
+		Width int    `json:"width"`
+	}
+	w, err := executor.NewWorker(executor.WorkerConfig{API: api.NewClient("http://127.0.0.1:8080", token), Queue: "img"}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	executor.Handle(w, "resize", func(ctx context.Context, run *executor.Run, args resize) error {
+		thumb := strings.TrimSuffix(args.Src, ".png") + "-small.png" // a real handler resizes args.Src to args.Width
+		return run.SetOutput(map[string]string{"thumb": thumb})
+	})
+	_ = w.Run(context.Background())
+}

@@ -43,6 +43,7 @@ type Run struct {
 	inTurn     int             // Turns running now; mailbox messages wait for a boundary
 	turns      int             // calls of Turn so far
 	stopReason string
+	output     json.RawMessage // the result's output (SetOutput)
 }
 
 // Checkpoint returns a copy of the run's durable progress.

@@ -68,16 +68,15 @@ type WorkerConfig struct {
 type Worker struct {
 	cfg     WorkerConfig
 	handler Handler
+	kinds   kindHandlers // typed handlers by kind (Handle)
 }
 
-// NewWorker returns a worker running h on each task; Run starts it.
-// cfg.API and h are required.
+// NewWorker returns a worker running h on each task (but those of a kind
+// with a typed handler, Handle); Run starts it. cfg.API is required; h
+// may be nil for a worker whose tasks all have typed handlers.
 func NewWorker(cfg WorkerConfig, h Handler) (*Worker, error) {
 	if cfg.API == nil {
 		return nil, errors.New("executor: WorkerConfig.API is required")
-	}
-	if h == nil {
-		return nil, errors.New("executor: a Handler is required")
 	}
 	if cfg.Queue == "" {
 		cfg.Queue = events.DefaultQueue
@@ -321,9 +320,12 @@ func (w *Worker) execute(ctx context.Context, r *Run) {
 	default:
 		// Cut to the server's limits: a result over them would be refused.
 		res := api.ResultRequest{DeliveryID: t.Claim.DeliveryID, Success: err == nil,
-			Summary: events.Truncate(summary, events.MaxSummaryBytes), Effects: r.effects()}
+			Summary: events.Truncate(summary, events.MaxSummaryBytes), Effects: r.effects(), Output: r.resultOutput()}
 		if err != nil {
 			res.Error = events.Truncate(err.Error(), events.MaxErrorBytes)
+		}
+		if perr := (*PayloadError)(nil); errors.As(err, &perr) {
+			res.Retryable = new(bool) // the same payload fails again
 		}
 		if len(res.Effects) > events.MaxEffects {
 			res.Effects = res.Effects[:events.MaxEffects]
@@ -356,14 +358,15 @@ func (w *Worker) attemptCheckpoint(ctx context.Context, t api.Task) Checkpoint {
 	return cp
 }
 
-// handle runs the handler, turning a panic into a failure.
+// handle runs the handler of the task's kind (handlerFor), turning a
+// panic into a failure.
 func (w *Worker) handle(ctx context.Context, r *Run) (summary string, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("handler panicked: %v", v)
 		}
 	}()
-	return w.handler(ctx, r)
+	return w.handlerFor(r.Task.Kind)(ctx, r)
 }
 
 // ReadyConsumerIdle is ready.ConsumerIdle.

@@ -187,9 +187,9 @@
 //
 // The engine writes a snapshot to <stream>_SNAPSHOTS every 100,000 events or 5
 // minutes, whichever comes first (only when it has applied something new, one
-// at a time, in the background). A snapshot holds a format version (6; 3 added
+// at a time, in the background). A snapshot holds a format version (7; 3 added
 // the tasks' effects, 4 the concurrency keys and the schedules, 5 the key
-// holders' attempts, 6 the tasks' labels), the applied sequence, a SHA-256 of
+// holders' attempts, 6 the tasks' labels, 7 their kinds), the applied sequence, a SHA-256 of
 // the body, and the body: every task record with its children and lineage
 // closing sequence, the recent admissions, and every schedule with its last
 // fires and whether its last run's task is still awaited. Derived views (timer
@@ -205,7 +205,7 @@
 // taskledger replay rebuild does the same offline and writes a fresh snapshot.
 // The digest (/readyz?digest=1) is a SHA-256 over every task record, the
 // retention count, the timer queues, active roots, admissions, status sets,
-// concurrency keys, schedules and the label index: a rebuilt projection must
+// concurrency keys, schedules and the label and kind indexes: a rebuilt projection must
 // show the live one's digest.
 //
 // # Label index
@@ -219,4 +219,10 @@
 // (status: its set). The index is filled when a task is created, emptied when
 // retention evicts it, and rebuilt from the labels in a snapshot's task
 // records.
+//
+// GET /v1/tasks?kind= is answered the same way from the kind index
+// (kinds.go): each task's kind and each kind's task ids, only for the tasks
+// that have one. A list with a kind filter and no label filter checks only
+// that kind's tasks. A task's payload is not in the views: like its message,
+// it is read from the task's first event when the task is asked for.
 package projections

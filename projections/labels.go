@@ -22,10 +22,11 @@ func newLabelIndex() labelIndex {
 	return labelIndex{of: make(map[string]map[string]string), byPair: make(map[string]map[string]struct{})}
 }
 
-// state unpacks t with its labels: the projections' answer for a task.
+// state unpacks t with its labels and kind: the projections' answer for
+// a task.
 func (v *views) state(t *task) aggregate.State {
 	s := t.state()
-	s.Spec.Labels = v.labels.of[t.id]
+	s.Spec.Labels, s.Spec.Kind = v.labels.of[t.id], v.kinds.of[t.id]
 	return s
 }
 

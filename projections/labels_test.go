@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -9,8 +10,9 @@ import (
 	"github.com/taskledger/taskledger/events"
 )
 
-// TestListSearch: label, task id and creation-time filters, alone and
-// with the others (an id prefix too), and paging through a label's tasks.
+// TestListSearch: label, kind, task id and creation-time filters, alone
+// and with the others (an id prefix too), paging through a label's tasks,
+// and the kind index kept by a snapshot.
 func TestListSearch(t *testing.T) {
 	t.Parallel()
 	e, _ := New(Config{Retain: -1})
@@ -35,11 +37,15 @@ func TestListSearch(t *testing.T) {
 		}
 		return s
 	}
-	add("t1", "a", events.TaskScheduled{Spec: spec("t1", "repo", "x", "team", "red")}) // created at+1s
-	add("t2", "a", events.TaskScheduled{Spec: spec("t2", "repo", "x")})                // at+2s
-	add("t3", "a", events.TaskScheduled{Spec: spec("t3")})                             // at+3s
-	add("t4", "b", events.TaskScheduled{Spec: spec("t4", "repo", "x", "team", "red")}) // at+4s
-	add("t5", "a", events.TaskScheduled{Spec: spec("t5", "repo", "y")})                // at+5s
+	kind := func(s events.TaskSpec, k string) events.TaskSpec {
+		s.Kind, s.Payload = k, []byte(`{"w":1}`)
+		return s
+	}
+	add("t1", "a", events.TaskScheduled{Spec: kind(spec("t1", "repo", "x", "team", "red"), "resize")}) // created at+1s
+	add("t2", "a", events.TaskScheduled{Spec: spec("t2", "repo", "x")})                                // at+2s
+	add("t3", "a", events.TaskScheduled{Spec: kind(spec("t3"), "thumb")})                              // at+3s
+	add("t4", "b", events.TaskScheduled{Spec: kind(spec("t4", "repo", "x", "team", "red"), "resize")}) // at+4s
+	add("t5", "a", events.TaskScheduled{Spec: kind(spec("t5", "repo", "y"), "resize")})                // at+5s
 
 	ids := func(f Filter, after string, limit int) []string {
 		var out []string
@@ -71,6 +77,11 @@ func TestListSearch(t *testing.T) {
 		{"TaskIDAndOtherIDPrefix", Filter{TaskID: "t3", IDPrefix: "t1"}, nil},
 		{"CreatedAndIDPrefixOfACustomer", Filter{CreatedAfter: at.Add(time.Second), IDPrefix: "t", CustomerID: "a"}, []string{"t2", "t3", "t5"}},
 		{"StatusAndIDPrefix", Filter{Status: aggregate.StatusScheduled, IDPrefix: "t5"}, []string{"t5"}},
+		{"Kind", Filter{Kind: "resize"}, []string{"t1", "t4", "t5"}},
+		{"KindAndCustomer", Filter{Kind: "resize", CustomerID: "a"}, []string{"t1", "t5"}},
+		{"KindAndLabel", Filter{Kind: "resize", Labels: map[string]string{"repo": "x"}}, []string{"t1", "t4"}},
+		{"KindAndStatus", Filter{Kind: "thumb", Status: aggregate.StatusScheduled}, []string{"t3"}},
+		{"UnknownKind", Filter{Kind: "nope"}, nil},
 	} {
 		if got := ids(tc.f, "", 100); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: List = %v, want %v", tc.name, got, tc.want)
@@ -88,5 +99,24 @@ func TestListSearch(t *testing.T) {
 	}
 	if _, ok := e.v.labels.of["t3"]; ok {
 		t.Error("an unlabeled task is in the label index")
+	}
+	if st, _ := e.Task("t1"); st.Spec.Kind != "resize" || st.Spec.Payload != nil {
+		t.Errorf("Task t1 kind %q payload %q, want resize and no payload (not in the views)", st.Spec.Kind, st.Spec.Payload)
+	}
+	if _, ok := e.v.kinds.of["t2"]; ok {
+		t.Error("a task without a kind is in the kind index")
+	}
+	data, err := encodeSnapshot(e.Positions(), e.v.body())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, b, err := decodeSnapshot(data, e.Positions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored, _ := New(Config{Retain: -1})
+	restored.v = restore(b, -1, events.Shards{})
+	if !reflect.DeepEqual(restored.v.kinds, e.v.kinds) {
+		t.Errorf("kind index restored from a snapshot %v, live %v", restored.v.kinds, e.v.kinds)
 	}
 }

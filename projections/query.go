@@ -256,6 +256,8 @@ type Filter struct {
 	TaskID string
 	// Labels selects tasks carrying every one of these key=value pairs.
 	Labels map[string]string
+	// Kind selects the tasks of that kind.
+	Kind string
 	// CreatedAfter and CreatedBefore select tasks created strictly
 	// after and strictly before them; zero is no bound.
 	CreatedAfter, CreatedBefore time.Time
@@ -272,7 +274,8 @@ func (v *views) match(f *Filter, t *task) bool {
 		(f.CreatedAfter.IsZero() || t.created > f.CreatedAfter.UnixNano()) &&
 		(f.CreatedBefore.IsZero() || t.created < f.CreatedBefore.UnixNano()) &&
 		strings.HasPrefix(t.id, f.IDPrefix) &&
-		v.labels.has(t.id, f.Labels)
+		v.labels.has(t.id, f.Labels) &&
+		(f.Kind == "" || v.kinds.of[t.id] == f.Kind)
 }
 
 // candidates returns the tasks List must check for f (nil for an id the
@@ -294,6 +297,8 @@ func (v *views) candidates(f *Filter) (iter.Seq[*task], bool) {
 		return byID(slices.Values([]string{f.TaskID})), true
 	case len(f.Labels) > 0:
 		return byID(maps.Keys(v.labels.smallest(f.Labels))), true
+	case f.Kind != "":
+		return byID(maps.Keys(v.kinds.byKind[f.Kind])), true
 	case f.Status != "" && f.IDPrefix == "":
 		var set statusSet // none for a status the aggregate does not give
 		if i := statusIndex(f.Status); int(i) < len(v.byStatus) {
@@ -408,6 +413,9 @@ func (vw *Views) Digest() string {
 	}
 	for _, p := range sortedKeys(vw.v.labels.byPair) {
 		fmt.Fprintf(h, "label %s %v\n", p, sortedKeys(vw.v.labels.byPair[p]))
+	}
+	for _, k := range sortedKeys(vw.v.kinds.byKind) {
+		fmt.Fprintf(h, "kind %s %v\n", k, sortedKeys(vw.v.kinds.byKind[k]))
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -151,6 +151,7 @@ func (v *views) drop(h *task) {
 		v.count(&st, &aggregate.State{})
 		delete(v.tasks, t.id)
 		v.labels.remove(t.id)
+		v.kinds.remove(t.id)
 		v.unindexID(t)
 		v.byStatus[t.status].remove(t)
 		if qc := v.queueCounts[t.queue]; qc != nil {

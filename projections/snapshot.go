@@ -27,8 +27,9 @@ import (
 // key holder's attempt and the retried holders of the Free queue; format
 // 6 the spec's labels, which the search index is rebuilt from (a build
 // with labels and without the holders' attempts wrote a format 4 or 5 of
-// its own: those are ignored too).
-const SnapshotFormat = 6
+// its own: those are ignored too); format 7 the spec's kind, which the
+// kind index is rebuilt from.
+const SnapshotFormat = 7
 
 // Snapshot errors; a snapshot that fails any check is ignored.
 var (
@@ -146,6 +147,7 @@ type frozen struct {
 type frozenTask struct {
 	t      task
 	labels map[string]string
+	kind   string
 }
 
 // frozenExtra is a frozen task's extra fields and lists, copied.
@@ -160,7 +162,7 @@ func (v *views) freeze() frozen {
 	i := 0
 	for _, t := range v.tasks {
 		ft := &f.tasks[i]
-		ft.t, ft.labels = *t, v.labels.of[t.id]
+		ft.t, ft.labels, ft.kind = *t, v.labels.of[t.id], v.kinds.of[t.id]
 		if t.extra != nil {
 			fx := &frozenExtra{x: *t.extra}
 			if t.extra.lists != nil {
@@ -185,7 +187,7 @@ func (f frozen) body() body {
 	for i := range f.tasks {
 		ft := &f.tasks[i]
 		s := ft.t.state()
-		s.Spec.Labels = ft.labels
+		s.Spec.Labels, s.Spec.Kind = ft.labels, ft.kind
 		b.Tasks[i] = record{State: s, Children: slices.Clone(ft.t.children()), ClosedSeq: ft.t.closedSeq()}
 	}
 	slices.SortFunc(b.Tasks, func(a, b record) int { return cmp.Compare(a.State.FirstSeq, b.State.FirstSeq) })
@@ -204,6 +206,7 @@ func restore(b body, retain int, shards events.Shards) *views {
 		t.set(&r.State)
 		v.tasks[r.State.TaskID] = t
 		v.labels.add(r.State.TaskID, r.State.Spec.Labels)
+		v.kinds.add(r.State.TaskID, r.State.Spec.Kind)
 		v.indexID(t)
 	}
 	var zero aggregate.State

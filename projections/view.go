@@ -105,6 +105,8 @@ type views struct {
 	stats map[string]map[string]*queueCounters
 	// labels indexes the labeled tasks' labels, for search.
 	labels labelIndex
+	// kinds indexes the tasks' kinds, for search.
+	kinds kindIndex
 	retention
 }
 
@@ -123,6 +125,7 @@ func newViews(retain int, shards events.Shards) *views {
 		schedules:   newSchedules(),
 		stats:       make(map[string]map[string]*queueCounters),
 		labels:      newLabelIndex(),
+		kinds:       newKindIndex(),
 	}
 	for i := range v.timers {
 		switch Timer(i) {
@@ -304,6 +307,7 @@ func (v *views) created(t *task, s *aggregate.State, at time.Time) {
 	v.join(t)
 	v.admit(s, at)
 	v.labels.add(t.id, s.Spec.Labels)
+	v.kinds.add(t.id, s.Spec.Kind)
 	v.indexID(t)
 }
 

@@ -10,9 +10,10 @@ import (
 
 // ChildResultMessage is the mailbox message reporting a terminal child.
 // It always fits in one message (events.MaxMessageBytes): when the whole
-// report does not, its summary, error and reason are cut and effects left
-// off from the end until it does, and it says Truncated; the parent reads
-// the full result from the child task (TaskID).
+// report does not, its output is left out, its summary, error and reason
+// cut and effects left off from the end until it does, and it says
+// Truncated; the parent reads the full result from the child task
+// (TaskID).
 func ChildResultMessage(child aggregate.State) events.Message {
 	return childResultMessage(events.ChildResult{TaskID: child.TaskID, Status: string(child.Status), Reason: child.Reason, Result: child.Result})
 }
@@ -30,6 +31,7 @@ func childResultMessage(report events.ChildResult) events.Message {
 			continue
 		}
 		r := *full
+		r.Output = nil // up to 256 KiB: never worth the texts
 		r.Summary, r.Error = events.Truncate(r.Summary, keep), events.Truncate(r.Error, keep)
 		report.Result = &r
 		// The fewest effects that do not fit, less one: the most that do.

@@ -37,7 +37,9 @@ func TestChildResultMessageFits(t *testing.T) {
 		t.Fatal(err)
 	}
 	live := aggregate.Replay(parent)
-	small := events.Result{Success: true, Summary: "done", Effects: []events.Effect{{Kind: "pull_request", Ref: "42"}}}
+	small := events.Result{Success: true, Summary: "done", Effects: []events.Effect{{Kind: "pull_request", Ref: "42"}}, Output: []byte(`{"w":640}`)}
+	bigOutput := small
+	bigOutput.Output = []byte(`"` + strings.Repeat("o", events.MaxOutputBytes-2) + `"`)
 	for _, tt := range []struct {
 		name      string
 		child     aggregate.State
@@ -49,6 +51,7 @@ func TestChildResultMessageFits(t *testing.T) {
 		{"EscapedText", aggregate.State{TaskID: "child-1", Status: aggregate.StatusFailed, Result: ptr(largest("<"))}, true},
 		{"MultiByteText", aggregate.State{TaskID: "child-1", Status: aggregate.StatusFailed, Result: ptr(largest("é"))}, true},
 		{"LongReason", aggregate.State{TaskID: "child-1", Status: aggregate.StatusFailed, Reason: strings.Repeat("<", 64<<10)}, true},
+		{"LargestOutput", aggregate.State{TaskID: "child-1", Status: aggregate.StatusSucceeded, Result: &bigOutput}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -68,7 +71,8 @@ func TestChildResultMessageFits(t *testing.T) {
 			}
 			full := tt.child.Result
 			switch {
-			case !tt.truncated && (got.Result == nil || got.Result.Summary != full.Summary || len(got.Result.Effects) != len(full.Effects)):
+			case !tt.truncated && (got.Result == nil || got.Result.Summary != full.Summary || len(got.Result.Effects) != len(full.Effects) ||
+				string(got.Result.Output) != string(full.Output)):
 				t.Fatalf("a report that fits was changed: %+v", got.Result)
 			case tt.truncated && full != nil && (got.Result == nil || !strings.HasPrefix(full.Summary, got.Result.Summary) ||
 				got.Result.Summary == "" || len(got.Result.Effects) == 0):

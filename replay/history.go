@@ -99,6 +99,12 @@ func Describe(ev events.Event) string {
 		if l := labelText(p.Spec.Labels); l != "" {
 			s += ", labels " + l
 		}
+		if p.Spec.Kind != "" {
+			s += ", kind " + p.Spec.Kind
+		}
+		if n := len(p.Spec.Payload); n > 0 {
+			s += fmt.Sprintf(", payload %d bytes", n)
+		}
 		if p.DeliveryID != "" {
 			s += "; released, delivery " + p.DeliveryID + " attempt 1"
 		}
@@ -136,6 +142,9 @@ func Describe(ev events.Event) string {
 		}
 		for _, e := range r.Effects {
 			s += "; effect " + EffectText(e)
+		}
+		if n := len(r.Output); n > 0 {
+			s += fmt.Sprintf("; output %d bytes", n)
 		}
 		return s
 	case events.EffectsReported:

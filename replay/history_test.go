@@ -426,6 +426,10 @@ func TestDescribeRetry(t *testing.T) {
 			"attempt 2 timed out; attempt 3 at 2026-05-01T12:00:00Z"},
 		{events.TaskScheduled{Spec: events.TaskSpec{Queue: "q", RunAt: at, TimeoutSeconds: 60, Retry: &events.RetryPolicy{MaxAttempts: 3, BackoffSeconds: 10, MaxBackoffSeconds: 3600, On: []string{"failed", "timed_out"}}}},
 			"queue q, run at 2026-05-01T12:00:00Z, timeout 60s, up to 3 attempts (backoff 10s..3600s, on failed,timed_out)"},
+		{events.TaskScheduled{Spec: events.TaskSpec{Queue: "q", RunAt: at, TimeoutSeconds: 60, Kind: "resize", Payload: []byte(`{"w":640}`)}},
+			"queue q, run at 2026-05-01T12:00:00Z, timeout 60s, kind resize, payload 9 bytes"},
+		{events.ResultRecorded{Result: events.Result{Success: true, Summary: "done", Output: []byte(`[1,2]`)}},
+			"success: done; output 5 bytes"},
 	} {
 		if got := replay.Describe(events.Event{Data: tc.p}); got != tc.want {
 			t.Errorf("Describe(%T) = %q, want %q", tc.p, got, tc.want)

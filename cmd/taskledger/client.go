@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -89,6 +90,7 @@ func scheduleCommand(ctx context.Context, args []string, stdout io.Writer) error
 		return scheduleFile(ctx, cf, *file, stdout)
 	}
 	req.Labels, req.Retry, req.Concurrency = spec.labels.orNil(), spec.retryPolicy(), spec.concurrency()
+	req.Kind, req.Payload = spec.kind, spec.payload
 	if *text != "" {
 		req.Message.Content = []events.ContentPart{{Type: "text", Text: *text}}
 	}
@@ -115,13 +117,16 @@ func scheduleCommand(ctx context.Context, args []string, stdout io.Writer) error
 	return nil
 }
 
-// specFlags are the flags of a task's labels, retry policy and
-// concurrency limit, which schedule and schedules create share.
+// specFlags are the flags of a task's labels, retry policy,
+// concurrency limit, kind and payload, which schedule and schedules
+// create share.
 type specFlags struct {
 	labels    labelFlag
 	concKey   string
 	concLimit int
 	retry     api.RetryRequest
+	kind      string
+	payload   json.RawMessage
 }
 
 func (f *specFlags) register(fs *flag.FlagSet) {
@@ -136,6 +141,8 @@ func (f *specFlags) register(fs *flag.FlagSet) {
 		f.retry.On = strings.Split(v, ",")
 		return nil
 	})
+	fs.StringVar(&f.kind, "kind", "", "the task's kind, for executors' typed handlers: 1-64 of [a-z0-9._-]")
+	fs.Func("payload", "the task's payload: JSON, or @FILE (@- for stdin), at most 256 KiB compact", payloadFlag(&f.payload))
 }
 
 // retryPolicy is the policy the retry flags ask for: nil when none is
@@ -236,6 +243,8 @@ func printTask(w io.Writer, t api.Task) {
 	row("related", t.RelatedTaskID)
 	row("retry of", t.RetryOf)
 	row("labels", labelFlag(t.Labels).String())
+	row("kind", t.Kind)
+	row("payload", jsonText(t.Payload))
 	row("request", t.RequestID)
 	row("repo", t.Repo)
 	if c := t.Concurrency; c != nil {
@@ -267,6 +276,7 @@ func printTask(w io.Writer, t api.Task) {
 		row("success", fmt.Sprint(r.Success))
 		row("summary", r.Summary)
 		row("error", r.Error)
+		row("output", jsonText(r.Output))
 	}
 	// Every effect reported, the result's among them, as the task has it.
 	for _, e := range t.Effects {
@@ -308,6 +318,7 @@ func listCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.After, "after", "", "cursor from a previous page")
 	fs.IntVar(&o.Limit, "limit", 100, "page size (at most 1000)")
 	fs.StringVar(&o.RequestID, "request-id", "", "only the task scheduled with this request id")
+	fs.StringVar(&o.Kind, "kind", "", "only tasks of this kind")
 	labels := labelFlag{}
 	fs.Var(labels, "label", "only tasks with this label key=value (repeat: all of them, at most 4)")
 	after := fs.String("created-after", "", "only tasks created after this RFC 3339 time")
@@ -336,9 +347,9 @@ func listCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		return printJSON(stdout, l)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tQUEUE\tCUSTOMER\tCREATED\tMESSAGE")
+	fmt.Fprintln(tw, "ID\tSTATUS\tQUEUE\tKIND\tCUSTOMER\tCREATED\tMESSAGE")
 	for _, t := range l.Tasks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.40s\n", t.ID, t.Status, t.Queue, t.CustomerID, stamp(t.CreatedAt), messageText(t.Message.Content))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.40s\n", t.ID, t.Status, t.Queue, cmp.Or(t.Kind, "-"), t.CustomerID, stamp(t.CreatedAt), messageText(t.Message.Content))
 	}
 	tw.Flush()
 	if l.Next != "" {

@@ -124,6 +124,7 @@ func scheduleCreate(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, cust
 	}
 	req.ID, req.CustomerID = id, *customer
 	req.Task.Labels, req.Task.Retry, req.Task.Concurrency = spec.labels.orNil(), spec.retryPolicy(), spec.concurrency()
+	req.Task.Kind, req.Task.Payload = spec.kind, spec.payload
 	if *text != "" {
 		req.Task.Message.Content = []events.ContentPart{{Type: "text", Text: *text}}
 	}
@@ -179,6 +180,12 @@ func printSchedule(w io.Writer, s api.Schedule) {
 	}
 	if c := s.Task.Concurrency; c != nil {
 		fmt.Fprintf(tw, "concurrency\t%s (limit %d)\n", c.Key, c.Limit)
+	}
+	if s.Task.Kind != "" {
+		fmt.Fprintf(tw, "kind\t%s\n", s.Task.Kind)
+	}
+	if len(s.Task.Payload) > 0 {
+		fmt.Fprintf(tw, "payload\t%s\n", s.Task.Payload)
 	}
 	for i, n := range s.Next {
 		label := ""

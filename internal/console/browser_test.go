@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -334,6 +335,46 @@ func TestConsole(t *testing.T) {
 		)
 		c.poll(t, fmt.Sprintf(`document.querySelectorAll("#tasks tbody tr").length === 1 && document.querySelector(%q) !== null && document.querySelector(%q).textContent.includes("team=ops")`,
 			row(ops.ID), row(ops.ID)))
+	})
+
+	// A task's kind and payload, and its result's output, show as text
+	// (indented JSON), never as markup; the list filters by kind.
+	t.Run("KindAndPayload", func(t *testing.T) {
+		const html = `<img src=x onerror="document.title='pwned'">`
+		task := schedule(t, c.acme, api.ScheduleRequest{Queue: "kinds", Message: text("resize it"), Kind: "resize",
+			Payload: json.RawMessage(`{"src":"cat.png","width":64,"note":` + strconv.Quote(html) + `}`)})
+		plain := schedule(t, c.acme, api.ScheduleRequest{Queue: "kinds", Message: text("no kind")})
+		claimed, ok, err := c.acme.ClaimNext(ctx, "kinds", "w-kinds", 10*time.Second)
+		if err != nil || !ok || claimed.ID != task.ID {
+			t.Fatalf("claim: %s %v %v", claimed.ID, ok, err)
+		}
+		if _, err := c.acme.RecordResult(ctx, task.ID, api.ResultRequest{DeliveryID: claimed.Claim.DeliveryID, Success: true,
+			Output: json.RawMessage(`{"thumb":"cat-64.png","alt":` + strconv.Quote(html) + `}`)}); err != nil {
+			t.Fatal(err)
+		}
+		c.open(t, "#/task/"+task.ID, "#payload")
+		c.poll(t, `document.querySelector("h1 .status")?.dataset.status === "succeeded" && document.querySelector("#output") !== null`)
+		payload := value(t, c, chromedp.Evaluate[string](`document.querySelector("#payload").textContent`))
+		output := value(t, c, chromedp.Evaluate[string](`document.querySelector("#output").textContent`))
+		if !strings.Contains(payload, `"width": 64`) || !strings.Contains(payload, `"src": "cat.png"`) || !strings.Contains(output, `"thumb": "cat-64.png"`) {
+			t.Fatalf("payload shown as %q, output as %q; want indented JSON", payload, output)
+		}
+		if !strings.Contains(payload, `<img src=x`) || !strings.Contains(output, `<img src=x`) {
+			t.Fatalf("the markup in the payload %q or output %q is not shown as text", payload, output)
+		}
+		if n := value(t, c, chromedp.Evaluate[int](`document.querySelectorAll("#payload *, #output *").length`)); n != 0 {
+			t.Fatalf("the payload or output made %d elements", n)
+		}
+		if title := value(t, c, chromedp.Evaluate[string](`document.title`)); title == "pwned" {
+			t.Fatal("the payload ran as markup")
+		}
+		c.open(t, "#/tasks?queue=kinds", row(plain.ID))
+		c.run(t,
+			chromedp.SetValue(chromedp.CSS("#f-kind"), "resize"),
+			chromedp.Click(chromedp.CSS(`form.filters button[type="submit"]`)),
+		)
+		c.poll(t, fmt.Sprintf(`document.querySelectorAll("#tasks tbody tr").length === 1 && document.querySelector(%q)?.textContent === "resize"`,
+			row(task.ID)+` [data-role="kind"]`))
 	})
 
 	// The issue's walk-through: a failed child of a canceled root is found

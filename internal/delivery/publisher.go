@@ -80,7 +80,7 @@ func (p Publisher) contentType() string {
 func notification(s aggregate.State) events.ReadyNotification {
 	return events.ReadyNotification{
 		TaskID: s.TaskID, CustomerID: s.CustomerID, RootID: s.Spec.RootID, ParentID: s.Spec.ParentID,
-		Queue: s.Spec.Queue, DeliveryID: s.Delivery.ID, Signal: s.Spec.Signal, Attempt: s.Attempt(), Labels: s.Spec.Labels,
+		Queue: s.Spec.Queue, DeliveryID: s.Delivery.ID, Signal: s.Spec.Signal, Attempt: s.Attempt(), Labels: s.Spec.Labels, Kind: s.Spec.Kind,
 	}
 }
 

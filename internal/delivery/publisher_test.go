@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"bytes"
 	"context"
 	"testing"
 
@@ -37,7 +38,7 @@ func TestPublisher(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := Publisher{JS: js, Subjects: ns.Subjects, Stream: rs, JSON: asJSON}
-		st := aggregate.State{TaskID: "t1", CustomerID: "acme", Spec: events.TaskSpec{Queue: "q", RootID: "t1"},
+		st := aggregate.State{TaskID: "t1", CustomerID: "acme", Spec: events.TaskSpec{Queue: "q", RootID: "t1", Kind: "resize", Payload: []byte(`{"secret":1}`)},
 			Delivery: aggregate.Delivery{ID: "d1"}}
 
 		seq, err := p.PublishReady(ctx, st, st.Delivery.ID)
@@ -56,8 +57,11 @@ func TestPublisher(t *testing.T) {
 			t.Fatalf("JSON %v: published on %s, want %s", asJSON, msg.Subject, ns.Subjects.Ready("q"))
 		}
 		n, err := events.UnmarshalReady(msg.Data, msg.Header.Get(events.ContentTypeHeader))
-		if err != nil || n.TaskID != "t1" || n.DeliveryID != "d1" || n.CustomerID != "acme" || n.Queue != "q" {
-			t.Fatalf("JSON %v: notification %+v (%v), want task t1's delivery d1", asJSON, n, err)
+		if err != nil || n.TaskID != "t1" || n.DeliveryID != "d1" || n.CustomerID != "acme" || n.Queue != "q" || n.Kind != "resize" {
+			t.Fatalf("JSON %v: notification %+v (%v), want task t1's delivery d1 of kind resize", asJSON, n, err)
+		}
+		if bytes.Contains(msg.Data, []byte("secret")) {
+			t.Fatalf("JSON %v: the notification carries the payload: %q", asJSON, msg.Data)
 		}
 
 		st.Delivery.ReadySeq = seq

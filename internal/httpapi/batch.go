@@ -15,7 +15,7 @@ func scheduleRequest(b api.ScheduleRequest) service.ScheduleRequest {
 		CustomerID: b.CustomerID, ParentID: b.ParentID, RequestID: b.RequestID, RelatedTaskID: b.RelatedTaskID,
 		Signal: b.Signal, Repo: b.Repo, Queue: b.Queue, Message: b.Message,
 		RunAt: b.RunAt, DelaySeconds: b.DelaySeconds, TimeoutSeconds: b.TimeoutSeconds, Concurrency: b.Concurrency, Retry: b.Retry,
-		Labels: b.Labels,
+		Labels: b.Labels, Kind: b.Kind, Payload: b.Payload,
 	}
 }
 
@@ -106,7 +106,7 @@ func (h *handler) recordResults(w http.ResponseWriter, r *http.Request, p servic
 
 // result is the event form of a result body.
 func result(b api.ResultRequest) events.Result {
-	return events.Result{Success: b.Success, Summary: b.Summary, Error: b.Error, Effects: b.Effects, Retryable: b.Retryable}
+	return events.Result{Success: b.Success, Summary: b.Summary, Error: b.Error, Effects: b.Effects, Retryable: b.Retryable, Output: b.Output}
 }
 
 // claimBatch long-polls a queue and claims up to max of its ready tasks

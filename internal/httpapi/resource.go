@@ -15,7 +15,7 @@ func NewTask(s aggregate.State) api.Task {
 	t := api.Task{
 		ID: s.TaskID, RootID: s.Spec.RootID, ParentID: s.Spec.ParentID, RelatedTaskID: s.Spec.RelatedTaskID,
 		CustomerID: s.CustomerID, RequestID: s.Spec.RequestID, Queue: s.Spec.Queue,
-		Repo: s.Spec.Repo, Message: s.Spec.Message, Labels: s.Spec.Labels, RetryOf: s.Spec.RetryOf, Status: string(s.Status),
+		Repo: s.Spec.Repo, Message: s.Spec.Message, Labels: s.Spec.Labels, RetryOf: s.Spec.RetryOf, Kind: s.Spec.Kind, Payload: s.Spec.Payload, Status: string(s.Status),
 		CreatedAt: utc(s.CreatedAt), RunAt: utc(s.DueAt()), StartedAt: utc(s.StartedAt),
 		CompletedAt: utc(s.CompletedAt), TimeoutSeconds: s.Spec.TimeoutSeconds, Deadline: utc(s.Deadline),
 		Mailbox: api.Mailbox{Count: len(s.MailIDs), Cursor: s.Cursor},

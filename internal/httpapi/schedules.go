@@ -26,7 +26,7 @@ func NewSchedule(v service.ScheduleView) api.Schedule {
 	out := api.Schedule{
 		ID: st.ID, CustomerID: st.CustomerID, Cron: st.Spec.Cron, Every: st.Spec.Every, Timezone: st.Spec.Timezone,
 		Task: api.ScheduleTask{Queue: t.Queue, Message: t.Message, Repo: t.Repo, Signal: t.Signal, TimeoutSeconds: &timeout,
-			Labels: t.Labels, Retry: api.RetryRequestOf(t.Retry), Concurrency: t.Concurrency},
+			Labels: t.Labels, Retry: api.RetryRequestOf(t.Retry), Concurrency: t.Concurrency, Kind: t.Kind, Payload: t.Payload},
 		Overlap: st.Spec.Overlap, Catchup: st.Spec.Catchup, Paused: st.Paused, Deleted: st.Deleted,
 		CreatedAt: st.CreatedAt.UTC(), UpdatedAt: st.UpdatedAt.UTC(), Next: v.Next, Runs: make([]api.ScheduleRun, len(v.Runs)),
 		RunCount: st.Runs, Version: st.Version,

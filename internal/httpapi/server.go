@@ -618,7 +618,7 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request, p service.Principa
 func (h *handler) list(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	q := r.URL.Query()
 	f := service.TaskFilter{Status: aggregate.Status(q.Get("status")), Queue: q.Get("queue"), CustomerID: q.Get("customerId"), RootID: q.Get("rootId"),
-		IDPrefix: q.Get("idPrefix")}
+		IDPrefix: q.Get("idPrefix"), Kind: q.Get("kind")}
 	switch f.Status {
 	case "", aggregate.StatusScheduled, aggregate.StatusQueued, aggregate.StatusRunning, aggregate.StatusSucceeded,
 		aggregate.StatusFailed, aggregate.StatusCanceled, aggregate.StatusTimedOut:
@@ -634,6 +634,10 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request, p service.Princip
 			h.fail(w, r, invalidArg("%s: %v", name, err))
 			return
 		}
+	}
+	if err := aggregate.ValidateKind(f.Kind); err != nil {
+		h.fail(w, r, err)
+		return
 	}
 	if err := h.searchFilter(p, q, &f); err != nil {
 		h.fail(w, r, err)

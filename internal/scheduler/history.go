@@ -114,21 +114,37 @@ type Node = service.Node
 // maxTreeNodes bounds a tree answer.
 const maxTreeNodes = 10000
 
-// Tree returns the whole lineage of a task, from its root.
+// Tree returns the whole lineage of a task, from its root, each task
+// without its payload (as List; Get has it).
 func (s *feed) Tree(ctx context.Context, p Principal, id string) (Node, error) {
 	st, err := s.get(ctx, p, id)
 	if err != nil {
 		return Node{}, err
 	}
+	var n Node
 	if !s.retained(st.Spec.RootID) {
 		evs, err := s.lineageFromLog(ctx, st)
 		if err != nil {
 			return Node{}, err
 		}
-		return treeOf(evs, st.Spec.RootID), nil
+		n = treeOf(evs, st.Spec.RootID)
+	} else {
+		budget := maxTreeNodes
+		if n, err = s.subtree(ctx, st.Spec.RootID, &budget); err != nil {
+			return Node{}, err
+		}
 	}
-	budget := maxTreeNodes
-	return s.subtree(ctx, st.Spec.RootID, &budget)
+	withoutPayloads(&n)
+	return n, nil
+}
+
+// withoutPayloads drops the payload of every task of the tree n: up to
+// 256 KiB each, in a lineage of up to thousands of tasks.
+func withoutPayloads(n *Node) {
+	n.Task.Spec.Payload = nil
+	for i := range n.Children {
+		withoutPayloads(&n.Children[i])
+	}
 }
 
 // treeOf folds a lineage's events into its tree, children in creation

@@ -14,7 +14,8 @@ import (
 type TaskFilter = service.TaskFilter
 
 // List returns up to limit tasks matching f after the cursor, with the
-// cursor of the next page ("" at the end). A customer sees only its own.
+// cursor of the next page ("" at the end), each without its payload (Get
+// has it). A customer sees only its own.
 // It is ErrUnavailable while the views catch up after a start.
 func (s *feed) List(ctx context.Context, p Principal, f TaskFilter, after string, limit int) ([]aggregate.State, string, error) {
 	if limit < 1 || limit > api.MaxListLimit {
@@ -39,6 +40,7 @@ func (s *feed) List(ctx context.Context, p Principal, f TaskFilter, after string
 		if err := s.withSpec(ctx, &page[i]); err != nil {
 			return nil, "", err
 		}
+		page[i].Spec.Payload = nil // up to 256 KiB each: a list shows the kind, the task its payload
 	}
 	return page, next, nil
 }

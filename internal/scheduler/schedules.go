@@ -92,7 +92,7 @@ func scheduleCustomer(p Principal, customerID string) (string, error) {
 func scheduleSpec(req CreateScheduleRequest) (events.ScheduleSpec, error) {
 	t := req.Task
 	if t.CustomerID != "" || t.ParentID != "" || t.RequestID != "" || t.RelatedTaskID != "" || t.RunAt != nil || t.DelaySeconds != nil {
-		return events.ScheduleSpec{}, invalid("task: a schedule's task takes queue, message, repo, signal, timeoutSeconds, labels, retry and concurrency only")
+		return events.ScheduleSpec{}, invalid("task: a schedule's task takes queue, message, repo, signal, timeoutSeconds, labels, retry, concurrency, kind and payload only")
 	}
 	spec := events.ScheduleSpec{
 		Cron: req.Cron, Every: req.Every, Timezone: cmp.Or(req.Timezone, "UTC"),
@@ -100,6 +100,7 @@ func scheduleSpec(req CreateScheduleRequest) (events.ScheduleSpec, error) {
 		Task: events.TaskSpec{
 			Queue: cmp.Or(t.Queue, events.DefaultQueue), Signal: t.Signal, Repo: t.Repo, Message: t.Message,
 			TimeoutSeconds: events.DefaultTimeoutSeconds, Retry: retryPolicy(t.Retry), Concurrency: t.Concurrency,
+			Kind: t.Kind, Payload: t.Payload,
 		},
 	}
 	if len(t.Labels) > 0 { // no labels is nil, so an equal spec is the same spec
@@ -425,6 +426,7 @@ func (s *schedules) scheduleRun(ctx context.Context, st aggregate.ScheduleState,
 	task, _, err := s.tasks.Schedule(ctx, Principal{CustomerID: st.CustomerID}, ScheduleRequest{
 		RequestID: f.RequestID, Signal: t.Signal, Repo: t.Repo, Queue: t.Queue, Message: t.Message, TimeoutSeconds: &timeout,
 		Labels: t.Labels, Retry: api.RetryRequestOf(t.Retry), Concurrency: t.Concurrency,
+		Kind: t.Kind, Payload: t.Payload,
 	})
 	var refused *AdmissionError
 	if errors.As(err, &refused) {

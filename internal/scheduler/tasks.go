@@ -277,7 +277,7 @@ func (s *tasks) validate(p Principal, req ScheduleRequest, now time.Time) (event
 		ParentID: req.ParentID, RequestID: req.RequestID, RelatedTaskID: req.RelatedTaskID,
 		Queue: queue, Signal: req.Signal, Repo: req.Repo, Message: msg,
 		RunAt: runAt.UTC(), TimeoutSeconds: timeout, Concurrency: req.Concurrency, Retry: retryPolicy(req.Retry),
-		Labels: req.Labels,
+		Labels: req.Labels, Kind: req.Kind, Payload: req.Payload,
 	}
 	if err := events.ValidID(queue); err != nil {
 		return events.TaskSpec{}, "", invalid("queue: %v", err)

@@ -24,6 +24,8 @@ type ScheduleRequest struct {
 	Concurrency    *events.Concurrency
 	Retry          *api.RetryRequest // nil: one attempt
 	Labels         map[string]string
+	Kind           string
+	Payload        []byte // JSON; nil for none
 }
 
 // RetryTaskRequest asks for a new task repeating a terminal one (POST
@@ -52,6 +54,8 @@ type TaskFilter struct {
 	TaskID string
 	// Labels selects tasks carrying every one of these key=value pairs.
 	Labels map[string]string
+	// Kind selects the tasks of that kind.
+	Kind string
 	// CreatedAfter and CreatedBefore select tasks created strictly
 	// after and strictly before them; zero is no bound.
 	CreatedAfter, CreatedBefore time.Time

@@ -20,6 +20,9 @@ function duration(task) {
 
 const firstLine = (task) => (((task.message || {}).content || [])[0]?.text || "").split("\n")[0];
 const labels = (task) => Object.entries(task.labels || {}).map(([k, v]) => k + "=" + v).join(" ");
+/** jsonBlock shows a payload or an output as indented JSON, as text (never
+ * HTML), in a <pre> with id; null for none. */
+const jsonBlock = (id, v) => (v === undefined || v === null ? null : el("pre", { id, class: "json" }, JSON.stringify(v, null, 2)));
 
 // ---- login ----
 
@@ -163,7 +166,7 @@ function tasksPage(query) {
   const tbody = el("tbody");
   const all = el("input", { type: "checkbox", "aria-label": "select all", onchange: () => { for (const t of rows) all.checked ? selected.add(t.id) : selected.delete(t.id); render(); } });
   const table = el("table", { id: "tasks", "aria-label": "tasks" },
-    el("thead", {}, el("tr", {}, el("th", {}, all), ["status", "id", "queue", "customer", "labels", "created", "started", "duration", "attempt", "message"].map((h) => el("th", { scope: "col" }, h)))),
+    el("thead", {}, el("tr", {}, el("th", {}, all), ["status", "id", "queue", "kind", "customer", "labels", "created", "started", "duration", "attempt", "message"].map((h) => el("th", { scope: "col" }, h)))),
     tbody);
   main.replaceChildren(el("h1", {}, "Tasks"), filters, el("div", { class: "toolbar" }, cancelBtn, retryBtn, firstBtn, nextBtn, info), table);
   let nextCursor = "";
@@ -176,10 +179,10 @@ function tasksPage(query) {
       })),
       el("td", {}, statusCell(t.status)),
       el("td", { class: "id" }, taskLink(t.id), copyButton(t.id)),
-      el("td", {}, t.queue), el("td", {}, t.customerId), el("td", {}, labels(t)),
+      el("td", {}, t.queue), el("td", { class: "mono", "data-role": "kind" }, t.kind || ""), el("td", {}, t.customerId), el("td", {}, labels(t)),
       el("td", {}, time(t.createdAt)), el("td", {}, time(t.startedAt)), el("td", { class: "num" }, duration(t)),
       el("td", { class: "num" }, t.delivery?.attempt ?? ""), el("td", { title: firstLine(t) }, firstLine(t)))));
-    if (!rows.length) tbody.append(el("tr", {}, el("td", { colSpan: 11, class: "muted" }, "No tasks match.")));
+    if (!rows.length) tbody.append(el("tr", {}, el("td", { colSpan: 12, class: "muted" }, "No tasks match.")));
     cancelBtn.disabled = selected.size === 0;
     if (retryBtn) retryBtn.disabled = selected.size === 0;
     info.textContent = selected.size ? `live updates paused: ${selected.size} selected` : "";
@@ -274,7 +277,9 @@ function taskPage(id) {
         el("dt", {}, "queue"), el("dd", {}, el("a", { href: "#/tasks?queue=" + encodeURIComponent(t.queue) }, t.queue)),
         t.requestId ? [el("dt", {}, "requestId"), el("dd", {}, t.requestId)] : null,
         t.labels ? [el("dt", {}, "labels"), el("dd", {}, labels(t))] : null,
+        t.kind ? [el("dt", {}, "kind"), el("dd", { class: "mono" }, el("a", { href: "#/tasks?kind=" + encodeURIComponent(t.kind) }, t.kind))] : null,
         el("dt", {}, "message"), el("dd", {}, firstLine(t)),
+        t.payload !== undefined ? [el("dt", {}, "payload"), el("dd", {}, jsonBlock("payload", t.payload))] : null,
         el("dt", {}, "created"), el("dd", {}, time(t.createdAt)),
         el("dt", {}, "run at"), el("dd", {}, time(t.runAt)),
         t.startedAt ? [el("dt", {}, "started"), el("dd", {}, time(t.startedAt), " (", duration(t), ")")] : null,
@@ -335,7 +340,8 @@ function taskPage(id) {
     if (t.result) parts.push(el("dl", { class: "facts", id: "result" },
       el("dt", {}, "success"), el("dd", {}, String(t.result.success)),
       t.result.summary ? [el("dt", {}, "summary"), el("dd", {}, t.result.summary)] : null,
-      t.result.error ? [el("dt", {}, "error"), el("dd", {}, t.result.error)] : null));
+      t.result.error ? [el("dt", {}, "error"), el("dd", {}, t.result.error)] : null,
+      t.result.output !== undefined ? [el("dt", {}, "output"), el("dd", {}, jsonBlock("output", t.result.output))] : null));
     const effects = t.effects || t.result?.effects || [];
     if (effects.length) parts.push(el("ul", { id: "effects" }, effects.map((e) => el("li", {},
       e.kind + " ", e.url && /^https?:/.test(e.url) ? el("a", { href: e.url, rel: "noreferrer noopener", target: "_blank" }, e.ref || e.url) : e.ref || "", e.uncertain ? " (uncertain)" : ""))));

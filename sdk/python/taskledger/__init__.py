@@ -51,12 +51,12 @@ from .types import (
     ToolCall,
     TranscriptItem,
 )
-from .worker import REASON_SUPERSEDED, Run, Stopped, Turn, Worker
+from .worker import REASON_SUPERSEDED, NoHandler, PayloadError, Run, Stopped, Turn, Worker
 
 __all__ = [
     "AdmissionRejected", "Client", "Concurrency", "Conflict", "ContentPart", "Effect", "Forbidden", "HeaderTooLarge",
-    "Internal", "InvalidArgument", "LineageLimit", "Message", "NotClaimable", "NotFound", "NotTerminal", "ParentTerminal",
-    "PayloadTooLarge", "REASON_SUPERSEDED", "RequestTimeout", "ResultItem", "ResultRequest", "RetryRequest", "Run", "RunState",
+    "Internal", "InvalidArgument", "LineageLimit", "Message", "NoHandler", "NotClaimable", "NotFound", "NotTerminal", "ParentTerminal",
+    "PayloadError", "PayloadTooLarge", "REASON_SUPERSEDED", "RequestTimeout", "ResultItem", "ResultRequest", "RetryRequest", "Run", "RunState",
     "Schedule", "ScheduleCreateRequest", "ScheduleLimit", "ScheduleRequest", "ScheduleRun", "ScheduleTask", "Signal", "StaleRevision", "Stopped", "Task", "TaskledgerError", "Terminal",
     "TokenMismatch", "ToolCall", "TooManyPolls", "TranscriptItem", "Turn", "Unauthenticated", "Unavailable",
     "Worker",

@@ -194,15 +194,17 @@ class Client:
 
     def list(self, *, status: str = "", queue: str = "", customer_id: str = "", root_id: str = "",
              labels: dict[str, str] | None = None, request_id: str = "", created_after: str = "",
-             created_before: str = "", limit: int | None = None, after: str = "") -> TaskList:
+             created_before: str = "", limit: int | None = None, after: str = "", kind: str = "") -> TaskList:
         """GET /v1/tasks: one page (``next`` is the cursor of the next, empty
         on the last). ``labels`` selects tasks carrying every pair (at most
-        4), ``request_id`` the task the caller's customer scheduled with it,
+        4), ``kind`` the tasks of that kind (listed without their payload:
+        get() has it), ``request_id`` the task the caller's customer scheduled with it,
         ``created_after``/``created_before`` (RFC 3339, exclusive) bound the
         creation time. Raises InvalidArgument for a bad filter."""
         q = {"status": status, "queue": queue, "customerId": customer_id, "rootId": root_id,
              "label": [f"{k}={v}" for k, v in sorted((labels or {}).items())], "requestId": request_id,
-             "createdAfter": created_after, "createdBefore": created_before, "limit": limit, "after": after}
+             "createdAfter": created_after, "createdBefore": created_before, "limit": limit, "after": after,
+             "kind": kind}
         return TaskList.from_json(self._json("GET", "/v1/tasks", query=q)[1])
 
     def list_all(self, **filters: Any) -> Iterator[Task]:

@@ -6,7 +6,8 @@ camelCase forms (``customer_id`` is ``customerId``). ``from_json`` builds
 one from a decoded JSON value, ignoring fields it does not know (the API
 may add some); ``to_json`` gives the JSON value, leaving out ``None``,
 ``False`` and empty strings, lists and dicts, which the server reads as
-left out.
+left out (a JSON value field, a payload or an output, is left out only
+when it is ``None``).
 Times stay RFC 3339 strings, as the server sent them (nanoseconds
 included). Free JSON (a tool's input and output, a context's value, an
 event's data) is whatever ``json.loads`` made of it.
@@ -71,6 +72,12 @@ def _encode(value: Any) -> Any:
     return value
 
 
+def _value() -> Any:
+    """A field holding any JSON value (a payload, an output): None is none,
+    and every other value, 0, false and "" included, is sent."""
+    return field(default=None, metadata={"value": True})
+
+
 def _empty(value: Any) -> bool:
     return value is None or value is False or (isinstance(value, (str, list, dict)) and not value)
 
@@ -108,7 +115,7 @@ class Wire:
             v = getattr(self, f.name)
             if f.name == "extra":
                 continue
-            if not _empty(v) or f.metadata.get("always"):
+            if not _empty(v) or f.metadata.get("always") or (f.metadata.get("value") and v is not None):
                 out[_json_name(f)] = _encode(v)
         extra = getattr(self, "extra", None)
         if extra:
@@ -160,6 +167,9 @@ MAX_EFFECTS = 32
 MAX_ATTEMPTS = 100
 MAX_BACKOFF_SECONDS = 86400
 MAX_MAX_BACKOFF_SECONDS = 604800
+MAX_KIND_BYTES = 64  # a task's kind: [a-z0-9][a-z0-9._-]{0,63}
+MAX_PAYLOAD_BYTES = 256 << 10  # a task's payload, as compact JSON
+MAX_OUTPUT_BYTES = 256 << 10  # a result's output, as compact JSON
 
 # What a retry policy retries (RetryRequest.on) and what ended a retried
 # attempt (Attempt.outcome).
@@ -236,6 +246,7 @@ class Result(Wire):
     error: str = ""
     effects: list[Effect] = field(default_factory=list)
     retryable: bool | None = None  # as the result said; None when it did not
+    output: Any = _value()  # the structured output (decoded JSON); None for none
 
 
 @dataclass
@@ -323,6 +334,8 @@ class Task(Wire):
     message: Message = field(default_factory=Message)
     labels: dict[str, str] = field(default_factory=dict)
     retry_of: str = ""
+    kind: str = ""  # what sort of job; "" for none
+    payload: Any = _value()  # its arguments (decoded JSON); None for none, and in lists
     status: str = ""
     created_at: str = ""
     run_at: str = ""
@@ -434,6 +447,10 @@ class ScheduleRequest(Wire):
     concurrency: Concurrency | None = None
     retry: RetryRequest | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    # kind: 1 to MAX_KIND_BYTES of [a-z0-9._-]; payload: any JSON value, at
+    # most MAX_PAYLOAD_BYTES once compact (past it PayloadTooLarge).
+    kind: str = ""
+    payload: Any = _value()
 
 
 @dataclass
@@ -448,6 +465,9 @@ class ResultRequest(Wire):
     # False makes a failure final even with attempts left in the task's
     # retry policy; None (left out) lets the policy decide.
     retryable: bool | None = None
+    # The structured output: any JSON value, at most MAX_OUTPUT_BYTES once
+    # compact; None for none.
+    output: Any = _value()
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
@@ -604,6 +624,8 @@ class ScheduleTask(Wire):
     labels: dict[str, str] = field(default_factory=dict)
     retry: RetryRequest | None = None
     concurrency: Concurrency | None = None
+    kind: str = ""
+    payload: Any = _value()
 
 
 @dataclass

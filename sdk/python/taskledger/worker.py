@@ -20,6 +20,7 @@ import copy
 import datetime
 import json
 import logging
+import re
 import socket
 import threading
 from collections.abc import Callable
@@ -38,6 +39,7 @@ from .types import (
     MAX_BATCH_ITEMS,
     MAX_EFFECTS,
     MAX_ERROR_BYTES,
+    MAX_OUTPUT_BYTES,
     MAX_SUMMARY_BYTES,
     REASON_ANCESTOR_TERMINAL,
     STATUS_RUNNING,
@@ -66,6 +68,9 @@ log = logging.getLogger("taskledger")
 
 R = TypeVar("R")
 
+# A task's kind (events.ValidKind in Go).
+_KIND = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+
 # The stop reason of a run whose save the scheduler refused because its
 # claim no longer holds the task.
 REASON_SUPERSEDED = "superseded"
@@ -83,6 +88,18 @@ class Stopped(Exception):
 
 
 Handler = Callable[["Run"], str]
+# A typed handler: fn(run, payload) -> summary (or None), payload decoded.
+KindHandler = Callable[["Run", Any], "str | None"]
+
+
+class NoHandler(Exception):
+    """The failure a worker reports for a task whose kind has no handler
+    (Worker.handler) when the worker has no default handler either."""
+
+
+class PayloadError(Exception):
+    """The failure a typed handler's task reports when its ``decode``
+    refused the payload; the result says it is final (retryable false)."""
 
 
 def _now() -> str:
@@ -111,12 +128,20 @@ class Worker:
     claimed under its id). ``check_interval`` is the period of the
     background stop check, ``poll_wait`` the long poll of a claim (stop()
     takes effect when the poll in flight ends).
+
+    Typed handlers: ``@worker.handler("resize")`` registers a function
+    ``fn(run, payload)`` for the tasks of that kind (Task.kind), which gets
+    the task's payload (decoded JSON, None for none). The default
+    ``handler`` runs every other task; it may be None when every kind has
+    a handler, and then a task of another kind fails with NoHandler.
     """
 
-    def __init__(self, client: Client, handler: Handler, *, queue: str = DEFAULT_QUEUE, executor_id: str = "",
-                 concurrency: int = 4, check_interval: float = 2.0, poll_wait: float = 30.0) -> None:
+    def __init__(self, client: Client, handler: Handler | None = None, *, queue: str = DEFAULT_QUEUE,
+                 executor_id: str = "", concurrency: int = 4, check_interval: float = 2.0,
+                 poll_wait: float = 30.0) -> None:
         self.client = client
-        self.handler = handler
+        self.default_handler = handler
+        self._kinds: dict[str, Handler] = {}
         self.queue = queue or DEFAULT_QUEUE
         self.executor_id = executor_id or "executor-" + socket.gethostname()
         self.concurrency = max(concurrency, 1)
@@ -125,6 +150,45 @@ class Worker:
         self._stopping = threading.Event()
         self._mu = threading.Lock()
         self._runs: set[Run] = set()  # the runs in progress
+
+    def handler(self, kind: str, *, decode: Callable[[Any], Any] | None = None) -> Callable[[KindHandler], KindHandler]:
+        """Returns a decorator registering ``fn(run, payload) -> summary``
+        as the handler of the tasks of ``kind`` (1 to 64 bytes of
+        ``[a-z0-9._-]``, starting with a letter or digit; ValueError
+        otherwise). ``decode``, if given, turns the payload into the
+        handler's argument (say ``lambda p: Resize(**p)``); when it raises,
+        the task fails for good with PayloadError and fn is not called.
+        A result's output is what fn gave ``run.set_output``. Registering a
+        kind again replaces its handler; register before run()."""
+        if not _KIND.fullmatch(kind):
+            raise ValueError(f"taskledger: {kind!r} is not a kind ([a-z0-9][a-z0-9._-]{{0,63}})")
+
+        def register(fn: KindHandler) -> KindHandler:
+            def run_kind(run: Run) -> str:
+                payload = run.task.payload
+                if decode is not None:
+                    try:
+                        payload = decode(payload)
+                    except Exception as e:
+                        raise PayloadError(f"taskledger: the payload of kind {kind!r} does not decode: {e}") from e
+                return str(fn(run, payload) or "")
+
+            self._kinds[kind] = run_kind
+            return fn
+
+        return register
+
+    def _handler_for(self, kind: str) -> Handler:
+        """The handler of a task of kind: its typed handler, else the
+        default one, else one failing with NoHandler."""
+        h = self._kinds.get(kind) or self.default_handler
+        if h is not None:
+            return h
+
+        def none(run: Run) -> str:
+            raise NoHandler(f"taskledger: no handler for the task's kind {kind!r}")
+
+        return none
 
     def stop(self) -> None:
         """Asks run() to return. Runs in progress stop at their next
@@ -247,11 +311,12 @@ class Worker:
                 log.warning("mailbox of %s not read: %s", task.id, e)
         checking = threading.Thread(target=run._check_loop, name=f"taskledger-check-{task.id}", daemon=True)
         checking.start()
-        summary, error = "", ""
+        summary, error, final = "", "", False
         try:
-            summary = str(self.handler(run) or "")
+            summary = str(self._handler_for(task.kind)(run) or "")
         except Exception as e:  # a failure of the handler fails the task, unless it stopped
             error = str(e) or type(e).__name__
+            final = isinstance(e, PayloadError)
         finally:
             run._done.set()
             checking.join()
@@ -268,7 +333,7 @@ class Worker:
             return
         res = ResultRequest(success=not error, summary=_truncate(summary, MAX_SUMMARY_BYTES),
                             error=_truncate(error, MAX_ERROR_BYTES), effects=run._effects()[:MAX_EFFECTS],
-                            delivery_id=run.delivery_id)
+                            delivery_id=run.delivery_id, output=run._output, retryable=False if final else None)
         try:
             self.client.record_result(task.id, res)
         except (TaskledgerError, OSError) as e:
@@ -295,6 +360,23 @@ class Run:
         self._stop_reason = ""
         self._halt = threading.Event()  # set once stopped, or when the worker shuts down
         self._done = threading.Event()  # set when the handler returned
+        self._output: Any = None  # the result's output (set_output)
+
+    def set_output(self, value: Any) -> None:
+        """Sets the structured output of the run's result: any JSON value
+        (None clears it), at most MAX_OUTPUT_BYTES once compact. The last
+        call before the handler returns wins. Raises ValueError, keeping
+        the output as it was, when value is not JSON or too large."""
+        if value is not None:
+            try:
+                # As the client sends it: its size is the size the server counts.
+                n = len(json.dumps(value, separators=(",", ":"), allow_nan=False).encode())
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"taskledger: output is not JSON: {e}") from e
+            if n > MAX_OUTPUT_BYTES:
+                raise ValueError(f"taskledger: output is {n} bytes of JSON, more than {MAX_OUTPUT_BYTES}")
+        with self._mu:
+            self._output = value
 
     @property
     def delivery_id(self) -> str:
