@@ -68,11 +68,34 @@ func workCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	var outMu sync.Mutex
 	h := func(ctx context.Context, run *executor.Run) (string, error) {
-		return runCommand(ctx, *command, cf.server, run, func(line string) {
+		// The Run says what runs and how it ended: a successor that resumes
+		// it after this worker died sees the command was started (and, by
+		// the guard, killed with the worker) and runs it once more.
+		if _, err := run.SaveContext(ctx, "command", commandRun{Command: *command, Attempt: run.Task.Attempt}); err != nil {
+			return "", err
+		}
+		if err := run.SetPhase(ctx, "running"); err != nil {
+			return "", err
+		}
+		summary, err := runCommand(ctx, *command, cf.server, run, func(line string) {
 			outMu.Lock()
 			fmt.Fprintf(stdout, "[%s] %s\n", run.Task.ID, line)
 			outMu.Unlock()
 		})
+		var status *exitStatus
+		if err == nil || errors.As(err, &status) {
+			code := 0
+			if status != nil {
+				code = status.code
+			}
+			if _, serr := run.SaveContext(ctx, "exit", commandExit{Status: code, OutputTail: summary}); serr != nil {
+				return summary, serr
+			}
+			if serr := run.SetPhase(ctx, "exited"); serr != nil {
+				return summary, serr
+			}
+		}
+		return summary, err
 	}
 	log.Info().Str("queue", *queue).Str("exec", *command).Msg("worker started")
 	w, err := executor.NewWorker(cfg, h)
@@ -153,7 +176,26 @@ func runCommand(ctx context.Context, command, server string, run *executor.Run, 
 	summary = strings.ToValidUTF8(summary, "")
 	var exitErr *exec.ExitError
 	if errors.As(err, &exitErr) && ctx.Err() == nil {
-		return summary, fmt.Errorf("command exited with status %d", exitErr.ExitCode())
+		return summary, &exitStatus{code: exitErr.ExitCode()}
 	}
 	return summary, err
 }
+
+// exitStatus is a command's non-zero exit.
+type exitStatus struct{ code int }
+
+func (e *exitStatus) Error() string { return fmt.Sprintf("command exited with status %d", e.code) }
+
+// commandRun and commandExit are the Run contexts "command" and "exit" of
+// a task work --exec runs: what it started, and how that ended (the last
+// lines of output, as in the result's summary).
+type (
+	commandRun struct {
+		Command string `json:"command"`
+		Attempt int    `json:"attempt"`
+	}
+	commandExit struct {
+		Status     int    `json:"status"`
+		OutputTail string `json:"outputTail"`
+	}
+)

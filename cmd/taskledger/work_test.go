@@ -162,6 +162,20 @@ func TestWorkExecEndToEnd(t *testing.T) {
 			!strings.Contains(task.Result.Error, "status 3") || !strings.Contains(task.Result.Summary, "failing on purpose") {
 			t.Fatalf("task %s: status %s result %+v, want failed with status 3", task.ID, task.Status, task.Result)
 		}
+		// The Run records the command and how it ended.
+		doc, err := c.GetRun(ctx, task.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var started commandRun
+		var ended commandExit
+		if doc.Run.Phase != "exited" || json.Unmarshal(doc.Run.Contexts["command"].Value, &started) != nil ||
+			json.Unmarshal(doc.Run.Contexts["exit"].Value, &ended) != nil {
+			t.Fatalf("run of %s: %+v, want phase exited with command and exit contexts", task.ID, doc.Run)
+		}
+		if started.Command != workScript(dir) || started.Attempt != 1 || ended.Status != 3 || !strings.Contains(ended.OutputTail, "failing on purpose") {
+			t.Fatalf("run of %s: command %+v, exit %+v", task.ID, started, ended)
+		}
 	})
 
 	// A task scheduled from the CLI with two attempts fails its first
