@@ -121,7 +121,7 @@ func runCommand(ctx context.Context, command, server string, run *executor.Run, 
 	cmd, err := guarded(ctx, command,
 		"TASKLEDGER_TASK_ID="+t.ID, "TASKLEDGER_ROOT_ID="+t.RootID, "TASKLEDGER_PARENT_ID="+t.ParentID,
 		"TASKLEDGER_CUSTOMER_ID="+t.CustomerID, "TASKLEDGER_QUEUE="+t.Queue, "TASKLEDGER_SERVER="+server,
-		"TASKLEDGER_DELIVERY_ID="+t.Claim.DeliveryID, "TASKLEDGER_ATTEMPT="+strconv.Itoa(t.Attempt),
+		"TASKLEDGER_DELIVERY_ID="+t.Claim.DeliveryID, "TASKLEDGER_ATTEMPT="+strconv.Itoa(t.Attempt), "TASKLEDGER_KIND="+t.Kind,
 	)
 	if err != nil {
 		return "", err

@@ -72,6 +72,7 @@ func workProcessGone(pid int) bool {
 
 // workScript is the worker's --exec command: it reads the task JSON on
 // stdin and acts on a marker in the message text. "mode-fail" exits 3;
+// "mode-kind" prints the task's kind;
 // "mode-leave" exits 0 leaving a background sleep; "mode-sleep" starts a long sleep in the background, records its own and
 // the sleep's pid under dir and waits; anything else prints out-<id>.
 func workScript(dir string) string {
@@ -89,6 +90,7 @@ case "$input" in
 	wait
 	echo "sleep ended"; exit 0 ;;
 *mode-attempt*) echo "attempt-$TASKLEDGER_ATTEMPT"; [ "$TASKLEDGER_ATTEMPT" = 2 ]; exit $? ;;
+*mode-kind*) echo "kind-$TASKLEDGER_KIND"; exit 0 ;;
 esac
 echo out-$TASKLEDGER_TASK_ID
 exit 0`
@@ -149,6 +151,19 @@ func TestWorkExecEndToEnd(t *testing.T) {
 			}
 			line := "[" + id + "] out-" + id
 			workEventually(t, "worker output "+line, func() bool { return strings.Contains(stdout.String(), line) })
+		}
+	})
+
+	t.Run("SeesKind", func(t *testing.T) {
+		req := workRequest("mode-kind")
+		req.Kind = "resize"
+		task, _, err := c.Schedule(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		task = workWaitTask(t, c, task.ID, "finished", finished)
+		if task.Status != "succeeded" || !strings.Contains(task.Result.Summary, "kind-resize") {
+			t.Fatalf("task %s: status %s result %+v, want succeeded with kind-resize", task.ID, task.Status, task.Result)
 		}
 	})
 
