@@ -61,10 +61,30 @@ type model struct {
 	published      bool
 	readySeq       uint64 // ready stream sequence of the last (re)publish
 	consumed       bool   // a claim consumed token
+	executor       string // the executor of the last claim
 	deadline       time.Time
 	mail           []string
 	cursor         int
 	effects        []events.Effect // reported so far, in first-report order
+}
+
+// actor is who the model expects an accepted cmd's event to name: the
+// claim's executor for what its holder writes under its token, else
+// nobody (the store names the caller).
+func (m model) actor(cmd aggregate.Command) string {
+	switch c := cmd.(type) {
+	case aggregate.RecordResult:
+		if c.DeliveryID != "" {
+			return m.executor
+		}
+	case aggregate.ReportEffects:
+		return m.executor
+	case aggregate.ReadMail:
+		if c.DeliveryID != "" {
+			return m.executor
+		}
+	}
+	return ""
 }
 
 // decide returns the payload the model expects cmd to append (nil for an
@@ -107,6 +127,8 @@ func (m model) decide(cmd aggregate.Command, now time.Time) (events.Payload, err
 		return events.MailboxAppended{Index: len(m.mail) + 1, Message: msg}, nil
 	case aggregate.ReadMail:
 		switch {
+		case c.DeliveryID != "" && (m.status != mRunning || c.DeliveryID != m.token):
+			return nil, aggregate.ErrTokenMismatch
 		case c.Cursor > len(m.mail):
 			return nil, aggregate.ErrInvalid
 		case c.Cursor <= m.cursor:
@@ -340,7 +362,7 @@ func (m model) apply(ev events.Event) model {
 	case events.ReadyRepublished:
 		m.readySeq = p.ReadySeq
 	case events.Claimed:
-		m.status, m.consumed, m.deadline = mRunning, true, p.Deadline
+		m.status, m.consumed, m.deadline, m.executor = mRunning, true, p.Deadline, p.ExecutorID
 	case events.EffectsReported:
 		m.effects = mergeEffects(m.effects, p.Effects, ev.At)
 	case events.ResultRecorded:
@@ -412,7 +434,7 @@ func (h *harness) exec(t *rapid.T, cmd aggregate.Command) {
 	case aggregate.Reject:
 		taskID, custID = c.TaskID, c.CustomerID
 	}
-	want := []events.Event{{TaskID: taskID, CustomerID: custID, Number: h.s.Version + 1, At: h.now, Data: wantP}}
+	want := []events.Event{{TaskID: taskID, CustomerID: custID, Number: h.s.Version + 1, At: h.now, Actor: h.m.actor(cmd), Data: wantP}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("%s events\n got: %#v\nwant: %#v", name, got, want)
 	}
@@ -787,7 +809,13 @@ func modelProperty(total map[string]int, weights map[string]int, retry func(*rap
 				}
 				h.exec(t, aggregate.AppendMail{Message: m})
 			},
-			"ReadMail": func(t *rapid.T) { h.exec(t, aggregate.ReadMail{Cursor: rapid.IntRange(-1, 5).Draw(t, "cursor")}) },
+			"ReadMail": func(t *rapid.T) {
+				id := h.m.token // mostly the running claim's, sometimes another or none
+				if rapid.IntRange(0, 2).Draw(t, "otherToken") == 2 {
+					id = rapid.SampledFrom([]string{"", "d1", "d2", "d3"}).Draw(t, "deliveryID")
+				}
+				h.exec(t, aggregate.ReadMail{Cursor: rapid.IntRange(-1, 5).Draw(t, "cursor"), DeliveryID: id})
+			},
 		}
 		// Most cases start from a valid task so that the run gets past
 		// admission. rapid favours the first entries of a SampledFrom, so

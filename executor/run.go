@@ -170,7 +170,7 @@ func (r *Run) Check(ctx context.Context) error {
 	if r.stopped() {
 		return ErrStopped
 	}
-	res, err := r.w.cfg.API.Check(ctx, r.Task.ID)
+	res, err := r.w.cfg.API.Check(ctx, r.Task.ID, r.Task.Claim.DeliveryID)
 	if err != nil {
 		r.w.cfg.Logger.Warn().Err(err).Str("task", r.Task.ID).Msg("stop check failed; continuing (fail-open)")
 		return nil

@@ -22,7 +22,9 @@ type API interface {
 	ClaimNext(ctx context.Context, queue, executorID string, wait time.Duration) (api.Task, bool, error)
 	ClaimBatch(ctx context.Context, queue, executorID string, max int, wait time.Duration) ([]api.Task, error)
 	Claim(ctx context.Context, id, deliveryID, executorID string) (api.Task, error)
-	Check(ctx context.Context, id string) (api.Check, error)
+	// Check asks whether to stop; with the claim's deliveryID it
+	// consumes the mailbox messages it returns (api.Client.Check).
+	Check(ctx context.Context, id, deliveryID string) (api.Check, error)
 	RecordResult(ctx context.Context, id string, r api.ResultRequest) (api.Task, error)
 	Cancel(ctx context.Context, id, reason string) (api.Task, error)
 	Schedule(ctx context.Context, req api.ScheduleRequest) (api.Task, bool, error)

@@ -741,11 +741,15 @@ func (h *handler) claimNext(w http.ResponseWriter, r *http.Request, p service.Pr
 
 func (h *handler) check(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := pathID(r)
+	var b api.CheckRequest
+	if err == nil {
+		err = decode(r, &b) // optional: an empty body peeks
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	res, err := h.Service.Check(r.Context(), p, id)
+	res, err := h.Service.Check(r.Context(), p, id, b.DeliveryID)
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -9,7 +9,6 @@ import (
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/service"
-	"github.com/taskledger/taskledger/internal/store"
 )
 
 // MailItem is a mailbox message with its index (service.MailItem).
@@ -61,15 +60,23 @@ func mailAfter(evs []events.Event, after int) []MailItem {
 type CheckResult = service.CheckResult
 
 // Check tells an executor whether to stop and hands it the mailbox
-// messages after the cursor, advancing the cursor (also when it says
-// stop). It fails open: a fault while checking answers "continue" with
-// reason check_failed, and is logged and counted. Only a malformed id is
-// an error.
-func (s *tasks) Check(ctx context.Context, p Principal, id string) (CheckResult, error) {
+// messages after the cursor. Only the claim's holder consumes them:
+// deliveryID the running task's current claim advances the cursor past
+// them (also when it says stop); any other caller — no token, a stale one,
+// a monitor — peeks, and the same messages stay for the holder. It fails
+// open: a fault while checking answers "continue" with reason
+// check_failed, and is logged and counted. Only a malformed id is an
+// error.
+func (s *tasks) Check(ctx context.Context, p Principal, id, deliveryID string) (CheckResult, error) {
 	if err := events.ValidID(id); err != nil {
 		return CheckResult{}, invalid("task id: %v", err)
 	}
-	res, err := s.check(ctx, p, id)
+	if deliveryID != "" {
+		if err := validIDs("deliveryId", deliveryID); err != nil {
+			return CheckResult{}, err
+		}
+	}
+	res, err := s.check(ctx, p, id, deliveryID)
 	if err != nil {
 		s.metrics.CheckFailures.Inc()
 		s.logger.Error().Err(err).Str("task", id).Msg("stop check failed; answering continue")
@@ -78,7 +85,7 @@ func (s *tasks) Check(ctx context.Context, p Principal, id string) (CheckResult,
 	return res, nil
 }
 
-func (s *tasks) check(ctx context.Context, p Principal, id string) (CheckResult, error) {
+func (s *tasks) check(ctx context.Context, p Principal, id, deliveryID string) (CheckResult, error) {
 	evs, err := s.store.History(ctx, id)
 	if err != nil {
 		return CheckResult{}, err
@@ -88,11 +95,14 @@ func (s *tasks) check(ctx context.Context, p Principal, id string) (CheckResult,
 		return CheckResult{ShouldStop: true, Reason: api.ReasonMissing}, nil
 	}
 	res := CheckResult{Reason: api.ReasonActive, Messages: mailAfter(evs, st.Cursor), Cursor: st.Cursor}
-	if n := len(res.Messages); n > 0 {
-		res.Cursor += n
-		// A task of a sealed epoch ended long ago and its log is
-		// read-only: it gets its mail, and the cursor stays.
-		if _, _, err := s.store.Execute(ctx, id, "", aggregate.ReadMail{Cursor: res.Cursor}); err != nil && !errors.Is(err, store.ErrSealed) {
+	if n := len(res.Messages); n > 0 && holds(st, deliveryID) {
+		// The aggregate decides again whether deliveryID still holds the
+		// claim: one that lost it in between has peeked.
+		_, _, err := s.store.Execute(ctx, id, p.Actor(), aggregate.ReadMail{Cursor: res.Cursor + n, DeliveryID: deliveryID})
+		switch {
+		case err == nil:
+			res.Cursor += n
+		case !errors.Is(err, aggregate.ErrTokenMismatch):
 			return res, fmt.Errorf("advance cursor: %w", err)
 		}
 	}
@@ -111,4 +121,10 @@ func (s *tasks) check(ctx context.Context, p Principal, id string) (CheckResult,
 		}
 	}
 	return res, nil
+}
+
+// holds reports whether deliveryID is the claim the task runs under: its
+// holder's check consumes the mailbox.
+func holds(st aggregate.State, deliveryID string) bool {
+	return deliveryID != "" && st.Status == aggregate.StatusRunning && st.Claim.DeliveryID == deliveryID
 }

@@ -395,7 +395,7 @@ class Run:
         Raises Stopped once stopped."""
         self._raise_if_stopped()
         try:
-            res = self._client.check(self.task.id)
+            res = self._client.check(self.task.id, self.delivery_id)
         except (TaskledgerError, OSError) as e:
             log.warning("stop check of %s failed; continuing (fail-open): %s", self.task.id, e)
             return

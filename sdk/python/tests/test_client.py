@@ -122,7 +122,9 @@ class ClientTest(unittest.TestCase):
         acc = self.acme.append_mail(t.id, Message(id="m1", content=[taskledger.ContentPart("text", "also this")]))
         self.assertEqual((acc.message_id, acc.index), ("m1", 1))
         self.assertEqual(self.acme.append_mail(t.id, Message(id="m1", content=text("again").content)).index, 1)
-        chk = self.acme.check(t.id)
+        chk = self.acme.check(t.id)  # a monitor's check peeks
+        self.assertEqual((chk.should_stop, chk.reason, [m.id for m in chk.messages], chk.cursor), (False, "active", ["m1"], 0))
+        chk = self.acme.check(t.id, t.delivery.id)  # the claim holder's consumes
         self.assertEqual((chk.should_stop, chk.reason, [m.id for m in chk.messages], chk.cursor), (False, "active", ["m1"], 1))
         mail = self.acme.mailbox(t.id)
         self.assertEqual(([m.id for m in mail.messages], mail.cursor), (["m1"], 1))
