@@ -131,8 +131,8 @@ func (r *Run) Transcript() []Item {
 }
 
 // receive takes mailbox messages the run has not seen (a redelivered one
-// is skipped by its id) and, outside a Turn, adds them to the transcript.
-// It reports whether the transcript grew.
+// is skipped by its id) and, at a boundary between Turns (boundaryLocked),
+// adds them to the transcript. It reports whether the transcript grew.
 func (r *Run) receive(msgs []api.MailItem) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -148,12 +148,26 @@ func (r *Run) receive(msgs []api.MailItem) bool {
 			r.inbox = append(r.inbox, m.ID)
 		}
 	}
-	return r.inTurn == 0 && r.joinLocked()
+	return r.inTurn == 0 && r.boundaryLocked() && r.joinLocked()
 }
 
-// joinLocked adds the waiting mailbox messages to the transcript (a Turn
-// boundary) and reports whether there were any. r.mu is held.
+// boundaryLocked reports whether the saved transcript stands between
+// Turns: no Turn has begun or the last one begun has ended, and no tool
+// call waits for its result. A run resumed in the middle of a Turn is not
+// at a boundary until that Turn, run again, ends. r.mu is held.
+func (r *Run) boundaryLocked() bool {
+	return len(r.cp.PendingTools) == 0 && (r.cp.Turn == 0 || r.cp.hasItem(turnEndID(r.cp.Turn)))
+}
+
+// joinLocked adds the waiting mailbox messages to the transcript and
+// reports whether there were any. Its callers are the Turn boundaries; it
+// joins nothing while a dispatched tool has not settled, so every
+// tool_call item stays next to its tool_result, as LLM APIs require.
+// r.mu is held.
 func (r *Run) joinLocked() bool {
+	if len(r.cp.PendingTools) > 0 {
+		return false
+	}
 	for _, id := range r.inbox {
 		r.cp.Transcript = append(r.cp.Transcript, api.TranscriptItem{
 			ID: id, Kind: api.ItemMailbox, Turn: r.cp.Turn, At: time.Now().UTC()})

@@ -390,8 +390,9 @@ class Run:
 
     def check(self) -> None:
         """Asks the scheduler whether to stop and collects new mailbox
-        messages (outside a Turn they join the transcript at once, inside
-        one at its end). A failed check keeps the run going (fail-open).
+        messages, consumed as the claim's holder (its delivery token): they
+        join the transcript at the next Turn boundary (at once between
+        Turns, never while a tool call waits for its result). A failed check keeps the run going (fail-open).
         Raises Stopped once stopped."""
         self._raise_if_stopped()
         try:
@@ -420,8 +421,9 @@ class Run:
             self._client.close_thread()
 
     def _receive(self, msgs: list[MailItem]) -> bool:
-        """Takes messages not seen before (by id) and, outside a Turn, joins
-        them to the transcript; reports whether the transcript grew."""
+        """Takes messages not seen before (by id) and, at a boundary between
+        Turns (_at_boundary), joins them to the transcript; reports whether
+        the transcript grew."""
         with self._mu:
             for m in msgs:
                 if m.id in self._items:
@@ -429,11 +431,24 @@ class Run:
                 self._items[m.id] = m
                 if _item(self._state, m.id) is None:
                     self._inbox.append(m.id)
-            return self._in_turn == 0 and self._join()
+            return self._in_turn == 0 and self._at_boundary() and self._join()
+
+    def _at_boundary(self) -> bool:
+        """Whether the saved transcript stands between Turns: no Turn has
+        begun or the last one begun has ended, and no tool call waits for
+        its result. A run resumed in the middle of a Turn is not at a
+        boundary until that Turn, run again, ends. self._mu is held."""
+        s = self._state
+        return not s.pending_tools and (s.turn == 0 or _item(s, _turn_end_id(s.turn)) is not None)
 
     def _join(self) -> bool:
-        """Adds the waiting mailbox messages to the transcript (a Turn
-        boundary); self._mu is held."""
+        """Adds the waiting mailbox messages to the transcript and reports
+        whether there were any. Its callers are the Turn boundaries; it
+        joins nothing while a dispatched tool has not settled, so every
+        tool_call item stays next to its tool_result, as LLM APIs require.
+        self._mu is held."""
+        if self._state.pending_tools:
+            return False
         for mid in self._inbox:
             self._state.transcript.append(TranscriptItem(id=mid, kind=ITEM_MAILBOX, turn=self._state.turn, at=_now()))
         joined = bool(self._inbox)
@@ -497,7 +512,10 @@ class Run:
         the saved Run has its end. A Turn begins at a boundary: it checks
         stop first (Stopped), mailbox messages received so far join the
         transcript, and the Run is saved with this Turn as the current
-        one; messages arriving during the Turn join at its end. The Turn
+        one; messages arriving during the Turn join at its end. A Turn cut
+        off by a crash and run again joins none at its start: the rest of
+        its tool results follow its saved tool calls first, so a recovered
+        transcript keeps every tool call next to its result. The Turn
         ends when fn returns with every dispatched tool settled: its end
         (transcript item "t<k>.end") is saved. An exception from fn
         propagates (as Stopped when a stop cut it short) and the Turn stays
@@ -510,8 +528,9 @@ class Run:
         self.check()
 
         def begin(s: RunState) -> None:
+            if s.turn < k:  # a new Turn; one cut off mid-way joins mail at its end
+                self._join()
             s.turn = k
-            self._join()
             self._in_turn += 1
 
         try:
