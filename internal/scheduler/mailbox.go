@@ -25,7 +25,7 @@ func (s *tasks) AppendMail(ctx context.Context, p Principal, id string, msg even
 		msg.ID = events.NewID()
 	}
 	msg.CreatedAt = msg.CreatedAt.UTC()
-	st, err := s.execute(ctx, p, id, "", aggregate.AppendMail{Message: msg}, nil)
+	st, err := s.execute(ctx, p, id, p.Actor(), aggregate.AppendMail{Message: msg}, nil)
 	if err != nil {
 		return "", 0, err
 	}

@@ -157,7 +157,7 @@ func (s *tasks) create(ctx context.Context, p Principal, customerID string, spec
 			cmd = aggregate.Reject{TaskID: taskID, CustomerID: customerID, Spec: spec, Reason: reason}
 		}
 	}
-	st, evs, err := s.store.Execute(ctx, taskID, "", cmd)
+	st, evs, err := s.store.Execute(ctx, taskID, p.Actor(), cmd)
 	err = s.fromStore(err)
 	if err == nil {
 		crashpoint.Hit(crashpoint.Scheduled)
@@ -343,5 +343,5 @@ func (s *tasks) Get(ctx context.Context, p Principal, id string) (aggregate.Stat
 
 // Cancel cancels a non-terminal task.
 func (s *tasks) Cancel(ctx context.Context, p Principal, id, reason string) (aggregate.State, error) {
-	return s.execute(ctx, p, id, "", aggregate.Cancel{Reason: reason}, nil)
+	return s.execute(ctx, p, id, p.Actor(), aggregate.Cancel{Reason: reason}, nil)
 }
