@@ -164,6 +164,23 @@ type ReadMail struct {
 	DeliveryID string
 }
 
+// RecordCheckFailed records that stop checks of a live task failed (they
+// answered check_failed) from Since on, Failures (≥ 1) of them, the last
+// with Error (at most events.MaxErrorBytes): at most one CheckFailed per
+// CheckFailedInterval, so a record within it of the last is a no-op and
+// the caller counts the failures into a later one.
+type RecordCheckFailed struct {
+	Since    time.Time
+	Failures int
+	Error    string
+}
+
+// CheckFailedInterval is the least time between two CheckFailed events
+// of one task.
+const CheckFailedInterval = time.Minute
+
+func (RecordCheckFailed) command() {}
+
 func (Schedule) command()           {}
 func (Reject) command()             {}
 func (ReleaseDue) command()         {}
@@ -604,6 +621,17 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 			return nil, err
 		}
 		return events.Canceled{Reason: c.Reason}, nil
+	case RecordCheckFailed:
+		if c.Failures < 1 {
+			return nil, fmt.Errorf("%w: check failures must be at least 1", ErrInvalid)
+		}
+		if err := maxBytes(field{"error", c.Error, events.MaxErrorBytes}); err != nil {
+			return nil, err
+		}
+		if !s.CheckFailedAt.IsZero() && now.Before(s.CheckFailedAt.Add(CheckFailedInterval)) {
+			return nil, nil
+		}
+		return events.CheckFailed{Since: c.Since, Failures: c.Failures, Error: c.Error}, nil
 	case TimeOut:
 		if s.Status != StatusRunning {
 			return nil, fmt.Errorf("%w: task is %s", ErrStale, s.Status)

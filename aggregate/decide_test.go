@@ -858,3 +858,23 @@ func TestClaimable(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideCheckFailed: a failed stop check is recorded on a live task
+// at most once a minute; in between the record is a no-op (the caller
+// counts the failures into the next one).
+func TestDecideCheckFailed(t *testing.T) {
+	t.Parallel()
+	failed := aggregate.RecordCheckFailed{Since: later, Failures: 2, Error: "load task: timeout"}
+	recorded := with(running, ev(later, events.CheckFailed{Since: later, Failures: 1}))
+	runDecide(t, []decideCase{
+		{name: "Records", given: running, cmd: failed, now: later,
+			want: []events.Payload{events.CheckFailed{Since: later, Failures: 2, Error: "load task: timeout"}}},
+		{name: "WithinAMinuteIsNoop", given: recorded, cmd: failed, now: later.Add(aggregate.CheckFailedInterval - time.Nanosecond)},
+		{name: "AfterAMinute", given: recorded, cmd: failed, now: later.Add(aggregate.CheckFailedInterval),
+			want: []events.Payload{events.CheckFailed{Since: later, Failures: 2, Error: "load task: timeout"}}},
+		{name: "NoFailures", given: running, cmd: aggregate.RecordCheckFailed{Since: later}, now: later, wantErr: aggregate.ErrInvalid},
+		{name: "ErrorTooLong", given: running, cmd: aggregate.RecordCheckFailed{Since: later, Failures: 1,
+			Error: strings.Repeat("e", events.MaxErrorBytes+1)}, now: later, wantErr: aggregate.ErrInvalid},
+		{name: "OnTerminal", given: with(running, ev(later, events.Canceled{})), cmd: failed, now: later, wantErr: aggregate.ErrTerminal},
+	})
+}

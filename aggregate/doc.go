@@ -91,6 +91,12 @@
 //     messages; appends: MailboxRead, only when the cursor moves, with the
 //     claim's executor as actor; status after: unchanged; otherwise:
 //     ErrTokenMismatch; ErrInvalid beyond the last message
+//   - RecordCheckFailed (a stop check answered check_failed) — allowed
+//     when: not terminal; failures ≥ 1, error within its limit; appends:
+//     CheckFailed, only when the last was CheckFailedInterval (a minute) or
+//     more before now (else nothing: the caller counts the failures into
+//     the next); status after: unchanged; otherwise: ErrTerminal;
+//     ErrInvalid
 //
 // Retries. Running → scheduled is the one transition back, and only
 // RetryScheduled makes it. A retry is not a separate command: the aggregate

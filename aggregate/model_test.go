@@ -62,6 +62,7 @@ type model struct {
 	readySeq       uint64 // ready stream sequence of the last (re)publish
 	consumed       bool   // a claim consumed token
 	executor       string // the executor of the last claim
+	checkFailedAt  time.Time
 	deadline       time.Time
 	mail           []string
 	cursor         int
@@ -153,6 +154,14 @@ func (m model) decide(cmd aggregate.Command, now time.Time) (events.Payload, err
 		return m.status == mScheduled && m.token != "" && id == m.token && !m.published
 	}
 	switch c := cmd.(type) {
+	case aggregate.RecordCheckFailed:
+		switch {
+		case c.Failures < 1 || len(c.Error) > 16<<10:
+			return nil, aggregate.ErrInvalid
+		case !m.checkFailedAt.IsZero() && now.Sub(m.checkFailedAt) < time.Minute:
+			return nil, nil
+		}
+		return events.CheckFailed{Since: c.Since, Failures: c.Failures, Error: c.Error}, nil
 	case aggregate.ReleaseDue:
 		switch {
 		case m.status != mScheduled || m.token != "" || now.Before(m.runAt):
@@ -365,6 +374,8 @@ func (m model) apply(ev events.Event) model {
 		m.status, m.consumed, m.deadline, m.executor = mRunning, true, p.Deadline, p.ExecutorID
 	case events.EffectsReported:
 		m.effects = mergeEffects(m.effects, p.Effects, ev.At)
+	case events.CheckFailed:
+		m.checkFailedAt = ev.At
 	case events.ResultRecorded:
 		m.status = mFailed
 		if p.Result.Success {
@@ -672,6 +683,7 @@ func TestModel(t *testing.T) {
 		aggregate.Schedule{}, aggregate.Reject{}, aggregate.ReleaseDue{}, aggregate.MarkReadyPublished{},
 		aggregate.RepublishReady{}, aggregate.RetryDelivery{}, aggregate.ExhaustDelivery{}, aggregate.Claim{}, aggregate.RecordResult{},
 		aggregate.Cancel{}, aggregate.TimeOut{}, aggregate.AppendMail{}, aggregate.ReadMail{}, aggregate.ReportEffects{},
+		aggregate.RecordCheckFailed{},
 	}
 	neverAccepted := func() []string {
 		var never []string
@@ -702,6 +714,7 @@ func TestModel(t *testing.T) {
 var defaultWeights = map[string]int{
 	"Schedule": 1, "ReleaseDue": 4, "MarkReadyPublished": 3, "RepublishReady": 2, "RetryDelivery": 2, "ExhaustDelivery": 1,
 	"Claim": 4, "RecordResult": 2, "ReportEffects": 4, "Cancel": 1, "TimeOut": 3, "AppendMail": 3, "ReadMail": 3,
+	"RecordCheckFailed": 2,
 }
 
 // TestModelRetries runs the model on tasks with a valid retry policy,
@@ -808,6 +821,10 @@ func modelProperty(total map[string]int, weights map[string]int, retry func(*rap
 					m.Content[0].Text = ""
 				}
 				h.exec(t, aggregate.AppendMail{Message: m})
+			},
+			"RecordCheckFailed": func(t *rapid.T) {
+				h.exec(t, aggregate.RecordCheckFailed{Since: h.now, Failures: rapid.IntRange(0, 3).Draw(t, "failures"),
+					Error: strings.Repeat("e", rapid.SampledFrom([]int{10, 0, 16 << 10, 16<<10 + 1}).Draw(t, "errorLen"))})
 			},
 			"ReadMail": func(t *rapid.T) {
 				id := h.m.token // mostly the running claim's, sometimes another or none

@@ -93,6 +93,10 @@ func TestCheckFailsOpen(t *testing.T) {
 	if got := counterValue(t, metrics.CheckFailures); got != 2 {
 		t.Fatalf("check failures %v, want 2", got)
 	}
+	// The task's history shows it: one CheckFailed, at most one a minute.
+	if n := countType(t, b, task.ID, "CheckFailed"); n != 1 {
+		t.Fatalf("%d CheckFailed events in the history, want 1", n)
+	}
 
 	// The healthy node answers normally, and other routes of the faulty
 	// server are unaffected.

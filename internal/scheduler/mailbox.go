@@ -65,8 +65,9 @@ type CheckResult = service.CheckResult
 // them (also when it says stop); any other caller — no token, a stale one,
 // a monitor — peeks, and the same messages stay for the holder. It fails
 // open: a fault while checking answers "continue" with reason
-// check_failed, and is logged and counted. Only a malformed id is an
-// error.
+// check_failed, is logged and counted, and is recorded on the task (a
+// CheckFailed, at most one a minute; when the log is what failed, at a
+// later check once it answers). Only a malformed id is an error.
 func (s *tasks) Check(ctx context.Context, p Principal, id, deliveryID string) (CheckResult, error) {
 	if err := events.ValidID(id); err != nil {
 		return CheckResult{}, invalid("task id: %v", err)
@@ -77,10 +78,14 @@ func (s *tasks) Check(ctx context.Context, p Principal, id, deliveryID string) (
 		}
 	}
 	res, err := s.check(ctx, p, id, deliveryID)
-	if err != nil {
+	switch {
+	case err != nil:
 		s.metrics.CheckFailures.Inc()
 		s.logger.Error().Err(err).Str("task", id).Msg("stop check failed; answering continue")
 		res.ShouldStop, res.Reason = false, api.ReasonCheckFailed
+		s.noteCheckFailed(ctx, id, err)
+	case res.Reason != api.ReasonMissing:
+		s.recordCheckFailed(ctx, id, true) // failures the log could not take before
 	}
 	return res, nil
 }

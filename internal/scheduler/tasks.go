@@ -31,6 +31,7 @@ type tasks struct {
 	metrics    *Metrics
 	logger     zerolog.Logger
 	feed       *feed // the mailbox reads a task's history
+	failures   checkFailures
 	// The Limits it enforces.
 	maxLineageTasks, maxLineageDepth, maxQueues int
 }
