@@ -23,6 +23,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .client import Client
@@ -40,6 +41,7 @@ from .types import (
     MAX_ERROR_BYTES,
     MAX_SUMMARY_BYTES,
     REASON_ANCESTOR_TERMINAL,
+    REASON_CHECK_FAILED,
     STATUS_RUNNING,
     TOOL_ERROR,
     TOOL_OK,
@@ -85,6 +87,25 @@ class Stopped(Exception):
 Handler = Callable[["Run"], str]
 
 
+@dataclass(frozen=True)
+class CheckOutcome:
+    """What a run's stop check found (``Run.last_check``): the scheduler's
+    ``reason`` (active, terminal, ancestor_terminal, missing, or
+    check_failed: it failed open), or "" with ``error`` when no answer
+    came."""
+
+    at: str
+    reason: str = ""
+    error: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """Whether the check could not tell whether to stop. The run goes
+        on, and the next background check comes sooner (a quarter of
+        check_interval)."""
+        return bool(self.error) or self.reason == REASON_CHECK_FAILED
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
 
@@ -125,6 +146,14 @@ class Worker:
         self._stopping = threading.Event()
         self._mu = threading.Lock()
         self._runs: set[Run] = set()  # the runs in progress
+        self._check_failures = 0
+
+    @property
+    def check_failures(self) -> int:
+        """How many stop checks of this worker's runs could not tell
+        whether to stop (CheckOutcome.failed); each went on fail-open."""
+        with self._mu:
+            return self._check_failures
 
     def stop(self) -> None:
         """Asks run() to return. Runs in progress stop at their next
@@ -295,6 +324,7 @@ class Run:
         self._stop_reason = ""
         self._halt = threading.Event()  # set once stopped, or when the worker shuts down
         self._done = threading.Event()  # set when the handler returned
+        self._last_check: CheckOutcome | None = None
 
     @property
     def delivery_id(self) -> str:
@@ -388,18 +418,42 @@ class Run:
 
     # -- checks and the mailbox --
 
+    @property
+    def last_check(self) -> CheckOutcome | None:
+        """The outcome of the run's last stop check (None before the
+        first)."""
+        with self._mu:
+            return self._last_check
+
+    def _checked(self, outcome: CheckOutcome) -> None:
+        """Keeps a check's outcome; a failed one is logged and counted
+        (Worker.check_failures)."""
+        with self._mu:
+            self._last_check = outcome
+        if not outcome.failed:
+            return
+        with self._w._mu:
+            self._w._check_failures += 1
+            n = self._w._check_failures
+        log.warning("stop check of %s failed (%s): whether to stop is unknown; continuing (fail-open) and "
+                    "checking again sooner (%d failed checks)", self.task.id, outcome.error or outcome.reason, n)
+
     def check(self) -> None:
         """Asks the scheduler whether to stop and collects new mailbox
         messages, consumed as the claim's holder (its delivery token): they
         join the transcript at the next Turn boundary (at once between
-        Turns, never while a tool call waits for its result). A failed check keeps the run going (fail-open).
-        Raises Stopped once stopped."""
+        Turns, never while a tool call waits for its result). A failed
+        check — no answer, or the scheduler's check_failed — keeps the run
+        going (fail-open): it is logged, counted (Worker.check_failures)
+        and kept (last_check), and the next background check comes
+        sooner. Raises Stopped once stopped."""
         self._raise_if_stopped()
         try:
             res = self._client.check(self.task.id, self.delivery_id)
         except (TaskledgerError, OSError) as e:
-            log.warning("stop check of %s failed; continuing (fail-open): %s", self.task.id, e)
+            self._checked(CheckOutcome(at=_now(), error=str(e) or type(e).__name__))
             return
+        self._checked(CheckOutcome(at=_now(), reason=res.reason))
         if self._receive(res.messages):
             try:
                 self._save()
@@ -413,7 +467,8 @@ class Run:
 
     def _check_loop(self) -> None:
         try:
-            while not self._done.wait(self._w.check_interval):
+            while not self._done.wait(self._w.check_interval / 4 if (c := self.last_check) and c.failed
+                                      else self._w.check_interval):
                 self.check()
         except Stopped:
             pass

@@ -248,6 +248,42 @@ class WorkerTest(unittest.TestCase):
                 self.assertEqual(open_calls, [], f"{i.kind} {i.id} between tool calls and their results")
         self.assertEqual(open_calls, [])
 
+    def test_check_failed_surfaced(self) -> None:
+        """A stop check the scheduler answers check_failed keeps the run
+        going, and says so: a typed outcome (run.last_check), a log line
+        and a counter (worker.check_failures)."""
+        left = [3]
+
+        class FailingChecks(taskledger.Client):
+            def check(self, task_id: str, delivery_id: str = "") -> taskledger.types.Check:
+                if left[0] > 0:
+                    left[0] -= 1
+                    return taskledger.types.Check(should_stop=False, reason="check_failed")
+                return super().check(task_id, delivery_id)
+
+        api = FailingChecks(srv.url, ACME, 30)
+        self.addCleanup(api.close)
+        outcomes: list[Any] = []
+
+        def handler(run: Run) -> str:
+            for _ in range(4):
+                run.check()
+                outcomes.append(run.last_check)
+            return "kept working"
+
+        w = Worker(api, handler, queue=self.queue, executor_id="py-cf", check_interval=600, poll_wait=1)
+        th = threading.Thread(target=w.run, daemon=True)
+        th.start()
+        self.addCleanup(lambda: (w.stop(), th.join(30)))
+        with self.assertLogs("taskledger", "WARNING") as logs:
+            t = self.ended(self.schedule().id)
+        self.assertEqual((t.status, t.result.summary if t.result else ""), ("succeeded", "kept working"))
+        self.assertEqual([(o.reason, o.failed) for o in outcomes],
+                         [("check_failed", True)] * 3 + [("active", False)])
+        self.assertTrue(all(o.at for o in outcomes))
+        self.assertEqual(w.check_failures, 3)
+        self.assertEqual(sum("stop check" in line and "check_failed" in line for line in logs.output), 3)
+
     def test_stop_when_canceled(self) -> None:
         in_turn, outcome = threading.Event(), queuelib.Queue[Any]()
 
