@@ -87,6 +87,23 @@ func TestAttribution(t *testing.T) {
 		requireActor(got, "ResultRecorded", "exec-7")
 	})
 
+	t.Run("ScheduleRuns", func(t *testing.T) {
+		t.Parallel()
+		if _, _, err := ci.CreateSchedule(ctx, api.ScheduleCreateRequest{ID: "nightly", Every: "1h", Paused: true,
+			Task: api.ScheduleTask{Queue: "nightly"}}); err != nil {
+			t.Fatal(err)
+		}
+		run, err := anon.TriggerSchedule(ctx, "nightly", api.ScheduleOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := ci.ScheduleHistory(ctx, "nightly", api.ScheduleOptions{})
+		if err != nil || len(h.Events) < 2 || h.Events[0].Actor != "ci-bot" || h.Events[len(h.Events)-1].Actor != "customer:A" {
+			t.Fatalf("schedule history %+v, %v; want it created by ci-bot, triggered by customer:A", h.Events, err)
+		}
+		requireActor(actors(run.ID), "TaskScheduled", "schedule:nightly")
+	})
+
 	t.Run("OperatorRecovers", func(t *testing.T) {
 		t.Parallel()
 		task, _, err := anon.Schedule(ctx, api.ScheduleRequest{Queue: "recovered"})
