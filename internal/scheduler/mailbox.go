@@ -60,14 +60,15 @@ func mailAfter(evs []events.Event, after int) []MailItem {
 type CheckResult = service.CheckResult
 
 // Check tells an executor whether to stop and hands it the mailbox
-// messages after the cursor. Only the claim's holder consumes them:
-// deliveryID the running task's current claim advances the cursor past
-// them (also when it says stop); any other caller — no token, a stale one,
-// a monitor — peeks, and the same messages stay for the holder. It fails
-// open: a fault while checking answers "continue" with reason
-// check_failed, is logged and counted, and is recorded on the task (a
-// CheckFailed, at most one a minute; when the log is what failed, at a
-// later check once it answers). Only a malformed id is an error.
+// messages after the cursor. Only the claim's holder consumes them: a
+// check whose deliveryID is the running task's current claim advances the
+// cursor past them (also when it says stop); any other caller — no token,
+// a stale one, a monitor — peeks, and the same messages stay for the
+// holder. It fails open: a fault while checking answers "continue" with
+// reason check_failed, is logged and counted, and is recorded on the task
+// (a CheckFailed, at most one a minute; when the log is what failed, at a
+// later check once it answers). Only a malformed id or delivery token is
+// an error (ErrInvalid).
 func (s *tasks) Check(ctx context.Context, p Principal, id, deliveryID string) (CheckResult, error) {
 	if err := events.ValidID(id); err != nil {
 		return CheckResult{}, invalid("task id: %v", err)
