@@ -25,9 +25,9 @@ var (
 	// ErrNotClaimable: Claim on a task that is not scheduled or queued, or
 	// that has not been released yet.
 	ErrNotClaimable = errors.New("aggregate: task is not claimable")
-	// ErrTokenMismatch: Claim, RecordResult or ReportEffects with a
-	// delivery token that is not the current one (for ReportEffects: the
-	// task is not running under it).
+	// ErrTokenMismatch: Claim, RecordResult, ReportEffects or ReadMail
+	// with a delivery token that is not the current one (for
+	// ReportEffects and ReadMail: the task is not running under it).
 	ErrTokenMismatch = errors.New("aggregate: delivery token mismatch")
 	// ErrStale: a reactor command (release, delivery, timeout) that no
 	// longer applies because the task moved on or is not due yet. Reactors
@@ -155,8 +155,33 @@ type TimeOut struct{}
 // no-op, even on a terminal task.
 type AppendMail struct{ Message events.Message }
 
-// ReadMail advances the scheduler's mailbox cursor to Cursor.
-type ReadMail struct{ Cursor int }
+// ReadMail advances the scheduler's mailbox cursor to Cursor for the
+// claim holder: DeliveryID must be the running task's claim
+// (ErrTokenMismatch otherwise), so only the run a follow-up is for
+// consumes it. The service always gives one; an empty DeliveryID is what
+// the verifier passes for a MailboxRead of a log written before checks
+// named their claim (any status then, terminal included).
+type ReadMail struct {
+	Cursor     int
+	DeliveryID string
+}
+
+// RecordCheckFailed records that stop checks of a live task failed (they
+// answered check_failed) from Since on, Failures (≥ 1) of them, the last
+// with Error (at most events.MaxErrorBytes): at most one CheckFailed per
+// CheckFailedInterval, so a record within it of the last is a no-op and
+// the caller counts the failures into a later one.
+type RecordCheckFailed struct {
+	Since    time.Time
+	Failures int
+	Error    string
+}
+
+// CheckFailedInterval is the least time between two CheckFailed events
+// of one task.
+const CheckFailedInterval = time.Minute
+
+func (RecordCheckFailed) command() {}
 
 func (Schedule) command()           {}
 func (Reject) command()             {}
@@ -214,7 +239,27 @@ func Decide(s State, cmd Command, now time.Time) ([]events.Event, error) {
 	if p == nil || err != nil {
 		return nil, err
 	}
-	return []events.Event{{TaskID: s.TaskID, CustomerID: s.CustomerID, Number: s.Version + 1, At: now, Data: p}}, nil
+	return []events.Event{{TaskID: s.TaskID, CustomerID: s.CustomerID, Number: s.Version + 1, At: now, Actor: holder(s, cmd), Data: p}}, nil
+}
+
+// holder is the actor of what cmd appends when the claim's holder makes
+// it (a result, effects or a mailbox read under the claim's delivery
+// token): the claim's executor id. Any other command leaves the actor to
+// the store, which names the caller.
+func holder(s State, cmd Command) string {
+	switch c := cmd.(type) {
+	case RecordResult:
+		if c.DeliveryID != "" {
+			return s.Claim.ExecutorID
+		}
+	case ReportEffects:
+		return s.Claim.ExecutorID
+	case ReadMail:
+		if c.DeliveryID != "" {
+			return s.Claim.ExecutorID
+		}
+	}
+	return ""
 }
 
 func decideNew(s State, taskID, customerID string, spec events.TaskSpec, now time.Time, payload func(events.TaskSpec) events.Payload) ([]events.Event, error) {
@@ -498,6 +543,9 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 		deadline := now.Add(time.Duration(s.Spec.TimeoutSeconds) * time.Second)
 		return events.Claimed{DeliveryID: c.DeliveryID, ExecutorID: c.ExecutorID, Deadline: deadline}, nil
 	case ReadMail:
+		if c.DeliveryID != "" && (s.Status != StatusRunning || c.DeliveryID != s.Claim.DeliveryID) {
+			return nil, ErrTokenMismatch
+		}
 		if c.Cursor > len(s.MailIDs) {
 			return nil, fmt.Errorf("%w: cursor %d beyond %d messages", ErrInvalid, c.Cursor, len(s.MailIDs))
 		}
@@ -591,6 +639,17 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 			return nil, err
 		}
 		return events.Canceled{Reason: c.Reason}, nil
+	case RecordCheckFailed:
+		if c.Failures < 1 {
+			return nil, fmt.Errorf("%w: check failures must be at least 1", ErrInvalid)
+		}
+		if err := maxBytes(field{"error", c.Error, events.MaxErrorBytes}); err != nil {
+			return nil, err
+		}
+		if !s.CheckFailedAt.IsZero() && now.Before(s.CheckFailedAt.Add(CheckFailedInterval)) {
+			return nil, nil
+		}
+		return events.CheckFailed{Since: c.Since, Failures: c.Failures, Error: c.Error}, nil
 	case TimeOut:
 		if s.Status != StatusRunning {
 			return nil, fmt.Errorf("%w: task is %s", ErrStale, s.Status)

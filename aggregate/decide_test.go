@@ -124,6 +124,25 @@ func requireErrKind(t interface {
 	}
 }
 
+// holderActor is the actor a command's events name: the claim's
+// executor for what its holder writes under its delivery token (a result
+// or a mailbox read with one, effects), else "" for the store to fill.
+func holderActor(s aggregate.State, cmd aggregate.Command) string {
+	switch c := cmd.(type) {
+	case aggregate.RecordResult:
+		if c.DeliveryID != "" {
+			return s.Claim.ExecutorID
+		}
+	case aggregate.ReportEffects:
+		return s.Claim.ExecutorID
+	case aggregate.ReadMail:
+		if c.DeliveryID != "" {
+			return s.Claim.ExecutorID
+		}
+	}
+	return ""
+}
+
 type decideCase struct {
 	name       string
 	given      []events.Event
@@ -159,6 +178,7 @@ func runDecide(t *testing.T, cases []decideCase) {
 			for i, p := range tc.want {
 				e := ev(tc.now, p)
 				e.Number = s.Version + 1 + i // gap-free per task
+				e.Actor = holderActor(s, tc.cmd)
 				want = append(want, e)
 			}
 			if len(got) != 0 || len(want) != 0 {
@@ -638,7 +658,40 @@ func TestDecideMailbox(t *testing.T) {
 		{name: "ReadEmptyMailboxOne", given: running, cmd: aggregate.ReadMail{Cursor: 1}, now: later, wantErr: aggregate.ErrInvalid},
 		{name: "ReadOnTerminal", given: terminalWithMail, cmd: aggregate.ReadMail{Cursor: 3}, now: later,
 			want: []events.Payload{events.MailboxRead{Cursor: 3}}},
+		{name: "HolderReads", given: withMail, cmd: aggregate.ReadMail{Cursor: 2, DeliveryID: d1}, now: later,
+			want: []events.Payload{events.MailboxRead{Cursor: 2}}},
+		{name: "OtherTokenReadsNothing", given: withMail, cmd: aggregate.ReadMail{Cursor: 2, DeliveryID: "dlv-9"}, now: later, wantErr: aggregate.ErrTokenMismatch},
+		{name: "HolderOfTerminalReadsNothing", given: terminalWithMail, cmd: aggregate.ReadMail{Cursor: 3, DeliveryID: d1}, now: later, wantErr: aggregate.ErrTokenMismatch},
+		{name: "QueuedReadsNothing", given: with(queued, mailEvents(1, "m1")...), cmd: aggregate.ReadMail{Cursor: 1, DeliveryID: d1}, now: later, wantErr: aggregate.ErrTokenMismatch},
 	})
+}
+
+// TestDecideNamesHolder: what a claim's holder writes under its token
+// names the claim's executor; what anyone else asks for is left for the
+// store to name.
+func TestDecideNamesHolder(t *testing.T) {
+	t.Parallel()
+	s := replay(withMail)
+	for _, tc := range []struct {
+		name string
+		cmd  aggregate.Command
+		want string
+	}{
+		{"Result", aggregate.RecordResult{DeliveryID: d1, Result: events.Result{Success: true}}, exec1},
+		{"ResultWithoutToken", aggregate.RecordResult{Result: events.Result{Success: true}}, ""},
+		{"Effects", aggregate.ReportEffects{DeliveryID: d1, Effects: []events.Effect{{Kind: "pr", Ref: "1"}}}, exec1},
+		{"MailRead", aggregate.ReadMail{Cursor: 1, DeliveryID: d1}, exec1},
+		{"Cancel", aggregate.Cancel{}, ""},
+		{"Mail", aggregate.AppendMail{Message: msg("m9")}, ""},
+	} {
+		evs, err := aggregate.Decide(s, tc.cmd, later)
+		if err != nil || len(evs) != 1 {
+			t.Fatalf("%s: %v, %d events", tc.name, err, len(evs))
+		}
+		if evs[0].Actor != tc.want {
+			t.Errorf("%s: actor %q, want %q", tc.name, evs[0].Actor, tc.want)
+		}
+	}
 }
 
 func TestApplyReplayCounters(t *testing.T) {
@@ -804,4 +857,24 @@ func TestClaimable(t *testing.T) {
 			t.Fatalf("%s: Claimable() = %v, want %v", tt.name, got, tt.want)
 		}
 	}
+}
+
+// TestDecideCheckFailed: a failed stop check is recorded on a live task
+// at most once a minute; in between the record is a no-op (the caller
+// counts the failures into the next one).
+func TestDecideCheckFailed(t *testing.T) {
+	t.Parallel()
+	failed := aggregate.RecordCheckFailed{Since: later, Failures: 2, Error: "load task: timeout"}
+	recorded := with(running, ev(later, events.CheckFailed{Since: later, Failures: 1}))
+	runDecide(t, []decideCase{
+		{name: "Records", given: running, cmd: failed, now: later,
+			want: []events.Payload{events.CheckFailed{Since: later, Failures: 2, Error: "load task: timeout"}}},
+		{name: "WithinAMinuteIsNoop", given: recorded, cmd: failed, now: later.Add(aggregate.CheckFailedInterval - time.Nanosecond)},
+		{name: "AfterAMinute", given: recorded, cmd: failed, now: later.Add(aggregate.CheckFailedInterval),
+			want: []events.Payload{events.CheckFailed{Since: later, Failures: 2, Error: "load task: timeout"}}},
+		{name: "NoFailures", given: running, cmd: aggregate.RecordCheckFailed{Since: later}, now: later, wantErr: aggregate.ErrInvalid},
+		{name: "ErrorTooLong", given: running, cmd: aggregate.RecordCheckFailed{Since: later, Failures: 1,
+			Error: strings.Repeat("e", events.MaxErrorBytes+1)}, now: later, wantErr: aggregate.ErrInvalid},
+		{name: "OnTerminal", given: with(running, ev(later, events.Canceled{})), cmd: failed, now: later, wantErr: aggregate.ErrTerminal},
+	})
 }

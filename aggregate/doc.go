@@ -89,9 +89,18 @@
 //     seen before: nothing, in any status; a new one: not terminal; appends:
 //     MailboxAppended (next index); status after: unchanged; otherwise:
 //     ErrTerminal; ErrInvalid (id, no content, content limits)
-//   - ReadMail (check) — allowed when: any status, terminal included; cursor ≤
-//     messages; appends: MailboxRead, only when the cursor moves; status
-//     after: unchanged; otherwise: ErrInvalid beyond the last message
+//   - ReadMail (check by the claim holder) — allowed when: running under
+//     the command's delivery token (without one, as a log written before
+//     checks named their claim: any status, terminal included); cursor ≤
+//     messages; appends: MailboxRead, only when the cursor moves, with the
+//     claim's executor as actor; status after: unchanged; otherwise:
+//     ErrTokenMismatch; ErrInvalid beyond the last message
+//   - RecordCheckFailed (a stop check answered check_failed) — allowed
+//     when: not terminal; failures ≥ 1, error within its limit; appends:
+//     CheckFailed, only when the last was CheckFailedInterval (a minute) or
+//     more before now (else nothing: the caller counts the failures into
+//     the next); status after: unchanged; otherwise: ErrTerminal;
+//     ErrInvalid
 //
 // Retries. Running → scheduled is the one transition back, and only
 // RetryScheduled makes it. A retry is not a separate command: the aggregate
@@ -109,6 +118,11 @@
 // makes a new token; tokens of earlier attempts are refused. The effects,
 // mailbox and Run state carry over. Retrying on timed_out repeats work whose
 // effects are unknown, so it is opt-in only.
+//
+// Attribution. An event the claim's holder causes — a result or a mailbox
+// read under the claim's delivery token, effects — names the claim's
+// executor id as its actor (Event.Actor); Decide leaves every other
+// event's actor empty for the store to name the caller.
 //
 // An empty result with no error means the command is already satisfied (a
 // repeated message id, a cursor that does not move). ErrStale is for reactor

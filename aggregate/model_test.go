@@ -63,10 +63,31 @@ type model struct {
 	published      bool
 	readySeq       uint64 // ready stream sequence of the last (re)publish
 	consumed       bool   // a claim consumed token
+	executor       string // the executor of the last claim
+	checkFailedAt  time.Time
 	deadline       time.Time
 	mail           []string
 	cursor         int
 	effects        []events.Effect // reported so far, in first-report order
+}
+
+// actor is who the model expects an accepted cmd's event to name: the
+// claim's executor for what its holder writes under its token, else
+// nobody (the store names the caller).
+func (m model) actor(cmd aggregate.Command) string {
+	switch c := cmd.(type) {
+	case aggregate.RecordResult:
+		if c.DeliveryID != "" {
+			return m.executor
+		}
+	case aggregate.ReportEffects:
+		return m.executor
+	case aggregate.ReadMail:
+		if c.DeliveryID != "" {
+			return m.executor
+		}
+	}
+	return ""
 }
 
 // decide returns the payload the model expects cmd to append (nil for an
@@ -109,6 +130,8 @@ func (m model) decide(cmd aggregate.Command, now time.Time) (events.Payload, err
 		return events.MailboxAppended{Index: len(m.mail) + 1, Message: msg}, nil
 	case aggregate.ReadMail:
 		switch {
+		case c.DeliveryID != "" && (m.status != mRunning || c.DeliveryID != m.token):
+			return nil, aggregate.ErrTokenMismatch
 		case c.Cursor > len(m.mail):
 			return nil, aggregate.ErrInvalid
 		case c.Cursor <= m.cursor:
@@ -133,6 +156,14 @@ func (m model) decide(cmd aggregate.Command, now time.Time) (events.Payload, err
 		return m.status == mScheduled && m.token != "" && id == m.token && !m.published
 	}
 	switch c := cmd.(type) {
+	case aggregate.RecordCheckFailed:
+		switch {
+		case c.Failures < 1 || len(c.Error) > 16<<10:
+			return nil, aggregate.ErrInvalid
+		case !m.checkFailedAt.IsZero() && now.Sub(m.checkFailedAt) < time.Minute:
+			return nil, nil
+		}
+		return events.CheckFailed{Since: c.Since, Failures: c.Failures, Error: c.Error}, nil
 	case aggregate.ReleaseDue:
 		switch {
 		case m.status != mScheduled || m.token != "" || now.Before(m.runAt):
@@ -375,9 +406,11 @@ func (m model) apply(ev events.Event) model {
 	case events.ReadyRepublished:
 		m.readySeq = p.ReadySeq
 	case events.Claimed:
-		m.status, m.consumed, m.deadline = mRunning, true, p.Deadline
+		m.status, m.consumed, m.deadline, m.executor = mRunning, true, p.Deadline, p.ExecutorID
 	case events.EffectsReported:
 		m.effects = mergeEffects(m.effects, p.Effects, ev.At)
+	case events.CheckFailed:
+		m.checkFailedAt = ev.At
 	case events.ResultRecorded:
 		m.status = mFailed
 		if p.Result.Success {
@@ -447,7 +480,7 @@ func (h *harness) exec(t *rapid.T, cmd aggregate.Command) {
 	case aggregate.Reject:
 		taskID, custID = c.TaskID, c.CustomerID
 	}
-	want := []events.Event{{TaskID: taskID, CustomerID: custID, Number: h.s.Version + 1, At: h.now, Data: wantP}}
+	want := []events.Event{{TaskID: taskID, CustomerID: custID, Number: h.s.Version + 1, At: h.now, Actor: h.m.actor(cmd), Data: wantP}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("%s events\n got: %#v\nwant: %#v", name, got, want)
 	}
@@ -711,6 +744,7 @@ func TestModel(t *testing.T) {
 		aggregate.Schedule{}, aggregate.Reject{}, aggregate.ReleaseDue{}, aggregate.MarkReadyPublished{},
 		aggregate.RepublishReady{}, aggregate.RetryDelivery{}, aggregate.ExhaustDelivery{}, aggregate.Claim{}, aggregate.RecordResult{},
 		aggregate.Cancel{}, aggregate.TimeOut{}, aggregate.AppendMail{}, aggregate.ReadMail{}, aggregate.ReportEffects{},
+		aggregate.RecordCheckFailed{},
 	}
 	neverAccepted := func() []string {
 		var never []string
@@ -741,6 +775,7 @@ func TestModel(t *testing.T) {
 var defaultWeights = map[string]int{
 	"Schedule": 1, "ReleaseDue": 4, "MarkReadyPublished": 3, "RepublishReady": 2, "RetryDelivery": 2, "ExhaustDelivery": 1,
 	"Claim": 4, "RecordResult": 2, "ReportEffects": 4, "Cancel": 1, "TimeOut": 3, "AppendMail": 3, "ReadMail": 3,
+	"RecordCheckFailed": 2,
 }
 
 // TestModelRetries runs the model on tasks with a valid retry policy,
@@ -848,7 +883,17 @@ func modelProperty(total map[string]int, weights map[string]int, retry func(*rap
 				}
 				h.exec(t, aggregate.AppendMail{Message: m})
 			},
-			"ReadMail": func(t *rapid.T) { h.exec(t, aggregate.ReadMail{Cursor: rapid.IntRange(-1, 5).Draw(t, "cursor")}) },
+			"RecordCheckFailed": func(t *rapid.T) {
+				h.exec(t, aggregate.RecordCheckFailed{Since: h.now, Failures: rapid.IntRange(0, 3).Draw(t, "failures"),
+					Error: strings.Repeat("e", rapid.SampledFrom([]int{10, 0, 16 << 10, 16<<10 + 1}).Draw(t, "errorLen"))})
+			},
+			"ReadMail": func(t *rapid.T) {
+				id := h.m.token // mostly the running claim's, sometimes another or none
+				if rapid.IntRange(0, 2).Draw(t, "otherToken") == 2 {
+					id = rapid.SampledFrom([]string{"", "d1", "d2", "d3"}).Draw(t, "deliveryID")
+				}
+				h.exec(t, aggregate.ReadMail{Cursor: rapid.IntRange(-1, 5).Draw(t, "cursor"), DeliveryID: id})
+			},
 		}
 		// Most cases start from a valid task so that the run gets past
 		// admission. rapid favours the first entries of a SampledFrom, so

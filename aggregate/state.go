@@ -82,6 +82,9 @@ type State struct {
 
 	MailIDs []string // mailbox message ids; MailIDs[i] has index i+1
 	Cursor  int      // mailbox messages handed out by check
+	// CheckFailedAt is when the task's last CheckFailed was recorded
+	// (zero: none); the next may come CheckFailedInterval after it.
+	CheckFailedAt time.Time `msgpack:",omitempty"`
 
 	Version  int             // number of events applied
 	FirstSeq events.Position // log position of the first event (the task's spec)
@@ -280,6 +283,8 @@ func Apply(s State, ev events.Event) State {
 		s.MailIDs = appendID(s.MailIDs, p.Message.ID)
 	case events.MailboxRead:
 		s.Cursor = max(s.Cursor, p.Cursor)
+	case events.CheckFailed:
+		s.CheckFailedAt = ev.At
 	}
 	return s
 }

@@ -217,9 +217,16 @@ func (c *Client) RecordResults(ctx context.Context, items []ResultItem) ([]Batch
 	return out.Results, err
 }
 
-// Check asks whether to stop and collects new mailbox messages.
-func (c *Client) Check(ctx context.Context, id string) (ch Check, err error) {
-	_, err = c.do(ctx, http.MethodPost, taskPath(id, "/check"), nil, &ch)
+// Check asks whether to stop and returns the mailbox messages after the
+// scheduler's cursor. With deliveryID, the running claim's token, the
+// claim holder consumes them (the cursor moves past them); with "" (a
+// monitor) or any other token it only peeks.
+func (c *Client) Check(ctx context.Context, id, deliveryID string) (ch Check, err error) {
+	var body any
+	if deliveryID != "" {
+		body = CheckRequest{DeliveryID: deliveryID}
+	}
+	_, err = c.do(ctx, http.MethodPost, taskPath(id, "/check"), body, &ch)
 	return ch, err
 }
 

@@ -9,7 +9,7 @@ import "net/http"
 type Error struct {
 	Code    string `json:"error"`
 	Message string `json:"message"`
-	Reason  string `json:"reason,omitempty"` // with Code "conflict" or "too_many_requests"
+	Reason  string `json:"reason,omitempty"` // with Code "conflict", "too_many_requests" or "forbidden" (operator_only)
 	Task    *Task  `json:"task,omitempty"`   // with Code "admission_rejected": the task as recorded
 	Status  int    `json:"-"`                // the HTTP status it came with
 }
@@ -39,6 +39,10 @@ var (
 	// ErrForbidden (403): a cross-origin browser request, or (without an
 	// auth file) a Host that is not a loopback name or address.
 	ErrForbidden = &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "cross-origin browser requests are refused"}
+	// ErrOperatorOnly (403, reason operator_only): a customer's token
+	// asked for an operator's action: a result without the claim's
+	// deliveryId.
+	ErrOperatorOnly = &Error{Status: http.StatusForbidden, Code: "forbidden", Reason: "operator_only", Message: "only an operator may do this"}
 	// ErrNotFound (404): no such task for this caller (another customer's
 	// task is not found either), or no such route.
 	ErrNotFound = &Error{Status: http.StatusNotFound, Code: "not_found", Message: "not found"}

@@ -164,3 +164,11 @@ type ResultsRequest struct {
 type MailRequest struct {
 	Message events.Message `json:"message"`
 }
+
+// CheckRequest is the optional body of POST /v1/tasks/{id}/check.
+// DeliveryID, the running claim's delivery token, makes the check the
+// claim holder's: it consumes the mailbox messages it hands out. Without
+// it, or with any other token, the check only peeks.
+type CheckRequest struct {
+	DeliveryID string `json:"deliveryId,omitempty"`
+}

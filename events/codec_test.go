@@ -77,6 +77,7 @@ func samplePayloads() []Payload {
 		EffectsReported{DeliveryID: "dlv-1", Effects: []Effect{
 			{Kind: "pull_request", Ref: "#12", URL: "https://example.com/pr/12", Uncertain: true, At: base.Add(time.Minute)},
 		}},
+		CheckFailed{Since: base.Add(2 * time.Minute), Failures: 3, Error: "load task: timeout"},
 	}
 }
 
@@ -85,6 +86,7 @@ var allTypes = []Type{
 	TypeTaskScheduled, TypeAdmissionRejected, TypeDeliveryPending, TypeDeliveryRetryScheduled,
 	TypeDeliveryExhausted, TypeReadyPublished, TypeReadyRepublished, TypeClaimed, TypeTimedOut,
 	TypeResultRecorded, TypeCanceled, TypeMailboxAppended, TypeMailboxRead, TypeEffectsReported,
+	TypeCheckFailed,
 }
 
 func sampleEvent(p Payload) Event {
@@ -135,6 +137,9 @@ func utc(ev Event) Event {
 		ev.Data = p
 	case EffectsReported:
 		p.Effects = utcEffects(p.Effects)
+		ev.Data = p
+	case CheckFailed:
+		p.Since = p.Since.UTC()
 		ev.Data = p
 	}
 	return ev

@@ -111,6 +111,10 @@
 //     content; meaning: a message was added at the 1-based index
 //   - MailboxRead — payload (JSON names): cursor; meaning: the scheduler
 //     handed out messages up to the cursor
+//   - CheckFailed — payload (JSON names): since, failures, error; meaning:
+//     stop checks of the task failed (fail-open, check_failed) from since
+//     on, failures of them, the last with error: whether it should stop
+//     could not be verified then; at most one a minute per task
 //   - SlotAcquired — payload (JSON names): key, taskId, limit, attempt (absent
 //     for the first); meaning: on a concurrency key's subject: the task took
 //     one of the key's slots for that attempt; the key had fewer than limit

@@ -27,6 +27,7 @@ const (
 	TypeMailboxAppended        Type = "MailboxAppended"
 	TypeMailboxRead            Type = "MailboxRead"
 	TypeEffectsReported        Type = "EffectsReported"
+	TypeCheckFailed            Type = "CheckFailed"
 
 	// The events of a concurrency key (KeyEvent): on the key's own
 	// subject, <root>.conc.<customerId>.<keyId>, never a task's.
@@ -362,6 +363,19 @@ func (EffectsReported) EventType() Type        { return TypeEffectsReported }
 func (SlotAcquired) EventType() Type           { return TypeSlotAcquired }
 func (SlotReleased) EventType() Type           { return TypeSlotReleased }
 func (RetryScheduled) EventType() Type         { return TypeRetryScheduled }
+
+// CheckFailed records that stop checks of the task failed (they answered
+// check_failed, fail-open) from Since on, Failures of them, the last with
+// Error: whether the task should stop could not be verified then. The
+// scheduler records at most one a minute per task; failures in between
+// are counted in the next.
+type CheckFailed struct {
+	Since    time.Time `json:"since"`
+	Failures int       `json:"failures"`
+	Error    string    `json:"error,omitempty"`
+}
+
+func (CheckFailed) EventType() Type { return TypeCheckFailed }
 
 // CreationRoot returns the root a task's creation names (its
 // TaskScheduled or AdmissionRejected), "" for any other event.

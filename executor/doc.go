@@ -70,7 +70,10 @@
 // Turn's. The Turn ends when fn returns nil with every dispatched tool
 // settled: t<k>.end is saved, and the messages that arrived during the Turn
 // join then, never in the middle of a tool call. An error from fn leaves the
-// Turn open.
+// Turn open. A Turn cut off by a crash and run again joins no message at
+// its start: the rest of its tool results follow its saved tool calls
+// first, so a recovered transcript keeps every tool call next to its
+// result (the pairing LLM APIs require).
 //
 // Resuming. A restarted worker finds the runs it still holds — with
 // SchedulerRuns, the tasks GET /v1/tasks?status=running&queue=… lists under a
@@ -106,11 +109,15 @@
 //     DeriveID("d", parent, key), so a retried delegation, in this run or a
 //     resumed one, finds the same child. Await(childId) waits for the message
 //     child-<childId> to reach the run through checks.
-//   - Transcript. Checks hand the run mailbox messages; each joins the
-//     transcript once, under its message id, at a Turn boundary (at once when
-//     no Turn runs). The transcript keeps the message ids; a run that starts
-//     with mail reloads the content from the mailbox, and messages handed out
-//     but not yet joined when the executor died join then.
+//   - Transcript. Checks hand the run mailbox messages (only the claim
+//     holder's check, with the claim's delivery token, consumes them: a
+//     monitor's check only peeks); each joins the transcript once, under its
+//     message id, at a Turn boundary: a new Turn's start, a Turn's end, or
+//     at once between Turns — never while a dispatched tool has not settled
+//     nor while a Turn cut off by a crash has not ended. The transcript keeps
+//     the message ids; a run that starts with mail reloads the content from
+//     the mailbox, and messages handed out but not yet joined when the
+//     executor died join at the next boundary.
 //   - Superseded. A save the scheduler refuses because the claim no longer
 //     holds the task (409 token_mismatch or terminal, or 404) stops the run
 //     (ErrStopped, stop reason superseded, wrapping executor.ErrSuperseded)

@@ -88,8 +88,8 @@ func TestWorkerResumeFromCheckpoint(t *testing.T) {
 // an at-least-once delivery of the same messages would.
 type wkRedeliver struct{ *api.Client }
 
-func (r wkRedeliver) Check(ctx context.Context, id string) (api.Check, error) {
-	c, err := r.Client.Check(ctx, id)
+func (r wkRedeliver) Check(ctx context.Context, id, deliveryID string) (api.Check, error) {
+	c, err := r.Client.Check(ctx, id, deliveryID)
 	if err != nil {
 		return c, err
 	}

@@ -44,6 +44,48 @@ type Run struct {
 	turns      int             // calls of Turn so far
 	stopReason string
 	output     json.RawMessage // the result's output (SetOutput)
+	lastCheck  CheckOutcome
+}
+
+// CheckOutcome is what a run's stop check found (Run.LastCheck).
+type CheckOutcome struct {
+	At time.Time
+	// Reason is the scheduler's answer (api.ReasonActive, ReasonTerminal,
+	// ReasonAncestorTerminal, ReasonMissing, ReasonCheckFailed), "" when
+	// no answer came (Err).
+	Reason string
+	Err    error // why no answer came
+}
+
+// Failed reports whether the check could not tell whether to stop: the
+// scheduler failed open (check_failed) or did not answer. The run goes
+// on, and the next background check comes sooner (a quarter of
+// WorkerConfig.CheckInterval).
+func (c CheckOutcome) Failed() bool { return c.Err != nil || c.Reason == api.ReasonCheckFailed }
+
+// LastCheck returns the outcome of the run's last stop check (the zero
+// CheckOutcome before the first).
+func (r *Run) LastCheck() CheckOutcome {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lastCheck
+}
+
+// checked keeps a check's outcome; a failed one is logged and counted
+// (Worker.CheckFailures).
+func (r *Run) checked(c CheckOutcome) {
+	r.mu.Lock()
+	r.lastCheck = c
+	r.mu.Unlock()
+	if !c.Failed() {
+		return
+	}
+	n := r.w.checkFailures.Add(1)
+	ev := r.w.cfg.Logger.Warn().Str("task", r.Task.ID).Int64("checkFailures", n)
+	if c.Err != nil {
+		ev = ev.Err(c.Err)
+	}
+	ev.Msg("stop check failed: whether to stop is unknown; continuing (fail-open) and checking again sooner")
 }
 
 // Checkpoint returns a copy of the run's durable progress.
@@ -132,8 +174,8 @@ func (r *Run) Transcript() []Item {
 }
 
 // receive takes mailbox messages the run has not seen (a redelivered one
-// is skipped by its id) and, outside a Turn, adds them to the transcript.
-// It reports whether the transcript grew.
+// is skipped by its id) and, at a boundary between Turns (boundaryLocked),
+// adds them to the transcript. It reports whether the transcript grew.
 func (r *Run) receive(msgs []api.MailItem) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -149,12 +191,26 @@ func (r *Run) receive(msgs []api.MailItem) bool {
 			r.inbox = append(r.inbox, m.ID)
 		}
 	}
-	return r.inTurn == 0 && r.joinLocked()
+	return r.inTurn == 0 && r.boundaryLocked() && r.joinLocked()
 }
 
-// joinLocked adds the waiting mailbox messages to the transcript (a Turn
-// boundary) and reports whether there were any. r.mu is held.
+// boundaryLocked reports whether the saved transcript stands between
+// Turns: no Turn has begun or the last one begun has ended, and no tool
+// call waits for its result. A run resumed in the middle of a Turn is not
+// at a boundary until that Turn, run again, ends. r.mu is held.
+func (r *Run) boundaryLocked() bool {
+	return len(r.cp.PendingTools) == 0 && (r.cp.Turn == 0 || r.cp.hasItem(turnEndID(r.cp.Turn)))
+}
+
+// joinLocked adds the waiting mailbox messages to the transcript and
+// reports whether there were any. Its callers are the Turn boundaries; it
+// joins nothing while a dispatched tool has not settled, so every
+// tool_call item stays next to its tool_result, as LLM APIs require.
+// r.mu is held.
 func (r *Run) joinLocked() bool {
+	if len(r.cp.PendingTools) > 0 {
+		return false
+	}
 	for _, id := range r.inbox {
 		r.cp.Transcript = append(r.cp.Transcript, api.TranscriptItem{
 			ID: id, Kind: api.ItemMailbox, Turn: r.cp.Turn, At: time.Now().UTC()})
@@ -165,15 +221,17 @@ func (r *Run) joinLocked() bool {
 }
 
 // Check asks the scheduler whether to stop and collects new mailbox
-// messages into the transcript. A failed check keeps the run going
-// (fail-open); the error is logged. It returns ErrStopped once stopped.
+// messages into the transcript. A failed check — no answer, or the
+// scheduler's check_failed — keeps the run going (fail-open): it is
+// logged, counted (Worker.CheckFailures) and kept (LastCheck), and the
+// next background check comes sooner. It returns ErrStopped once stopped.
 func (r *Run) Check(ctx context.Context) error {
 	if r.stopped() {
 		return ErrStopped
 	}
-	res, err := r.w.cfg.API.Check(ctx, r.Task.ID)
+	res, err := r.w.cfg.API.Check(ctx, r.Task.ID, r.Task.Claim.DeliveryID)
+	r.checked(CheckOutcome{At: time.Now().UTC(), Reason: res.Reason, Err: err})
 	if err != nil {
-		r.w.cfg.Logger.Warn().Err(err).Str("task", r.Task.ID).Msg("stop check failed; continuing (fail-open)")
 		return nil
 	}
 	if r.receive(res.Messages) {

@@ -53,7 +53,11 @@ func (t *Turn) Number() int { return t.n }
 // A Turn begins at a boundary: Turn checks stop first (ErrStopped once
 // stopped), mailbox messages received so far join the transcript, and the
 // Run is saved with this Turn as the current one. Messages that arrive
-// during the Turn join at its end, never in the middle of a tool call.
+// during the Turn join at its end, never in the middle of a tool call. A
+// Turn run again after a crash joins none at its start: its saved items
+// (the model's tool calls, the results that settled) are followed by the
+// rest of its tool results before any message, so a recovered transcript
+// keeps every tool call next to its result.
 // The Turn ends when fn returns nil with every dispatched tool settled:
 // its end is recorded (transcript item "t<k>.end") and saved. An error
 // from fn is returned (marked ErrStopped when a stop cut it short) and the
@@ -71,8 +75,10 @@ func (r *Run) Turn(ctx context.Context, fn func(t *Turn) error) error {
 		return err
 	}
 	if err := r.Update(ctx, func(cp *Checkpoint) {
+		if cp.Turn < k { // a new Turn; one cut off mid-way joins mail at its end
+			r.joinLocked()
+		}
 		cp.Turn = k
-		r.joinLocked()
 		r.inTurn++
 	}); err != nil {
 		r.leaveTurn()

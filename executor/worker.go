@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,7 +23,9 @@ type API interface {
 	ClaimNext(ctx context.Context, queue, executorID string, wait time.Duration) (api.Task, bool, error)
 	ClaimBatch(ctx context.Context, queue, executorID string, max int, wait time.Duration) ([]api.Task, error)
 	Claim(ctx context.Context, id, deliveryID, executorID string) (api.Task, error)
-	Check(ctx context.Context, id string) (api.Check, error)
+	// Check asks whether to stop; with the claim's deliveryID it
+	// consumes the mailbox messages it returns (api.Client.Check).
+	Check(ctx context.Context, id, deliveryID string) (api.Check, error)
 	RecordResult(ctx context.Context, id string, r api.ResultRequest) (api.Task, error)
 	Cancel(ctx context.Context, id, reason string) (api.Task, error)
 	Schedule(ctx context.Context, req api.ScheduleRequest) (api.Task, bool, error)
@@ -57,7 +60,8 @@ type WorkerConfig struct {
 	// routes (SchedulerRuns) when API implements RunAPI, as *api.Client
 	// does; otherwise in memory, which survives no restart.
 	Checkpoints CheckpointStore
-	// CheckInterval is the period of the background stop check; default 2s.
+	// CheckInterval is the period of the background stop check; default
+	// 2s, a quarter of it after a check that failed (CheckOutcome.Failed).
 	CheckInterval time.Duration
 	PollWait      time.Duration // long poll of claims/next; default 30s
 	Logger        zerolog.Logger
@@ -66,9 +70,24 @@ type WorkerConfig struct {
 // Worker claims tasks from one queue and runs a Handler on each, with
 // bounded concurrency.
 type Worker struct {
-	cfg     WorkerConfig
-	handler Handler
-	kinds   kindHandlers // typed handlers by kind (Handle)
+	cfg           WorkerConfig
+	handler       Handler
+	kinds         kindHandlers // typed handlers by kind (Handle)
+	checkFailures atomic.Int64
+}
+
+// CheckFailures counts the stop checks of this worker's runs that could
+// not tell whether to stop (CheckOutcome.Failed): each went on
+// fail-open. Safe for concurrent use.
+func (w *Worker) CheckFailures() int64 { return w.checkFailures.Load() }
+
+// checkWait is how long the background check waits after last: the
+// interval, a quarter of it after a failed check.
+func checkWait(interval time.Duration, last CheckOutcome) time.Duration {
+	if last.Failed() {
+		return interval / 4
+	}
+	return interval
 }
 
 // NewWorker returns a worker running h on each task (but those of a kind
@@ -290,14 +309,15 @@ func (w *Worker) execute(ctx context.Context, r *Run) {
 	checking := make(chan struct{})
 	go func() {
 		defer close(checking)
-		tick := time.NewTicker(w.cfg.CheckInterval)
-		defer tick.Stop()
+		next := time.NewTimer(w.cfg.CheckInterval)
+		defer next.Stop()
 		for {
 			select {
 			case <-runCtx.Done():
 				return
-			case <-tick.C:
+			case <-next.C:
 				r.Check(runCtx)
+				next.Reset(checkWait(w.cfg.CheckInterval, r.LastCheck()))
 			}
 		}
 	}()

@@ -174,6 +174,12 @@ func Describe(ev events.Event) string {
 		return fmt.Sprintf("mailbox #%d (%s): %s", p.Index, p.Message.ID, text(p.Message.Content))
 	case events.MailboxRead:
 		return fmt.Sprintf("messages up to #%d handed out", p.Cursor)
+	case events.CheckFailed:
+		s := fmt.Sprintf("stop check failed %d times since %s (fail-open): cancellation could not be verified", p.Failures, ts(p.Since))
+		if p.Error != "" {
+			s += "; error: " + oneLine(p.Error)
+		}
+		return s
 	case events.SlotAcquired:
 		return fmt.Sprintf("took a slot of concurrency key %q (limit %d)", p.Key, p.Limit) + attemptText(p.Attempt)
 	case events.SlotReleased:

@@ -64,7 +64,7 @@ func buildLineage(t *testing.T) *lineageLog {
 	if _, _, err := svc.AppendMail(ctx, op, l.root, events.Message{ID: "follow-up-1", Content: text("also check the retry path").Content}); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := svc.Check(ctx, op, l.root); err != nil || len(c.Messages) != 1 {
+	if c, err := svc.Check(ctx, op, l.root, l.rootClaim); err != nil || len(c.Messages) != 1 {
 		t.Fatalf("check: %+v %v", c, err)
 	}
 	l.child = schedule(l.root, "acme", "reproduce it", 0)

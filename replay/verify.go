@@ -410,6 +410,8 @@ func commandFor(ev events.Event) aggregate.Command {
 		return aggregate.AppendMail{Message: p.Message}
 	case events.MailboxRead:
 		return aggregate.ReadMail{Cursor: p.Cursor}
+	case events.CheckFailed:
+		return aggregate.RecordCheckFailed{Since: p.Since, Failures: p.Failures, Error: p.Error}
 	}
 	return nil
 }

@@ -187,7 +187,7 @@ func TestVerifyRealTraffic(t *testing.T) {
 						return err
 					}
 					var c scheduler.CheckResult
-					if c, err = svc.Check(ctx, op, st.TaskID); err != nil {
+					if c, err = svc.Check(ctx, op, st.TaskID, d); err != nil {
 						return err
 					}
 					// A child whose parent finished is told to stop; it

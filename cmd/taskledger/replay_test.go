@@ -160,7 +160,7 @@ func replayTraffic(t *testing.T, c *api.Client) []string {
 		}
 		claimed++
 		if task.ID == roots[1] {
-			if ch, err := c.Check(ctx, task.ID); err != nil || len(ch.Messages) != 1 {
+			if ch, err := c.Check(ctx, task.ID, task.Claim.DeliveryID); err != nil || len(ch.Messages) != 1 {
 				t.Fatalf("check: %+v %v", ch, err)
 			}
 		}

@@ -144,7 +144,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	var nf natsFlags
 	nf.register(fs)
 	httpAddr := fs.String("http", "127.0.0.1:8080", "HTTP API listen address")
-	authFile := fs.String("auth-file", "", "bearer tokens: lines of 'TOKEN CUSTOMER_ID' ('*' for an operator); required to listen beyond loopback")
+	authFile := fs.String("auth-file", "", "bearer tokens: lines of 'TOKEN CUSTOMER_ID [NAME]' ('*' for an operator; NAME, the token's actor in history); required to listen beyond loopback")
 	quotaFile := fs.String("quota-file", "", `admission quotas as JSON: {"default": {"maxActiveRoots": N, "maxRootsPerMinute": N}, "customers": {"ID": {...}}, "checkerUrl": "http://..."}`)
 	maxActive := fs.Int("max-active-roots", 0, "default quota: active root tasks per customer (0 = unlimited)")
 	maxPerMinute := fs.Int("max-roots-per-minute", 0, "default quota: new root tasks per customer per minute (0 = unlimited)")
@@ -201,9 +201,9 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var tokens map[string]string
+	var tokens, names map[string]string
 	if *authFile != "" {
-		if tokens, err = readAuthFile(*authFile); err != nil {
+		if tokens, names, err = readAuthFile(*authFile); err != nil {
 			return err
 		}
 	} else if err := requireLoopback(*httpAddr); err != nil {
@@ -251,7 +251,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	defer closeNATS()
 	cfg := node.Config{
 		NC: nc, Stream: nf.stream, Replicas: nf.replicas, Shards: *shards, Name: *name,
-		EpochSlots: *epochSlots, EpochPeriod: *epochPeriod, EpochRetain: *retainEpochs, EpochCheck: *epochCheck, Tokens: tokens, Admission: admission, MaxInFlight: *maxInFlight,
+		EpochSlots: *epochSlots, EpochPeriod: *epochPeriod, EpochRetain: *retainEpochs, EpochCheck: *epochCheck, Tokens: tokens, TokenNames: names, Admission: admission, MaxInFlight: *maxInFlight,
 		Streams: httpapi.StreamLimits{Max: *maxStreams, MaxPerCustomer: *maxStreamsPerCustomer},
 		HTTP:    limits, BodyTimeout: *bodyTimeout, MaxBodyMemory: *maxBodyMemory, LogRepeatInterval: *logRepeat,
 		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain, Alarm: alarm, Limits: bounds, ReadyJSON: lf.readyJSON,
@@ -326,16 +326,18 @@ func sanitize(s string) string {
 	return string(b)
 }
 
-// readAuthFile reads lines of "TOKEN CUSTOMER_ID"; '#' starts a comment.
-// A token given twice is refused: which customer it stands for would be
-// ambiguous.
-func readAuthFile(path string) (map[string]string, error) {
+// readAuthFile reads lines of "TOKEN CUSTOMER_ID [NAME]" ("*" for an
+// operator); '#' starts a comment. It returns the tokens' customers and
+// the names of the tokens that have one (an id: the actor of the events
+// the token's requests append). A token given twice is refused: which
+// customer it stands for would be ambiguous.
+func readAuthFile(path string) (tokens, names map[string]string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
-	tokens := map[string]string{}
+	tokens, names = map[string]string{}, map[string]string{}
 	lines := map[string]int{}
 	sc := bufio.NewScanner(f)
 	for line := 1; sc.Scan(); line++ {
@@ -344,21 +346,27 @@ func readAuthFile(path string) (map[string]string, error) {
 		if len(fields) == 0 {
 			continue
 		}
-		if len(fields) != 2 || (fields[1] != "*" && events.ValidID(fields[1]) != nil) {
-			return nil, fmt.Errorf("%s:%d: want 'TOKEN CUSTOMER_ID' or 'TOKEN *'", path, line)
+		if len(fields) < 2 || len(fields) > 3 || (fields[1] != "*" && events.ValidID(fields[1]) != nil) {
+			return nil, nil, fmt.Errorf("%s:%d: want 'TOKEN CUSTOMER_ID [NAME]' or 'TOKEN * [NAME]'", path, line)
+		}
+		if len(fields) == 3 && events.ValidID(fields[2]) != nil {
+			return nil, nil, fmt.Errorf("%s:%d: NAME %q must be 1 to 64 of A-Z a-z 0-9 _ -", path, line, events.Truncate(fields[2], 65))
 		}
 		if first, dup := lines[fields[0]]; dup {
-			return nil, fmt.Errorf("%s:%d: token repeats the one on line %d", path, line, first)
+			return nil, nil, fmt.Errorf("%s:%d: token repeats the one on line %d", path, line, first)
 		}
 		tokens[fields[0]], lines[fields[0]] = fields[1], line
+		if len(fields) == 3 {
+			names[fields[0]] = fields[2]
+		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(tokens) == 0 {
-		return nil, fmt.Errorf("%s: no tokens", path)
+		return nil, nil, fmt.Errorf("%s: no tokens", path)
 	}
-	return tokens, nil
+	return tokens, names, nil
 }
 
 func loadAdmission(path string) (scheduler.Admission, error) {

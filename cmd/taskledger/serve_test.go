@@ -94,7 +94,7 @@ func TestServeRefusesPublicAddressWithoutAuthFile(t *testing.T) {
 
 func TestServeRefusesMalformedAuthFile(t *testing.T) {
 	t.Parallel()
-	path := writeAuthFile(t, "# tokens\n\ntok-a A\ntok-b B extra\n")
+	path := writeAuthFile(t, "# tokens\n\ntok-a A\ntok-b B name extra\n")
 	code, stderr := serveOutput(t, nil, "--http", "0.0.0.0:"+freePublicPort(t), "--auth-file", path)
 	if code == 0 || !strings.Contains(stderr, path+":4:") {
 		t.Fatalf("exit %d, stderr:\n%s\nwant a non-zero exit naming %s:4", code, stderr, path)
@@ -109,8 +109,8 @@ func TestServeReadAuthFile(t *testing.T) {
 	t.Parallel()
 	t.Run("Valid", func(t *testing.T) {
 		t.Parallel()
-		path := writeAuthFile(t, "# comment\n\n  tok-a   A  # customer A\r\ntok-op *\n\ttok-b\tB_2-x\n")
-		tokens, err := readAuthFile(path)
+		path := writeAuthFile(t, "# comment\n\n  tok-a   A  # customer A\r\ntok-op * ops-alice\n\ttok-b\tB_2-x\tci-bot\n")
+		tokens, names, err := readAuthFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,10 +118,14 @@ func TestServeReadAuthFile(t *testing.T) {
 		if fmt.Sprint(tokens) != fmt.Sprint(want) {
 			t.Fatalf("tokens %v, want %v", tokens, want)
 		}
+		if want := map[string]string{"tok-op": "ops-alice", "tok-b": "ci-bot"}; fmt.Sprint(names) != fmt.Sprint(want) {
+			t.Fatalf("names %v, want %v", names, want)
+		}
 	})
 	for _, tc := range []struct{ name, content, want string }{
 		{"TokenOnly", "tok-a A\ntok-b\n", ":2:"},
-		{"ThreeFields", "tok-a A extra\n", ":1:"},
+		{"FourFields", "tok-a A name extra\n", ":1:"},
+		{"NameWithDot", "tok-a A ops.alice\n", ":1:"},
 		{"CustomerWithDot", "\n\ntok-a a.b\n", ":3:"},
 		{"CustomerWildcard", "tok-a >\n", ":1:"},
 		{"CustomerStarPrefix", "tok-a *A\n", ":1:"},
@@ -135,7 +139,7 @@ func TestServeReadAuthFile(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			path := writeAuthFile(t, tc.content)
-			tokens, err := readAuthFile(path)
+			tokens, _, err := readAuthFile(path)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), path) {
 				t.Fatalf("tokens %v, error %v; want an error starting with %s and holding %q", tokens, err, path, tc.want)
 			}

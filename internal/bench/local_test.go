@@ -60,7 +60,7 @@ func TestLocal(t *testing.T) {
 		if err != nil || !ok || claimed.Claim == nil {
 			t.Fatalf("ClaimNext = %+v, %v, %v; want a claimed task", claimed, ok, err)
 		}
-		if ch, err := l.Check(t.Context(), claimed.ID); err != nil || ch.ShouldStop {
+		if ch, err := l.Check(t.Context(), claimed.ID, claimed.Claim.DeliveryID); err != nil || ch.ShouldStop {
 			t.Errorf("Check = %+v, %v; want continue", ch, err)
 		}
 		done, err := l.RecordResult(t.Context(), claimed.ID, api.ResultRequest{DeliveryID: claimed.Claim.DeliveryID, Success: true})

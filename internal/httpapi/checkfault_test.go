@@ -70,32 +70,37 @@ func TestCheckFailsOpen(t *testing.T) {
 		t.Fatalf("check failures %v before any check", got)
 	}
 
-	ch, err := faulty.Check(ctx, task.ID)
+	ch, err := faulty.Check(ctx, task.ID, "")
 	if err != nil {
 		t.Fatalf("a failing check must still answer 200: %v", err)
 	}
 	if ch.ShouldStop || ch.Reason != "check_failed" {
 		t.Fatalf("failing check answered %+v, want shouldStop false reason check_failed", ch)
 	}
-	// The messages are handed out even so, and only once.
-	if ch.Cursor != 1 || !slices.Equal(mailIDs(ch.Messages), []string{"m1"}) {
-		t.Fatalf("failing check messages %+v cursor %d, want m1 and cursor 1", ch.Messages, ch.Cursor)
+	// The messages are handed out even so; no claim holds the queued
+	// task, so the check peeks and the cursor stays.
+	if ch.Cursor != 0 || !slices.Equal(mailIDs(ch.Messages), []string{"m1"}) {
+		t.Fatalf("failing check messages %+v cursor %d, want m1 and cursor 0", ch.Messages, ch.Cursor)
 	}
 	if got := counterValue(t, metrics.CheckFailures); got != 1 {
 		t.Fatalf("check failures %v, want 1", got)
 	}
 
-	ch, err = faulty.Check(ctx, task.ID)
-	if err != nil || ch.ShouldStop || ch.Reason != "check_failed" || len(ch.Messages) != 0 || ch.Cursor != 1 {
+	ch, err = faulty.Check(ctx, task.ID, "")
+	if err != nil || ch.ShouldStop || ch.Reason != "check_failed" || len(ch.Messages) != 1 || ch.Cursor != 0 {
 		t.Fatalf("second failing check: %v %+v", err, ch)
 	}
 	if got := counterValue(t, metrics.CheckFailures); got != 2 {
 		t.Fatalf("check failures %v, want 2", got)
 	}
+	// The task's history shows it: one CheckFailed, at most one a minute.
+	if n := countType(t, b, task.ID, "CheckFailed"); n != 1 {
+		t.Fatalf("%d CheckFailed events in the history, want 1", n)
+	}
 
 	// The healthy node answers normally, and other routes of the faulty
 	// server are unaffected.
-	ch, err = b.client.Check(ctx, task.ID)
+	ch, err = b.client.Check(ctx, task.ID, "")
 	if err != nil || ch.ShouldStop || ch.Reason != "active" {
 		t.Fatalf("healthy check: %v %+v", err, ch)
 	}
@@ -107,12 +112,12 @@ func TestCheckFailsOpen(t *testing.T) {
 	if _, err := b.client.Cancel(ctx, task.ID, "done"); err != nil {
 		t.Fatal(err)
 	}
-	ch, err = faulty.Check(ctx, task.ID)
+	ch, err = faulty.Check(ctx, task.ID, "")
 	if err != nil || !ch.ShouldStop || ch.Reason != "terminal" {
 		t.Fatalf("check on a terminal task through the faulty server: %v %+v", err, ch)
 	}
 	// A malformed id is still a 400, not a fail-open answer.
-	_, err = faulty.Check(ctx, "bad.id")
+	_, err = faulty.Check(ctx, "bad.id", "")
 	apiError(t, err, http.StatusBadRequest, "")
 	if got := counterValue(t, metrics.CheckFailures); got != 2 {
 		t.Fatalf("check failures %v, want still 2", got)

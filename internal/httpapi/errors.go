@@ -27,6 +27,7 @@ var wireErrors = []struct {
 	{service.ErrLineageLimit, api.ErrLineageLimit},
 	{service.ErrScheduleLimit, api.ErrScheduleLimit},
 	{service.ErrStaleRevision, api.ErrStaleRevision},
+	{service.ErrOperatorOnly, api.ErrOperatorOnly},
 	{aggregate.ErrTooLarge, api.ErrPayloadTooLarge}, // permanent: never retried as unavailable
 	{service.ErrTooManyPolls, api.ErrTooManyPolls},
 	{service.ErrUnavailable, api.ErrUnavailable},

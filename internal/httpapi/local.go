@@ -84,12 +84,13 @@ func (l *Local) ClaimNext(ctx context.Context, queue, executorID string, wait ti
 	return NewTask(st), true, nil
 }
 
-// Check asks whether to stop and collects new mailbox messages.
-func (l *Local) Check(ctx context.Context, id string) (api.Check, error) {
+// Check asks whether to stop and returns new mailbox messages, consumed
+// when deliveryID is the running claim's (api.Client.Check).
+func (l *Local) Check(ctx context.Context, id, deliveryID string) (api.Check, error) {
 	if err := validTaskID(id); err != nil {
 		return api.Check{}, err
 	}
-	res, err := l.svc.Check(ctx, l.p, id)
+	res, err := l.svc.Check(ctx, l.p, id, deliveryID)
 	if err != nil {
 		return api.Check{}, wireError(err)
 	}

@@ -47,7 +47,22 @@ func TestMailbox(t *testing.T) {
 			t.Fatalf("mailbox counters after a read: %+v", got.Mailbox)
 		}
 
-		ch, err := b.client.Check(ctx, task.ID)
+		// A monitor's check (no token) peeks: the messages stay.
+		ch, err := b.client.Check(ctx, task.ID, "")
+		if err != nil || ch.Cursor != 0 || !slices.Equal(mailIDs(ch.Messages), []string{"m1", "m2", "m3"}) {
+			t.Fatalf("monitor's check: %v %+v", err, ch)
+		}
+		raw = rawDo(t, b, http.MethodPost, "/v1/tasks/"+task.ID+"/check", `{"deliveryId":"not-the-claim"}`)
+		if raw.status != http.StatusOK || json.Unmarshal(raw.body, &ch) != nil || ch.Cursor != 0 || len(ch.Messages) != 3 {
+			t.Fatalf("check with another token: %d %s, want 200 peeking all 3 at cursor 0", raw.status, raw.body)
+		}
+		raw = rawDo(t, b, http.MethodPost, "/v1/tasks/"+task.ID+"/check", `{"deliveryId":"bad.token"}`)
+		if raw.status != http.StatusBadRequest {
+			t.Fatalf("check with a malformed token: %d %s, want 400", raw.status, raw.body)
+		}
+
+		// The claim holder's check consumes them.
+		ch, err = b.client.Check(ctx, task.ID, task.Claim.DeliveryID)
 		if err != nil || ch.ShouldStop || ch.Reason != "active" || ch.Cursor != 3 || !slices.Equal(mailIDs(ch.Messages), []string{"m1", "m2", "m3"}) {
 			t.Fatalf("first check: %v %+v", err, ch)
 		}
@@ -57,7 +72,7 @@ func TestMailbox(t *testing.T) {
 				t.Fatalf("checked message %d: %+v", i, m)
 			}
 		}
-		ch, err = b.client.Check(ctx, task.ID)
+		ch, err = b.client.Check(ctx, task.ID, task.Claim.DeliveryID)
 		if err != nil || ch.ShouldStop || ch.Cursor != 3 || len(ch.Messages) != 0 || ch.Messages == nil {
 			t.Fatalf("second check: %v %+v, want no messages ([]) and cursor 3", err, ch)
 		}

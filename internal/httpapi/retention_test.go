@@ -109,7 +109,7 @@ func TestRetentionEvictsFinishedLineages(t *testing.T) {
 		after.task.Message.Content[0].Text != "grandchild objective" {
 		t.Errorf("reads changed by eviction:\nbefore %+v\nafter  %+v", before, after)
 	}
-	ch, err := b.client.Check(ctx, grand.ID)
+	ch, err := b.client.Check(ctx, grand.ID, "")
 	if err != nil || !ch.ShouldStop || ch.Reason != "terminal" {
 		t.Errorf("check of an evicted task: %v %+v", err, ch)
 	}

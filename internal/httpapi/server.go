@@ -78,6 +78,11 @@ type ServerConfig struct {
 	// Nil means no auth: every request acts as an operator, and only
 	// requests for a loopback Host are served (DNS rebinding).
 	Tokens map[string]string
+	// TokenNames names the caller of a token (the auth file's optional
+	// third field): the actor of the events its requests append
+	// (service.Principal.Actor). A token without a name is named by its
+	// customer id.
+	TokenNames map[string]string
 	// Gatherer is served on GET /metrics (to an operator when Tokens are
 	// set); nil serves no metrics route.
 	Gatherer prometheus.Gatherer
@@ -373,7 +378,7 @@ func (h *handler) principal(r *http.Request) (service.Principal, error) {
 	if !ok || token == "" || !known {
 		return service.Principal{}, api.ErrUnauthenticated
 	}
-	return service.Principal{CustomerID: customer}, nil
+	return service.Principal{CustomerID: customer, Name: h.TokenNames[token]}, nil
 }
 
 // operatorOnly admits the operator to an internal route (metrics, the
@@ -745,11 +750,15 @@ func (h *handler) claimNext(w http.ResponseWriter, r *http.Request, p service.Pr
 
 func (h *handler) check(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := pathID(r)
+	var b api.CheckRequest
+	if err == nil {
+		err = decode(r, &b) // optional: an empty body peeks
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	res, err := h.Service.Check(r.Context(), p, id)
+	res, err := h.Service.Check(r.Context(), p, id, b.DeliveryID)
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -54,7 +54,7 @@ type Claims interface {
 type Mailboxes interface {
 	AppendMail(ctx context.Context, p service.Principal, id string, msg events.Message) (string, int, error)
 	Mailbox(ctx context.Context, p service.Principal, id string, after int) ([]service.MailItem, int, error)
-	Check(ctx context.Context, p service.Principal, id string) (service.CheckResult, error)
+	Check(ctx context.Context, p service.Principal, id, deliveryID string) (service.CheckResult, error)
 }
 
 // Runs keeps a running task's run document.

@@ -117,7 +117,7 @@ func TestCheckOfASealedEpochsTask(t *testing.T) {
 	clock.next()
 	clock.next()
 	waitEpochs(t, n, "the first epoch sealed", func(e eventlog.Epochs) bool { return e.Slots[0].State == eventlog.SlotSealed })
-	ch, err := n.Client.Check(ctx, task.ID)
+	ch, err := n.Client.Check(ctx, task.ID, "")
 	if err != nil {
 		t.Fatal(err)
 	}

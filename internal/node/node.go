@@ -53,7 +53,8 @@ type Config struct {
 	EpochCheck  time.Duration
 	Name        string // actor name of this node's events; default "scheduler"
 	Tokens      map[string]string
-	MaxInFlight int // API requests served at once; default 1024, -1 no limit
+	TokenNames  map[string]string // httpapi.ServerConfig.TokenNames
+	MaxInFlight int               // API requests served at once; default 1024, -1 no limit
 	// Streams bounds the live event streams (httpapi.StreamLimits).
 	Streams   httpapi.StreamLimits
 	Admission scheduler.Admission
@@ -298,7 +299,7 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 	}
 	n := &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, Leases: leases, alarm: alarm, errorLog: errorLog}
 	n.Handler, err = httpapi.NewHandler(httpapi.ServerConfig{
-		Service: svc, Ready: eng, Health: n, Lateness: func() api.AlarmStats { return alarmStats(lateness) }, Partitions: partitions, Epochs: epochStats(st, cfg.EpochPeriod), Tokens: cfg.Tokens, Gatherer: cfg.Registry, Registerer: cfg.Registry, Logger: cfg.Logger, ErrorLog: errorLog,
+		Service: svc, Ready: eng, Health: n, Lateness: func() api.AlarmStats { return alarmStats(lateness) }, Partitions: partitions, Epochs: epochStats(st, cfg.EpochPeriod), Tokens: cfg.Tokens, TokenNames: cfg.TokenNames, Gatherer: cfg.Registry, Registerer: cfg.Registry, Logger: cfg.Logger, ErrorLog: errorLog,
 		MaxInFlight: cfg.MaxInFlight, BodyTimeout: cfg.BodyTimeout, MaxBodyMemory: cfg.MaxBodyMemory, Streams: cfg.Streams,
 	})
 	if err != nil {

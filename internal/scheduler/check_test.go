@@ -12,10 +12,18 @@ import (
 	"github.com/taskledger/taskledger/internal/testnode"
 )
 
-// check runs a stop check as p and fails the test on an error.
+// check runs a token-less stop check (a peek) as p and fails the test on
+// an error.
 func check(t *testing.T, n *testnode.Node, p scheduler.Principal, id string) scheduler.CheckResult {
 	t.Helper()
-	res, err := n.Service.Check(context.Background(), p, id)
+	return checkAs(t, n, p, id, "")
+}
+
+// checkAs runs a stop check as p with delivery token deliveryID and fails
+// the test on an error.
+func checkAs(t *testing.T, n *testnode.Node, p scheduler.Principal, id, deliveryID string) scheduler.CheckResult {
+	t.Helper()
+	res, err := n.Service.Check(context.Background(), p, id, deliveryID)
 	if err != nil {
 		t.Fatalf("check %s: %v", id, err)
 	}
@@ -97,13 +105,15 @@ func TestCheck(t *testing.T) {
 		for _, p := range []scheduler.Principal{operator, acme} {
 			requireCheck(t, check(t, n, p, "no-such-task"), true, api.ReasonMissing)
 		}
-		_, err := n.Service.Check(ctx, operator, "bad.id")
+		_, err := n.Service.Check(ctx, operator, "bad.id", "")
+		requireIs(t, err, aggregate.ErrInvalid)
+		_, err = n.Service.Check(ctx, operator, "no-such-task", "bad.token")
 		requireIs(t, err, aggregate.ErrInvalid)
 	})
 
 	t.Run("MailboxCursor", func(t *testing.T) {
 		t.Parallel()
-		st := idle(t, n, acme, scheduler.ScheduleRequest{})
+		st := running(t, n, acme, scheduler.ScheduleRequest{})
 		appendMail(t, n, acme, st.TaskID, "m1", 1)
 		appendMail(t, n, acme, st.TaskID, "m2", 2)
 		appendMail(t, n, acme, st.TaskID, "m1", 1) // a repeated message id is the same message
@@ -114,17 +124,30 @@ func TestCheck(t *testing.T) {
 			t.Fatalf("mailbox: %v cursor %d err %v, want m1@1 m2@2 at cursor 0", mailIndexes(items), cursor, err)
 		}
 
-		res := check(t, n, acme, st.TaskID)
+		// A monitor's check without a token, or one with a token that is
+		// not the claim's, peeks: the messages stay for the holder.
+		for _, token := range []string{"", "not-the-claim"} {
+			res := checkAs(t, n, acme, st.TaskID, token)
+			requireCheck(t, res, false, api.ReasonActive)
+			if got := mailIndexes(res.Messages); !slices.Equal(got, []string{"m1@1", "m2@2"}) || res.Cursor != 0 {
+				t.Fatalf("check with token %q: %v cursor %d, want m1@1 m2@2 left at cursor 0", token, got, res.Cursor)
+			}
+		}
+
+		res := checkAs(t, n, acme, st.TaskID, st.Claim.DeliveryID)
 		requireCheck(t, res, false, api.ReasonActive)
 		if got := mailIndexes(res.Messages); !slices.Equal(got, []string{"m1@1", "m2@2"}) || res.Cursor != 2 {
-			t.Fatalf("first check: %v cursor %d, want m1@1 m2@2 cursor 2", got, res.Cursor)
+			t.Fatalf("holder's first check: %v cursor %d, want m1@1 m2@2 cursor 2", got, res.Cursor)
 		}
-		if res := check(t, n, acme, st.TaskID); len(res.Messages) != 0 || res.Cursor != 2 {
-			t.Fatalf("second check: %v cursor %d, want nothing new at cursor 2", mailIndexes(res.Messages), res.Cursor)
+		if res := checkAs(t, n, acme, st.TaskID, st.Claim.DeliveryID); len(res.Messages) != 0 || res.Cursor != 2 {
+			t.Fatalf("holder's second check: %v cursor %d, want nothing new at cursor 2", mailIndexes(res.Messages), res.Cursor)
 		}
 
 		appendMail(t, n, acme, st.TaskID, "m3", 3)
-		if res := check(t, n, acme, st.TaskID); !slices.Equal(mailIndexes(res.Messages), []string{"m3@3"}) || res.Cursor != 3 {
+		if res := check(t, n, acme, st.TaskID); !slices.Equal(mailIndexes(res.Messages), []string{"m3@3"}) || res.Cursor != 2 {
+			t.Fatalf("monitor's check: %v cursor %d, want m3@3 left at cursor 2", mailIndexes(res.Messages), res.Cursor)
+		}
+		if res := checkAs(t, n, acme, st.TaskID, st.Claim.DeliveryID); !slices.Equal(mailIndexes(res.Messages), []string{"m3@3"}) || res.Cursor != 3 {
 			t.Fatalf("third check: %v cursor %d, want m3@3 cursor 3", mailIndexes(res.Messages), res.Cursor)
 		}
 		items, cursor, err = n.Service.Mailbox(ctx, acme, st.TaskID, 1)
@@ -148,13 +171,14 @@ func TestCheck(t *testing.T) {
 		// A repeated message id answers its index even on a terminal task.
 		appendMail(t, n, acme, st.TaskID, "last-words", 1)
 
-		res := check(t, n, acme, st.TaskID)
-		requireCheck(t, res, true, api.ReasonTerminal)
-		if got := mailIndexes(res.Messages); !slices.Equal(got, []string{"last-words@1"}) || res.Cursor != 1 {
-			t.Fatalf("stop check: %v cursor %d, want last-words@1 cursor 1", got, res.Cursor)
-		}
-		if res := check(t, n, acme, st.TaskID); len(res.Messages) != 0 {
-			t.Fatalf("second stop check handed out %v again", mailIndexes(res.Messages))
+		// No claim holds a terminal task: every check peeks, and each
+		// hands out the last words.
+		for range 2 {
+			res := check(t, n, acme, st.TaskID)
+			requireCheck(t, res, true, api.ReasonTerminal)
+			if got := mailIndexes(res.Messages); !slices.Equal(got, []string{"last-words@1"}) || res.Cursor != 0 {
+				t.Fatalf("stop check: %v cursor %d, want last-words@1 at cursor 0", got, res.Cursor)
+			}
 		}
 	})
 }

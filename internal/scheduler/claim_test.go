@@ -88,11 +88,15 @@ func TestClaimAndResult(t *testing.T) {
 			t.Fatalf("finished task: status %s result %+v", done.Status, done.Result)
 		}
 
-		// A terminal task takes no further result, cancel or new mail.
-		for _, dl := range []string{run.Claim.DeliveryID, ""} {
-			_, err = n.Service.RecordResult(ctx, acme, run.TaskID, dl, events.Result{Success: false})
+		// A terminal task takes no further result (the claim's, or an
+		// operator's without a token), cancel or new mail. A customer's
+		// result without a token is an operator's action: refused first.
+		for p, dl := range map[scheduler.Principal]string{acme: run.Claim.DeliveryID, operator: ""} {
+			_, err = n.Service.RecordResult(ctx, p, run.TaskID, dl, events.Result{Success: false})
 			requireIs(t, err, aggregate.ErrTerminal)
 		}
+		_, err = n.Service.RecordResult(ctx, acme, run.TaskID, "", events.Result{Success: false})
+		requireIs(t, err, scheduler.ErrOperatorOnly)
 		_, err = n.Service.Cancel(ctx, acme, run.TaskID, "too late")
 		requireIs(t, err, aggregate.ErrTerminal)
 		_, err = n.Service.Claim(ctx, acme, run.TaskID, run.Claim.DeliveryID, "w1")
@@ -119,8 +123,8 @@ func TestClaimAndResult(t *testing.T) {
 			"TooManyEffects": {Effects: effects(events.MaxEffects + 1)},
 			"EffectNoKind":   {Effects: []events.Effect{{Kind: "comment"}, {Ref: "no kind"}}},
 		} {
-			for _, dl := range []string{run.Claim.DeliveryID, ""} {
-				_, err := n.Service.RecordResult(ctx, acme, run.TaskID, dl, r)
+			for p, dl := range map[scheduler.Principal]string{acme: run.Claim.DeliveryID, operator: ""} {
+				_, err := n.Service.RecordResult(ctx, p, run.TaskID, dl, r)
 				if err == nil {
 					t.Fatalf("%s (delivery %q): accepted", name, dl)
 				}

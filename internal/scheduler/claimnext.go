@@ -336,20 +336,29 @@ func (s *claims) Claim(ctx context.Context, p Principal, id, deliveryID, executo
 	return st, err
 }
 
-// RecordResult finishes a task. A non-empty deliveryID must be the claim's.
+// RecordResult finishes a task. A non-empty deliveryID must be the claim's,
+// and the result's events name the claim's executor. A result without one
+// is an operator's action (recovery), named by the operator's token: a
+// customer's is ErrOperatorOnly (ErrNotFound for a task it may not see).
 func (s *claims) RecordResult(ctx context.Context, p Principal, id, deliveryID string, r events.Result) (aggregate.State, error) {
 	return s.recordResult(ctx, p, id, deliveryID, r, nil)
 }
 
 // recordResult is RecordResult, settling as settle does with later.
 func (s *claims) recordResult(ctx context.Context, p Principal, id, deliveryID string, r events.Result, later *events.Position) (aggregate.State, error) {
-	if deliveryID != "" {
+	switch {
+	case deliveryID != "":
 		if err := validIDs("deliveryId", deliveryID); err != nil {
 			return aggregate.State{}, err
 		}
+	case !p.IsOperator():
+		if err := s.authorize(ctx, p, id); err != nil { // another customer's task is not found, as everywhere
+			return aggregate.State{}, err
+		}
+		return aggregate.State{}, fmt.Errorf("%w: a result without the claim's deliveryId is an operator's action", ErrOperatorOnly)
 	}
 	crashpoint.Hit(crashpoint.ResultPending)
-	st, err := s.execute(ctx, p, id, "", aggregate.RecordResult{DeliveryID: deliveryID, Result: r}, later)
+	st, err := s.execute(ctx, p, id, p.Actor(), aggregate.RecordResult{DeliveryID: deliveryID, Result: r}, later)
 	if err == nil {
 		crashpoint.Hit(crashpoint.ResultStored)
 	}
@@ -366,5 +375,5 @@ func (s *claims) ReportEffects(ctx context.Context, p Principal, id, deliveryID 
 	if err := validIDs("deliveryId", deliveryID); err != nil {
 		return aggregate.State{}, err
 	}
-	return s.execute(ctx, p, id, "", aggregate.ReportEffects{DeliveryID: deliveryID, Effects: effects}, nil)
+	return s.execute(ctx, p, id, p.Actor(), aggregate.ReportEffects{DeliveryID: deliveryID, Effects: effects}, nil)
 }

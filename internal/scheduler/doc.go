@@ -58,9 +58,12 @@
 //   - Stop checks. check replays the task from the log: missing or not the
 //     principal's → stop (missing); terminal → stop (terminal); any ancestor
 //     terminal in the projections → stop (ancestor_terminal); else continue
-//     (active). It hands out the messages after the cursor and appends
-//     MailboxRead. Any fault answers continue (check_failed), logged and
-//     counted: a scheduler problem never stops a healthy run.
+//     (active). It hands out the messages after the cursor; only the
+//     claim holder's check (its delivery token) consumes them and appends
+//     MailboxRead, any other peeks. Any fault answers continue
+//     (check_failed), logged, counted and recorded on the task
+//     (CheckFailed, at most one a minute; checkfailed.go): a scheduler
+//     problem never stops a healthy run, and an auditor sees it.
 //   - Claims. claims/next and batch claims wait on their queue's dispatcher
 //     in internal/delivery (its package doc).
 //   - Tenants on a shared queue. Notifications of one queue come in one order

@@ -9,7 +9,6 @@ import (
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/service"
-	"github.com/taskledger/taskledger/internal/store"
 )
 
 // MailItem is a mailbox message with its index (service.MailItem).
@@ -26,7 +25,7 @@ func (s *tasks) AppendMail(ctx context.Context, p Principal, id string, msg even
 		msg.ID = events.NewID()
 	}
 	msg.CreatedAt = msg.CreatedAt.UTC()
-	st, err := s.execute(ctx, p, id, "", aggregate.AppendMail{Message: msg}, nil)
+	st, err := s.execute(ctx, p, id, p.Actor(), aggregate.AppendMail{Message: msg}, nil)
 	if err != nil {
 		return "", 0, err
 	}
@@ -61,24 +60,38 @@ func mailAfter(evs []events.Event, after int) []MailItem {
 type CheckResult = service.CheckResult
 
 // Check tells an executor whether to stop and hands it the mailbox
-// messages after the cursor, advancing the cursor (also when it says
-// stop). It fails open: a fault while checking answers "continue" with
-// reason check_failed, and is logged and counted. Only a malformed id is
-// an error.
-func (s *tasks) Check(ctx context.Context, p Principal, id string) (CheckResult, error) {
+// messages after the cursor. Only the claim's holder consumes them: a
+// check whose deliveryID is the running task's current claim advances the
+// cursor past them (also when it says stop); any other caller — no token,
+// a stale one, a monitor — peeks, and the same messages stay for the
+// holder. It fails open: a fault while checking answers "continue" with
+// reason check_failed, is logged and counted, and is recorded on the task
+// (a CheckFailed, at most one a minute; when the log is what failed, at a
+// later check once it answers). Only a malformed id or delivery token is
+// an error (ErrInvalid).
+func (s *tasks) Check(ctx context.Context, p Principal, id, deliveryID string) (CheckResult, error) {
 	if err := events.ValidID(id); err != nil {
 		return CheckResult{}, invalid("task id: %v", err)
 	}
-	res, err := s.check(ctx, p, id)
-	if err != nil {
+	if deliveryID != "" {
+		if err := validIDs("deliveryId", deliveryID); err != nil {
+			return CheckResult{}, err
+		}
+	}
+	res, err := s.check(ctx, p, id, deliveryID)
+	switch {
+	case err != nil:
 		s.metrics.CheckFailures.Inc()
 		s.logger.Error().Err(err).Str("task", id).Msg("stop check failed; answering continue")
 		res.ShouldStop, res.Reason = false, api.ReasonCheckFailed
+		s.noteCheckFailed(ctx, id, err)
+	case res.Reason != api.ReasonMissing:
+		s.recordCheckFailed(ctx, id, true) // failures the log could not take before
 	}
 	return res, nil
 }
 
-func (s *tasks) check(ctx context.Context, p Principal, id string) (CheckResult, error) {
+func (s *tasks) check(ctx context.Context, p Principal, id, deliveryID string) (CheckResult, error) {
 	evs, err := s.store.History(ctx, id)
 	if err != nil {
 		return CheckResult{}, err
@@ -88,11 +101,14 @@ func (s *tasks) check(ctx context.Context, p Principal, id string) (CheckResult,
 		return CheckResult{ShouldStop: true, Reason: api.ReasonMissing}, nil
 	}
 	res := CheckResult{Reason: api.ReasonActive, Messages: mailAfter(evs, st.Cursor), Cursor: st.Cursor}
-	if n := len(res.Messages); n > 0 {
-		res.Cursor += n
-		// A task of a sealed epoch ended long ago and its log is
-		// read-only: it gets its mail, and the cursor stays.
-		if _, _, err := s.store.Execute(ctx, id, "", aggregate.ReadMail{Cursor: res.Cursor}); err != nil && !errors.Is(err, store.ErrSealed) {
+	if n := len(res.Messages); n > 0 && holds(st, deliveryID) {
+		// The aggregate decides again whether deliveryID still holds the
+		// claim: one that lost it in between has peeked.
+		_, _, err := s.store.Execute(ctx, id, p.Actor(), aggregate.ReadMail{Cursor: res.Cursor + n, DeliveryID: deliveryID})
+		switch {
+		case err == nil:
+			res.Cursor += n
+		case !errors.Is(err, aggregate.ErrTokenMismatch):
 			return res, fmt.Errorf("advance cursor: %w", err)
 		}
 	}
@@ -111,4 +127,10 @@ func (s *tasks) check(ctx context.Context, p Principal, id string) (CheckResult,
 		}
 	}
 	return res, nil
+}
+
+// holds reports whether deliveryID is the claim the task runs under: its
+// holder's check consumes the mailbox.
+func holds(st aggregate.State, deliveryID string) bool {
+	return deliveryID != "" && st.Status == aggregate.StatusRunning && st.Claim.DeliveryID == deliveryID
 }

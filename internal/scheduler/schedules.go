@@ -134,7 +134,7 @@ func (s *schedules) CreateSchedule(ctx context.Context, p Principal, req CreateS
 	if _, live := s.liveSchedule(customerID, req.ID); !live && s.maxSchedules >= 0 && s.views.LiveSchedules(customerID) >= s.maxSchedules {
 		return v, false, fmt.Errorf("%w: customer %s has %d schedules, at most %d", ErrScheduleLimit, customerID, s.views.LiveSchedules(customerID), s.maxSchedules)
 	}
-	st, evs, err := s.log.ExecuteSchedule(ctx, customerID, req.ID, "", aggregate.CreateSchedule{ID: req.ID, CustomerID: customerID, Spec: spec, Paused: req.Paused})
+	st, evs, err := s.log.ExecuteSchedule(ctx, customerID, req.ID, p.Actor(), aggregate.CreateSchedule{ID: req.ID, CustomerID: customerID, Spec: spec, Paused: req.Paused})
 	if err != nil {
 		return v, false, s.fromStore(err)
 	}
@@ -279,7 +279,7 @@ func (s *schedules) ScheduleAction(ctx context.Context, p Principal, customerID,
 	if err := events.ValidID(id); err != nil {
 		return ScheduleView{}, invalid("schedule id: %v", err)
 	}
-	st, _, err := s.log.ExecuteSchedule(ctx, customerID, id, "", cmd)
+	st, _, err := s.log.ExecuteSchedule(ctx, customerID, id, p.Actor(), cmd)
 	if err != nil {
 		return ScheduleView{}, s.fromStore(err)
 	}
@@ -296,7 +296,7 @@ func (s *schedules) TriggerSchedule(ctx context.Context, p Principal, customerID
 	if err := events.ValidID(id); err != nil {
 		return aggregate.State{}, invalid("schedule id: %v", err)
 	}
-	st, evs, err := s.log.ExecuteSchedule(ctx, customerID, id, "", aggregate.TriggerSchedule{})
+	st, evs, err := s.log.ExecuteSchedule(ctx, customerID, id, p.Actor(), aggregate.TriggerSchedule{})
 	if err != nil {
 		return aggregate.State{}, s.fromStore(err)
 	}
@@ -423,7 +423,8 @@ func (s *schedules) scheduleRun(ctx context.Context, st aggregate.ScheduleState,
 	t := st.Spec.Task
 	timeout := t.TimeoutSeconds
 	t.Message.CreatedAt = f.At // each run's objective is of its instant
-	task, _, err := s.tasks.Schedule(ctx, Principal{CustomerID: st.CustomerID}, ScheduleRequest{
+	// The run's task is the schedule's doing: its events name it.
+	task, _, err := s.tasks.Schedule(ctx, Principal{CustomerID: st.CustomerID, Name: "schedule:" + st.ID}, ScheduleRequest{
 		RequestID: f.RequestID, Signal: t.Signal, Repo: t.Repo, Queue: t.Queue, Message: t.Message, TimeoutSeconds: &timeout,
 		Labels: t.Labels, Retry: api.RetryRequestOf(t.Retry), Concurrency: t.Concurrency,
 		Kind: t.Kind, Payload: t.Payload,

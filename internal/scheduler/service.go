@@ -22,6 +22,7 @@ var (
 	ErrUnavailable    = service.ErrUnavailable
 	ErrLineageLimit   = service.ErrLineageLimit
 	ErrTooManyPolls   = service.ErrTooManyPolls
+	ErrOperatorOnly   = service.ErrOperatorOnly
 )
 
 // Store is the log as the service uses it.

@@ -34,6 +34,7 @@ type tasks struct {
 	metrics    *Metrics
 	logger     zerolog.Logger
 	feed       *feed // the mailbox reads a task's history
+	failures   checkFailures
 	// The Limits it enforces.
 	maxLineageTasks, maxLineageDepth, maxQueues int
 }
@@ -161,7 +162,7 @@ func (s *tasks) create(ctx context.Context, p Principal, customerID string, spec
 			cmd = aggregate.Reject{TaskID: taskID, CustomerID: customerID, Spec: spec, Reason: reason}
 		}
 	}
-	st, evs, err := s.store.Execute(ctx, taskID, "", cmd)
+	st, evs, err := s.store.Execute(ctx, taskID, p.Actor(), cmd)
 	err = s.fromStore(err)
 	if err == nil {
 		crashpoint.Hit(crashpoint.Scheduled)
@@ -346,5 +347,5 @@ func (s *tasks) Get(ctx context.Context, p Principal, id string) (aggregate.Stat
 
 // Cancel cancels a non-terminal task.
 func (s *tasks) Cancel(ctx context.Context, p Principal, id, reason string) (aggregate.State, error) {
-	return s.execute(ctx, p, id, "", aggregate.Cancel{Reason: reason}, nil)
+	return s.execute(ctx, p, id, p.Actor(), aggregate.Cancel{Reason: reason}, nil)
 }

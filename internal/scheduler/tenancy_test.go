@@ -69,7 +69,7 @@ func TestTenancy(t *testing.T) {
 
 		t.Run("Check", func(t *testing.T) {
 			t.Parallel()
-			res, err := n.Service.Check(ctx, globex, root.TaskID)
+			res, err := n.Service.Check(ctx, globex, root.TaskID, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,7 +142,7 @@ func TestTenancy(t *testing.T) {
 		if err != nil || len(page) != 2 {
 			t.Fatalf("acme lists %d tasks (%v), want its 2", len(page), err)
 		}
-		res, err := n.Service.Check(ctx, acme, root.TaskID)
+		res, err := n.Service.Check(ctx, acme, root.TaskID, "")
 		if err != nil || res.ShouldStop || len(res.Messages) != 1 || res.Messages[0].Message.ID != "m1" {
 			t.Fatalf("acme's check: %+v, %v; want continue with message m1", res, err)
 		}

@@ -26,6 +26,9 @@ var (
 	// ErrStaleRevision: a SaveRun named a revision that is not the
 	// stored one (another save came first); nothing changed.
 	ErrStaleRevision = errors.New("scheduler: stale run revision")
+	// ErrOperatorOnly: a customer's token asked for what only an operator
+	// may do: a result without the claim's delivery token.
+	ErrOperatorOnly = errors.New("scheduler: operator only")
 	// ErrAdmissionRejected: admission refused a new root task. The
 	// candidate is persisted as canceled; the error is an
 	// *AdmissionError holding it.

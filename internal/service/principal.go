@@ -8,6 +8,24 @@ import (
 // every customer.
 type Principal struct {
 	CustomerID string // "*" for an operator
+	// Name is the name the auth file gives the request's token, "" when
+	// it gives none (or there is no auth file). Actor uses it.
+	Name string
+}
+
+// Actor is who the events appended on p's behalf name as their actor
+// (events.Event.Actor): its Name, else "operator" for an operator and
+// "customer:<id>" for a customer. What a claim's holder writes under
+// its delivery token names the claim's executor instead (the aggregate
+// does).
+func (p Principal) Actor() string {
+	switch {
+	case p.Name != "":
+		return p.Name
+	case p.IsOperator():
+		return "operator"
+	}
+	return "customer:" + p.CustomerID
 }
 
 // Operator is the principal of a server without an auth file.

@@ -372,7 +372,9 @@ func (s *Store) Event(ctx context.Context, pos events.Position) (events.Event, e
 }
 
 // Execute decides cmd against the task's state and appends the resulting
-// events with the task's last sequence as the expected one. On a conflict
+// events with the task's last sequence as the expected one. actor names
+// the caller in each event the aggregate did not name itself (a claim's
+// holder, see aggregate.Decide); "" is the store's Config.Actor. On a conflict
 // it reloads and decides again, up to MaxRetries times. It returns the
 // state after the append and the appended events (none when the command
 // was already satisfied). Decide's errors come back wrapped (test them
@@ -563,7 +565,10 @@ func (s *Store) forget(taskID string) {
 func (s *Store) append(ctx context.Context, st aggregate.State, evs []events.Event, actor string) (aggregate.State, error) {
 	for i := range evs {
 		ev := &evs[i]
-		ev.ID, ev.Actor, ev.Prev = events.NewID(), actor, st.LastHash
+		ev.ID, ev.Prev = events.NewID(), st.LastHash
+		if ev.Actor == "" { // the aggregate names a claim's holder itself
+			ev.Actor = actor
+		}
 		part, err := s.partOf(ctx, st, *ev)
 		if err == nil {
 			err = s.publish(ctx, ev, part, st.LastSeq)

@@ -238,10 +238,14 @@ class Client:
         status, data = self._json("POST", "/v1/claims", body, timeout=self.timeout + wait_seconds + _POLL_SLACK_SECONDS)
         return [] if status == 204 else [Task.from_json(t) for t in data["tasks"]]
 
-    def check(self, task_id: str) -> Check:
+    def check(self, task_id: str, delivery_id: str = "") -> Check:
         """POST /v1/tasks/{id}/check: whether to stop, and the mailbox
-        messages after the scheduler's cursor (which it advances)."""
-        return Check.from_json(self._json("POST", _task(task_id, "/check"))[1])
+        messages after the scheduler's cursor. With delivery_id, the
+        running claim's token, the claim holder consumes them (the cursor
+        moves past them); without it (a monitor) or with another token the
+        check only peeks."""
+        body = {"deliveryId": delivery_id} if delivery_id else None
+        return Check.from_json(self._json("POST", _task(task_id, "/check"), body)[1])
 
     def record_result(self, task_id: str, result: ResultRequest | None = None, **fields: Any) -> Task:
         """POST /v1/tasks/{id}/result: ends the task (result, or keyword

@@ -53,6 +53,13 @@ class Forbidden(TaskledgerError):
     code = "forbidden"
 
 
+class OperatorOnly(Forbidden):
+    """403 ``forbidden``/``operator_only``: a customer's token asked for an
+    operator's action (a result without the claim's delivery id)."""
+
+    reason = "operator_only"
+
+
 class NotFound(TaskledgerError):
     """404: no such task for this caller (another customer's task is not
     found either), no Run saved yet, or no such route."""
@@ -174,7 +181,7 @@ _BY_CODE: dict[str, type[TaskledgerError]] = {
 _BY_REASON: dict[tuple[str, str], type[TaskledgerError]] = {
     (c.code, c.reason): c
     for c in (Terminal, TokenMismatch, NotClaimable, ParentTerminal, LineageLimit, StaleRevision, ScheduleLimit, NotTerminal,
-              TooManyPolls)
+              TooManyPolls, OperatorOnly)
 }
 
 

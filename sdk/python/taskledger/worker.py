@@ -24,6 +24,7 @@ import re
 import socket
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .client import Client
@@ -42,6 +43,7 @@ from .types import (
     MAX_OUTPUT_BYTES,
     MAX_SUMMARY_BYTES,
     REASON_ANCESTOR_TERMINAL,
+    REASON_CHECK_FAILED,
     STATUS_RUNNING,
     TOOL_ERROR,
     TOOL_OK,
@@ -102,6 +104,25 @@ class PayloadError(Exception):
     refused the payload; the result says it is final (retryable false)."""
 
 
+@dataclass(frozen=True)
+class CheckOutcome:
+    """What a run's stop check found (``Run.last_check``): the scheduler's
+    ``reason`` (active, terminal, ancestor_terminal, missing, or
+    check_failed: it failed open), or "" with ``error`` when no answer
+    came."""
+
+    at: str
+    reason: str = ""
+    error: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """Whether the check could not tell whether to stop. The run goes
+        on, and the next background check comes sooner (a quarter of
+        check_interval)."""
+        return bool(self.error) or self.reason == REASON_CHECK_FAILED
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
 
@@ -150,6 +171,14 @@ class Worker:
         self._stopping = threading.Event()
         self._mu = threading.Lock()
         self._runs: set[Run] = set()  # the runs in progress
+        self._check_failures = 0
+
+    @property
+    def check_failures(self) -> int:
+        """How many stop checks of this worker's runs could not tell
+        whether to stop (CheckOutcome.failed); each went on fail-open."""
+        with self._mu:
+            return self._check_failures
 
     def handler(self, kind: str, *, decode: Callable[[Any], Any] | None = None) -> Callable[[KindHandler], KindHandler]:
         """Returns a decorator registering ``fn(run, payload) -> summary``
@@ -361,6 +390,7 @@ class Run:
         self._halt = threading.Event()  # set once stopped, or when the worker shuts down
         self._done = threading.Event()  # set when the handler returned
         self._output: Any = None  # the result's output (set_output)
+        self._last_check: CheckOutcome | None = None
 
     def set_output(self, value: Any) -> None:
         """Sets the structured output of the run's result: any JSON value
@@ -470,17 +500,42 @@ class Run:
 
     # -- checks and the mailbox --
 
+    @property
+    def last_check(self) -> CheckOutcome | None:
+        """The outcome of the run's last stop check (None before the
+        first)."""
+        with self._mu:
+            return self._last_check
+
+    def _checked(self, outcome: CheckOutcome) -> None:
+        """Keeps a check's outcome; a failed one is logged and counted
+        (Worker.check_failures)."""
+        with self._mu:
+            self._last_check = outcome
+        if not outcome.failed:
+            return
+        with self._w._mu:
+            self._w._check_failures += 1
+            n = self._w._check_failures
+        log.warning("stop check of %s failed (%s): whether to stop is unknown; continuing (fail-open) and "
+                    "checking again sooner (%d failed checks)", self.task.id, outcome.error or outcome.reason, n)
+
     def check(self) -> None:
         """Asks the scheduler whether to stop and collects new mailbox
-        messages (outside a Turn they join the transcript at once, inside
-        one at its end). A failed check keeps the run going (fail-open).
-        Raises Stopped once stopped."""
+        messages, consumed as the claim's holder (its delivery token): they
+        join the transcript at the next Turn boundary (at once between
+        Turns, never while a tool call waits for its result). A failed
+        check — no answer, or the scheduler's check_failed — keeps the run
+        going (fail-open): it is logged, counted (Worker.check_failures)
+        and kept (last_check), and the next background check comes
+        sooner. Raises Stopped once stopped."""
         self._raise_if_stopped()
         try:
-            res = self._client.check(self.task.id)
+            res = self._client.check(self.task.id, self.delivery_id)
         except (TaskledgerError, OSError) as e:
-            log.warning("stop check of %s failed; continuing (fail-open): %s", self.task.id, e)
+            self._checked(CheckOutcome(at=_now(), error=str(e) or type(e).__name__))
             return
+        self._checked(CheckOutcome(at=_now(), reason=res.reason))
         if self._receive(res.messages):
             try:
                 self._save()
@@ -494,7 +549,8 @@ class Run:
 
     def _check_loop(self) -> None:
         try:
-            while not self._done.wait(self._w.check_interval):
+            while not self._done.wait(self._w.check_interval / 4 if (c := self.last_check) and c.failed
+                                      else self._w.check_interval):
                 self.check()
         except Stopped:
             pass
@@ -502,8 +558,9 @@ class Run:
             self._client.close_thread()
 
     def _receive(self, msgs: list[MailItem]) -> bool:
-        """Takes messages not seen before (by id) and, outside a Turn, joins
-        them to the transcript; reports whether the transcript grew."""
+        """Takes messages not seen before (by id) and, at a boundary between
+        Turns (_at_boundary), joins them to the transcript; reports whether
+        the transcript grew."""
         with self._mu:
             for m in msgs:
                 if m.id in self._items:
@@ -511,11 +568,24 @@ class Run:
                 self._items[m.id] = m
                 if _item(self._state, m.id) is None:
                     self._inbox.append(m.id)
-            return self._in_turn == 0 and self._join()
+            return self._in_turn == 0 and self._at_boundary() and self._join()
+
+    def _at_boundary(self) -> bool:
+        """Whether the saved transcript stands between Turns: no Turn has
+        begun or the last one begun has ended, and no tool call waits for
+        its result. A run resumed in the middle of a Turn is not at a
+        boundary until that Turn, run again, ends. self._mu is held."""
+        s = self._state
+        return not s.pending_tools and (s.turn == 0 or _item(s, _turn_end_id(s.turn)) is not None)
 
     def _join(self) -> bool:
-        """Adds the waiting mailbox messages to the transcript (a Turn
-        boundary); self._mu is held."""
+        """Adds the waiting mailbox messages to the transcript and reports
+        whether there were any. Its callers are the Turn boundaries; it
+        joins nothing while a dispatched tool has not settled, so every
+        tool_call item stays next to its tool_result, as LLM APIs require.
+        self._mu is held."""
+        if self._state.pending_tools:
+            return False
         for mid in self._inbox:
             self._state.transcript.append(TranscriptItem(id=mid, kind=ITEM_MAILBOX, turn=self._state.turn, at=_now()))
         joined = bool(self._inbox)
@@ -579,7 +649,10 @@ class Run:
         the saved Run has its end. A Turn begins at a boundary: it checks
         stop first (Stopped), mailbox messages received so far join the
         transcript, and the Run is saved with this Turn as the current
-        one; messages arriving during the Turn join at its end. The Turn
+        one; messages arriving during the Turn join at its end. A Turn cut
+        off by a crash and run again joins none at its start: the rest of
+        its tool results follow its saved tool calls first, so a recovered
+        transcript keeps every tool call next to its result. The Turn
         ends when fn returns with every dispatched tool settled: its end
         (transcript item "t<k>.end") is saved. An exception from fn
         propagates (as Stopped when a stop cut it short) and the Turn stays
@@ -592,8 +665,9 @@ class Run:
         self.check()
 
         def begin(s: RunState) -> None:
+            if s.turn < k:  # a new Turn; one cut off mid-way joins mail at its end
+                self._join()
             s.turn = k
-            self._join()
             self._in_turn += 1
 
         try:

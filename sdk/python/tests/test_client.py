@@ -122,7 +122,9 @@ class ClientTest(unittest.TestCase):
         acc = self.acme.append_mail(t.id, Message(id="m1", content=[taskledger.ContentPart("text", "also this")]))
         self.assertEqual((acc.message_id, acc.index), ("m1", 1))
         self.assertEqual(self.acme.append_mail(t.id, Message(id="m1", content=text("again").content)).index, 1)
-        chk = self.acme.check(t.id)
+        chk = self.acme.check(t.id)  # a monitor's check peeks
+        self.assertEqual((chk.should_stop, chk.reason, [m.id for m in chk.messages], chk.cursor), (False, "active", ["m1"], 0))
+        chk = self.acme.check(t.id, t.delivery.id)  # the claim holder's consumes
         self.assertEqual((chk.should_stop, chk.reason, [m.id for m in chk.messages], chk.cursor), (False, "active", ["m1"], 1))
         mail = self.acme.mailbox(t.id)
         self.assertEqual(([m.id for m in mail.messages], mail.cursor), (["m1"], 1))
@@ -135,7 +137,7 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(done.status, "succeeded")
         assert done.result is not None
         self.assertEqual((done.result.summary, done.result.effects[0].ref), ("did it", "#1"))
-        with self.assertRaises(errors.Terminal):
+        with self.assertRaises(errors.OperatorOnly):  # without the claim's token: an operator's action
             self.acme.record_result(t.id, success=False)
         with self.assertRaises(errors.Terminal):
             self.acme.append_mail(t.id, text("too late"))
@@ -275,7 +277,7 @@ class ClientTest(unittest.TestCase):
         first = claimed[0]
         assert first.claim is not None
         res = self.acme.record_results([ResultItem(task_id=first.id, success=True, delivery_id=first.claim.delivery_id),
-                                        ResultItem(task_id=unique("missing"), success=True)])
+                                        ResultItem(task_id=unique("missing"), success=True, delivery_id="no-such-claim")])
         self.assertEqual([r.status for r in res], [200, 404])
         self.assertIsInstance(res[1].err(), errors.NotFound)
         with self.assertRaises(errors.InvalidArgument):

@@ -15,6 +15,7 @@ class ErrorsTest(unittest.TestCase):
             (400, "invalid_argument", "", errors.InvalidArgument),
             (401, "unauthenticated", "", errors.Unauthenticated),
             (403, "forbidden", "", errors.Forbidden),
+            (403, "forbidden", "operator_only", errors.OperatorOnly),
             (404, "not_found", "", errors.NotFound),
             (408, "request_timeout", "", errors.RequestTimeout),
             (409, "conflict", "terminal", errors.Terminal),

@@ -193,6 +193,97 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(seen.get(timeout=5), [("m1", 1), ("m2", 1)])  # once each, by id
         self.assertEqual(t.result.summary if t.result else "", "also,more")
 
+    def test_follow_ups_keep_tool_pairs(self) -> None:
+        """An LLM-shaped Turn cut off while its second tool call was in
+        flight: a follow-up its holder consumed before the crash (m0) and
+        one a monitor's token-less checks only peeked at (m1) reach the
+        resumed run, and join the transcript only once Turn 1, run again,
+        has every tool result, so each tool call stays next to its result."""
+        self.schedule()
+        t = self.api.claim_next("py-pairs", self.queue, wait_seconds=10)
+        assert t is not None and t.claim is not None
+        read = ToolCall(id="read_log", name="read_log", turn=1, status="pending")
+        done_read = ToolCall(id="read_log", name="read_log", turn=1, status="ok", output="ok")
+        tests = ToolCall(id="run_tests", name="run_tests", turn=1, status="pending", idempotent=True)
+        saved = RunState(executor_id="py-pairs", turn=1, pending_tools=[tests], transcript=[
+            TranscriptItem(id="t1.i1", kind=ITEM_MODEL_INPUT, turn=1, content=[taskledger.ContentPart("text", "user: fix it")]),
+            TranscriptItem(id="t1.i2", kind=ITEM_MODEL_OUTPUT, turn=1,
+                           content=[taskledger.ContentPart("text", "assistant: tool_use read_log, tool_use run_tests")]),
+            TranscriptItem(id="read_log", kind="tool_call", turn=1, tool=read),
+            TranscriptItem(id="read_log.result", kind="tool_result", turn=1, tool=done_read),
+            TranscriptItem(id="run_tests", kind="tool_call", turn=1, tool=tests)])
+        self.api.save_run(t.id, t.claim.delivery_id, 0, saved)
+        self.api.append_mail(t.id, Message(id="m0", content=[taskledger.ContentPart("text", "also the retry path")]))
+        self.assertEqual(self.api.check(t.id, t.claim.delivery_id).cursor, 1)  # the holder took m0, then died
+        self.api.append_mail(t.id, Message(id="m1", content=[taskledger.ContentPart("text", "keep the old API")]))
+        for _ in range(2):  # a monitor's checks peek: m1 stays for the holder
+            chk = self.api.check(t.id)
+            self.assertEqual(([m.id for m in chk.messages], chk.cursor), (["m1"], 1))
+
+        def handler(run: Run) -> str:
+            def turn1(turn: Turn) -> None:
+                turn.record(ITEM_MODEL_INPUT, "user: fix it")
+                turn.record(ITEM_MODEL_OUTPUT, "assistant: tool_use read_log, tool_use run_tests")
+                turn.dispatch(ToolCall(id="read_log", name="read_log"), lambda: "ok")
+                turn.dispatch(ToolCall(id="run_tests", name="run_tests", idempotent=True), lambda: "passed")
+
+            run.turn(turn1)
+            run.turn(lambda turn: turn.record(ITEM_MODEL_OUTPUT, "assistant: done"))
+            return "resumed"
+
+        self.start(handler, executor_id="py-pairs")
+        done = self.ended(t.id)
+        self.assertEqual((done.status, done.mailbox.cursor), ("succeeded", 2))
+        transcript = self.api.get_run(t.id).run.transcript
+        self.assertEqual([i.id for i in transcript],
+                         ["t1.i1", "t1.i2", "read_log", "read_log.result", "run_tests", "run_tests.result", "t1.end",
+                          "m0", "m1", "t2.i1", "t2.end"])
+        open_calls: list[str] = []
+        for i in transcript:  # the pairing an LLM API requires
+            if i.kind == "tool_call":
+                open_calls.append(i.id)
+            elif i.kind == "tool_result":
+                open_calls.remove(i.id.removesuffix(".result"))
+            else:
+                self.assertEqual(open_calls, [], f"{i.kind} {i.id} between tool calls and their results")
+        self.assertEqual(open_calls, [])
+
+    def test_check_failed_surfaced(self) -> None:
+        """A stop check the scheduler answers check_failed keeps the run
+        going, and says so: a typed outcome (run.last_check), a log line
+        and a counter (worker.check_failures)."""
+        left = [3]
+
+        class FailingChecks(taskledger.Client):
+            def check(self, task_id: str, delivery_id: str = "") -> taskledger.types.Check:
+                if left[0] > 0:
+                    left[0] -= 1
+                    return taskledger.types.Check(should_stop=False, reason="check_failed")
+                return super().check(task_id, delivery_id)
+
+        api = FailingChecks(srv.url, ACME, 30)
+        self.addCleanup(api.close)
+        outcomes: list[Any] = []
+
+        def handler(run: Run) -> str:
+            for _ in range(4):
+                run.check()
+                outcomes.append(run.last_check)
+            return "kept working"
+
+        w = Worker(api, handler, queue=self.queue, executor_id="py-cf", check_interval=600, poll_wait=1)
+        th = threading.Thread(target=w.run, daemon=True)
+        th.start()
+        self.addCleanup(lambda: (w.stop(), th.join(30)))
+        with self.assertLogs("taskledger", "WARNING") as logs:
+            t = self.ended(self.schedule().id)
+        self.assertEqual((t.status, t.result.summary if t.result else ""), ("succeeded", "kept working"))
+        self.assertEqual([(o.reason, o.failed) for o in outcomes],
+                         [("check_failed", True)] * 3 + [("active", False)])
+        self.assertTrue(all(o.at for o in outcomes))
+        self.assertEqual(w.check_failures, 3)
+        self.assertEqual(sum("stop check" in line and "check_failed" in line for line in logs.output), 3)
+
     def test_stop_when_canceled(self) -> None:
         in_turn, outcome = threading.Event(), queuelib.Queue[Any]()
 
@@ -239,7 +330,11 @@ class WorkerTest(unittest.TestCase):
 
         def handler(run: Run) -> str:
             run.set_phase("working")
-            self.api.record_result(run.task.id, success=False, summary="ended elsewhere")  # another claim's answer
+            op = srv.client()  # an operator ends it (a token-less result is an operator's)
+            try:
+                op.record_result(run.task.id, success=False, summary="ended elsewhere")
+            finally:
+                op.close()
             try:
                 run.set_phase("still working")
             except Stopped as e:
