@@ -66,6 +66,9 @@ type State struct {
 	StartedAt   time.Time
 	CompletedAt time.Time
 	Deadline    time.Time // running deadline, set by Claimed
+	// HeartbeatSeconds is the running claim's heartbeat interval (Claimed),
+	// 0 for a claim without heartbeats.
+	HeartbeatSeconds int `msgpack:",omitempty"`
 
 	Delivery Delivery
 	Claim    Owner
@@ -108,6 +111,53 @@ type Attempt struct {
 
 // Attempt is the number of the task's current (or last) attempt, from 1.
 func (s State) Attempt() int { return len(s.Retries) + 1 }
+
+// The outcomes of an attempt that ended in a ClaimLost.
+const (
+	OutcomeClaimLost = "claim_lost" // its executor missed a heartbeat
+	OutcomeReleased  = "released"   // its executor handed the claim back
+)
+
+// ReasonHeartbeat is the Reason of a task that timed out because its last
+// attempt's executor missed a heartbeat and no attempt was left.
+const ReasonHeartbeat = "heartbeat missed"
+
+// Charged is the number of the current attempt as the retry policy counts
+// it: released claims (up to events.MaxFreeReleases of them) are not
+// charged, so a graceful hand-over never uses up the policy.
+func (s State) Charged() int {
+	released := 0
+	for _, a := range s.Retries {
+		if a.Outcome == OutcomeReleased {
+			released++
+		}
+	}
+	return s.Attempt() - min(released, events.MaxFreeReleases)
+}
+
+// HeartbeatDue is when the running claim's heartbeat is due as the log
+// knows it: one interval after the claim (renewals are not in the log).
+// Zero for a claim without heartbeats or a task not running.
+func (s State) HeartbeatDue() time.Time {
+	if s.Status != StatusRunning || s.HeartbeatSeconds <= 0 {
+		return time.Time{}
+	}
+	return s.StartedAt.Add(time.Duration(s.HeartbeatSeconds) * time.Second)
+}
+
+// LostClaim reports whether deliveryID is the token of a claim that
+// ended in a ClaimLost: its executor's late writes get ErrClaimLost.
+func (s State) LostClaim(deliveryID string) bool {
+	if deliveryID == "" {
+		return false
+	}
+	if s.Status == StatusTimedOut && s.Reason == ReasonHeartbeat && s.Claim.DeliveryID == deliveryID {
+		return true
+	}
+	return slices.ContainsFunc(s.Retries, func(a Attempt) bool {
+		return a.DeliveryID == deliveryID && (a.Outcome == OutcomeClaimLost || a.Outcome == OutcomeReleased)
+	})
+}
 
 // MaxAttempts is how many attempts the task's retry policy allows, 1
 // without one.
@@ -241,6 +291,23 @@ func Apply(s State, ev events.Event) State {
 		if s.Status == StatusScheduled || s.Status == StatusQueued {
 			s.Status, s.StartedAt, s.Deadline = StatusRunning, ev.At, p.Deadline
 			s.Claim = Owner{DeliveryID: p.DeliveryID, ExecutorID: p.ExecutorID}
+			s.HeartbeatSeconds = p.HeartbeatSeconds
+		}
+	case events.ClaimLost:
+		switch {
+		case s.Status != StatusRunning || p.DeliveryID != s.Claim.DeliveryID:
+		case p.Attempt == 0:
+			s = finish(s, StatusTimedOut, ev.At, ReasonHeartbeat)
+		default:
+			outcome := OutcomeClaimLost
+			if p.Reason == events.ClaimLostReleased {
+				outcome = OutcomeReleased
+			}
+			a := s.current(ev.At, outcome, nil)
+			a.Error, a.NextAt = p.Note, ev.At
+			s.Retries = append(slices.Clip(s.Retries), a)
+			s.Status, s.Delivery, s.Claim = StatusScheduled, Delivery{}, Owner{}
+			s.StartedAt, s.Deadline, s.HeartbeatSeconds = time.Time{}, time.Time{}, 0
 		}
 	case events.EffectsReported:
 		if s.Status == StatusRunning && p.DeliveryID == s.Claim.DeliveryID {
@@ -259,7 +326,7 @@ func Apply(s State, ev events.Event) State {
 			}
 			s.Retries = append(slices.Clip(s.Retries), a)
 			s.Status, s.Delivery, s.Claim = StatusScheduled, Delivery{}, Owner{}
-			s.StartedAt, s.Deadline = time.Time{}, time.Time{}
+			s.StartedAt, s.Deadline, s.HeartbeatSeconds = time.Time{}, time.Time{}, 0
 		}
 	case events.ResultRecorded:
 		if s.Exists() {
