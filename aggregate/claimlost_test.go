@@ -67,7 +67,7 @@ func TestDecideClaimLost(t *testing.T) {
 func TestApplyClaimLost(t *testing.T) {
 	t.Parallel()
 	s := replay(releasedOnce)
-	if s.Status != aggregate.StatusScheduled || s.Claim != (aggregate.Owner{}) || s.HeartbeatSeconds != 0 || !s.DueAt().Equal(hbDue) {
+	if s.Status != aggregate.StatusScheduled || s.Claim != (aggregate.Owner{}) || !s.DueAt().Equal(hbDue) {
 		t.Fatalf("after a release: %+v", s)
 	}
 	if s.Attempt() != 2 || s.Charged() != 1 || !s.LostClaim(d1) || s.LostClaim(d2) {

@@ -651,7 +651,7 @@ func loseClaim(s State, c LoseClaim, now time.Time) (events.Payload, error) {
 	switch c.Reason {
 	case events.ClaimLostHeartbeat:
 		if due := s.HeartbeatDue(); due.IsZero() || now.Before(due) {
-			return nil, fmt.Errorf("%w: heartbeat not due (claim's interval %ds)", ErrStale, s.HeartbeatSeconds)
+			return nil, fmt.Errorf("%w: heartbeat not due (claim's interval %ds)", ErrStale, s.Claim.HeartbeatSeconds)
 		}
 		if c.Note != "" {
 			return nil, fmt.Errorf("%w: a missed heartbeat has no note", ErrInvalid)

@@ -47,10 +47,12 @@ type Delivery struct {
 	ReadySeq  uint64    // the notification's ready stream sequence; 0 if unknown
 }
 
-// Owner records who consumed the delivery token.
+// Owner records who consumed the delivery token, and the claim's
+// heartbeat interval (Claimed): 0 for a claim without heartbeats.
 type Owner struct {
-	DeliveryID string
-	ExecutorID string
+	DeliveryID       string
+	ExecutorID       string
+	HeartbeatSeconds int `msgpack:",omitempty"`
 }
 
 // State is a task as its events describe it. The zero State is a task that
@@ -66,9 +68,6 @@ type State struct {
 	StartedAt   time.Time
 	CompletedAt time.Time
 	Deadline    time.Time // running deadline, set by Claimed
-	// HeartbeatSeconds is the running claim's heartbeat interval (Claimed),
-	// 0 for a claim without heartbeats.
-	HeartbeatSeconds int `msgpack:",omitempty"`
 
 	Delivery Delivery
 	Claim    Owner
@@ -139,10 +138,23 @@ func (s State) Charged() int {
 // knows it: one interval after the claim (renewals are not in the log).
 // Zero for a claim without heartbeats or a task not running.
 func (s State) HeartbeatDue() time.Time {
-	if s.Status != StatusRunning || s.HeartbeatSeconds <= 0 {
+	if s.Status != StatusRunning || s.Claim.HeartbeatSeconds <= 0 {
 		return time.Time{}
 	}
-	return s.StartedAt.Add(time.Duration(s.HeartbeatSeconds) * time.Second)
+	return s.StartedAt.Add(time.Duration(s.Claim.HeartbeatSeconds) * time.Second)
+}
+
+// ExpiresAt is when the running claim ends unless renewed: its heartbeat
+// due time (HeartbeatDue) if it has one before the running deadline, else
+// the deadline. Zero for a task not running.
+func (s State) ExpiresAt() time.Time {
+	if s.Status != StatusRunning {
+		return time.Time{}
+	}
+	if hb := s.HeartbeatDue(); !hb.IsZero() && hb.Before(s.Deadline) {
+		return hb
+	}
+	return s.Deadline
 }
 
 // LostClaim reports whether deliveryID is the token of a claim that
@@ -290,8 +302,7 @@ func Apply(s State, ev events.Event) State {
 	case events.Claimed:
 		if s.Status == StatusScheduled || s.Status == StatusQueued {
 			s.Status, s.StartedAt, s.Deadline = StatusRunning, ev.At, p.Deadline
-			s.Claim = Owner{DeliveryID: p.DeliveryID, ExecutorID: p.ExecutorID}
-			s.HeartbeatSeconds = p.HeartbeatSeconds
+			s.Claim = Owner{DeliveryID: p.DeliveryID, ExecutorID: p.ExecutorID, HeartbeatSeconds: p.HeartbeatSeconds}
 		}
 	case events.ClaimLost:
 		switch {
@@ -307,7 +318,7 @@ func Apply(s State, ev events.Event) State {
 			a.Error, a.NextAt = p.Note, ev.At
 			s.Retries = append(slices.Clip(s.Retries), a)
 			s.Status, s.Delivery, s.Claim = StatusScheduled, Delivery{}, Owner{}
-			s.StartedAt, s.Deadline, s.HeartbeatSeconds = time.Time{}, time.Time{}, 0
+			s.StartedAt, s.Deadline = time.Time{}, time.Time{}
 		}
 	case events.EffectsReported:
 		if s.Status == StatusRunning && p.DeliveryID == s.Claim.DeliveryID {
@@ -326,7 +337,7 @@ func Apply(s State, ev events.Event) State {
 			}
 			s.Retries = append(slices.Clip(s.Retries), a)
 			s.Status, s.Delivery, s.Claim = StatusScheduled, Delivery{}, Owner{}
-			s.StartedAt, s.Deadline, s.HeartbeatSeconds = time.Time{}, time.Time{}, 0
+			s.StartedAt, s.Deadline = time.Time{}, time.Time{}
 		}
 	case events.ResultRecorded:
 		if s.Exists() {
