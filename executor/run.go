@@ -68,13 +68,17 @@ func (r *Run) Update(ctx context.Context, fn func(cp *Checkpoint)) error {
 func (r *Run) save(ctx context.Context) error {
 	r.saveMu.Lock()
 	defer r.saveMu.Unlock()
-	if r.StopReason() == ReasonSuperseded {
+	if reason := r.StopReason(); reason == ReasonSuperseded || reason == ReasonClaimLost {
 		return ErrStopped
 	}
 	cp := r.Checkpoint()
 	err := r.w.cfg.Checkpoints.Save(ctx, cp)
 	if errors.Is(err, ErrSuperseded) {
-		r.stop(ReasonSuperseded)
+		reason := ReasonSuperseded
+		if errors.Is(err, api.ErrClaimLost) {
+			reason = ReasonClaimLost
+		}
+		r.stop(reason)
 		return fmt.Errorf("%w: %w", ErrStopped, err)
 	}
 	if err != nil {
@@ -171,6 +175,10 @@ func (r *Run) Check(ctx context.Context) error {
 		return ErrStopped
 	}
 	res, err := r.w.cfg.API.Check(ctx, r.Task.ID)
+	if errors.Is(err, api.ErrClaimLost) {
+		r.stop(ReasonClaimLost)
+		return ErrStopped
+	}
 	if err != nil {
 		r.w.cfg.Logger.Warn().Err(err).Str("task", r.Task.ID).Msg("stop check failed; continuing (fail-open)")
 		return nil

@@ -26,24 +26,24 @@ func (e *Engine) Postpone(t Timer, taskID string, due time.Time) {
 // Renew renews the heartbeat of task taskID's claim under deliveryID at
 // now: its item in the Expire queue is due one heartbeat interval from
 // now (never after the running deadline, never earlier than it was),
-// with nothing appended to the log. It returns the task as the views
-// hold it, and whether it renewed: false when the views do not show the
+// with nothing appended to the log. It returns when the claim now
+// expires, and whether it renewed: false when the views do not show the
 // task running under deliveryID with heartbeats (the caller asks the
 // log why). Renewals live only in this process's views: a rebuild or a
 // restart puts the item back at one interval after the claim, which the
 // alarm stretches to one interval after its own start (see
 // reactors.Alarm). It is safe for concurrent use.
-func (e *Engine) Renew(taskID, deliveryID string, now time.Time) (aggregate.State, bool) {
+func (e *Engine) Renew(taskID, deliveryID string, now time.Time) (time.Time, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	t := e.v.tasks[taskID]
 	if t == nil {
-		return aggregate.State{}, false
+		return time.Time{}, false
 	}
 	s := e.v.state(t)
 	q := e.v.timers[Expire]
 	if s.Status != aggregate.StatusRunning || s.Claim.DeliveryID != deliveryID || s.Claim.HeartbeatSeconds <= 0 || !q.has(taskID) {
-		return s, false
+		return time.Time{}, false
 	}
 	due := now.Add(time.Duration(s.Claim.HeartbeatSeconds) * time.Second)
 	if due.After(s.Deadline) {
@@ -52,7 +52,7 @@ func (e *Engine) Renew(taskID, deliveryID string, now time.Time) (aggregate.Stat
 	if due.UnixNano() > q.dueOf(taskID) {
 		q.postpone(taskID, due)
 	}
-	return s, true
+	return time.Unix(0, q.dueOf(taskID)), true
 }
 
 // Repair makes sure a task that s (freshly loaded from the log) says is
