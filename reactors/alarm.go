@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -251,10 +252,12 @@ type Alarm struct {
 	// yet visible in the projection, so they are not dispatched twice.
 	inflight map[key]flight
 	done     chan result
-	// started is when Run started, on Config.Now's clock: no heartbeat
-	// is missed before one interval after it (renewals are not in the
-	// log, so after a restart the last one is unknown).
-	started time.Time
+	// started is when Run started or the partitions held last changed,
+	// in Config.Now's unix nanoseconds: no heartbeat is missed before one
+	// interval after it (renewals are not in the log, nor in another
+	// process's projections, so after a restart or a takeover the last
+	// one is unknown).
+	started atomic.Int64
 }
 
 type key struct {
@@ -313,7 +316,7 @@ func (a *Alarm) Run(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	sk := a.newSkipper()
-	a.started = a.cfg.Now()
+	a.started.Store(a.cfg.Now().UnixNano())
 	for {
 		// now is the clock the due times are on (Config.Now); wall is the
 		// process's own, for the pause after a failed action: a clock that
@@ -372,6 +375,7 @@ func (a *Alarm) Run(ctx context.Context) error {
 			a.inflight[r.key] = r.flight
 		case <-a.proj.TimersChanged():
 		case <-a.partitionsChanged():
+			a.started.Store(a.cfg.Now().UnixNano())
 		case <-timer.C:
 		}
 	}
@@ -527,11 +531,12 @@ func (a *Alarm) act(ctx context.Context, t projections.Timer, s aggregate.State)
 // alarm started. The projections hold the renewals this process took
 // (projections.Engine.Renew); after a restart (or a rebuild) they are
 // gone, and the claim's heartbeat is due one interval after the later of
-// the claim and the alarm's start, so a restart never ends a live claim
-// whose executor keeps heartbeating.
+// the claim and the alarm's start (or its last change of partitions), so
+// a restart or a takeover never ends a live claim whose executor keeps
+// heartbeating.
 func (a *Alarm) expireClaim(ctx context.Context, s aggregate.State) flight {
 	now, interval := a.cfg.Now(), time.Duration(s.Claim.HeartbeatSeconds)*time.Second
-	if grace := a.started.Add(interval); now.Before(grace) {
+	if grace := time.Unix(0, a.started.Load()).Add(interval); now.Before(grace) {
 		a.proj.Postpone(projections.Expire, s.TaskID, grace)
 		return flight{}
 	}
