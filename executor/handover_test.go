@@ -3,13 +3,16 @@ package executor_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/executor"
 )
 
 // TestKillNineHandOver kills an executor process (kill -9) holding a task
@@ -66,5 +69,66 @@ func TestKillNineHandOver(t *testing.T) {
 	_, err = e.client.RecordResult(ctx, task.ID, api.ResultRequest{DeliveryID: held.Claim.DeliveryID, Success: true, Summary: "late"})
 	if !errors.Is(err, api.ErrClaimLost) {
 		t.Fatalf("the dead executor's late result: %v, want claim_lost", err)
+	}
+}
+
+// TestWorkerReleasesOnShutdown stops a worker (its context ends) while a
+// run of a task with one attempt is in its second Turn: the worker
+// releases the claim, the task is claimable again at once and the attempt
+// is not charged, and a worker with another id resumes the Run at turn 2
+// and finishes it.
+func TestWorkerReleasesOnShutdown(t *testing.T) {
+	t.Parallel()
+	e := wkSetup(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	var turns []string
+	inTurn2 := make(chan struct{}, 1)
+	handler := func(ctx context.Context, run *executor.Run) (string, error) {
+		by := run.Task.Claim.ExecutorID
+		for k, text := range []string{"planned", "done"} {
+			err := run.Turn(ctx, func(tn *executor.Turn) error {
+				mu.Lock()
+				turns = append(turns, fmt.Sprintf("turn %d by %s", k+1, by))
+				mu.Unlock()
+				if k == 1 && by == "exec-one" {
+					inTurn2 <- struct{}{}
+					return wkBlock(ctx)
+				}
+				_, err := tn.Record(ctx, api.TranscriptItem{Kind: api.ItemModelOutput, Content: wkText(text).Content})
+				return err
+			})
+			if err != nil {
+				return "", err
+			}
+		}
+		return "handed over", nil
+	}
+	cfg := e.httpCfg("release-stop", "exec-one")
+	cfg.KeepClaimsOnShutdown = false
+	first := e.start(t, cfg, handler)
+	task := e.schedule(t, api.ScheduleRequest{Queue: "release-stop", Message: wkText("two turns")})
+	wkRecv(t, "turn 2 of the first worker", inTurn2)
+	first.stop(t)
+	released, err := e.client.Get(ctx, task.ID)
+	if err != nil || released.Status == "running" || len(released.Attempts) != 1 || released.Attempts[0].Outcome != "released" {
+		t.Fatalf("task after the stop: %+v, %v", released, err)
+	}
+
+	cfg.ExecutorID = "exec-two"
+	e.start(t, cfg, handler)
+	done := e.waitStatus(t, task.ID, "succeeded")
+	if done.MaxAttempts != 1 || done.Attempt != 2 || done.Claim.ExecutorID != "exec-two" {
+		t.Fatalf("finished task: attempt %d of %d, claim %+v", done.Attempt, done.MaxAttempts, done.Claim)
+	}
+	mu.Lock()
+	got := slices.Clone(turns)
+	mu.Unlock()
+	if want := []string{"turn 1 by exec-one", "turn 2 by exec-one", "turn 2 by exec-two"}; !slices.Equal(got, want) {
+		t.Fatalf("turns %v, want %v", got, want)
+	}
+	d, ok := e.runOf(t, task.ID)
+	if !ok || d.Run.ExecutorID != "exec-two" || !slices.Contains(wkItemIDs(d.Run.Transcript), "handover-"+done.Claim.DeliveryID) {
+		t.Fatalf("final Run %+v", d.Run)
 	}
 }
