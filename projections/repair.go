@@ -29,7 +29,8 @@ func (e *Engine) Postpone(t Timer, taskID string, due time.Time) {
 // with nothing appended to the log. It returns when the claim now
 // expires, and whether it renewed: false when the views do not show the
 // task running under deliveryID with heartbeats (the caller asks the
-// log why). Renewals live only in this process's views: a rebuild or a
+// log why). Renewals live only in the views (every process's: the node
+// passes on the renewals other processes announce): a rebuild or a
 // restart puts the item back at one interval after the claim, which the
 // alarm stretches to one interval after its own start (see
 // reactors.Alarm). It is safe for concurrent use.

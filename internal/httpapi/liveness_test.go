@@ -10,6 +10,8 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/testnats"
+	"github.com/taskledger/taskledger/internal/testnode"
 )
 
 // hbTask schedules a task on queue with maxAttempts attempts and claims
@@ -236,5 +238,34 @@ func TestHeartbeatRacesExpiry(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestHeartbeatTwoSchedulers runs two schedulers on one stream, each with
+// its own projections and alarm: a claim made through one and renewed
+// only through the other is held (every process renews its projections
+// with the renewals the others announce), and lost once the renewals
+// stop.
+func TestHeartbeatTwoSchedulers(t *testing.T) {
+	t.Parallel()
+	a := setup(t)
+	st := a.node.Store
+	ns := testnats.Namespace{Stream: st.Config().Stream, ReadyStream: events.ReadyStreamName(st.Config().Stream), Subjects: st.Subjects()}
+	b := testnode.Start(t, testnode.On(nil, ns))
+	ctx := context.Background()
+	task := hbTask(t, a, "hb-two", "w1", 2, 1)
+	token := task.Claim.DeliveryID
+	for until := time.Now().Add(3 * time.Second); time.Now().Before(until); {
+		if _, err := b.Client.Heartbeat(ctx, task.ID, token); err != nil {
+			t.Fatalf("heartbeat through the other scheduler: %v", err)
+		}
+		time.Sleep(250 * time.Millisecond) // the executor's heartbeat period, not a synchronisation
+	}
+	if got, _ := a.client.Get(ctx, task.ID); got.Status != "running" || len(lostEvents(t, a, task.ID)) != 0 {
+		t.Fatalf("a claim renewed through the other scheduler: %s, history %v", got.Status, historyTypes(t, a, task.ID))
+	}
+	a.waitStatus(t, task.ID, "queued")
+	if n := len(lostEvents(t, a, task.ID)); n != 1 {
+		t.Fatalf("%d ClaimLost events once the renewals stopped, want 1", n)
 	}
 }

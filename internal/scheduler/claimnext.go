@@ -33,6 +33,9 @@ type claims struct {
 	maxPolls int // Limits.MaxPollsPerCustomer
 	polls    polls
 	claiming claiming
+
+	// renewed is Config.Renewed; nil: none.
+	renewed func(taskID, deliveryID string)
 }
 
 // claimQueue is the ready queue as claims use it (Config.Delivery).

@@ -38,8 +38,9 @@ func claimOf(queue, executorID string, opts []ClaimOption) (aggregate.Claim, err
 // Heartbeat renews the heartbeat of task id's claim under deliveryID
 // (POST /v1/tasks/{id}/heartbeat): the claim is held until one interval
 // from now, never past the running deadline. It appends nothing: the
-// renewal lives in this process's projections (projections.Engine.Renew),
-// and only a missed heartbeat is an event (ClaimLost, by the alarm). A
+// renewal lives in the projections (projections.Engine.Renew; this
+// process's, and the others' through Config.Renewed), and only a missed
+// heartbeat is an event (ClaimLost, by the alarm). A
 // heartbeat racing the alarm's ClaimLost may be answered and the claim
 // still be lost; the next heartbeat or write then hears it. Errors:
 // aggregate.ErrNotFound (no such task for p), ErrClaimLost (the claim
@@ -55,6 +56,9 @@ func (s *claims) Heartbeat(ctx context.Context, p Principal, id, deliveryID stri
 	}
 	for range 2 { // the views may not show the claim yet: ask the log, wait for them once
 		if exp, ok := s.views.Renew(id, deliveryID, s.store.Now()); ok {
+			if s.renewed != nil {
+				s.renewed(id, deliveryID)
+			}
 			st, _ := s.applied.Task(id)
 			return Renewal{ExpiresAt: exp, Deadline: st.Deadline}, nil
 		}
