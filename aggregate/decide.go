@@ -29,6 +29,10 @@ var (
 	// with a delivery token that is not the current one (for
 	// ReportEffects and ReadMail: the task is not running under it).
 	ErrTokenMismatch = errors.New("aggregate: delivery token mismatch")
+	// ErrClaimLost: RecordResult, ReportEffects or LoseClaim with the
+	// token of a claim that ended in a ClaimLost (a missed heartbeat or a
+	// release): another executor may hold the task now.
+	ErrClaimLost = errors.New("aggregate: claim lost")
 	// ErrStale: a reactor command (release, delivery, timeout) that no
 	// longer applies because the task moved on or is not due yet. Reactors
 	// drop it: a duplicated or late action is harmless by construction.
@@ -122,7 +126,27 @@ type ExhaustDelivery struct {
 }
 
 // Claim consumes the current delivery token and starts the run.
-type Claim struct{ DeliveryID, ExecutorID string }
+// HeartbeatSeconds, 0 or events.MinHeartbeatSeconds to
+// events.MaxHeartbeatSeconds, is the interval within which the executor
+// renews the claim; 0 is a claim without heartbeats.
+type Claim struct {
+	DeliveryID, ExecutorID string
+	HeartbeatSeconds       int
+}
+
+// LoseClaim ends the running claim under DeliveryID without a result:
+// Reason events.ClaimLostHeartbeat (the alarm: the claim's heartbeat was
+// missed; allowed only once the log's heartbeat due time,
+// State.HeartbeatDue, has passed, since renewals are not in the log) or
+// events.ClaimLostReleased (the executor handed it back, Note saying why,
+// at most events.MaxReasonBytes). The task is scheduled again, due at
+// once, while its retry policy has an attempt left (State.Charged; a
+// release within events.MaxFreeReleases always has), else it times out.
+type LoseClaim struct {
+	DeliveryID string
+	Reason     string
+	Note       string
+}
 
 // RecordResult finishes the task. A non-empty DeliveryID must match the
 // current claim. A failure of a running task whose retry policy has
@@ -197,6 +221,7 @@ func (Cancel) command()             {}
 func (TimeOut) command()            {}
 func (AppendMail) command()         {}
 func (ReadMail) command()           {}
+func (LoseClaim) command()          {}
 
 // Decide returns the events cmd appends to the task in state s at time now,
 // or an error wrapping one of the Err values above. An empty slice and a
@@ -416,7 +441,7 @@ func ValidateLabels(labels map[string]string) error {
 // cause another one.
 func retryOn(s State, cause string) bool {
 	p := s.Spec.Retry
-	return p != nil && s.Attempt() < p.MaxAttempts && slices.Contains(p.On, cause)
+	return p != nil && s.Charged() < p.MaxAttempts && slices.Contains(p.On, cause)
 }
 
 // retryAt is when the attempt after the task's current one is due: now
@@ -508,6 +533,9 @@ func MessageSize(m events.Message) int {
 }
 
 func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error) {
+	if s.LostClaim(claimToken(cmd)) { // before ErrTerminal: a lost claim's writer hears why
+		return nil, ErrClaimLost
+	}
 	switch c := cmd.(type) {
 	case AppendMail:
 		if s.MailIndex(c.Message.ID) > 0 {
@@ -540,8 +568,13 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 		if err := events.ValidID(c.ExecutorID); err != nil {
 			return nil, fmt.Errorf("%w: executor id: %w", ErrInvalid, err)
 		}
+		if hb := c.HeartbeatSeconds; hb != 0 && (hb < events.MinHeartbeatSeconds || hb > events.MaxHeartbeatSeconds) {
+			return nil, fmt.Errorf("%w: heartbeatSeconds must be 0 (none) or %d..%d", ErrInvalid, events.MinHeartbeatSeconds, events.MaxHeartbeatSeconds)
+		}
 		deadline := now.Add(time.Duration(s.Spec.TimeoutSeconds) * time.Second)
-		return events.Claimed{DeliveryID: c.DeliveryID, ExecutorID: c.ExecutorID, Deadline: deadline}, nil
+		return events.Claimed{DeliveryID: c.DeliveryID, ExecutorID: c.ExecutorID, Deadline: deadline, HeartbeatSeconds: c.HeartbeatSeconds}, nil
+	case LoseClaim:
+		return loseClaim(s, c, now)
 	case ReadMail:
 		if c.DeliveryID != "" && (s.Status != StatusRunning || c.DeliveryID != s.Claim.DeliveryID) {
 			return nil, ErrTokenMismatch
@@ -663,6 +696,52 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 		return events.TimedOut{Deadline: s.Deadline}, nil
 	}
 	return nil, fmt.Errorf("%w: unknown command %T", ErrInvalid, cmd)
+}
+
+// claimToken is the token of the claim an executor's command writes
+// under: a result's, an effects report's or a LoseClaim's; "" for others.
+func claimToken(cmd Command) string {
+	switch c := cmd.(type) {
+	case RecordResult:
+		return c.DeliveryID
+	case ReportEffects:
+		return c.DeliveryID
+	case LoseClaim:
+		return c.DeliveryID
+	}
+	return ""
+}
+
+// loseClaim decides a LoseClaim: see its doc.
+func loseClaim(s State, c LoseClaim, now time.Time) (events.Payload, error) {
+	if err := live(s); err != nil {
+		return nil, err
+	}
+	if s.Status != StatusRunning || c.DeliveryID != s.Claim.DeliveryID {
+		return nil, ErrTokenMismatch
+	}
+	if err := maxBytes(field{"reason", c.Note, events.MaxReasonBytes}); err != nil {
+		return nil, err
+	}
+	ev := events.ClaimLost{DeliveryID: c.DeliveryID, ExecutorID: s.Claim.ExecutorID, Reason: c.Reason, Note: c.Note}
+	free := false
+	switch c.Reason {
+	case events.ClaimLostHeartbeat:
+		if due := s.HeartbeatDue(); due.IsZero() || now.Before(due) {
+			return nil, fmt.Errorf("%w: heartbeat not due (claim's interval %ds)", ErrStale, s.Claim.HeartbeatSeconds)
+		}
+		if c.Note != "" {
+			return nil, fmt.Errorf("%w: a missed heartbeat has no note", ErrInvalid)
+		}
+	case events.ClaimLostReleased:
+		free = s.Attempt()-s.Charged() < events.MaxFreeReleases
+	default:
+		return nil, fmt.Errorf("%w: reason must be %q or %q", ErrInvalid, events.ClaimLostHeartbeat, events.ClaimLostReleased)
+	}
+	if free || s.Charged() < s.MaxAttempts() {
+		ev.Attempt = s.Attempt() + 1
+	}
+	return ev, nil
 }
 
 func live(s State) error {

@@ -108,7 +108,7 @@ func apply(s aggregate.State, evs []events.Event) aggregate.State {
 
 var sentinels = []error{
 	aggregate.ErrNotFound, aggregate.ErrExists, aggregate.ErrTerminal, aggregate.ErrNotClaimable,
-	aggregate.ErrTokenMismatch, aggregate.ErrStale, aggregate.ErrInvalid, aggregate.ErrConflict, aggregate.ErrTooLarge,
+	aggregate.ErrTokenMismatch, aggregate.ErrStale, aggregate.ErrInvalid, aggregate.ErrConflict, aggregate.ErrTooLarge, aggregate.ErrClaimLost,
 }
 
 // requireErrKind fails unless err wraps want and no other Decide sentinel.

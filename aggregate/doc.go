@@ -52,9 +52,27 @@
 //     after: failed; otherwise: as MarkReadyPublished
 //   - Claim (claim, claims/next) — allowed when: scheduled or queued with a
 //     token, and the token given is it; appends: Claimed (deadline = now +
-//     timeoutSeconds); status after: running; otherwise: ErrNotClaimable (any
-//     other status, terminal included, or not released); ErrTokenMismatch;
-//     ErrInvalid for the executor id
+//     timeoutSeconds, and the claim's heartbeatSeconds if given); status after:
+//     running; otherwise: ErrNotClaimable (any other status, terminal
+//     included, or not released); ErrTokenMismatch; ErrInvalid for the
+//     executor id or a heartbeatSeconds other than 0 or 1..3600
+//   - LoseClaim, reason heartbeat (alarm, running deadline queue, at the
+//     claim's heartbeat due time) — allowed when: running under this token,
+//     the claim has a heartbeat, now ≥ claimedAt + heartbeatSeconds (renewals
+//     are not in the log); appends: ClaimLost (reason heartbeat; attempt + 1
+//     while the retry policy, counting charged attempts, has one left);
+//     status after: scheduled (no delivery, no claim, due now), or timed_out
+//     without an attempt left; otherwise: ErrClaimLost (a token already
+//     lost); ErrTerminal; ErrTokenMismatch; ErrStale (not due, no heartbeat)
+//   - LoseClaim, reason released (POST release) — allowed when: running under
+//     this token; appends: ClaimLost (reason released, the note, attempt + 1:
+//     the first 100 releases of a task are not charged to the retry policy;
+//     later ones are, as a missed heartbeat); status after: scheduled, due
+//     now; otherwise: ErrClaimLost; ErrTerminal; ErrTokenMismatch;
+//     ErrInvalid for a note over 1 KiB or another reason
+//   - RecordResult, ReportEffects, LoseClaim with the token of a claim that
+//     ended in a ClaimLost — in any status: ErrClaimLost (the late executor
+//     hears that its claim was lost, not only that its token is stale)
 //   - RecordResult (POST result), a failure of a running task whose retry
 //     policy has attempts left and lists failed, not marked retryable: false —
 //     allowed when: as below; appends: RetryScheduled (attempt + 1, nextAt =
@@ -142,7 +160,7 @@
 // The service maps its errors to the wire once, in internal/httpapi:
 // ErrInvalid → 400, ErrNotFound → 404, ErrTerminal, ErrTokenMismatch,
 // ErrNotClaimable and the service's ErrParentTerminal → 409 with that reason,
-// ErrConflict and unavailability → 503.
+// ErrClaimLost → 409 claim_lost, ErrConflict and unavailability → 503.
 //
 // # The delivery-token rule
 //

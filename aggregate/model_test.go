@@ -69,6 +69,10 @@ type model struct {
 	mail           []string
 	cursor         int
 	effects        []events.Effect // reported so far, in first-report order
+	heartbeat      int             // the running claim's heartbeatSeconds
+	started        time.Time       // when the running claim was made
+	lost           []string        // tokens of claims that ended in a ClaimLost
+	released       int             // claims handed back
 }
 
 // actor is who the model expects an accepted cmd's event to name: the
@@ -113,6 +117,18 @@ func (m model) decide(cmd aggregate.Command, now time.Time) (events.Payload, err
 	if m.status == "" {
 		return nil, aggregate.ErrNotFound
 	}
+	var writer string // the token an executor's write names
+	switch c := cmd.(type) {
+	case aggregate.RecordResult:
+		writer = c.DeliveryID
+	case aggregate.ReportEffects:
+		writer = c.DeliveryID
+	case aggregate.LoseClaim:
+		writer = c.DeliveryID
+	}
+	if writer != "" && slices.Contains(m.lost, writer) {
+		return nil, aggregate.ErrClaimLost
+	}
 	switch c := cmd.(type) {
 	case aggregate.AppendMail:
 		switch {
@@ -144,10 +160,10 @@ func (m model) decide(cmd aggregate.Command, now time.Time) (events.Payload, err
 			return nil, aggregate.ErrNotClaimable
 		case c.DeliveryID != m.token:
 			return nil, aggregate.ErrTokenMismatch
-		case !modelID.MatchString(c.ExecutorID):
+		case !modelID.MatchString(c.ExecutorID), c.HeartbeatSeconds < 0 || c.HeartbeatSeconds > 3600:
 			return nil, aggregate.ErrInvalid
 		}
-		return events.Claimed{DeliveryID: c.DeliveryID, ExecutorID: c.ExecutorID, Deadline: now.Add(m.timeout)}, nil
+		return events.Claimed{DeliveryID: c.DeliveryID, ExecutorID: c.ExecutorID, Deadline: now.Add(m.timeout), HeartbeatSeconds: c.HeartbeatSeconds}, nil
 	}
 	if mTerminal(m.status) {
 		return nil, aggregate.ErrTerminal
@@ -230,6 +246,22 @@ func (m model) decide(cmd aggregate.Command, now time.Time) (events.Payload, err
 			return nil, aggregate.ErrInvalid
 		}
 		return events.Canceled{Reason: c.Reason}, nil
+	case aggregate.LoseClaim:
+		switch {
+		case m.status != mRunning || c.DeliveryID != m.token:
+			return nil, aggregate.ErrTokenMismatch
+		case len(c.Note) > 1<<10:
+			return nil, aggregate.ErrInvalid
+		case c.Reason == events.ClaimLostHeartbeat && (m.heartbeat == 0 || now.Before(m.started.Add(time.Duration(m.heartbeat)*time.Second))):
+			return nil, aggregate.ErrStale
+		case c.Reason == events.ClaimLostHeartbeat && c.Note != "", c.Reason != events.ClaimLostHeartbeat && c.Reason != events.ClaimLostReleased:
+			return nil, aggregate.ErrInvalid
+		}
+		ev := events.ClaimLost{DeliveryID: c.DeliveryID, ExecutorID: m.executor, Reason: c.Reason, Note: c.Note}
+		if c.Reason == events.ClaimLostReleased && m.released < 100 || m.charged() < m.maxAttempts() {
+			ev.Attempt = m.run + 1
+		}
+		return ev, nil
 	case aggregate.TimeOut:
 		if m.status != mRunning || now.Before(m.deadline) {
 			return nil, aggregate.ErrStale
@@ -244,7 +276,18 @@ func (m model) decide(cmd aggregate.Command, now time.Time) (events.Payload, err
 
 // retries reports whether an attempt ended by cause is tried again.
 func (m model) retries(cause string) bool {
-	return m.retry != nil && m.run < m.retry.MaxAttempts && slices.Contains(m.retry.On, cause)
+	return m.retry != nil && m.charged() < m.retry.MaxAttempts && slices.Contains(m.retry.On, cause)
+}
+
+// charged is the attempt as the retry policy counts it: the first 100
+// releases are free.
+func (m model) charged() int { return m.run - min(m.released, 100) }
+
+func (m model) maxAttempts() int {
+	if m.retry == nil {
+		return 1
+	}
+	return m.retry.MaxAttempts
 }
 
 // nextAt is API.md's backoff: backoffSeconds·2^(attempt−1), at most
@@ -406,7 +449,20 @@ func (m model) apply(ev events.Event) model {
 	case events.ReadyRepublished:
 		m.readySeq = p.ReadySeq
 	case events.Claimed:
-		m.status, m.consumed, m.deadline, m.executor = mRunning, true, p.Deadline, p.ExecutorID
+		m.status, m.consumed, m.deadline = mRunning, true, p.Deadline
+		m.heartbeat, m.started, m.executor = p.HeartbeatSeconds, ev.At, p.ExecutorID
+	case events.ClaimLost:
+		m.lost = append(slices.Clip(m.lost), p.DeliveryID)
+		if p.Attempt == 0 {
+			m.status = mTimedOut
+			break
+		}
+		if p.Reason == events.ClaimLostReleased {
+			m.released++
+		}
+		m.status, m.runAt, m.run = mScheduled, ev.At, p.Attempt
+		m.usedTokens = append(slices.Clip(m.usedTokens), m.token)
+		m.token, m.attempt, m.published, m.readySeq, m.consumed, m.deadline = "", 0, false, 0, false, time.Time{}
 	case events.EffectsReported:
 		m.effects = mergeEffects(m.effects, p.Effects, ev.At)
 	case events.CheckFailed:
@@ -496,6 +552,8 @@ func (h *harness) exec(t *rapid.T, cmd aggregate.Command) {
 		case events.RetryScheduled:
 			h.retries = append(h.retries, e)
 			h.steps[name+" retry"]++
+		case events.ClaimLost:
+			h.steps[name+" "+p.Reason]++
 		case events.DeliveryPending:
 			if n := len(h.retries); n > 0 && e.At.Before(h.retries[n-1].Data.(events.RetryScheduled).NextAt) {
 				t.Fatalf("attempt released at %v, before its nextAt", e.At)
@@ -527,7 +585,7 @@ func (h *harness) check(t *rapid.T) {
 	if s.Delivery.ReadySeq != h.m.readySeq {
 		t.Fatalf("ready seq %d, model %d", s.Delivery.ReadySeq, h.m.readySeq)
 	}
-	if s.Attempt() != h.m.run && s.Exists() && !s.Rejected || s.Attempt() > s.MaxAttempts() || len(s.Attempts()) > s.MaxAttempts() {
+	if s.Attempt() != h.m.run && s.Exists() && !s.Rejected || s.Charged() > s.MaxAttempts() || len(s.Attempts()) > s.MaxAttempts()+h.m.released {
 		t.Fatalf("attempt %d of %d (%d listed), model attempt %d", s.Attempt(), s.MaxAttempts(), len(s.Attempts()), h.m.run)
 	}
 	if n := len(h.retries); n > 0 {
@@ -745,6 +803,7 @@ func TestModel(t *testing.T) {
 		aggregate.RepublishReady{}, aggregate.RetryDelivery{}, aggregate.ExhaustDelivery{}, aggregate.Claim{}, aggregate.RecordResult{},
 		aggregate.Cancel{}, aggregate.TimeOut{}, aggregate.AppendMail{}, aggregate.ReadMail{}, aggregate.ReportEffects{},
 		aggregate.RecordCheckFailed{},
+		aggregate.LoseClaim{},
 	}
 	neverAccepted := func() []string {
 		var never []string
@@ -776,6 +835,7 @@ var defaultWeights = map[string]int{
 	"Schedule": 1, "ReleaseDue": 4, "MarkReadyPublished": 3, "RepublishReady": 2, "RetryDelivery": 2, "ExhaustDelivery": 1,
 	"Claim": 4, "RecordResult": 2, "ReportEffects": 4, "Cancel": 1, "TimeOut": 3, "AppendMail": 3, "ReadMail": 3,
 	"RecordCheckFailed": 2,
+	"LoseClaim": 2,
 }
 
 // TestModelRetries runs the model on tasks with a valid retry policy,
@@ -788,6 +848,7 @@ func TestModelRetries(t *testing.T) {
 	total := map[string]int{}
 	weights := map[string]int{
 		"ReleaseDue": 4, "MarkReadyPublished": 1, "Claim": 4, "RecordResult": 3, "ReportEffects": 1, "TimeOut": 2, "Cancel": 1, "ReadMail": 1,
+		"LoseClaim": 1,
 	}
 	retry := func(t *rapid.T) *events.RetryPolicy {
 		return &events.RetryPolicy{
@@ -797,12 +858,16 @@ func TestModelRetries(t *testing.T) {
 			On:                rapid.SampledFrom([][]string{{"failed", "timed_out"}, {"failed"}, {"timed_out"}}).Draw(t, "on"),
 		}
 	}
-	for run := range 3 {
+	want := []string{"aggregate.RecordResult retry", "aggregate.TimeOut retry", "aggregate.LoseClaim heartbeat", "aggregate.LoseClaim released"}
+	missing := func() bool { return slices.ContainsFunc(want, func(name string) bool { return total[name] == 0 }) }
+	// Three runs, more (up to 20) while an outcome is still missing: a
+	// rare one can miss three runs by chance.
+	for run := 0; run < 3 || (run < 20 && missing()); run++ {
 		t.Run(fmt.Sprintf("Run%d", run), func(t *testing.T) { rapid.Check(t, modelProperty(total, weights, retry)) })
 	}
-	for _, name := range []string{"aggregate.RecordResult retry", "aggregate.TimeOut retry"} {
+	for _, name := range want {
 		if total[name] == 0 {
-			t.Errorf("%s never happened; outcomes: %v", name, total)
+			t.Errorf("%s never happened in 20 runs; outcomes: %v", name, total)
 		}
 	}
 }
@@ -851,7 +916,8 @@ func modelProperty(total map[string]int, weights map[string]int, retry func(*rap
 				if rapid.Bool().Draw(t, "otherToken") {
 					id = token()
 				}
-				h.exec(t, aggregate.Claim{DeliveryID: id, ExecutorID: rapid.SampledFrom(executorPool).Draw(t, "executorID")})
+				hb := rapid.SampledFrom([]int{0, 5, 1, 3600, -1, 3601}).Draw(t, "heartbeatSeconds")
+				h.exec(t, aggregate.Claim{DeliveryID: id, ExecutorID: rapid.SampledFrom(executorPool).Draw(t, "executorID"), HeartbeatSeconds: hb})
 			},
 			"RecordResult": func(t *rapid.T) {
 				id := h.m.token // mostly the running claim's, sometimes another or none
@@ -868,6 +934,20 @@ func modelProperty(total map[string]int, weights map[string]int, retry func(*rap
 				h.exec(t, aggregate.Cancel{Reason: strings.Repeat("c", rapid.SampledFrom([]int{5, 0, 1 << 10, 1<<10 + 1}).Draw(t, "reasonLen"))})
 			},
 			"TimeOut": func(t *rapid.T) { h.exec(t, aggregate.TimeOut{}) },
+			"LoseClaim": func(t *rapid.T) {
+				id := h.m.token // mostly the running claim's, sometimes a lost one or another
+				switch rapid.IntRange(0, 5).Draw(t, "loseToken") {
+				case 4:
+					id = token()
+				case 5:
+					if len(h.m.lost) > 0 {
+						id = h.m.lost[0]
+					}
+				}
+				reason := rapid.SampledFrom([]string{events.ClaimLostHeartbeat, events.ClaimLostReleased, "crashed"}).Draw(t, "loseReason")
+				note := rapid.SampledFrom([]string{"", "", "shutting down", strings.Repeat("n", 1<<10+1)}).Draw(t, "loseNote")
+				h.exec(t, aggregate.LoseClaim{DeliveryID: id, Reason: reason, Note: note})
+			},
 			"AppendMail": func(t *rapid.T) {
 				m := events.Message{ID: rapid.SampledFrom(mailPool).Draw(t, "messageID"), Content: []events.ContentPart{{Type: "text", Text: "more"}}}
 				if rapid.Bool().Draw(t, "createdAt") {

@@ -47,10 +47,12 @@ type Delivery struct {
 	ReadySeq  uint64    // the notification's ready stream sequence; 0 if unknown
 }
 
-// Owner records who consumed the delivery token.
+// Owner records who consumed the delivery token, and the claim's
+// heartbeat interval (Claimed): 0 for a claim without heartbeats.
 type Owner struct {
-	DeliveryID string
-	ExecutorID string
+	DeliveryID       string
+	ExecutorID       string
+	HeartbeatSeconds int `msgpack:",omitempty"`
 }
 
 // State is a task as its events describe it. The zero State is a task that
@@ -111,6 +113,66 @@ type Attempt struct {
 
 // Attempt is the number of the task's current (or last) attempt, from 1.
 func (s State) Attempt() int { return len(s.Retries) + 1 }
+
+// The outcomes of an attempt that ended in a ClaimLost.
+const (
+	OutcomeClaimLost = "claim_lost" // its executor missed a heartbeat
+	OutcomeReleased  = "released"   // its executor handed the claim back
+)
+
+// ReasonHeartbeat is the Reason of a task that timed out because its last
+// attempt's executor missed a heartbeat and no attempt was left.
+const ReasonHeartbeat = "heartbeat missed"
+
+// Charged is the number of the current attempt as the retry policy counts
+// it: released claims (up to events.MaxFreeReleases of them) are not
+// charged, so a graceful hand-over never uses up the policy.
+func (s State) Charged() int {
+	released := 0
+	for _, a := range s.Retries {
+		if a.Outcome == OutcomeReleased {
+			released++
+		}
+	}
+	return s.Attempt() - min(released, events.MaxFreeReleases)
+}
+
+// HeartbeatDue is when the running claim's heartbeat is due as the log
+// knows it: one interval after the claim (renewals are not in the log).
+// Zero for a claim without heartbeats or a task not running.
+func (s State) HeartbeatDue() time.Time {
+	if s.Status != StatusRunning || s.Claim.HeartbeatSeconds <= 0 {
+		return time.Time{}
+	}
+	return s.StartedAt.Add(time.Duration(s.Claim.HeartbeatSeconds) * time.Second)
+}
+
+// ExpiresAt is when the running claim ends unless renewed: its heartbeat
+// due time (HeartbeatDue) if it has one before the running deadline, else
+// the deadline. Zero for a task not running.
+func (s State) ExpiresAt() time.Time {
+	if s.Status != StatusRunning {
+		return time.Time{}
+	}
+	if hb := s.HeartbeatDue(); !hb.IsZero() && hb.Before(s.Deadline) {
+		return hb
+	}
+	return s.Deadline
+}
+
+// LostClaim reports whether deliveryID is the token of a claim that
+// ended in a ClaimLost: its executor's late writes get ErrClaimLost.
+func (s State) LostClaim(deliveryID string) bool {
+	if deliveryID == "" {
+		return false
+	}
+	if s.Status == StatusTimedOut && s.Reason == ReasonHeartbeat && s.Claim.DeliveryID == deliveryID {
+		return true
+	}
+	return slices.ContainsFunc(s.Retries, func(a Attempt) bool {
+		return a.DeliveryID == deliveryID && (a.Outcome == OutcomeClaimLost || a.Outcome == OutcomeReleased)
+	})
+}
 
 // MaxAttempts is how many attempts the task's retry policy allows, 1
 // without one.
@@ -243,7 +305,23 @@ func Apply(s State, ev events.Event) State {
 	case events.Claimed:
 		if s.Status == StatusScheduled || s.Status == StatusQueued {
 			s.Status, s.StartedAt, s.Deadline = StatusRunning, ev.At, p.Deadline
-			s.Claim = Owner{DeliveryID: p.DeliveryID, ExecutorID: p.ExecutorID}
+			s.Claim = Owner{DeliveryID: p.DeliveryID, ExecutorID: p.ExecutorID, HeartbeatSeconds: p.HeartbeatSeconds}
+		}
+	case events.ClaimLost:
+		switch {
+		case s.Status != StatusRunning || p.DeliveryID != s.Claim.DeliveryID:
+		case p.Attempt == 0:
+			s = finish(s, StatusTimedOut, ev.At, ReasonHeartbeat)
+		default:
+			outcome := OutcomeClaimLost
+			if p.Reason == events.ClaimLostReleased {
+				outcome = OutcomeReleased
+			}
+			a := s.current(ev.At, outcome, nil)
+			a.Error, a.NextAt = p.Note, ev.At
+			s.Retries = append(slices.Clip(s.Retries), a)
+			s.Status, s.Delivery, s.Claim = StatusScheduled, Delivery{}, Owner{}
+			s.StartedAt, s.Deadline = time.Time{}, time.Time{}
 		}
 	case events.EffectsReported:
 		if s.Status == StatusRunning && p.DeliveryID == s.Claim.DeliveryID {

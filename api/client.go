@@ -178,25 +178,47 @@ func (c *Client) RetryTask(ctx context.Context, id string, r RetryTaskRequest) (
 	return t, code == http.StatusCreated, err
 }
 
-// Claim consumes deliveryID for executorID.
-func (c *Client) Claim(ctx context.Context, id, deliveryID, executorID string) (t Task, err error) {
-	_, err = c.do(ctx, http.MethodPost, taskPath(id, "/claim"), ClaimRequest{DeliveryID: deliveryID, ExecutorID: executorID}, &t)
+// Claim consumes deliveryID for executorID, with heartbeats if opts say
+// so (WithHeartbeat).
+func (c *Client) Claim(ctx context.Context, id, deliveryID, executorID string, opts ...ClaimOption) (t Task, err error) {
+	req := ClaimRequest{DeliveryID: deliveryID, ExecutorID: executorID, HeartbeatSeconds: Claiming(opts).HeartbeatSeconds}
+	_, err = c.do(ctx, http.MethodPost, taskPath(id, "/claim"), req, &t)
 	return t, err
 }
 
 // ClaimNext long-polls queue for up to wait; ok is false when nothing was
-// ready in time.
-func (c *Client) ClaimNext(ctx context.Context, queue, executorID string, wait time.Duration) (t Task, ok bool, err error) {
-	code, err := c.do(ctx, http.MethodPost, "/v1/claims/next", ClaimNextRequest{Queue: queue, ExecutorID: executorID, WaitSeconds: wait.Seconds()}, &t)
+// ready in time. opts may give the claim heartbeats (WithHeartbeat).
+func (c *Client) ClaimNext(ctx context.Context, queue, executorID string, wait time.Duration, opts ...ClaimOption) (t Task, ok bool, err error) {
+	req := ClaimNextRequest{Queue: queue, ExecutorID: executorID, WaitSeconds: wait.Seconds(), HeartbeatSeconds: Claiming(opts).HeartbeatSeconds}
+	code, err := c.do(ctx, http.MethodPost, "/v1/claims/next", req, &t)
 	return t, code == http.StatusOK, err
+}
+
+// Heartbeat renews the heartbeat of task id's claim under deliveryID
+// (POST /v1/tasks/{id}/heartbeat); the answer says until when it is
+// held. ErrClaimLost: the claim was lost (a missed heartbeat) or
+// released, and another executor may hold the task: stop working on it.
+func (c *Client) Heartbeat(ctx context.Context, id, deliveryID string) (r Renewal, err error) {
+	_, err = c.do(ctx, http.MethodPost, taskPath(id, "/heartbeat"), HeartbeatRequest{DeliveryID: deliveryID}, &r)
+	return r, err
+}
+
+// Release hands task id's claim under deliveryID back at once (POST
+// /v1/tasks/{id}/release), reason saying why (at most 1 KiB): the task is
+// claimable again, by any executor, and the attempt is not charged
+// against its retry policy. For a graceful shutdown.
+func (c *Client) Release(ctx context.Context, id, deliveryID, reason string) (t Task, err error) {
+	_, err = c.do(ctx, http.MethodPost, taskPath(id, "/release"), ReleaseRequest{DeliveryID: deliveryID, Reason: reason}, &t)
+	return t, err
 }
 
 // ClaimBatch long-polls queue for up to wait and claims up to max (1 to
 // MaxBatchItems) of the tasks ready then; none when nothing was ready in
 // time.
-func (c *Client) ClaimBatch(ctx context.Context, queue, executorID string, max int, wait time.Duration) ([]Task, error) {
+func (c *Client) ClaimBatch(ctx context.Context, queue, executorID string, max int, wait time.Duration, opts ...ClaimOption) ([]Task, error) {
 	var out ClaimedTasks
-	_, err := c.do(ctx, http.MethodPost, "/v1/claims", ClaimBatchRequest{Queue: queue, ExecutorID: executorID, Max: max, WaitSeconds: wait.Seconds()}, &out)
+	req := ClaimBatchRequest{Queue: queue, ExecutorID: executorID, Max: max, WaitSeconds: wait.Seconds(), HeartbeatSeconds: Claiming(opts).HeartbeatSeconds}
+	_, err := c.do(ctx, http.MethodPost, "/v1/claims", req, &out)
 	return out.Tasks, err
 }
 

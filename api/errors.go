@@ -51,6 +51,10 @@ var (
 	// ErrTokenMismatch (409): the delivery token is not the current one;
 	// another executor holds the task, or the notification was stale.
 	ErrTokenMismatch = &Error{Status: http.StatusConflict, Code: "conflict", Reason: "token_mismatch", Message: "delivery token mismatch"}
+	// ErrClaimLost (409): the claim under this delivery token ended
+	// without a result, its heartbeat missed or released (ClaimLost);
+	// the task may be held by another executor now. Stop working on it.
+	ErrClaimLost = &Error{Status: http.StatusConflict, Code: "conflict", Reason: "claim_lost", Message: "claim lost"}
 	// ErrNotTerminal (409): a retry of a task that has not finished.
 	ErrNotTerminal = &Error{Status: http.StatusConflict, Code: "conflict", Reason: "not_terminal", Message: "task is not terminal"}
 	// ErrNotClaimable (409): the task is not queued for a claim.

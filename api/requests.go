@@ -106,6 +106,11 @@ type RetryTaskRequest struct {
 type ClaimRequest struct {
 	DeliveryID string `json:"deliveryId"`
 	ExecutorID string `json:"executorId"`
+	// HeartbeatSeconds, if not 0 (events.MinHeartbeatSeconds to
+	// events.MaxHeartbeatSeconds),
+	// is the interval within which the executor renews the claim (POST
+	// /v1/tasks/{id}/heartbeat); a claim not renewed within it is lost.
+	HeartbeatSeconds int `json:"heartbeatSeconds,omitempty"`
 }
 
 // ClaimNextRequest is the body of POST /v1/claims/next.
@@ -113,6 +118,11 @@ type ClaimNextRequest struct {
 	Queue       string  `json:"queue"`
 	ExecutorID  string  `json:"executorId"`
 	WaitSeconds float64 `json:"waitSeconds"`
+	// HeartbeatSeconds, if not 0 (events.MinHeartbeatSeconds to
+	// events.MaxHeartbeatSeconds),
+	// is the interval within which the executor renews the claim (POST
+	// /v1/tasks/{id}/heartbeat); a claim not renewed within it is lost.
+	HeartbeatSeconds int `json:"heartbeatSeconds,omitempty"`
 }
 
 // ResultRequest is the body of POST /v1/tasks/{id}/result.
@@ -147,6 +157,11 @@ type ClaimBatchRequest struct {
 	ExecutorID  string  `json:"executorId"`
 	Max         int     `json:"max,omitempty"`
 	WaitSeconds float64 `json:"waitSeconds"`
+	// HeartbeatSeconds, if not 0 (events.MinHeartbeatSeconds to
+	// events.MaxHeartbeatSeconds),
+	// is the interval within which the executor renews the claim (POST
+	// /v1/tasks/{id}/heartbeat); a claim not renewed within it is lost.
+	HeartbeatSeconds int `json:"heartbeatSeconds,omitempty"`
 }
 
 // ResultItem is one result of POST /v1/results.
@@ -171,4 +186,45 @@ type MailRequest struct {
 // it, or with any other token, the check only peeks.
 type CheckRequest struct {
 	DeliveryID string `json:"deliveryId,omitempty"`
+}
+
+// HeartbeatRequest is the body of POST /v1/tasks/{id}/heartbeat.
+type HeartbeatRequest struct {
+	DeliveryID string `json:"deliveryId"`
+}
+
+// ReleaseRequest is the body of POST /v1/tasks/{id}/release.
+type ReleaseRequest struct {
+	DeliveryID string `json:"deliveryId"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// ClaimOptions are a claim's choices besides its executor, which
+// ClaimOption values set.
+type ClaimOptions struct {
+	// HeartbeatSeconds: see ClaimNextRequest.
+	HeartbeatSeconds int
+}
+
+// ClaimOption is a per-call choice of a claim (Client.Claim, ClaimNext,
+// ClaimBatch).
+type ClaimOption func(*ClaimOptions)
+
+// WithHeartbeat makes a claim with heartbeats: the executor promises to
+// renew it (Client.Heartbeat) within every seconds
+// (events.MinHeartbeatSeconds to events.MaxHeartbeatSeconds; 0: none,
+// the claim is held until its deadline).
+func WithHeartbeat(seconds int) ClaimOption {
+	return func(o *ClaimOptions) { o.HeartbeatSeconds = seconds }
+}
+
+// Claiming returns the options opts choose.
+func Claiming(opts []ClaimOption) ClaimOptions {
+	var o ClaimOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	return o
 }

@@ -43,6 +43,10 @@ const (
 	ItemToolCall    = "tool_call"    // a tool dispatched (Tool set, status pending)
 	ItemToolResult  = "tool_result"  // a tool settled (Tool set, its final status)
 	ItemNote        = "note"         // anything else the executor wants kept
+	// ItemHandover: a claim took the Run over from an earlier one (a lost
+	// or released claim, or a retry), under id "handover-<deliveryId>" of
+	// the new claim; its content names both executors and claims.
+	ItemHandover = "handover"
 )
 
 // TranscriptItem is one item of a Run's transcript.
@@ -123,6 +127,7 @@ func (c *Client) GetRun(ctx context.Context, id string) (d RunDocument, err erro
 
 // SaveRun replaces a task's Run document when s.Revision is the stored
 // one and s.DeliveryID the current claim's; ErrStaleRevision,
+// ErrClaimLost (the claim under s.DeliveryID was lost or released),
 // ErrTokenMismatch or ErrTerminal otherwise, and nothing changes.
 func (c *Client) SaveRun(ctx context.Context, id string, s RunSave) (d RunDocument, err error) {
 	_, err = c.do(ctx, http.MethodPut, taskPath(id, "/run"), s, &d)

@@ -107,10 +107,19 @@ type Delivery struct {
 	Attempt int    `json:"attempt"`
 }
 
-// Claim says who consumed which delivery token.
+// Claim says who consumed which delivery token, and the claim's
+// heartbeat interval (0 or left out: none).
 type Claim struct {
-	DeliveryID string `json:"deliveryId"`
-	ExecutorID string `json:"executorId"`
+	DeliveryID       string `json:"deliveryId"`
+	ExecutorID       string `json:"executorId"`
+	HeartbeatSeconds int    `json:"heartbeatSeconds,omitempty"`
+}
+
+// Renewal is the answer of POST /v1/tasks/{id}/heartbeat: the claim is
+// held until ExpiresAt unless renewed again, never after Deadline.
+type Renewal struct {
+	ExpiresAt time.Time `json:"expiresAt"`
+	Deadline  time.Time `json:"deadline"`
 }
 
 // Mailbox counts a task's messages and the scheduler's read cursor.

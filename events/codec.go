@@ -300,6 +300,7 @@ var decoders = map[Type]func(*msgpack.Decoder) (Payload, error){
 	TypeSlotAcquired:           decodeAs[SlotAcquired],
 	TypeSlotReleased:           decodeAs[SlotReleased],
 	TypeRetryScheduled:         decodeAs[RetryScheduled],
+	TypeClaimLost:              decodeAs[ClaimLost],
 	// The schedule events.
 	TypeScheduleCreated: decodeAs[ScheduleCreated],
 	TypeScheduleUpdated: decodeAs[ScheduleUpdated],

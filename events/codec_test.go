@@ -55,7 +55,8 @@ func samplePayloads() []Payload {
 		DeliveryExhausted{DeliveryID: "dlv-1", Attempts: 5, Reason: "publish failed"},
 		ReadyPublished{DeliveryID: "dlv-1", ReadySeq: 7},
 		ReadyRepublished{DeliveryID: "dlv-1", LostSeq: 7, ReadySeq: 42},
-		Claimed{DeliveryID: "dlv-1", ExecutorID: "exec-7", Deadline: base.Add(15 * time.Minute)},
+		Claimed{DeliveryID: "dlv-1", ExecutorID: "exec-7", Deadline: base.Add(15 * time.Minute), HeartbeatSeconds: 30},
+		ClaimLost{DeliveryID: "dlv-1", ExecutorID: "exec-7", Reason: ClaimLostReleased, Note: "shutting down", Attempt: 2},
 		TimedOut{Deadline: base.Add(15 * time.Minute)},
 		ResultRecorded{DeliveryID: "dlv-1", Result: Result{
 			Success: true,
@@ -84,7 +85,7 @@ func samplePayloads() []Payload {
 // allTypes lists every v1 type; samplePayloads must cover each.
 var allTypes = []Type{
 	TypeTaskScheduled, TypeAdmissionRejected, TypeDeliveryPending, TypeDeliveryRetryScheduled,
-	TypeDeliveryExhausted, TypeReadyPublished, TypeReadyRepublished, TypeClaimed, TypeTimedOut,
+	TypeDeliveryExhausted, TypeReadyPublished, TypeReadyRepublished, TypeClaimed, TypeClaimLost, TypeTimedOut,
 	TypeResultRecorded, TypeCanceled, TypeMailboxAppended, TypeMailboxRead, TypeEffectsReported,
 	TypeCheckFailed,
 }

@@ -90,8 +90,16 @@
 //     unknown), readySeq; meaning: the queued task's notification, last at
 //     lostSeq, was gone from the ready stream and was published again, same
 //     token, at readySeq
-//   - Claimed — payload (JSON names): deliveryId, executorId, deadline;
-//     meaning: an executor consumed the token and owns the run until deadline
+//   - Claimed — payload (JSON names): deliveryId, executorId, deadline,
+//     heartbeatSeconds (optional: absent for a claim without heartbeats);
+//     meaning: an executor consumed the token and owns the run until deadline,
+//     renewing it within every heartbeatSeconds if set
+//   - ClaimLost — payload (JSON names): deliveryId, executorId, reason
+//     (heartbeat or released), note (optional: the releaser's reason), attempt
+//     (the next one; absent: none was left); meaning: the claim ended without
+//     a result: its executor missed a heartbeat or handed it back. With
+//     attempt the task is scheduled again, due at once (a new token follows);
+//     without, it timed out
 //   - TimedOut — payload (JSON names): deadline; meaning: the running deadline
 //     passed without a result
 //   - ResultRecorded — payload (JSON names): deliveryId (optional), result:

@@ -28,6 +28,7 @@ const (
 	TypeMailboxRead            Type = "MailboxRead"
 	TypeEffectsReported        Type = "EffectsReported"
 	TypeCheckFailed            Type = "CheckFailed"
+	TypeClaimLost              Type = "ClaimLost"
 
 	// The events of a concurrency key (KeyEvent): on the key's own
 	// subject, <root>.conc.<customerId>.<keyId>, never a task's.
@@ -267,11 +268,16 @@ type ReadyRepublished struct {
 }
 
 // Claimed records that an executor consumed the delivery token and owns the run
-// until Deadline.
+// until Deadline. HeartbeatSeconds, if not 0, is the interval the executor
+// promised to renew the claim within (POST /v1/tasks/{id}/heartbeat); a
+// claim not renewed within it is lost (ClaimLost). 0 (left out of the
+// stored bytes, as in every event written before it existed) is a claim
+// without heartbeats, held until Deadline.
 type Claimed struct {
-	DeliveryID string    `json:"deliveryId"`
-	ExecutorID string    `json:"executorId"`
-	Deadline   time.Time `json:"deadline"`
+	DeliveryID       string    `json:"deliveryId"`
+	ExecutorID       string    `json:"executorId"`
+	Deadline         time.Time `json:"deadline"`
+	HeartbeatSeconds int       `json:"heartbeatSeconds,omitempty"`
 }
 
 // TimedOut records that the running deadline passed without a result.
@@ -335,6 +341,29 @@ type RetryScheduled struct {
 	Deadline   time.Time `json:"deadline,omitzero" msgpack:"deadline,omitempty"`
 }
 
+// The reasons of a ClaimLost.
+const (
+	// ClaimLostHeartbeat: the executor missed its heartbeat.
+	ClaimLostHeartbeat = "heartbeat"
+	// ClaimLostReleased: the executor handed the claim back (POST
+	// /v1/tasks/{id}/release), for instance when shutting down.
+	ClaimLostReleased = "released"
+)
+
+// ClaimLost records that the claim under DeliveryID, of ExecutorID,
+// ended without a result, for Reason (ClaimLostHeartbeat or
+// ClaimLostReleased; Note is the releaser's words). With Attempt set the
+// task is scheduled again for that attempt, due at once: the next release
+// gives it a new delivery token, as after a RetryScheduled. Attempt 0
+// says no attempt was left: the task timed out.
+type ClaimLost struct {
+	DeliveryID string `json:"deliveryId"`
+	ExecutorID string `json:"executorId"`
+	Reason     string `json:"reason"`
+	Note       string `json:"note,omitempty"`
+	Attempt    int    `json:"attempt,omitempty"`
+}
+
 // MailboxAppended records that a follow-up message was added at 1-based Index.
 type MailboxAppended struct {
 	Index   int     `json:"index"`
@@ -363,6 +392,7 @@ func (EffectsReported) EventType() Type        { return TypeEffectsReported }
 func (SlotAcquired) EventType() Type           { return TypeSlotAcquired }
 func (SlotReleased) EventType() Type           { return TypeSlotReleased }
 func (RetryScheduled) EventType() Type         { return TypeRetryScheduled }
+func (ClaimLost) EventType() Type              { return TypeClaimLost }
 
 // CheckFailed records that stop checks of the task failed (they answered
 // check_failed, fail-open) from Since on, Failures of them, the last with

@@ -39,6 +39,12 @@ const (
 	MinConcurrencyLimit = 1
 	MaxConcurrencyLimit = 1000
 
+	// A claim's heartbeat interval (heartbeatSeconds; 0 is none) and the
+	// releases of one task that do not count against its retry policy.
+	MinHeartbeatSeconds = 1
+	MaxHeartbeatSeconds = 3600
+	MaxFreeReleases     = 100
+
 	MaxLabels          = 16  // label pairs of one task
 	MaxLabelKeyBytes   = 63  // a label key: [a-z0-9][a-z0-9_./-]{0,62}
 	MaxLabelValueBytes = 256 // a label value: valid UTF-8, may be empty

@@ -63,6 +63,11 @@ func (s Subjects) Key(customerID, keyID string) string {
 // Keys matches the events of every concurrency key.
 func (s Subjects) Keys() string { return s.Root + ".conc.>" }
 
+// Heartbeats is where a scheduler process announces each claim heartbeat
+// it renewed (core NATS, stored by no stream), so that every process's
+// projections renew it too: the body is "<taskId> <deliveryId>".
+func (s Subjects) Heartbeats() string { return s.Root + ".hb" }
+
 // Ready is where ready notifications for queue are published.
 func (s Subjects) Ready(queue string) string { return s.Root + ".ready." + queue }
 

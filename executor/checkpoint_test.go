@@ -112,14 +112,14 @@ func (f *wkFlakyAPI) Get(ctx context.Context, id string) (api.Task, error) {
 	return f.Client.Get(ctx, id)
 }
 
-func (f *wkFlakyAPI) ClaimNext(ctx context.Context, queue, executorID string, wait time.Duration) (api.Task, bool, error) {
+func (f *wkFlakyAPI) ClaimNext(ctx context.Context, queue, executorID string, wait time.Duration, opts ...api.ClaimOption) (api.Task, bool, error) {
 	f.once.Do(func() { close(f.polling) })
-	return f.Client.ClaimNext(ctx, queue, executorID, wait)
+	return f.Client.ClaimNext(ctx, queue, executorID, wait, opts...)
 }
 
-func (f *wkFlakyAPI) ClaimBatch(ctx context.Context, queue, executorID string, max int, wait time.Duration) ([]api.Task, error) {
+func (f *wkFlakyAPI) ClaimBatch(ctx context.Context, queue, executorID string, max int, wait time.Duration, opts ...api.ClaimOption) ([]api.Task, error) {
 	f.once.Do(func() { close(f.polling) })
-	return f.Client.ClaimBatch(ctx, queue, executorID, max, wait)
+	return f.Client.ClaimBatch(ctx, queue, executorID, max, wait, opts...)
 }
 
 // TestWorkerResumeWhileSchedulerUnreachable restarts an executor while

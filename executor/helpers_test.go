@@ -56,11 +56,14 @@ func (e *wkEnv) kv(t *testing.T, suffix string) *executor.KVCheckpoints {
 	return cps
 }
 
-// httpCfg configures a worker that long-polls POST /v1/claims/next.
+// httpCfg configures a worker that long-polls POST /v1/claims/next. Its
+// stop stands for a crash: it keeps its claims (KeepClaimsOnShutdown),
+// for a restarted worker with the same id to resume.
 func (e *wkEnv) httpCfg(queue, executorID string) executor.WorkerConfig {
 	return executor.WorkerConfig{
 		API: e.client, Queue: queue, ExecutorID: executorID,
 		CheckInterval: 50 * time.Millisecond, PollWait: 200 * time.Millisecond, Logger: e.log,
+		KeepClaimsOnShutdown: true,
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -35,6 +36,10 @@ const (
 	killQueue    = "TASKLEDGER_TEST_QUEUE"
 	killCalls    = "TASKLEDGER_TEST_CALLS" // file the child appends a line to per call
 	killExecutor = "exec-kill"
+	// The child's executor id (default killExecutor) and heartbeat
+	// interval in seconds (default the worker's).
+	killExecutorEnv  = "TASKLEDGER_TEST_EXECUTOR"
+	killHeartbeatEnv = "TASKLEDGER_TEST_HEARTBEAT"
 )
 
 // killChild is the child's main: a worker on the queue whose handler
@@ -89,9 +94,14 @@ func killChild() int {
 		})
 		return "fixed", err
 	}
+	executorID := killExecutor
+	if id := os.Getenv(killExecutorEnv); id != "" {
+		executorID = id
+	}
+	heartbeat, _ := strconv.Atoi(os.Getenv(killHeartbeatEnv))
 	w, err := executor.NewWorker(executor.WorkerConfig{
-		API: api.NewClient(os.Getenv(killServer), ""), Queue: os.Getenv(killQueue), ExecutorID: killExecutor,
-		CheckInterval: 50 * time.Millisecond, PollWait: 200 * time.Millisecond,
+		API: api.NewClient(os.Getenv(killServer), ""), Queue: os.Getenv(killQueue), ExecutorID: executorID,
+		CheckInterval: 50 * time.Millisecond, PollWait: 200 * time.Millisecond, HeartbeatSeconds: heartbeat,
 		Logger: zerolog.New(os.Stderr).Level(zerolog.WarnLevel),
 	}, handler)
 	if err != nil {
@@ -112,11 +122,13 @@ type killProc struct {
 	stderr *testlog.Buffer
 }
 
-// startKillChild starts a child executor that stops at point ("-": none).
-func (e *wkEnv) startKillChild(t *testing.T, queue, point, calls string) *killProc {
+// startKillChild starts a child executor that stops at point ("-": none);
+// env adds to its environment (killExecutorEnv, killHeartbeatEnv).
+func (e *wkEnv) startKillChild(t *testing.T, queue, point, calls string, env ...string) *killProc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), killChildEnv+"="+point, killServer+"="+e.client.BaseURL, killQueue+"="+queue, killCalls+"="+calls)
+	cmd.Env = append(cmd.Env, env...)
 	p := &killProc{cmd: cmd, at: make(chan string, 1), stderr: &testlog.Buffer{}}
 	cmd.Stderr = p.stderr
 	out, err := cmd.StdoutPipe()

@@ -111,13 +111,17 @@ func (r *Run) Update(ctx context.Context, fn func(cp *Checkpoint)) error {
 func (r *Run) save(ctx context.Context) error {
 	r.saveMu.Lock()
 	defer r.saveMu.Unlock()
-	if r.StopReason() == ReasonSuperseded {
+	if reason := r.StopReason(); reason == ReasonSuperseded || reason == ReasonClaimLost {
 		return ErrStopped
 	}
 	cp := r.Checkpoint()
 	err := r.w.cfg.Checkpoints.Save(ctx, cp)
 	if errors.Is(err, ErrSuperseded) {
-		r.stop(ReasonSuperseded)
+		reason := ReasonSuperseded
+		if errors.Is(err, api.ErrClaimLost) {
+			reason = ReasonClaimLost
+		}
+		r.stop(reason)
 		return fmt.Errorf("%w: %w", ErrStopped, err)
 	}
 	if err != nil {
@@ -230,6 +234,10 @@ func (r *Run) Check(ctx context.Context) error {
 		return ErrStopped
 	}
 	res, err := r.w.cfg.API.Check(ctx, r.Task.ID, r.Task.Claim.DeliveryID)
+	if errors.Is(err, api.ErrClaimLost) {
+		r.stop(ReasonClaimLost)
+		return ErrStopped
+	}
 	r.checked(CheckOutcome{At: time.Now().UTC(), Reason: res.Reason, Err: err})
 	if err != nil {
 		return nil

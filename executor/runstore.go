@@ -39,8 +39,9 @@ var _ RunAPI = (*api.Client)(nil)
 // it with the next save. A save the scheduler refuses as stale (the
 // answer to an earlier save was lost, or an earlier process of this
 // executor saved) is read again and, when the stored document is still
-// this claim's, retried on its revision; a refused claim (token_mismatch,
-// terminal, not found) or a document of another claim is ErrSuperseded.
+// this claim's, retried on its revision; a refused claim (claim_lost,
+// token_mismatch, terminal, not found) or a document of another claim is
+// ErrSuperseded (wrapping api.ErrClaimLost for a lost claim).
 // A Run with nothing in it is not written (List finds its task by the
 // claim), and a Done save writes nothing: the scheduler keeps the last
 // document for audit.
@@ -90,7 +91,7 @@ func (s *SchedulerRuns) Save(ctx context.Context, cp Checkpoint) error {
 		case err == nil:
 			s.setRev(cp.TaskID, d.Revision)
 			return nil
-		case errors.Is(err, api.ErrTokenMismatch), errors.Is(err, api.ErrTerminal), errors.Is(err, api.ErrNotFound):
+		case errors.Is(err, api.ErrClaimLost), errors.Is(err, api.ErrTokenMismatch), errors.Is(err, api.ErrTerminal), errors.Is(err, api.ErrNotFound):
 			return fmt.Errorf("save run of %s: %w: %w", cp.TaskID, ErrSuperseded, err)
 		case !errors.Is(err, api.ErrStaleRevision):
 			return fmt.Errorf("save run of %s: %w", cp.TaskID, err)

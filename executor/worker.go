@@ -20,9 +20,9 @@ import (
 // API is the scheduler as an executor uses it. The scheduler stays the
 // only writer of the log, so an executor needs no write access to it.
 type API interface {
-	ClaimNext(ctx context.Context, queue, executorID string, wait time.Duration) (api.Task, bool, error)
-	ClaimBatch(ctx context.Context, queue, executorID string, max int, wait time.Duration) ([]api.Task, error)
-	Claim(ctx context.Context, id, deliveryID, executorID string) (api.Task, error)
+	ClaimNext(ctx context.Context, queue, executorID string, wait time.Duration, opts ...api.ClaimOption) (api.Task, bool, error)
+	ClaimBatch(ctx context.Context, queue, executorID string, max int, wait time.Duration, opts ...api.ClaimOption) ([]api.Task, error)
+	Claim(ctx context.Context, id, deliveryID, executorID string, opts ...api.ClaimOption) (api.Task, error)
 	// Check asks whether to stop; with the claim's deliveryID it
 	// consumes the mailbox messages it returns (api.Client.Check).
 	Check(ctx context.Context, id, deliveryID string) (api.Check, error)
@@ -34,6 +34,25 @@ type API interface {
 }
 
 var _ API = (*api.Client)(nil)
+
+// LivenessAPI is the part of the scheduler's API that keeps claims alive
+// and hands them back (POST /v1/tasks/{id}/heartbeat and release).
+// *api.Client implements it; a worker whose API does not claims without
+// heartbeats.
+type LivenessAPI interface {
+	Heartbeat(ctx context.Context, id, deliveryID string) (api.Renewal, error)
+	Release(ctx context.Context, id, deliveryID, reason string) (api.Task, error)
+}
+
+var _ LivenessAPI = (*api.Client)(nil)
+
+// DefaultHeartbeatSeconds is the heartbeat interval of a worker's claims
+// unless WorkerConfig.HeartbeatSeconds says otherwise.
+const DefaultHeartbeatSeconds = 30
+
+// ReasonClaimLost is the StopReason of a run whose claim was lost (a
+// missed heartbeat) or released: another executor may hold the task.
+const ReasonClaimLost = "claim_lost"
 
 // Handler runs one claimed task. It returns a summary for the result; a
 // nil error reports success, any other error failure. It should return
@@ -65,6 +84,22 @@ type WorkerConfig struct {
 	CheckInterval time.Duration
 	PollWait      time.Duration // long poll of claims/next; default 30s
 	Logger        zerolog.Logger
+
+	// HeartbeatSeconds is the heartbeat interval the worker's claims
+	// declare when API implements LivenessAPI (as *api.Client does): the
+	// worker renews each claim every third of it, so a claim is lost
+	// (and its task handed to another executor, which resumes its Run)
+	// about one interval after this process dies. A run whose claim is
+	// lost stops with ReasonClaimLost. Default DefaultHeartbeatSeconds;
+	// -1: claims without heartbeats, held until their deadline.
+	HeartbeatSeconds int
+	// KeepClaimsOnShutdown keeps the claims of the runs in progress when
+	// Run's ctx ends, for a restarted worker with the same ExecutorID to
+	// resume (within a heartbeat interval). By default the worker releases
+	// them (LivenessAPI.Release): their tasks are claimable again at once,
+	// by any executor, which resumes their Runs, and the attempt is not
+	// charged against their retry policy.
+	KeepClaimsOnShutdown bool
 }
 
 // Worker claims tasks from one queue and runs a Handler on each, with
@@ -74,6 +109,8 @@ type Worker struct {
 	handler       Handler
 	kinds         kindHandlers // typed handlers by kind (Handle)
 	checkFailures atomic.Int64
+	live          LivenessAPI // nil: claims without heartbeats
+	claim         []api.ClaimOption
 }
 
 // CheckFailures counts the stop checks of this worker's runs that could
@@ -126,12 +163,24 @@ func NewWorker(cfg WorkerConfig, h Handler) (*Worker, error) {
 	if cfg.PollWait <= 0 {
 		cfg.PollWait = 30 * time.Second
 	}
-	return &Worker{cfg: cfg, handler: h}, nil
+	if cfg.HeartbeatSeconds == 0 {
+		cfg.HeartbeatSeconds = DefaultHeartbeatSeconds
+	}
+	if cfg.HeartbeatSeconds > events.MaxHeartbeatSeconds {
+		return nil, fmt.Errorf("executor: HeartbeatSeconds %d is over %d", cfg.HeartbeatSeconds, events.MaxHeartbeatSeconds)
+	}
+	w := &Worker{cfg: cfg, handler: h}
+	if live, ok := cfg.API.(LivenessAPI); ok && cfg.HeartbeatSeconds > 0 {
+		w.live, w.claim = live, []api.ClaimOption{api.WithHeartbeat(cfg.HeartbeatSeconds)}
+	}
+	return w, nil
 }
 
 // Run resumes the runs this executor's checkpoints hold, then claims and
 // runs tasks until ctx ends. Runs in progress at shutdown are not
-// reported: their checkpoints let a restarted worker resume them.
+// reported: their claims are released for any executor to resume their
+// Runs (unless KeepClaimsOnShutdown: then a restarted worker with the
+// same ExecutorID resumes them from their checkpoints).
 func (w *Worker) Run(ctx context.Context) error {
 	slots := make(chan struct{}, w.cfg.Concurrency)
 	var wg sync.WaitGroup
@@ -240,9 +289,9 @@ func (w *Worker) resume(ctx context.Context, slots chan struct{}, start func(api
 // claim for more.
 func (w *Worker) pollHTTP(ctx context.Context, free int) ([]api.Task, error) {
 	if free > 1 {
-		return w.cfg.API.ClaimBatch(ctx, w.cfg.Queue, w.cfg.ExecutorID, min(free, api.MaxBatchItems), w.cfg.PollWait)
+		return w.cfg.API.ClaimBatch(ctx, w.cfg.Queue, w.cfg.ExecutorID, min(free, api.MaxBatchItems), w.cfg.PollWait, w.claim...)
 	}
-	t, ok, err := w.cfg.API.ClaimNext(ctx, w.cfg.Queue, w.cfg.ExecutorID, w.cfg.PollWait)
+	t, ok, err := w.cfg.API.ClaimNext(ctx, w.cfg.Queue, w.cfg.ExecutorID, w.cfg.PollWait, w.claim...)
 	if !ok {
 		return nil, err
 	}
@@ -263,7 +312,7 @@ func (w *Worker) pollNATS(ctx context.Context, cons jetstream.Consumer) ([]api.T
 			msg.Term()
 			continue
 		}
-		t, err := w.cfg.API.Claim(ctx, n.TaskID, n.DeliveryID, w.cfg.ExecutorID)
+		t, err := w.cfg.API.Claim(ctx, n.TaskID, n.DeliveryID, w.cfg.ExecutorID, w.claim...)
 		switch {
 		case err == nil:
 			msg.Ack()
@@ -306,6 +355,11 @@ func (w *Worker) execute(ctx context.Context, r *Run) {
 	if err := r.save(ctx); err != nil {
 		log.Warn().Str("task", t.ID).Err(err).Msg("checkpoint not saved")
 	}
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		w.heartbeat(runCtx, r)
+	}()
 	checking := make(chan struct{})
 	go func() {
 		defer close(checking)
@@ -324,9 +378,15 @@ func (w *Worker) execute(ctx context.Context, r *Run) {
 	summary, err := w.handle(runCtx, r)
 	cancel()
 	<-checking
+	<-beating
 
 	bg := context.WithoutCancel(ctx)
 	switch {
+	case r.StopReason() == ReasonClaimLost:
+		// Another executor may hold the task and resume the Run: leave
+		// both alone.
+		log.Warn().Str("task", t.ID).Msg("claim lost; run stopped")
+		return
 	case r.stopped():
 		if r.StopReason() == api.ReasonAncestorTerminal {
 			if _, err := w.cfg.API.Cancel(bg, t.ID, "an ancestor task is terminal"); err != nil {
@@ -334,6 +394,15 @@ func (w *Worker) execute(ctx context.Context, r *Run) {
 			}
 		}
 		log.Info().Str("task", t.ID).Str("reason", r.StopReason()).Msg("run stopped")
+	case ctx.Err() != nil && w.live != nil && !w.cfg.KeepClaimsOnShutdown:
+		rctx, rcancel := context.WithTimeout(bg, releaseTimeout)
+		defer rcancel()
+		if _, err := w.live.Release(rctx, t.ID, t.Claim.DeliveryID, "executor "+w.cfg.ExecutorID+" shutting down"); err != nil {
+			log.Warn().Str("task", t.ID).Err(err).Msg("worker shutting down; claim not released (it is lost after its heartbeat interval)")
+		} else {
+			log.Info().Str("task", t.ID).Msg("worker shutting down; claim released for another executor to resume")
+		}
+		return
 	case ctx.Err() != nil:
 		log.Info().Str("task", t.ID).Msg("worker shutting down; run left to resume")
 		return
@@ -373,9 +442,68 @@ func (w *Worker) attemptCheckpoint(ctx context.Context, t api.Task) Checkpoint {
 	if !ok || err != nil {
 		return fresh
 	}
+	if cp.DeliveryID != "" && cp.DeliveryID != t.Claim.DeliveryID && !cp.hasItem(handoverID(t.Claim.DeliveryID)) {
+		cp.Transcript = append(cp.Transcript, api.TranscriptItem{
+			ID: handoverID(t.Claim.DeliveryID), Kind: api.ItemHandover, Turn: cp.Turn, At: time.Now().UTC(),
+			Content: []events.ContentPart{{Type: "text", Text: fmt.Sprintf(
+				"attempt %d: executor %s took the Run over under delivery %s from executor %s (delivery %s), at turn %d",
+				t.Attempt, w.cfg.ExecutorID, t.Claim.DeliveryID, orUnknown(cp.ExecutorID), cp.DeliveryID, cp.Turn)}},
+		})
+	}
 	cp.TaskID, cp.DeliveryID, cp.Done = t.ID, t.Claim.DeliveryID, false
 	cp.ExecutorID = w.cfg.ExecutorID
 	return cp
+}
+
+// handoverID is the transcript id of the hand-over to the claim under
+// deliveryID (api.ItemHandover).
+func handoverID(deliveryID string) string { return "handover-" + deliveryID }
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(unknown)"
+	}
+	return s
+}
+
+// releaseTimeout bounds the release of a claim at shutdown.
+const releaseTimeout = 10 * time.Second
+
+// heartbeat renews r's claim every third of its heartbeat interval until
+// ctx ends; it does nothing for a claim without heartbeats. A claim the
+// scheduler says is lost (or no longer r's) stops the run; any other
+// failure is logged and the next beat comes sooner, at a tenth of the
+// interval, so a passing fault does not cost the claim.
+func (w *Worker) heartbeat(ctx context.Context, r *Run) {
+	t := r.Task
+	if w.live == nil || t.Claim == nil || t.Claim.HeartbeatSeconds <= 0 {
+		return
+	}
+	interval := time.Duration(t.Claim.HeartbeatSeconds) * time.Second
+	next := interval / 3
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(next):
+		}
+		_, err := w.live.Heartbeat(ctx, t.ID, t.Claim.DeliveryID)
+		switch {
+		case err == nil:
+			next = interval / 3
+		case errors.Is(err, api.ErrClaimLost):
+			r.stop(ReasonClaimLost)
+			return
+		case errors.Is(err, api.ErrTokenMismatch), errors.Is(err, api.ErrTerminal), errors.Is(err, api.ErrNotFound):
+			r.stop(ReasonSuperseded)
+			return
+		case ctx.Err() != nil:
+			return
+		default:
+			w.cfg.Logger.Warn().Err(err).Str("task", t.ID).Msg("heartbeat failed; trying again sooner")
+			next = interval / 10
+		}
+	}
 }
 
 // handle runs the handler of the task's kind (handlerFor), turning a

@@ -11,7 +11,7 @@
 // ApplyOwn for read-your-writes), writes and restores snapshots, rebuilds,
 // and says when the views are complete (Ready, CaughtUp) and when the timer
 // queues changed (TimersChanged); the corrections the alarm and the service
-// make without an event (Repair, Postpone, SettleRun: repair.go) are its
+// make without an event (Repair, Postpone, Renew, SettleRun: repair.go) are its
 // writes too. Views are the read models it keeps (view.go and the files of
 // each view): every query (query.go, due.go, keys.go, schedules.go,
 // stats.go) only reads, under the read lock, from the events applied so

@@ -118,3 +118,17 @@ func (v *views) releasable(skip func(taskID string) bool) func(taskID string) bo
 		return skipped
 	}
 }
+
+// DueOf returns the due time of task taskID in timer queue t, and false
+// if the queue does not hold it: the alarm asks again just before it
+// acts, so a heartbeat renewed meanwhile (Renew) wins. It is safe for
+// concurrent use.
+func (vw *Views) DueOf(t Timer, taskID string) (time.Time, bool) {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
+	q := vw.v.timers[t]
+	if !q.has(taskID) {
+		return time.Time{}, false
+	}
+	return time.Unix(0, q.dueOf(taskID)), true
+}

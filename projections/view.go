@@ -21,7 +21,10 @@ const (
 	// Deliver holds released tasks whose ready notification is not yet
 	// published, due at the next attempt.
 	Deliver
-	// Expire holds running tasks, due at their deadline.
+	// Expire holds running tasks, due at their deadline or, for a claim
+	// with heartbeats, at its heartbeat due time if that is earlier: one
+	// interval after the claim as the log knows it, moved later by each
+	// renewal (Renew) without an event.
 	Expire
 	// Report holds terminal child tasks whose result is not yet in their
 	// live parent's mailbox, due when the child finished.
@@ -55,7 +58,7 @@ func timerOf(s *aggregate.State) (Timer, time.Time, bool) {
 	case s.Status == aggregate.StatusScheduled && !s.Delivery.Published:
 		return Deliver, s.Delivery.NextAt, true
 	case s.Status == aggregate.StatusRunning:
-		return Expire, s.Deadline, true
+		return Expire, s.ExpiresAt(), true
 	case s.Status == aggregate.StatusQueued:
 		return Republish, s.Delivery.NextAt, true
 	}

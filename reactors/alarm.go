@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -56,6 +57,9 @@ type Projection interface {
 	WaitFor(ctx context.Context, seq events.Position) error
 	// Postpone moves a task's due time in timer queue t, if it is there.
 	Postpone(t projections.Timer, taskID string, due time.Time)
+	// DueOf returns a task's due time in timer queue t now, false if the
+	// queue does not hold it.
+	DueOf(t projections.Timer, taskID string) (time.Time, bool)
 	// Waiters returns up to limit tasks due at now waiting for a slot of
 	// a customer's concurrency key, first due first.
 	Waiters(customerID, key string, now time.Time, limit int) []aggregate.State
@@ -248,6 +252,12 @@ type Alarm struct {
 	// yet visible in the projection, so they are not dispatched twice.
 	inflight map[key]flight
 	done     chan result
+	// started is when Run started or the partitions held last changed,
+	// in Config.Now's unix nanoseconds: no heartbeat is missed before one
+	// interval after it (renewals are not in the log, nor in another
+	// process's projections, so after a restart or a takeover the last
+	// one is unknown).
+	started atomic.Int64
 }
 
 type key struct {
@@ -306,6 +316,7 @@ func (a *Alarm) Run(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	sk := a.newSkipper()
+	a.started.Store(a.cfg.Now().UnixNano())
 	for {
 		// now is the clock the due times are on (Config.Now); wall is the
 		// process's own, for the pause after a failed action: a clock that
@@ -364,6 +375,7 @@ func (a *Alarm) Run(ctx context.Context) error {
 			a.inflight[r.key] = r.flight
 		case <-a.proj.TimersChanged():
 		case <-a.partitionsChanged():
+			a.started.Store(a.cfg.Now().UnixNano())
 		case <-timer.C:
 		}
 	}
@@ -497,6 +509,9 @@ func (a *Alarm) act(ctx context.Context, t projections.Timer, s aggregate.State)
 		st, err := a.deliverNow(ctx, s)
 		return a.outcome(t, s, st, err)
 	case projections.Expire:
+		if s.Claim.HeartbeatSeconds > 0 && a.cfg.Now().Before(s.Deadline) {
+			return a.expireClaim(ctx, s)
+		}
 		cmd = aggregate.TimeOut{}
 	case projections.Report:
 		return a.report(ctx, s)
@@ -508,6 +523,36 @@ func (a *Alarm) act(ctx context.Context, t projections.Timer, s aggregate.State)
 		a.cfg.Crash(CrashRetryScheduled)
 	}
 	return a.outcome(t, s, st, err)
+}
+
+// expireClaim ends a running claim whose heartbeat is due before its
+// deadline: ClaimLost (reason heartbeat), unless a renewal moved its due
+// time later meanwhile, or less than one interval has passed since the
+// alarm started. The projections hold the renewals this process took
+// (projections.Engine.Renew); after a restart (or a rebuild) they are
+// gone, and the claim's heartbeat is due one interval after the later of
+// the claim and the alarm's start (or its last change of partitions), so
+// a restart or a takeover never ends a live claim whose executor keeps
+// heartbeating.
+func (a *Alarm) expireClaim(ctx context.Context, s aggregate.State) flight {
+	now, interval := a.cfg.Now(), time.Duration(s.Claim.HeartbeatSeconds)*time.Second
+	if grace := time.Unix(0, a.started.Load()).Add(interval); now.Before(grace) {
+		a.proj.Postpone(projections.Expire, s.TaskID, grace)
+		return flight{}
+	}
+	if due, ok := a.proj.DueOf(projections.Expire, s.TaskID); ok && now.Before(due) {
+		return flight{} // renewed since Due handed it out
+	}
+	cmd := aggregate.LoseClaim{DeliveryID: s.Claim.DeliveryID, Reason: events.ClaimLostHeartbeat}
+	st, _, err := a.store.ExecuteSeen(ctx, s.TaskID, "", cmd, s.LastSeq)
+	if err == nil {
+		a.cfg.Logger.Info().Str("task", s.TaskID).Str("executor", s.Claim.ExecutorID).Str("delivery", s.Claim.DeliveryID).
+			Int("heartbeatSeconds", s.Claim.HeartbeatSeconds).Msg("claim lost: heartbeat missed")
+	}
+	if errors.Is(err, aggregate.ErrClaimLost) || errors.Is(err, aggregate.ErrTokenMismatch) {
+		err = fmt.Errorf("%w: %w", aggregate.ErrStale, err) // the claim ended otherwise meanwhile
+	}
+	return a.outcome(projections.Expire, s, st, err)
 }
 
 // deliverNow publishes the notification of s's pending delivery and
@@ -547,7 +592,7 @@ func (a *Alarm) outcome(t projections.Timer, s, st aggregate.State, err error) f
 	case projections.Deliver:
 		due = s.Delivery.NextAt
 	case projections.Expire:
-		due = s.Deadline
+		due = s.ExpiresAt()
 	case projections.Report:
 		due = s.CompletedAt
 	case projections.Republish:

@@ -125,9 +125,25 @@ func Describe(ev events.Event) string {
 	case events.ReadyRepublished:
 		return fmt.Sprintf("ready notification for delivery %s was lost (at %d); published again at %d", p.DeliveryID, p.LostSeq, p.ReadySeq)
 	case events.Claimed:
-		return fmt.Sprintf("claimed by %s with delivery %s; deadline %s", p.ExecutorID, p.DeliveryID, ts(p.Deadline))
+		s := fmt.Sprintf("claimed by %s with delivery %s; deadline %s", p.ExecutorID, p.DeliveryID, ts(p.Deadline))
+		if p.HeartbeatSeconds > 0 {
+			s += fmt.Sprintf("; heartbeat every %ds", p.HeartbeatSeconds)
+		}
+		return s
 	case events.TimedOut:
 		return "running deadline " + ts(p.Deadline) + " passed"
+	case events.ClaimLost:
+		s := "claim of " + p.ExecutorID + " with delivery " + p.DeliveryID + " lost: missed its heartbeat"
+		if p.Reason == events.ClaimLostReleased {
+			s = "claim of " + p.ExecutorID + " with delivery " + p.DeliveryID + " released"
+		}
+		if p.Note != "" {
+			s += ": " + oneLine(p.Note)
+		}
+		if p.Attempt == 0 {
+			return s + "; no attempt left: timed out"
+		}
+		return s + fmt.Sprintf("; attempt %d due now", p.Attempt)
 	case events.ResultRecorded:
 		r := p.Result
 		s := "failure"

@@ -388,9 +388,11 @@ func commandFor(ev events.Event) aggregate.Command {
 	case events.ReadyRepublished:
 		return aggregate.RepublishReady{DeliveryID: p.DeliveryID, LostSeq: p.LostSeq, ReadySeq: p.ReadySeq}
 	case events.Claimed:
-		return aggregate.Claim{DeliveryID: p.DeliveryID, ExecutorID: p.ExecutorID}
+		return aggregate.Claim{DeliveryID: p.DeliveryID, ExecutorID: p.ExecutorID, HeartbeatSeconds: p.HeartbeatSeconds}
 	case events.TimedOut:
 		return aggregate.TimeOut{}
+	case events.ClaimLost:
+		return aggregate.LoseClaim{DeliveryID: p.DeliveryID, Reason: p.Reason, Note: p.Note}
 	case events.ResultRecorded:
 		return aggregate.RecordResult{DeliveryID: p.DeliveryID, Result: p.Result}
 	case events.EffectsReported:

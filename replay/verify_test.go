@@ -518,6 +518,15 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	expect(p.plant(p.subject(past), p.encode(past, past.Version+1, events.RetryScheduled{
 		Attempt: 3, NextAt: p.clock().Add(time.Hour), Cause: "timed_out", Deadline: past.Deadline,
 	})), past.TaskID, replay.IllegalEvent)
+	// (i3) A ClaimLost for a heartbeat that was not yet due, after a
+	// release the verifier accepts.
+	lost := p.queued("beta")
+	lost, _ = p.exec(lost.TaskID, aggregate.Claim{DeliveryID: lost.Delivery.ID, ExecutorID: "exec-1", HeartbeatSeconds: 30})
+	lost, _ = p.exec(lost.TaskID, aggregate.LoseClaim{DeliveryID: lost.Claim.DeliveryID, Reason: events.ClaimLostReleased, Note: "shutdown"})
+	lost = p.claim(lost)
+	expect(p.plant(p.subject(lost), p.encode(lost, lost.Version+1, events.ClaimLost{
+		DeliveryID: lost.Claim.DeliveryID, ExecutorID: "exec-1", Reason: events.ClaimLostHeartbeat, Attempt: 3,
+	})), lost.TaskID, replay.IllegalEvent)
 	// (j) An event id used before.
 	jID := events.NewID()
 	j, jEvs := p.exec(jID, aggregate.Schedule{TaskID: jID, CustomerID: "beta", Spec: events.TaskSpec{RootID: jID, Queue: "q", TimeoutSeconds: 60}})

@@ -261,13 +261,17 @@ func printTask(w io.Writer, t api.Task) {
 		row("delivery", fmt.Sprintf("%s (attempt %d)", t.Delivery.ID, t.Delivery.Attempt))
 	}
 	if t.Claim != nil {
-		row("claimed by", t.Claim.ExecutorID)
+		claim := t.Claim.ExecutorID
+		if t.Claim.HeartbeatSeconds > 0 {
+			claim += fmt.Sprintf(" (heartbeat every %ds)", t.Claim.HeartbeatSeconds)
+		}
+		row("claimed by", claim)
 	}
 	row("mailbox", fmt.Sprintf("%d messages, %d read", t.Mailbox.Count, t.Mailbox.Cursor))
 	if r := t.Retry; r != nil {
 		row("retry", fmt.Sprintf("attempt %d of %d, backoff %ds up to %ds, on %s", t.Attempt, t.MaxAttempts, r.BackoffSeconds, r.MaxBackoffSeconds, strings.Join(r.On, ",")))
 	}
-	if len(t.Attempts) > 1 || t.Retry != nil {
+	if len(t.Attempts) > 1 || t.Retry != nil || t.Attempt > 1 {
 		for _, a := range t.Attempts {
 			row("attempt", strings.TrimSpace(fmt.Sprintf("%d %s by %s %s..%s %s", a.Attempt, a.Outcome, a.ExecutorID, stamp(a.StartedAt), stamp(a.EndedAt), a.Error)))
 		}
@@ -375,6 +379,37 @@ func cancelCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		return printJSON(stdout, t)
 	}
 	fmt.Fprintf(stdout, "%s %s\n", t.ID, t.Status)
+	return nil
+}
+
+// releaseCommand hands a running task's current claim back (POST
+// /v1/tasks/{id}/release with the claim's token, read first): an operator
+// moves a task off a stuck executor without waiting for its heartbeat or
+// deadline. The executor's next write is 409 claim_lost.
+func releaseCommand(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("release")
+	var cf clientFlags
+	cf.register(fs)
+	reason := fs.String("reason", "released from the command line", "why (at most 1 KiB)")
+	id, err := oneID(fs, args)
+	if err != nil {
+		return err
+	}
+	c := cf.client()
+	t, err := c.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if t.Status != "running" || t.Claim == nil {
+		return fmt.Errorf("task %s is %s, not running: no claim to release", id, t.Status)
+	}
+	if t, err = c.Release(ctx, id, t.Claim.DeliveryID, *reason); err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(stdout, t)
+	}
+	fmt.Fprintf(stdout, "%s %s (attempt %d due now)\n", t.ID, t.Status, t.Attempt)
 	return nil
 }
 

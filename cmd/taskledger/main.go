@@ -31,6 +31,7 @@ var commands = []command{
 	{"show", "show one task: show ID", showCommand},
 	{"list", "list tasks", listCommand},
 	{"cancel", "cancel a task: cancel ID", cancelCommand},
+	{"release", "hand a running task's claim back, for any executor to resume it: release ID", releaseCommand},
 	{"retry", "schedule a finished task again as a new task: retry ID [--message text] [--request-id key]", retryCommand},
 	{"history", "show a task's event history: history ID", historyCommand},
 	{"concurrency", "show a concurrency key's holders and waiters: concurrency KEY", concurrencyCommand},

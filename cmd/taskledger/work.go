@@ -34,6 +34,7 @@ func workCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	executorID := fs.String("executor-id", "", "stable executor id (default: host name)")
 	concurrency := fs.Int("concurrency", 1, "tasks run at once")
 	checkEvery := fs.Duration("check-interval", 3*time.Second, "how often to ask whether to stop")
+	heartbeat := fs.Int("heartbeat", executor.DefaultHeartbeatSeconds, "heartbeat interval of the claims in seconds, 1 to 3600 (-1: none); a dead worker's claims are lost after it")
 	readyStream := fs.String("ready-stream", events.ReadyStreamName(events.DefaultStream), "ready notification stream (with --nats-url)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "auto", "text, json, or auto")
@@ -49,7 +50,7 @@ func workCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	cfg := executor.WorkerConfig{
 		API: cf.client(), Queue: *queue, ExecutorID: *executorID, Concurrency: *concurrency,
-		CheckInterval: *checkEvery, ReadyStream: *readyStream, Logger: log,
+		CheckInterval: *checkEvery, ReadyStream: *readyStream, Logger: log, HeartbeatSeconds: *heartbeat,
 	}
 	if nf.url != "" {
 		// NATS mode: notifications from the shared durable consumer and

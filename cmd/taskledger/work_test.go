@@ -309,8 +309,11 @@ func TestWorkExecEndToEnd(t *testing.T) {
 			t.Fatalf("shell %d outlived the worker", shell)
 		}
 		workEventually(t, "the background sleep to be killed", func() bool { return workProcessGone(sleeper) })
-		if got, err := c.Get(ctx, task.ID); err != nil || got.Status != "running" {
-			t.Fatalf("task %s after worker shutdown: %s %v, want running (left to resume)", task.ID, got.Status, err)
+		// The worker released the claim at shutdown: the task is claimable
+		// again, by any worker, and the attempt is not charged.
+		if got, err := c.Get(ctx, task.ID); err != nil || got.Status == "running" || got.Status == "failed" ||
+			len(got.Attempts) == 0 || got.Attempts[0].Outcome != "released" {
+			t.Fatalf("task %s after worker shutdown: %+v %v, want released", task.ID, got, err)
 		}
 	})
 }

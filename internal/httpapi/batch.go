@@ -125,7 +125,7 @@ func (h *handler) claimBatch(w http.ResponseWriter, r *http.Request, p service.P
 	if b.Max == 0 {
 		b.Max = 1
 	}
-	states, err := h.Service.ClaimBatch(r.Context(), p, queue, b.ExecutorID, b.Max, wait)
+	states, err := h.Service.ClaimBatch(r.Context(), p, queue, b.ExecutorID, b.Max, wait, api.WithHeartbeat(b.HeartbeatSeconds))
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -20,6 +20,7 @@ var wireErrors = []struct {
 	{aggregate.ErrInvalid, api.ErrInvalid},
 	{aggregate.ErrNotFound, api.ErrNotFound},
 	{aggregate.ErrTerminal, api.ErrTerminal},
+	{aggregate.ErrClaimLost, api.ErrClaimLost},
 	{aggregate.ErrTokenMismatch, api.ErrTokenMismatch},
 	{aggregate.ErrNotClaimable, api.ErrNotClaimable},
 	{aggregate.ErrNotTerminal, api.ErrNotTerminal},

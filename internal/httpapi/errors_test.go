@@ -17,7 +17,7 @@ import (
 type caller interface {
 	Schedule(ctx context.Context, req api.ScheduleRequest) (api.Task, bool, error)
 	Get(ctx context.Context, id string) (api.Task, error)
-	Claim(ctx context.Context, id, deliveryID, executorID string) (api.Task, error)
+	Claim(ctx context.Context, id, deliveryID, executorID string, opts ...api.ClaimOption) (api.Task, error)
 	RecordResult(ctx context.Context, id string, r api.ResultRequest) (api.Task, error)
 	Cancel(ctx context.Context, id, reason string) (api.Task, error)
 }

@@ -58,23 +58,46 @@ func (l *Local) Get(ctx context.Context, id string) (api.Task, error) {
 	return task(l.svc.Get(ctx, l.p, id))
 }
 
-// Claim consumes deliveryID for executorID.
-func (l *Local) Claim(ctx context.Context, id, deliveryID, executorID string) (api.Task, error) {
+// Claim consumes deliveryID for executorID, with heartbeats if opts say
+// so (api.WithHeartbeat).
+func (l *Local) Claim(ctx context.Context, id, deliveryID, executorID string, opts ...api.ClaimOption) (api.Task, error) {
 	if err := validTaskID(id); err != nil {
 		return api.Task{}, err
 	}
-	return task(l.svc.Claim(ctx, l.p, id, deliveryID, executorID))
+	return task(l.svc.Claim(ctx, l.p, id, deliveryID, executorID, opts...))
+}
+
+// Heartbeat renews the heartbeat of a task's claim under deliveryID, as
+// POST /v1/tasks/{id}/heartbeat.
+func (l *Local) Heartbeat(ctx context.Context, id, deliveryID string) (api.Renewal, error) {
+	if err := validTaskID(id); err != nil {
+		return api.Renewal{}, err
+	}
+	rn, err := l.svc.Heartbeat(ctx, l.p, id, deliveryID)
+	if err != nil {
+		return api.Renewal{}, wireError(err)
+	}
+	return api.Renewal{ExpiresAt: utc(rn.ExpiresAt), Deadline: utc(rn.Deadline)}, nil
+}
+
+// Release hands a task's claim under deliveryID back, as POST
+// /v1/tasks/{id}/release.
+func (l *Local) Release(ctx context.Context, id, deliveryID, reason string) (api.Task, error) {
+	if err := validTaskID(id); err != nil {
+		return api.Task{}, err
+	}
+	return task(l.svc.Release(ctx, l.p, id, deliveryID, reason))
 }
 
 // ClaimNext waits up to wait (at most service.MaxWait) for a task of
 // queue ("" is events.DefaultQueue) and claims it; ok is false when nothing was
 // ready in time.
-func (l *Local) ClaimNext(ctx context.Context, queue, executorID string, wait time.Duration) (api.Task, bool, error) {
+func (l *Local) ClaimNext(ctx context.Context, queue, executorID string, wait time.Duration, opts ...api.ClaimOption) (api.Task, bool, error) {
 	queue, wait, err := pollArgs(queue, wait.Seconds())
 	if err != nil {
 		return api.Task{}, false, err
 	}
-	st, ok, err := l.svc.ClaimNext(ctx, l.p, queue, executorID, wait)
+	st, ok, err := l.svc.ClaimNext(ctx, l.p, queue, executorID, wait, opts...)
 	if err != nil {
 		return api.Task{}, false, wireError(err)
 	}
@@ -154,12 +177,12 @@ func (l *Local) ScheduleBatch(ctx context.Context, reqs []api.ScheduleRequest) (
 // ClaimBatch waits up to wait for ready tasks of queue and claims up to
 // limit of them (1 to api.MaxBatchItems); none when nothing was ready in
 // time.
-func (l *Local) ClaimBatch(ctx context.Context, queue, executorID string, limit int, wait time.Duration) ([]api.Task, error) {
+func (l *Local) ClaimBatch(ctx context.Context, queue, executorID string, limit int, wait time.Duration, opts ...api.ClaimOption) ([]api.Task, error) {
 	queue, wait, err := pollArgs(queue, wait.Seconds())
 	if err != nil {
 		return nil, err
 	}
-	states, err := l.svc.ClaimBatch(ctx, l.p, queue, executorID, limit, wait)
+	states, err := l.svc.ClaimBatch(ctx, l.p, queue, executorID, limit, wait, opts...)
 	if err != nil {
 		return nil, wireError(err)
 	}

@@ -44,7 +44,7 @@ func NewTask(s aggregate.State) api.Task {
 		t.Delivery = &api.Delivery{ID: s.Delivery.ID, Attempt: s.Delivery.Attempt}
 	}
 	if s.Claim.DeliveryID != "" {
-		t.Claim = &api.Claim{DeliveryID: s.Claim.DeliveryID, ExecutorID: s.Claim.ExecutorID}
+		t.Claim = &api.Claim{DeliveryID: s.Claim.DeliveryID, ExecutorID: s.Claim.ExecutorID, HeartbeatSeconds: s.Claim.HeartbeatSeconds}
 	}
 	if s.Status.Terminal() {
 		t.Deadline = time.Time{}

@@ -236,6 +236,8 @@ var routes = []route{
 	{"POST /v1/tasks/{id}/check", inFlight((*handler).check)},
 	{"POST /v1/tasks/{id}/result", inFlight((*handler).result)},
 	{"POST /v1/tasks/{id}/effects", inFlight((*handler).effects)},
+	{"POST /v1/tasks/{id}/heartbeat", inFlight((*handler).heartbeat)},
+	{"POST /v1/tasks/{id}/release", inFlight((*handler).release)},
 	{"POST /v1/tasks/{id}/cancel", inFlight((*handler).cancel)},
 	{"POST /v1/tasks/{id}/retry", inFlight((*handler).retryTask)},
 	{"POST /v1/tasks/{id}/mailbox", inFlight((*handler).appendMail)},
@@ -700,7 +702,34 @@ func (h *handler) taskAction(w http.ResponseWriter, r *http.Request, v any, do f
 func (h *handler) claim(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	var b api.ClaimRequest
 	h.taskAction(w, r, &b, func(id string) (aggregate.State, error) {
-		return h.Service.Claim(r.Context(), p, id, b.DeliveryID, b.ExecutorID)
+		return h.Service.Claim(r.Context(), p, id, b.DeliveryID, b.ExecutorID, api.WithHeartbeat(b.HeartbeatSeconds))
+	})
+}
+
+// heartbeat renews a claim's heartbeat (POST /v1/tasks/{id}/heartbeat).
+func (h *handler) heartbeat(w http.ResponseWriter, r *http.Request, p service.Principal) {
+	id, err := pathID(r)
+	var b api.HeartbeatRequest
+	if err == nil {
+		err = decode(r, &b)
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	rn, err := h.Service.Heartbeat(r.Context(), p, id, b.DeliveryID)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.Renewal{ExpiresAt: utc(rn.ExpiresAt), Deadline: utc(rn.Deadline)})
+}
+
+// release hands a claim back (POST /v1/tasks/{id}/release).
+func (h *handler) release(w http.ResponseWriter, r *http.Request, p service.Principal) {
+	var b api.ReleaseRequest
+	h.taskAction(w, r, &b, func(id string) (aggregate.State, error) {
+		return h.Service.Release(r.Context(), p, id, b.DeliveryID, b.Reason)
 	})
 }
 
@@ -736,7 +765,7 @@ func (h *handler) claimNext(w http.ResponseWriter, r *http.Request, p service.Pr
 		h.fail(w, r, err)
 		return
 	}
-	st, ok, err := h.Service.ClaimNext(r.Context(), p, queue, b.ExecutorID, wait)
+	st, ok, err := h.Service.ClaimNext(r.Context(), p, queue, b.ExecutorID, wait, api.WithHeartbeat(b.HeartbeatSeconds))
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -42,9 +42,11 @@ type Tasks interface {
 
 // Claims hands tasks to executors and records what they report.
 type Claims interface {
-	Claim(ctx context.Context, p service.Principal, id, deliveryID, executorID string) (aggregate.State, error)
-	ClaimNext(ctx context.Context, p service.Principal, queue, executorID string, wait time.Duration) (st aggregate.State, ok bool, err error)
-	ClaimBatch(ctx context.Context, p service.Principal, queue, executorID string, limit int, wait time.Duration) ([]aggregate.State, error)
+	Claim(ctx context.Context, p service.Principal, id, deliveryID, executorID string, opts ...service.ClaimOption) (aggregate.State, error)
+	ClaimNext(ctx context.Context, p service.Principal, queue, executorID string, wait time.Duration, opts ...service.ClaimOption) (st aggregate.State, ok bool, err error)
+	ClaimBatch(ctx context.Context, p service.Principal, queue, executorID string, limit int, wait time.Duration, opts ...service.ClaimOption) ([]aggregate.State, error)
+	Heartbeat(ctx context.Context, p service.Principal, id, deliveryID string) (service.Renewal, error)
+	Release(ctx context.Context, p service.Principal, id, deliveryID, reason string) (aggregate.State, error)
 	RecordResult(ctx context.Context, p service.Principal, id, deliveryID string, r events.Result) (aggregate.State, error)
 	RecordResults(ctx context.Context, p service.Principal, items []service.ResultItem) ([]service.Outcome, error)
 	ReportEffects(ctx context.Context, p service.Principal, id, deliveryID string, effects []events.Effect) (aggregate.State, error)

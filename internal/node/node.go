@@ -267,7 +267,7 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 	svc, err := scheduler.New(scheduler.Config{
 		Store: st, Views: eng, Runs: runs, Delivery: queues,
 		Usage: eng, Admission: cfg.Admission, Logger: cfg.Logger, Metrics: metrics,
-		Limits: cfg.Limits, Now: cfg.Now,
+		Limits: cfg.Limits, Now: cfg.Now, Renewed: announceRenewals(cfg.NC, cfg.Subjects),
 	})
 	if err != nil {
 		return nil, err
@@ -326,6 +326,11 @@ func (n *Node) Run(ctx context.Context) error {
 	defer n.errorLog.Close() // the pending counts of repeated errors
 	engCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngine()
+	stopRenewals, ferr := followRenewals(n.cfg.NC, n.cfg.Subjects, n.Engine, n.cfg.Now)
+	if ferr != nil {
+		return fmt.Errorf("heartbeats: %w", ferr)
+	}
+	defer stopRenewals()
 	g, gctx := errgroup.WithContext(ctx)
 	defer context.AfterFunc(gctx, n.Service.Close)()
 	g.Go(func() error {

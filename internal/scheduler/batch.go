@@ -157,13 +157,14 @@ func (s *core) settleBatch(ctx context.Context, out []Outcome, waits []events.Po
 // queue can be claimed, claims up to limit (1 to api.MaxBatchItems) of those
 // ready then for executorID, and returns them; none when nothing could be
 // claimed in time. It fails only when no task was claimed and the log
-// could not answer.
-func (s *claims) ClaimBatch(ctx context.Context, p Principal, queue, executorID string, limit int, wait time.Duration) ([]aggregate.State, error) {
-	if err := validIDs("queue", queue, "executorId", executorID); err != nil {
+// could not answer. opts are as ClaimNext's.
+func (s *claims) ClaimBatch(ctx context.Context, p Principal, queue, executorID string, limit int, wait time.Duration, opts ...ClaimOption) ([]aggregate.State, error) {
+	c, err := claimOf(queue, executorID, opts)
+	if err != nil {
 		return nil, err
 	}
 	if err := checkBatch(limit); err != nil {
 		return nil, err
 	}
-	return s.claimWaiting(ctx, p, queue, executorID, limit, claimLinger, wait)
+	return s.claimWaiting(ctx, p, queue, c, limit, claimLinger, wait)
 }

@@ -33,6 +33,9 @@ type claims struct {
 	maxPolls int // Limits.MaxPollsPerCustomer
 	polls    polls
 	claiming claiming
+
+	// renewed is Config.Renewed; nil: none.
+	renewed func(taskID, deliveryID string)
 }
 
 // claimQueue is the ready queue as claims use it (Config.Delivery).
@@ -53,6 +56,10 @@ type ClaimViews interface {
 	Queued(customerID, queue string, limit int, skip func(taskID string) bool) []aggregate.State
 	// QueuedSignal is closed once a task of customerID is queued on queue.
 	QueuedSignal(customerID, queue string) <-chan struct{}
+	// Renew renews the heartbeat of a task's claim under deliveryID at
+	// now and returns when the claim expires; false when the views do
+	// not show the task running under it with heartbeats.
+	Renew(taskID, deliveryID string, now time.Time) (time.Time, bool)
 }
 
 // unknownQueuePoll is how often a claimer on a queue nobody scheduled a
@@ -152,12 +159,14 @@ const minWait = 20 * time.Millisecond
 // notifications. Service.Close ends the wait at once. A customer holding
 // MaxPollsPerCustomer polls already gets ErrTooManyPolls; a poll on a
 // queue no task was scheduled on waits without creating anything for the
-// queue.
-func (s *claims) ClaimNext(ctx context.Context, p Principal, queue, executorID string, wait time.Duration) (st aggregate.State, ok bool, err error) {
-	if err := validIDs("queue", queue, "executorId", executorID); err != nil {
+// queue. opts may give the claim heartbeats (service.WithHeartbeat); a
+// heartbeat interval out of bounds is ErrInvalid before any wait.
+func (s *claims) ClaimNext(ctx context.Context, p Principal, queue, executorID string, wait time.Duration, opts ...ClaimOption) (st aggregate.State, ok bool, err error) {
+	c, err := claimOf(queue, executorID, opts)
+	if err != nil {
 		return st, false, err
 	}
-	got, err := s.claimWaiting(ctx, p, queue, executorID, 1, 0, wait)
+	got, err := s.claimWaiting(ctx, p, queue, c, 1, 0, wait)
 	if len(got) == 0 {
 		return st, false, err
 	}
@@ -165,12 +174,12 @@ func (s *claims) ClaimNext(ctx context.Context, p Principal, queue, executorID s
 }
 
 // claimWaiting waits up to wait for tasks of queue p may claim and claims
-// up to max of them for executorID: from the first notifications that
+// up to max of them with c (its DeliveryID set for each): from the first notifications that
 // arrive (collecting more for linger), or, for a customer, straight from
 // the projections (see claimQueued), whichever comes first. The deadline
 // and shutdown end the wait, never a claim under way: that runs on the
 // caller's ctx until its answer. It fails only when nothing was claimed.
-func (s *claims) claimWaiting(ctx context.Context, p Principal, queue, executorID string, max int, linger, wait time.Duration) ([]aggregate.State, error) {
+func (s *claims) claimWaiting(ctx context.Context, p Principal, queue string, c aggregate.Claim, max int, linger, wait time.Duration) ([]aggregate.State, error) {
 	d, waitCtx, end, err := s.poll(ctx, p, queue, wait)
 	if err != nil || d == nil {
 		return nil, err
@@ -182,7 +191,7 @@ func (s *claims) claimWaiting(ctx context.Context, p Principal, queue, executorI
 			// Watch for the customer's next queued task before looking,
 			// so none slips between the look and the wait.
 			sig := s.views.QueuedSignal(p.CustomerID, queue)
-			if got, err := s.claimQueued(ctx, p, queue, executorID, max); len(got) > 0 || err != nil {
+			if got, err := s.claimQueued(ctx, p, queue, c, max); len(got) > 0 || err != nil {
 				return got, err
 			}
 			takeCtx, cancel = untilClosed(waitCtx, sig)
@@ -201,7 +210,7 @@ func (s *claims) claimWaiting(ctx context.Context, p Principal, queue, executorI
 		errs := make([]error, len(offers))
 		ok := make([]bool, len(offers))
 		inParallel(len(offers), func(i int) {
-			claimed[i], ok[i], errs[i] = s.claimNotified(ctx, offers[i].Msg, offers[i].Note, executorID)
+			claimed[i], ok[i], errs[i] = s.claimNotified(ctx, offers[i].Msg, offers[i].Note, c)
 		})
 		out := claimed[:0] // in place: a State is ~750 bytes
 		for i, st := range claimed {
@@ -226,7 +235,7 @@ func (s *claims) claimWaiting(ctx context.Context, p Principal, queue, executorI
 // skipped. Each claimed task's notification is deleted from the ready
 // stream (it would only be stale). It fails only when nothing was claimed
 // and the log could not answer.
-func (s *claims) claimQueued(ctx context.Context, p Principal, queue, executorID string, max int) ([]aggregate.State, error) {
+func (s *claims) claimQueued(ctx context.Context, p Principal, queue string, c aggregate.Claim, max int) ([]aggregate.State, error) {
 	cands := s.claiming.reserve(func(skip func(string) bool) []aggregate.State {
 		return s.views.Queued(p.CustomerID, queue, max, skip)
 	})
@@ -235,7 +244,9 @@ func (s *claims) claimQueued(ctx context.Context, p Principal, queue, executorID
 	errs := make([]error, len(cands))
 	inParallel(len(cands), func(i int) {
 		crashpoint.Hit(crashpoint.ClaimReceived)
-		st, evs, err := s.store.Execute(ctx, cands[i].TaskID, executorID, aggregate.Claim{DeliveryID: cands[i].Delivery.ID, ExecutorID: executorID})
+		c := c
+		c.DeliveryID = cands[i].Delivery.ID
+		st, evs, err := s.store.Execute(ctx, cands[i].TaskID, c.ExecutorID, c)
 		switch {
 		case err == nil:
 			crashpoint.Hit(crashpoint.Claimed)
@@ -293,14 +304,15 @@ func untilClosed(ctx context.Context, sig <-chan struct{}) (context.Context, con
 	return c, cancel
 }
 
-// claimNotified claims the task of notification n for executorID and
+// claimNotified claims the task of notification n with c and
 // settles msg: acknowledged once claimed or stale, handed back when the
 // log could not answer. msg is nil for a delivery handed off (see
 // delivery.Offer): there is nothing to settle, and should the claim fail
 // the alarm publishes the delivery after its grace.
-func (s *claims) claimNotified(ctx context.Context, msg jetstream.Msg, n events.ReadyNotification, executorID string) (aggregate.State, bool, error) {
+func (s *claims) claimNotified(ctx context.Context, msg jetstream.Msg, n events.ReadyNotification, c aggregate.Claim) (aggregate.State, bool, error) {
 	crashpoint.Hit(crashpoint.ClaimReceived)
-	st, evs, err := s.store.Execute(ctx, n.TaskID, executorID, aggregate.Claim{DeliveryID: n.DeliveryID, ExecutorID: executorID})
+	c.DeliveryID = n.DeliveryID
+	st, evs, err := s.store.Execute(ctx, n.TaskID, c.ExecutorID, c)
 	switch {
 	case err == nil:
 		crashpoint.Hit(crashpoint.Claimed)
@@ -323,13 +335,19 @@ func settleMsg(msg jetstream.Msg, how func(jetstream.Msg) error) {
 	}
 }
 
-// Claim consumes deliveryID and starts the run for executorID.
-func (s *claims) Claim(ctx context.Context, p Principal, id, deliveryID, executorID string) (aggregate.State, error) {
-	if err := validIDs("deliveryId", deliveryID, "executorId", executorID); err != nil {
+// Claim consumes deliveryID and starts the run for executorID, with
+// heartbeats if opts say so (service.WithHeartbeat).
+func (s *claims) Claim(ctx context.Context, p Principal, id, deliveryID, executorID string, opts ...ClaimOption) (aggregate.State, error) {
+	if err := validIDs("deliveryId", deliveryID); err != nil {
 		return aggregate.State{}, err
 	}
+	c, err := claimOf("", executorID, opts)
+	if err != nil {
+		return aggregate.State{}, err
+	}
+	c.DeliveryID = deliveryID
 	crashpoint.Hit(crashpoint.ClaimReceived)
-	st, err := s.execute(ctx, p, id, executorID, aggregate.Claim{DeliveryID: deliveryID, ExecutorID: executorID}, nil)
+	st, err := s.execute(ctx, p, id, executorID, c, nil)
 	if err == nil {
 		crashpoint.Hit(crashpoint.Claimed)
 	}

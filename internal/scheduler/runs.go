@@ -47,7 +47,9 @@ type RunSave = service.RunSave
 // It checks nothing else of the run but that it is a JSON object whose
 // known fields (api.RunState) have their types, and its size. It fails,
 // changing nothing, with aggregate.ErrInvalid, aggregate.ErrTooLarge,
-// aggregate.ErrNotFound (no such task for p), aggregate.ErrTerminal,
+// aggregate.ErrNotFound (no such task for p), aggregate.ErrClaimLost (the
+// claim under req.DeliveryID was lost or released: another executor may
+// hold the task and resume its Run), aggregate.ErrTerminal,
 // aggregate.ErrTokenMismatch (not running, or under another claim),
 // ErrStaleRevision or ErrUnavailable.
 func (s *runs) SaveRun(ctx context.Context, p Principal, id string, req RunSave) (Run, error) {
@@ -62,6 +64,8 @@ func (s *runs) SaveRun(ctx context.Context, p Principal, id string, req RunSave)
 		return Run{}, err
 	}
 	switch {
+	case st.LostClaim(req.DeliveryID):
+		return Run{}, fmt.Errorf("%w: the claim under %s of task %s ended", aggregate.ErrClaimLost, req.DeliveryID, id)
 	case st.Status.Terminal():
 		return Run{}, fmt.Errorf("%w: task %s is %s", aggregate.ErrTerminal, id, st.Status)
 	case st.Status != aggregate.StatusRunning:

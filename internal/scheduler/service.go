@@ -132,6 +132,10 @@ type Config struct {
 	// AckWait is how long a notification the default Delivery hands a
 	// claimer stays invisible to other claimers while it claims.
 	AckWait time.Duration
+	// Renewed, if set, is told of each heartbeat Heartbeat renewed in
+	// this process's projections, for the other processes' (the node
+	// announces it on events.Subjects.Heartbeats). It must not block.
+	Renewed func(taskID, deliveryID string)
 	Limits
 }
 
@@ -248,7 +252,7 @@ func New(cfg Config) (*Service, error) {
 		maxLineageTasks: cfg.MaxLineageTasks, maxLineageDepth: cfg.MaxLineageDepth, maxQueues: cfg.MaxQueuesPerCustomer, feed: f}
 	return &Service{
 		tasks: t, feed: f,
-		claims: &claims{core: c, views: cfg.Views, delivery: cfg.Delivery, maxPolls: cfg.MaxPollsPerCustomer,
+		claims: &claims{core: c, views: cfg.Views, delivery: cfg.Delivery, maxPolls: cfg.MaxPollsPerCustomer, renewed: cfg.Renewed,
 			polls: polls{n: make(map[string]int)}, claiming: claiming{ids: make(map[string]struct{})}},
 		schedules: &schedules{core: c, log: cfg.ScheduleStore, views: cfg.Schedules, tasks: t, maxSchedules: cfg.MaxSchedules},
 		runs:      &runs{core: c, docs: cfg.Runs},

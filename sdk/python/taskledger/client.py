@@ -24,6 +24,7 @@ from .types import (
     ResultItem,
     ResultRequest,
     RunDocument,
+    Renewal,
     RunState,
     Schedule,
     ScheduleCreateRequest,
@@ -217,24 +218,49 @@ class Client:
                 return
             after = page.next
 
-    def claim(self, task_id: str, delivery_id: str, executor_id: str) -> Task:
+    def claim(self, task_id: str, delivery_id: str, executor_id: str, *, heartbeat_seconds: int = 0) -> Task:
         """POST /v1/tasks/{id}/claim: claims with a ready notification's
-        token. Raises NotClaimable, TokenMismatch, NotFound."""
+        token, with heartbeats every heartbeat_seconds (1 to 3600; 0: none,
+        the claim is held until its deadline). Raises NotClaimable,
+        TokenMismatch, NotFound."""
         body = {"deliveryId": delivery_id, "executorId": executor_id}
+        if heartbeat_seconds:
+            body["heartbeatSeconds"] = heartbeat_seconds
         return Task.from_json(self._json("POST", _task(task_id, "/claim"), body)[1])
 
-    def claim_next(self, executor_id: str, queue: str = "", wait_seconds: float = 0) -> Task | None:
+    def claim_next(self, executor_id: str, queue: str = "", wait_seconds: float = 0, *,
+                   heartbeat_seconds: int = 0) -> Task | None:
         """POST /v1/claims/next: long-polls the queue up to wait_seconds and
         returns the claimed (running) task, or None when nothing was claimed
-        in time. Raises TooManyPolls."""
-        body = {"queue": queue, "executorId": executor_id, "waitSeconds": wait_seconds}
+        in time; heartbeat_seconds as for claim. Raises TooManyPolls."""
+        body: dict[str, Any] = {"queue": queue, "executorId": executor_id, "waitSeconds": wait_seconds}
+        if heartbeat_seconds:
+            body["heartbeatSeconds"] = heartbeat_seconds
         status, data = self._json("POST", "/v1/claims/next", body, timeout=self.timeout + wait_seconds + _POLL_SLACK_SECONDS)
         return None if status == 204 else Task.from_json(data)
 
-    def claim_batch(self, executor_id: str, queue: str = "", max: int = 1, wait_seconds: float = 0) -> builtins.list[Task]:
+    def heartbeat(self, task_id: str, delivery_id: str) -> Renewal:
+        """POST /v1/tasks/{id}/heartbeat: renews the claim under delivery_id
+        (made with heartbeat_seconds) for one more interval. Raises
+        ClaimLost once the claim was lost or released: stop working on the
+        task."""
+        return Renewal.from_json(self._json("POST", _task(task_id, "/heartbeat"), {"deliveryId": delivery_id})[1])
+
+    def release(self, task_id: str, delivery_id: str, reason: str = "") -> Task:
+        """POST /v1/tasks/{id}/release: hands the claim back at once (a
+        graceful shutdown); the task is claimable again by any executor,
+        and the attempt is not charged against its retry policy. Raises
+        ClaimLost, TokenMismatch, Terminal."""
+        body = {"deliveryId": delivery_id, "reason": reason}
+        return Task.from_json(self._json("POST", _task(task_id, "/release"), body)[1])
+
+    def claim_batch(self, executor_id: str, queue: str = "", max: int = 1, wait_seconds: float = 0, *,
+                    heartbeat_seconds: int = 0) -> builtins.list[Task]:
         """POST /v1/claims: long-polls like claim_next and claims up to max
         tasks; [] when nothing was claimed in time."""
-        body = {"queue": queue, "executorId": executor_id, "max": max, "waitSeconds": wait_seconds}
+        body: dict[str, Any] = {"queue": queue, "executorId": executor_id, "max": max, "waitSeconds": wait_seconds}
+        if heartbeat_seconds:
+            body["heartbeatSeconds"] = heartbeat_seconds
         status, data = self._json("POST", "/v1/claims", body, timeout=self.timeout + wait_seconds + _POLL_SLACK_SECONDS)
         return [] if status == 204 else [Task.from_json(t) for t in data["tasks"]]
 

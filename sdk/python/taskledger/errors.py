@@ -92,6 +92,14 @@ class TokenMismatch(Conflict):
     reason = "token_mismatch"
 
 
+class ClaimLost(Conflict):
+    """409 ``claim_lost``: the claim under this delivery token ended without
+    a result (a missed heartbeat, or a release); another executor may hold
+    the task now. Stop working on it."""
+
+    reason = "claim_lost"
+
+
 class NotClaimable(Conflict):
     """409 ``not_claimable``: the task is not queued for a claim."""
 
@@ -180,7 +188,7 @@ _BY_CODE: dict[str, type[TaskledgerError]] = {
 }
 _BY_REASON: dict[tuple[str, str], type[TaskledgerError]] = {
     (c.code, c.reason): c
-    for c in (Terminal, TokenMismatch, NotClaimable, ParentTerminal, LineageLimit, StaleRevision, ScheduleLimit, NotTerminal,
+    for c in (Terminal, TokenMismatch, ClaimLost, NotClaimable, ParentTerminal, LineageLimit, StaleRevision, ScheduleLimit, NotTerminal,
               TooManyPolls, OperatorOnly)
 }
 

@@ -148,6 +148,9 @@ ITEM_MODEL_OUTPUT = "model_output"
 ITEM_TOOL_CALL = "tool_call"
 ITEM_TOOL_RESULT = "tool_result"
 ITEM_NOTE = "note"
+# A claim took the Run over from an earlier one (a lost or released claim,
+# or a retry), under id "handover-<deliveryId>" of the new claim.
+ITEM_HANDOVER = "handover"
 
 # Tool call statuses (ToolCall.status).
 TOOL_PENDING = "pending"
@@ -164,6 +167,11 @@ MAX_WAIT_SECONDS = 60
 MAX_SUMMARY_BYTES = 16384
 MAX_ERROR_BYTES = 16384
 MAX_EFFECTS = 32
+# A claim's heartbeat interval (heartbeatSeconds; 0 is none) and the
+# executors' default.
+MIN_HEARTBEAT_SECONDS = 1
+MAX_HEARTBEAT_SECONDS = 3600
+DEFAULT_HEARTBEAT_SECONDS = 30
 MAX_ATTEMPTS = 100
 MAX_BACKOFF_SECONDS = 86400
 MAX_MAX_BACKOFF_SECONDS = 604800
@@ -296,6 +304,16 @@ class Delivery(Wire):
 class Claim(Wire):
     delivery_id: str = ""
     executor_id: str = ""
+    heartbeat_seconds: int = 0  # 0: a claim without heartbeats
+
+
+@dataclass
+class Renewal(Wire):
+    """The answer of POST /v1/tasks/{id}/heartbeat: the claim is held until
+    expires_at unless renewed again, never after deadline."""
+
+    expires_at: str = ""
+    deadline: str = ""
 
 
 @dataclass

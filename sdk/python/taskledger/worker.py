@@ -28,9 +28,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .client import Client
-from .errors import NotFound, StaleRevision, TaskledgerError, Terminal, TokenMismatch
+from .errors import ClaimLost, NotFound, StaleRevision, TaskledgerError, Terminal, TokenMismatch
 from .types import (
+    DEFAULT_HEARTBEAT_SECONDS,
     DEFAULT_QUEUE,
+    ITEM_HANDOVER,
     ITEM_MAILBOX,
     ITEM_MODEL_INPUT,
     ITEM_MODEL_OUTPUT,
@@ -40,6 +42,7 @@ from .types import (
     MAX_BATCH_ITEMS,
     MAX_EFFECTS,
     MAX_ERROR_BYTES,
+    MAX_HEARTBEAT_SECONDS,
     MAX_OUTPUT_BYTES,
     MAX_SUMMARY_BYTES,
     REASON_ANCESTOR_TERMINAL,
@@ -76,6 +79,10 @@ _KIND = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 # The stop reason of a run whose save the scheduler refused because its
 # claim no longer holds the task.
 REASON_SUPERSEDED = "superseded"
+
+# The stop reason of a run whose claim was lost (a missed heartbeat) or
+# released: another executor may hold the task and resume its Run.
+REASON_CLAIM_LOST = "claim_lost"
 
 
 class Stopped(Exception):
@@ -155,11 +162,23 @@ class Worker:
     the task's payload (decoded JSON, None for none). The default
     ``handler`` runs every other task; it may be None when every kind has
     a handler, and then a task of another kind fails with NoHandler.
+
+    Liveness. Claims declare ``heartbeat_seconds`` (default 30; negative:
+    claims without heartbeats, held until their deadline) and each run
+    renews its claim every third of it in the background, so a claim is
+    lost about one interval after this process dies, and its task handed
+    to another executor (any id), which resumes the saved Run. A run whose
+    claim is lost stops with ``REASON_CLAIM_LOST`` and reports nothing. On
+    stop() the runs in progress release their claims (their tasks are
+    claimable again at once, the attempt not charged against the retry
+    policy), unless ``keep_claims_on_shutdown``: then a restarted worker
+    with the same id resumes them while their claims hold.
     """
 
     def __init__(self, client: Client, handler: Handler | None = None, *, queue: str = DEFAULT_QUEUE,
                  executor_id: str = "", concurrency: int = 4, check_interval: float = 2.0,
-                 poll_wait: float = 30.0) -> None:
+                 poll_wait: float = 30.0, heartbeat_seconds: int = DEFAULT_HEARTBEAT_SECONDS,
+                 keep_claims_on_shutdown: bool = False) -> None:
         self.client = client
         self.default_handler = handler
         self._kinds: dict[str, Handler] = {}
@@ -168,6 +187,10 @@ class Worker:
         self.concurrency = max(concurrency, 1)
         self.check_interval = check_interval if check_interval > 0 else 2.0
         self.poll_wait = poll_wait if poll_wait > 0 else 30.0
+        if heartbeat_seconds > MAX_HEARTBEAT_SECONDS:
+            raise ValueError(f"heartbeat_seconds {heartbeat_seconds} is over {MAX_HEARTBEAT_SECONDS}")
+        self.heartbeat_seconds = heartbeat_seconds if heartbeat_seconds > 0 else 0
+        self.keep_claims_on_shutdown = keep_claims_on_shutdown
         self._stopping = threading.Event()
         self._mu = threading.Lock()
         self._runs: set[Run] = set()  # the runs in progress
@@ -221,8 +244,10 @@ class Worker:
 
     def stop(self) -> None:
         """Asks run() to return. Runs in progress stop at their next
-        boundary and are left, unreported, for a restarted worker to
-        resume. Safe to call from any thread, and more than once."""
+        boundary, unreported, and release their claims for any executor to
+        resume (or, with keep_claims_on_shutdown, are left for a restarted
+        worker with the same id). Safe to call from any thread, and more
+        than once."""
         self._stopping.set()
         with self._mu:
             for r in self._runs:
@@ -271,12 +296,27 @@ class Worker:
                     self._stopping.wait(backoff)
                     backoff = min(2 * backoff, 5.0)
                 for t in tasks:
+                    if self._stopping.is_set() and self._release(t, "claimed as it was shutting down"):
+                        slots.release()  # a poll in flight at stop() claimed it: hand it back unstarted
+                        continue
                     start(t, *self._attempt_run(t))
                 for _ in range(free - len(tasks)):
                     slots.release()
         finally:
             for th in threads:
                 th.join()
+
+    def _release(self, task: Task, why: str) -> bool:
+        """Hands task's claim back (unless keep_claims_on_shutdown) and
+        reports whether it did."""
+        if self.keep_claims_on_shutdown or task.claim is None:
+            return False
+        try:
+            self.client.release(task.id, task.claim.delivery_id, f"executor {self.executor_id} {why}")
+            return True
+        except (TaskledgerError, OSError) as e:
+            log.warning("claim of %s not released (it is lost after its heartbeat interval): %s", task.id, e)
+            return False
 
     def _held(self) -> list[tuple[Task, RunState, int]]:
         """The running tasks of the queue claimed under this executor id,
@@ -302,6 +342,13 @@ class Worker:
         if task.attempt > 1:
             try:
                 doc = self.client.get_run(task.id)
+                claim = task.claim.delivery_id if task.claim else ""
+                handover = "handover-" + claim
+                if doc.delivery_id and doc.delivery_id != claim and _item(doc.run, handover) is None:
+                    text = (f"attempt {task.attempt}: executor {self.executor_id} took the Run over under delivery {claim} "
+                            f"from executor {doc.run.executor_id or '(unknown)'} (delivery {doc.delivery_id}), at turn {doc.run.turn}")
+                    doc.run.transcript.append(TranscriptItem(id=handover, kind=ITEM_HANDOVER, turn=doc.run.turn, at=_now(),
+                                                             content=[ContentPart("text", text)]))
                 doc.run.executor_id = self.executor_id
                 return doc.run, doc.revision
             except NotFound:
@@ -311,9 +358,11 @@ class Worker:
         return RunState(executor_id=self.executor_id), 0
 
     def _poll(self, free: int) -> list[Task]:
+        hb = self.heartbeat_seconds
         if free > 1:
-            return self.client.claim_batch(self.executor_id, self.queue, min(free, MAX_BATCH_ITEMS), self.poll_wait)
-        t = self.client.claim_next(self.executor_id, self.queue, self.poll_wait)
+            return self.client.claim_batch(self.executor_id, self.queue, min(free, MAX_BATCH_ITEMS), self.poll_wait,
+                                           heartbeat_seconds=hb)
+        t = self.client.claim_next(self.executor_id, self.queue, self.poll_wait, heartbeat_seconds=hb)
         return [] if t is None else [t]
 
     def _execute(self, task: Task, state: RunState, revision: int) -> None:
@@ -340,6 +389,8 @@ class Worker:
                 log.warning("mailbox of %s not read: %s", task.id, e)
         checking = threading.Thread(target=run._check_loop, name=f"taskledger-check-{task.id}", daemon=True)
         checking.start()
+        beating = threading.Thread(target=run._heartbeat_loop, name=f"taskledger-heartbeat-{task.id}", daemon=True)
+        beating.start()
         summary, error, final = "", "", False
         try:
             summary = str(self._handler_for(task.kind)(run) or "")
@@ -349,6 +400,10 @@ class Worker:
         finally:
             run._done.set()
             checking.join()
+            beating.join()
+        if run.stop_reason == REASON_CLAIM_LOST:
+            log.warning("claim of %s lost; run stopped", task.id)  # another executor may hold it: report nothing
+            return
         if run.stop_reason:
             if run.stop_reason == REASON_ANCESTOR_TERMINAL:
                 try:
@@ -356,6 +411,9 @@ class Worker:
                 except (TaskledgerError, OSError) as e:
                     log.warning("cancel of %s after an ancestor stop: %s", task.id, e)
             log.info("run of %s stopped: %s", task.id, run.stop_reason)
+            return
+        if self._stopping.is_set() and self._release(task, "shutting down"):
+            log.info("worker shutting down; claim of %s released for another executor to resume", task.id)
             return
         if self._stopping.is_set():
             log.info("worker shutting down; run of %s left to resume", task.id)
@@ -477,8 +535,8 @@ class Run:
         stale revision (a lost answer, an earlier process of this executor)
         is read again and, while the document is this claim's, retried."""
         with self._save_mu:
-            if self.stop_reason == REASON_SUPERSEDED:
-                raise Stopped(REASON_SUPERSEDED)
+            if self.stop_reason in (REASON_SUPERSEDED, REASON_CLAIM_LOST):
+                raise Stopped(self.stop_reason)
             state = self.state
             if self._revision == 0 and _empty_run(state):
                 return  # nothing worth a write yet
@@ -487,6 +545,9 @@ class Run:
                     doc = self._client.save_run(self.task.id, self.delivery_id, self._revision, state)
                     self._revision = doc.revision
                     return
+                except ClaimLost as e:
+                    self._stop(REASON_CLAIM_LOST)
+                    raise Stopped(REASON_CLAIM_LOST) from e
                 except (TokenMismatch, Terminal, NotFound) as e:
                     self._stop(REASON_SUPERSEDED)
                     raise Stopped(REASON_SUPERSEDED) from e
@@ -532,6 +593,9 @@ class Run:
         self._raise_if_stopped()
         try:
             res = self._client.check(self.task.id, self.delivery_id)
+        except ClaimLost as e:
+            self._stop(REASON_CLAIM_LOST)
+            raise Stopped(REASON_CLAIM_LOST) from e
         except (TaskledgerError, OSError) as e:
             self._checked(CheckOutcome(at=_now(), error=str(e) or type(e).__name__))
             return
@@ -546,6 +610,33 @@ class Run:
         if res.should_stop:
             self._stop(res.reason)
             raise Stopped(res.reason)
+
+    def _heartbeat_loop(self) -> None:
+        """Renews the claim every third of its heartbeat interval until the
+        handler returns; nothing for a claim without heartbeats. A claim
+        the scheduler says is lost (or no longer this run's) stops the
+        run; any other failure is logged and the next beat comes sooner, at
+        a tenth of the interval."""
+        interval = self.task.claim.heartbeat_seconds if self.task.claim else 0
+        if interval <= 0:
+            return
+        pause = interval / 3
+        try:
+            while not self._done.wait(pause):
+                try:
+                    self._client.heartbeat(self.task.id, self.delivery_id)
+                    pause = interval / 3
+                except ClaimLost:
+                    self._stop(REASON_CLAIM_LOST)
+                    return
+                except (TokenMismatch, Terminal, NotFound):
+                    self._stop(REASON_SUPERSEDED)
+                    return
+                except (TaskledgerError, OSError) as e:
+                    log.warning("heartbeat of %s failed; trying again sooner: %s", self.task.id, e)
+                    pause = interval / 10
+        finally:
+            self._client.close_thread()
 
     def _check_loop(self) -> None:
         try:
