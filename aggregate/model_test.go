@@ -835,7 +835,7 @@ var defaultWeights = map[string]int{
 	"Schedule": 1, "ReleaseDue": 4, "MarkReadyPublished": 3, "RepublishReady": 2, "RetryDelivery": 2, "ExhaustDelivery": 1,
 	"Claim": 4, "RecordResult": 2, "ReportEffects": 4, "Cancel": 1, "TimeOut": 3, "AppendMail": 3, "ReadMail": 3,
 	"RecordCheckFailed": 2,
-	"LoseClaim": 2,
+	"LoseClaim":         2,
 }
 
 // TestModelRetries runs the model on tasks with a valid retry policy,
