@@ -59,6 +59,8 @@ func lateWrites(t *testing.T, b *bundle, id, deliveryID string) {
 	apiError(t, err, http.StatusConflict, "claim_lost")
 	_, err = b.client.SaveRun(ctx, id, api.RunSave{DeliveryID: deliveryID, Run: api.RunState{Phase: "late"}})
 	apiError(t, err, http.StatusConflict, "claim_lost")
+	_, err = b.client.Check(ctx, id, deliveryID)
+	apiError(t, err, http.StatusConflict, "claim_lost")
 }
 
 func TestHeartbeat(t *testing.T) {

@@ -67,8 +67,9 @@ type CheckResult = service.CheckResult
 // holder. It fails open: a fault while checking answers "continue" with
 // reason check_failed, is logged and counted, and is recorded on the task
 // (a CheckFailed, at most one a minute; when the log is what failed, at a
-// later check once it answers). Only a malformed id or delivery token is
-// an error (ErrInvalid).
+// later check once it answers). Only a malformed id or delivery token
+// (ErrInvalid), and the token of a claim that was lost
+// (aggregate.ErrClaimLost: its holder must stop), are errors.
 func (s *tasks) Check(ctx context.Context, p Principal, id, deliveryID string) (CheckResult, error) {
 	if err := events.ValidID(id); err != nil {
 		return CheckResult{}, invalid("task id: %v", err)
@@ -80,6 +81,8 @@ func (s *tasks) Check(ctx context.Context, p Principal, id, deliveryID string) (
 	}
 	res, err := s.check(ctx, p, id, deliveryID)
 	switch {
+	case errors.Is(err, aggregate.ErrClaimLost):
+		return CheckResult{}, err
 	case err != nil:
 		s.metrics.CheckFailures.Inc()
 		s.logger.Error().Err(err).Str("task", id).Msg("stop check failed; answering continue")
@@ -99,6 +102,9 @@ func (s *tasks) check(ctx context.Context, p Principal, id, deliveryID string) (
 	st := aggregate.Replay(evs)
 	if !p.Sees(st) {
 		return CheckResult{ShouldStop: true, Reason: api.ReasonMissing}, nil
+	}
+	if st.LostClaim(deliveryID) {
+		return CheckResult{}, aggregate.ErrClaimLost
 	}
 	res := CheckResult{Reason: api.ReasonActive, Messages: mailAfter(evs, st.Cursor), Cursor: st.Cursor}
 	if n := len(res.Messages); n > 0 && holds(st, deliveryID) {
