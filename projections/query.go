@@ -133,6 +133,31 @@ func (vw *Views) Ancestors(id string) ([]aggregate.State, error) {
 	return out, nil
 }
 
+// TerminalAncestor returns the nearest of a task's ancestors (its parent,
+// its parent's parent, … up to the root) that is terminal, as far as the
+// views hold them: found is false when none is, or the views do not hold
+// the task. It allocates nothing and is safe for concurrent use: claims
+// and releases ask it of every task they would run.
+func (vw *Views) TerminalAncestor(id string) (ancestorID string, status aggregate.Status, found bool) {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
+	t := vw.v.tasks[id]
+	for range 1 << 16 { // bounded, as ancestry: a damaged log's parent cycle cannot loop it
+		if t == nil || t.parent == "" {
+			break
+		}
+		p := vw.v.tasks[t.parent]
+		if p == nil || p == t {
+			break
+		}
+		if p.terminal() {
+			return p.id, statuses[p.status], true
+		}
+		t = p
+	}
+	return "", "", false
+}
+
 // Earliest returns the earliest due time across the timer queues.
 func (vw *Views) Earliest() (time.Time, bool) {
 	vw.mu.RLock()

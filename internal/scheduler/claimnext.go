@@ -53,6 +53,29 @@ type ClaimViews interface {
 	Queued(customerID, queue string, limit int, skip func(taskID string) bool) []aggregate.State
 	// QueuedSignal is closed once a task of customerID is queued on queue.
 	QueuedSignal(customerID, queue string) <-chan struct{}
+	// TerminalAncestor returns the nearest ancestor of a task that has
+	// ended, as far as the views hold them; found is false for none.
+	TerminalAncestor(id string) (ancestorID string, status aggregate.Status, found bool)
+}
+
+// claim claims the task taskID released under deliveryID for
+// executorID, as store.Execute does, unless an ancestor of the task has
+// ended: then it records the task canceled instead (reason
+// ancestor_terminal, by the scheduler) and fails with an error wrapping
+// ErrAncestorTerminal, the state and events being the cancel's. A
+// lineage so ends lazily, task by task, at its next claim; a claim that
+// raced the ancestor's end and won runs, and its stop check tells it to
+// stop.
+func (s *claims) claim(ctx context.Context, taskID, deliveryID, executorID string) (aggregate.State, []events.Event, error) {
+	id, status, found := s.views.TerminalAncestor(taskID)
+	if !found {
+		return s.store.Execute(ctx, taskID, executorID, aggregate.Claim{DeliveryID: deliveryID, ExecutorID: executorID})
+	}
+	st, evs, err := s.store.Execute(ctx, taskID, "", aggregate.CancelForAncestor{DeliveryID: deliveryID})
+	if err != nil {
+		return st, evs, err
+	}
+	return st, evs, fmt.Errorf("%w: %s, an ancestor of task %s, is %s: the claim canceled it", ErrAncestorTerminal, id, taskID, status)
 }
 
 // unknownQueuePoll is how often a claimer on a queue nobody scheduled a
@@ -235,12 +258,17 @@ func (s *claims) claimQueued(ctx context.Context, p Principal, queue, executorID
 	errs := make([]error, len(cands))
 	inParallel(len(cands), func(i int) {
 		crashpoint.Hit(crashpoint.ClaimReceived)
-		st, evs, err := s.store.Execute(ctx, cands[i].TaskID, executorID, aggregate.Claim{DeliveryID: cands[i].Delivery.ID, ExecutorID: executorID})
+		st, evs, err := s.claim(ctx, cands[i].TaskID, cands[i].Delivery.ID, executorID)
 		switch {
 		case err == nil:
 			crashpoint.Hit(crashpoint.Claimed)
 			s.delivery.Drop(ctx, st)
 			claimed[i], errs[i] = st, s.settle(ctx, st, evs, nil)
+		case errors.Is(err, ErrAncestorTerminal): // canceled instead: pass it over
+			s.delivery.Drop(ctx, cands[i])
+			if err := s.settle(ctx, st, evs, nil); err != nil {
+				errs[i] = err
+			}
 		case !errors.Is(err, aggregate.ErrNotClaimable) && !errors.Is(err, aggregate.ErrTokenMismatch) && !errors.Is(err, aggregate.ErrNotFound):
 			errs[i] = s.unavailable(err)
 		}
@@ -300,12 +328,15 @@ func untilClosed(ctx context.Context, sig <-chan struct{}) (context.Context, con
 // the alarm publishes the delivery after its grace.
 func (s *claims) claimNotified(ctx context.Context, msg jetstream.Msg, n events.ReadyNotification, executorID string) (aggregate.State, bool, error) {
 	crashpoint.Hit(crashpoint.ClaimReceived)
-	st, evs, err := s.store.Execute(ctx, n.TaskID, executorID, aggregate.Claim{DeliveryID: n.DeliveryID, ExecutorID: executorID})
+	st, evs, err := s.claim(ctx, n.TaskID, n.DeliveryID, executorID)
 	switch {
 	case err == nil:
 		crashpoint.Hit(crashpoint.Claimed)
 		settleMsg(msg, jetstream.Msg.Ack)
 		return st, true, s.settle(ctx, st, evs, nil)
+	case errors.Is(err, ErrAncestorTerminal): // canceled instead: wait on for another
+		settleMsg(msg, jetstream.Msg.Ack)
+		return st, false, s.settle(ctx, st, evs, nil)
 	case errors.Is(err, aggregate.ErrNotClaimable), errors.Is(err, aggregate.ErrTokenMismatch), errors.Is(err, aggregate.ErrNotFound):
 		settleMsg(msg, jetstream.Msg.Ack) // stale notification: the task moved on
 		return st, false, nil
@@ -323,17 +354,29 @@ func settleMsg(msg jetstream.Msg, how func(jetstream.Msg) error) {
 	}
 }
 
-// Claim consumes deliveryID and starts the run for executorID.
+// Claim consumes deliveryID and starts the run for executorID. A task
+// one of whose ancestors has ended is recorded canceled instead, and
+// Claim fails with ErrAncestorTerminal.
 func (s *claims) Claim(ctx context.Context, p Principal, id, deliveryID, executorID string) (aggregate.State, error) {
 	if err := validIDs("deliveryId", deliveryID, "executorId", executorID); err != nil {
 		return aggregate.State{}, err
 	}
 	crashpoint.Hit(crashpoint.ClaimReceived)
-	st, err := s.execute(ctx, p, id, executorID, aggregate.Claim{DeliveryID: deliveryID, ExecutorID: executorID}, nil)
-	if err == nil {
-		crashpoint.Hit(crashpoint.Claimed)
+	if err := s.authorize(ctx, p, id); err != nil {
+		return aggregate.State{}, err
 	}
-	return st, err
+	st, evs, err := s.claim(ctx, id, deliveryID, executorID)
+	switch {
+	case errors.Is(err, ErrAncestorTerminal):
+		if serr := s.settle(ctx, st, evs, nil); serr != nil {
+			return st, serr
+		}
+		return st, err
+	case err != nil:
+		return st, s.fromStore(err)
+	}
+	crashpoint.Hit(crashpoint.Claimed)
+	return st, s.settle(ctx, st, evs, nil)
 }
 
 // RecordResult finishes a task. A non-empty deliveryID must be the claim's.

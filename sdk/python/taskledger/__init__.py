@@ -11,6 +11,7 @@ scheduler (standard library only).
 from .client import Client
 from .errors import (
     AdmissionRejected,
+    AncestorTerminal,
     Conflict,
     Forbidden,
     HeaderTooLarge,
@@ -22,6 +23,7 @@ from .errors import (
     NotTerminal,
     ParentTerminal,
     PayloadTooLarge,
+    RequestIDConflict,
     RequestTimeout,
     ScheduleLimit,
     StaleRevision,
@@ -54,9 +56,9 @@ from .types import (
 from .worker import REASON_SUPERSEDED, Run, Stopped, Turn, Worker
 
 __all__ = [
-    "AdmissionRejected", "Client", "Concurrency", "Conflict", "ContentPart", "Effect", "Forbidden", "HeaderTooLarge",
+    "AdmissionRejected", "AncestorTerminal", "Client", "Concurrency", "Conflict", "ContentPart", "Effect", "Forbidden", "HeaderTooLarge",
     "Internal", "InvalidArgument", "LineageLimit", "Message", "NotClaimable", "NotFound", "NotTerminal", "ParentTerminal",
-    "PayloadTooLarge", "REASON_SUPERSEDED", "RequestTimeout", "ResultItem", "ResultRequest", "RetryRequest", "Run", "RunState",
+    "PayloadTooLarge", "REASON_SUPERSEDED", "RequestIDConflict", "RequestTimeout", "ResultItem", "ResultRequest", "RetryRequest", "Run", "RunState",
     "Schedule", "ScheduleCreateRequest", "ScheduleLimit", "ScheduleRequest", "ScheduleRun", "ScheduleTask", "Signal", "StaleRevision", "Stopped", "Task", "TaskledgerError", "Terminal",
     "TokenMismatch", "ToolCall", "TooManyPolls", "TranscriptItem", "Turn", "Unauthenticated", "Unavailable",
     "Worker",

@@ -177,7 +177,9 @@ class Client:
         of ScheduleRequest. Returns the task and whether it was created
         (False when its request_id repeated). Raises AdmissionRejected (with
         the recorded task), NotFound (parent or related task),
-        ParentTerminal, LineageLimit, InvalidArgument, PayloadTooLarge."""
+        ParentTerminal, AncestorTerminal, LineageLimit, RequestIDConflict
+        (the request id names a task under another parent), InvalidArgument,
+        PayloadTooLarge."""
         req = req or ScheduleRequest(**fields)
         status, data = self._json("POST", "/v1/tasks", req.to_json())
         return Task.from_json(data), status == 201
@@ -217,7 +219,8 @@ class Client:
 
     def claim(self, task_id: str, delivery_id: str, executor_id: str) -> Task:
         """POST /v1/tasks/{id}/claim: claims with a ready notification's
-        token. Raises NotClaimable, TokenMismatch, NotFound."""
+        token. Raises NotClaimable, TokenMismatch, NotFound, AncestorTerminal
+        (the task was canceled instead: an ancestor has ended)."""
         body = {"deliveryId": delivery_id, "executorId": executor_id}
         return Task.from_json(self._json("POST", _task(task_id, "/claim"), body)[1])
 
