@@ -391,7 +391,11 @@ func (v *views) walk(x *idIndex, f *Filter, after string, limit int, add func(*t
 }
 
 // Digest returns a deterministic hash of every projected fact, so a
-// projection built live and one rebuilt from the log can be compared.
+// projection built live and one rebuilt from the log (or restored from a
+// snapshot) can be compared. It is a function of the events applied
+// alone, never of the time: of a queued task's republish check it hashes
+// the due time the log gives, not the one the alarm postponed it to
+// (Postpone, which appends no event).
 func (vw *Views) Digest() string {
 	vw.mu.RLock()
 	defer vw.mu.RUnlock()
@@ -417,7 +421,11 @@ func (vw *Views) Digest() string {
 	for i, q := range vw.v.timers {
 		items := q.entries()
 		for _, id := range sortedKeys(items) {
-			fmt.Fprintf(h, "timer %d %s %s %d\n", i, id, items[id].bucket, items[id].due)
+			due := items[id].due
+			if t := vw.v.tasks[id]; Timer(i) == Republish && t != nil {
+				due = t.nextAt // timerOf's due: the delivery's NextAt
+			}
+			fmt.Fprintf(h, "timer %d %s %s %d\n", i, id, items[id].bucket, due)
 		}
 	}
 	for _, c := range sortedKeys(vw.v.activeRoots) {
