@@ -207,6 +207,14 @@ const CheckFailedInterval = time.Minute
 
 func (RecordCheckFailed) command() {}
 
+// CancelForAncestor cancels a task one of whose ancestors has ended, in
+// place of the step that would run it (the caller looked up the ancestor):
+// with a DeliveryID, its claim, allowed as Claim is (the task released
+// under that token); without, its release, allowed as ReleaseDue is but
+// at any time (scheduled, not released yet). It appends Canceled with
+// reason events.ReasonAncestorTerminal.
+type CancelForAncestor struct{ DeliveryID string }
+
 func (Schedule) command()           {}
 func (Reject) command()             {}
 func (ReleaseDue) command()         {}
@@ -222,6 +230,7 @@ func (TimeOut) command()            {}
 func (AppendMail) command()         {}
 func (ReadMail) command()           {}
 func (LoseClaim) command()          {}
+func (CancelForAncestor) command()  {}
 
 // Decide returns the events cmd appends to the task in state s at time now,
 // or an error wrapping one of the Err values above. An empty slice and a
@@ -586,6 +595,23 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 			return nil, nil
 		}
 		return events.MailboxRead{Cursor: c.Cursor}, nil
+	case CancelForAncestor:
+		if c.DeliveryID != "" {
+			if !s.Claimable() {
+				return nil, fmt.Errorf("%w: task is %s", ErrNotClaimable, describe(s))
+			}
+			if c.DeliveryID != s.Delivery.ID {
+				return nil, ErrTokenMismatch
+			}
+		} else {
+			if err := live(s); err != nil {
+				return nil, err
+			}
+			if s.Status != StatusScheduled || s.Delivery.ID != "" {
+				return nil, fmt.Errorf("%w: already released", ErrStale)
+			}
+		}
+		return events.Canceled{Reason: events.ReasonAncestorTerminal}, nil
 	}
 
 	if err := live(s); err != nil {

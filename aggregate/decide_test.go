@@ -314,6 +314,31 @@ func TestDecideTransitions(t *testing.T) {
 	})
 }
 
+// TestDecideCancelForAncestor: a claim's or a release's step cancels
+// instead (reason ancestor_terminal) only where the claim or the release
+// itself was allowed, so a racing claim, release or cancel leaves it
+// nothing to do.
+func TestDecideCancelForAncestor(t *testing.T) {
+	t.Parallel()
+	closed := []events.Payload{events.Canceled{Reason: events.ReasonAncestorTerminal}}
+	runDecide(t, []decideCase{
+		{name: "InsteadOfClaimReleased", given: released, cmd: aggregate.CancelForAncestor{DeliveryID: d1}, now: later,
+			want: closed, wantStatus: aggregate.StatusCanceled},
+		{name: "InsteadOfClaimQueued", given: queued, cmd: aggregate.CancelForAncestor{DeliveryID: d1}, now: later,
+			want: closed, wantStatus: aggregate.StatusCanceled},
+		{name: "InsteadOfRelease", given: scheduled, cmd: aggregate.CancelForAncestor{}, now: t0,
+			want: closed, wantStatus: aggregate.StatusCanceled},
+		{name: "ClaimOtherToken", given: queued, cmd: aggregate.CancelForAncestor{DeliveryID: d2}, now: later, wantErr: aggregate.ErrTokenMismatch},
+		{name: "ClaimRunning", given: running, cmd: aggregate.CancelForAncestor{DeliveryID: d1}, now: later, wantErr: aggregate.ErrNotClaimable},
+		{name: "ClaimUnreleased", given: scheduled, cmd: aggregate.CancelForAncestor{DeliveryID: d1}, now: later, wantErr: aggregate.ErrNotClaimable},
+		{name: "ClaimCanceled", given: canceled, cmd: aggregate.CancelForAncestor{DeliveryID: d1}, now: later, wantErr: aggregate.ErrNotClaimable},
+		{name: "ReleaseReleased", given: released, cmd: aggregate.CancelForAncestor{}, now: later, wantErr: aggregate.ErrStale},
+		{name: "ReleaseRunning", given: running, cmd: aggregate.CancelForAncestor{}, now: later, wantErr: aggregate.ErrStale},
+		{name: "ReleaseCanceled", given: canceled, cmd: aggregate.CancelForAncestor{}, now: later, wantErr: aggregate.ErrTerminal},
+		{name: "NotFound", cmd: aggregate.CancelForAncestor{}, now: later, wantErr: aggregate.ErrNotFound},
+	})
+}
+
 func TestDecideNotFound(t *testing.T) {
 	t.Parallel()
 	var cases []decideCase

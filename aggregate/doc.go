@@ -95,6 +95,11 @@
 //   - Cancel (POST cancel) — allowed when: not terminal; appends: Canceled;
 //     status after: canceled; otherwise: ErrTerminal; ErrInvalid for a reason
 //     over 1 KiB
+//   - CancelForAncestor (a claim or release of a task whose ancestor has
+//     ended) — allowed when: with a token, as Claim; without, scheduled and
+//     not released yet; appends: Canceled (reason ancestor_terminal); status
+//     after: canceled; otherwise: with a token as Claim; without, ErrTerminal;
+//     ErrStale if already released
 //   - TimeOut (alarm, running deadline queue), the retry policy has attempts
 //     left and lists timed_out — allowed when: running, now ≥ deadline;
 //     appends: RetryScheduled (attempt + 1, nextAt = now + backoff, cause

@@ -164,6 +164,18 @@ func (m model) decide(cmd aggregate.Command, now time.Time) (events.Payload, err
 			return nil, aggregate.ErrInvalid
 		}
 		return events.Claimed{DeliveryID: c.DeliveryID, ExecutorID: c.ExecutorID, Deadline: now.Add(m.timeout), HeartbeatSeconds: c.HeartbeatSeconds}, nil
+	case aggregate.CancelForAncestor: // in place of a claim (a token) or a release (none)
+		switch {
+		case c.DeliveryID != "" && (m.status != mScheduled && m.status != mQueued || m.token == ""):
+			return nil, aggregate.ErrNotClaimable
+		case c.DeliveryID != "" && c.DeliveryID != m.token:
+			return nil, aggregate.ErrTokenMismatch
+		case c.DeliveryID == "" && mTerminal(m.status):
+			return nil, aggregate.ErrTerminal
+		case c.DeliveryID == "" && (m.status != mScheduled || m.token != ""):
+			return nil, aggregate.ErrStale
+		}
+		return events.Canceled{Reason: "ancestor_terminal"}, nil
 	}
 	if mTerminal(m.status) {
 		return nil, aggregate.ErrTerminal
@@ -804,6 +816,7 @@ func TestModel(t *testing.T) {
 		aggregate.Cancel{}, aggregate.TimeOut{}, aggregate.AppendMail{}, aggregate.ReadMail{}, aggregate.ReportEffects{},
 		aggregate.RecordCheckFailed{},
 		aggregate.LoseClaim{},
+		aggregate.CancelForAncestor{},
 	}
 	neverAccepted := func() []string {
 		var never []string
@@ -836,6 +849,7 @@ var defaultWeights = map[string]int{
 	"Claim": 4, "RecordResult": 2, "ReportEffects": 4, "Cancel": 1, "TimeOut": 3, "AppendMail": 3, "ReadMail": 3,
 	"RecordCheckFailed": 2,
 	"LoseClaim":         2,
+	"CancelForAncestor": 1,
 }
 
 // TestModelRetries runs the model on tasks with a valid retry policy,
@@ -932,6 +946,16 @@ func modelProperty(total map[string]int, weights map[string]int, retry func(*rap
 			},
 			"Cancel": func(t *rapid.T) {
 				h.exec(t, aggregate.Cancel{Reason: strings.Repeat("c", rapid.SampledFrom([]int{5, 0, 1 << 10, 1<<10 + 1}).Draw(t, "reasonLen"))})
+			},
+			"CancelForAncestor": func(t *rapid.T) {
+				id := h.m.token // mostly a claim's step (the current token or another), sometimes a release's
+				switch rapid.IntRange(0, 3).Draw(t, "ancestorStep") {
+				case 0:
+					id = ""
+				case 1:
+					id = token()
+				}
+				h.exec(t, aggregate.CancelForAncestor{DeliveryID: id})
 			},
 			"TimeOut": func(t *rapid.T) { h.exec(t, aggregate.TimeOut{}) },
 			"LoseClaim": func(t *rapid.T) {

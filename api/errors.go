@@ -61,6 +61,15 @@ var (
 	ErrNotClaimable = &Error{Status: http.StatusConflict, Code: "conflict", Reason: "not_claimable", Message: "task is not claimable"}
 	// ErrParentTerminal (409): a child was scheduled under an ended parent.
 	ErrParentTerminal = &Error{Status: http.StatusConflict, Code: "conflict", Reason: "parent_terminal", Message: "parent task is terminal"}
+	// ErrAncestorTerminal (409): a child was scheduled under a parent one
+	// of whose ancestors has ended, or a claim found an ancestor of its
+	// task ended and recorded the task canceled (reason
+	// ancestor_terminal) instead of starting it.
+	ErrAncestorTerminal = &Error{Status: http.StatusConflict, Code: "conflict", Reason: "ancestor_terminal", Message: "ancestor task is terminal"}
+	// ErrRequestIDConflict (409): the requestId was used before for a
+	// task under another parent (or for a root task, or a child): it
+	// names that task, not this request's.
+	ErrRequestIDConflict = &Error{Status: http.StatusConflict, Code: "conflict", Reason: "request_id_conflict", Message: "requestId used under another parent"}
 	// ErrLineageLimit (409): a child would make its lineage deeper or
 	// larger than the server allows (--max-lineage-depth,
 	// --max-lineage-tasks).

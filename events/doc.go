@@ -114,7 +114,8 @@
 //     before attempt ended without success and the task is scheduled again,
 //     due at nextAt
 //   - Canceled — payload (JSON names): reason; meaning: someone canceled the
-//     task
+//     task (reason ancestor_terminal: the scheduler did, at its claim or
+//     release, because an ancestor had ended)
 //   - MailboxAppended — payload (JSON names): index, message: id, createdAt,
 //     content; meaning: a message was added at the 1-based index
 //   - MailboxRead — payload (JSON names): cursor; meaning: the scheduler

@@ -296,6 +296,11 @@ type Canceled struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// ReasonAncestorTerminal is the reason of the Canceled the scheduler
+// records, in place of a claim or a release, for a task one of whose
+// ancestors has ended: a lineage closes lazily, one task at a time.
+const ReasonAncestorTerminal = "ancestor_terminal"
+
 // EffectsReported records effects the run under DeliveryID made while it
 // was running (POST /v1/tasks/{id}/effects), each with its At set.
 type EffectsReported struct {

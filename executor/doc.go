@@ -108,7 +108,12 @@
 //   - Children. Delegate(key, req) schedules a child whose request id is
 //     DeriveID("d", parent, key), so a retried delegation, in this run or a
 //     resumed one, finds the same child. Await(childId) waits for the message
-//     child-<childId> to reach the run through checks.
+//     child-<childId> to reach the run through checks, until its context ends
+//     or its AwaitTimeout passes (ErrAwaitTimeout). Turn.Delegate(call, req)
+//     is both as a tool call: the child (key "tool:<call id>") is awaited and
+//     its result settles the call (its output), so the transcript pairs the
+//     call with the child's result; that message then does not join the
+//     transcript again. A delegation that timed out settles as timeout.
 //   - Transcript. Checks hand the run mailbox messages (only the claim
 //     holder's check, with the claim's delivery token, consumes them: a
 //     monitor's check only peeks); each joins the transcript once, under its

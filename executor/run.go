@@ -191,7 +191,7 @@ func (r *Run) receive(msgs []api.MailItem) bool {
 			r.items = make(map[string]Item)
 		}
 		r.items[m.ID] = Item{ID: m.ID, Index: m.Index, Content: m.Content}
-		if !r.cp.hasItem(m.ID) {
+		if !r.cp.hasItem(m.ID) && !r.cp.delegatedResult(m.ID) {
 			r.inbox = append(r.inbox, m.ID)
 		}
 	}
@@ -407,31 +407,73 @@ func (r *Run) Delegate(ctx context.Context, key string, req api.ScheduleRequest)
 }
 
 // Await waits until the child's terminal result reaches this task's
-// mailbox and returns it. It checks stop while it waits.
-func (r *Run) Await(ctx context.Context, childID string) (events.ChildResult, error) {
-	itemID := events.ChildResultID(childID)
+// mailbox and returns it. It checks stop while it waits (ErrStopped), and
+// gives up when ctx ends (its error, or the cause it was cancelled with)
+// or, with AwaitTimeout, after that long: an error wrapping
+// ErrAwaitTimeout and context.DeadlineExceeded. The child goes on either
+// way; awaiting it again finds its result once it ends.
+func (r *Run) Await(ctx context.Context, childID string, opts ...AwaitOption) (events.ChildResult, error) {
+	var o awaitOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, o.timeout,
+			fmt.Errorf("%w: child %s did not end within %s: %w", ErrAwaitTimeout, childID, o.timeout, context.DeadlineExceeded))
+		defer cancel()
+	}
 	wait := 20 * time.Millisecond
 	for {
-		r.mu.Lock()
-		it, ok := r.items[itemID]
-		r.mu.Unlock()
-		if ok && len(it.Content) > 0 {
-			var out events.ChildResult
-			if err := json.Unmarshal([]byte(it.Content[0].Text), &out); err != nil {
-				return out, fmt.Errorf("child %s result: %w", childID, err)
-			}
-			return out, nil
+		if res, ok, err := r.childResult(childID); ok {
+			return res, err
+		}
+		if ctx.Err() != nil {
+			return events.ChildResult{}, context.Cause(ctx)
 		}
 		if err := r.Check(ctx); err != nil {
 			return events.ChildResult{}, err
 		}
+		if res, ok, err := r.childResult(childID); ok {
+			return res, err
+		}
 		select {
 		case <-ctx.Done():
-			return events.ChildResult{}, ctx.Err()
+			return events.ChildResult{}, context.Cause(ctx)
 		case <-r.ctx.Done():
 			return events.ChildResult{}, ErrStopped
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, r.w.cfg.CheckInterval)
 	}
+}
+
+// childResult returns the result of child childID if its report has
+// reached the run (ok), decoded.
+func (r *Run) childResult(childID string) (res events.ChildResult, ok bool, err error) {
+	r.mu.Lock()
+	it, ok := r.items[events.ChildResultID(childID)]
+	r.mu.Unlock()
+	if !ok || len(it.Content) == 0 {
+		return res, false, nil
+	}
+	if err := json.Unmarshal([]byte(it.Content[0].Text), &res); err != nil {
+		return res, true, fmt.Errorf("child %s result: %w", childID, err)
+	}
+	return res, true, nil
+}
+
+// ErrAwaitTimeout is wrapped by the error Await returns when its
+// AwaitTimeout passed before the child ended.
+var ErrAwaitTimeout = errors.New("executor: child did not end in time")
+
+// AwaitOption changes how Await waits.
+type AwaitOption func(*awaitOptions)
+
+type awaitOptions struct{ timeout time.Duration }
+
+// AwaitTimeout makes Await give up after d (0: wait as long as its
+// context allows).
+func AwaitTimeout(d time.Duration) AwaitOption {
+	return func(o *awaitOptions) { o.timeout = d }
 }

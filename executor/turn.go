@@ -182,6 +182,12 @@ func (t *Turn) Record(ctx context.Context, item api.TranscriptItem) (api.Transcr
 // or the run's context error (the call stays pending when a stop or the
 // worker's shutdown cut do short), or a failed save.
 func (t *Turn) Dispatch(ctx context.Context, call api.ToolCall, do ToolFunc, lookup ToolLookup) (api.ToolCall, error) {
+	return t.dispatch(ctx, t.named(call), do, lookup)
+}
+
+// named returns call with the id of the Turn's next dispatch if it has
+// none: "t<k>.c<j>" for the j-th.
+func (t *Turn) named(call api.ToolCall) api.ToolCall {
 	t.mu.Lock()
 	t.calls++
 	j := t.calls
@@ -189,6 +195,11 @@ func (t *Turn) Dispatch(ctx context.Context, call api.ToolCall, do ToolFunc, loo
 	if call.ID == "" {
 		call.ID = "t" + strconv.Itoa(t.n) + ".c" + strconv.Itoa(j)
 	}
+	return call
+}
+
+// dispatch is Dispatch of a call named already.
+func (t *Turn) dispatch(ctx context.Context, call api.ToolCall, do ToolFunc, lookup ToolLookup) (api.ToolCall, error) {
 	call.Turn, call.Status, call.Output, call.Error = t.n, api.ToolPending, nil, ""
 	r := t.run
 	r.mu.Lock()

@@ -329,10 +329,10 @@ func (w *Worker) pollNATS(ctx context.Context, cons jetstream.Consumer) ([]api.T
 
 // lostClaim reports whether a claim was refused because the task moved
 // on: another executor won, the notification was stale, the task ended or
-// is gone.
+// is gone, or an ancestor ended (the claim canceled it instead).
 func lostClaim(err error) bool {
 	return errors.Is(err, api.ErrTokenMismatch) || errors.Is(err, api.ErrNotClaimable) ||
-		errors.Is(err, api.ErrTerminal) || errors.Is(err, api.ErrNotFound)
+		errors.Is(err, api.ErrTerminal) || errors.Is(err, api.ErrNotFound) || errors.Is(err, api.ErrAncestorTerminal)
 }
 
 // execute runs the handler on one claimed task and reports its result.

@@ -206,7 +206,10 @@
 // The digest (/readyz?digest=1) is a SHA-256 over every task record, the
 // retention count, the timer queues, active roots, admissions, status sets,
 // concurrency keys, schedules and the label and kind indexes: a rebuilt projection must
-// show the live one's digest.
+// show the live one's digest. It is a function of the log position alone:
+// the one projected fact the alarm moves without an event (a queued task's
+// next republish check, Postpone) is hashed as the log gives it, so live,
+// rebuilt and snapshot-restored projections agree at any time.
 //
 // # Label index
 //

@@ -112,6 +112,28 @@ func TestEngineCatchUp(t *testing.T) {
 		if got := b.engine.Children(root.TaskID); !slices.Equal(got, []string{child.TaskID}) {
 			t.Fatalf("Children(root) = %v", got)
 		}
+		// TerminalAncestor: none while the lineage is live; the root once
+		// it is canceled, for every descendant but not for itself.
+		if id, _, found := b.engine.TerminalAncestor(grand.TaskID); found {
+			t.Fatalf("TerminalAncestor of a live lineage = %s", id)
+		}
+		st, _, err := b.store.Execute(context.Background(), root.TaskID, "", aggregate.Cancel{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.engine.WaitFor(context.Background(), st.LastSeq); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{child.TaskID, grand.TaskID} {
+			if got, status, found := b.engine.TerminalAncestor(id); !found || got != root.TaskID || status != aggregate.StatusCanceled {
+				t.Fatalf("TerminalAncestor(%s) = %s %s %v, want the canceled root", id, got, status, found)
+			}
+		}
+		for _, id := range []string{root.TaskID, "no-such-task"} {
+			if got, _, found := b.engine.TerminalAncestor(id); found {
+				t.Fatalf("TerminalAncestor(%s) = %s", id, got)
+			}
+		}
 	})
 
 	t.Run("EmptyLog", func(t *testing.T) {

@@ -133,6 +133,31 @@ func (vw *Views) Ancestors(id string) ([]aggregate.State, error) {
 	return out, nil
 }
 
+// TerminalAncestor returns the nearest of a task's ancestors (its parent,
+// its parent's parent, … up to the root) that is terminal, as far as the
+// views hold them: found is false when none is, or the views do not hold
+// the task. It allocates nothing and is safe for concurrent use: claims
+// and releases ask it of every task they would run.
+func (vw *Views) TerminalAncestor(id string) (ancestorID string, status aggregate.Status, found bool) {
+	vw.mu.RLock()
+	defer vw.mu.RUnlock()
+	t := vw.v.tasks[id]
+	for range 1 << 16 { // bounded, as ancestry: a damaged log's parent cycle cannot loop it
+		if t == nil || t.parent == "" {
+			break
+		}
+		p := vw.v.tasks[t.parent]
+		if p == nil || p == t {
+			break
+		}
+		if p.terminal() {
+			return p.id, statuses[p.status], true
+		}
+		t = p
+	}
+	return "", "", false
+}
+
 // Earliest returns the earliest due time across the timer queues.
 func (vw *Views) Earliest() (time.Time, bool) {
 	vw.mu.RLock()
@@ -364,7 +389,11 @@ func (v *views) walk(x *idIndex, f *Filter, after string, limit int, add func(*t
 }
 
 // Digest returns a deterministic hash of every projected fact, so a
-// projection built live and one rebuilt from the log can be compared.
+// projection built live and one rebuilt from the log (or restored from a
+// snapshot) can be compared. It is a function of the events applied
+// alone, never of the time: of a queued task's republish check it hashes
+// the due time the log gives, not the one the alarm postponed it to
+// (Postpone, which appends no event).
 func (vw *Views) Digest() string {
 	vw.mu.RLock()
 	defer vw.mu.RUnlock()
@@ -390,7 +419,11 @@ func (vw *Views) Digest() string {
 	for i, q := range vw.v.timers {
 		items := q.entries()
 		for _, id := range sortedKeys(items) {
-			fmt.Fprintf(h, "timer %d %s %s %d\n", i, id, items[id].bucket, items[id].due)
+			due := items[id].due
+			if t := vw.v.tasks[id]; Timer(i) == Republish && t != nil {
+				due = t.nextAt // timerOf's due: the delivery's NextAt
+			}
+			fmt.Fprintf(h, "timer %d %s %s %d\n", i, id, items[id].bucket, due)
 		}
 	}
 	for _, c := range sortedKeys(vw.v.activeRoots) {

@@ -68,6 +68,9 @@ type Projection interface {
 	DueSchedules(now time.Time, limit int, skip func(key string) bool) []projections.ScheduleDue
 	// Schedule returns a customer's schedule as the projections hold it.
 	Schedule(customerID, scheduleID string) (projections.Schedule, bool)
+	// TerminalAncestor returns the nearest ancestor of a task that has
+	// ended, as far as the projections hold them; found is false for none.
+	TerminalAncestor(id string) (ancestorID string, status aggregate.Status, found bool)
 }
 
 // Firer fires schedules (the scheduler service).
@@ -784,8 +787,17 @@ func (a *Alarm) report(ctx context.Context, child aggregate.State) flight {
 // a slot of it for its attempt (or finds it holds one: a release a crash
 // interrupted), and is released only at that attempt; while the key is
 // full it stays scheduled, and is tried again when the projections show a
-// slot free.
+// slot free. A task one of whose ancestors has ended is not released but
+// canceled (CancelForAncestor), before it takes a slot.
 func (a *Alarm) release(ctx context.Context, s aggregate.State) flight {
+	if id, status, found := a.proj.TerminalAncestor(s.TaskID); found {
+		st, _, err := a.store.ExecuteSeen(ctx, s.TaskID, "", aggregate.CancelForAncestor{}, s.LastSeq)
+		if err == nil {
+			a.cfg.Logger.Debug().Str("task", s.TaskID).Str("ancestor", id).Str("status", string(status)).
+				Msg("ancestor ended; the task is canceled instead of released")
+		}
+		return a.outcome(projections.Release, s, st, err)
+	}
 	cmd := aggregate.ReleaseDue{DeliveryID: events.NewID()}
 	if c := s.Spec.Concurrency; c != nil {
 		cmd.Attempt = s.Attempt()

@@ -12,9 +12,11 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/testnode"
+	"github.com/taskledger/taskledger/projections"
 )
 
 // TestVerifyCleanAtScale drives VERIFY_TASKS tasks (default 1000; the
@@ -32,7 +34,7 @@ func TestVerifyCleanAtScale(t *testing.T) {
 	}
 	r := testnode.Start(t)
 	svc, ctx, p := r.Service, context.Background(), scheduler.Operator
-	var next, done atomic.Int64
+	var next, created, done atomic.Int64
 	var g errgroup.Group
 	for w := range 8 { // schedulers: every fifth task is a child of the previous root
 		g.Go(func() error {
@@ -51,6 +53,7 @@ func TestVerifyCleanAtScale(t *testing.T) {
 				if err != nil {
 					return err
 				}
+				created.Add(1)
 				if req.ParentID == "" {
 					root = st.TaskID
 				}
@@ -58,17 +61,29 @@ func TestVerifyCleanAtScale(t *testing.T) {
 			return nil
 		})
 	}
+	// Until every task is created and none waits: a child whose root
+	// ended first is canceled (ancestor_terminal) by the claim that finds
+	// it instead of claimed.
+	waiting := func() bool {
+		for _, st := range []aggregate.Status{aggregate.StatusScheduled, aggregate.StatusQueued} {
+			if len(r.Engine.List(projections.Filter{Status: st, Queue: "scale"}, "", 1)) > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	deadline := time.Now().Add(5 * time.Minute)
 	for w := range 8 { // executors: results, with a cancel now and then
 		g.Go(func() error {
-			for done.Load() < int64(n) {
+			for created.Load() < int64(n) || waiting() {
+				if time.Now().After(deadline) {
+					return fmt.Errorf("%d of %d tasks created, %d claimed after 5m", created.Load(), n, done.Load())
+				}
 				st, ok, err := svc.ClaimNext(ctx, p, "scale", fmt.Sprintf("x%d", w), 100*time.Millisecond)
 				if err != nil {
 					return err
 				}
 				if !ok {
-					if next.Load() > int64(n) && done.Load() >= int64(n) {
-						return nil
-					}
 					continue
 				}
 				if done.Add(1)%11 == 0 {

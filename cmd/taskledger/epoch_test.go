@@ -38,10 +38,26 @@ func testEpochCommands(t *testing.T, k int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := c.Schedule(ctx, api.ScheduleRequest{Queue: "epochs", ParentID: root.ID}); err != nil {
+	child, _, err := c.Schedule(ctx, api.ScheduleRequest{Queue: "epochs", ParentID: root.ID})
+	if err != nil {
 		t.Fatal(err)
 	}
+	// Both run, unless the root ended first: the claim that finds the
+	// child then cancels it (ancestor_terminal).
+	deadline := time.Now().Add(60 * time.Second)
 	for done := 0; done < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 2 tasks ran after 60s", done)
+		}
+		if done == 1 {
+			ch, err := c.Get(ctx, child.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ch.Status == "canceled" {
+				break
+			}
+		}
 		task, ok, err := c.ClaimNext(ctx, "epochs", "x", time.Second)
 		if err != nil {
 			t.Fatal(err)

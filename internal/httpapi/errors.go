@@ -25,6 +25,8 @@ var wireErrors = []struct {
 	{aggregate.ErrNotClaimable, api.ErrNotClaimable},
 	{aggregate.ErrNotTerminal, api.ErrNotTerminal},
 	{service.ErrParentTerminal, api.ErrParentTerminal},
+	{service.ErrAncestorTerminal, api.ErrAncestorTerminal},
+	{service.ErrRequestIDConflict, api.ErrRequestIDConflict},
 	{service.ErrLineageLimit, api.ErrLineageLimit},
 	{service.ErrScheduleLimit, api.ErrScheduleLimit},
 	{service.ErrStaleRevision, api.ErrStaleRevision},

@@ -46,6 +46,12 @@ func TestTypedErrors(t *testing.T) {
 	}
 	later := mustSchedule(t, b, api.ScheduleRequest{DelaySeconds: new(3600.0)})
 	mustSchedule(t, b, api.ScheduleRequest{CustomerID: "capped", DelaySeconds: new(3600.0)})
+	closed := mustSchedule(t, b, api.ScheduleRequest{DelaySeconds: new(3600.0)})
+	underClosed := mustSchedule(t, b, api.ScheduleRequest{ParentID: closed.ID, DelaySeconds: new(3600.0)})
+	mustSchedule(t, b, api.ScheduleRequest{RequestID: "named-a-root", DelaySeconds: new(3600.0)})
+	if _, err := b.client.Cancel(ctx, closed.ID, "stop"); err != nil {
+		t.Fatal(err)
+	}
 
 	cases := []struct {
 		name string
@@ -68,6 +74,14 @@ func TestTypedErrors(t *testing.T) {
 		}},
 		{"ParentTerminal", api.ErrParentTerminal, func(c caller) error {
 			_, _, err := c.Schedule(ctx, api.ScheduleRequest{ParentID: done.ID})
+			return err
+		}},
+		{"RequestIDConflict", api.ErrRequestIDConflict, func(c caller) error {
+			_, _, err := c.Schedule(ctx, api.ScheduleRequest{ParentID: later.ID, RequestID: "named-a-root"})
+			return err
+		}},
+		{"AncestorTerminal", api.ErrAncestorTerminal, func(c caller) error {
+			_, _, err := c.Schedule(ctx, api.ScheduleRequest{ParentID: underClosed.ID})
 			return err
 		}},
 		{"AdmissionRejected", api.ErrAdmissionRejected, func(c caller) error {

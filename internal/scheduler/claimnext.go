@@ -60,6 +60,29 @@ type ClaimViews interface {
 	// now and returns when the claim expires; false when the views do
 	// not show the task running under it with heartbeats.
 	Renew(taskID, deliveryID string, now time.Time) (time.Time, bool)
+	// TerminalAncestor returns the nearest ancestor of a task that has
+	// ended, as far as the views hold them; found is false for none.
+	TerminalAncestor(id string) (ancestorID string, status aggregate.Status, found bool)
+}
+
+// claim claims the task taskID with c (its delivery and executor), as
+// store.Execute does, unless an ancestor of the task has
+// ended: then it records the task canceled instead (reason
+// ancestor_terminal, by the scheduler) and fails with an error wrapping
+// ErrAncestorTerminal, the state and events being the cancel's. A
+// lineage so ends lazily, task by task, at its next claim; a claim that
+// raced the ancestor's end and won runs, and its stop check tells it to
+// stop.
+func (s *claims) claim(ctx context.Context, taskID string, c aggregate.Claim) (aggregate.State, []events.Event, error) {
+	id, status, found := s.views.TerminalAncestor(taskID)
+	if !found {
+		return s.store.Execute(ctx, taskID, c.ExecutorID, c)
+	}
+	st, evs, err := s.store.Execute(ctx, taskID, "", aggregate.CancelForAncestor{DeliveryID: c.DeliveryID})
+	if err != nil {
+		return st, evs, err
+	}
+	return st, evs, fmt.Errorf("%w: %s, an ancestor of task %s, is %s: the claim canceled it", ErrAncestorTerminal, id, taskID, status)
 }
 
 // unknownQueuePoll is how often a claimer on a queue nobody scheduled a
@@ -246,12 +269,17 @@ func (s *claims) claimQueued(ctx context.Context, p Principal, queue string, c a
 		crashpoint.Hit(crashpoint.ClaimReceived)
 		c := c
 		c.DeliveryID = cands[i].Delivery.ID
-		st, evs, err := s.store.Execute(ctx, cands[i].TaskID, c.ExecutorID, c)
+		st, evs, err := s.claim(ctx, cands[i].TaskID, c)
 		switch {
 		case err == nil:
 			crashpoint.Hit(crashpoint.Claimed)
 			s.delivery.Drop(ctx, st)
 			claimed[i], errs[i] = st, s.settle(ctx, st, evs, nil)
+		case errors.Is(err, ErrAncestorTerminal): // canceled instead: pass it over
+			s.delivery.Drop(ctx, cands[i])
+			if err := s.settle(ctx, st, evs, nil); err != nil {
+				errs[i] = err
+			}
 		case !errors.Is(err, aggregate.ErrNotClaimable) && !errors.Is(err, aggregate.ErrTokenMismatch) && !errors.Is(err, aggregate.ErrNotFound):
 			errs[i] = s.unavailable(err)
 		}
@@ -312,12 +340,15 @@ func untilClosed(ctx context.Context, sig <-chan struct{}) (context.Context, con
 func (s *claims) claimNotified(ctx context.Context, msg jetstream.Msg, n events.ReadyNotification, c aggregate.Claim) (aggregate.State, bool, error) {
 	crashpoint.Hit(crashpoint.ClaimReceived)
 	c.DeliveryID = n.DeliveryID
-	st, evs, err := s.store.Execute(ctx, n.TaskID, c.ExecutorID, c)
+	st, evs, err := s.claim(ctx, n.TaskID, c)
 	switch {
 	case err == nil:
 		crashpoint.Hit(crashpoint.Claimed)
 		settleMsg(msg, jetstream.Msg.Ack)
 		return st, true, s.settle(ctx, st, evs, nil)
+	case errors.Is(err, ErrAncestorTerminal): // canceled instead: wait on for another
+		settleMsg(msg, jetstream.Msg.Ack)
+		return st, false, s.settle(ctx, st, evs, nil)
 	case errors.Is(err, aggregate.ErrNotClaimable), errors.Is(err, aggregate.ErrTokenMismatch), errors.Is(err, aggregate.ErrNotFound):
 		settleMsg(msg, jetstream.Msg.Ack) // stale notification: the task moved on
 		return st, false, nil
@@ -336,7 +367,9 @@ func settleMsg(msg jetstream.Msg, how func(jetstream.Msg) error) {
 }
 
 // Claim consumes deliveryID and starts the run for executorID, with
-// heartbeats if opts say so (service.WithHeartbeat).
+// heartbeats if opts say so (service.WithHeartbeat). A task one of whose
+// ancestors has ended is recorded canceled instead, and Claim fails with
+// ErrAncestorTerminal.
 func (s *claims) Claim(ctx context.Context, p Principal, id, deliveryID, executorID string, opts ...ClaimOption) (aggregate.State, error) {
 	if err := validIDs("deliveryId", deliveryID); err != nil {
 		return aggregate.State{}, err
@@ -347,11 +380,21 @@ func (s *claims) Claim(ctx context.Context, p Principal, id, deliveryID, executo
 	}
 	c.DeliveryID = deliveryID
 	crashpoint.Hit(crashpoint.ClaimReceived)
-	st, err := s.execute(ctx, p, id, executorID, c, nil)
-	if err == nil {
-		crashpoint.Hit(crashpoint.Claimed)
+	if err := s.authorize(ctx, p, id); err != nil {
+		return aggregate.State{}, err
 	}
-	return st, err
+	st, evs, err := s.claim(ctx, id, c)
+	switch {
+	case errors.Is(err, ErrAncestorTerminal):
+		if serr := s.settle(ctx, st, evs, nil); serr != nil {
+			return st, serr
+		}
+		return st, err
+	case err != nil:
+		return st, s.fromStore(err)
+	}
+	crashpoint.Hit(crashpoint.Claimed)
+	return st, s.settle(ctx, st, evs, nil)
 }
 
 // RecordResult finishes a task. A non-empty deliveryID must be the claim's,

@@ -13,11 +13,12 @@
 //   - tasks (tasks.go, mailbox.go, retry.go, admission.go): POST /v1/tasks
 //     and /v1/tasks/batch, GET /v1/tasks/{id}, cancel, retry, the mailbox
 //     and the stop check. It reads TaskViews (a lineage's size and
-//     ancestors, a customer's queues, the timer queues' repair).
+//     ancestors, a terminal ancestor, a customer's queues, the timer
+//     queues' repair).
 //   - claims (claimnext.go, batch.go): POST /v1/claims/next and /v1/claims,
 //     a claim by delivery, results (one or a batch) and effects. It reads
 //     ClaimViews (which queues exist, a customer's queued tasks and their
-//     signal) and waits on the ready queue.
+//     signal, a terminal ancestor) and waits on the ready queue.
 //   - schedules (schedules.go; ScheduleTimeline in timeline.go): the
 //     /v1/schedules routes and the alarm's
 //     fires (FireSchedule). It reads ScheduleViews and the schedules' log,
@@ -49,7 +50,13 @@
 //     customer never changes); otherwise the log does.
 //   - Idempotency. A request id fixes the task id (DeriveID("r", customer,
 //     requestId)), so racing retries meet in the OCC check; the loser finds
-//     the task exists and answers it (200).
+//     the task exists and answers it (200). A request id whose task sits
+//     under another parent (or none) is ErrRequestIDConflict.
+//   - Closed lineages. No child is scheduled under a terminal parent
+//     (ErrParentTerminal) or a parent with a terminal ancestor
+//     (ErrAncestorTerminal); a claim of a task with a terminal ancestor
+//     records it canceled instead (aggregate.CancelForAncestor, reason
+//     ancestor_terminal), as the alarm does at its release.
 //   - Admission. New root tasks pass per-customer quotas counted from the
 //     usage view (durable: it is rebuilt from the log) and an optional
 //     external checker that fails open after 500 ms. A repeat is looked up

@@ -25,6 +25,12 @@ var (
 	ErrOperatorOnly   = service.ErrOperatorOnly
 )
 
+// ErrAncestorTerminal and ErrRequestIDConflict are service's.
+var (
+	ErrAncestorTerminal  = service.ErrAncestorTerminal
+	ErrRequestIDConflict = service.ErrRequestIDConflict
+)
+
 // Store is the log as the service uses it.
 type Store interface {
 	Execute(ctx context.Context, taskID, actor string, cmd aggregate.Command) (aggregate.State, []events.Event, error)

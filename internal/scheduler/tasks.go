@@ -56,6 +56,9 @@ type TaskViews interface {
 	// Ancestors returns the states of a task's parent, its parent, and
 	// so on up to the root; it fails until the views have caught up.
 	Ancestors(id string) ([]aggregate.State, error)
+	// TerminalAncestor returns the nearest ancestor of a task that has
+	// ended, as far as the views hold them; found is false for none.
+	TerminalAncestor(id string) (ancestorID string, status aggregate.Status, found bool)
 	// CustomerQueue reports whether customerID has a live task on queue,
 	// and on how many queues it has live tasks.
 	CustomerQueue(customerID, queue string) (live bool, queues int)
@@ -122,20 +125,12 @@ func (s *tasks) create(ctx context.Context, p Principal, customerID string, spec
 		if !parent.Exists() || parent.CustomerID != customerID {
 			return st, false, fmt.Errorf("%w: parent %s", aggregate.ErrNotFound, spec.ParentID)
 		}
-		if parent.Status.Terminal() {
-			// A repeated requestId answers the child it created before the
-			// parent ended (answered 200 with the existing task), not a conflict.
+		if err := s.childRoom(parent); err != nil {
+			// A repeated requestId answers the child it created before its
+			// lineage ended or filled up (answered 200 with the existing
+			// task), not a conflict.
 			if spec.RequestID != "" {
-				if st, found, err := s.repeated(ctx, taskID, later); found || err != nil {
-					return st, false, err
-				}
-			}
-			return st, false, fmt.Errorf("%w: parent %s is %s", ErrParentTerminal, spec.ParentID, parent.Status)
-		}
-		if err := s.lineageRoom(spec.ParentID); err != nil {
-			// As for a terminal parent: a repeat answers the child it made.
-			if spec.RequestID != "" {
-				if st, found, rerr := s.repeated(ctx, taskID, later); found || rerr != nil {
+				if st, found, rerr := s.repeated(ctx, taskID, spec.ParentID, later); found || rerr != nil {
 					return st, false, rerr
 				}
 			}
@@ -153,7 +148,7 @@ func (s *tasks) create(ctx context.Context, p Principal, customerID string, spec
 	if spec.ParentID == "" && s.usage != nil {
 		// A replay is not charged again: look before admitting.
 		if spec.RequestID != "" {
-			if st, found, err := s.repeated(ctx, taskID, later); found || err != nil {
+			if st, found, err := s.repeated(ctx, taskID, spec.ParentID, later); found || err != nil {
 				return st, false, err
 			}
 		}
@@ -168,7 +163,7 @@ func (s *tasks) create(ctx context.Context, p Principal, customerID string, spec
 		crashpoint.Hit(crashpoint.Scheduled)
 	}
 	if errors.Is(err, aggregate.ErrExists) {
-		st, _, err = s.repeated(ctx, taskID, later)
+		st, _, err = s.repeated(ctx, taskID, spec.ParentID, later)
 		return st, false, err
 	}
 	if err != nil {
@@ -196,6 +191,20 @@ func (s *tasks) create(ctx context.Context, p Principal, customerID string, spec
 	return st, true, nil
 }
 
+// childRoom fails when parent may not have another child: with
+// ErrParentTerminal when it has ended, with ErrAncestorTerminal when one
+// of its ancestors has (as far as the views hold them: a cancel of this
+// process is there once it answered), and as lineageRoom does.
+func (s *tasks) childRoom(parent aggregate.State) error {
+	if parent.Status.Terminal() {
+		return fmt.Errorf("%w: parent %s is %s", ErrParentTerminal, parent.TaskID, parent.Status)
+	}
+	if id, status, found := s.views.TerminalAncestor(parent.TaskID); found {
+		return fmt.Errorf("%w: %s, an ancestor of parent %s, is %s", ErrAncestorTerminal, id, parent.TaskID, status)
+	}
+	return s.lineageRoom(parent.TaskID)
+}
+
 // lineageRoom fails with ErrLineageLimit when a new child of parentID
 // would be deeper than MaxLineageDepth or make its lineage larger than
 // MaxLineageTasks. The counts come from the projections, so concurrent
@@ -214,14 +223,19 @@ func (s *tasks) lineageRoom(parentID string) error {
 }
 
 // repeated answers a repeated request id with the task it named (found),
-// and a task admission rejected with the same rejection. It settles as
-// settle does with later.
-func (s *tasks) repeated(ctx context.Context, taskID string, later *events.Position) (st aggregate.State, found bool, err error) {
+// and a task admission rejected with the same rejection. A request id
+// the customer used under another parent (or none) fails with
+// ErrRequestIDConflict instead: the task it named is not this request's.
+// It settles as settle does with later.
+func (s *tasks) repeated(ctx context.Context, taskID, parentID string, later *events.Position) (st aggregate.State, found bool, err error) {
 	if st, err = s.store.Load(ctx, taskID); err != nil {
 		return st, false, s.unavailable(err)
 	}
 	if !st.Exists() {
 		return st, false, nil
+	}
+	if st.Spec.ParentID != parentID {
+		return aggregate.State{}, true, fmt.Errorf("%w: requestId %q named task %s, %s", ErrRequestIDConflict, st.Spec.RequestID, st.TaskID, underParent(st.Spec.ParentID))
 	}
 	if err := s.settle(ctx, st, nil, later); err != nil {
 		return st, true, err
@@ -230,6 +244,15 @@ func (s *tasks) repeated(ctx context.Context, taskID string, later *events.Posit
 		return st, true, &AdmissionError{Task: st}
 	}
 	return st, true, nil
+}
+
+// underParent describes where a task sits: under which parent, or as a
+// root.
+func underParent(parentID string) string {
+	if parentID == "" {
+		return "a root task"
+	}
+	return "a child of " + parentID
 }
 
 func (s *tasks) validate(p Principal, req ScheduleRequest, now time.Time) (events.TaskSpec, string, error) {

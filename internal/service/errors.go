@@ -12,6 +12,13 @@ import (
 var (
 	// ErrParentTerminal: a child was scheduled under a terminal parent.
 	ErrParentTerminal = errors.New("scheduler: parent task is terminal")
+	// ErrAncestorTerminal: a child was scheduled under a task whose
+	// ancestor (its parent's parent, or further up) has ended, or a task
+	// was claimed whose ancestor had ended: the claim canceled it instead.
+	ErrAncestorTerminal = errors.New("scheduler: ancestor task is terminal")
+	// ErrRequestIDConflict: a customer's requestId named a task under
+	// another parent (or none) than the request's.
+	ErrRequestIDConflict = errors.New("scheduler: requestId names a task under another parent")
 	// ErrUnavailable: the log or the projections could not answer in time.
 	ErrUnavailable = errors.New("scheduler: unavailable")
 	// ErrLineageLimit: a child would make its lineage deeper or larger

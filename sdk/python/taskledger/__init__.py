@@ -11,6 +11,7 @@ scheduler (standard library only).
 from .client import Client
 from .errors import (
     AdmissionRejected,
+    AncestorTerminal,
     ClaimLost,
     Conflict,
     Forbidden,
@@ -23,6 +24,7 @@ from .errors import (
     NotTerminal,
     ParentTerminal,
     PayloadTooLarge,
+    RequestIDConflict,
     RequestTimeout,
     ScheduleLimit,
     StaleRevision,
@@ -55,9 +57,9 @@ from .types import (
 from .worker import REASON_CLAIM_LOST, REASON_SUPERSEDED, NoHandler, PayloadError, Run, Stopped, Turn, Worker
 
 __all__ = [
-    "AdmissionRejected", "ClaimLost", "Client", "Concurrency", "Conflict", "ContentPart", "Effect", "Forbidden", "HeaderTooLarge",
+    "AdmissionRejected", "AncestorTerminal", "ClaimLost", "Client", "Concurrency", "Conflict", "ContentPart", "Effect", "Forbidden", "HeaderTooLarge",
     "Internal", "InvalidArgument", "LineageLimit", "Message", "NoHandler", "NotClaimable", "NotFound", "NotTerminal", "ParentTerminal",
-    "PayloadError", "PayloadTooLarge", "REASON_CLAIM_LOST", "REASON_SUPERSEDED", "RequestTimeout", "ResultItem", "ResultRequest", "RetryRequest", "Run", "RunState",
+    "PayloadError", "PayloadTooLarge", "REASON_CLAIM_LOST", "REASON_SUPERSEDED", "RequestIDConflict", "RequestTimeout", "ResultItem", "ResultRequest", "RetryRequest", "Run", "RunState",
     "Schedule", "ScheduleCreateRequest", "ScheduleLimit", "ScheduleRequest", "ScheduleRun", "ScheduleTask", "Signal", "StaleRevision", "Stopped", "Task", "TaskledgerError", "Terminal",
     "TokenMismatch", "ToolCall", "TooManyPolls", "TranscriptItem", "Turn", "Unauthenticated", "Unavailable",
     "Worker",

@@ -178,7 +178,9 @@ class Client:
         of ScheduleRequest. Returns the task and whether it was created
         (False when its request_id repeated). Raises AdmissionRejected (with
         the recorded task), NotFound (parent or related task),
-        ParentTerminal, LineageLimit, InvalidArgument, PayloadTooLarge."""
+        ParentTerminal, AncestorTerminal, LineageLimit, RequestIDConflict
+        (the request id names a task under another parent), InvalidArgument,
+        PayloadTooLarge."""
         req = req or ScheduleRequest(**fields)
         status, data = self._json("POST", "/v1/tasks", req.to_json())
         return Task.from_json(data), status == 201
@@ -222,7 +224,8 @@ class Client:
         """POST /v1/tasks/{id}/claim: claims with a ready notification's
         token, with heartbeats every heartbeat_seconds (1 to 3600; 0: none,
         the claim is held until its deadline). Raises NotClaimable,
-        TokenMismatch, NotFound."""
+        TokenMismatch, NotFound, AncestorTerminal (the task was canceled
+        instead: an ancestor has ended)."""
         body = {"deliveryId": delivery_id, "executorId": executor_id}
         if heartbeat_seconds:
             body["heartbeatSeconds"] = heartbeat_seconds

@@ -112,6 +112,22 @@ class ParentTerminal(Conflict):
     reason = "parent_terminal"
 
 
+class AncestorTerminal(Conflict):
+    """409 ``ancestor_terminal``: a child was scheduled under a parent one
+    of whose ancestors has ended, or a claim found an ancestor of its task
+    ended and recorded the task canceled instead of starting it."""
+
+    reason = "ancestor_terminal"
+
+
+class RequestIDConflict(Conflict):
+    """409 ``request_id_conflict``: the request id names a task under
+    another parent (or a root where the request has a parent, or a child
+    where it has none)."""
+
+    reason = "request_id_conflict"
+
+
 class LineageLimit(Conflict):
     """409 ``lineage_limit``: the lineage would be deeper or larger than the
     server allows."""
@@ -189,7 +205,7 @@ _BY_CODE: dict[str, type[TaskledgerError]] = {
 _BY_REASON: dict[tuple[str, str], type[TaskledgerError]] = {
     (c.code, c.reason): c
     for c in (Terminal, TokenMismatch, ClaimLost, NotClaimable, ParentTerminal, LineageLimit, StaleRevision, ScheduleLimit, NotTerminal,
-              TooManyPolls, OperatorOnly)
+              TooManyPolls, OperatorOnly, AncestorTerminal, RequestIDConflict)
 }
 
 

@@ -657,7 +657,7 @@ class Run:
                 if m.id in self._items:
                     continue
                 self._items[m.id] = m
-                if _item(self._state, m.id) is None:
+                if _item(self._state, m.id) is None and not _delegated_result(self._state, m.id):
                     self._inbox.append(m.id)
             return self._in_turn == 0 and self._at_boundary() and self._join()
 
@@ -937,11 +937,53 @@ class Turn:
         Raises Stopped (the call stays pending when a stop cut do short)
         or the error of a failed save; the tool's own error is in the
         returned call."""
+        return self._dispatch(self._named(call), do, lookup)
+
+    def _named(self, call: ToolCall) -> ToolCall:
+        """A copy of call with the id of the Turn's next dispatch if it has
+        none: "t<k>.c<j>" for the j-th."""
         with self._mu:
             self._calls += 1
             j = self._calls
         call = copy.deepcopy(call)
         call.id = call.id or f"t{self.number}.c{j}"
+        return call
+
+    def delegate(self, call: ToolCall, req: ScheduleRequest, timeout: float | None = None) -> ToolCall:
+        """Runs the tool call by delegating it to a child task and settles
+        the call with the child's result, so the transcript pairs the call
+        with that result (as LLM APIs require) instead of holding it as a
+        separate mailbox message. As the Go SDK's Turn.Delegate: dispatched
+        as dispatch does (idempotent), the child scheduled as Run.delegate
+        does under the key "tool:<call id>" and awaited as await_child does
+        (timeout: seconds, None for no limit); the call settles ok with the
+        child's ChildResult (JSON) as its output, whatever the child's
+        status, or as timeout, after which the child's result joins the
+        transcript as a mailbox message when it comes. A Turn run again
+        after a crash finds the same child."""
+        call = self._named(call)
+        call.idempotent = True
+        r = self.run
+        awaited: list[str] = []
+
+        def do() -> Any:
+            child = r.delegate(_TOOL_DELEGATION + call.id, req)
+            res = r.await_child(child.id, timeout)
+            awaited.append(child.id)
+            return res.to_json()
+
+        settled = self._dispatch(call, do)
+        if settled.status == TOOL_OK and awaited:
+            # Received during the Turn, the report waits to join at its
+            # end: the tool result holds it now.
+            mid = child_result_id(awaited[0])
+            with r._mu:
+                r._inbox = [m for m in r._inbox if m != mid]
+        return settled
+
+    def _dispatch(self, call: ToolCall, do: Callable[[], Any],
+                  lookup: Callable[[], tuple[Any, bool]] | None = None) -> ToolCall:
+        """dispatch of a call named already."""
         call.turn, call.status, call.output, call.error = self.number, TOOL_PENDING, None, ""
         r = self.run
         with r._mu:
@@ -999,6 +1041,20 @@ def _item(state: RunState, item_id: str) -> TranscriptItem | None:
         if it.id == item_id:
             return it
     return None
+
+
+_TOOL_DELEGATION = "tool:"  # prefixes the delegation key of a child a tool call delegated
+
+
+def _delegated_result(state: RunState, msg_id: str) -> bool:
+    """Whether mailbox message msg_id is the report of a child a tool call
+    delegated (Turn.delegate) whose call settled ok with it: the tool
+    result holds it, so it does not join the transcript again."""
+    for key, child in state.children.items():
+        if key.startswith(_TOOL_DELEGATION) and child_result_id(child) == msg_id:
+            it = _item(state, _tool_result_id(key[len(_TOOL_DELEGATION):]))
+            return it is not None and it.tool is not None and it.tool.status == TOOL_OK
+    return False
 
 
 def _turn_end_id(k: int) -> str:

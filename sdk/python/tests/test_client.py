@@ -299,8 +299,20 @@ class ClientTest(unittest.TestCase):
         self.acme.cancel(root.id)
         with self.assertRaises(errors.ParentTerminal):
             self.schedule(parent_id=root.id)
+        with self.assertRaises(errors.AncestorTerminal):  # further down the canceled lineage
+            self.schedule(parent_id=child.id)
         with self.assertRaises(errors.NotFound):
             self.schedule(parent_id=unique("nosuch"))
+
+    def test_request_id_under_another_parent(self) -> None:
+        a, b = self.schedule(), self.schedule()
+        req = unique("req")
+        child = self.schedule(parent_id=a.id, request_id=req)
+        self.assertEqual(self.acme.schedule(parent_id=a.id, request_id=req), (child, False))
+        for parent in (b.id, ""):
+            with self.assertRaises(errors.RequestIDConflict) as cm:
+                self.schedule(parent_id=parent, request_id=req)
+            self.assertEqual((cm.exception.status, cm.exception.reason), (409, "request_id_conflict"))
 
     def test_customer_events(self) -> None:
         t = self.schedule()

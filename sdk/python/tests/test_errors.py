@@ -22,6 +22,8 @@ class ErrorsTest(unittest.TestCase):
             (409, "conflict", "token_mismatch", errors.TokenMismatch),
             (409, "conflict", "not_claimable", errors.NotClaimable),
             (409, "conflict", "parent_terminal", errors.ParentTerminal),
+            (409, "conflict", "ancestor_terminal", errors.AncestorTerminal),
+            (409, "conflict", "request_id_conflict", errors.RequestIDConflict),
             (409, "conflict", "lineage_limit", errors.LineageLimit),
             (409, "conflict", "stale_revision", errors.StaleRevision),
             (409, "conflict", "not_terminal", errors.NotTerminal),

@@ -129,6 +129,36 @@ class WorkerTest(unittest.TestCase):
         # The child's report joined the transcript under its message id.
         self.assertIn(taskledger.types.child_result_id(review.id), [i.id for i in run.transcript if i.kind == "mailbox"])
 
+    def test_turn_delegate(self) -> None:
+        """A tool call delegated to a child settles with the child's result
+        as its tool result, next to the call; the child's report does not
+        join the transcript again. One that times out settles as timeout."""
+        settled: list[ToolCall] = []
+
+        def handler(run: Run) -> str:
+            def turn(t: Turn) -> None:
+                settled.append(t.delegate(ToolCall(name="review"), ScheduleRequest(queue=self.queue + "-review")))
+                settled.append(t.delegate(ToolCall(id="stuck", name="ask"), ScheduleRequest(queue=unique("nobody")),
+                                          timeout=0.3))
+
+            run.turn(turn)
+            run.check()
+            run.turn(lambda t: None)  # a later boundary: the report stays out
+            return "delegated"
+
+        self.start(handler)
+        self.start(lambda run: "looks good", queue=self.queue + "-review", executor_id="py-reviewer")
+        t = self.ended(self.schedule(message=Message(content=[taskledger.ContentPart("text", "delegate")])).id)
+        self.assertEqual(t.status, "succeeded")
+        review, stuck = settled
+        self.assertEqual((review.id, review.status), ("t1.c1", "ok"))
+        self.assertEqual((review.output["status"], review.output["result"]["summary"]), ("succeeded", "looks good"))
+        self.assertEqual(stuck.status, "timeout")
+        run = self.api.get_run(t.id).run
+        ids = [i.id for i in run.transcript]
+        self.assertEqual(ids[-6:], ["t1.c1", "t1.c1.result", "stuck", "stuck.result", "t1.end", "t2.end"])
+        self.assertNotIn(taskledger.types.child_result_id(review.output["taskId"]), ids)
+
     def test_parallel_dispatch(self) -> None:
         """Tools of one Turn dispatched from several threads: each is saved
         pending and settled, and the Turn ends once all have settled."""
