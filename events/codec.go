@@ -296,6 +296,7 @@ var decoders = map[Type]func(*msgpack.Decoder) (Payload, error){
 	TypeMailboxAppended:        decodeAs[MailboxAppended],
 	TypeMailboxRead:            decodeAs[MailboxRead],
 	TypeEffectsReported:        decodeAs[EffectsReported],
+	TypeRunSaved:               decodeAs[RunSaved],
 	TypeSlotAcquired:           decodeAs[SlotAcquired],
 	TypeSlotReleased:           decodeAs[SlotReleased],
 	TypeRetryScheduled:         decodeAs[RetryScheduled],

@@ -74,6 +74,7 @@ func samplePayloads() []Payload {
 		EffectsReported{DeliveryID: "dlv-1", Effects: []Effect{
 			{Kind: "pull_request", Ref: "#12", URL: "https://example.com/pr/12", Uncertain: true, At: base.Add(time.Minute)},
 		}},
+		RunSaved{DeliveryID: "dlv-1", Revision: 3, Digest: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Size: 41},
 	}
 }
 
@@ -82,6 +83,7 @@ var allTypes = []Type{
 	TypeTaskScheduled, TypeAdmissionRejected, TypeDeliveryPending, TypeDeliveryRetryScheduled,
 	TypeDeliveryExhausted, TypeReadyPublished, TypeReadyRepublished, TypeClaimed, TypeTimedOut,
 	TypeResultRecorded, TypeCanceled, TypeMailboxAppended, TypeMailboxRead, TypeEffectsReported,
+	TypeRunSaved,
 }
 
 func sampleEvent(p Payload) Event {

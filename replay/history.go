@@ -138,6 +138,8 @@ func Describe(ev events.Event) string {
 			s += "; effect " + EffectText(e)
 		}
 		return s
+	case events.RunSaved:
+		return fmt.Sprintf("saved run revision %d (%d bytes, sha256 %.12s)", p.Revision, p.Size, p.Digest)
 	case events.EffectsReported:
 		texts := make([]string, len(p.Effects))
 		for i, e := range p.Effects {

@@ -395,6 +395,8 @@ func commandFor(ev events.Event) aggregate.Command {
 		return aggregate.RecordResult{DeliveryID: p.DeliveryID, Result: p.Result}
 	case events.EffectsReported:
 		return aggregate.ReportEffects{DeliveryID: p.DeliveryID, Effects: p.Effects}
+	case events.RunSaved:
+		return aggregate.SaveRun{DeliveryID: p.DeliveryID, Revision: p.Revision, Digest: p.Digest, Size: p.Size}
 	case events.RetryScheduled: // the result or the timeout it was decided for
 		if p.Cause == events.RetryOnTimedOut {
 			return aggregate.TimeOut{}
