@@ -26,6 +26,9 @@ var (
 	// ErrStaleRevision: a SaveRun named a revision that is not the
 	// stored one (another save came first); nothing changed.
 	ErrStaleRevision = errors.New("scheduler: stale run revision")
+	// ErrProgressRate: a task's progress lines came faster than
+	// MaxProgressRate allows; the line was not sent.
+	ErrProgressRate = errors.New("scheduler: too many progress lines")
 	// ErrAdmissionRejected: admission refused a new root task. The
 	// candidate is persisted as canceled; the error is an
 	// *AdmissionError holding it.
