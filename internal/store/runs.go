@@ -135,6 +135,19 @@ func OpenRuns(ctx context.Context, js jetstream.JetStream, cfg RunsConfig) (*Run
 	return &Runs{kv: kv, nc: js.Conn(), stream: cfg.Stream, timeout: cfg.Timeout}, nil
 }
 
+// LookupRuns opens the runs bucket of stream on js without creating or
+// changing it (an auditor's read): ErrNoRun when there is none.
+func LookupRuns(ctx context.Context, js jetstream.JetStream, stream string) (*Runs, error) {
+	kv, err := js.KeyValue(ctx, RunsBucket(stream))
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("%w: no runs bucket %s", ErrNoRun, RunsBucket(stream))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: runs bucket %s: %w", ErrUnavailable, RunsBucket(stream), err)
+	}
+	return &Runs{kv: kv, nc: js.Conn(), stream: stream, timeout: 5 * time.Second}, nil
+}
+
 func runKey(taskID string, revision uint64) string {
 	return taskID + "." + strconv.FormatUint(revision, 10)
 }
@@ -213,6 +226,12 @@ func (r *Runs) Changes(ctx context.Context, taskID string, after, upto uint64, f
 		}
 	}
 	return nil
+}
+
+// Revisions calls fn with the canonical bytes of revisions after+1 to
+// upto of task taskID's run, as Changes (replay.RunReader).
+func (r *Runs) Revisions(ctx context.Context, taskID string, after, upto uint64, fn func(revision uint64, doc []byte) error) error {
+	return r.Changes(ctx, taskID, after, upto, func(run Run) error { return fn(run.Revision, run.Doc) })
 }
 
 // Save stores run.Doc, which must be canonical (Canonical), as revision
