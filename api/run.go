@@ -1,10 +1,14 @@
 package api
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/taskledger/taskledger/events"
@@ -237,4 +241,102 @@ func (c *Client) GetRunRevision(ctx context.Context, id string, revision uint64)
 func (c *Client) Progress(ctx context.Context, id, deliveryID, text string) error {
 	_, err := c.do(ctx, http.MethodPost, taskPath(id, "/progress"), ProgressRequest{DeliveryID: deliveryID, Text: text}, nil)
 	return err
+}
+
+// RunStreamItem is one message of a run stream: exactly one of Change
+// (event saved), Progress (event progress) and End (event end) is set.
+type RunStreamItem struct {
+	Change   *RunChange
+	Progress *RunProgress
+	End      *RunEnd
+}
+
+// StreamRun follows a task's Run (GET /v1/tasks/{id}/run/stream): fn
+// gets every revision after after, then each new revision and each
+// progress line as it happens, then the end once the task is terminal,
+// after which StreamRun returns nil. A stream the server drops for
+// reading too slowly is resumed after the last revision fn got
+// (progress lines sent meanwhile are lost). It returns fn's first error,
+// ctx's error when ctx ends, an *Error the server sent, and
+// ErrStreamEnded when the connection ends before the end.
+func (c *Client) StreamRun(ctx context.Context, id string, after uint64, fn func(RunStreamItem) error) error {
+	for {
+		resp, err := c.open(ctx, taskPath(id, "/run/stream")+"?after="+strconv.FormatUint(after, 10))
+		if err != nil {
+			return err
+		}
+		again, err := readRunStream(resp.Body, &after, fn)
+		resp.Body.Close()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil || !again:
+			return err
+		}
+	}
+}
+
+// readRunStream reads one connection of a run stream, moving *after past
+// each revision fn got; again reports an overflow (reconnect).
+func readRunStream(body io.Reader, after *uint64, fn func(RunStreamItem) error) (again bool, err error) {
+	sc := bufio.NewScanner(body)
+	sc.Buffer(nil, maxStreamLine)
+	var event, data string
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = line[len("event: "):]
+		case strings.HasPrefix(line, "data: "):
+			data = line[len("data: "):]
+		case line == "" && data != "":
+			var it RunStreamItem
+			var target any
+			switch event {
+			case RunSavedEvent:
+				it.Change = new(RunChange)
+				target = it.Change
+			case RunProgressEvent:
+				it.Progress = new(RunProgress)
+				target = it.Progress
+			case RunEndEvent:
+				it.End = new(RunEnd)
+				target = it.End
+			case StreamOverflowEvent:
+				var o StreamOverflow
+				if err := json.Unmarshal([]byte(data), &o); err != nil {
+					return false, fmt.Errorf("decoding overflow: %w", err)
+				}
+				*after = max(*after, o.After)
+				return true, nil
+			case "error":
+				e := new(Error)
+				if err := json.Unmarshal([]byte(data), e); err != nil {
+					return false, fmt.Errorf("decoding stream error: %w", err)
+				}
+				return false, e
+			}
+			name, raw := event, data
+			event, data = "", ""
+			if target == nil {
+				continue // an event this client does not know
+			}
+			if err := json.Unmarshal([]byte(raw), target); err != nil {
+				return false, fmt.Errorf("decoding %s: %w", name, err)
+			}
+			if err := fn(it); err != nil {
+				return false, err
+			}
+			if it.Change != nil {
+				*after = it.Change.Revision
+			}
+			if it.End != nil {
+				return false, nil
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return false, err
+	}
+	return false, fmt.Errorf("%w after run revision %d", ErrStreamEnded, *after)
 }
