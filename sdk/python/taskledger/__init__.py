@@ -22,6 +22,7 @@ from .errors import (
     NotTerminal,
     ParentTerminal,
     PayloadTooLarge,
+    ProgressRate,
     RequestTimeout,
     ScheduleLimit,
     StaleRevision,
@@ -56,7 +57,7 @@ from .worker import REASON_SUPERSEDED, Run, Stopped, Turn, Worker
 __all__ = [
     "AdmissionRejected", "Client", "Concurrency", "Conflict", "ContentPart", "Effect", "Forbidden", "HeaderTooLarge",
     "Internal", "InvalidArgument", "LineageLimit", "Message", "NotClaimable", "NotFound", "NotTerminal", "ParentTerminal",
-    "PayloadTooLarge", "REASON_SUPERSEDED", "RequestTimeout", "ResultItem", "ResultRequest", "RetryRequest", "Run", "RunState",
+    "PayloadTooLarge", "ProgressRate", "REASON_SUPERSEDED", "RequestTimeout", "ResultItem", "ResultRequest", "RetryRequest", "Run", "RunState",
     "Schedule", "ScheduleCreateRequest", "ScheduleLimit", "ScheduleRequest", "ScheduleRun", "ScheduleTask", "Signal", "StaleRevision", "Stopped", "Task", "TaskledgerError", "Terminal",
     "TokenMismatch", "ToolCall", "TooManyPolls", "TranscriptItem", "Turn", "Unauthenticated", "Unavailable",
     "Worker",
