@@ -234,6 +234,18 @@ func (c *Client) GetRunRevision(ctx context.Context, id string, revision uint64)
 	return d, err
 }
 
+// GetRunRevisionJSON is GetRunRevision answering the document as the
+// server sent it, with the fields of the run RunState does not know.
+func (c *Client) GetRunRevisionJSON(ctx context.Context, id string, revision uint64) (json.RawMessage, error) {
+	p := taskPath(id, "/run")
+	if revision > 0 {
+		p += "?revision=" + strconv.FormatUint(revision, 10)
+	}
+	var d json.RawMessage
+	_, err := c.do(ctx, http.MethodGet, p, nil, &d)
+	return d, err
+}
+
 // Progress sends a progress line of the run under deliveryID to the
 // task's run streams; nothing is stored. ErrPayloadTooLarge,
 // ErrProgressRate, ErrTokenMismatch (not the current claim), ErrTerminal
