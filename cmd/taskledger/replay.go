@@ -234,15 +234,18 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		v = replay.NewVerifier(events.Subjects{Root: a.Manifest.Subjects})
-		v.Shard(a.Manifest.Layout())
-		if a.Manifest.EpochSlots > 0 { // one epoch of several
-			v.Partial()
-		}
-		for _, p := range a.Manifest.Parts {
-			v.StartAt(p.Part, p.FirstSeq)
-		}
+		v = archiveVerifier(a.Manifest)
 		heads = a.Manifest.Heads()
+		// The Runs the archive holds, if it holds them (runsFile).
+		archived, ok, err := archivedRuns(*archiveDir)
+		switch {
+		case err != nil:
+			return err
+		case ok:
+			runs = archived
+		default:
+			runs = nil
+		}
 		read = func(fn func(eventlog.Message) error) error {
 			var n uint64
 			total := a.Manifest.Events()
@@ -292,7 +295,7 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		v.Add(m.Pos, m.Subject, m.Data)
 		return nil
 	})
-	if err == nil && *archiveDir == "" {
+	if err == nil && runs != nil {
 		err = v.VerifyRuns(ctx, runs)
 	}
 	report := v.Report()
@@ -317,6 +320,19 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		return errViolations
 	}
 	return nil
+}
+
+// archiveVerifier is the verifier of an archive's events.
+func archiveVerifier(m archive.Manifest) *replay.Verifier {
+	v := replay.NewVerifier(events.Subjects{Root: m.Subjects})
+	v.Shard(m.Layout())
+	if m.EpochSlots > 0 { // one epoch of several
+		v.Partial()
+	}
+	for _, p := range m.Parts {
+		v.StartAt(p.Part, p.FirstSeq)
+	}
+	return v
 }
 
 // noRuns is the Run store of a log without a runs bucket: every

@@ -1,10 +1,14 @@
 package store
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -105,9 +109,13 @@ type legacyRun struct {
 // concurrent use by any number of goroutines and processes.
 type Runs struct {
 	kv      jetstream.KeyValue
+	js      jetstream.JetStream
 	nc      *nats.Conn
 	stream  string
 	timeout time.Duration
+	// archived holds an archive's records by key (ReadRunArchive); such
+	// a Runs has no bucket and only reads.
+	archived map[string][]byte
 }
 
 // OpenRuns creates the runs bucket of cfg.Stream, or updates it to this
@@ -132,7 +140,7 @@ func OpenRuns(ctx context.Context, js jetstream.JetStream, cfg RunsConfig) (*Run
 	if err != nil {
 		return nil, fmt.Errorf("store: runs bucket %s: %w", RunsBucket(cfg.Stream), err)
 	}
-	return &Runs{kv: kv, nc: js.Conn(), stream: cfg.Stream, timeout: cfg.Timeout}, nil
+	return &Runs{kv: kv, js: js, nc: js.Conn(), stream: cfg.Stream, timeout: cfg.Timeout}, nil
 }
 
 // LookupRuns opens the runs bucket of stream on js without creating or
@@ -145,7 +153,7 @@ func LookupRuns(ctx context.Context, js jetstream.JetStream, stream string) (*Ru
 	if err != nil {
 		return nil, fmt.Errorf("%w: runs bucket %s: %w", ErrUnavailable, RunsBucket(stream), err)
 	}
-	return &Runs{kv: kv, nc: js.Conn(), stream: stream, timeout: 5 * time.Second}, nil
+	return &Runs{kv: kv, js: js, nc: js.Conn(), stream: stream, timeout: 5 * time.Second}, nil
 }
 
 func runKey(taskID string, revision uint64) string {
@@ -248,6 +256,9 @@ func (r *Runs) Revisions(ctx context.Context, taskID string, after, upto uint64,
 // and an error wrapping ErrUnavailable when the bucket did not answer in
 // time.
 func (r *Runs) Save(ctx context.Context, taskID string, base uint64, run Run) (Run, error) {
+	if r.kv == nil {
+		return Run{}, errReadOnly
+	}
 	var prev []byte
 	if base > 0 {
 		b, err := r.Get(ctx, taskID, base)
@@ -306,6 +317,9 @@ func (r *Runs) Save(ctx context.Context, taskID string, base uint64, run Run) (R
 // Publish sends data to the servers following task taskID's run
 // (Subscribe), at most once: a server that is slow or away misses it.
 func (r *Runs) Publish(taskID string, data []byte) error {
+	if r.nc == nil {
+		return errReadOnly
+	}
 	return r.nc.Publish(RunFeedSubject(r.stream, taskID), data)
 }
 
@@ -313,6 +327,9 @@ func (r *Runs) Publish(taskID string, data []byte) error {
 // in order, from one goroutine, until stop is called. A message fn is
 // not ready for (more than buffer behind) is dropped.
 func (r *Runs) Subscribe(taskID string, buffer int, fn func(data []byte)) (stop func(), err error) {
+	if r.nc == nil {
+		return nil, errReadOnly
+	}
 	ch := make(chan *nats.Msg, buffer)
 	sub, err := r.nc.ChanSubscribe(RunFeedSubject(r.stream, taskID), ch)
 	if err != nil {
@@ -348,15 +365,12 @@ func (r *Runs) Subscribe(taskID string, buffer int, fn func(data []byte)) (stop 
 
 // record reads the record of one revision.
 func (r *Runs) record(ctx context.Context, taskID string, revision uint64) (runRecord, error) {
-	e, err := r.kv.Get(ctx, runKey(taskID, revision))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return runRecord{}, fmt.Errorf("%w: task %s revision %d", ErrNoRun, taskID, revision)
-	}
+	b, err := r.value(ctx, runKey(taskID, revision))
 	if err != nil {
-		return runRecord{}, fmt.Errorf("%w: get run %s revision %d: %w", ErrUnavailable, taskID, revision, err)
+		return runRecord{}, err
 	}
 	var rec runRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil || rec.Full == nil && rec.Delta == nil {
+	if err := json.Unmarshal(b, &rec); err != nil || rec.Full == nil && rec.Delta == nil {
 		return runRecord{}, fmt.Errorf("%w: task %s revision %d: %v", ErrRunDamaged, taskID, revision, err)
 	}
 	return rec, nil
@@ -372,18 +386,122 @@ func (rec runRecord) apply(doc []byte) ([]byte, error) {
 
 // legacy reads the run a task saved before revisions.
 func (r *Runs) legacy(ctx context.Context, taskID string) (Run, error) {
-	e, err := r.kv.Get(ctx, taskID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Run{}, fmt.Errorf("%w for task %s", ErrNoRun, taskID)
-	}
+	b, err := r.value(ctx, taskID)
 	if err != nil {
-		return Run{}, fmt.Errorf("%w: get run %s: %w", ErrUnavailable, taskID, err)
+		return Run{}, err
 	}
 	var v legacyRun
-	if err := json.Unmarshal(e.Value(), &v); err != nil {
+	if err := json.Unmarshal(b, &v); err != nil {
 		return Run{}, fmt.Errorf("%w: run %s: %w", ErrRunDamaged, taskID, err)
 	}
 	return Run{DeliveryID: v.DeliveryID, UpdatedAt: v.UpdatedAt, Digest: RunDigest(v.Run), Doc: v.Run}, nil
+}
+
+// value reads the bytes stored under key: ErrNoRun when there are none.
+func (r *Runs) value(ctx context.Context, key string) ([]byte, error) {
+	if r.kv == nil {
+		if b, ok := r.archived[key]; ok {
+			return b, nil
+		}
+		return nil, fmt.Errorf("%w: %s", ErrNoRun, key)
+	}
+	e, err := r.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrNoRun, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: get run %s: %w", ErrUnavailable, key, err)
+	}
+	return e.Value(), nil
+}
+
+var errReadOnly = errors.New("store: an archive's runs are read only")
+
+// MaxRunArchiveLine bounds one line of a runs archive (ReadRunArchive):
+// a record and its key.
+const MaxRunArchiveLine = 8 << 20
+
+// archivedRun is one line of a runs archive.
+type archivedRun struct {
+	Key   string          `json:"key"`
+	Value json.RawMessage `json:"value"`
+}
+
+// ExportRuns writes every stored revision of each task of tasks (task
+// id → its latest revision the log records), 1 to that revision, to w as
+// a runs archive: one JSON line {"key", "value"} a record, the value as
+// stored. A revision that is not stored is left out (a verifier reports
+// it). It returns the records written.
+func (r *Runs) ExportRuns(ctx context.Context, w io.Writer, tasks map[string]uint64) (int, error) {
+	n := 0
+	for _, id := range slices.Sorted(maps.Keys(tasks)) {
+		for rev := uint64(1); rev <= tasks[id]; rev++ {
+			rctx, cancel := r.bound(ctx)
+			b, err := r.value(rctx, runKey(id, rev))
+			cancel()
+			if errors.Is(err, ErrNoRun) {
+				continue
+			}
+			if err != nil {
+				return n, err
+			}
+			line, err := json.Marshal(archivedRun{Key: runKey(id, rev), Value: b})
+			if err != nil {
+				return n, fmt.Errorf("store: run record %s: %w", runKey(id, rev), err)
+			}
+			if _, err := w.Write(append(line, '\n')); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
+}
+
+// ReadRunArchive reads a runs archive (ExportRuns) into a Runs that only
+// reads (Get, Changes, Revisions).
+func ReadRunArchive(rd io.Reader) (*Runs, error) {
+	sc := bufio.NewScanner(rd)
+	sc.Buffer(nil, MaxRunArchiveLine)
+	out := &Runs{archived: map[string][]byte{}, timeout: 5 * time.Second}
+	for line := 1; sc.Scan(); line++ {
+		var a archivedRun
+		if err := json.Unmarshal(sc.Bytes(), &a); err != nil || a.Key == "" {
+			return nil, fmt.Errorf("store: runs archive line %d: not a record (%v)", line, err)
+		}
+		out.archived[a.Key] = a.Value
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("store: runs archive: %w", err)
+	}
+	return out, nil
+}
+
+// Remove deletes every stored revision of the runs of tasks, and the
+// run each saved before revisions, leaving no marker: for runs an
+// archive holds, once the log that records them is removed.
+func (r *Runs) Remove(ctx context.Context, tasks []string) error {
+	if r.kv == nil {
+		return errReadOnly
+	}
+	sctx, cancel := r.bound(ctx)
+	st, err := r.js.Stream(sctx, "KV_"+RunsBucket(r.stream))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("%w: runs bucket: %w", ErrUnavailable, err)
+	}
+	prefix := "$KV." + RunsBucket(r.stream) + "."
+	for _, id := range tasks {
+		for _, subject := range []string{prefix + id + ".>", prefix + id} {
+			pctx, cancel := r.bound(ctx)
+			err := st.Purge(pctx, jetstream.WithPurgeSubject(subject))
+			cancel()
+			if err != nil {
+				return fmt.Errorf("%w: remove runs of %s: %w", ErrUnavailable, id, err)
+			}
+		}
+	}
+	return nil
 }
 
 // bound gives ctx the timeout when it has no deadline.
