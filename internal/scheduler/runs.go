@@ -152,7 +152,7 @@ func (s *runs) Progress(ctx context.Context, p Principal, id string, req service
 }
 
 // DefaultRunPoll is how often FollowRun looks at the log for a save it
-// was not told of (a feed message lost).
+// was not told of (a feed message lost) and for the task's end.
 const DefaultRunPoll = 5 * time.Second
 
 // FollowRun calls fn with every revision of task id's run after after,
@@ -210,28 +210,23 @@ func (s *runs) FollowRun(ctx context.Context, p Principal, id string, after uint
 	}
 	poll := time.NewTicker(DefaultRunPoll)
 	defer poll.Stop()
-	for {
-		ended, err := catchUp()
-		if ended || err != nil {
-			return err
-		}
+	ended, err := catchUp()
+	for !ended && err == nil {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-poll.C:
+			ended, err = catchUp()
 		case n := <-notes:
-			for n.Kind == service.RunItemProgress {
-				if err := fn(service.RunItem{Kind: n.Kind, Text: n.Text, At: n.At}); err != nil {
-					return err
-				}
-				select {
-				case n = <-notes:
-				default:
-					n.Kind = "" // nothing waits: look at the log
-				}
+			switch {
+			case n.Kind == service.RunItemProgress:
+				err = fn(service.RunItem{Kind: n.Kind, Text: n.Text, At: n.At})
+			case n.Revision > sent:
+				ended, err = catchUp()
 			}
 		}
 	}
+	return err
 }
 
 // runNote is a message of a task's run feed (store.Runs.Publish): a
