@@ -132,9 +132,11 @@ func (c *Client) GetRun(ctx context.Context, id string) (d RunDocument, err erro
 	return d, err
 }
 
-// SaveRun replaces a task's Run document when s.Revision is the stored
-// one and s.DeliveryID the current claim's; ErrStaleRevision,
-// ErrTokenMismatch or ErrTerminal otherwise, and nothing changes.
+// SaveRun saves s.Run as the task's next Run revision when s.Revision is
+// its latest (0 for the first save) and s.DeliveryID the current
+// claim's; the answer carries the new revision (the same save repeated
+// answers the revision it stored). ErrStaleRevision, ErrTokenMismatch
+// or ErrTerminal otherwise, and nothing changes.
 func (c *Client) SaveRun(ctx context.Context, id string, s RunSave) (d RunDocument, err error) {
 	_, err = c.do(ctx, http.MethodPut, taskPath(id, "/run"), s, &d)
 	return d, err

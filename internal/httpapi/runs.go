@@ -35,7 +35,7 @@ type runSave struct {
 	Run        json.RawMessage `json:"run"`
 }
 
-// saveRun replaces the task's run (PUT /v1/tasks/{id}/run).
+// saveRun saves the next revision of the task's run (PUT /v1/tasks/{id}/run).
 func (h *handler) saveRun(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	id, err := pathID(r)
 	var b runSave
@@ -199,7 +199,7 @@ func (l *Local) Progress(ctx context.Context, id, deliveryID, text string) error
 	return nil
 }
 
-// SaveRun replaces a task's Run document, as PUT /v1/tasks/{id}/run.
+// SaveRun saves the next revision of a task's Run, as PUT /v1/tasks/{id}/run.
 func (l *Local) SaveRun(ctx context.Context, id string, s api.RunSave) (api.RunDocument, error) {
 	if err := validTaskID(id); err != nil {
 		return api.RunDocument{}, err

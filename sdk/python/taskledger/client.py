@@ -374,9 +374,11 @@ class Client:
                 conn.close()
 
     def save_run(self, task_id: str, delivery_id: str, revision: int, run: RunState) -> RunDocument:
-        """PUT /v1/tasks/{id}/run: replaces the Run when revision is the
-        stored one (0 for the first save) and delivery_id the current
-        claim's. Raises StaleRevision, TokenMismatch, Terminal,
+        """PUT /v1/tasks/{id}/run: saves run as the task's next Run revision
+        when revision is its latest (0 for the first save) and delivery_id
+        the current claim's; every revision stays readable (get_run with
+        revision=N), and the same save repeated answers the revision it
+        stored. Raises StaleRevision, TokenMismatch, Terminal,
         PayloadTooLarge (over 1 MiB); nothing changes then."""
         body = {"deliveryId": delivery_id, "revision": revision, "run": run.to_json()}
         return RunDocument.from_json(self._json("PUT", _task(task_id, "/run"), body)[1])
