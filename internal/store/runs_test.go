@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -186,6 +187,47 @@ func TestRuns(t *testing.T) {
 		got, err := runs.Get(ctx, id, 0)
 		if err != nil || got.Revision != 0 || got.DeliveryID != "d0" || string(got.Doc) != `{"turn": 3}` {
 			t.Fatalf("legacy run: %+v %v", got, err)
+		}
+	})
+
+	t.Run("ArchiveAndRemove", func(t *testing.T) {
+		id, other := events.NewID(), events.NewID()
+		var docs []store.Run
+		for n := range 3 {
+			docs = append(docs, save(t, id, uint64(n), fmt.Sprintf(`{"turn":%d,"transcript":[{"id":"i%d"}]}`, n+1, n)))
+		}
+		save(t, other, 0, `{"turn":1}`)
+		var buf bytes.Buffer
+		n, err := runs.ExportRuns(ctx, &buf, map[string]uint64{id: 3})
+		if err != nil || n != 3 {
+			t.Fatalf("export: %d records, %v", n, err)
+		}
+		archived, err := store.ReadRunArchive(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range docs {
+			got, err := archived.Get(ctx, id, uint64(i+1))
+			if err != nil || string(got.Doc) != string(want.Doc) || got.Digest != want.Digest {
+				t.Fatalf("archived revision %d: %s %v, want %s", i+1, got.Doc, err, want.Doc)
+			}
+		}
+		if _, err := archived.Save(ctx, id, 3, docs[0]); err == nil {
+			t.Fatal("an archive's runs took a save")
+		}
+		if _, err := store.ReadRunArchive(strings.NewReader("not json\n")); err == nil {
+			t.Fatal("a runs archive of garbage was read")
+		}
+		if err := runs.Remove(ctx, []string{id}); err != nil {
+			t.Fatal(err)
+		}
+		for rev := uint64(1); rev <= 3; rev++ {
+			if _, err := kv.Get(ctx, fmt.Sprintf("%s.%d", id, rev)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+				t.Fatalf("revision %d after Remove: %v", rev, err)
+			}
+		}
+		if _, err := runs.Get(ctx, other, 1); err != nil {
+			t.Fatalf("another task's run after Remove: %v", err)
 		}
 	})
 
