@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -50,6 +51,10 @@ var (
 	// over its limit (CompactJSON), returned by Decide. Retrying cannot
 	// help.
 	ErrTooLarge = errors.New("aggregate: event too large for the log")
+	// ErrRunRevision: SaveRun for a revision that is not the one after
+	// the task's latest (another save came first, or the caller read an
+	// older revision).
+	ErrRunRevision = errors.New("aggregate: run revision is not the next one")
 )
 
 // Command is a request to change one task. The commands are the types in
@@ -167,6 +172,19 @@ type ReportEffects struct {
 	Effects    []events.Effect
 }
 
+// SaveRun records revision Revision of the task's Run, saved by the run
+// under DeliveryID while the task is running under that claim: Revision
+// is the one after the latest (State.Run.Revision + 1), at most
+// events.MaxRunRevisions; Digest is the SHA-256 of the revision's
+// canonical bytes in lowercase hex and Size their length (at least 2,
+// "{}"). The bytes themselves are stored beside the log.
+type SaveRun struct {
+	DeliveryID string
+	Revision   uint64
+	Digest     string
+	Size       int
+}
+
 // Cancel cancels a non-terminal task.
 type Cancel struct{ Reason string }
 
@@ -225,6 +243,7 @@ func (ExhaustDelivery) command()    {}
 func (Claim) command()              {}
 func (RecordResult) command()       {}
 func (ReportEffects) command()      {}
+func (SaveRun) command()            {}
 func (Cancel) command()             {}
 func (TimeOut) command()            {}
 func (AppendMail) command()         {}
@@ -286,7 +305,7 @@ func holder(s State, cmd Command) string {
 		if c.DeliveryID != "" {
 			return s.Claim.ExecutorID
 		}
-	case ReportEffects:
+	case ReportEffects, SaveRun:
 		return s.Claim.ExecutorID
 	case ReadMail:
 		if c.DeliveryID != "" {
@@ -693,6 +712,17 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 			return nil, err
 		}
 		return events.EffectsReported{DeliveryID: c.DeliveryID, Effects: stamped(c.Effects, now)}, nil
+	case SaveRun:
+		if s.Status != StatusRunning || c.DeliveryID != s.Claim.DeliveryID {
+			return nil, ErrTokenMismatch
+		}
+		if err := validRunSave(c); err != nil {
+			return nil, err
+		}
+		if c.Revision != s.Run.Revision+1 {
+			return nil, fmt.Errorf("%w: revision %d after %d", ErrRunRevision, c.Revision, s.Run.Revision)
+		}
+		return events.RunSaved{DeliveryID: c.DeliveryID, Revision: c.Revision, Digest: c.Digest, Size: c.Size}, nil
 	case Cancel:
 		if err := maxBytes(field{"reason", c.Reason, events.MaxReasonBytes}); err != nil {
 			return nil, err
@@ -725,7 +755,8 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 }
 
 // claimToken is the token of the claim an executor's command writes
-// under: a result's, an effects report's or a LoseClaim's; "" for others.
+// under: a result's, an effects report's, a LoseClaim's or a SaveRun's;
+// "" for others.
 func claimToken(cmd Command) string {
 	switch c := cmd.(type) {
 	case RecordResult:
@@ -733,6 +764,8 @@ func claimToken(cmd Command) string {
 	case ReportEffects:
 		return c.DeliveryID
 	case LoseClaim:
+		return c.DeliveryID
+	case SaveRun:
 		return c.DeliveryID
 	}
 	return ""
@@ -768,6 +801,19 @@ func loseClaim(s State, c LoseClaim, now time.Time) (events.Payload, error) {
 		ev.Attempt = s.Attempt() + 1
 	}
 	return ev, nil
+}
+
+// validRunSave checks a SaveRun's own fields.
+func validRunSave(c SaveRun) error {
+	switch {
+	case c.Revision == 0 || c.Revision > events.MaxRunRevisions:
+		return fmt.Errorf("%w: run revision %d, want 1 to %d", ErrInvalid, c.Revision, events.MaxRunRevisions)
+	case c.Size < 2:
+		return fmt.Errorf("%w: run size %d, want at least 2", ErrInvalid, c.Size)
+	case len(c.Digest) != 64 || strings.Trim(c.Digest, "0123456789abcdef") != "":
+		return fmt.Errorf("%w: run digest must be 64 lowercase hex digits", ErrInvalid)
+	}
+	return nil
 }
 
 func live(s State) error {

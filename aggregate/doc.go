@@ -92,6 +92,13 @@
 //     ErrTokenMismatch (any other status or token); ErrInvalid (no effect,
 //     over 32, an effect's limits as for a result, more than 256 distinct
 //     effects on the task)
+//   - SaveRun (PUT run) — allowed when: running, the deliveryId is the
+//     claim's token, and the revision is the latest plus one (at most
+//     100000); appends: RunSaved (revision, digest, size); status after:
+//     running; otherwise: ErrTerminal; ErrTokenMismatch (any other status or
+//     token); ErrRunRevision (another revision); ErrInvalid (revision 0 or
+//     past the limit, a digest that is not 64 lowercase hex digits, a size
+//     under 2)
 //   - Cancel (POST cancel) — allowed when: not terminal; appends: Canceled;
 //     status after: canceled; otherwise: ErrTerminal; ErrInvalid for a reason
 //     over 1 KiB

@@ -47,7 +47,10 @@ var legal = map[string][]string{
 	mRunning:   {mScheduled, mSucceeded, mFailed, mCanceled, mTimedOut}, // scheduled: RetryScheduled
 }
 
-var modelID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+var (
+	modelID     = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	modelDigest = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
 
 // model is a task as the reference sees it.
 type model struct {
@@ -73,6 +76,7 @@ type model struct {
 	started        time.Time       // when the running claim was made
 	lost           []string        // tokens of claims that ended in a ClaimLost
 	released       int             // claims handed back
+	runRevision    uint64          // the Run's latest saved revision
 }
 
 // actor is who the model expects an accepted cmd's event to name: the
@@ -84,7 +88,7 @@ func (m model) actor(cmd aggregate.Command) string {
 		if c.DeliveryID != "" {
 			return m.executor
 		}
-	case aggregate.ReportEffects:
+	case aggregate.ReportEffects, aggregate.SaveRun:
 		return m.executor
 	case aggregate.ReadMail:
 		if c.DeliveryID != "" {
@@ -124,6 +128,8 @@ func (m model) decide(cmd aggregate.Command, now time.Time) (events.Payload, err
 	case aggregate.ReportEffects:
 		writer = c.DeliveryID
 	case aggregate.LoseClaim:
+		writer = c.DeliveryID
+	case aggregate.SaveRun:
 		writer = c.DeliveryID
 	}
 	if writer != "" && slices.Contains(m.lost, writer) {
@@ -253,6 +259,16 @@ func (m model) decide(cmd aggregate.Command, now time.Time) (events.Payload, err
 			}
 		}
 		return events.EffectsReported{DeliveryID: c.DeliveryID, Effects: effects}, nil
+	case aggregate.SaveRun:
+		switch {
+		case m.status != mRunning || c.DeliveryID != m.token:
+			return nil, aggregate.ErrTokenMismatch
+		case c.Revision == 0 || c.Revision > events.MaxRunRevisions || c.Size < 2 || !modelDigest.MatchString(c.Digest):
+			return nil, aggregate.ErrInvalid
+		case c.Revision != m.runRevision+1:
+			return nil, aggregate.ErrRunRevision
+		}
+		return events.RunSaved{DeliveryID: c.DeliveryID, Revision: c.Revision, Digest: c.Digest, Size: c.Size}, nil
 	case aggregate.Cancel:
 		if len(c.Reason) > 1<<10 {
 			return nil, aggregate.ErrInvalid
@@ -479,6 +495,8 @@ func (m model) apply(ev events.Event) model {
 		m.effects = mergeEffects(m.effects, p.Effects, ev.At)
 	case events.CheckFailed:
 		m.checkFailedAt = ev.At
+	case events.RunSaved:
+		m.runRevision = p.Revision
 	case events.ResultRecorded:
 		m.status = mFailed
 		if p.Result.Success {
@@ -596,6 +614,9 @@ func (h *harness) check(t *rapid.T) {
 	}
 	if s.Delivery.ReadySeq != h.m.readySeq {
 		t.Fatalf("ready seq %d, model %d", s.Delivery.ReadySeq, h.m.readySeq)
+	}
+	if s.Run.Revision != h.m.runRevision {
+		t.Fatalf("run revision %d, model %d", s.Run.Revision, h.m.runRevision)
 	}
 	if s.Attempt() != h.m.run && s.Exists() && !s.Rejected || s.Charged() > s.MaxAttempts() || len(s.Attempts()) > s.MaxAttempts()+h.m.released {
 		t.Fatalf("attempt %d of %d (%d listed), model attempt %d", s.Attempt(), s.MaxAttempts(), len(s.Attempts()), h.m.run)
@@ -817,6 +838,7 @@ func TestModel(t *testing.T) {
 		aggregate.RecordCheckFailed{},
 		aggregate.LoseClaim{},
 		aggregate.CancelForAncestor{},
+		aggregate.SaveRun{},
 	}
 	neverAccepted := func() []string {
 		var never []string
@@ -850,6 +872,7 @@ var defaultWeights = map[string]int{
 	"RecordCheckFailed": 2,
 	"LoseClaim":         2,
 	"CancelForAncestor": 1,
+	"SaveRun":           3,
 }
 
 // TestModelRetries runs the model on tasks with a valid retry policy,
@@ -943,6 +966,26 @@ func modelProperty(total map[string]int, weights map[string]int, retry func(*rap
 			"ReportEffects": func(t *rapid.T) {
 				id := rapid.SampledFrom([]string{"d1", "d2", "d3", ""}).Draw(t, "deliveryID")
 				h.exec(t, aggregate.ReportEffects{DeliveryID: id, Effects: drawEffects(t, []int{1, 2, 32, 0, 33})})
+			},
+			"SaveRun": func(t *rapid.T) {
+				id := h.m.token // mostly the running claim's, sometimes another
+				if rapid.IntRange(0, 3).Draw(t, "otherToken") == 3 {
+					id = rapid.SampledFrom([]string{"", "d1", "d2"}).Draw(t, "deliveryID")
+				}
+				rev := h.m.runRevision + 1 // mostly the next, sometimes stale, ahead or out of range
+				switch rapid.IntRange(0, 6).Draw(t, "revisionFault") {
+				case 4:
+					rev = h.m.runRevision
+				case 5:
+					rev += 1
+				case 6:
+					rev = rapid.SampledFrom([]uint64{0, events.MaxRunRevisions + 1}).Draw(t, "revision")
+				}
+				digest := strings.Repeat("ab", 32)
+				if rapid.IntRange(0, 8).Draw(t, "digestFault") == 8 {
+					digest = rapid.SampledFrom([]string{"", strings.Repeat("AB", 32), strings.Repeat("a", 63), strings.Repeat("g", 64)}).Draw(t, "digest")
+				}
+				h.exec(t, aggregate.SaveRun{DeliveryID: id, Revision: rev, Digest: digest, Size: rapid.SampledFrom([]int{2, 100, 1 << 20, 1, 0}).Draw(t, "size")})
 			},
 			"Cancel": func(t *rapid.T) {
 				h.exec(t, aggregate.Cancel{Reason: strings.Repeat("c", rapid.SampledFrom([]int{5, 0, 1 << 10, 1<<10 + 1}).Draw(t, "reasonLen"))})

@@ -82,6 +82,10 @@ type State struct {
 	Reason   string    // why it was canceled, rejected, exhausted or timed out
 	Rejected bool      // admission refused the task (AdmissionRejected)
 
+	// Run is the latest revision of the task's Run (RunSaved); zero
+	// before the first save.
+	Run RunHead `msgpack:",omitempty"`
+
 	MailIDs []string // mailbox message ids; MailIDs[i] has index i+1
 	Cursor  int      // mailbox messages handed out by check
 	// CheckFailedAt is when the task's last CheckFailed was recorded
@@ -94,6 +98,14 @@ type State struct {
 	// LastHash is the Hash of the last event applied, the Prev of the
 	// task's next event; zero when that event's Hash was not set.
 	LastHash events.Hash `msgpack:",omitempty"`
+}
+
+// RunHead is the latest saved revision of a task's Run, as its RunSaved
+// records it.
+type RunHead struct {
+	Revision uint64
+	Digest   string
+	Size     int
 }
 
 // Attempt is one run of a task: the claim that started it and how it
@@ -326,6 +338,10 @@ func Apply(s State, ev events.Event) State {
 	case events.EffectsReported:
 		if s.Status == StatusRunning && p.DeliveryID == s.Claim.DeliveryID {
 			s.Effects = mergeEffects(s.Effects, p.Effects, ev.At)
+		}
+	case events.RunSaved:
+		if s.Status == StatusRunning && p.DeliveryID == s.Claim.DeliveryID && p.Revision == s.Run.Revision+1 {
+			s.Run = RunHead{Revision: p.Revision, Digest: p.Digest, Size: p.Size}
 		}
 	case events.TimedOut:
 		if s.Status == StatusRunning {

@@ -297,6 +297,7 @@ var decoders = map[Type]func(*msgpack.Decoder) (Payload, error){
 	TypeMailboxRead:            decodeAs[MailboxRead],
 	TypeEffectsReported:        decodeAs[EffectsReported],
 	TypeCheckFailed:            decodeAs[CheckFailed],
+	TypeRunSaved:               decodeAs[RunSaved],
 	TypeSlotAcquired:           decodeAs[SlotAcquired],
 	TypeSlotReleased:           decodeAs[SlotReleased],
 	TypeRetryScheduled:         decodeAs[RetryScheduled],

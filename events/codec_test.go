@@ -79,6 +79,7 @@ func samplePayloads() []Payload {
 			{Kind: "pull_request", Ref: "#12", URL: "https://example.com/pr/12", Uncertain: true, At: base.Add(time.Minute)},
 		}},
 		CheckFailed{Since: base.Add(2 * time.Minute), Failures: 3, Error: "load task: timeout"},
+		RunSaved{DeliveryID: "dlv-1", Revision: 3, Digest: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Size: 41},
 	}
 }
 
@@ -88,6 +89,7 @@ var allTypes = []Type{
 	TypeDeliveryExhausted, TypeReadyPublished, TypeReadyRepublished, TypeClaimed, TypeClaimLost, TypeTimedOut,
 	TypeResultRecorded, TypeCanceled, TypeMailboxAppended, TypeMailboxRead, TypeEffectsReported,
 	TypeCheckFailed,
+	TypeRunSaved,
 }
 
 func sampleEvent(p Payload) Event {

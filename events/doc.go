@@ -108,6 +108,11 @@
 //   - EffectsReported — payload (JSON names): deliveryId, effects: each kind,
 //     ref, url, uncertain, at; meaning: the run under this claim made these
 //     effects (before its result, if any)
+//   - RunSaved — payload (JSON names): deliveryId, revision, digest (SHA-256
+//     of the revision's canonical JSON, lowercase hex), size (its bytes);
+//     meaning: the run under this claim saved that revision of the task's
+//     Run (the previous revision plus one); its bytes are kept beside the
+//     log, in the runs bucket
 //   - RetryScheduled — payload (JSON names): attempt (the next one), nextAt,
 //     cause (failed or timed_out), deliveryId and result (cause failed: the
 //     failure as reported), deadline (cause timed_out); meaning: the attempt

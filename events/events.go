@@ -29,6 +29,7 @@ const (
 	TypeEffectsReported        Type = "EffectsReported"
 	TypeCheckFailed            Type = "CheckFailed"
 	TypeClaimLost              Type = "ClaimLost"
+	TypeRunSaved               Type = "RunSaved"
 
 	// The events of a concurrency key (KeyEvent): on the key's own
 	// subject, <root>.conc.<customerId>.<keyId>, never a task's.
@@ -308,6 +309,18 @@ type EffectsReported struct {
 	Effects    []Effect `json:"effects"`
 }
 
+// RunSaved records that the run under DeliveryID saved revision Revision
+// of the task's Run (PUT /v1/tasks/{id}/run): revision Revision-1 and
+// the change stored beside the log give a Run whose canonical bytes are
+// Size long and hash to Digest (SHA-256, lowercase hex). The Run's bytes
+// are not in the log; the digest lets an auditor check them.
+type RunSaved struct {
+	DeliveryID string `json:"deliveryId"`
+	Revision   uint64 `json:"revision"`
+	Digest     string `json:"digest"`
+	Size       int    `json:"size"`
+}
+
 // SlotAcquired records that task TaskID took one of the slots of the
 // concurrency key Key, whose limit for it was Limit: the key then had
 // fewer than Limit holders. Only a holder is released. Attempt is the
@@ -394,6 +407,7 @@ func (Canceled) EventType() Type               { return TypeCanceled }
 func (MailboxAppended) EventType() Type        { return TypeMailboxAppended }
 func (MailboxRead) EventType() Type            { return TypeMailboxRead }
 func (EffectsReported) EventType() Type        { return TypeEffectsReported }
+func (RunSaved) EventType() Type               { return TypeRunSaved }
 func (SlotAcquired) EventType() Type           { return TypeSlotAcquired }
 func (SlotReleased) EventType() Type           { return TypeSlotReleased }
 func (RetryScheduled) EventType() Type         { return TypeRetryScheduled }

@@ -21,6 +21,7 @@ const (
 	MaxMessageBytes       = 64 << 10 // one message: its parts' types and texts
 	MaxContentParts       = 64       // parts of one message
 	MaxReasonBytes        = 1 << 10  // a cancel's or an admission rejection's reason
+	MaxRunRevisions       = 100000   // saved revisions (RunSaved) of one task's Run
 	// A retry policy's bounds and defaults (TaskSpec.Retry).
 	MaxAttempts              = 100
 	DefaultBackoffSeconds    = 10

@@ -136,6 +136,33 @@ func (r *Run) SetPhase(ctx context.Context, phase string) error {
 	return r.Update(ctx, func(cp *Checkpoint) { cp.Phase = phase })
 }
 
+// ProgressAPI is what Run.Progress needs of a Worker's API beyond API:
+// api.Client and the server's in-process client have it.
+type ProgressAPI interface {
+	Progress(ctx context.Context, id, deliveryID, text string) error
+}
+
+// ErrNoProgress is returned by Run.Progress when the Worker's API does
+// not implement ProgressAPI.
+var ErrNoProgress = errors.New("executor: the worker's API sends no progress lines")
+
+// Progress sends text (model tokens, a status line) to the task's run
+// streams (GET /v1/tasks/{id}/run/stream) as an ephemeral progress line:
+// nothing is saved and the task's log does not change, so a line can be
+// lost; progress is best effort, and a caller may ignore its error. It
+// is safe for concurrent use. It fails with api.ErrPayloadTooLarge for
+// text over api.MaxProgressBytes, api.ErrProgressRate past
+// api.ProgressRate lines a second (api.ProgressBurst at once),
+// api.ErrTokenMismatch or api.ErrTerminal once the run no longer holds
+// the task, and ErrNoProgress (see ProgressAPI).
+func (r *Run) Progress(ctx context.Context, text string) error {
+	p, ok := r.w.cfg.API.(ProgressAPI)
+	if !ok {
+		return ErrNoProgress
+	}
+	return p.Progress(ctx, r.Task.ID, r.Checkpoint().DeliveryID, text)
+}
+
 // Context returns the named context snapshot saved by SaveContext; ok is
 // false if there is none.
 func (r *Run) Context(name string) (c api.RunContext, ok bool) {

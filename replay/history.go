@@ -163,6 +163,8 @@ func Describe(ev events.Event) string {
 			s += fmt.Sprintf("; output %d bytes", n)
 		}
 		return s
+	case events.RunSaved:
+		return fmt.Sprintf("saved run revision %d (%d bytes, sha256 %.12s)", p.Revision, p.Size, p.Digest)
 	case events.EffectsReported:
 		texts := make([]string, len(p.Effects))
 		for i, e := range p.Effects {

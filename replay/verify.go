@@ -26,6 +26,10 @@ const (
 	Truncated      = "truncated"      // the log ends before its saved chain head
 	HeadMismatch   = "head_mismatch"  // the message at the saved chain head is not the one saved
 	BadRetry       = "bad_retry"      // a retry of a task that was not the same customer's terminal task
+	// Runs (VerifyRuns): a stored Run revision the log's RunSaved does
+	// not vouch for.
+	RunMismatch   = "run_mismatch"   // a stored Run revision hashes to another digest than its RunSaved
+	RunUnreadable = "run_unreadable" // a Run revision the log records is gone or cannot be read back
 	// Concurrency (verifykeys.go): a concurrency key's promise broken.
 )
 
@@ -75,8 +79,17 @@ type Verifier struct {
 	claimed   map[string]string // delivery token → task that claimed it
 	numbers   map[string]int    // task → number of its previous event
 	ids       map[string]struct{}
-	heads     []head // the saved chain heads (a sharded log's: one a shard), if any
+	heads     []head                   // the saved chain heads (a sharded log's: one a shard), if any
+	runs      map[string]*runRevisions // task → the Run revisions its RunSaved events record
 	report    Report
+}
+
+// runRevisions are the Run revisions first, first+1, ... of one task
+// the log records: each one's RunSaved position and digest.
+type runRevisions struct {
+	first   uint64
+	seqs    []events.Position
+	digests []string
 }
 
 // head is the chain head a log must still hold, and whether it was seen.
@@ -88,7 +101,7 @@ type head struct {
 
 // NewVerifier returns a verifier for a log using subjects.
 func NewVerifier(subjects events.Subjects) *Verifier {
-	return &Verifier{subjects: subjects, lastSeqs: make([]uint64, 1), starts: make([]uint64, 1), tasks: map[string]*aggregate.State{}, keys: map[string]*aggregate.KeyState{}, schedules: map[string]*aggregate.ScheduleState{}, claimed: map[string]string{}, numbers: map[string]int{}, ids: map[string]struct{}{}}
+	return &Verifier{subjects: subjects, lastSeqs: make([]uint64, 1), starts: make([]uint64, 1), tasks: map[string]*aggregate.State{}, keys: map[string]*aggregate.KeyState{}, schedules: map[string]*aggregate.ScheduleState{}, claimed: map[string]string{}, numbers: map[string]int{}, ids: map[string]struct{}{}, runs: map[string]*runRevisions{}}
 }
 
 // Shard tells the verifier how the log is sharded (one shard unless
@@ -204,7 +217,11 @@ func (v *Verifier) Add(seq events.Position, subject string, data []byte) {
 	}
 	v.checkTransition(*st, ev)
 	v.checkSlot(*st, ev, shard)
+	before := st.Run.Revision
 	*st = aggregate.Apply(*st, ev)
+	if p, ok := ev.Data.(events.RunSaved); ok && st.Run.Revision != before {
+		v.addRun(ev.Seq, ev.TaskID, p)
+	}
 }
 
 // shardOf is the shard ev belongs in: its schedule's or key's, else its
@@ -397,6 +414,8 @@ func commandFor(ev events.Event) aggregate.Command {
 		return aggregate.RecordResult{DeliveryID: p.DeliveryID, Result: p.Result}
 	case events.EffectsReported:
 		return aggregate.ReportEffects{DeliveryID: p.DeliveryID, Effects: p.Effects}
+	case events.RunSaved:
+		return aggregate.SaveRun{DeliveryID: p.DeliveryID, Revision: p.Revision, Digest: p.Digest, Size: p.Size}
 	case events.RetryScheduled: // the result or the timeout it was decided for
 		if p.Cause == events.RetryOnTimedOut {
 			return aggregate.TimeOut{}

@@ -420,6 +420,7 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	clean, _ = p.exec(clean.TaskID, aggregate.AppendMail{Message: events.Message{ID: "m1", Content: text("more").Content}})
 	clean, _ = p.exec(clean.TaskID, aggregate.ReadMail{Cursor: 1})
 	clean, _ = p.exec(clean.TaskID, aggregate.ReportEffects{DeliveryID: clean.Claim.DeliveryID, Effects: []events.Effect{{Kind: "comment", Ref: "c-1"}}})
+	clean, _ = p.exec(clean.TaskID, aggregate.SaveRun{DeliveryID: clean.Claim.DeliveryID, Revision: 1, Digest: strings.Repeat("0a", 32), Size: 2})
 	p.exec(clean.TaskID, aggregate.RecordResult{DeliveryID: clean.Claim.DeliveryID, Result: events.Result{Success: true, Summary: "ok"}})
 	retried := p.scheduled("acme")
 	retried, _ = p.exec(retried.TaskID, aggregate.ReleaseDue{DeliveryID: events.NewID()})
@@ -505,6 +506,12 @@ func TestVerifyReportsEachViolation(t *testing.T) {
 	// (g3) EffectsReported under a token that is not the claim's.
 	g3 := p.running("beta")
 	expect(p.plant(p.subject(g3), p.encode(g3, g3.Version+1, events.EffectsReported{DeliveryID: "not-the-token", Effects: []events.Effect{{Kind: "comment", At: p.clock()}}})), g3.TaskID, replay.IllegalEvent)
+	// (g4) RunSaved skipping a revision, and under another token.
+	g4 := p.running("beta")
+	g4, _ = p.exec(g4.TaskID, aggregate.SaveRun{DeliveryID: g4.Claim.DeliveryID, Revision: 1, Digest: strings.Repeat("0b", 32), Size: 2})
+	expect(p.plant(p.subject(g4), p.encode(g4, g4.Version+1, events.RunSaved{DeliveryID: g4.Claim.DeliveryID, Revision: 3, Digest: strings.Repeat("0c", 32), Size: 2})), g4.TaskID, replay.IllegalEvent)
+	g5 := p.running("beta")
+	expect(p.plant(p.subject(g5), p.encode(g5, g5.Version+1, events.RunSaved{DeliveryID: "not-the-token", Revision: 1, Digest: strings.Repeat("0c", 32), Size: 2})), g5.TaskID, replay.IllegalEvent)
 	// (h) A valid event of one task stored on another task's subject.
 	h, other := p.scheduled("beta"), p.scheduled("beta")
 	expect(p.plant(p.subject(other), p.encode(h, h.Version+1, events.Canceled{Reason: "misfiled"})), h.TaskID, replay.WrongSubject)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -44,6 +45,11 @@ func archiveCommand(ctx context.Context, args []string, stdout io.Writer) error 
 	}
 	fmt.Fprintf(stdout, "archived epoch %s of %s: %d parts, %d events to %s\n", m.Epoch, m.Stream, len(m.Parts), m.Events(), *to)
 	printParts(stdout, m)
+	n, err := archiveRuns(ctx, log, *to)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "runs: %d stored Run revisions to %s\n", n, filepath.Join(*to, runsFile))
 	return nil
 }
 

@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
 	"github.com/taskledger/taskledger/internal/archive"
 	"github.com/taskledger/taskledger/internal/eventlog"
+	"github.com/taskledger/taskledger/internal/store"
 )
 
 // epochCommand is `epoch list` and `epoch remove EPOCH --archive DIR`.
@@ -146,9 +149,31 @@ func epochRemoveCommand(ctx context.Context, args []string, stdout io.Writer) er
 	if err != nil {
 		return err
 	}
+	// The Runs go with the epoch's events once the archive holds them
+	// and they match the digests its events record; an archive without
+	// them leaves them in the runs bucket.
+	runTasks, archivedRuns, err := verifyArchivedRuns(ctx, *dir, m, stdout)
+	if err != nil {
+		return err
+	}
 	if err := eventlog.RemoveEpoch(ctx, log, n); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "removed epoch %d of %s (%d events, archived in %s)\n", n, log.Stream, m.Events(), *dir)
+	if !archivedRuns {
+		fmt.Fprintf(stdout, "the archive holds no Runs (%s): the epoch's Runs stay in the runs bucket\n", runsFile)
+		return nil
+	}
+	runs, err := store.LookupRuns(ctx, log.JS, log.Stream)
+	if errors.Is(err, store.ErrNoRun) {
+		return nil
+	}
+	if err == nil {
+		err = runs.Remove(ctx, runTasks)
+	}
+	if err != nil {
+		return fmt.Errorf("epoch %d removed; removing its Runs failed, they stay in the runs bucket: %w", n, err)
+	}
+	fmt.Fprintf(stdout, "removed the Runs of %d tasks (archived in %s)\n", len(runTasks), filepath.Join(*dir, runsFile))
 	return nil
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -10,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/eventlog"
+	"github.com/taskledger/taskledger/internal/store"
 )
 
 // TestEpochCommands runs a server whose log has epochs of a second: an
@@ -45,6 +50,7 @@ func testEpochCommands(t *testing.T, k int) {
 	// Both run, unless the root ended first: the claim that finds the
 	// child then cancels it (ancestor_terminal).
 	deadline := time.Now().Add(60 * time.Second)
+	runTask := "" // the first task claimed saves a Run twice: its Runs go with the epoch
 	for done := 0; done < 2; {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of 2 tasks ran after 60s", done)
@@ -61,6 +67,15 @@ func testEpochCommands(t *testing.T, k int) {
 		task, ok, err := c.ClaimNext(ctx, "epochs", "x", time.Second)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if ok && runTask == "" {
+			runTask = task.ID
+			for rev, phase := range []string{"planning", "done"} {
+				run := api.RunState{Phase: phase, Transcript: []api.TranscriptItem{{ID: "note-" + phase, Kind: api.ItemNote}}}
+				if _, err := c.SaveRun(ctx, task.ID, api.RunSave{DeliveryID: task.Claim.DeliveryID, Revision: uint64(rev), Run: run}); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
 		if ok {
 			if _, err := c.RecordResult(ctx, task.ID, api.ResultRequest{DeliveryID: task.Claim.DeliveryID, Success: true}); err != nil {
@@ -103,16 +118,29 @@ func testEpochCommands(t *testing.T, k int) {
 	} else if !strings.Contains(errOut, "manifest") {
 		t.Fatalf("remove without an archive: exit %d, stderr:\n%s", code, errOut)
 	}
-	if out, errOut, code := replayCLI(t, "archive", name, "--to", dir, "--data", data); code != 0 || !strings.Contains(out, "archived epoch "+name) {
+	if out, errOut, code := replayCLI(t, "archive", name, "--to", dir, "--data", data); code != 0 || !strings.Contains(out, "archived epoch "+name) ||
+		!strings.Contains(out, "runs: 2 stored Run revisions") {
 		t.Fatalf("archive: exit %d, output %q\nstderr:\n%s", code, out, errOut)
 	}
 	if out, errOut, code := replayCLI(t, "archive", "verify", dir, "--live", "--data", data); code != 0 || !strings.Contains(out, "verified") {
 		t.Fatalf("archive verify --live: exit %d, output %q\nstderr:\n%s", code, out, errOut)
 	}
 	stopRemoval(t, data, layout, slot, epoch)
-	if out, errOut, code := replayCLI(t, "epoch", "remove", name, "--archive", dir, "--data", data); code != 0 || !strings.Contains(out, "removed epoch "+name) {
+	if out, errOut, code := replayCLI(t, "epoch", "remove", name, "--archive", dir, "--data", data); code != 0 || !strings.Contains(out, "removed epoch "+name) ||
+		!strings.Contains(out, "removed the Runs of 1 tasks") {
 		t.Fatalf("epoch remove: exit %d, output %q\nstderr:\n%s", code, out, errOut)
 	}
+	func() { // the Runs left the bucket with the epoch
+		js, closeJS := dataJS(t, data)
+		defer closeJS()
+		kv, err := js.KeyValue(ctx, store.RunsBucket(events.DefaultStream))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Get(ctx, runTask+".1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatalf("revision 1 of %s after the removal: %v, want gone", runTask, err)
+		}
+	}()
 	out, errOut, code := replayCLI(t, "epoch", "list", "--json", "--data", data)
 	var e eventlog.Epochs
 	// (An empty epoch may have been removed before, by the server.)
@@ -131,6 +159,18 @@ func testEpochCommands(t *testing.T, k int) {
 		if out, errOut, code := replayCLI(t, args...); code != 0 || !strings.Contains(out, " 0 violations") {
 			t.Fatalf("%v: exit %d, output %q\nstderr:\n%s", args, code, out, errOut)
 		}
+	}
+	// The archive's Runs are checked against its events' digests.
+	runsPath := filepath.Join(dir, "runs.ndjson")
+	b, err := os.ReadFile(runsPath)
+	if err != nil || !strings.Contains(string(b), "note-done") {
+		t.Fatalf("runs.ndjson: %v\n%s", err, b)
+	}
+	if err := os.WriteFile(runsPath, []byte(strings.Replace(string(b), "note-done", "note-gone", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, code := replayCLI(t, "replay", "verify", "--archive", dir); code == 0 || !strings.Contains(out, "run_mismatch") {
+		t.Fatalf("an altered archived Run: exit %d, output %q", code, out)
 	}
 }
 

@@ -39,7 +39,7 @@ var commands = []command{
 	{"schedules", "periodic schedules: schedules create|list|show|pause|resume|trigger|delete|history", schedulesCommand},
 	{"events", "follow the live event stream (resumes with --after)", eventsCommand},
 	{"stats", "show queue statistics per customer and queue", statsCommand},
-	{"run", "show a task's Run state (phase, turn, transcript, tools, effects): run ID", runStateCommand},
+	{"run", "show a task's Run state (phase, turn, transcript, tools, effects): run ID [--revision N] [--follow]", runStateCommand},
 	{"archive", "write a sealed epoch to a directory, or check one: archive EPOCH --to DIR | archive verify DIR", archiveCommand},
 	{"epoch", "a log's epochs: epoch list | epoch remove EPOCH --archive DIR (after archive verify)", epochCommand},
 	{"replay", "offline log tools: replay verify | replay rebuild (--data or --nats-url)", replayCommand},

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/taskledger/taskledger/internal/archive"
 	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/node"
+	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/replay"
 )
@@ -222,6 +224,7 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	var (
 		v     *replay.Verifier
+		runs  replay.RunReader = noRuns{}
 		heads []eventlog.Head
 		read  func(fn func(eventlog.Message) error) error
 		bar   = newProgress("verify")
@@ -231,15 +234,18 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		v = replay.NewVerifier(events.Subjects{Root: a.Manifest.Subjects})
-		v.Shard(a.Manifest.Layout())
-		if a.Manifest.EpochSlots > 0 { // one epoch of several
-			v.Partial()
-		}
-		for _, p := range a.Manifest.Parts {
-			v.StartAt(p.Part, p.FirstSeq)
-		}
+		v = archiveVerifier(a.Manifest)
 		heads = a.Manifest.Heads()
+		// The Runs the archive holds, if it holds them (runsFile).
+		archived, ok, err := archivedRuns(*archiveDir)
+		switch {
+		case err != nil:
+			return err
+		case ok:
+			runs = archived
+		default:
+			runs = nil
+		}
 		read = func(fn func(eventlog.Message) error) error {
 			var n uint64
 			total := a.Manifest.Events()
@@ -272,6 +278,15 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		read = func(fn func(eventlog.Message) error) error {
 			return log.Read(ctx, eventlog.ReadOptions{Progress: bar.update}, fn)
 		}
+		// Every Run revision the log records is read back against its
+		// digest (no bucket: each is reported unreadable).
+		bucket, err := store.LookupRuns(ctx, log.JS, off.nf.stream)
+		switch {
+		case err == nil:
+			runs = bucket
+		case !errors.Is(err, store.ErrNoRun):
+			return err
+		}
 	}
 	for _, head := range heads {
 		v.ExpectHead(head.Pos, head.Hash)
@@ -280,6 +295,9 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		v.Add(m.Pos, m.Subject, m.Data)
 		return nil
 	})
+	if err == nil && runs != nil {
+		err = v.VerifyRuns(ctx, runs)
+	}
 	report := v.Report()
 	bar.done()
 	if err != nil {
@@ -302,6 +320,27 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		return errViolations
 	}
 	return nil
+}
+
+// archiveVerifier is the verifier of an archive's events.
+func archiveVerifier(m archive.Manifest) *replay.Verifier {
+	v := replay.NewVerifier(events.Subjects{Root: m.Subjects})
+	v.Shard(m.Layout())
+	if m.EpochSlots > 0 { // one epoch of several
+		v.Partial()
+	}
+	for _, p := range m.Parts {
+		v.StartAt(p.Part, p.FirstSeq)
+	}
+	return v
+}
+
+// noRuns is the Run store of a log without a runs bucket: every
+// revision is missing.
+type noRuns struct{}
+
+func (noRuns) Revisions(context.Context, string, uint64, uint64, func(uint64, []byte) error) error {
+	return errors.New("no runs bucket")
 }
 
 // errViolations makes verify exit non-zero without repeating the report.

@@ -15,16 +15,22 @@ import (
 	"github.com/taskledger/taskledger/api"
 )
 
-// runStateCommand prints a task's Run document: `taskledger run ID`.
+// runStateCommand prints a task's Run document: `taskledger run ID`,
+// one revision of it (--revision N), or follows it live (--follow).
 func runStateCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("run")
 	var cf clientFlags
 	cf.register(fs)
+	revision := fs.Uint64("revision", 0, "show this revision of the Run (from 1; 0: the latest)")
+	follow := fs.Bool("follow", false, "follow the Run live: each saved revision's new transcript items and each progress line, until the task ends")
 	id, err := oneID(fs, args)
 	if err != nil {
 		return err
 	}
-	raw, err := cf.client().GetRunJSON(ctx, id)
+	if *follow {
+		return followRun(ctx, cf.client(), id, stdout)
+	}
+	raw, err := cf.client().GetRunRevisionJSON(ctx, id, *revision)
 	if err != nil {
 		return err
 	}
@@ -43,6 +49,42 @@ func runStateCommand(ctx context.Context, args []string, stdout io.Writer) error
 	}
 	printRun(stdout, d)
 	return nil
+}
+
+// followRun prints task id's run stream for a person: a line for each
+// saved revision and each of its new transcript items, the progress
+// text as it comes, and the task's end.
+func followRun(ctx context.Context, c *api.Client, id string, w io.Writer) error {
+	midLine := false // progress text ended without a newline
+	line := func(format string, args ...any) {
+		if midLine {
+			fmt.Fprintln(w)
+			midLine = false
+		}
+		fmt.Fprintf(w, format+"\n", args...)
+	}
+	return c.StreamRun(ctx, id, 0, func(it api.RunStreamItem) error {
+		switch {
+		case it.Change != nil:
+			ch := it.Change
+			phase := ""
+			if p, ok := ch.Set["phase"]; ok {
+				phase = " phase " + string(p)
+			}
+			line("revision %d saved %s%s", ch.Revision, stamp(ch.SavedAt), phase)
+			if ch.Transcript != nil {
+				for _, item := range ch.Transcript.Append {
+					line("  %s\t%s\tturn %d\t%s", item.ID, item.Kind, item.Turn, itemText(item))
+				}
+			}
+		case it.Progress != nil:
+			fmt.Fprint(w, it.Progress.Text)
+			midLine = !strings.HasSuffix(it.Progress.Text, "\n")
+		case it.End != nil:
+			line("ended: %s", it.End.Status)
+		}
+		return nil
+	})
 }
 
 // printRun writes d for a person: the header rows, then one line per

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -104,6 +105,79 @@ func TestRunCommand(t *testing.T) {
 			t.Fatalf("history:\n%s", out)
 		}
 	})
+
+	t.Run("RevisionAndFollow", func(t *testing.T) {
+		next := state
+		next.Phase = "reviewing"
+		next.Transcript = append(next.Transcript, api.TranscriptItem{ID: "t2-out", Kind: api.ItemModelOutput, Turn: 2,
+			Content: []events.ContentPart{{Type: "text", Text: "looks fine"}}})
+		if _, err := srv.client.SaveRun(ctx, task.ID, api.RunSave{DeliveryID: claimed.Claim.DeliveryID, Revision: saved.Revision, Run: next}); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := cli(t, "run", task.ID, "--revision", "1"); err != nil || !strings.Contains(out, "phase     awaiting tools") {
+			t.Fatalf("run --revision 1: %v\n%s", err, out)
+		}
+		if out, err := cli(t, "run", task.ID); err != nil || !strings.Contains(out, "phase     reviewing") {
+			t.Fatalf("run (the latest): %v\n%s", err, out)
+		}
+		if _, err := cli(t, "run", task.ID, "--revision", "3"); !errors.Is(err, api.ErrNotFound) {
+			t.Fatalf("run --revision 3: %v, want not found", err)
+		}
+		var out lockedBuffer
+		done := make(chan error, 1)
+		go func() { done <- run(ctx, []string{"run", task.ID, "--follow", "--server", server}, &out) }()
+		// Once the saved revisions are out the follower listens live.
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(out.String(), "revision 2 saved") {
+			if time.Now().After(deadline) {
+				t.Fatalf("run --follow printed no revision 2 within 30s:\n%s", out.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err := srv.client.Progress(ctx, task.ID, claimed.Claim.DeliveryID, "tokens…"); err != nil {
+			t.Fatal(err)
+		}
+		for !strings.Contains(out.String(), "tokens…") {
+			if time.Now().After(deadline) {
+				t.Fatalf("run --follow printed no progress within 30s:\n%s", out.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if _, err := srv.client.RecordResult(ctx, task.ID, api.ResultRequest{DeliveryID: claimed.Claim.DeliveryID, Success: true}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("run --follow did not end with the task")
+		}
+		for _, want := range []string{"revision 1 saved", "revision 2 saved", `phase "reviewing"`, "t2-out", "looks fine", "tokens…\nended: succeeded"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("run --follow lacks %q:\n%s", want, out.String())
+			}
+		}
+	})
+}
+
+// lockedBuffer is a bytes.Buffer safe for one writer and other readers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // saveWithExtra saves s's run with the JSON member extra added (a field

@@ -29,7 +29,6 @@ import (
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/scheduler"
-	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
 )
 
@@ -164,7 +163,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	writeTimeout := fs.Duration("write-timeout", 5*time.Second, "an append the log does not acknowledge within this (a full disk) answers 503")
 	storageRetry := fs.Duration("storage-retry", 5*time.Second, "while appends fail, probe the log (and restart the embedded JetStream) this often")
 	retain := retainFlag(fs)
-	runRetention := fs.Duration("run-retention", store.DefaultRunRetention, "a task's Run state is kept at least this long after the task ends")
+	fs.Duration("run-retention", 0, "deprecated and ignored: a task's Run lives as long as the log that records its revisions")
 	maxEventBytes := fs.Int("max-event-bytes", 0, "largest event the log takes, as the event stream's max message size (0: the NATS server's max_payload, 1 MiB by default); a larger one answers 413")
 	var lf limitFlags
 	lf.register(fs)
@@ -241,8 +240,8 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	if *leaseTTL < time.Second || *leaseTTL > time.Hour {
 		return fmt.Errorf("%w: --lease-ttl %s: want 1s to 1h", errUsage, *leaseTTL)
 	}
-	if *writeTimeout <= 0 || *storageRetry <= 0 || *runRetention <= 0 {
-		return fmt.Errorf("%w: --write-timeout, --storage-retry and --run-retention must be positive", errUsage)
+	if *writeTimeout <= 0 || *storageRetry <= 0 {
+		return fmt.Errorf("%w: --write-timeout and --storage-retry must be positive", errUsage)
 	}
 	nc, embedded, closeNATS, err := nf.connect(log)
 	if err != nil {
@@ -256,7 +255,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		HTTP:    limits, BodyTimeout: *bodyTimeout, MaxBodyMemory: *maxBodyMemory, LogRepeatInterval: *logRepeat,
 		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain, Alarm: alarm, Limits: bounds, ReadyJSON: lf.readyJSON,
 		MaxEventBytes: int32(*maxEventBytes), WriteTimeout: *writeTimeout, StorageRetry: *storageRetry,
-		RunRetention: *runRetention, Partitions: *partitions, LeaseTTL: *leaseTTL, NoLeases: *noLeases,
+		Partitions: *partitions, LeaseTTL: *leaseTTL, NoLeases: *noLeases,
 	}
 	if embedded != nil {
 		cfg.StorageError, cfg.RecoverStorage = embedded.StorageError, embedded.RestartJetStream

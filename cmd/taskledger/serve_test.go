@@ -266,7 +266,6 @@ func TestServeRefusesBadLimits(t *testing.T) {
 		{"--max-lineage-tasks", "0"}, {"--max-lineage-tasks", "-2"},
 		{"--max-lineage-depth", "0"}, {"--max-lineage-depth", "-2"},
 		{"--max-event-bytes", "-1"}, {"--max-event-bytes", "4294967296"},
-		{"--run-retention", "0s"}, {"--run-retention", "-1h"},
 		{"--max-streams", "0"}, {"--max-streams-per-customer", "-2"},
 		{"--timer-partitions", "0"}, {"--timer-partitions", "1025"}, {"--lease-ttl", "500ms"}, {"--lease-ttl", "2h"},
 		{"--shards", "0"}, {"--shards", "65"},

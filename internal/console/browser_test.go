@@ -271,11 +271,27 @@ func TestConsole(t *testing.T) {
 			}
 		}
 		c.run(t, chromedp.WaitVisible(chromedp.CSS(`#timeline [data-type="Claimed"]`)))
+		// The page follows the running task's Run live: each save's new
+		// transcript items and each progress line, shown as text.
+		run := api.RunState{Phase: "thinking", Turn: 1, Transcript: []api.TranscriptItem{
+			{ID: "t1.i1", Kind: api.ItemModelOutput, Turn: 1, Content: []events.ContentPart{{Type: "text", Text: "<b>not html</b>"}}},
+		}}
+		if _, err := c.acme.SaveRun(ctx, live.ID, api.RunSave{DeliveryID: claimed.Claim.DeliveryID, Run: run}); err != nil {
+			t.Fatal(err)
+		}
+		c.poll(t, `document.querySelector("#run-live-state")?.textContent === "following: revision 1" && document.querySelector("#run-live").textContent.includes("[model_output] <b>not html</b>")`)
+		for _, tok := range []string{"stream", "ing ", "tokens…"} {
+			if err := c.acme.Progress(ctx, live.ID, claimed.Claim.DeliveryID, tok); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.poll(t, `document.querySelector("#run-live").textContent.endsWith("streaming tokens…") && document.querySelector("#run-live b") === null`)
 		if _, err := c.acme.RecordResult(ctx, live.ID, api.ResultRequest{DeliveryID: claimed.Claim.DeliveryID, Success: true, Summary: "all green"}); err != nil {
 			t.Fatal(err)
 		}
 		c.run(t, chromedp.WaitVisible(chromedp.CSS(`#timeline [data-type="ResultRecorded"]`)))
 		c.poll(t, `document.querySelector("h1 .status").dataset.status === "succeeded" && document.querySelector("#result").textContent.includes("all green")`)
+		c.poll(t, `document.querySelector("#run-live-state").textContent === "ended: succeeded"`)
 	})
 
 	t.Run("PostMailboxMessage", func(t *testing.T) {

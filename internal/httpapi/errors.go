@@ -33,6 +33,7 @@ var wireErrors = []struct {
 	{service.ErrOperatorOnly, api.ErrOperatorOnly},
 	{aggregate.ErrTooLarge, api.ErrPayloadTooLarge}, // permanent: never retried as unavailable
 	{service.ErrTooManyPolls, api.ErrTooManyPolls},
+	{service.ErrProgressRate, api.ErrProgressRate},
 	{service.ErrUnavailable, api.ErrUnavailable},
 	{aggregate.ErrConflict, api.ErrUnavailable}, // lost every OCC retry: try again
 	{context.DeadlineExceeded, api.ErrUnavailable},

@@ -273,6 +273,9 @@ func (s *openapiSpec) check(r *http.Request, body *recordedBody, rec *recordedAn
 		if err := validate(nil, true); err != nil {
 			return err
 		}
+		if strings.HasSuffix(route.Path, "/run/stream") {
+			return s.checkRunStream(answer)
+		}
 		return s.checkEventStream(answer)
 	}
 	if !strings.HasPrefix(header.Get("Content-Type"), ndjson) {
@@ -330,6 +333,46 @@ func (s *openapiSpec) checkEventStream(answer []byte) error {
 			if token != id || e.Type != name {
 				return fmt.Errorf("message %d: id %q and event %q do not repeat the data's seq (or cursor) and type: %s", i+1, id, name, data)
 			}
+		}
+	}
+	return nil
+}
+
+// checkRunStream holds each whole message of a run stream against the
+// document: saved is a RunChange whose revision its id repeats,
+// progress a RunProgress, end a RunEnd, error an Error, overflow a
+// StreamOverflow, none of them with an id.
+func (s *openapiSpec) checkRunStream(answer []byte) error {
+	msgs := strings.Split(string(answer), "\n\n")
+	for i, msg := range msgs[:len(msgs)-1] { // the last is cut off or empty
+		var id, name, data string
+		for line := range strings.SplitSeq(msg, "\n") {
+			switch k, v, _ := strings.Cut(line, ": "); k {
+			case "id":
+				id = v
+			case "event":
+				name = v
+			case "data":
+				data = v
+			}
+		}
+		schema := map[string]string{
+			api.RunSavedEvent: "RunChange", api.RunProgressEvent: "RunProgress", api.RunEndEvent: "RunEnd",
+			"error": "Error", api.StreamOverflowEvent: "StreamOverflow",
+		}[name]
+		switch {
+		case data == "" && name == "" && id == "":
+			continue // a comment
+		case schema == "":
+			return fmt.Errorf("message %d: undocumented event %q", i+1, name)
+		}
+		if err := s.validateSchema(schema, []byte(data)); err != nil {
+			return fmt.Errorf("message %d: %w", i+1, err)
+		}
+		var c api.RunChange
+		if name == api.RunSavedEvent && (json.Unmarshal([]byte(data), &c) != nil || fmt.Sprint(c.Revision) != id) ||
+			name != api.RunSavedEvent && id != "" {
+			return fmt.Errorf("message %d: id %q does not repeat the revision: %s", i+1, id, data)
 		}
 	}
 	return nil

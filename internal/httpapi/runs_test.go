@@ -202,8 +202,8 @@ func TestRunState(t *testing.T) {
 			if err := json.Unmarshal(answer.body, &doc); err != nil {
 				t.Fatal(err)
 			}
-			if string(doc.Run) != run {
-				t.Fatalf("run answered as %s, want %s", doc.Run, run)
+			if want := canonicalJSON(t, run); string(doc.Run) != want {
+				t.Fatalf("run answered as %s, want %s (canonical)", doc.Run, want)
 			}
 		}
 	})
@@ -214,7 +214,7 @@ func TestRunState(t *testing.T) {
 		run := `{"phase":null,"turn":null,"transcript":[null,{"id":"i","content":[null,{"type":null,"text":"t"}],"tool":null}],` +
 			`"contexts":{"c":null},"effects":{"k":null,"o":{"outcome":{"kind":null}}},"children":{"x":null}}`
 		a := rawDo(t, b, http.MethodPut, runPath(task.ID), `{"deliveryId":"`+task.Claim.DeliveryID+`","run":`+run+`}`)
-		if a.status != http.StatusOK || !strings.Contains(string(a.body), run) {
+		if a.status != http.StatusOK || !strings.Contains(string(a.body), canonicalJSON(t, run)) {
 			t.Fatalf("save: %d %s", a.status, a.body)
 		}
 	})
@@ -326,4 +326,21 @@ func TestRunStateTenancy(t *testing.T) {
 	requireRun(t, op, task.ID, saved)
 	_, err = cb.GetRun(ctx, task.ID)
 	apiError(t, err, http.StatusNotFound, "")
+}
+
+// canonicalJSON is doc as the server answers a run: compact, object
+// keys sorted, numbers as written.
+func canonicalJSON(t *testing.T, doc string) string {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(doc))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

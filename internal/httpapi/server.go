@@ -246,6 +246,8 @@ var routes = []route{
 	{"GET /v1/tasks/{id}/tree", inFlight((*handler).tree)},
 	{"PUT /v1/tasks/{id}/run", inFlightUpTo(api.MaxRunBytes, (*handler).saveRun)},
 	{"GET /v1/tasks/{id}/run", inFlight((*handler).getRun)},
+	{"GET /v1/tasks/{id}/run/stream", heldOpen((*handler).runStream)},
+	{"POST /v1/tasks/{id}/progress", inFlight((*handler).progress)},
 	{"GET /v1/events", inFlight((*handler).customerEvents)},
 	{"GET /v1/concurrency", inFlight((*handler).concurrency)},
 	// Schedules (schedules.go).

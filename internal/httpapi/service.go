@@ -59,10 +59,13 @@ type Mailboxes interface {
 	Check(ctx context.Context, p service.Principal, id, deliveryID string) (service.CheckResult, error)
 }
 
-// Runs keeps a running task's run document.
+// Runs keeps a running task's run document, its revisions, and its
+// live stream.
 type Runs interface {
 	SaveRun(ctx context.Context, p service.Principal, id string, req service.RunSave) (service.Run, error)
-	GetRun(ctx context.Context, p service.Principal, id string) (service.Run, error)
+	GetRun(ctx context.Context, p service.Principal, id string, revision uint64) (service.Run, error)
+	Progress(ctx context.Context, p service.Principal, id string, req service.RunProgress) error
+	FollowRun(ctx context.Context, p service.Principal, id string, after uint64, buffer int, fn func(service.RunItem) error) error
 }
 
 // Schedules creates, pages through, changes and fires schedules.

@@ -175,10 +175,9 @@ func (h *handler) streamCursor(r *http.Request, token string) (service.Cursor, e
 }
 
 // stream serves GET /v1/events/stream (docs/API.md, "Live event stream"):
-// one goroutine follows the log into a buffer of at most StreamBuffer
-// events and StreamBufferBytes bytes, the handler writes them out; a
-// client that lets the buffer fill is sent it, then an overflow message,
-// and dropped.
+// one goroutine follows the log into the stream's buffer (serveSSE); a
+// client that lets the buffer fill is sent it, then an overflow
+// message, and dropped.
 func (h *handler) stream(w http.ResponseWriter, r *http.Request, p service.Principal) {
 	f, token, err := streamArgs(r)
 	if err != nil {
@@ -190,6 +189,51 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p service.Princ
 		h.fail(w, r, err)
 		return
 	}
+	h.serveSSE(w, r, p, func(ctx context.Context, send func([]byte) error) error {
+		last, lastToken := events.Position(0), h.Service.CursorToken(after)
+		if len(after) > 0 {
+			last = after[0]
+		}
+		return h.Service.Stream(ctx, p, f, after, func(ev api.Event, at service.Cursor) error {
+			token := h.Service.CursorToken(at)
+			b, err := sseEvent(ev, token)
+			if err != nil {
+				return err
+			}
+			var full *bufferFull
+			if err := send(b); errors.As(err, &full) {
+				o := api.StreamOverflow{After: uint64(last), Reason: fmt.Sprintf(
+					"the client read too slowly: %d events (%d bytes) not taken", full.n, full.bytes)}
+				if len(at) > 1 {
+					o.Cursor = lastToken
+				}
+				return &overflowError{o}
+			}
+			last, lastToken = events.Position(ev.Seq), token
+			return nil
+		})
+	})
+}
+
+// bufferFull is what serveSSE's send answers when the stream's buffer
+// holds n messages of bytes bytes and takes no more.
+type bufferFull struct{ n, bytes int }
+
+func (e *bufferFull) Error() string {
+	return fmt.Sprintf("stream buffer full: %d messages, %d bytes", e.n, e.bytes)
+}
+
+// serveSSE serves one Server-Sent Events stream to p, within the
+// stream limits (Streams): it takes a stream slot (503 when none is
+// left), sends the headers, and runs produce in a goroutine of its own
+// with a send that queues one message, at most Streams.Buffer messages
+// and Streams.BufferBytes bytes, or answers a *bufferFull without
+// queueing it. The handler writes what is queued, and a comment every
+// Streams.Heartbeat. When produce returns, what is queued goes out
+// within Streams.Drain; then an *overflowError from produce is sent as
+// the overflow message, another error (not the client's leaving) is
+// logged, and the stream ends.
+func (h *handler) serveSSE(w http.ResponseWriter, r *http.Request, p service.Principal, produce func(ctx context.Context, send func([]byte) error) error) {
 	leave, err := h.streams.enter(p)
 	if err != nil {
 		h.fail(w, r, err)
@@ -206,40 +250,23 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p service.Princ
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	msgs := make(chan []byte, h.Streams.Buffer)
-	var held sync.Mutex // guards heldBytes
+	var held sync.Mutex // guards heldBytes and the sends
 	heldBytes := 0
+	send := func(b []byte) error {
+		held.Lock()
+		defer held.Unlock()
+		n, bytes := len(msgs), heldBytes
+		if n == cap(msgs) || bytes > 0 && bytes+len(b) > h.Streams.BufferBytes {
+			h.streams.overflows.Add(1)
+			return &bufferFull{n, bytes}
+		}
+		heldBytes += len(b)
+		msgs <- b // never blocks: sends hold the lock, and msgs is not full
+		return nil
+	}
 	done := make(chan error, 1)
 	go func() {
-		last, lastToken := events.Position(0), h.Service.CursorToken(after)
-		if len(after) > 0 {
-			last = after[0]
-		}
-		err := h.Service.Stream(ctx, p, f, after, func(ev api.Event, at service.Cursor) error {
-			token := h.Service.CursorToken(at)
-			b, err := sseEvent(ev, token)
-			if err != nil {
-				return err
-			}
-			held.Lock()
-			n, bytes := len(msgs), heldBytes
-			full := n == cap(msgs) || bytes > 0 && bytes+len(b) > h.Streams.BufferBytes
-			if !full {
-				heldBytes += len(b)
-			}
-			held.Unlock()
-			if full {
-				h.streams.overflows.Add(1)
-				o := api.StreamOverflow{After: uint64(last), Reason: fmt.Sprintf(
-					"the client read too slowly: %d events (%d bytes) not taken", n, bytes)}
-				if len(at) > 1 {
-					o.Cursor = lastToken
-				}
-				return &overflowError{o}
-			}
-			msgs <- b // never blocks: only this goroutine sends, and msgs is not full
-			last, lastToken = events.Position(ev.Seq), token
-			return nil
-		})
+		err := produce(ctx, send)
 		// The handler may be stuck writing to a client that reads
 		// nothing: what is left must go out within Streams.Drain.
 		rc.SetWriteDeadline(time.Now().Add(h.Streams.Drain))
@@ -287,7 +314,6 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p service.Princ
 			case errors.As(err, &o):
 				data, _ := json.Marshal(o.StreamOverflow)
 				fmt.Fprintf(w, "event: %s\ndata: %s\n\n", api.StreamOverflowEvent, data)
-				rc.Flush()
 			case err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled):
 				// The headers are out: the stream just ends, and the
 				// client resumes after its last id.
@@ -295,6 +321,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p service.Princ
 					e.Err(err)
 				})
 			}
+			rc.Flush()
 			return
 		}
 	}

@@ -59,7 +59,13 @@ type stream struct {
 // 200. The stream is closed when the test ends.
 func openStream(t *testing.T, url, token, query, lastID string) *stream {
 	t.Helper()
-	resp, cancel := streamRequest(t, url, token, query, lastID)
+	return openSSE(t, url+"/v1/events/stream?"+query, token, lastID)
+}
+
+// openSSE opens the Server-Sent Events stream at url, as openStream.
+func openSSE(t *testing.T, url, token, lastID string) *stream {
+	t.Helper()
+	resp, cancel := sseRequest(t, url, token, lastID)
 	ctx, stop := context.WithCancel(context.Background())
 	s := &stream{msgs: make(chan sseMsg)}
 	var wg sync.WaitGroup
@@ -74,7 +80,7 @@ func openStream(t *testing.T, url, token, query, lastID string) *stream {
 	t.Cleanup(s.close)
 	if resp.StatusCode != http.StatusOK {
 		resp.Body.Close()
-		t.Fatalf("stream %s: %d", query, resp.StatusCode)
+		t.Fatalf("stream %s: %d", url, resp.StatusCode)
 	}
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 		resp.Body.Close()
@@ -119,8 +125,14 @@ func openStream(t *testing.T, url, token, query, lastID string) *stream {
 // and a func that cancels it.
 func streamRequest(t *testing.T, url, token, query, lastID string) (*http.Response, func()) {
 	t.Helper()
+	return sseRequest(t, url+"/v1/events/stream?"+query, token, lastID)
+}
+
+// sseRequest sends a GET of a stream at url, as streamRequest.
+func sseRequest(t *testing.T, url, token, lastID string) (*http.Response, func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/v1/events/stream?"+query, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

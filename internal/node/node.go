@@ -91,10 +91,6 @@ type Config struct {
 	// WriteTimeout bounds one append (store.Config.WriteTimeout); default
 	// 5s.
 	WriteTimeout time.Duration
-	// RunRetention is how long a task's Run state is kept at least after
-	// the task ends (store.RunsConfig.Retention); default
-	// store.DefaultRunRetention.
-	RunRetention time.Duration
 	// StorageRetry is how often the node checks StorageError and, while
 	// appends or the server's storage fail, calls RecoverStorage and
 	// probes the log; default 5s.
@@ -190,7 +186,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	runs, err := store.OpenRuns(ctx, st.JetStream(), store.RunsConfig{
-		Stream: cfg.Stream, Replicas: cfg.Replicas, Retention: cfg.RunRetention, Timeout: cfg.WriteTimeout,
+		Stream: cfg.Stream, Replicas: cfg.Replicas, Timeout: cfg.WriteTimeout,
 	})
 	if err != nil {
 		st.Close()

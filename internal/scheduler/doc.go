@@ -23,8 +23,9 @@
 //     /v1/schedules routes and the alarm's
 //     fires (FireSchedule). It reads ScheduleViews and the schedules' log,
 //     and schedules each run's task through the tasks part.
-//   - runs (runs.go): PUT and GET /v1/tasks/{id}/run, on the run storage;
-//     it reads no views.
+//   - runs (runs.go): PUT and GET /v1/tasks/{id}/run (every revision,
+//     each recorded in the task's log as RunSaved), the run stream and
+//     progress lines, on the run storage and its feed; it reads no views.
 //   - feed (feed.go, history.go, list.go, stream.go, timeline.go, stats.go,
 //     concurrency.go): histories and trees, the task list, the event stream
 //     and its cursors, a customer's events, statistics and concurrency

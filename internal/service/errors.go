@@ -36,6 +36,9 @@ var (
 	// ErrOperatorOnly: a customer's token asked for what only an operator
 	// may do: a result without the claim's delivery token.
 	ErrOperatorOnly = errors.New("scheduler: operator only")
+	// ErrProgressRate: a task's progress lines came faster than
+	// MaxProgressRate allows; the line was not sent.
+	ErrProgressRate = errors.New("scheduler: too many progress lines")
 	// ErrAdmissionRejected: admission refused a new root task. The
 	// candidate is persisted as canceled; the error is an
 	// *AdmissionError holding it.

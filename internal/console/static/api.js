@@ -63,11 +63,67 @@ export async function features() {
     }),
     stats: !!(paths["/v1/stats"] || {}).get,
     stream: !!(paths["/v1/events/stream"] || {}).get,
+    runStream: !!(paths["/v1/tasks/{id}/run/stream"] || {}).get,
     retry: !!(paths["/v1/tasks/{id}/retry"] || {}).post,
     schedules: !!(paths["/v1/schedules"] || {}).get,
     // The keys come from GET /v1/stats, their tasks from GET /v1/concurrency.
     concurrency: !!(paths["/v1/concurrency"] || {}).get && !!(paths["/v1/stats"] || {}).get,
   };
+}
+
+/** readSSE reads Server-Sent Events from reader until it ends, calling
+ * fn(id, type, data) for each message (comments skipped). */
+async function readSSE(reader, fn) {
+  const dec = new TextDecoder();
+  let buf = "";
+  let id = "", type = "", data = [];
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buf += dec.decode(value, { stream: true });
+    let nl;
+    while ((nl = buf.indexOf("\n")) >= 0) {
+      const line = buf.slice(0, nl).replace(/\r$/, "");
+      buf = buf.slice(nl + 1);
+      if (line === "") {
+        if (id || type || data.length) fn(id, type, data.join("\n"));
+        id = ""; type = ""; data = [];
+      } else if (line.startsWith("id:")) id = line.slice(3).trim();
+      else if (line.startsWith("event:")) type = line.slice(6).trim();
+      else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+    }
+  }
+}
+
+/** followRun follows task id's Run stream (GET /v1/tasks/{id}/run/stream)
+ * until stop() is called or the task ends: onSaved(change) for each
+ * revision after the latest seen, onProgress({text, at}) for each
+ * progress line, onEnd({status}) once. A dropped connection is resumed
+ * after the last revision seen (Last-Event-ID). */
+export function followRun(id, { onSaved, onProgress, onEnd }) {
+  const abort = new AbortController();
+  let last = "", ended = false;
+  (async () => {
+    while (!ended && !abort.signal.aborted) {
+      try {
+        const h = headers({ Accept: "text/event-stream" });
+        if (last) h["Last-Event-ID"] = last;
+        const res = await fetch(taskPath(id, "run/stream"), { headers: h, signal: abort.signal });
+        if (!res.ok) return; // no such task for this token, or no stream here
+        await readSSE(res.body.getReader(), (mid, type, data) => {
+          let msg = null;
+          try { msg = JSON.parse(data); } catch { return; }
+          if (type === "saved") { last = mid; onSaved(msg); }
+          else if (type === "progress") onProgress(msg);
+          else if (type === "end") { ended = true; onEnd(msg); }
+        });
+      } catch {
+        // fall through to reconnect
+      }
+      if (!ended && !abort.signal.aborted) await new Promise((r) => setTimeout(r, 1000));
+    }
+  })();
+  return { stop: () => abort.abort() };
 }
 
 /** Live delivers every event the caller may see to its listener, from
@@ -114,26 +170,8 @@ export class Live {
   }
 
   async read(reader) {
-    const dec = new TextDecoder();
-    let buf = "";
-    let id = "", type = "", data = [];
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return;
-      buf += dec.decode(value, { stream: true });
-      let nl;
-      while ((nl = buf.indexOf("\n")) >= 0) {
-        const line = buf.slice(0, nl).replace(/\r$/, "");
-        buf = buf.slice(nl + 1);
-        if (line === "") {
-          // An overflow ends the stream; the reconnect resumes after lastID.
-          if (type !== "overflow") this.dispatch(id, data.join("\n"));
-          id = ""; type = ""; data = [];
-        } else if (line.startsWith("id:")) id = line.slice(3).trim();
-        else if (line.startsWith("event:")) type = line.slice(6).trim();
-        else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
-      }
-    }
+    // An overflow ends the stream; the reconnect resumes after lastID.
+    await readSSE(reader, (id, type, data) => { if (type !== "overflow") this.dispatch(id, data); });
   }
 
   /** dispatch hands one message to the listeners, unless its id is one

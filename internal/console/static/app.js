@@ -1,7 +1,7 @@
 // app.js: the console's pages (overview, tasks, task), routed by the URL
 // hash; pages.js holds the schedules and concurrency pages. Everything
 // shown comes from the public API (api.js).
-import { ApiError, Live, call, features, get, post, taskPath, token } from "./api.js";
+import { ApiError, Live, call, features, followRun, get, post, taskPath, token } from "./api.js";
 import { concurrencyPage, sampleThroughput, schedulesPage, sparkline } from "./pages.js";
 import { ago, copyButton, el, statusCell, taskLink, time, toast } from "./ui.js";
 
@@ -227,6 +227,11 @@ function taskPage(id) {
   const tree = el("div", { id: "tree" });
   const mail = el("ol", { id: "mailbox" });
   const run = el("div", { id: "run" });
+  // What the run sends live: its saves and progress lines (model
+  // tokens), as text, the last MAX_LIVE characters.
+  const MAX_LIVE = 16384;
+  const liveOut = el("pre", { id: "run-live", class: "live-output", "aria-live": "polite" });
+  const liveState = el("p", { id: "run-live-state", class: "muted" }, "");
   const outcome = el("div", { id: "outcome" });
   let events = [];
   const text = el("textarea", { id: "mail-text", rows: 3, cols: 40, required: true });
@@ -252,7 +257,26 @@ function taskPage(id) {
   }, "Download NDJSON");
   main.replaceChildren(header, el("div", { class: "cols" },
     el("div", {}, el("h2", {}, "Timeline ", download), timeline),
-    el("div", {}, el("h2", {}, "Lineage"), tree, el("h2", {}, "Outcome"), outcome, el("h2", {}, "Mailbox"), mail, mailForm, el("h2", {}, "Run"), run)));
+    el("div", {}, el("h2", {}, "Lineage"), tree, el("h2", {}, "Outcome"), outcome, el("h2", {}, "Mailbox"), mail, mailForm, el("h2", {}, "Run"), run,
+      el("h3", {}, "Live"), liveState, liveOut)));
+  const appendLive = (line) => {
+    liveOut.textContent = (liveOut.textContent + line).slice(-MAX_LIVE);
+  };
+  let follower = null;
+  if (feats.runStream) {
+    follower = followRun(id, {
+      onSaved: (c) => {
+        liveState.textContent = "following: revision " + c.revision;
+        for (const it of c.transcript?.append || []) {
+          appendLive(`[${it.kind}] ` + (it.content || []).map((p) => p.text || "").join(" ") + (it.tool ? ` ${it.tool.name} ${it.tool.status}` : "") + "\n");
+        }
+        if (c.set && "phase" in c.set) appendLive("[phase] " + String(c.set.phase ?? "") + "\n");
+        refreshRun();
+      },
+      onProgress: (p) => appendLive(p.text),
+      onEnd: (e) => { liveState.textContent = "ended: " + e.status; },
+    });
+  }
   const act = async (path, body, what) => {
     try { await post(path, body); toast(what); await refresh(); } catch (err) { toast(err.message); }
   };
@@ -368,12 +392,17 @@ function taskPage(id) {
     el("h3", {}, "Contexts"), el("pre", {}, JSON.stringify(doc.contexts || {}, null, 2)));
   }
 
+  const getRun = () => get(taskPath(id, "run")).catch((e) => { if (e instanceof ApiError && e.status === 404) return null; throw e; });
+  async function refreshRun() {
+    try { renderRun(await getRun()); } catch (e) { toast(e.message); }
+  }
+
   let lineage = new Set([id]);
   async function refresh(ev) {
     if (ev && !lineage.has(ev.taskId)) return;
     const [t, h, tr, m, r] = await Promise.all([
       get(taskPath(id)), get(taskPath(id, "history")), get(taskPath(id, "tree")), get(taskPath(id, "mailbox")),
-      get(taskPath(id, "run")).catch((e) => { if (e instanceof ApiError && e.status === 404) return null; throw e; }),
+      getRun(),
     ]);
     events = h.events;
     renderHeader(t, crumbsOf(tr));
@@ -383,7 +412,7 @@ function taskPage(id) {
     renderMail(m, t);
     renderRun(r);
   }
-  return { refresh, stop() {} };
+  return { refresh, stop() { follower?.stop(); } };
 }
 
 // ---- routing ----

@@ -24,6 +24,7 @@ from .errors import (
     NotTerminal,
     ParentTerminal,
     PayloadTooLarge,
+    ProgressRate,
     RequestIDConflict,
     RequestTimeout,
     ScheduleLimit,
@@ -59,7 +60,7 @@ from .worker import REASON_CLAIM_LOST, REASON_SUPERSEDED, NoHandler, PayloadErro
 __all__ = [
     "AdmissionRejected", "AncestorTerminal", "ClaimLost", "Client", "Concurrency", "Conflict", "ContentPart", "Effect", "Forbidden", "HeaderTooLarge",
     "Internal", "InvalidArgument", "LineageLimit", "Message", "NoHandler", "NotClaimable", "NotFound", "NotTerminal", "ParentTerminal",
-    "PayloadError", "PayloadTooLarge", "REASON_CLAIM_LOST", "REASON_SUPERSEDED", "RequestIDConflict", "RequestTimeout", "ResultItem", "ResultRequest", "RetryRequest", "Run", "RunState",
+    "PayloadError", "PayloadTooLarge", "ProgressRate", "REASON_CLAIM_LOST", "REASON_SUPERSEDED", "RequestIDConflict", "RequestTimeout", "ResultItem", "ResultRequest", "RetryRequest", "Run", "RunState",
     "Schedule", "ScheduleCreateRequest", "ScheduleLimit", "ScheduleRequest", "ScheduleRun", "ScheduleTask", "Signal", "StaleRevision", "Stopped", "Task", "TaskledgerError", "Terminal",
     "TokenMismatch", "ToolCall", "TooManyPolls", "TranscriptItem", "Turn", "Unauthenticated", "Unavailable",
     "Worker",

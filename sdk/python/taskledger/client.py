@@ -11,7 +11,7 @@ import urllib.parse
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .errors import TaskledgerError, error_for
+from .errors import TaskledgerError, Unavailable, error_for
 from .types import (
     BatchItem,
     Check,
@@ -354,15 +354,66 @@ class Client:
 
     # -- Run state and effects --
 
-    def get_run(self, task_id: str) -> RunDocument:
-        """GET /v1/tasks/{id}/run: the task's Run document. Raises NotFound
-        before the first save."""
-        return RunDocument.from_json(self._json("GET", _task(task_id, "/run"))[1])
+    def get_run(self, task_id: str, revision: int = 0) -> RunDocument:
+        """GET /v1/tasks/{id}/run: the task's latest Run revision, or the one
+        revision names (from 1). Raises NotFound before the first save and
+        for a revision the task does not have."""
+        query = {"revision": revision} if revision else None
+        return RunDocument.from_json(self._json("GET", _task(task_id, "/run"), query=query)[1])
+
+    def progress(self, task_id: str, delivery_id: str, text: str) -> None:
+        """POST /v1/tasks/{id}/progress: sends an ephemeral progress line to
+        the task's run streams; nothing is stored. Raises PayloadTooLarge
+        (text over MAX_PROGRESS_BYTES), ProgressRate (over 20 lines a
+        second, bursts of 40), TokenMismatch (not the current claim),
+        Terminal, NotFound."""
+        self._json("POST", _task(task_id, "/progress"), {"deliveryId": delivery_id, "text": text})
+
+    def stream_run(self, task_id: str, after: int = 0) -> Iterator[tuple[str, dict[str, Any]]]:
+        """GET /v1/tasks/{id}/run/stream: yields (event, data) for every Run
+        revision after ``after`` ("saved", a RunChange as a dict), then live
+        for each new revision and each progress line ("progress", {"text",
+        "at"}), and ("end", {"status"}) once the task is terminal, after
+        which the iterator ends. An overflow reconnects after the last
+        revision yielded; an error the server sends is raised. The
+        connection is closed when the iterator ends or is closed."""
+        while True:
+            conn = self._connect(self.timeout)
+            try:
+                conn.request("GET", self._url(_task(task_id, "/run/stream"), {"after": after}), headers=self._headers(False))
+                resp = conn.getresponse()
+                if resp.status != 200:
+                    raise _error(resp.status, resp.read())
+                event, data = "", ""
+                for raw in resp:
+                    line = raw.decode("utf-8").rstrip("\r\n")
+                    if line.startswith("event: "):
+                        event = line[len("event: "):]
+                    elif line.startswith("data: "):
+                        data = line[len("data: "):]
+                    elif line == "" and data:
+                        msg, event, data = (event, json.loads(data)), "", ""
+                        if msg[0] == "overflow":
+                            after = max(after, int(msg[1].get("after", 0)))
+                            break
+                        if msg[0] == "error":
+                            raise error_for(0, msg[1].get("error", ""), msg[1].get("reason", ""), msg[1].get("message", ""))
+                        yield msg
+                        if msg[0] == "saved":
+                            after = int(msg[1]["revision"])
+                        elif msg[0] == "end":
+                            return
+                else:
+                    raise Unavailable(503, "unavailable", "", f"the run stream ended after revision {after}")
+            finally:
+                conn.close()
 
     def save_run(self, task_id: str, delivery_id: str, revision: int, run: RunState) -> RunDocument:
-        """PUT /v1/tasks/{id}/run: replaces the Run when revision is the
-        stored one (0 for the first save) and delivery_id the current
-        claim's. Raises StaleRevision, TokenMismatch, Terminal,
+        """PUT /v1/tasks/{id}/run: saves run as the task's next Run revision
+        when revision is its latest (0 for the first save) and delivery_id
+        the current claim's; every revision stays readable (get_run with
+        revision=N), and the same save repeated answers the revision it
+        stored. Raises StaleRevision, TokenMismatch, Terminal,
         PayloadTooLarge (over 1 MiB); nothing changes then."""
         body = {"deliveryId": delivery_id, "revision": revision, "run": run.to_json()}
         return RunDocument.from_json(self._json("PUT", _task(task_id, "/run"), body)[1])

@@ -177,6 +177,15 @@ class TooManyPolls(TaskledgerError):
     reason = "too_many_polls"
 
 
+class ProgressRate(TaskledgerError):
+    """429 ``too_many_requests``/``progress_rate``: the task sent more
+    progress lines than the server allows (20 a second, bursts of 40);
+    the line was not sent: drop or merge lines and send a later one."""
+
+    code = "too_many_requests"
+    reason = "progress_rate"
+
+
 class HeaderTooLarge(TaskledgerError):
     """431: the request's header block is over the server's limit."""
 
@@ -205,7 +214,7 @@ _BY_CODE: dict[str, type[TaskledgerError]] = {
 _BY_REASON: dict[tuple[str, str], type[TaskledgerError]] = {
     (c.code, c.reason): c
     for c in (Terminal, TokenMismatch, ClaimLost, NotClaimable, ParentTerminal, LineageLimit, StaleRevision, ScheduleLimit, NotTerminal,
-              TooManyPolls, OperatorOnly, AncestorTerminal, RequestIDConflict)
+              TooManyPolls, OperatorOnly, AncestorTerminal, RequestIDConflict, ProgressRate)
 }
 
 

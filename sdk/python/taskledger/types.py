@@ -178,6 +178,9 @@ MAX_MAX_BACKOFF_SECONDS = 604800
 MAX_KIND_BYTES = 64  # a task's kind: [a-z0-9][a-z0-9._-]{0,63}
 MAX_PAYLOAD_BYTES = 256 << 10  # a task's payload, as compact JSON
 MAX_OUTPUT_BYTES = 256 << 10  # a result's output, as compact JSON
+MAX_PROGRESS_BYTES = 4096  # a progress line's text (Run.progress)
+PROGRESS_RATE = 20  # progress lines a second per task and server
+PROGRESS_BURST = 40
 
 # What a retry policy retries (RetryRequest.on) and what ended a retried
 # attempt (Attempt.outcome).
@@ -584,12 +587,15 @@ class RunState(Wire):
 
 @dataclass
 class RunDocument(Wire):
-    """The answer of GET and PUT /v1/tasks/{id}/run."""
+    """The answer of GET and PUT /v1/tasks/{id}/run: one revision of the
+    task's Run (1 for the first save, +1 for each after it); ``digest`` is
+    the SHA-256 of its canonical JSON, as the task's log records it."""
 
     task_id: str = ""
     revision: int = 0
     updated_at: str = ""
     delivery_id: str = ""
+    digest: str = ""
     run: RunState = field(default_factory=RunState)
 
 

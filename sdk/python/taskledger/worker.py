@@ -695,6 +695,16 @@ class Run:
 
     # -- phase, contexts, steps --
 
+    def progress(self, text: str) -> None:
+        """Sends text (model tokens, a status line) to the task's run streams
+        as an ephemeral progress line: nothing is saved and the task's log
+        does not change, so a line can be lost; progress is best effort and
+        a caller may ignore its errors. Raises PayloadTooLarge (over
+        MAX_PROGRESS_BYTES), ProgressRate (over 20 lines a second, bursts
+        of 40), TokenMismatch or Terminal once the run no longer holds the
+        task."""
+        self._client.progress(self.task.id, self.delivery_id, text)
+
     def set_phase(self, phase: str) -> None:
         """Sets the run's phase (free text) and saves it."""
         self._update(lambda s: setattr(s, "phase", phase))

@@ -408,8 +408,13 @@ class RunRoutesTest(unittest.TestCase):
         self.assertEqual(self.acme.get_run(self.task.id).run.phase, "planning")  # nothing changed
         rev2 = self.acme.save_run(self.task.id, self.token, rev, state).revision
         self.assertGreater(rev2, rev)
+        # The same save again (its answer lost) answers the revision it stored.
+        self.assertEqual(self.acme.save_run(self.task.id, self.token, rev, state).revision, rev2)
+        self.assertEqual(self.acme.get_run(self.task.id, revision=rev).run.phase, "planning")  # every revision stays
+        state.phase = "other"
         with self.assertRaises(errors.StaleRevision):
             self.acme.save_run(self.task.id, self.token, rev, state)  # the revision moved on
+        state.phase = "acting"
         with self.assertRaises(errors.PayloadTooLarge):
             self.acme.save_run(self.task.id, self.token, rev2, RunState(phase="x" * (1 << 20)))
         self.acme.record_result(self.task.id, success=True, delivery_id=self.token)

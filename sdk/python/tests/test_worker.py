@@ -464,6 +464,57 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual([i.id for i in run.transcript][-4:], ["t2.c1.result", "t2.c2.result", "t2.c3.result", "t2.end"])
         self.assertEqual([e.type for e in self.api.history(t.id)].count("Claimed"), 1)  # resumed, not claimed again
 
+    def test_progress_and_run_history(self) -> None:
+        """run.progress() lines and each save reach a client following the
+        run stream as they happen; every saved revision stays readable."""
+        followed = threading.Event()
+        got: queue_t = queuelib.Queue()
+
+        def handler(run: Run) -> str:
+            run.set_phase("thinking")
+            self.assertTrue(followed.wait(30), "the follower never saw the first save")
+            for text in ("tok", "en", "s"):
+                run.progress(text)
+            with self.assertRaises(taskledger.PayloadTooLarge):
+                run.progress("x" * (taskledger.types.MAX_PROGRESS_BYTES + 1))
+            run.set_phase("answering")
+            return "done"
+
+        self.start(handler)
+        t = self.schedule()
+
+        def follow() -> None:
+            for event, data in self.api.stream_run(t.id):
+                got.put((event, data))
+                if event == "saved":
+                    followed.set()
+
+        th = threading.Thread(target=follow, daemon=True)
+        th.start()
+        seen: list[str] = []
+        while not seen or seen[-1] != "end":
+            event, data = got.get(timeout=30)
+            if event == "saved":
+                seen.append(f"saved {data['revision']} {data.get('set', {}).get('phase', '')}")
+            elif event == "progress":
+                seen.append(data["text"])
+            else:
+                seen.append(event)
+        th.join(30)
+        self.assertEqual([s.split(" ")[-1] if s.startswith("saved") else s for s in seen],
+                         ["thinking", "tok", "en", "s", "answering", "end"])
+        latest = self.api.get_run(t.id)
+        self.assertEqual(latest.revision, 2)
+        first = self.api.get_run(t.id, revision=1)
+        self.assertEqual((first.revision, first.run.phase, latest.run.phase), (1, "thinking", "answering"))
+        self.assertEqual(len(first.digest), 64)
+        with self.assertRaises(taskledger.NotFound):
+            self.api.get_run(t.id, revision=3)
+        with self.assertRaises(taskledger.Terminal):
+            self.api.progress(t.id, "01STALEDELIVERY", "late")
+
+
+queue_t = queuelib.Queue
 
 if __name__ == "__main__":
     unittest.main()
