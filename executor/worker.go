@@ -473,24 +473,43 @@ const releaseTimeout = 10 * time.Second
 // ctx ends; it does nothing for a claim without heartbeats. A claim the
 // scheduler says is lost (or no longer r's) stops the run; any other
 // failure is logged and the next beat comes sooner, at a tenth of the
-// interval, so a passing fault does not cost the claim.
+// interval, so a passing fault does not cost the claim; one that lasts
+// four fifths of the interval stops the run (ReasonClaimLost) before the
+// scheduler may give its task to another executor.
 func (w *Worker) heartbeat(ctx context.Context, r *Run) {
 	t := r.Task
 	if w.live == nil || t.Claim == nil || t.Claim.HeartbeatSeconds <= 0 {
 		return
 	}
 	interval := time.Duration(t.Claim.HeartbeatSeconds) * time.Second
+	// The scheduler counts the interval from when a renewal reached it,
+	// which is after it was sent: a run whose last answered renewal was
+	// sent fenceAfter ago stops itself before the claim can be lost and
+	// its task handed to another executor (fenced), so it never runs
+	// beside its successor, however the heartbeats fail.
+	fenceAfter := interval * 4 / 5
+	renewed := time.Now() // the claim, as far as this run knows
 	next := interval / 3
 	for {
+		fence := renewed.Add(fenceAfter)
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(next):
+		case <-time.After(min(next, time.Until(fence))):
 		}
-		_, err := w.live.Heartbeat(ctx, t.ID, t.Claim.DeliveryID)
+		if !time.Now().Before(fence) {
+			w.cfg.Logger.Warn().Str("task", t.ID).Dur("since", time.Since(renewed)).
+				Msg("claim not renewed in time; stopping the run before the scheduler may hand its task on")
+			r.stop(ReasonClaimLost)
+			return
+		}
+		sent := time.Now()
+		hctx, cancel := context.WithDeadline(ctx, fence)
+		_, err := w.live.Heartbeat(hctx, t.ID, t.Claim.DeliveryID)
+		cancel()
 		switch {
 		case err == nil:
-			next = interval / 3
+			renewed, next = sent, interval/3
 		case errors.Is(err, api.ErrClaimLost):
 			r.stop(ReasonClaimLost)
 			return

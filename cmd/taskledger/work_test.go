@@ -72,7 +72,8 @@ func workProcessGone(pid int) bool {
 
 // workScript is the worker's --exec command: it reads the task JSON on
 // stdin and acts on a marker in the message text. "mode-fail" exits 3;
-// "mode-kind" prints the task's kind;
+// "mode-kind" prints the task's kind; "mode-once" records each start
+// under dir, and on the first sleeps as "mode-sleep" does;
 // "mode-leave" exits 0 leaving a background sleep; "mode-sleep" starts a long sleep in the background, records its own and
 // the sleep's pid under dir and waits; anything else prints out-<id>.
 func workScript(dir string) string {
@@ -91,6 +92,15 @@ case "$input" in
 	echo "sleep ended"; exit 0 ;;
 *mode-attempt*) echo "attempt-$TASKLEDGER_ATTEMPT"; [ "$TASKLEDGER_ATTEMPT" = 2 ]; exit $? ;;
 *mode-kind*) echo "kind-$TASKLEDGER_KIND"; exit 0 ;;
+*mode-once*)
+	echo $$ >> ` + dir + `/$TASKLEDGER_TASK_ID.starts
+	if [ "$(wc -l < ` + dir + `/$TASKLEDGER_TASK_ID.starts)" -eq 1 ]; then
+		sleep 300 &
+		echo $! > ` + dir + `/$TASKLEDGER_TASK_ID.sleep
+		echo $$ > ` + dir + `/$TASKLEDGER_TASK_ID.pid
+		wait
+	fi
+	echo "ran-again"; exit 0 ;;
 esac
 echo out-$TASKLEDGER_TASK_ID
 exit 0`
@@ -320,28 +330,37 @@ func TestWorkExecEndToEnd(t *testing.T) {
 
 // TestWorkExecKillNine: a worker killed with kill -9 mid-command leaves no
 // orphan: the command's guard takes the shell and everything it started
-// down with the worker.
+// down with the worker. Its claim is lost a heartbeat later, and another
+// worker (another id) runs the command again, once, after the first copy
+// is gone.
 func TestWorkExecKillNine(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t, t.TempDir(), freeAddr(t))
 	c := srv.client
 	ctx := context.Background()
 	dir := t.TempDir()
-	var stderr testlog.Buffer
-	worker := exec.Command(taskledgerBinary(t), "work", "--server", c.BaseURL, "--queue", "w",
-		"--exec", workScript(dir), "--executor-id", "w-doomed", "--log-format", "json")
-	worker.Stderr = &stderr
-	if err := worker.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		worker.Process.Kill()
-		worker.Wait()
-		if t.Failed() {
-			t.Logf("worker stderr:\n%s", stderr.String())
+	startWorker := func(id string) (*exec.Cmd, *testlog.Buffer) {
+		var stderr testlog.Buffer
+		w := exec.Command(taskledgerBinary(t), "work", "--server", c.BaseURL, "--queue", "w", "--heartbeat", "2",
+			"--exec", workScript(dir), "--executor-id", id, "--log-format", "json")
+		w.Stderr = &stderr
+		if err := w.Start(); err != nil {
+			t.Fatal(err)
 		}
-	})
-	task, _, err := c.Schedule(ctx, workRequest("mode-sleep"))
+		t.Cleanup(func() {
+			w.Process.Kill()
+			w.Wait()
+			if t.Failed() {
+				t.Logf("worker %s stderr:\n%s", id, stderr.String())
+			}
+		})
+		return w, &stderr
+	}
+	doomed, _ := startWorker("w-doomed")
+	req := workRequest("mode-once")
+	two := 2
+	req.Retry = &api.RetryRequest{MaxAttempts: &two}
+	task, _, err := c.Schedule(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,10 +369,10 @@ func TestWorkExecKillNine(t *testing.T) {
 	if workProcessGone(shell) || workProcessGone(sleeper) {
 		t.Fatalf("command not running before the kill (sh %d, sleep %d)", shell, sleeper)
 	}
-	if err := worker.Process.Kill(); err != nil {
+	if err := doomed.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	worker.Wait()
+	doomed.Wait()
 	deadline := time.Now().Add(5 * time.Second)
 	for !workProcessGone(shell) || !workProcessGone(sleeper) {
 		if time.Now().After(deadline) {
@@ -361,5 +380,31 @@ func TestWorkExecKillNine(t *testing.T) {
 				shell, workProcessGone(shell), sleeper, workProcessGone(sleeper))
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+
+	startWorker("w-successor")
+	done := workWaitTask(t, c, task.ID, "finished", func(task api.Task) bool { return rank[task.Status] == 3 })
+	if done.Status != "succeeded" || !strings.Contains(done.Result.Summary, "ran-again") || done.Claim.ExecutorID != "w-successor" {
+		t.Fatalf("task %s: %s by %+v, result %+v; want succeeded by w-successor", task.ID, done.Status, done.Claim, done.Result)
+	}
+	starts, err := os.ReadFile(filepath.Join(dir, task.ID+".starts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(starts), "\n"); n != 2 {
+		t.Fatalf("the command started %d times, want 2 (the killed one and its successor):\n%s", n, starts)
+	}
+	h, err := c.History(ctx, task.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := 0
+	for _, ev := range h.Events {
+		if ev.Type == "ClaimLost" {
+			lost++
+		}
+	}
+	if lost != 1 {
+		t.Fatalf("history has %d ClaimLost, want 1", lost)
 	}
 }
