@@ -46,8 +46,12 @@ func TestHeartbeatExpiry(t *testing.T) {
 	if _, ok := e.Renew("t1", "other", at(3)); ok {
 		t.Fatal("renewed under another token")
 	}
+	claimed := e.Digest()
 	if _, ok := e.Renew("t1", "d1", at(3)); !ok || !expiry().Equal(at(8)) {
 		t.Fatalf("renewed at 3: due %v, want %v", expiry(), at(8))
+	}
+	if e.Digest() != claimed {
+		t.Fatal("a renewal (no event) changed the digest: a rebuild would not match it")
 	}
 	if _, ok := e.Renew("t1", "d1", at(2)); !ok || !expiry().Equal(at(8)) {
 		t.Fatalf("an older renewal moved the due time to %v", expiry())

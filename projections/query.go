@@ -391,9 +391,10 @@ func (v *views) walk(x *idIndex, f *Filter, after string, limit int, add func(*t
 // Digest returns a deterministic hash of every projected fact, so a
 // projection built live and one rebuilt from the log (or restored from a
 // snapshot) can be compared. It is a function of the events applied
-// alone, never of the time: of a queued task's republish check it hashes
-// the due time the log gives, not the one the alarm postponed it to
-// (Postpone, which appends no event).
+// alone, never of the time: of a task's timer it hashes the due time the
+// log gives (timerOf), not the one the alarm postponed a republish check
+// to (Postpone) nor the one a heartbeat renewed a claim to (Renew), nor
+// a claim's grace after a restart: none of these appends an event.
 func (vw *Views) Digest() string {
 	vw.mu.RLock()
 	defer vw.mu.RUnlock()
@@ -420,8 +421,11 @@ func (vw *Views) Digest() string {
 		items := q.entries()
 		for _, id := range sortedKeys(items) {
 			due := items[id].due
-			if t := vw.v.tasks[id]; Timer(i) == Republish && t != nil {
-				due = t.nextAt // timerOf's due: the delivery's NextAt
+			if t := vw.v.tasks[id]; t != nil {
+				st := vw.v.state(t)
+				if tm, at, ok := timerOf(&st); ok && tm == Timer(i) {
+					due = at.UnixNano() // as the log gives it
+				}
 			}
 			fmt.Fprintf(h, "timer %d %s %s %d\n", i, id, items[id].bucket, due)
 		}
