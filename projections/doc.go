@@ -207,8 +207,9 @@
 // retention count, the timer queues, active roots, admissions, status sets,
 // concurrency keys, schedules and the label and kind indexes: a rebuilt projection must
 // show the live one's digest. It is a function of the log position alone:
-// the one projected fact the alarm moves without an event (a queued task's
-// next republish check, Postpone) is hashed as the log gives it, so live,
+// the timer due times that move without an event (a queued task's next
+// republish check, Postpone; a claim's heartbeat expiry, Renew, and its
+// grace after a restart) are hashed as the log gives them, so live,
 // rebuilt and snapshot-restored projections agree at any time.
 //
 // # Label index
