@@ -79,14 +79,10 @@ func (s *claims) Heartbeat(ctx context.Context, p Principal, id, deliveryID stri
 // heldWithHeartbeat says why st is not running under deliveryID with
 // heartbeats, nil when it is.
 func heldWithHeartbeat(st aggregate.State, deliveryID string) error {
-	switch {
-	case st.LostClaim(deliveryID):
-		return fmt.Errorf("%w: the claim under %s of task %s ended", aggregate.ErrClaimLost, deliveryID, st.TaskID)
-	case st.Status.Terminal():
-		return fmt.Errorf("%w: task %s is %s", aggregate.ErrTerminal, st.TaskID, st.Status)
-	case st.Status != aggregate.StatusRunning || st.Claim.DeliveryID != deliveryID:
-		return fmt.Errorf("%w: deliveryId is not the current claim of task %s", aggregate.ErrTokenMismatch, st.TaskID)
-	case st.Claim.HeartbeatSeconds == 0:
+	if err := runningUnder(st, deliveryID); err != nil {
+		return err
+	}
+	if st.Claim.HeartbeatSeconds == 0 {
 		return invalid("the claim of task %s has no heartbeat (claim with heartbeatSeconds)", st.TaskID)
 	}
 	return nil
