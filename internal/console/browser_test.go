@@ -204,25 +204,15 @@ func (c *console) poll(t *testing.T, expr string) {
 	c.run(t, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(30*time.Second)))
 }
 
-// schedule schedules req and, for a task released at once, waits until
-// its ready notification is recorded (ReadyPublished, written just after
-// the answer), so the tests count its events settled.
+// schedule schedules req and returns the task once its writes are all in
+// (testnode.Settled), so the tests count its events settled.
 func schedule(t *testing.T, cl *api.Client, req api.ScheduleRequest) api.Task {
 	t.Helper()
-	ctx := context.Background()
-	task, _, err := cl.Schedule(ctx, req)
+	task, _, err := cl.Schedule(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); task.Status == "scheduled" && task.Delivery != nil; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("task %s released but not queued after 10 s", task.ID)
-		}
-		if task, err = cl.Get(ctx, task.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return task
+	return testnode.Settled(t, cl, task)
 }
 
 func text(s string) events.Message {

@@ -200,7 +200,7 @@ func scheduleN(t *testing.T, c *api.Client, queue string, n int) []api.Task {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[i] = task
+		out[i] = testnode.Settled(t, c, task) // its ReadyPublished in the log too
 	}
 	return out
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/service"
 	"github.com/taskledger/taskledger/internal/store"
@@ -97,4 +98,25 @@ func Published(t testing.TB, n *Node, id string, within time.Duration) aggregate
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// Settled returns task, as a schedule over HTTP answered it, once its
+// schedule's writes are all in: a task released at once answers
+// scheduled with its delivery, and its ReadyPublished lands just after
+// the answer; Settled polls c until the task is no longer scheduled
+// (queued, or running when a claimer took it), for at most 10 s. Any
+// other task comes back as it is.
+func Settled(t testing.TB, c *api.Client, task api.Task) api.Task {
+	t.Helper()
+	ctx := context.Background()
+	for deadline := time.Now().Add(10 * time.Second); task.Status == "scheduled" && task.Delivery != nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s released but not queued after 10 s", task.ID)
+		}
+		var err error
+		if task, err = c.Get(ctx, task.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return task
 }
