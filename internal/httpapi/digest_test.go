@@ -38,8 +38,8 @@ func TestDigestAfterRebuild(t *testing.T) {
 	}
 	queuedTask(t, b, api.ScheduleRequest{})
 	rebuild()
-	if digest() != digest() {
-		t.Fatal("the digest of unchanged projections changed")
+	if first, again := digest(), digest(); first != again {
+		t.Fatalf("the digest of unchanged projections changed: %s, then %s", first, again)
 	}
 
 	// Two minutes on: the alarm checks the notification (a task

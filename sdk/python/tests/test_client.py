@@ -308,7 +308,8 @@ class ClientTest(unittest.TestCase):
         a, b = self.schedule(), self.schedule()
         req = unique("req")
         child = self.schedule(parent_id=a.id, request_id=req)
-        self.assertEqual(self.acme.schedule(parent_id=a.id, request_id=req), (child, False))
+        again, created = self.acme.schedule(parent_id=a.id, request_id=req)
+        self.assertEqual((again.id, again.parent_id, created), (child.id, a.id, False))
         for parent in (b.id, ""):
             with self.assertRaises(errors.RequestIDConflict) as cm:
                 self.schedule(parent_id=parent, request_id=req)
