@@ -606,7 +606,9 @@ func TestAlarmChildReport(t *testing.T) {
 		p := alStart(t, testnats.NewNamespace(t))
 		p.startAlarm(reactors.AlarmConfig{}, nil)
 		parent := p.schedule(alSpec{})
-		child := p.schedule(alSpec{parent: &parent})
+		// Due in an hour: a release of a task whose parent has ended
+		// cancels it (ancestor_terminal), and the child must stay live.
+		child := p.schedule(alSpec{parent: &parent, runAt: time.Now().Add(time.Hour)})
 		grandchild := p.schedule(alSpec{parent: &child})
 		p.exec(parent.TaskID, aggregate.Cancel{})
 		p.exec(grandchild.TaskID, aggregate.RecordResult{Result: events.Result{Success: true}})

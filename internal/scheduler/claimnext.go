@@ -339,9 +339,19 @@ func untilClosed(ctx context.Context, sig <-chan struct{}) (context.Context, con
 // the alarm publishes the delivery after its grace.
 func (s *claims) claimNotified(ctx context.Context, msg jetstream.Msg, n events.ReadyNotification, c aggregate.Claim) (aggregate.State, bool, error) {
 	crashpoint.Hit(crashpoint.ClaimReceived)
+	if ctx.Err() != nil { // the claimer is gone: leave the delivery to another
+		settleMsg(msg, jetstream.Msg.Nak)
+		return aggregate.State{}, false, nil
+	}
 	c.DeliveryID = n.DeliveryID
-	st, evs, err := s.claim(ctx, n.TaskID, c)
+	// Not cut short by the claimer leaving: the claim's outcome is then
+	// known, and one nobody will receive is handed back at once.
+	st, evs, err := s.claim(context.WithoutCancel(ctx), n.TaskID, c)
 	switch {
+	case err == nil && ctx.Err() != nil:
+		settleMsg(msg, jetstream.Msg.Ack)
+		s.handBack(st, evs)
+		return st, false, nil
 	case err == nil:
 		crashpoint.Hit(crashpoint.Claimed)
 		settleMsg(msg, jetstream.Msg.Ack)
@@ -355,6 +365,22 @@ func (s *claims) claimNotified(ctx context.Context, msg jetstream.Msg, n events.
 	default:
 		settleMsg(msg, jetstream.Msg.Nak)
 		return st, false, s.unavailable(err)
+	}
+}
+
+// handBack releases st's claim, which was made (evs) for a claimer that
+// left before it could receive it, so its task is claimable again at once
+// instead of held until a heartbeat or its deadline passes; the attempt is
+// not charged (a release). A failure leaves it to those.
+func (s *claims) handBack(st aggregate.State, evs []events.Event) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.writeTimeout)
+	defer cancel()
+	if err := s.settle(ctx, st, evs, nil); err != nil {
+		return
+	}
+	release := aggregate.LoseClaim{DeliveryID: st.Claim.DeliveryID, Reason: events.ClaimLostReleased, Note: "the claimer left before the claim reached it"}
+	if next, evs, err := s.store.Execute(ctx, st.TaskID, "", release); err == nil {
+		s.settle(ctx, next, evs, nil)
 	}
 }
 
