@@ -13,6 +13,7 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/testnode"
 )
 
 // tamperedLog runs a server on a fresh data directory, writes a few tasks
@@ -29,6 +30,7 @@ func tamperedLog(t *testing.T) (data, block string) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		task = testnode.Settled(t, srv.client, task) // its ReadyPublished next in the log
 		if _, err := srv.client.AppendMail(ctx, task.ID, events.Message{Content: []events.ContentPart{{Type: "text", Text: "more"}}}); err != nil {
 			t.Fatal(err)
 		}
