@@ -109,12 +109,12 @@ func (m model) decide(cmd aggregate.Command, now time.Time) (events.Payload, err
 		}
 		return events.TaskScheduled{Spec: spec}, nil
 	case aggregate.Reject:
+		if len(c.Reason) > 1<<10 && m.status == "" { // before the spec, after the id's existence
+			return nil, aggregate.ErrInvalid
+		}
 		spec, err := m.admit(c.TaskID, c.CustomerID, c.Spec, now)
 		if err != nil {
 			return nil, err
-		}
-		if len(c.Reason) > 1<<10 {
-			return nil, aggregate.ErrInvalid
 		}
 		return events.AdmissionRejected{Spec: spec, Reason: c.Reason}, nil
 	}
