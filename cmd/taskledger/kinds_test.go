@@ -14,15 +14,7 @@ import (
 func TestCLIKindAndPayload(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t, t.TempDir(), freeAddr(t))
-	server := []string{"--server", srv.client.BaseURL}
-	run := func(wantCode int, args ...string) string {
-		t.Helper()
-		out, errOut, code := replayCLI(t, append(args, server...)...)
-		if code != wantCode {
-			t.Fatalf("taskledger %v: exit %d, want %d\nstdout %s\nstderr %s", args, code, wantCode, out, errOut)
-		}
-		return out + errOut
-	}
+	run := cliAgainst(t, srv)
 	file := filepath.Join(t.TempDir(), "payload.json")
 	if err := os.WriteFile(file, []byte("{\n  \"src\": \"dog.png\",\n  \"width\": 32\n}\n"), 0o600); err != nil {
 		t.Fatal(err)

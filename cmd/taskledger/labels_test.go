@@ -17,15 +17,7 @@ import (
 func TestCLILabelsAndRetry(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t, t.TempDir(), freeAddr(t))
-	server := []string{"--server", srv.client.BaseURL}
-	run := func(wantCode int, args ...string) string {
-		t.Helper()
-		out, errOut, code := replayCLI(t, append(args, server...)...)
-		if code != wantCode {
-			t.Fatalf("taskledger %v: exit %d, want %d\nstdout %s\nstderr %s", args, code, wantCode, out, errOut)
-		}
-		return out + errOut
-	}
+	run := cliAgainst(t, srv)
 	out := run(0, "schedule", "--queue", "cli-labels", "--delay", "1h", "--label", "repo=example/storefront", "--label", "team=red", "--message", "flaky",
 		"--max-attempts", "3", "--retry-on", "failed,timed_out", "--concurrency-key", "repo:example/storefront", "--concurrency-limit", "5")
 	const policy, key = "attempt 1 of 3, backoff 10s up to 3600s, on failed,timed_out", "repo:example/storefront (limit 5)"

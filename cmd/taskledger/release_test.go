@@ -17,15 +17,7 @@ import (
 func TestCLIRelease(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t, t.TempDir(), freeAddr(t))
-	server := []string{"--server", srv.client.BaseURL}
-	run := func(wantCode int, args ...string) string {
-		t.Helper()
-		out, errOut, code := replayCLI(t, append(args, server...)...)
-		if code != wantCode {
-			t.Fatalf("taskledger %v: exit %d, want %d\nstdout %s\nstderr %s", args, code, wantCode, out, errOut)
-		}
-		return out + errOut
-	}
+	run := cliAgainst(t, srv)
 	ctx := context.Background()
 	id := strings.Fields(run(0, "schedule", "--queue", "cli-release", "--message", "hold"))[1]
 	claimed, ok, err := srv.client.ClaimNext(ctx, "cli-release", "w-stuck", 10*time.Second, api.WithHeartbeat(60))

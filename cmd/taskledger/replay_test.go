@@ -24,6 +24,21 @@ import (
 
 // replayCLI runs the taskledger binary and returns its stdout, stderr and
 // exit code.
+// cliAgainst returns a runner of the real binary against srv: it runs
+// the command with --server, fails the test unless it exits wantCode, and
+// returns its stdout and stderr together.
+func cliAgainst(t *testing.T, srv *process) func(wantCode int, args ...string) string {
+	server := []string{"--server", srv.client.BaseURL}
+	return func(wantCode int, args ...string) string {
+		t.Helper()
+		out, errOut, code := replayCLI(t, append(args, server...)...)
+		if code != wantCode {
+			t.Fatalf("taskledger %v: exit %d, want %d\nstdout %s\nstderr %s", args, code, wantCode, out, errOut)
+		}
+		return out + errOut
+	}
+}
+
 func replayCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

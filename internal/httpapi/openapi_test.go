@@ -292,23 +292,38 @@ func (s *openapiSpec) check(r *http.Request, body *recordedBody, rec *recordedAn
 	return nil
 }
 
+// sseMessage is one whole message of a Server-Sent Events answer: its
+// id, event name and data ("" for a field it lacks).
+type sseMessage struct{ id, name, data string }
+
+// sseMessages splits answer into its whole messages; the last part, cut
+// off or empty, is left out.
+func sseMessages(answer []byte) []sseMessage {
+	parts := strings.Split(string(answer), "\n\n")
+	out := make([]sseMessage, 0, len(parts)-1)
+	for _, msg := range parts[:len(parts)-1] {
+		var m sseMessage
+		for line := range strings.SplitSeq(msg, "\n") {
+			switch k, v, _ := strings.Cut(line, ": "); k {
+			case "id":
+				m.id = v
+			case "event":
+				m.name = v
+			case "data":
+				m.data = v
+			}
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
 // checkEventStream holds each whole message of a Server-Sent Events
 // answer against the document: an event's data is an Event whose seq and
 // type its id and event name repeat, an overflow's a StreamOverflow.
 func (s *openapiSpec) checkEventStream(answer []byte) error {
-	msgs := strings.Split(string(answer), "\n\n")
-	for i, msg := range msgs[:len(msgs)-1] { // the last is cut off or empty
-		var id, name, data string
-		for line := range strings.SplitSeq(msg, "\n") {
-			switch k, v, _ := strings.Cut(line, ": "); k {
-			case "id":
-				id = v
-			case "event":
-				name = v
-			case "data":
-				data = v
-			}
-		}
+	for i, m := range sseMessages(answer) {
+		id, name, data := m.id, m.name, m.data
 		switch {
 		case data == "" && name == "" && id == "":
 			continue // a comment
@@ -343,19 +358,8 @@ func (s *openapiSpec) checkEventStream(answer []byte) error {
 // progress a RunProgress, end a RunEnd, error an Error, overflow a
 // StreamOverflow, none of them with an id.
 func (s *openapiSpec) checkRunStream(answer []byte) error {
-	msgs := strings.Split(string(answer), "\n\n")
-	for i, msg := range msgs[:len(msgs)-1] { // the last is cut off or empty
-		var id, name, data string
-		for line := range strings.SplitSeq(msg, "\n") {
-			switch k, v, _ := strings.Cut(line, ": "); k {
-			case "id":
-				id = v
-			case "event":
-				name = v
-			case "data":
-				data = v
-			}
-		}
+	for i, m := range sseMessages(answer) {
+		id, name, data := m.id, m.name, m.data
 		schema := map[string]string{
 			api.RunSavedEvent: "RunChange", api.RunProgressEvent: "RunProgress", api.RunEndEvent: "RunEnd",
 			"error": "Error", api.StreamOverflowEvent: "StreamOverflow",
