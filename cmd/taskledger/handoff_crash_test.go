@@ -64,8 +64,11 @@ func TestCrashAtHandedClaim(t *testing.T) {
 			t.Fatalf("ReadyPublished at %s, before the restart at %s: the task was not handed off", ev.At, restarted)
 		}
 	}
-	if want := []string{"TaskScheduled", "ReadyPublished", "Claimed"}; !slices.Equal(types, want) {
-		t.Fatalf("history %v, want %v", types, want)
+	// After the restart the alarm publishes the delivery, or hands it to
+	// w2's claim when that already waits: either way one claim.
+	published := []string{"TaskScheduled", "ReadyPublished", "Claimed"}
+	if handed := []string{"TaskScheduled", "Claimed"}; !slices.Equal(types, published) && !slices.Equal(types, handed) {
+		t.Fatalf("history %v, want %v or %v", types, published, handed)
 	}
 	srv.mustStop(t)
 	mustVerify(t, bin, data)
