@@ -70,9 +70,11 @@ func TestHeartbeat(t *testing.T) {
 
 	t.Run("RenewedThenMissed", func(t *testing.T) {
 		t.Parallel()
-		task := hbTask(t, b, "hb-renew", "w1", 2, 1)
+		// Renewed for longer than the 3 s interval, every 250 ms: a margin
+		// a loaded CI machine's stalls fit in.
+		task := hbTask(t, b, "hb-renew", "w1", 2, 3)
 		token := task.Claim.DeliveryID
-		for until := time.Now().Add(2500 * time.Millisecond); time.Now().Before(until); {
+		for until := time.Now().Add(4 * time.Second); time.Now().Before(until); {
 			rn, err := b.client.Heartbeat(ctx, task.ID, token)
 			if err != nil {
 				t.Fatalf("heartbeat: %v", err)
