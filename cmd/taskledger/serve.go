@@ -18,6 +18,7 @@ import (
 
 	"github.com/mattn/go-isatty"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
@@ -143,6 +144,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	var nf natsFlags
 	nf.register(fs)
 	httpAddr := fs.String("http", "127.0.0.1:8080", "HTTP API listen address")
+	durability := fs.String("durability", durabilityFsync, "embedded server: fsync (an answer that reports a write is sent once the write is on disk, fsyncs shared by concurrent requests) or os (once the log acknowledged it: a power cut loses up to the last sync interval, 2 minutes)")
 	authFile := fs.String("auth-file", "", "bearer tokens: lines of 'TOKEN CUSTOMER_ID [NAME]' ('*' for an operator; NAME, the token's actor in history); required to listen beyond loopback")
 	quotaFile := fs.String("quota-file", "", `admission quotas as JSON: {"default": {"maxActiveRoots": N, "maxRootsPerMinute": N}, "customers": {"ID": {...}}, "checkerUrl": "http://..."}`)
 	maxActive := fs.Int("max-active-roots", 0, "default quota: active root tasks per customer (0 = unlimited)")
@@ -240,6 +242,9 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	if *leaseTTL < time.Second || *leaseTTL > time.Hour {
 		return fmt.Errorf("%w: --lease-ttl %s: want 1s to 1h", errUsage, *leaseTTL)
 	}
+	if *durability != durabilityFsync && *durability != durabilityOS {
+		return fmt.Errorf("%w: --durability %q: want fsync or os", errUsage, *durability)
+	}
 	if *writeTimeout <= 0 || *storageRetry <= 0 {
 		return fmt.Errorf("%w: --write-timeout and --storage-retry must be positive", errUsage)
 	}
@@ -259,10 +264,19 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	}
 	if embedded != nil {
 		cfg.StorageError, cfg.RecoverStorage = embedded.StorageError, embedded.RestartJetStream
+		if *durability == durabilityFsync {
+			cfg.Durable = embedded
+		}
+		if *durability == durabilityOS {
+			log.Warn().Msg("--durability os: answers do not wait for fsync; a power cut loses the writes of up to the last 2 minutes")
+		}
 	}
 	n, err := node.New(ctx, cfg)
 	if err != nil {
 		return err
+	}
+	if embedded == nil {
+		warnRemoteDurability(ctx, log, nc, nf.stream)
 	}
 	ln, err := net.Listen("tcp", *httpAddr)
 	if err != nil {
@@ -383,4 +397,36 @@ func loadAdmission(path string) (scheduler.Admission, error) {
 		return a, fmt.Errorf("%s: %w", path, err)
 	}
 	return a, nil
+}
+
+// The values of serve --durability.
+const (
+	durabilityFsync = "fsync"
+	durabilityOS    = "os"
+)
+
+// warnRemoteDurability logs a warning for each of the log's streams on a
+// NATS cluster (--nats-url) whose acknowledged writes a power cut of
+// one server can lose: with one replica, an append is acknowledged
+// once it is in that server's page cache, and nats-server fsyncs every
+// sync_interval (2 minutes by default) unless it runs with
+// sync_interval: always. The servers' setting is not visible to a
+// client, so the warning names both remedies.
+func warnRemoteDurability(ctx context.Context, log zerolog.Logger, nc *nats.Conn, stream string) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return
+	}
+	lister := js.ListStreams(ctx)
+	for info := range lister.Info() {
+		cfg := info.Config
+		if !strings.HasPrefix(cfg.Name, stream) || cfg.Storage != jetstream.FileStorage || cfg.Replicas >= 3 {
+			continue
+		}
+		log.Warn().Str("stream", cfg.Name).Int("replicas", cfg.Replicas).
+			Msg("acknowledged writes of this stream live on fewer than 3 servers: a power cut can lose those not yet fsynced (up to the servers' sync_interval, 2 minutes by default); run it with --replicas 3, or the servers with sync_interval: always (docs/operations.md, Durability)")
+	}
+	if err := lister.Err(); err != nil {
+		log.Warn().Err(err).Msg("could not read the streams' replication to check durability")
+	}
 }

@@ -2,9 +2,12 @@
 // JetStream ceiling of the same run: Run starts a fresh embedded server
 // and measures, in order, the ceiling (raw sync and async appends, raw
 // ordered reads), lifecycle throughput (Go SDK in process and HTTP), the
-// HTTP protocol (enqueue, drains, a crowd of waiting long polls), latency at half the maximum rate, timer lateness, replay and aggregate
-// loads over a large log, projection memory, memory under overload and
-// the sync_always cost, and prints one table. `make bench` and `taskledger bench` run it;
+// HTTP protocol (enqueue, drains, a crowd of waiting long polls), latency
+// at half the maximum rate, timer lateness — all with the answers waiting
+// for the group commit (--durability fsync) —, the lifecycle and HTTP
+// figures again without it (--durability os) and the cost of durability,
+// replay and aggregate loads over a large log, projection memory, memory
+// under overload and the sync_always cost, and prints one table. `make bench` and `taskledger bench` run it;
 // BENCH_SCALE (Config.Scale) scales the work. WriteMarkdown renders a
 // report (the --json output) as docs/benchmarks.md: `make bench-doc`.
 //
@@ -56,11 +59,11 @@ type Config struct {
 	// Progress receives a line per step while Run works; default
 	// os.Stderr.
 	Progress io.Writer
-	// Only, if set, names the sections to run (lifecycle, http, latency,
-	// timers, replay, memory, overload, sync-always); the ceiling always
-	// runs, for the ratios, and lifecycle runs with latency, timers or burst,
-	// whose rates follow its own. The report then lacks the other
-	// figures.
+	// Only, if set, names the sections to run (Sections); the ceiling
+	// always runs, for the ratios, lifecycle runs with latency, timers
+	// or burst, whose rates follow its own, and lifecycle and http run
+	// with durability, which compares their figures. The report then
+	// lacks the other figures.
 	Only []string
 }
 
@@ -198,6 +201,10 @@ type run struct {
 	httpRates                        map[string]float64 // the raw HTTP ceilings' and floors' tasks/s, by figure
 	sdkRate                          float64            // lifecycle tasks/s through the Go SDK
 	schedRate                        float64            // schedule calls/s during that lifecycle
+
+	// suffix ends the names and sections of the figures being added
+	// (osSuffix while the durability section repeats others).
+	suffix string
 }
 
 // Run measures everything, in the order the package comment gives, on a
@@ -226,6 +233,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 	}
 	if slices.ContainsFunc(cfg.Only, func(s string) bool { return s == "latency" || s == "timers" || s == "burst" }) {
 		cfg.Only = append(slices.Clone(cfg.Only), "lifecycle")
+	}
+	if slices.Contains(cfg.Only, "durability") {
+		cfg.Only = append(slices.Clone(cfg.Only), "lifecycle", "http")
 	}
 	dir, err := os.MkdirTemp(cfg.Dir, "taskledger-bench-")
 	if err != nil {
@@ -261,9 +271,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 }
 
 // all runs the sections in order: the ceiling on the server's raw
-// streams; lifecycle, latency and timers on one scheduler node; replay
-// on a large stream of its own; memory without a server; sync-always on
-// a second server.
+// streams; lifecycle, latency and timers on one scheduler node whose
+// answers wait for the group commit (--durability fsync, the default);
+// lifecycle and http again on a second server without it (durability);
+// replay on a large stream of its own; memory without a server;
+// sync-always on a third server.
 func (r *run) all(ctx context.Context) error {
 	srv, nc, err := startServer(filepath.Join(r.dir, "default"), false)
 	if err != nil {
@@ -274,7 +286,7 @@ func (r *run) all(ctx context.Context) error {
 	if err := r.section(ctx, "ceiling", func(ctx context.Context) error { return r.ceiling(ctx, nc) }); err != nil {
 		return err
 	}
-	if err := r.withNode(ctx, nc, node.Config{}, func(nd *node.Node) error {
+	if err := r.withNode(ctx, nc, node.Config{Durable: srv}, func(nd *node.Node) error {
 		for _, s := range []struct {
 			name string
 			fn   func(context.Context, *node.Node) error
@@ -285,6 +297,9 @@ func (r *run) all(ctx context.Context) error {
 		}
 		return nil
 	}); err != nil {
+		return err
+	}
+	if err := r.section(ctx, "durability", r.durability); err != nil {
 		return err
 	}
 	if err := r.section(ctx, "replay", func(ctx context.Context) error { return r.replay(ctx, nc) }); err != nil {
@@ -303,7 +318,7 @@ func (r *run) all(ctx context.Context) error {
 }
 
 // Sections are the sections of a run after the ceiling, in order.
-var Sections = []string{"lifecycle", "http", "latency", "timers", "burst", "replay", "memory", "epochs", "overload", "sync-always"}
+var Sections = []string{"lifecycle", "http", "latency", "timers", "burst", "durability", "replay", "memory", "epochs", "overload", "sync-always"}
 
 // section runs fn under a CPU profile when profiles are asked for, unless
 // Config.Only leaves it out.
@@ -387,6 +402,8 @@ func (r *run) scaled(n, lo int) int { return max(int(float64(n)*r.cfg.Scale), lo
 
 // add records a figure and prints it as a progress line.
 func (r *run) add(f Figure) {
+	f.Name += r.suffix
+	f.Section += r.suffix
 	r.report.Figures = append(r.report.Figures, f)
 	line := fmt.Sprintf("%s: %s %s", f.Name, formatValue(f.Value), f.Unit)
 	if f.RatioOf != "" {

@@ -85,8 +85,10 @@ func (r *run) httpSection(ctx context.Context, nd *node.Node) error {
 	}
 	defer stop()
 	n := r.scaled(20000, 200)
-	if err := r.httpCeiling(ctx, nd.Store.JetStream().Conn(), n); err != nil {
-		return err
+	if r.suffix == "" { // the raw ceilings do not depend on durability: once a run
+		if err := r.httpCeiling(ctx, nd.Store.JetStream().Conn(), n); err != nil {
+			return err
+		}
 	}
 
 	// Enqueue: the tasks are due at once and no claimer waits, so each

@@ -1,9 +1,12 @@
 // Package broker gives taskledger its NATS connection: either an embedded
 // nats-server with JetStream on a local data directory, reached over
-// loopback TCP, or an existing server or cluster by URL.
+// loopback TCP, or an existing server or cluster by URL. The embedded
+// server's Sync is the group commit that makes acknowledged writes
+// durable before the API answers (commit.go).
 package broker
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -55,6 +58,8 @@ type Embedded struct {
 	token    string     // the private listener's; "" when Listen was given
 	mu       sync.Mutex // serializes RestartJetStream and SetMaxStore
 	maxStore int64
+	commit   *groupCommit
+	stopOnce sync.Once
 }
 
 // StartEmbedded starts a server and waits until it accepts connections.
@@ -105,10 +110,10 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		srv.Shutdown()
 		return nil, errors.New("broker: embedded server did not become ready in 30s")
 	}
-	e := &Embedded{srv: srv, token: token, maxStore: cfg.MaxStore}
+	e := &Embedded{srv: srv, token: token, maxStore: cfg.MaxStore, commit: newGroupCommit(cfg.Dir)}
 	if cfg.MaxStore > 0 {
 		if err := srv.GlobalAccount().UpdateJetStreamLimits(e.limits()); err != nil {
-			srv.Shutdown()
+			e.Shutdown()
 			return nil, fmt.Errorf("broker: account storage limit: %w", err)
 		}
 	}
@@ -132,6 +137,9 @@ func (e *Embedded) limits() map[string]server.JetStreamAccountLimits {
 func (e *Embedded) StorageError() error {
 	if !e.srv.JetStreamEnabled() {
 		return errors.New("broker: JetStream is not running")
+	}
+	if err := e.commit.stats().Err; err != nil {
+		return err
 	}
 	for _, he := range e.srv.Healthz(&server.HealthzOptions{Details: true}).Errors {
 		if he.Type == server.HealthzErrorStream || he.Type == server.HealthzErrorJetStream {
@@ -203,9 +211,21 @@ func (e *Embedded) ClientURL() string {
 	return e.srv.ClientURL()
 }
 
+// Sync returns once every write the server acknowledged before the call
+// is on stable storage, sharing its fsyncs with concurrent callers
+// (group commit): nil, ctx's error, ErrStopped after Shutdown, or the
+// error of a failed fsync, which every later call returns too until the
+// process restarts. An answer that reports a write calls it before it is
+// sent (serve --durability fsync). It is safe for concurrent use.
+func (e *Embedded) Sync(ctx context.Context) error { return e.commit.Sync(ctx) }
+
+// CommitStats reports Sync's work since start.
+func (e *Embedded) CommitStats() CommitStats { return e.commit.stats() }
+
 // Shutdown stops the server and waits until it has. It is safe to call
 // more than once.
 func (e *Embedded) Shutdown() {
+	e.stopOnce.Do(e.commit.close)
 	e.srv.Shutdown()
 	e.srv.WaitForShutdown()
 }

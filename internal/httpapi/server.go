@@ -109,6 +109,12 @@ type ServerConfig struct {
 	MaxBodyMemory int64
 	// Streams bounds the event streams of GET /v1/events/stream.
 	Streams StreamLimits
+	// Durable, if set, returns once every write acknowledged before the
+	// call is on stable storage (broker.Embedded.Sync). The answer to
+	// every request that may write (any method but GET, HEAD and OPTIONS)
+	// waits for it, and becomes 503 if it fails. Nil: answers do not
+	// wait (the log's own durability).
+	Durable func(context.Context) error
 }
 
 // The defaults of ServerConfig.
@@ -342,7 +348,8 @@ type principalHandler func(http.ResponseWriter, *http.Request, service.Principal
 // token when tokens are configured, the operator when they are not),
 // reads the whole body (at most limit bytes, within BodyTimeout) and then,
 // if slot, holds one of the in-flight slots while next runs. A slow
-// client thus holds a connection, never a slot.
+// client thus holds a connection, never a slot. The answer of a request
+// that may write waits for Durable (durableWriter).
 func (h *handler) route(limit int64, slot bool, next principalHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		p, err := h.principal(r)
@@ -366,6 +373,9 @@ func (h *handler) route(limit int64, slot bool, next principalHandler) http.Hand
 				writeError(w, api.ErrUnavailable.WithMessage("too many requests in flight; retry later"))
 				return
 			}
+		}
+		if h.Durable != nil && writes(r.Method) {
+			w = &durableWriter{ResponseWriter: w, h: h, r: r}
 		}
 		next(w, r, p)
 	}

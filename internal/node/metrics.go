@@ -67,6 +67,25 @@ func registerServerMetrics(reg prometheus.Registerer, s *httpapi.Server, svc *sc
 	)
 }
 
+// registerCommitMetrics reports the group commit's work: its rounds
+// (fsync passes), the answers that waited for one, and the time spent.
+func registerCommitMetrics(reg prometheus.Registerer, c Committer) {
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "taskledger_fsync_rounds_total",
+			Help: "Group commit rounds: fsync passes over the embedded server's written files (--durability fsync).",
+		}, func() float64 { return float64(c.CommitStats().Rounds) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "taskledger_fsync_waits_total",
+			Help: "API answers that waited for a group commit round; waits ÷ rounds is the answers one fsync pass covered.",
+		}, func() float64 { return float64(c.CommitStats().Callers) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "taskledger_fsync_seconds_total",
+			Help: "Time spent in group commit rounds.",
+		}, func() float64 { return c.CommitStats().Time.Seconds() }),
+	)
+}
+
 var conflictsDesc = prometheus.NewDesc("taskledger_occ_conflicts_total",
 	"Appends the log refused because another writer had appended to the task, key or schedule first, by the type of the event refused (each is decided again on the fresh state).",
 	[]string{"event"}, nil)

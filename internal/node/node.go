@@ -19,6 +19,7 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/broker"
 	"github.com/taskledger/taskledger/internal/crashpoint"
 	"github.com/taskledger/taskledger/internal/delivery"
 	"github.com/taskledger/taskledger/internal/eventlog"
@@ -101,6 +102,12 @@ type Config struct {
 	// (a full disk) and refuses its writes until the stream is reopened.
 	StorageError   func() error
 	RecoverStorage func() error
+	// Durable, if set, is the embedded server's group commit
+	// (broker.Embedded, serve --durability fsync): the answer to every
+	// API request that may write waits for its Sync
+	// (httpapi.ServerConfig.Durable), and its work is in the metrics.
+	// Nil: answers go out once the log acknowledged the writes.
+	Durable Committer
 	// Partitions splits the alarm's timer work into this many partitions,
 	// each acted on by the process that holds its lease; default
 	// lease.DefaultPartitions. Every process of a stream must agree.
@@ -113,6 +120,14 @@ type Config struct {
 	// wasteful.
 	NoLeases bool
 }
+
+// Committer makes acknowledged writes durable in shared fsyncs.
+type Committer interface {
+	Sync(ctx context.Context) error
+	CommitStats() broker.CommitStats
+}
+
+var _ Committer = (*broker.Embedded)(nil)
 
 // Leases are the alarm's partitions and what the API shows of them.
 var (
@@ -294,10 +309,15 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 		return nil, err
 	}
 	n := &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, Leases: leases, alarm: alarm, errorLog: errorLog}
-	n.Handler, err = httpapi.NewHandler(httpapi.ServerConfig{
+	httpCfg := httpapi.ServerConfig{
 		Service: svc, Ready: eng, Health: n, Lateness: func() api.AlarmStats { return alarmStats(lateness) }, Partitions: partitions, Epochs: epochStats(st, cfg.EpochPeriod), Tokens: cfg.Tokens, TokenNames: cfg.TokenNames, Gatherer: cfg.Registry, Registerer: cfg.Registry, Logger: cfg.Logger, ErrorLog: errorLog,
 		MaxInFlight: cfg.MaxInFlight, BodyTimeout: cfg.BodyTimeout, MaxBodyMemory: cfg.MaxBodyMemory, Streams: cfg.Streams,
-	})
+	}
+	if cfg.Durable != nil {
+		httpCfg.Durable = cfg.Durable.Sync
+		registerCommitMetrics(cfg.Registry, cfg.Durable)
+	}
+	n.Handler, err = httpapi.NewHandler(httpCfg)
 	if err != nil {
 		return nil, err
 	}

@@ -57,6 +57,10 @@ func Main(m *testing.M, ignore ...goleak.Option) {
 	os.Exit(code)
 }
 
+// Server is the package's server, for what needs more of it than a
+// connection (its group commit, broker.Embedded.Sync).
+func Server() *broker.Embedded { return server }
+
 // Disconnect drops the server's side of nc's connection, as a network
 // failure would.
 func Disconnect(t testing.TB, nc *nats.Conn) {

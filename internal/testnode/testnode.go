@@ -52,13 +52,15 @@ func On(nc *nats.Conn, ns testnats.Namespace) Option {
 // Start runs a node on a fresh namespace (or the one an Option sets on
 // cfg.Stream etc.), serves its API and waits until its projections have
 // caught up. Its log goes to the test's log at warn level unless an
-// Option sets a Logger.
+// Option sets a Logger. Its answers wait for the package server's group
+// commit, as serve's do by default (--durability fsync).
 func Start(t testing.TB, opts ...Option) *Node {
 	t.Helper()
 	ns := testnats.NewNamespace(t)
 	cfg := node.Config{
 		NC: testnats.Conn(t), Stream: ns.Stream, ReadyStream: ns.ReadyStream, Subjects: ns.Subjects,
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+		Logger:  zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+		Durable: testnats.Server(),
 	}
 	for _, o := range opts {
 		o(&cfg)

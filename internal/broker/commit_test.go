@@ -1,0 +1,137 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// startWithStream starts a server with one stream X on x.> of cfg's
+// limits and returns it with a JetStream client.
+func startWithStream(t *testing.T, cfg jetstream.StreamConfig) (*Embedded, jetstream.JetStream) {
+	t.Helper()
+	e, err := StartEmbedded(EmbeddedConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Name, cfg.Subjects = "X", []string{"x.>"}
+	if _, err := js.CreateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	return e, js
+}
+
+// TestSyncSharesRounds: concurrent writers that each wait for Sync after
+// their append are all answered, by fewer fsync passes than callers.
+func TestSyncSharesRounds(t *testing.T) {
+	t.Parallel()
+	e, js := startWithStream(t, jetstream.StreamConfig{})
+	const writers, each = 32, 20
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			for range each {
+				if _, err := js.Publish(t.Context(), "x."+string(rune('a'+w%26)), []byte("payload")); err != nil {
+					errs <- err
+					return
+				}
+				if err := e.Sync(t.Context()); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	st := e.CommitStats()
+	if st.Callers != writers*each || st.Rounds == 0 || st.Rounds >= st.Callers || st.Err != nil {
+		t.Fatalf("stats %+v: want %d callers sharing fewer rounds, no error", st, writers*each)
+	}
+}
+
+// TestSyncFollowsBlocks: as a stream starts new blocks (and removes the
+// oldest past its byte limit), Sync moves to the highest block, the one
+// the store appends to.
+func TestSyncFollowsBlocks(t *testing.T) {
+	t.Parallel()
+	// 120 kB of limit: the store picks its smallest blocks, 32 kB.
+	e, js := startWithStream(t, jetstream.StreamConfig{MaxBytes: 120_000})
+	msgs := filepath.Join(e.srv.StoreDir(), "$G", "streams", "X", "msgs")
+	body := make([]byte, 1000)
+	for i := range 400 {
+		if _, err := js.Publish(t.Context(), "x.a", body); err != nil {
+			t.Fatal(err)
+		}
+		if i%7 == 0 { // some rounds span several new blocks
+			if err := e.Sync(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := e.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var highest, blocks uint64
+	for _, en := range entries {
+		if n := blockIndex(en.Name()); n > 0 {
+			blocks++
+			highest = max(highest, n)
+		}
+	}
+	if highest < 5 {
+		t.Fatalf("the stream has only reached block %d; the test wants several roll-overs", highest)
+	}
+	b := e.commit.files.streams[filepath.Dir(msgs)]
+	if b == nil || b.n != highest || b.f == nil || b.synced <= 0 {
+		t.Fatalf("active block %+v, want block %d open and synced (%d blocks in %s)", b, highest, blocks, msgs)
+	}
+}
+
+// TestSyncAfterShutdown: a Sync after the server stopped answers
+// ErrStopped instead of waiting; one with a done context answers its
+// error.
+func TestSyncAfterShutdown(t *testing.T) {
+	t.Parallel()
+	e, _ := startWithStream(t, jetstream.StreamConfig{})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := e.Sync(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("Sync with a canceled context: %v", err)
+	}
+	e.Shutdown()
+	done := make(chan error, 1)
+	go func() { done <- e.Sync(context.Background()) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrStopped) {
+			t.Fatalf("Sync after Shutdown: %v, want ErrStopped", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Sync after Shutdown did not return")
+	}
+}
