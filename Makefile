@@ -7,6 +7,7 @@ GOLANGCI_LINT := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 # (golang/go#75804, fixed in Go 1.27), which failed CI on a loaded machine.
 FUZZTIME      ?= 2000x
 BENCH_SCALE   ?= 1
+PEERS         ?=
 COUNT         ?= 10
 PYTHON        ?= python3
 
@@ -51,8 +52,8 @@ fuzz: ## run every fuzz target for FUZZTIME each
 bench: ## one table: lifecycle, latency, timers, replay, memory vs the raw JetStream ceiling (BENCH_SCALE scales the work)
 	BENCH_SCALE=$(BENCH_SCALE) $(GO) run ./cmd/taskledger bench
 
-bench-doc: ## run the bench (BENCH_SCALE) with --json into docs/benchmarks.json and render docs/benchmarks.md from it
-	BENCH_SCALE=$(BENCH_SCALE) $(GO) run ./cmd/taskledger bench --json > docs/benchmarks.json.tmp
+bench-doc: ## run the bench (BENCH_SCALE) with --json into docs/benchmarks.json and render docs/benchmarks.md from it; PEERS=a.txt,b.txt adds peers' results of the same sitting
+	BENCH_SCALE=$(BENCH_SCALE) $(GO) run ./cmd/taskledger bench --json --peers "$(PEERS)" > docs/benchmarks.json.tmp
 	mv docs/benchmarks.json.tmp docs/benchmarks.json
 	$(GO) run ./cmd/taskledger bench --markdown docs/benchmarks.json > docs/benchmarks.md
 

@@ -24,14 +24,19 @@ func benchCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	profiles := fs.String("profile", "", "write one CPU profile per section (lifecycle.pprof, ...) into this directory")
 	only := fs.String("only", "", "run only these comma-separated sections after the ceiling: "+strings.Join(bench.Sections, ","))
 	markdown := fs.String("markdown", "", "measure nothing: print the report in this file (the output of --json) as the Markdown of docs/benchmarks.md")
+	peerFiles := fs.String("peers", "", "comma-separated files, each a peer benchmark's output (its \"### NAME: median\" table), measured in the same sitting: the report carries them and the Markdown sets them beside taskledger's figures")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: bench takes no arguments", errUsage)
 	}
+	peers, err := readPeers(*peerFiles)
+	if err != nil {
+		return err
+	}
 	if *markdown != "" {
-		return renderMarkdown(*markdown, stdout)
+		return renderMarkdown(*markdown, peers, stdout)
 	}
 	if *scale == 0 {
 		if v, ok := os.LookupEnv("BENCH_SCALE"); ok && v != "" {
@@ -45,17 +50,39 @@ func benchCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	if !(*scale >= 0) || math.IsInf(*scale, 0) {
 		return fmt.Errorf("%w: --scale %v: want a positive number", errUsage, *scale)
 	}
-	cfg := bench.Config{Scale: *scale, JSON: *asJSON, Dir: *dir, ProfileDir: *profiles, Progress: os.Stderr}
+	cfg := bench.Config{Scale: *scale, JSON: *asJSON, Dir: *dir, ProfileDir: *profiles, Progress: os.Stderr, Peers: peers}
 	if *only != "" {
 		cfg.Only = strings.Split(*only, ",")
 	}
-	_, err := bench.Run(ctx, cfg, stdout)
+	_, err = bench.Run(ctx, cfg, stdout)
 	return err
 }
 
+// readPeers parses each comma-separated file as a peer's benchmark
+// output (bench.ParsePeer).
+func readPeers(list string) ([]bench.Peer, error) {
+	var peers []bench.Peer
+	for _, path := range strings.Split(list, ",") {
+		if path == "" {
+			continue
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --peers: %w", errUsage, err)
+		}
+		p, err := bench.ParsePeer(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%w: --peers %s: %w", errUsage, path, err)
+		}
+		peers = append(peers, p)
+	}
+	return peers, nil
+}
+
 // renderMarkdown prints the bench report in the JSON file path as
-// Markdown (bench.WriteMarkdown).
-func renderMarkdown(path string, stdout io.Writer) error {
+// Markdown (bench.WriteMarkdown); peers, if given, replace the report's.
+func renderMarkdown(path string, peers []bench.Peer, stdout io.Writer) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("bench --markdown: %w", err)
@@ -63,6 +90,9 @@ func renderMarkdown(path string, stdout io.Writer) error {
 	var rep bench.Report
 	if err := json.Unmarshal(b, &rep); err != nil {
 		return fmt.Errorf("bench --markdown: %s: %w", path, err)
+	}
+	if len(peers) > 0 {
+		rep.Peers = peers
 	}
 	return bench.WriteMarkdown(stdout, rep)
 }

@@ -65,6 +65,8 @@ type Config struct {
 	// with durability, which compares their figures. The report then
 	// lacks the other figures.
 	Only []string
+	// Peers, if set, go into the report as they are (Report.Peers).
+	Peers []Peer
 }
 
 // Figure is one measured value.
@@ -98,6 +100,9 @@ type Report struct {
 	// empty.
 	Note    string   `json:"note,omitempty"`
 	Figures []Figure `json:"figures"`
+	// Peers are other schedulers' results from the same sitting
+	// (bench --peers), which WriteMarkdown sets beside the figures.
+	Peers []Peer `json:"peers,omitempty"`
 }
 
 // Figure returns the figure named name, if the report has it.
@@ -252,6 +257,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 	r := &run{cfg: cfg, log: zerolog.SyncWriter(cfg.Progress), dir: dir, report: &Report{
 		Scale: cfg.Scale, Started: time.Now().UTC(), GoVersion: runtime.Version(),
 		NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Machine: thisMachine(),
+		Peers: cfg.Peers,
 	}}
 	r.say("scale %g, data in %s, %d CPUs, GOMAXPROCS %d", cfg.Scale, dir, r.report.NumCPU, r.report.GOMAXPROCS)
 	err = r.all(ctx)

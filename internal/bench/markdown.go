@@ -90,6 +90,7 @@ func WriteMarkdown(w io.Writer, rep Report) error {
 	p("| machine | |\n|---|---|\n")
 	p("| CPU model | %s |\n| CPUs | %s |\n| memory | %s |\n| OS | %s |\n| Go | %s |\n| nats-server (embedded) | %s |\n\n",
 		unknown(m.CPUModel), cpus, mem, osArch, unknown(rep.GoVersion), unknown(m.NATSServer))
+	writeSideBySide(p, rep)
 	section := ""
 	for i, f := range rep.Figures {
 		if f.Section != section {

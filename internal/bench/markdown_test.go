@@ -108,3 +108,67 @@ func TestBenchmarksDocIsGenerated(t *testing.T) {
 		t.Errorf("docs/benchmarks.md is not the rendering of docs/benchmarks.json: run go run ./cmd/taskledger bench --markdown docs/benchmarks.json > docs/benchmarks.md")
 	}
 }
+
+// asynqOutput is the shape of a peer program's output: trial lines, the
+// median table ParsePeer reads, then a pooled table it must not read.
+const asynqOutput = `# Asynq + Redis
+--- trial 1 ---
+a2 enqueue one-at-a-time, 50 goroutines: 2000 jobs in 33ms = 59923 jobs/s
+
+### Asynq + Redis: median and min–max of 3 trials (N=20000)
+
+| metric | unit | median | min–max | trials |
+|---|---|---|---|---|
+| a2 enqueue one-at-a-time (50 goroutines) | jobs/s | 60000 | 59923–61000 | 59923 |
+| b end-to-end, 1000 workers | jobs/s | 10000 | 9000–11000 | 10000 |
+| c latency p99 | ms | 1380 | 1380–1380 | 1380 |
+| d2 burst lateness p99 | ms | 4981 | 4981–4981 | 4981 |
+
+Pooled over all trials (every job of every trial):
+
+| samples | n | min ms | p50 ms | p99 ms | max ms |
+|---|---|---|---|---|---|
+| c latency | 2000 | 0.74 | 608 | 1380 | 1417 |
+`
+
+// TestSideBySide: a peer's median table is read (and nothing after it),
+// and the comparison sets taskledger's best figure beside it with the
+// target's verdict; a file without the table is refused.
+func TestSideBySide(t *testing.T) {
+	t.Parallel()
+	peer, err := ParsePeer(strings.NewReader(asynqOutput))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if peer.Name != "Asynq + Redis" || len(peer.Figures) != 4 || peer.Figures[1].Median != 10000 {
+		t.Fatalf("parsed %+v", peer)
+	}
+	if _, err := ParsePeer(strings.NewReader("a2 enqueue: 5 jobs/s\n| x | y | 3 |\n")); err == nil {
+		t.Fatal("a file without a median table parsed")
+	}
+	rep := Report{Scale: 1, NumCPU: 2, GOMAXPROCS: 2, Peers: []Peer{peer}, Figures: []Figure{
+		{Section: "http", Name: FigDrainHTTP, Value: 6000, Unit: "tasks/s"},
+		{Section: "nats", Name: FigDrainNATS, Value: 12000, Unit: "tasks/s"},
+		{Section: "http", Name: FigEnqueueHTTP, Value: 20000, Unit: "tasks/s"},
+		{Section: "latency", Name: FigSchedClaimP99, Value: 0.9, Unit: "ms"},
+		{Section: "timers", Name: FigBurstP99, Value: 259, Unit: "ms"},
+	}}
+	var out bytes.Buffer
+	if err := WriteMarkdown(&out, rep); err != nil {
+		t.Fatal(err)
+	}
+	md := out.String()
+	for _, want := range []string{
+		"## side by side with the peers\n",
+		"| measurement | unit | taskledger HTTP | taskledger NATS | Asynq + Redis | target | met |\n",
+		"| end to end, 1,000 workers one task at a time | tasks/s | 6000 | 12000 | 10000 | ≥ 1× Asynq | yes (1.20×) |\n",
+		"| end to end, batch claims/results | tasks/s | — | — | 10000 | ≥ 2× Asynq |  |\n",
+		"| enqueue, 50 goroutines one at a time | tasks/s | 20000 | — | 60000 | ≥ 0.5× Asynq | no (0.33×) |\n",
+		"| enqueue → start p99 | ms | 0.90 | — | 1380 | ≤ 5 ms | yes |\n",
+		"| 1,000 due at once, lateness p99 | ms | 259 | — | 4981 | ≤ 100 ms | no |\n",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+}
