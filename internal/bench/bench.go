@@ -5,7 +5,8 @@
 // HTTP protocol (enqueue, drains, a crowd of waiting long polls), latency
 // at half the maximum rate, timer lateness — all with the answers waiting
 // for the group commit (--durability fsync) —, the lifecycle and HTTP
-// figures again without it (--durability os) and the cost of durability,
+// figures again on two fresh servers, with and without it (--durability
+// os), and the cost of durability,
 // replay and aggregate loads over a large log, projection memory, memory
 // under overload and the sync_always cost, and prints one table. `make bench` and `taskledger bench` run it;
 // BENCH_SCALE (Config.Scale) scales the work. WriteMarkdown renders a
@@ -279,7 +280,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 // all runs the sections in order: the ceiling on the server's raw
 // streams; lifecycle, latency and timers on one scheduler node whose
 // answers wait for the group commit (--durability fsync, the default);
-// lifecycle and http again on a second server without it (durability);
+// lifecycle and http again on two fresh servers, fsync and os (durability);
 // replay on a large stream of its own; memory without a server;
 // sync-always on a third server.
 func (r *run) all(ctx context.Context) error {

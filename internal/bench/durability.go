@@ -8,52 +8,65 @@ import (
 	"github.com/taskledger/taskledger/internal/node"
 )
 
-// osSuffix ends the name of a figure measured with --durability os.
-const osSuffix = " (os)"
+// The suffixes of the figures the durability section measures, one for
+// each mode.
+const (
+	fsyncSuffix = " (fsync)"
+	osSuffix    = " (os)"
+)
 
 // FigDurabilityCost is the name of the figure that gives, for the
-// throughput figure before it, how much slower it is with fsync
-// durability than with os.
+// throughput figure named, how much slower it is with fsync durability
+// than with os.
 func FigDurabilityCost(name string) string { return name + ": fsync cost (os ÷ fsync)" }
 
-// durability runs the lifecycle and http sections again on a server of
-// their own whose answers do not wait for the group commit (serve
-// --durability os), their figures named "… (os)", and adds for each
-// throughput figure of the run (fsync, the default) its cost: the os
-// rate ÷ the fsync rate, with the target of at most 1.3. The raw
-// ceilings and floors, which no answer waits on, are left out.
+// durability runs the lifecycle and http sections twice more, each time
+// on a fresh server of its own: first with the answers waiting for the
+// group commit (serve --durability fsync, the default), their figures
+// named "… (fsync)", then without it (--durability os), named "… (os)".
+// Both start from an empty log, so the ratio measures durability alone,
+// not the history the main run's server has gathered. For each
+// throughput figure it adds the cost: the os rate ÷ the fsync rate, with
+// the target of at most 1.3. The raw ceilings and floors, which no answer
+// waits on, are measured once, by the main run.
 func (r *run) durability(ctx context.Context) error {
-	srv, nc, err := startServer(filepath.Join(r.dir, "os"), false)
-	if err != nil {
-		return err
-	}
-	defer srv.Shutdown()
-	defer nc.Close()
-	fsync := make(map[string]float64)
-	var names []string
-	for _, f := range r.report.Figures {
-		if f.Unit == "tasks/s" && (f.Section == "lifecycle" || f.Section == "http") && !strings.Contains(f.Name, "ceiling") && !strings.HasPrefix(f.Name, "raw ") {
-			fsync[f.Name] = f.Value
-			names = append(names, f.Name)
-		}
-	}
-	r.suffix = osSuffix
-	err = r.withNode(ctx, nc, node.Config{}, func(nd *node.Node) error {
-		if err := r.lifecycle(ctx, nd); err != nil {
+	defer func() { r.suffix = "" }()
+	for _, mode := range []struct {
+		dir, suffix string
+		durable     bool
+	}{{"fsync", fsyncSuffix, true}, {"os", osSuffix, false}} {
+		srv, nc, err := startServer(filepath.Join(r.dir, mode.dir), false)
+		if err != nil {
 			return err
 		}
-		return r.httpSection(ctx, nd)
-	})
-	r.suffix = ""
-	if err != nil {
-		return err
+		cfg := node.Config{}
+		if mode.durable {
+			cfg.Durable = srv
+		}
+		r.suffix = mode.suffix
+		err = r.withNode(ctx, nc, cfg, func(nd *node.Node) error {
+			if err := r.lifecycle(ctx, nd); err != nil {
+				return err
+			}
+			return r.httpSection(ctx, nd)
+		})
+		nc.Close()
+		srv.Shutdown()
+		if err != nil {
+			return err
+		}
 	}
-	for _, name := range names {
-		os, ok := r.report.Figure(name + osSuffix)
-		if !ok || fsync[name] <= 0 {
+	r.suffix = ""
+	for _, f := range r.report.Figures {
+		name, ok := strings.CutSuffix(f.Name, fsyncSuffix)
+		if !ok || f.Unit != "tasks/s" || f.Value <= 0 || strings.HasPrefix(name, "raw ") {
 			continue
 		}
-		cost := os.Value / fsync[name]
+		os, ok := r.report.Figure(name + osSuffix)
+		if !ok {
+			continue
+		}
+		cost := os.Value / f.Value
 		r.add(atMost(Figure{Section: "durability", Name: FigDurabilityCost(name), Value: cost, Unit: "×"}, cost, 1.3, "≤ 1.3×"))
 	}
 	return nil
