@@ -57,8 +57,9 @@ const growthTarget = 0.9
 // process, over the 2n tasks enqueued and finished) and the live heap
 // after it, then the ratios of the last round to the first. With
 // Config.ProfileDir, each round writes its own CPU profile
-// (growth-round01.pprof, ...) instead of one for the section, so the
-// first and the last can be compared.
+// (growth-round01.pprof, ...) instead of one for the section, and the
+// live heap after it (growth-round01.heap.pprof, ...), so the first and
+// the last can be compared.
 func (r *run) growth(ctx context.Context) error {
 	srv, nc, err := startServer(filepath.Join(r.dir, "growth"), false)
 	if err != nil {
@@ -152,6 +153,11 @@ func (r *run) growthRound(ctx context.Context, nd *node.Node, url string, round,
 	figs[growthCPU] = cpu * 1e6 / float64(2*n)
 	r.add(Figure{Section: "growth", Name: FigGrowthRound(round, growthCPU), Value: figs[growthCPU], Unit: "µs/task"})
 	heap := float64(heapAlloc()) / (1 << 20)
+	if r.cfg.ProfileDir != "" {
+		if err := writeHeapProfile(filepath.Join(r.cfg.ProfileDir, fmt.Sprintf("growth-round%02d.heap.pprof", round))); err != nil {
+			return nil, err
+		}
+	}
 	r.add(Figure{Section: "growth", Name: FigGrowthRound(round, growthHeap), Value: heap, Unit: "MiB"})
 	return figs, nil
 }
