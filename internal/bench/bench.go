@@ -277,7 +277,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 // answers wait for the group commit (--durability fsync, the default);
 // lifecycle and http again on a second server without it (durability);
 // rounds of the same workload on a third (growth); replay on a large stream of its own; memory without a server;
-// sync-always on a third server.
+// sync-always on a fourth.
 func (r *run) all(ctx context.Context) error {
 	srv, nc, err := startServer(filepath.Join(r.dir, "default"), false)
 	if err != nil {

@@ -41,6 +41,7 @@ const (
 	growthBatchDrain = "batch drain, 50 loops"
 	growthCPU        = "CPU per task"
 	growthHeap       = "heap after the round"
+	growthLoads      = "task reads from the log per task"
 )
 
 // FigGrowthRound names phase's figure of growth round round (1 to 10).
@@ -130,6 +131,7 @@ func (r *run) growthRound(ctx context.Context, nd *node.Node, url string, round,
 		{growthBatchDrain, batchLoops, batch, func(c *api.Client) error { return drainBatches(ctx, c, batch, n, &errs) }},
 	}
 	var cpu float64
+	loads := nd.Store.CommandLoads()
 	for _, p := range phases {
 		if p.after != "" {
 			if err := waitQueued(ctx, nd, p.after, n); err != nil {
@@ -150,6 +152,11 @@ func (r *run) growthRound(ctx context.Context, nd *node.Node, url string, round,
 	if e := errs.Load(); e > 0 {
 		return nil, fmt.Errorf("%d failed claims or results", e)
 	}
+	// Commands decided on a state read from the log instead of the
+	// store's cache: unlike the rates, a count the machine's load does
+	// not move.
+	perTask := float64(nd.Store.CommandLoads()-loads) / float64(2*n)
+	r.add(Figure{Section: "growth", Name: FigGrowthRound(round, growthLoads), Value: perTask, Unit: "reads/task"})
 	figs[growthCPU] = cpu * 1e6 / float64(2*n)
 	r.add(Figure{Section: "growth", Name: FigGrowthRound(round, growthCPU), Value: figs[growthCPU], Unit: "µs/task"})
 	heap := float64(heapAlloc()) / (1 << 20)

@@ -150,6 +150,7 @@ type Store struct {
 	turnsMu sync.Mutex
 	turns   map[string]*turn
 
+	loads   atomic.Uint64                   // commands' states read from the log (CommandLoads)
 	failing atomic.Pointer[writeFailure]    // nil while appends succeed
 	epochs  atomic.Pointer[eventlog.Epochs] // nil without epochs
 
@@ -510,6 +511,7 @@ func (s *Store) state(ctx context.Context, taskID string, fresh bool, cmd aggreg
 	} else {
 		st, err = s.Load(ctx, taskID)
 	}
+	s.loads.Add(1)
 	if err != nil {
 		s.forget(taskID)
 	} else if st.Exists() {
@@ -780,6 +782,14 @@ func (s *Store) WriteError() error {
 	}
 	return fmt.Errorf("%w: writes failing since %s: %v", ErrUnavailable, f.since.UTC().Format(time.RFC3339), f.err)
 }
+
+// CommandLoads returns how many times this store read a task from the
+// log to decide a command on it: the task was not in the cache, or a
+// rejection decided on the cached state was checked against the log.
+// A new task's creation, decided without a read, does not count. With
+// every live task cached it stays near 0 however long the log is
+// (docs/performance.md, "Growth"). It is safe for concurrent use.
+func (s *Store) CommandLoads() uint64 { return s.loads.Load() }
 
 // Conflicts returns, by the type of the event refused, how many appends
 // of this store the log refused because the subject's last sequence was
