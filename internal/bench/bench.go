@@ -6,7 +6,8 @@
 // at half the maximum rate, timer lateness — all with the answers waiting
 // for the group commit (--durability fsync) —, the lifecycle and HTTP
 // figures again on two fresh servers, with and without it (--durability
-// os), and the cost of durability,
+// os), and the cost of durability, the same workload in rounds over a
+// growing log (growth),
 // replay and aggregate loads over a large log, projection memory, memory
 // under overload and the sync_always cost, and prints one table. `make bench` and `taskledger bench` run it;
 // BENCH_SCALE (Config.Scale) scales the work. WriteMarkdown renders a
@@ -189,6 +190,7 @@ var FigureNames = []string{
 	FigWaitingPolls, FigWaitingMemory, FigWaiterMemory, FigWaitingClaimP99, FigWaitingErrors,
 	FigSchedClaimP50, FigSchedClaimP99, FigSchedClaimP999, FigClaimP50, FigClaimP99, FigClaimP999,
 	FigReleaseEarly, FigReleaseP50, FigReleaseP99, FigReleaseMax, FigReleaseGCs, FigTimeoutP50, FigTimeoutP99, FigTimeoutMax, FigBurstP99, FigBurstMax, FigFireP50, FigFireP99, FigFireMax,
+	FigGrowthEnqueue, FigGrowthBatch, FigGrowthDrain, FigGrowthBatchDrain, FigGrowthCPU,
 	FigRebuild, FigReplayRead, FigStartCold, FigStartSnapshot, FigLoadP50, FigLoadP99,
 	FigMemory, FigEpochLive, FigEpochSealed, FigEpochRemoved, FigOverloadGrowth, FigOverloadHeap,
 	FigSyncAlways1, FigSyncAlways16, FigSyncAlwaysCost,
@@ -281,8 +283,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 // streams; lifecycle, latency and timers on one scheduler node whose
 // answers wait for the group commit (--durability fsync, the default);
 // lifecycle and http again on two fresh servers, fsync and os (durability);
-// replay on a large stream of its own; memory without a server;
-// sync-always on a third server.
+// rounds of the same workload on another (growth); replay on a large
+// stream of its own; memory without a server; sync-always on a server of
+// its own.
 func (r *run) all(ctx context.Context) error {
 	srv, nc, err := startServer(filepath.Join(r.dir, "default"), false)
 	if err != nil {
@@ -309,6 +312,9 @@ func (r *run) all(ctx context.Context) error {
 	if err := r.section(ctx, "durability", r.durability); err != nil {
 		return err
 	}
+	if err := r.section(ctx, "growth", r.growth); err != nil {
+		return err
+	}
 	if err := r.section(ctx, "replay", func(ctx context.Context) error { return r.replay(ctx, nc) }); err != nil {
 		return err
 	}
@@ -325,7 +331,7 @@ func (r *run) all(ctx context.Context) error {
 }
 
 // Sections are the sections of a run after the ceiling, in order.
-var Sections = []string{"lifecycle", "http", "latency", "timers", "burst", "durability", "replay", "memory", "epochs", "overload", "sync-always"}
+var Sections = []string{"lifecycle", "http", "latency", "timers", "burst", "durability", "growth", "replay", "memory", "epochs", "overload", "sync-always"}
 
 // section runs fn under a CPU profile when profiles are asked for, unless
 // Config.Only leaves it out.
@@ -334,7 +340,7 @@ func (r *run) section(ctx context.Context, name string, fn func(context.Context)
 		return nil
 	}
 	r.say("— %s", name)
-	if r.cfg.ProfileDir != "" {
+	if r.cfg.ProfileDir != "" && name != "growth" { // growth profiles each round itself
 		f, err := os.Create(filepath.Join(r.cfg.ProfileDir, name+".pprof"))
 		if err != nil {
 			return fmt.Errorf("bench: %w", err)

@@ -269,10 +269,15 @@ func (s *fileSyncer) open(stream string, jobs []syncJob) (*activeBlock, []syncJo
 const listMargin = 2 * time.Second
 
 // scan adds the fsync of the active block if it grew. When the msgs
-// directory has changed since it was last read (a block started, or an
-// emptied one removed), it reads it again first: the highest block is
-// the active one, and the one it replaces is fsynced a last time, with
-// the directory that now holds the new one.
+// directory has changed since it was last looked at (a block started, or
+// an emptied one removed), it finds the active block again first: the
+// highest block is the active one, and the ones it replaces are fsynced
+// a last time, with the directory that now holds the new one. It looks
+// for the blocks after the active one by name (nats-server numbers a new
+// block one past the last), so a pass costs the same however many
+// blocks the stream has (docs/performance.md, "Growth"); it lists the
+// directory only to find the first block, and when the active block is
+// gone without a successor (the stream's blocks replaced some other way).
 func (b *activeBlock) scan(jobs []syncJob) ([]syncJob, error) {
 	fi, err := os.Stat(b.msgs)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -284,18 +289,17 @@ func (b *activeBlock) scan(jobs []syncJob) ([]syncJob, error) {
 	if !fi.ModTime().Equal(b.mtime) || b.listed.Sub(b.mtime) < listMargin {
 		b.listed = time.Now()
 		b.mtime = fi.ModTime()
-		blocks, err := os.ReadDir(b.msgs)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		n, err := b.highest()
+		if err != nil {
 			return nil, err
-		}
-		var n uint64
-		for _, e := range blocks {
-			n = max(n, blockIndex(e.Name()))
 		}
 		if n != b.n {
 			if old := b.f; old != nil { // the writes before the roll-over
 				jobs = append(jobs, syncJob{f: old, after: func() { old.Close() }})
 				b.f = nil
+			}
+			for k := b.n + 1; b.n > 0 && k < n; k++ { // blocks started and filled since the last pass
+				jobs = append(jobs, syncJob{path: b.block(k)})
 			}
 			b.n = n
 			jobs = append(jobs, syncJob{path: b.msgs}) // the new block's entry
@@ -305,7 +309,7 @@ func (b *activeBlock) scan(jobs []syncJob) ([]syncJob, error) {
 		return jobs, nil
 	}
 	if b.f == nil {
-		f, err := os.Open(filepath.Join(b.msgs, strconv.FormatUint(b.n, 10)+".blk"))
+		f, err := os.Open(b.block(b.n))
 		if errors.Is(err, fs.ErrNotExist) {
 			return jobs, nil // removed meanwhile
 		}
@@ -322,6 +326,43 @@ func (b *activeBlock) scan(jobs []syncJob) ([]syncJob, error) {
 		jobs = append(jobs, syncJob{f: b.f, after: func() { b.synced = size }})
 	}
 	return jobs, nil
+}
+
+// highest returns the index of the stream's highest block: the blocks
+// after the active one that exist, probed one by one, or without an
+// active block (or with one removed), the highest in a listing of msgs.
+// 0 means no block.
+func (b *activeBlock) highest() (uint64, error) {
+	if b.n > 0 {
+		n := b.n
+		for exists(b.block(n + 1)) {
+			n++
+		}
+		if n > b.n || exists(b.block(n)) {
+			return n, nil
+		}
+	}
+	blocks, err := os.ReadDir(b.msgs)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return 0, err
+	}
+	var n uint64
+	for _, e := range blocks {
+		n = max(n, blockIndex(e.Name()))
+	}
+	return n, nil
+}
+
+// block returns the path of the stream's block n.
+func (b *activeBlock) block(n uint64) string {
+	return filepath.Join(b.msgs, strconv.FormatUint(n, 10)+".blk")
+}
+
+// exists reports whether path names a file; an error other than its
+// absence counts as present, for the open that follows to report.
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return !errors.Is(err, fs.ErrNotExist)
 }
 
 func (b *activeBlock) close() {

@@ -3,8 +3,10 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -133,5 +135,54 @@ func TestSyncAfterShutdown(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Sync after Shutdown did not return")
+	}
+}
+
+// TestActiveBlockProbes: the active block is found by probing the
+// blocks after it, and every block started and filled between two
+// passes is fsynced once more; a listing finds it when there is none
+// yet, or when it is gone without a successor.
+func TestActiveBlockProbes(t *testing.T) {
+	t.Parallel()
+	msgs := t.TempDir()
+	touch := func(n int) {
+		if err := os.WriteFile(filepath.Join(msgs, fmt.Sprintf("%d.blk", n)), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n := 1; n <= 3; n++ {
+		touch(n)
+	}
+	b := &activeBlock{msgs: msgs}
+	defer b.close()
+	if _, err := b.scan(nil); err != nil || b.n != 3 {
+		t.Fatalf("first scan: block %d, %v; want 3", b.n, err)
+	}
+	for n := 4; n <= 6; n++ {
+		touch(n)
+	}
+	b.mtime = time.Time{} // as if the directory's time moved
+	jobs, err := b.scan(nil)
+	if err != nil || b.n != 6 {
+		t.Fatalf("after blocks 4–6: block %d, %v; want 6", b.n, err)
+	}
+	var paths []string
+	for _, j := range jobs {
+		if j.path != "" {
+			paths = append(paths, filepath.Base(j.path))
+		}
+	}
+	if want := []string{"4.blk", "5.blk", filepath.Base(msgs)}; !slices.Equal(paths, want) {
+		t.Fatalf("sync jobs by path %v, want %v (the filled blocks, then the directory)", paths, want)
+	}
+	for n := 5; n <= 6; n++ {
+		if err := os.Remove(filepath.Join(msgs, fmt.Sprintf("%d.blk", n))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.close()
+	b.mtime = time.Time{}
+	if _, err := b.scan(nil); err != nil || b.n != 4 {
+		t.Fatalf("after the active block's removal: block %d, %v; want 4 from a listing", b.n, err)
 	}
 }

@@ -64,9 +64,12 @@ type Config struct {
 	Replicas        int           // stream replicas; default 1
 	DuplicateWindow time.Duration // server-side dedupe of retried appends; default 2m
 	MaxRetries      int           // reload-and-redecide rounds on a conflict; default 32
-	CacheSize       int           // tasks whose state is cached; default 65536, -1 disables
-	Actor           string        // actor of events this node decides; default "scheduler"
-	Now             func() time.Time
+	// CacheSize is how many live (not terminal) tasks' states are
+	// cached, and an eighth of it how many finished ones (the most
+	// recent); default 65536, -1 disables the cache.
+	CacheSize int
+	Actor     string // actor of events this node decides; default "scheduler"
+	Now       func() time.Time
 	// Locate, if set, returns the customer and the root of a task when
 	// they are known (from the projections), so a load reads the task's
 	// exact subject in its shard instead of matching every customer's
@@ -137,7 +140,7 @@ type Store struct {
 	pipe   *eventlog.Pipeline
 
 	mu    sync.Mutex
-	cache map[string]aggregate.State
+	cache *taskCache                    // task states: live ones, and the last finished ones
 	keys  map[string]aggregate.KeyState // concurrency keys by key id, at most CacheSize
 
 	// turns serialize this process's commands on one task, so two of
@@ -147,6 +150,7 @@ type Store struct {
 	turnsMu sync.Mutex
 	turns   map[string]*turn
 
+	loads   atomic.Uint64                   // commands' states read from the log (CommandLoads)
 	failing atomic.Pointer[writeFailure]    // nil while appends succeed
 	epochs  atomic.Pointer[eventlog.Epochs] // nil without epochs
 
@@ -214,7 +218,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if err := eventlog.AgreeLayout(ctx, js, cfg.Stream, eventlog.Layout{Shards: cfg.Shards, Slots: cfg.EpochSlots, Period: cfg.EpochPeriod}, cfg.Replicas, cfg.Now()); err != nil {
 		return nil, err
 	}
-	st := &Store{cfg: cfg, js: js, shards: shards, cache: make(map[string]aggregate.State),
+	st := &Store{cfg: cfg, js: js, shards: shards, cache: newTaskCache(cfg.CacheSize),
 		keys: make(map[string]aggregate.KeyState), turns: make(map[string]*turn)}
 	if err := st.RefreshEpochs(ctx); err != nil {
 		return nil, err
@@ -490,7 +494,7 @@ func (s *Store) catchUp(ctx context.Context, st aggregate.State, ev events.Event
 func (s *Store) state(ctx context.Context, taskID string, fresh bool, cmd aggregate.Command) (st aggregate.State, cached bool, err error) {
 	if !fresh && s.cfg.CacheSize > 0 {
 		s.mu.Lock()
-		st, ok := s.cache[taskID]
+		st, ok := s.cache.get(taskID)
 		s.mu.Unlock()
 		if ok {
 			return st, true, nil
@@ -507,6 +511,7 @@ func (s *Store) state(ctx context.Context, taskID string, fresh bool, cmd aggreg
 	} else {
 		st, err = s.Load(ctx, taskID)
 	}
+	s.loads.Add(1)
 	if err != nil {
 		s.forget(taskID)
 	} else if st.Exists() {
@@ -536,24 +541,12 @@ func (s *Store) remember(st aggregate.State) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	putBounded(s.cache, s.cfg.CacheSize, st.TaskID, st)
-}
-
-// putBounded stores v under id in m, first evicting one arbitrary entry
-// when m is full at size and does not hold id yet.
-func putBounded[V any](m map[string]V, size int, id string, v V) {
-	if _, ok := m[id]; !ok && len(m) >= size {
-		for k := range m {
-			delete(m, k)
-			break
-		}
-	}
-	m[id] = v
+	s.cache.put(st)
 }
 
 func (s *Store) forget(taskID string) {
 	s.mu.Lock()
-	delete(s.cache, taskID)
+	s.cache.drop(taskID)
 	s.mu.Unlock()
 }
 
@@ -789,6 +782,14 @@ func (s *Store) WriteError() error {
 	}
 	return fmt.Errorf("%w: writes failing since %s: %v", ErrUnavailable, f.since.UTC().Format(time.RFC3339), f.err)
 }
+
+// CommandLoads returns how many times this store read a task from the
+// log to decide a command on it: the task was not in the cache, or a
+// rejection decided on the cached state was checked against the log.
+// A new task's creation, decided without a read, does not count. With
+// every live task cached it stays near 0 however long the log is
+// (docs/performance.md, "Growth"). It is safe for concurrent use.
+func (s *Store) CommandLoads() uint64 { return s.loads.Load() }
 
 // Conflicts returns, by the type of the event refused, how many appends
 // of this store the log refused because the subject's last sequence was

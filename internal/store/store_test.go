@@ -659,3 +659,61 @@ func TestExecuteScheduleOn(t *testing.T) {
 		t.Fatalf("history %d events (%v), want the creation and the pause", len(h), err)
 	}
 }
+
+// TestFinishedTasksLeaveTheHotCache runs a store whose cache holds 32
+// live tasks and 4 finished ones: 16 live tasks stay cached while 40
+// others are scheduled and canceled one after another, and a finished
+// task that left the cache is still served from the log, as it stands.
+func TestFinishedTasksLeaveTheHotCache(t *testing.T) {
+	t.Parallel()
+	nc := testnats.Conn(t)
+	ns := testnats.NewNamespace(t)
+	ctx := context.Background()
+	st, err := store.Open(ctx, nc, store.Config{Stream: ns.Stream, Subjects: ns.Subjects, CacheSize: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var live, done []string
+	for range 16 {
+		live = append(live, schedule(t, st))
+	}
+	for range 40 {
+		id := schedule(t, st)
+		if _, _, err := st.Execute(ctx, id, "", aggregate.Cancel{Reason: "growth"}); err != nil {
+			t.Fatal(err)
+		}
+		done = append(done, id)
+	}
+	for _, id := range live {
+		if where := st.CachedAs(id); where != "live" {
+			t.Fatalf("live task %s cached as %q after 40 finished ones, want live", id, where)
+		}
+	}
+	for i, id := range done {
+		want := ""
+		if i >= len(done)-4 {
+			want = "finished"
+		}
+		if where := st.CachedAs(id); where != want {
+			t.Fatalf("finished task %d of %d cached as %q, want %q", i+1, len(done), where, want)
+		}
+	}
+	// The first finished task left the cache: a command on it reads it
+	// from the log and decides on the state there.
+	first := done[0]
+	stored, err := st.Load(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := st.Execute(ctx, first, "", aggregate.Cancel{Reason: "again"})
+	if !errors.Is(err, aggregate.ErrTerminal) {
+		t.Fatalf("cancel of a canceled task that left the cache: %v, want ErrTerminal", err)
+	}
+	if got.Status != aggregate.StatusCanceled || got.LastSeq != stored.LastSeq {
+		t.Fatalf("served %s at %d, the log holds %s at %d", got.Status, got.LastSeq, stored.Status, stored.LastSeq)
+	}
+	if _, _, err := st.Execute(ctx, first, "", aggregate.Claim{DeliveryID: "x", ExecutorID: "w"}); !errors.Is(err, aggregate.ErrNotClaimable) {
+		t.Fatalf("claim of a finished task that left the cache: %v, want ErrNotClaimable", err)
+	}
+}
