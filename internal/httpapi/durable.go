@@ -29,7 +29,12 @@ func (d *durableWriter) WriteHeader(status int) {
 	d.sent = true
 	if err := d.h.Durable(d.r.Context()); err != nil && status < http.StatusInternalServerError {
 		d.failed = true
-		d.h.fail(d.ResponseWriter, d.r, api.ErrUnavailable.WithMessage("the write was not confirmed on stable storage: "+err.Error()))
+		e := api.ErrUnavailable.WithMessage("the write was not confirmed on stable storage: " + err.Error())
+		if d.r.Context().Err() != nil {
+			writeError(d.ResponseWriter, e) // the client went away: no one to tell, nothing to log
+			return
+		}
+		d.h.fail(d.ResponseWriter, d.r, e)
 		return
 	}
 	d.ResponseWriter.WriteHeader(status)
