@@ -40,6 +40,9 @@ type natsFlags struct {
 	url, creds, nkey, ca, cert, key string
 	replicas                        int
 	syncAlways                      bool
+	// clients admits the clients of --nats-listen (serve sets it from
+	// --auth-file).
+	clients broker.Clients
 }
 
 type flagSet interface {
@@ -51,7 +54,7 @@ type flagSet interface {
 // register adds every flag: the embedded server's and the remote ones.
 func (f *natsFlags) register(fs flagSet) {
 	fs.StringVar(&f.data, "data", "./data", "data directory of the embedded NATS server")
-	fs.StringVar(&f.listen, "nats-listen", "", "also expose the embedded NATS server on this loopback host:port (e.g. 127.0.0.1:4222)")
+	fs.StringVar(&f.listen, "nats-listen", "", "also expose the embedded NATS server's client port on this host:port (e.g. 127.0.0.1:4222): with --auth-file its tokens connect there, each confined to its customer's API requests over NATS; without, only on loopback and without credentials")
 	fs.StringVar(&f.stream, "stream", events.DefaultStream, "event stream name")
 	fs.IntVar(&f.replicas, "replicas", 1, "stream replicas (3 on a cluster)")
 	fs.BoolVar(&f.syncAlways, "sync-always", false, "embedded server: fsync every append before acknowledging it (about 9x slower; survives power loss)")
@@ -79,12 +82,12 @@ func (f *natsFlags) connect(log zerolog.Logger) (*nats.Conn, *broker.Embedded, f
 		log.Info().Str("url", f.url).Msg("connected to NATS")
 		return nc, nil, func() { nc.Drain() }, nil
 	}
-	if f.listen != "" {
+	if f.listen != "" && f.clients.Tokens == nil {
 		if err := requireLoopback(f.listen); err != nil {
-			return nil, nil, nil, fmt.Errorf("--nats-listen: %w", err)
+			return nil, nil, nil, fmt.Errorf("--nats-listen without --auth-file: %w", err)
 		}
 	}
-	srv, err := broker.StartEmbedded(broker.EmbeddedConfig{Dir: f.data, Listen: f.listen, SyncAlways: f.syncAlways})
+	srv, err := broker.StartEmbedded(broker.EmbeddedConfig{Dir: f.data, Listen: f.listen, SyncAlways: f.syncAlways, Clients: f.clients})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -177,6 +180,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	partitions := fs.Int("timer-partitions", lease.DefaultPartitions, "timer work is split into this many partitions, each acted on by the process holding its lease; every process of a stream must agree")
 	leaseTTL := fs.Duration("lease-ttl", lease.DefaultTTL, "a partition lease lives this long unrenewed (renewed every quarter of it): a lost process's timers are taken over within about this")
 	noLeases := fs.Bool("no-timer-leases", false, "act on every timer item and hold no partition lease, as every process did before leases (correct beside lease holders, only wasteful: for comparison)")
+	noNATSAPI := fs.Bool("no-nats-api", false, "do not serve the API over NATS (docs/API.md, NATS protocol); HTTP serves it either way")
 	name := fs.String("name", "", "this scheduler's name in the events it writes (default: hostname)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "auto", "text, json, or auto (text on a terminal)")
@@ -248,6 +252,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	if *writeTimeout <= 0 || *storageRetry <= 0 {
 		return fmt.Errorf("%w: --write-timeout and --storage-retry must be positive", errUsage)
 	}
+	nf.clients = broker.Clients{Tokens: tokens, Root: events.DefaultSubjects.Root}
 	nc, embedded, closeNATS, err := nf.connect(log)
 	if err != nil {
 		return err
@@ -261,6 +266,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain, Alarm: alarm, Limits: bounds, ReadyJSON: lf.readyJSON,
 		MaxEventBytes: int32(*maxEventBytes), WriteTimeout: *writeTimeout, StorageRetry: *storageRetry,
 		Partitions: *partitions, LeaseTTL: *leaseTTL, NoLeases: *noLeases,
+		NoNATSAPI: *noNATSAPI, NATSMaxRequests: limits.WithDefaults().MaxConns,
 	}
 	if embedded != nil {
 		cfg.StorageError, cfg.RecoverStorage = embedded.StorageError, embedded.RestartJetStream
