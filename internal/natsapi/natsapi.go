@@ -82,7 +82,8 @@ func New(cfg Config) (*Service, error) {
 // each request goes to one of them.
 const QueueGroup = "taskledger"
 
-// Run subscribes and serves until ctx ends; then it stops taking
+// Run subscribes and serves until ctx ends (a message without a reply
+// subject is dropped unserved); then it stops taking
 // requests, ends the ones in progress (a long poll answers as when its
 // client goes away) and returns nil once they are done. It returns an
 // error if the service cannot be added.
@@ -98,6 +99,9 @@ func (s *Service) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	handler := micro.HandlerFunc(func(r micro.Request) {
+		if r.Reply() == "" {
+			return // a publish, not a request: nobody would read the answer
+		}
 		select {
 		case s.slots <- struct{}{}:
 		default:
