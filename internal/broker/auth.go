@@ -31,6 +31,7 @@ type Clients struct {
 type clientAuth struct {
 	private string
 	clients Clients
+	listen  bool // EmbeddedConfig.Listen was given: Clients apply; else only private
 }
 
 var _ server.Authentication = (*clientAuth)(nil)
@@ -44,6 +45,9 @@ func (a *clientAuth) Check(c server.ClientAuthentication) bool {
 	if subtle.ConstantTimeCompare([]byte(token), []byte(a.private)) == 1 {
 		c.RegisterUser(&server.User{Username: "taskledger"})
 		return true
+	}
+	if !a.listen {
+		return false // the private listener takes only taskledger's own
 	}
 	if a.clients.Tokens == nil {
 		if token != "" {

@@ -89,7 +89,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		return nil, fmt.Errorf("broker: token: %w", err)
 	}
 	token := hex.EncodeToString(b)
-	opts.CustomClientAuthentication = &clientAuth{private: token, clients: cfg.Clients}
+	opts.CustomClientAuthentication = &clientAuth{private: token, clients: cfg.Clients, listen: cfg.Listen != ""}
 	if cfg.Listen != "" {
 		host, port, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {
