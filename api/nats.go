@@ -23,6 +23,12 @@ const (
 	NATSPathHeader   = "Path"
 	NATSStatusHeader = "Status"
 	NATSAuthHeader   = "Authorization"
+	// NATSRequestIDHeader, optional, names a request so that its client
+	// can cancel it: a message to NATSSubject(root, customer) +
+	// ".cancel" with the same header ends the request's context on the
+	// server, as a closed connection ends an HTTP request's (a long poll
+	// then claims nothing more).
+	NATSRequestIDHeader = "Request-Id"
 )
 
 // NATSSubject is the prefix of the request subjects of customer's API
@@ -64,20 +70,23 @@ func ConnectNATS(url, customer, token string, opts ...nats.Option) (*nats.Conn, 
 // must be NATSInbox(customer) where the server confines tokens). Calls
 // answer as over HTTP, with the same *Error values; a body larger than
 // nc's max payload is ErrPayloadTooLarge without being sent (send it over
-// HTTP), and the event streams (Stream, CustomerEvents, WatchRun) are
-// HTTP only. A context without a deadline gets NATSTimeout (plus the
+// HTTP), and the event streams (Stream, CustomerEvents, StreamRun) are
+// HTTP only. A call whose context ends first cancels its request on the
+// server (NATSRequestIDHeader). A context without a deadline gets NATSTimeout (plus the
 // wait of a long poll). The client is safe for concurrent use.
 func NewNATSClient(nc *nats.Conn, root, customer, token string) *Client {
 	if root == "" {
 		root = "tl"
 	}
-	return &Client{Token: token, nats: &natsTransport{nc: nc, subject: NATSSubject(root, customer) + ".req"}}
+	prefix := NATSSubject(root, customer)
+	return &Client{Token: token, nats: &natsTransport{nc: nc, subject: prefix + ".req", cancel: prefix + ".cancel"}}
 }
 
 // natsTransport sends a Client's calls over NATS.
 type natsTransport struct {
 	nc      *nats.Conn
-	subject string
+	subject string // requests'
+	cancel  string // cancellations'
 }
 
 // reserve is what a request's headers may take of the max payload.
@@ -105,8 +114,17 @@ func (t *natsTransport) do(ctx context.Context, method, path, token string, body
 	if token != "" {
 		msg.Header.Set(NATSAuthHeader, "Bearer "+token)
 	}
+	id := strings.TrimPrefix(nats.NewInbox(), nats.InboxPrefix) // unique
+	msg.Header.Set(NATSRequestIDHeader, id)
 	msg.Data = body
 	reply, err := t.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil && ctx.Err() != nil {
+		// Given up: end the request on the server too (best effort), so
+		// a long poll claims nothing for a caller that went away.
+		cancel := nats.NewMsg(t.cancel)
+		cancel.Header.Set(NATSRequestIDHeader, id)
+		t.nc.PublishMsg(cancel)
+	}
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return 0, nil, fmt.Errorf("%s %s over NATS: no taskledger server serves %s: %w", method, path, t.subject, err)

@@ -60,8 +60,9 @@ const DefaultMaxRequests = 4096
 
 // Service answers API requests over NATS. Run serves it.
 type Service struct {
-	cfg   Config
-	slots chan struct{}
+	cfg      Config
+	slots    chan struct{}
+	inflight sync.Map // customer + "\x00" + request id → its context.CancelFunc
 }
 
 // New checks cfg and fills its defaults.
@@ -120,7 +121,19 @@ func (s *Service) Run(ctx context.Context) error {
 		svc.Stop()
 		return fmt.Errorf("natsapi: add endpoint: %w", err)
 	}
+	// Every process hears every cancellation (no queue group): the one
+	// serving the request ends it.
+	cancels, err := s.cfg.NC.Subscribe(api.NATSSubject(s.cfg.Root, "*")+".cancel", func(m *nats.Msg) {
+		if f, ok := s.inflight.Load(requestKey(m.Subject, m.Header.Get(api.NATSRequestIDHeader))); ok {
+			f.(context.CancelFunc)()
+		}
+	})
+	if err != nil {
+		svc.Stop()
+		return fmt.Errorf("natsapi: subscribe to cancellations: %w", err)
+	}
 	<-ctx.Done()
+	cancels.Unsubscribe()
 	svc.Stop()
 	cancel()
 	wg.Wait()
@@ -165,6 +178,12 @@ func (s *Service) serve(ctx context.Context, r micro.Request) answer {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.MaxWait)
 	defer cancel()
+	if id := nats.Header(h).Get(api.NATSRequestIDHeader); id != "" {
+		key := requestKey(r.Subject(), id)
+		if _, taken := s.inflight.LoadOrStore(key, cancel); !taken {
+			defer s.inflight.Delete(key)
+		}
+	}
 	req, err := http.NewRequestWithContext(ctx, method, "http://localhost"+path, bytes.NewReader(r.Data()))
 	if err != nil {
 		return errorAnswer(api.ErrInvalid.WithMessage(fmt.Sprintf("%s header: %v", api.NATSPathHeader, err)))
@@ -187,6 +206,15 @@ func (s *Service) serve(ctx context.Context, r micro.Request) answer {
 		w.status = http.StatusOK
 	}
 	return answer{status: w.status, header: w.header, body: w.body.Bytes()}
+}
+
+// requestKey names a request by its subject's customer and its id, so a
+// customer cancels only its own requests (its token publishes only on its
+// own subjects).
+func requestKey(subject, id string) string {
+	_, rest, _ := strings.Cut(subject, ".api.")
+	customer, _, _ := strings.Cut(rest, ".")
+	return customer + "\x00" + id
 }
 
 // checkCustomer refuses a request whose subject names another customer

@@ -19,6 +19,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/executor"
 	"github.com/taskledger/taskledger/internal/broker"
+	"github.com/taskledger/taskledger/internal/natsapi"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/testnats"
 	"github.com/taskledger/taskledger/internal/testnode"
@@ -80,7 +81,19 @@ func setup(t *testing.T) *env {
 	n := testnode.Start(t, testnode.On(nc, ns), func(c *node.Config) {
 		c.Tokens, c.Durable, c.Middleware = tokens, srv, seen.wrap
 	})
-	return &env{srv: srv, node: n, root: ns.Subjects.Root, seen: seen}
+	e := &env{srv: srv, node: n, root: ns.Subjects.Root, seen: seen}
+	// The node subscribes once it runs: wait until it answers.
+	c := api.NewNATSClient(nc, e.root, "op", "tok-op")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		_, err := c.Get(context.Background(), "none")
+		if errors.Is(err, api.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the API over NATS does not answer: %v", err)
+		}
+	}
+	return e
 }
 
 // connect opens a connection to the client port as customer with token.
@@ -418,5 +431,101 @@ func TestLongPollAndDurability(t *testing.T) {
 	}
 	if took := time.Since(t0); took < 900*time.Millisecond {
 		t.Fatalf("empty long poll answered after %s, want its 1 s wait", took)
+	}
+}
+
+// TestCanceledPollClaimsNothing: a long poll whose caller gave up is
+// ended on the server too, so a task that arrives afterwards is not
+// claimed for a caller that is gone (as a closed HTTP connection ends
+// its request).
+func TestCanceledPollClaimsNothing(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc := e.connect(t, "acme", "tok-acme")
+	client := api.NewNATSClient(nc, e.root, "acme", "tok-acme")
+	pollCtx, giveUp := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer giveUp()
+	if _, ok, err := client.ClaimNext(pollCtx, "gone", "quitter", 20*time.Second); ok || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("poll given up: ok %v, %v; want the context's deadline", ok, err)
+	}
+	time.Sleep(200 * time.Millisecond) // the cancellation's way to the server
+	task, _, err := client.Schedule(ctx, api.ScheduleRequest{Queue: "gone", Message: text("late")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if task, err = client.Get(ctx, task.ID); err != nil {
+		t.Fatal(err)
+	}
+	if task.Claim != nil {
+		t.Fatalf("task claimed by %s after its poll was given up", task.Claim.ExecutorID)
+	}
+	got, ok, err := client.ClaimNext(ctx, "gone", "keeper", 5*time.Second)
+	if err != nil || !ok || got.ID != task.ID {
+		t.Fatalf("fresh poll: %v %v %v, want task %s", got.ID, ok, err, task.ID)
+	}
+}
+
+// TestMaxRequests: past MaxRequests requests in progress (long polls
+// included) a request is answered 503 with Retry-After at once; the
+// handler's status, headers and body come back as it wrote them.
+func TestMaxRequests(t *testing.T) {
+	nc := testnats.Conn(t)
+	ns := testnats.NewNamespace(t)
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	svc, err := natsapi.New(natsapi.Config{NC: nc, Root: ns.Subjects.Root, MaxRequests: 1,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/hold" {
+				entered <- struct{}{}
+				<-release
+			}
+			w.Header().Set("X-Echo", r.Method+" "+r.URL.RequestURI()+" "+r.Header.Get("Authorization"))
+			w.WriteHeader(http.StatusTeapot)
+			w.Write([]byte("body"))
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- svc.Run(ctx) }()
+	defer func() { stop(); <-ran }()
+	request := func(path string) *nats.Msg {
+		msg := nats.NewMsg(api.NATSSubject(ns.Subjects.Root, "c") + ".req")
+		msg.Header.Set(api.NATSMethodHeader, http.MethodPost)
+		msg.Header.Set(api.NATSPathHeader, path)
+		msg.Header.Set(api.NATSAuthHeader, "Bearer x")
+		var reply *nats.Msg
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // until subscribed
+			if reply, err = nc.RequestMsg(msg, 10*time.Second); !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reply
+	}
+	if got := request("/echo?a=1"); got.Header.Get(api.NATSStatusHeader) != "418" || got.Header.Get("X-Echo") != "POST /echo?a=1 Bearer x" || string(got.Data) != "body" {
+		t.Fatalf("echo: %v %q", got.Header, got.Data)
+	}
+	held := make(chan *nats.Msg, 1)
+	go func() { held <- request("/hold") }()
+	<-entered
+	if got := request("/echo"); got.Header.Get(api.NATSStatusHeader) != "503" || got.Header.Get("Retry-After") != "1" || !strings.Contains(string(got.Data), `"unavailable"`) {
+		t.Fatalf("past MaxRequests: %v %q, want 503 with Retry-After", got.Header, got.Data)
+	}
+	close(release)
+	if got := <-held; got.Header.Get(api.NATSStatusHeader) != "418" {
+		t.Fatalf("held request: %v", got.Header)
+	}
+	msg := nats.NewMsg(api.NATSSubject(ns.Subjects.Root, "c") + ".req")
+	msg.Header.Set(api.NATSMethodHeader, "PATCH")
+	msg.Header.Set(api.NATSPathHeader, "/x")
+	if got, err := nc.RequestMsg(msg, 10*time.Second); err != nil || got.Header.Get(api.NATSStatusHeader) != "400" {
+		t.Fatalf("method PATCH: %v %v, want 400", got, err)
 	}
 }
