@@ -22,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/broker"
 	"github.com/taskledger/taskledger/internal/eventlog"
@@ -289,6 +290,9 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		return err
 	}
 	log.Info().Str("http", "http://"+ln.Addr().String()).Msg("taskledger serving")
+	if !*noNATSAPI {
+		log.Info().Str("subjects", api.NATSSubject(events.DefaultSubjects.Root, "*")+".>").Msg("serving the API over NATS")
+	}
 	warnFDLimit(log, limits.WithDefaults().MaxConns)
 	type served struct {
 		srv *httpapi.Server
