@@ -98,7 +98,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	reqCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	var wg sync.WaitGroup
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex // guards stopped and wg.Add against the Wait
+		stopped bool
+	)
 	handler := micro.HandlerFunc(func(r micro.Request) {
 		if r.Reply() == "" {
 			return // a publish, not a request: nobody would read the answer
@@ -109,7 +113,15 @@ func (s *Service) Run(ctx context.Context) error {
 			s.respond(r, errorAnswer(api.ErrUnavailable.WithMessage(fmt.Sprintf("%d NATS requests in progress; retry later", cap(s.slots)))))
 			return
 		}
+		mu.Lock()
+		if stopped { // a request the draining subscription still delivers
+			mu.Unlock()
+			<-s.slots
+			s.respond(r, errorAnswer(api.ErrUnavailable.WithMessage("this process is shutting down; retry")))
+			return
+		}
 		wg.Add(1)
+		mu.Unlock()
 		go func() {
 			defer wg.Done()
 			defer func() { <-s.slots }()
@@ -134,7 +146,10 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	cancels.Unsubscribe()
-	svc.Stop()
+	svc.Stop() // drains: requests already delivered may still come
+	mu.Lock()
+	stopped = true
+	mu.Unlock()
 	cancel()
 	wg.Wait()
 	return nil
