@@ -529,3 +529,35 @@ func TestMaxRequests(t *testing.T) {
 		t.Fatalf("method PATCH: %v %v, want 400", got, err)
 	}
 }
+
+// TestQueueGroup: every process of a stream serves the API over NATS,
+// each request answered by one of them.
+func TestQueueGroup(t *testing.T) {
+	e := setup(t)
+	nc, err := e.srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	second := &patterns{seen: map[string]int{}}
+	testnode.Start(t, testnode.On(nc, e.node.NS), func(c *node.Config) {
+		c.Tokens, c.Durable, c.Middleware, c.Name = tokens, e.srv, second.wrap, "second"
+	})
+	client := api.NewNATSClient(e.connect(t, "acme", "tok-acme"), e.root, "acme", "tok-acme")
+	const pattern = "GET /v1/tasks/{id}"
+	before := e.seen.count(pattern) // setup's
+	requests := 0
+	for second.count(pattern) == 0 || e.seen.count(pattern) == before {
+		if requests == 200 {
+			t.Fatalf("200 requests: first process served %d, second %d; want both some", e.seen.count(pattern)-before, second.count(pattern))
+		}
+		if _, err := client.Get(context.Background(), "none"); !errors.Is(err, api.ErrNotFound) {
+			t.Fatal(err)
+		}
+		requests++
+	}
+	time.Sleep(100 * time.Millisecond) // a second answer to one request would be counted by now
+	if n := e.seen.count(pattern) - before + second.count(pattern); n != requests {
+		t.Fatalf("%d requests served %d times, want each once", requests, n)
+	}
+}
