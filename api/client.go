@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -342,7 +341,7 @@ func (c *Client) CustomerEvents(ctx context.Context, customerID string, since ti
 // read and close; another status comes back as *Error.
 func (c *Client) open(ctx context.Context, path string) (*http.Response, error) {
 	if c.nats != nil {
-		return nil, errors.New("api: event streams are served over HTTP only, not over NATS")
+		return nil, ErrHTTPOnly
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+path, nil)
 	if err != nil {

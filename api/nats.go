@@ -42,6 +42,12 @@ func NATSSubject(root, customer string) string { return root + ".api." + custome
 // so no customer reads another's answers.
 func NATSInbox(customer string) string { return "_INBOX_" + customer }
 
+// ErrHTTPOnly is what a Client over NATS (NewNATSClient) returns from the
+// calls that read an event stream (Stream, StreamAfter, CustomerEvents,
+// StreamRun): their answers are streams, which one NATS reply cannot
+// carry. Ask an HTTP client.
+var ErrHTTPOnly = errors.New("api: event streams are served over HTTP only, not over NATS")
+
 // NATSTimeout is how long a Client over NATS waits for an answer to a
 // request whose context has no deadline, beyond the wait of a long poll:
 // a request or answer lost (NATS delivers at most once) fails then.

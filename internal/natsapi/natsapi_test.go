@@ -381,7 +381,11 @@ func TestSameAnswers(t *testing.T) {
 	if !errors.Is(err, api.ErrPayloadTooLarge) {
 		t.Fatalf("batch over the max payload: %v, want payload_too_large", err)
 	}
-	// An event stream is HTTP only.
+	// An event stream is HTTP only: the client says so without asking,
+	// the server answers 400.
+	if err := client.StreamRun(context.Background(), "x", 0, func(api.RunStreamItem) error { return nil }); !errors.Is(err, api.ErrHTTPOnly) {
+		t.Fatalf("StreamRun over NATS: %v, want ErrHTTPOnly", err)
+	}
 	if n := e.viaNATS(t, nc, "acme", "tok-acme", http.MethodGet, "/v1/events/stream", nil); n.status != http.StatusBadRequest {
 		t.Fatalf("event stream over NATS: %d %s, want 400", n.status, n.body)
 	}
