@@ -76,7 +76,7 @@ func (f *natsFlags) registerRemote(fs flagSet) {
 // --nats-url) and a function that closes both.
 func (f *natsFlags) connect(log zerolog.Logger) (*nats.Conn, *broker.Embedded, func(), error) {
 	if f.url != "" {
-		nc, err := broker.ConnectRemote(broker.RemoteConfig{URL: f.url, CredsFile: f.creds, NKeyFile: f.nkey, CAFile: f.ca, CertFile: f.cert, KeyFile: f.key})
+		nc, err := broker.ConnectRemote(f.remote())
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -105,6 +105,22 @@ func (f *natsFlags) connect(log zerolog.Logger) (*nats.Conn, *broker.Embedded, f
 		}
 		srv.Shutdown()
 	}, nil
+}
+
+// remote is how --nats-url and its credentials reach the cluster.
+func (f *natsFlags) remote() broker.RemoteConfig {
+	return broker.RemoteConfig{URL: f.url, CredsFile: f.creds, NKeyFile: f.nkey, CAFile: f.ca, CertFile: f.cert, KeyFile: f.key}
+}
+
+// apiConn opens the connection the API over NATS is served on, beside
+// nc: on a socket of its own, requests and answers do not queue behind
+// the log's appends (node.Config.NATSAPIConn).
+func (f *natsFlags) apiConn(embedded *broker.Embedded) (*nats.Conn, error) {
+	name := nats.Name("taskledger API over NATS")
+	if embedded != nil {
+		return embedded.Connect(name)
+	}
+	return broker.ConnectRemote(f.remote(), name)
 }
 
 func requireLoopback(hostport string) error {
@@ -268,6 +284,12 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		MaxEventBytes: int32(*maxEventBytes), WriteTimeout: *writeTimeout, StorageRetry: *storageRetry,
 		Partitions: *partitions, LeaseTTL: *leaseTTL, NoLeases: *noLeases,
 		NoNATSAPI: *noNATSAPI, NATSMaxRequests: limits.WithDefaults().MaxConns,
+	}
+	if !*noNATSAPI {
+		if cfg.NATSAPIConn, err = nf.apiConn(embedded); err != nil {
+			return err
+		}
+		defer cfg.NATSAPIConn.Close()
 	}
 	if embedded != nil {
 		cfg.StorageError, cfg.RecoverStorage = embedded.StorageError, embedded.RestartJetStream

@@ -292,7 +292,12 @@ func (r *run) all(ctx context.Context) error {
 	if err := r.section(ctx, "ceiling", func(ctx context.Context) error { return r.ceiling(ctx, nc) }); err != nil {
 		return err
 	}
-	if err := r.withNode(ctx, nc, node.Config{Durable: srv}, func(nd *node.Node) error {
+	apiConn, err := srv.Connect(nats.Name("taskledger API over NATS"))
+	if err != nil {
+		return err
+	}
+	defer apiConn.Close()
+	if err := r.withNode(ctx, nc, node.Config{Durable: srv, NATSAPIConn: apiConn}, func(nd *node.Node) error {
 		for _, s := range []struct {
 			name string
 			fn   func(context.Context, *node.Node) error

@@ -77,9 +77,14 @@ func setup(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
+	apiConn, err := srv.Connect() // as serve does: the API on a socket of its own
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(apiConn.Close)
 	seen := &patterns{seen: map[string]int{}}
 	n := testnode.Start(t, testnode.On(nc, ns), func(c *node.Config) {
-		c.Tokens, c.Durable, c.Middleware = tokens, srv, seen.wrap
+		c.Tokens, c.Durable, c.Middleware, c.NATSAPIConn = tokens, srv, seen.wrap, apiConn
 	})
 	e := &env{srv: srv, node: n, root: ns.Subjects.Root, seen: seen}
 	// The node subscribes once it runs: wait until it answers.

@@ -124,6 +124,10 @@ type Config struct {
 	// default on NC under Subjects.Root for the executors that connect to
 	// the NATS client port.
 	NoNATSAPI bool
+	// NATSAPIConn, if set, is the connection the API over NATS is served
+	// on instead of NC: its own socket, so requests and answers do not
+	// queue behind the log's appends and acknowledgements on NC's.
+	NATSAPIConn *nats.Conn
 	// NATSMaxRequests bounds the API requests over NATS served at once
 	// (natsapi.Config.MaxRequests); default natsapi.DefaultMaxRequests.
 	NATSMaxRequests int
@@ -335,7 +339,11 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 	}
 	n.Server = httpapi.NewServer(n.Handler, cfg.HTTP, errorLog)
 	if !cfg.NoNATSAPI {
-		n.natsAPI, err = natsapi.New(natsapi.Config{NC: cfg.NC, Handler: n.Handler, Root: cfg.Subjects.Root, Tokens: cfg.Tokens,
+		apiConn := cfg.NATSAPIConn
+		if apiConn == nil {
+			apiConn = cfg.NC
+		}
+		n.natsAPI, err = natsapi.New(natsapi.Config{NC: apiConn, Handler: n.Handler, Root: cfg.Subjects.Root, Tokens: cfg.Tokens,
 			MaxRequests: cfg.NATSMaxRequests, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
