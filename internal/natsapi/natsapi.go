@@ -172,9 +172,22 @@ func errorAnswer(e *api.Error) answer {
 	return answer{status: e.Status, header: h, body: append(body, '\n')}
 }
 
+// MaxHeaderBytes bounds a request's headers, keys and values, as HTTP's
+// default --max-header-bytes does; more is 431.
+const MaxHeaderBytes = 64 << 10
+
 // serve runs r through the handler.
 func (s *Service) serve(ctx context.Context, r micro.Request) answer {
 	h := r.Headers()
+	size := 0
+	for k, vs := range h {
+		for _, v := range vs {
+			size += len(k) + len(v)
+		}
+	}
+	if size > MaxHeaderBytes {
+		return errorAnswer(api.ErrHeaderTooLarge.WithMessage(fmt.Sprintf("headers of %d bytes; at most %d", size, MaxHeaderBytes)))
+	}
 	method, path := nats.Header(h).Get(api.NATSMethodHeader), nats.Header(h).Get(api.NATSPathHeader)
 	switch method {
 	case http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete:

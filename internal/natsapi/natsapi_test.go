@@ -531,6 +531,12 @@ func TestMaxRequests(t *testing.T) {
 	if got := <-held; got.Header.Get(api.NATSStatusHeader) != "418" {
 		t.Fatalf("held request: %v", got.Header)
 	}
+	long := nats.NewMsg(api.NATSSubject(ns.Subjects.Root, "c") + ".req")
+	long.Header.Set(api.NATSMethodHeader, http.MethodGet)
+	long.Header.Set(api.NATSPathHeader, "/"+strings.Repeat("a", natsapi.MaxHeaderBytes))
+	if got, err := nc.RequestMsg(long, 10*time.Second); err != nil || got.Header.Get(api.NATSStatusHeader) != "431" {
+		t.Fatalf("long path: %v %v, want 431", got, err)
+	}
 	msg := nats.NewMsg(api.NATSSubject(ns.Subjects.Root, "c") + ".req")
 	msg.Header.Set(api.NATSMethodHeader, "PATCH")
 	msg.Header.Set(api.NATSPathHeader, "/x")
