@@ -16,7 +16,8 @@ const osSuffix = " (os)"
 // durability than with os.
 func FigDurabilityCost(name string) string { return name + ": fsync cost (os ÷ fsync)" }
 
-// durability runs the lifecycle and http sections again on a server of
+// durability runs the lifecycle and http sections (and nats, when the
+// run measured it) again on a server of
 // their own whose answers do not wait for the group commit (serve
 // --durability os), their figures named "… (os)", and adds for each
 // throughput figure of the run (fsync, the default) its cost: the os
@@ -32,19 +33,31 @@ func (r *run) durability(ctx context.Context) error {
 	fsync := make(map[string]float64)
 	var names []string
 	for _, f := range r.report.Figures {
-		if f.Unit == "tasks/s" && (f.Section == "lifecycle" || f.Section == "http") && !strings.Contains(f.Name, "ceiling") && !strings.HasPrefix(f.Name, "raw ") {
+		if f.Unit == "tasks/s" && (f.Section == "lifecycle" || f.Section == "http" || f.Section == "nats") && !strings.Contains(f.Name, "ceiling") && !strings.HasPrefix(f.Name, "raw ") {
 			fsync[f.Name] = f.Value
 			names = append(names, f.Name)
 		}
 	}
-	r.suffix = osSuffix
-	err = r.withNode(ctx, nc, node.Config{}, func(nd *node.Node) error {
+	apiConn, err := srv.Connect()
+	if err != nil {
+		return err
+	}
+	defer apiConn.Close()
+	connect := r.connect
+	r.suffix, r.connect = osSuffix, srv.Connect
+	err = r.withNode(ctx, nc, node.Config{NATSAPIConn: apiConn}, func(nd *node.Node) error {
 		if err := r.lifecycle(ctx, nd); err != nil {
 			return err
 		}
-		return r.httpSection(ctx, nd)
+		if err := r.httpSection(ctx, nd); err != nil {
+			return err
+		}
+		if _, ran := fsync[FigEnqueueNATS]; !ran {
+			return nil
+		}
+		return r.natsSection(ctx, nd)
 	})
-	r.suffix = ""
+	r.suffix, r.connect = "", connect
 	if err != nil {
 		return err
 	}

@@ -81,7 +81,7 @@ func (r *run) natsPhase(name string, n int, fn func() error) error {
 	}
 	r.sayCPU(name, u.cpu, u.elapsed, n, "task")
 	f := Figure{Section: "nats", Name: name, Value: float64(n) / u.elapsed.Seconds(), Unit: "tasks/s"}
-	if twin, ok := r.report.Figure(natsTwin[name]); ok && twin.Value > 0 {
+	if twin, ok := r.report.Figure(natsTwin[name] + r.suffix); ok && twin.Value > 0 {
 		f.Ratio, f.RatioOf = f.Value/twin.Value, "HTTP"
 	}
 	r.add(f)
