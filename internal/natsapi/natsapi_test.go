@@ -486,9 +486,13 @@ func TestMaxRequests(t *testing.T) {
 	entered := make(chan struct{}, 1)
 	svc, err := natsapi.New(natsapi.Config{NC: nc, Root: ns.Subjects.Root, MaxRequests: 1,
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/hold" {
+			switch r.URL.Path {
+			case "/hold":
 				entered <- struct{}{}
 				<-release
+			case "/huge":
+				w.Write(make([]byte, nc.MaxPayload()))
+				return
 			}
 			w.Header().Set("X-Echo", r.Method+" "+r.URL.RequestURI()+" "+r.Header.Get("Authorization"))
 			w.WriteHeader(http.StatusTeapot)
@@ -520,6 +524,9 @@ func TestMaxRequests(t *testing.T) {
 	}
 	if got := request("/echo?a=1"); got.Header.Get(api.NATSStatusHeader) != "418" || got.Header.Get("X-Echo") != "POST /echo?a=1 Bearer x" || string(got.Data) != "body" {
 		t.Fatalf("echo: %v %q", got.Header, got.Data)
+	}
+	if got := request("/huge"); got.Header.Get(api.NATSStatusHeader) != "500" || !strings.Contains(string(got.Data), "max payload") {
+		t.Fatalf("answer over the max payload: %v %q, want 500 saying so", got.Header, got.Data)
 	}
 	held := make(chan *nats.Msg, 1)
 	go func() { held <- request("/hold") }()
