@@ -29,7 +29,15 @@ func (d *durableWriter) WriteHeader(status int) {
 	d.sent = true
 	if err := d.h.Durable(d.r.Context()); err != nil && status < http.StatusInternalServerError {
 		d.failed = true
-		d.h.fail(d.ResponseWriter, d.r, api.ErrUnavailable.WithMessage("the write was not confirmed on stable storage: "+err.Error()))
+		e := api.ErrUnavailable.WithMessage("the write was not confirmed on stable storage: " + err.Error())
+		if d.r.Context().Err() != nil {
+			// The client went away (a long poll it gave up, its
+			// connection closed): nobody reads this answer, and the
+			// storage did not fail; logging it would only be noise.
+			writeError(d.ResponseWriter, e)
+			return
+		}
+		d.h.fail(d.ResponseWriter, d.r, e)
 		return
 	}
 	d.ResponseWriter.WriteHeader(status)
