@@ -83,10 +83,15 @@ func New(cfg Config) (*Service, error) {
 // each request goes to one of them.
 const QueueGroup = "taskledger"
 
+// DrainTimeout is how long Run lets the requests in progress finish once
+// its ctx ended, as serve gives its HTTP requests.
+const DrainTimeout = 65 * time.Second
+
 // Run subscribes and serves until ctx ends (a message without a reply
-// subject is dropped unserved); then it stops taking
-// requests, ends the ones in progress (a long poll answers as when its
-// client goes away) and returns nil once they are done. It returns an
+// subject is dropped unserved); then it stops taking requests (one
+// still delivered is answered 503), lets the ones in progress finish
+// (at most DrainTimeout, then their contexts end) and returns nil once
+// they are done. It returns an
 // error if the service cannot be added.
 func (s *Service) Run(ctx context.Context) error {
 	svc, err := micro.AddService(s.cfg.NC, micro.Config{
@@ -150,8 +155,17 @@ func (s *Service) Run(ctx context.Context) error {
 	mu.Lock()
 	stopped = true
 	mu.Unlock()
-	cancel()
-	wg.Wait()
+	// The requests in progress finish, as an HTTP server's do at
+	// shutdown (long polls end as the service closes), for at most
+	// DrainTimeout; then their contexts end.
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(DrainTimeout):
+		cancel()
+		<-done
+	}
 	return nil
 }
 
