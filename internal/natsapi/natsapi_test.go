@@ -583,3 +583,56 @@ func TestQueueGroup(t *testing.T) {
 		t.Fatalf("%d requests served %d times, want each once", requests, n)
 	}
 }
+
+// TestShutdownFinishesRequests: once Run's context ends, a request in
+// progress still finishes and is answered before Run returns.
+func TestShutdownFinishesRequests(t *testing.T) {
+	nc := testnats.Conn(t)
+	ns := testnats.NewNamespace(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	svc, err := natsapi.New(natsapi.Config{NC: nc, Root: ns.Subjects.Root,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			close(entered)
+			<-release
+			w.WriteHeader(http.StatusCreated)
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- svc.Run(ctx) }()
+	answered := make(chan string, 1)
+	go func() {
+		msg := nats.NewMsg(api.NATSSubject(ns.Subjects.Root, "c") + ".req")
+		msg.Header.Set(api.NATSMethodHeader, http.MethodPost)
+		msg.Header.Set(api.NATSPathHeader, "/x")
+		for {
+			reply, err := nc.RequestMsg(msg, 10*time.Second)
+			if errors.Is(err, nats.ErrNoResponders) { // not subscribed yet
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			if err != nil {
+				answered <- err.Error()
+				return
+			}
+			answered <- reply.Header.Get(api.NATSStatusHeader)
+			return
+		}
+	}()
+	<-entered
+	stop()
+	select {
+	case err := <-ran:
+		t.Fatalf("Run returned (%v) with a request in progress", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	if got := <-answered; got != "201" {
+		t.Fatalf("request in progress at shutdown: %s, want its 201", got)
+	}
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+}
