@@ -593,8 +593,12 @@ func TestShutdownFinishesRequests(t *testing.T) {
 	svc, err := natsapi.New(natsapi.Config{NC: nc, Root: ns.Subjects.Root,
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			close(entered)
-			<-release
-			w.WriteHeader(http.StatusCreated)
+			select {
+			case <-release:
+				w.WriteHeader(http.StatusCreated)
+			case <-r.Context().Done(): // cut short
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}
 		})})
 	if err != nil {
 		t.Fatal(err)
