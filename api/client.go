@@ -23,6 +23,7 @@ type Client struct {
 	BaseURL string // e.g. http://127.0.0.1:8080
 	Token   string // bearer token; empty for a server without auth
 	HTTP    *http.Client
+	nats    *natsTransport // set by NewNATSClient: every call goes over NATS
 }
 
 // NewClient returns a client for baseURL with keep-alive connections.
@@ -36,12 +37,22 @@ func NewClient(baseURL, token string) *Client {
 // answer comes back as *Error, to be matched with errors.Is against the
 // sentinels (ErrNotFound, ErrTerminal, …).
 func (c *Client) do(ctx context.Context, method, path string, body, out any) (int, error) {
-	var r io.Reader
+	var b []byte
 	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
+		var err error
+		if b, err = json.Marshal(body); err != nil {
 			return 0, err
 		}
+	}
+	if c.nats != nil {
+		status, data, err := c.nats.do(ctx, method, path, c.Token, b)
+		if err != nil {
+			return status, err
+		}
+		return status, decodeAnswer(method, path, status, data, out)
+	}
+	var r io.Reader
+	if body != nil {
 		r = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, r)
@@ -64,16 +75,21 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 	if _, err := buf.ReadFrom(resp.Body); err != nil {
 		return resp.StatusCode, err
 	}
-	data := buf.Bytes()
-	if resp.StatusCode >= 300 {
-		return resp.StatusCode, decodeError(resp.StatusCode, data)
+	return resp.StatusCode, decodeAnswer(method, path, resp.StatusCode, buf.Bytes(), out)
+}
+
+// decodeAnswer decodes a 2xx answer's data into out, or returns the
+// *Error of another.
+func decodeAnswer(method, path string, status int, data []byte, out any) error {
+	if status >= 300 {
+		return decodeError(status, data)
 	}
-	if out != nil && resp.StatusCode != http.StatusNoContent {
+	if out != nil && status != http.StatusNoContent {
 		if err := json.Unmarshal(data, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("decoding %s %s answer: %w", method, path, err)
+			return fmt.Errorf("decoding %s %s answer: %w", method, path, err)
 		}
 	}
-	return resp.StatusCode, nil
+	return nil
 }
 
 // answers holds the buffers answers are read into before decoding (which
@@ -324,6 +340,9 @@ func (c *Client) CustomerEvents(ctx context.Context, customerID string, since ti
 // open sends a GET of path and returns its 200 answer for the caller to
 // read and close; another status comes back as *Error.
 func (c *Client) open(ctx context.Context, path string) (*http.Response, error) {
+	if c.nats != nil {
+		return nil, ErrHTTPOnly
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+path, nil)
 	if err != nil {
 		return nil, err

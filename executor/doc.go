@@ -3,9 +3,12 @@
 // durable progress (api.RunState: phase, Turns, transcript, contexts,
 // pending tools, steps, effects, delegated children) in a CheckpointStore
 // — by default the scheduler's run routes — so a restarted executor
-// resumes instead of starting over. It needs only the scheduler's HTTP
-// API (and, optionally, NATS for ready notifications); it links no server
-// code.
+// resumes instead of starting over. It needs only the scheduler's API:
+// over HTTP (api.NewClient), or all of it over NATS with nothing but a
+// NATS URL and a token (api.ConnectNATS and api.NewNATSClient as the
+// WorkerConfig's API: claims, heartbeats, checks, Run saves, effects and
+// results are NATS requests; docs/API.md, "NATS protocol"). It links no
+// server code.
 //
 // # Run and Turn
 //

@@ -71,7 +71,8 @@ type WorkerConfig struct {
 	Concurrency int // tasks run at once; default 4
 	// JS, if set, takes ready notifications from the ready stream's
 	// durable pull consumer shared by the pool (and the scheduler's
-	// claims/next); otherwise the worker long-polls POST /v1/claims/next.
+	// claims/next); otherwise the worker long-polls POST /v1/claims/next
+	// (or POST /v1/claims) through API, over HTTP or over NATS.
 	JS          jetstream.JetStream
 	ReadyStream string          // default events.ReadyStreamName(events.DefaultStream)
 	Subjects    events.Subjects // default tl.*

@@ -22,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/broker"
 	"github.com/taskledger/taskledger/internal/eventlog"
@@ -40,6 +41,9 @@ type natsFlags struct {
 	url, creds, nkey, ca, cert, key string
 	replicas                        int
 	syncAlways                      bool
+	// clients admits the clients of --nats-listen (serve sets it from
+	// --auth-file).
+	clients broker.Clients
 }
 
 type flagSet interface {
@@ -51,7 +55,7 @@ type flagSet interface {
 // register adds every flag: the embedded server's and the remote ones.
 func (f *natsFlags) register(fs flagSet) {
 	fs.StringVar(&f.data, "data", "./data", "data directory of the embedded NATS server")
-	fs.StringVar(&f.listen, "nats-listen", "", "also expose the embedded NATS server on this loopback host:port (e.g. 127.0.0.1:4222)")
+	fs.StringVar(&f.listen, "nats-listen", "", "also expose the embedded NATS server's client port on this host:port (e.g. 127.0.0.1:4222): with --auth-file its tokens connect there, each confined to its customer's API requests over NATS; without, only on loopback and without credentials")
 	fs.StringVar(&f.stream, "stream", events.DefaultStream, "event stream name")
 	fs.IntVar(&f.replicas, "replicas", 1, "stream replicas (3 on a cluster)")
 	fs.BoolVar(&f.syncAlways, "sync-always", false, "embedded server: fsync every append before acknowledging it (about 9x slower; survives power loss)")
@@ -72,19 +76,19 @@ func (f *natsFlags) registerRemote(fs flagSet) {
 // --nats-url) and a function that closes both.
 func (f *natsFlags) connect(log zerolog.Logger) (*nats.Conn, *broker.Embedded, func(), error) {
 	if f.url != "" {
-		nc, err := broker.ConnectRemote(broker.RemoteConfig{URL: f.url, CredsFile: f.creds, NKeyFile: f.nkey, CAFile: f.ca, CertFile: f.cert, KeyFile: f.key})
+		nc, err := broker.ConnectRemote(f.remote())
 		if err != nil {
 			return nil, nil, nil, err
 		}
 		log.Info().Str("url", f.url).Msg("connected to NATS")
 		return nc, nil, func() { nc.Drain() }, nil
 	}
-	if f.listen != "" {
+	if f.listen != "" && f.clients.Tokens == nil {
 		if err := requireLoopback(f.listen); err != nil {
-			return nil, nil, nil, fmt.Errorf("--nats-listen: %w", err)
+			return nil, nil, nil, fmt.Errorf("--nats-listen without --auth-file: %w", err)
 		}
 	}
-	srv, err := broker.StartEmbedded(broker.EmbeddedConfig{Dir: f.data, Listen: f.listen, SyncAlways: f.syncAlways})
+	srv, err := broker.StartEmbedded(broker.EmbeddedConfig{Dir: f.data, Listen: f.listen, SyncAlways: f.syncAlways, Clients: f.clients})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -101,6 +105,22 @@ func (f *natsFlags) connect(log zerolog.Logger) (*nats.Conn, *broker.Embedded, f
 		}
 		srv.Shutdown()
 	}, nil
+}
+
+// remote is how --nats-url and its credentials reach the cluster.
+func (f *natsFlags) remote() broker.RemoteConfig {
+	return broker.RemoteConfig{URL: f.url, CredsFile: f.creds, NKeyFile: f.nkey, CAFile: f.ca, CertFile: f.cert, KeyFile: f.key}
+}
+
+// apiConn opens the connection the API over NATS is served on, beside
+// nc: on a socket of its own, requests and answers do not queue behind
+// the log's appends (node.Config.NATSAPIConn).
+func (f *natsFlags) apiConn(embedded *broker.Embedded) (*nats.Conn, error) {
+	name := nats.Name("taskledger API over NATS")
+	if embedded != nil {
+		return embedded.Connect(name)
+	}
+	return broker.ConnectRemote(f.remote(), name)
 }
 
 func requireLoopback(hostport string) error {
@@ -177,6 +197,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	partitions := fs.Int("timer-partitions", lease.DefaultPartitions, "timer work is split into this many partitions, each acted on by the process holding its lease; every process of a stream must agree")
 	leaseTTL := fs.Duration("lease-ttl", lease.DefaultTTL, "a partition lease lives this long unrenewed (renewed every quarter of it): a lost process's timers are taken over within about this")
 	noLeases := fs.Bool("no-timer-leases", false, "act on every timer item and hold no partition lease, as every process did before leases (correct beside lease holders, only wasteful: for comparison)")
+	noNATSAPI := fs.Bool("no-nats-api", false, "do not serve the API over NATS (docs/API.md, NATS protocol); HTTP serves it either way")
 	name := fs.String("name", "", "this scheduler's name in the events it writes (default: hostname)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "auto", "text, json, or auto (text on a terminal)")
@@ -248,6 +269,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	if *writeTimeout <= 0 || *storageRetry <= 0 {
 		return fmt.Errorf("%w: --write-timeout and --storage-retry must be positive", errUsage)
 	}
+	nf.clients = broker.Clients{Tokens: tokens, Root: events.DefaultSubjects.Root}
 	nc, embedded, closeNATS, err := nf.connect(log)
 	if err != nil {
 		return err
@@ -261,6 +283,13 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		Subjects: events.DefaultSubjects, Logger: log, Retain: *retain, Alarm: alarm, Limits: bounds, ReadyJSON: lf.readyJSON,
 		MaxEventBytes: int32(*maxEventBytes), WriteTimeout: *writeTimeout, StorageRetry: *storageRetry,
 		Partitions: *partitions, LeaseTTL: *leaseTTL, NoLeases: *noLeases,
+		NoNATSAPI: *noNATSAPI, NATSMaxRequests: limits.WithDefaults().MaxConns,
+	}
+	if !*noNATSAPI {
+		if cfg.NATSAPIConn, err = nf.apiConn(embedded); err != nil {
+			return err
+		}
+		defer cfg.NATSAPIConn.Close()
 	}
 	if embedded != nil {
 		cfg.StorageError, cfg.RecoverStorage = embedded.StorageError, embedded.RestartJetStream
@@ -283,6 +312,9 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		return err
 	}
 	log.Info().Str("http", "http://"+ln.Addr().String()).Msg("taskledger serving")
+	if !*noNATSAPI {
+		log.Info().Str("subjects", api.NATSSubject(events.DefaultSubjects.Root, "*")+".>").Msg("serving the API over NATS")
+	}
 	warnFDLimit(log, limits.WithDefaults().MaxConns)
 	type served struct {
 		srv *httpapi.Server

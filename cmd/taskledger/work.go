@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,7 +16,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/executor"
 )
@@ -35,7 +39,8 @@ func workCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	concurrency := fs.Int("concurrency", 1, "tasks run at once")
 	checkEvery := fs.Duration("check-interval", 3*time.Second, "how often to ask whether to stop")
 	heartbeat := fs.Int("heartbeat", executor.DefaultHeartbeatSeconds, "heartbeat interval of the claims in seconds, 1 to 3600 (-1: none); a dead worker's claims are lost after it")
-	readyStream := fs.String("ready-stream", events.ReadyStreamName(events.DefaultStream), "ready notification stream (with --nats-url)")
+	readyStream := fs.String("ready-stream", events.ReadyStreamName(events.DefaultStream), "ready notification stream (with --nats-url and --server)")
+	customer := fs.String("customer", "", "the customer id of --token, for the API over NATS (--nats-url without --server); the token may publish only that customer's requests")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "auto", "text, json, or auto")
 	if err := parse(fs, args); err != nil {
@@ -52,7 +57,34 @@ func workCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		API: cf.client(), Queue: *queue, ExecutorID: *executorID, Concurrency: *concurrency,
 		CheckInterval: *checkEvery, ReadyStream: *readyStream, Logger: log, HeartbeatSeconds: *heartbeat,
 	}
-	if nf.url != "" {
+	serverGiven := false
+	fs.Visit(func(f *flag.Flag) { serverGiven = serverGiven || f.Name == "server" })
+	switch {
+	case nf.url != "" && !serverGiven:
+		// The API over NATS: every call (claims, heartbeats, Run saves,
+		// results) is a NATS request as the token's customer, and the
+		// checkpoints are the scheduler's Runs.
+		if cf.token != "" && *customer == "" {
+			return fmt.Errorf("%w: --customer is required with --token over NATS (--nats-url without --server)", errUsage)
+		}
+		if *customer == "" {
+			*customer = "operator"
+		}
+		var opts []nats.Option
+		if nf.ca != "" {
+			opts = append(opts, nats.RootCAs(nf.ca))
+		}
+		if nf.cert != "" || nf.key != "" {
+			opts = append(opts, nats.ClientCert(nf.cert, nf.key))
+		}
+		nc, err := api.ConnectNATS(nf.url, *customer, cf.token, append(opts, nats.Name("taskledger work"))...)
+		if err != nil {
+			return err
+		}
+		defer nc.Drain()
+		cfg.API = api.NewNATSClient(nc, events.DefaultSubjects.Root, *customer, cf.token)
+		cf.server = "" // a command run per task gets no HTTP server (TASKLEDGER_SERVER empty)
+	case nf.url != "":
 		// NATS mode: notifications from the shared durable consumer and
 		// checkpoints in a KV bucket, so a restarted worker resumes.
 		nc, _, closeNATS, err := nf.connect(log)

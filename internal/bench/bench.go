@@ -37,6 +37,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/taskledger/taskledger/internal/node"
@@ -210,6 +211,10 @@ type run struct {
 	sdkRate                          float64            // lifecycle tasks/s through the Go SDK
 	schedRate                        float64            // schedule calls/s during that lifecycle
 
+	// connect opens a client connection to the run's default server
+	// (the NATS section's).
+	connect func(...nats.Option) (*nats.Conn, error)
+
 	// suffix ends the names and sections of the figures being added
 	// (osSuffix while the durability section repeats others).
 	suffix string
@@ -280,7 +285,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 }
 
 // all runs the sections in order: the ceiling on the server's raw
-// streams; lifecycle, latency and timers on one scheduler node whose
+// streams; lifecycle, http, nats, latency and timers on one scheduler
+// node whose
 // answers wait for the group commit (--durability fsync, the default);
 // lifecycle and http again on two fresh servers, fsync and os (durability);
 // rounds of the same workload on another (growth); replay on a large
@@ -293,14 +299,20 @@ func (r *run) all(ctx context.Context) error {
 	}
 	defer srv.Shutdown()
 	defer nc.Close()
+	r.connect = srv.Connect
 	if err := r.section(ctx, "ceiling", func(ctx context.Context) error { return r.ceiling(ctx, nc) }); err != nil {
 		return err
 	}
-	if err := r.withNode(ctx, nc, node.Config{Durable: srv}, func(nd *node.Node) error {
+	apiConn, err := srv.Connect(nats.Name("taskledger API over NATS"))
+	if err != nil {
+		return err
+	}
+	defer apiConn.Close()
+	if err := r.withNode(ctx, nc, node.Config{Durable: srv, NATSAPIConn: apiConn}, func(nd *node.Node) error {
 		for _, s := range []struct {
 			name string
 			fn   func(context.Context, *node.Node) error
-		}{{"lifecycle", r.lifecycle}, {"http", r.httpSection}, {"latency", r.latency}, {"timers", r.timers}, {"burst", r.burst}} {
+		}{{"lifecycle", r.lifecycle}, {"http", r.httpSection}, {"nats", r.natsSection}, {"latency", r.latency}, {"timers", r.timers}, {"burst", r.burst}} {
 			if err := r.section(ctx, s.name, func(ctx context.Context) error { return s.fn(ctx, nd) }); err != nil {
 				return err
 			}
@@ -331,7 +343,7 @@ func (r *run) all(ctx context.Context) error {
 }
 
 // Sections are the sections of a run after the ceiling, in order.
-var Sections = []string{"lifecycle", "http", "latency", "timers", "burst", "durability", "growth", "replay", "memory", "epochs", "overload", "sync-always"}
+var Sections = []string{"lifecycle", "http", "nats", "latency", "timers", "burst", "durability", "growth", "replay", "memory", "epochs", "overload", "sync-always"}
 
 // section runs fn under a CPU profile when profiles are asked for, unless
 // Config.Only leaves it out.

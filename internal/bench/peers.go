@@ -102,11 +102,11 @@ type sideBySide struct {
 var sideBySideRows = []sideBySide{
 	{label: "end to end, 1,000 workers one task at a time", unit: "tasks/s", taskledger: []string{FigDrainHTTP, FigDrainNATS},
 		peer: "b end-to-end, 1000 workers", targetPeer: "Asynq", factor: 1},
-	{label: "end to end, batch claims/results", unit: "tasks/s", taskledger: []string{FigDrainBatch, FigDrainBatchNATS},
+	{label: "end to end, batch claims/results", unit: "tasks/s", taskledger: []string{FigDrainBatch, FigDrainNATSBatch},
 		peer: "b end-to-end, 1000 workers", targetPeer: "Asynq", factor: 2},
 	{label: "enqueue, 50 goroutines one at a time", unit: "tasks/s", taskledger: []string{FigEnqueueHTTP, FigEnqueueNATS},
 		peer: "a2 enqueue", targetPeer: "Asynq", factor: 0.5},
-	{label: "batch enqueue, 1,000 a call", unit: "tasks/s", taskledger: []string{FigEnqueueBatch, FigEnqueueBatchNATS},
+	{label: "batch enqueue, 1,000 a call", unit: "tasks/s", taskledger: []string{FigEnqueueBatch},
 		peer: "a4 enqueue InsertManyFast", targetPeer: "River", factor: 0.5},
 	{label: "enqueue → start p50", unit: "ms", taskledger: []string{FigSchedClaimP50}, peer: "c latency p50", lowerWins: true},
 	{label: "enqueue → start p99", unit: "ms", taskledger: []string{FigSchedClaimP99}, peer: "c latency p99", lowerWins: true, limit: 5},
@@ -174,11 +174,3 @@ func writeSideBySide(p func(string, ...any), rep Report) {
 }
 
 func yesNo(b bool) string { return map[bool]string{true: "yes", false: "no"}[b] }
-
-// The NATS figures the comparison looks for.
-const (
-	FigDrainNATS        = "NATS drain, 1,000 claims/next loops"
-	FigDrainBatchNATS   = "NATS drain, 50 batch loops (max 100)"
-	FigEnqueueNATS      = "NATS enqueue, 50 clients, 1 task a call"
-	FigEnqueueBatchNATS = "NATS enqueue, 1 client, 1,000 tasks a call"
-)

@@ -26,12 +26,15 @@ type EmbeddedConfig struct {
 	// Dir holds JetStream's files. Required: an empty StoreDir would make
 	// nats-server fall back to a shared temporary folder.
 	Dir string
-	// Listen, when set (host:port), also accepts NATS clients there
-	// without credentials, so an operator can inspect the stream with the
-	// nats CLI; taskledger's own connections use it too. Empty means a
-	// private listener: a random loopback port that takes only a token
-	// generated at start, which never leaves the process.
+	// Listen, when set (host:port), also accepts NATS clients there, as
+	// Clients says: executors speaking the API over NATS, an operator
+	// with the nats CLI. Empty means a private listener: a random
+	// loopback port. Either way taskledger's own connections
+	// authenticate with a token generated at start, which never leaves
+	// the process, and are not restricted.
 	Listen string
+	// Clients admits the clients of Listen (auth.go).
+	Clients Clients
 	// SyncAlways fsyncs every append before acknowledging it (about 7x
 	// slower). Without it an acknowledged append survives a killed
 	// process, not a power cut.
@@ -55,7 +58,8 @@ type EmbeddedConfig struct {
 // in-process, 60–65 ms over loopback TCP.
 type Embedded struct {
 	srv      *server.Server
-	token    string     // the private listener's; "" when Listen was given
+	token    string     // taskledger's own connections'
+	listen   bool       // Listen was given
 	mu       sync.Mutex // serializes RestartJetStream and SetMaxStore
 	maxStore int64
 	commit   *groupCommit
@@ -80,15 +84,13 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if opts.ServerName == "" {
 		opts.ServerName = "taskledger"
 	}
-	var token string
-	if cfg.Listen == "" {
-		b := make([]byte, 32)
-		if _, err := rand.Read(b); err != nil {
-			return nil, fmt.Errorf("broker: token: %w", err)
-		}
-		token = hex.EncodeToString(b)
-		opts.Authorization = token
-	} else {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return nil, fmt.Errorf("broker: token: %w", err)
+	}
+	token := hex.EncodeToString(b)
+	opts.CustomClientAuthentication = &clientAuth{private: token, clients: cfg.Clients, listen: cfg.Listen != ""}
+	if cfg.Listen != "" {
 		host, port, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {
 			return nil, fmt.Errorf("broker: listen address %q: %w", cfg.Listen, err)
@@ -110,7 +112,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		srv.Shutdown()
 		return nil, errors.New("broker: embedded server did not become ready in 30s")
 	}
-	e := &Embedded{srv: srv, token: token, maxStore: cfg.MaxStore, commit: newGroupCommit(cfg.Dir)}
+	e := &Embedded{srv: srv, token: token, listen: cfg.Listen != "", maxStore: cfg.MaxStore, commit: newGroupCommit(cfg.Dir)}
 	if cfg.MaxStore > 0 {
 		if err := srv.GlobalAccount().UpdateJetStreamLimits(e.limits()); err != nil {
 			e.Shutdown()
@@ -182,9 +184,7 @@ func (e *Embedded) SetMaxStore(n int64) error {
 // Connect opens a connection to the server.
 func (e *Embedded) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	opts = append([]nats.Option{nats.Name("taskledger")}, opts...)
-	if e.token != "" {
-		opts = append(opts, nats.Token(e.token))
-	}
+	opts = append(opts, nats.Token(e.token))
 	nc, err := nats.Connect(e.srv.ClientURL(), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("broker: connect to the embedded server: %w", err)
@@ -205,7 +205,7 @@ func (e *Embedded) Disconnect(nc *nats.Conn) error {
 // ClientURL is where external clients reach the server, or "" when it
 // has only its private listener.
 func (e *Embedded) ClientURL() string {
-	if e.token != "" {
+	if !e.listen {
 		return ""
 	}
 	return e.srv.ClientURL()

@@ -1,9 +1,11 @@
 package broker_test
 
 import (
+	"errors"
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -60,5 +62,69 @@ func TestListen(t *testing.T) {
 			t.Fatal(err)
 		}
 		nc.Close()
+	}
+}
+
+// TestClientTokens: with Listen and Clients, only the auth file's tokens
+// connect there, a customer's confined to its subjects, an operator's
+// not; without Listen the tokens are refused (the private listener takes
+// only the server's own).
+func TestClientTokens(t *testing.T) {
+	t.Parallel()
+	clients := broker.Clients{Tokens: map[string]string{"tok-a": "a", "tok-op": "*"}, Root: "tl"}
+	private, err := broker.StartEmbedded(broker.EmbeddedConfig{Dir: t.TempDir(), Clients: clients})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(private.Shutdown)
+	own, err := private.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	if nc, err := nats.Connect(own.ConnectedUrl(), nats.Token("tok-op"), nats.MaxReconnects(0)); err == nil {
+		nc.Close()
+		t.Fatal("an auth-file token connected to the private listener")
+	}
+
+	e, err := broker.StartEmbedded(broker.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:0", Clients: clients})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	for _, token := range []string{"", "tok-b"} {
+		if nc, err := nats.Connect(e.ClientURL(), nats.Token(token), nats.MaxReconnects(0)); err == nil {
+			nc.Close()
+			t.Fatalf("token %q connected", token)
+		}
+	}
+	violations := make(chan error, 4)
+	onErr := nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err })
+	for _, c := range []struct {
+		token   string
+		refused bool
+	}{{"tok-a", true}, {"tok-op", false}} {
+		nc, err := nats.Connect(e.ClientURL(), nats.Token(c.token), onErr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := nc.SubscribeSync("$JS.API.>"); err != nil {
+			t.Fatal(err)
+		}
+		nc.Flush()
+		select {
+		case err := <-violations:
+			if !c.refused || !errors.Is(err, nats.ErrPermissionViolation) {
+				t.Fatalf("%s subscribing to the JetStream API: %v", c.token, err)
+			}
+		case <-time.After(time.Second):
+			if c.refused {
+				t.Fatalf("%s subscribed to the JetStream API", c.token)
+			}
+		}
+		nc.Close()
+	}
+	if p := broker.CustomerPermissions("tl", "a"); p.Publish.Allow[0] != "tl.api.a.>" || p.Subscribe.Allow[0] != "_INBOX_a.>" {
+		t.Fatalf("permissions %+v %+v", p.Publish, p.Subscribe)
 	}
 }

@@ -31,7 +31,10 @@ func (d *durableWriter) WriteHeader(status int) {
 		d.failed = true
 		e := api.ErrUnavailable.WithMessage("the write was not confirmed on stable storage: " + err.Error())
 		if d.r.Context().Err() != nil {
-			writeError(d.ResponseWriter, e) // the client went away: no one to tell, nothing to log
+			// The client went away (a long poll it gave up, its
+			// connection closed): nobody reads this answer, and the
+			// storage did not fail; logging it would only be noise.
+			writeError(d.ResponseWriter, e)
 			return
 		}
 		d.h.fail(d.ResponseWriter, d.r, e)

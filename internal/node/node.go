@@ -25,6 +25,7 @@ import (
 	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/httpapi"
 	"github.com/taskledger/taskledger/internal/lease"
+	"github.com/taskledger/taskledger/internal/natsapi"
 	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/scheduler"
 	"github.com/taskledger/taskledger/internal/store"
@@ -119,6 +120,17 @@ type Config struct {
 	// correct beside processes that hold leases (OCC decides), only
 	// wasteful.
 	NoLeases bool
+	// NoNATSAPI turns off the API over NATS (internal/natsapi), served by
+	// default on NC under Subjects.Root for the executors that connect to
+	// the NATS client port.
+	NoNATSAPI bool
+	// NATSAPIConn, if set, is the connection the API over NATS is served
+	// on instead of NC: its own socket, so requests and answers do not
+	// queue behind the log's appends and acknowledgements on NC's.
+	NATSAPIConn *nats.Conn
+	// NATSMaxRequests bounds the API requests over NATS served at once
+	// (natsapi.Config.MaxRequests); default natsapi.DefaultMaxRequests.
+	NATSMaxRequests int
 }
 
 // Committer makes acknowledged writes durable in shared fsyncs.
@@ -151,6 +163,7 @@ type Node struct {
 	// Leases holds this process's timer partitions; nil with NoLeases.
 	Leases   *lease.Leases
 	alarm    *reactors.Alarm
+	natsAPI  *natsapi.Service // nil with NoNATSAPI
 	errorLog *ratelog.Limiter
 	heads    projections.SnapshotStore // nil without snapshots
 	// logWarning says why the log does not hold its saved chain head;
@@ -325,6 +338,17 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 		n.Handler = cfg.Middleware(n.Handler)
 	}
 	n.Server = httpapi.NewServer(n.Handler, cfg.HTTP, errorLog)
+	if !cfg.NoNATSAPI {
+		apiConn := cfg.NATSAPIConn
+		if apiConn == nil {
+			apiConn = cfg.NC
+		}
+		n.natsAPI, err = natsapi.New(natsapi.Config{NC: apiConn, Handler: n.Handler, Root: cfg.Subjects.Root, Tokens: cfg.Tokens,
+			MaxRequests: cfg.NATSMaxRequests, Logger: cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+	}
 	registerServerMetrics(cfg.Registry, n.Server, svc)
 	return n, nil
 }
@@ -376,6 +400,9 @@ func (n *Node) Run(ctx context.Context) error {
 		return n.alarm.Run(gctx)
 	})
 	g.Go(func() error { n.watchStorage(gctx); return nil })
+	if n.natsAPI != nil {
+		g.Go(func() error { return n.natsAPI.Run(gctx) })
+	}
 	if n.Store.Shards().Slots > 0 {
 		g.Go(func() error {
 			select { // the projections decide whether an epoch is done
