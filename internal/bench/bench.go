@@ -188,6 +188,7 @@ var FigureNames = []string{
 	FigEnqueueFloorOne, FigEnqueueFloor, FigBatchDrainFloor,
 	FigEnqueueHTTP, FigEnqueueWrites, FigEnqueueBatch, FigDrainHTTP, FigDrainErrors, FigDrainCPU, FigDrainGarbage,
 	FigDrainBatch, FigDrainBatchCPU, FigDrainBatchGarb,
+	FigEnqueueNATS, FigDrainNATS, FigDrainNATSErrors, FigDrainNATSBatch,
 	FigWaitingPolls, FigWaitingMemory, FigWaiterMemory, FigWaitingClaimP99, FigWaitingErrors,
 	FigSchedClaimP50, FigSchedClaimP99, FigSchedClaimP999, FigClaimP50, FigClaimP99, FigClaimP999,
 	FigReleaseEarly, FigReleaseP50, FigReleaseP99, FigReleaseMax, FigReleaseGCs, FigTimeoutP50, FigTimeoutP99, FigTimeoutMax, FigBurstP99, FigBurstMax, FigFireP50, FigFireP99, FigFireMax,
