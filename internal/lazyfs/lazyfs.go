@@ -158,6 +158,9 @@ func (l *FS) Cut() Stats {
 	return l.statsLocked()
 }
 
+// Mountpoint is where the file system is mounted.
+func (l *FS) Mountpoint() string { return l.cfg.Mountpoint }
+
 // Stats returns the counts since Mount.
 func (l *FS) Stats() Stats {
 	l.mu.Lock()
@@ -203,6 +206,7 @@ type node struct {
 var (
 	_ fs.NodeWrapChilder = (*node)(nil)
 	_ fs.NodeOpener      = (*node)(nil)
+	_ fs.NodeLookuper    = (*node)(nil)
 	_ fs.NodeCreater     = (*node)(nil)
 	_ fs.NodeGetattrer   = (*node)(nil)
 	_ fs.NodeSetattrer   = (*node)(nil)
@@ -346,6 +350,16 @@ func (n *node) open(path string, ino uint64, flags uint32) (*handle, syscall.Err
 	return h, 0
 }
 
+// Lookup reports the cached size of a file with unsynced data: the
+// kernel takes a file's size from a lookup too.
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ch, errno := n.LoopbackNode.Lookup(ctx, name, out)
+	if errno == 0 {
+		n.lfs.sizeOf(ch.StableAttr().Ino, &out.Attr)
+	}
+	return ch, errno
+}
+
 // Getattr reports the cached size of a file with unsynced data.
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	if h, ok := f.(*handle); ok {
@@ -354,7 +368,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	if errno := n.LoopbackNode.Getattr(ctx, nil, out); errno != 0 {
 		return errno
 	}
-	n.lfs.sizeOf(n.StableAttr().Ino, out)
+	n.lfs.sizeOf(n.StableAttr().Ino, &out.Attr)
 	return 0
 }
 
@@ -476,14 +490,14 @@ func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
 		return fs.ToErrno(err)
 	}
 	out.FromStat(&st)
-	h.lfs.sizeOf(h.ino, out)
+	h.lfs.sizeOf(h.ino, &out.Attr)
 	return 0
 }
 
 // The cache. Every method below holds l.mu.
 
 // sizeOf sets out's size to the cached one if the file has unsynced data.
-func (l *FS) sizeOf(ino uint64, out *fuse.AttrOut) {
+func (l *FS) sizeOf(ino uint64, out *fuse.Attr) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if d := l.files[ino]; d != nil {
