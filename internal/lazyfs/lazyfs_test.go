@@ -79,7 +79,7 @@ func TestLazyFS(t *testing.T) {
 		if s := l.Cut(); s.CutFiles != 1 {
 			t.Fatalf("cut %d files, want 1", s.CutFiles)
 		}
-		l = remount(t, l, mnt, backing)
+		remount(t, l, mnt, backing)
 		if got := read(t, p); string(got) != "durable" {
 			t.Fatalf("after the cut: %q, want %q", got, "durable")
 		}
@@ -92,7 +92,7 @@ func TestLazyFS(t *testing.T) {
 			t.Fatalf("the backing file holds %d bytes before any fsync", len(got))
 		}
 		l.Cut()
-		l = remount(t, l, mnt, backing)
+		remount(t, l, mnt, backing)
 		// The name was created (a directory operation, durable at once);
 		// its data was never synced.
 		if got := read(t, p); len(got) != 0 {
