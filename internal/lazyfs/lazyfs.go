@@ -88,6 +88,7 @@ type dirty struct {
 	pages map[int64][]byte // page index → pageSize bytes
 	size  int64
 	keep  int64
+	f     *os.File // the backing file, kept open for Writeback
 }
 
 // Stats counts the file system's work since Mount.
@@ -149,13 +150,42 @@ func (l *FS) Cut() Stats {
 	defer l.mu.Unlock()
 	if !l.cut {
 		l.cut = true
-		for _, d := range l.files {
+		for ino, d := range l.files {
 			l.stats.CutFiles++
 			l.stats.CutBytes += int64(len(d.pages)) * pageSize
+			l.drop(ino)
 		}
-		clear(l.files)
 	}
 	return l.statsLocked()
+}
+
+// Writeback writes every file's unsynced data to the backing directory,
+// as the kernel's periodic writeback of dirty pages (or sync(1)) does:
+// what was written before the call survives a later Cut. It fails once
+// the power is off.
+func (l *FS) Writeback() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cut {
+		return fmt.Errorf("lazyfs: writeback: %w", syscall.EIO)
+	}
+	for ino, d := range l.files {
+		if err := d.writeTo(d.f); err != nil {
+			return fmt.Errorf("lazyfs: writeback: %w", err)
+		}
+		l.stats.Syncs++
+		l.stats.SyncedBytes += int64(len(d.pages)) * pageSize
+		l.drop(ino)
+	}
+	return nil
+}
+
+// drop forgets a file's unsynced state.
+func (l *FS) drop(ino uint64) {
+	if d := l.files[ino]; d != nil {
+		d.f.Close()
+		delete(l.files, ino)
+	}
 }
 
 // Mountpoint is where the file system is mounted.
@@ -183,7 +213,9 @@ func (l *FS) statsLocked() Stats {
 func (l *FS) Unmount() error {
 	l.mu.Lock()
 	l.cut = true
-	clear(l.files)
+	for ino := range l.files {
+		l.drop(ino)
+	}
 	l.mu.Unlock()
 	var err error
 	for range 50 { // EBUSY while the kernel still releases files
@@ -247,7 +279,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 	errno = n.alive(func() syscall.Errno {
 		ch, errno = n.LoopbackNode.Mknod(ctx, name, mode, rdev, out)
 		if errno == 0 {
-			delete(n.lfs.files, ch.StableAttr().Ino) // a reused inode number starts clean
+			n.lfs.drop(ch.StableAttr().Ino) // a reused inode number starts clean
 		}
 		return errno
 	})
@@ -323,7 +355,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		}
 		lf.(fs.FileReleaser).Release(ctx)
 		ino := ch.StableAttr().Ino
-		delete(n.lfs.files, ino) // a reused inode number starts clean
+		n.lfs.drop(ino) // a reused inode number starts clean
 		fh, errno = n.open(filepath.Join(n.path(), name), ino, flags)
 		return errno
 	})
@@ -382,7 +414,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 				bf = h.f
 			} else {
 				var err error
-				if bf, err = os.OpenFile(n.path(), os.O_RDONLY, 0); err != nil {
+				if bf, err = os.OpenFile(n.path(), os.O_RDWR, 0); err != nil {
 					return fs.ToErrno(err)
 				}
 				defer bf.Close()
@@ -471,7 +503,7 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	if err := d.writeTo(h.f); err != nil {
 		return fs.ToErrno(err)
 	}
-	delete(h.lfs.files, h.ino)
+	h.lfs.drop(h.ino)
 	h.lfs.stats.Syncs++
 	h.lfs.stats.SyncedBytes += int64(len(d.pages)) * pageSize
 	return 0
@@ -516,7 +548,11 @@ func (l *FS) dirtyOf(f *os.File, ino uint64) (*dirty, syscall.Errno) {
 	if err != nil {
 		return nil, fs.ToErrno(err)
 	}
-	d := &dirty{pages: make(map[int64][]byte), size: fi.Size(), keep: fi.Size()}
+	fd, err := syscall.Dup(int(f.Fd()))
+	if err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	d := &dirty{pages: make(map[int64][]byte), size: fi.Size(), keep: fi.Size(), f: os.NewFile(uintptr(fd), f.Name())}
 	l.files[ino] = d
 	return d, 0
 }

@@ -204,6 +204,20 @@ func TestLazyFS(t *testing.T) {
 			t.Fatalf("after a synced O_TRUNC: %q", got)
 		}
 	})
+	t.Run("WritebackMakesEarlierWritesDurable", func(t *testing.T) {
+		l, mnt, backing := mount(t)
+		p := filepath.Join(mnt, "w")
+		write(t, p, []byte("old"), false) // closed: only lazyfs holds it
+		if err := l.Writeback(); err != nil {
+			t.Fatal(err)
+		}
+		write(t, p, []byte(" new"), false)
+		l.Cut()
+		remount(t, l, mnt, backing)
+		if got := read(t, p); string(got) != "old" {
+			t.Fatalf("after the cut: %q, want %q", got, "old")
+		}
+	})
 	t.Run("NothingChangesAfterCut", func(t *testing.T) {
 		l, mnt, backing := mount(t)
 		p := filepath.Join(mnt, "e")
