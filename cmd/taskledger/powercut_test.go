@@ -515,7 +515,7 @@ func (l *pcLedger) check(t *testing.T, c *api.Client) (checked int, lost pcLoss)
 		}
 		switch {
 		case rank[got.Status] < rank[want.status]:
-			lost.add("task state", want.cycle, l.cycle) // the acknowledged step (a claim, a result, a cancel) is gone
+			lost.add("task state", want.cycle, l.cycle)           // the acknowledged step (a claim, a result, a cancel) is gone
 			back := pcTask{status: got.Status, cycle: want.cycle} // what is left is checked from now on
 			if got.Claim != nil {
 				back.token = got.Claim.DeliveryID

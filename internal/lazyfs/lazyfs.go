@@ -23,6 +23,9 @@
 //     that survives this model may still lose a just-created name on
 //     real hardware; what it catches is the common failure, data
 //     acknowledged before it was fsynced.
+//   - Nothing is written back in the background, as a kernel's periodic
+//     writeback would; Writeback does it when the test asks, so a test
+//     can make "everything older than now" durable.
 //   - The backing directory itself is not fsynced: the test simulates the
 //     loss of the mount's cache, not of the real disk under it.
 //
