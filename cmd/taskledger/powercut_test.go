@@ -40,9 +40,11 @@ const (
 // and cuts the power POWERCUT_CUTS times (default 2 per mode) while
 // clients write through every route: batch and single schedules, mailbox
 // appends, cancels, batch claims, heartbeats, Run saves, batch and single
-// results, periodic schedules and their pauses. Each cut comes once the
-// clients hold POWERCUT_LOAD acknowledged (2xx) writes of that cycle
-// (default 150). Then `replay verify` audits what is on the backing
+// results, periodic schedules and their pauses. Each cycle starts the
+// server cleanly; half way lazyfs writes every dirty page back (the
+// kernel's periodic writeback), and the cut comes once the clients hold
+// POWERCUT_LOAD acknowledged (2xx) writes of that cycle (default 150).
+// Then `replay verify` audits what is on the backing
 // directory, serve restarts on it, and every write ever acknowledged must
 // be there: each task at least at its acknowledged status (a terminal
 // one exactly, a running one under the acknowledged claim token), each
@@ -51,9 +53,10 @@ const (
 // Durable (serve --durability fsync) must lose nothing over all cuts.
 // Lossy (--durability os) must lose something: it answers before fsync,
 // and the embedded JetStream syncs only every 2 minutes (sync_interval),
-// far longer than a cycle, so the writes of the cycle are in memory when
-// the power goes. That the test sees those losses is the proof that it
-// can fail.
+// far longer than a cycle, so the writes after the writeback are in
+// memory when the power goes. That the test sees those losses is the
+// proof that it can fail; that it finds every write from before the
+// writeback is the proof that it does not count as lost what is there.
 //
 // The cut comes before the kill: lazyfs.Cut drops the unsynced data and
 // refuses every later change (a write, an fsync, a rename fail with EIO),
