@@ -40,6 +40,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -52,9 +53,10 @@ import (
 // pageSize is the unit in which written data is cached.
 const pageSize = 4096
 
-// ErrNoFUSE is Mount's error where /dev/fuse cannot be opened: the
-// machine (or container) offers no FUSE.
-var ErrNoFUSE = errors.New("lazyfs: /dev/fuse is not available")
+// ErrNoFUSE is Mount's error where this process cannot mount a FUSE file
+// system: /dev/fuse cannot be opened (the machine or container offers no
+// FUSE), or the process is not root and has no fusermount helper.
+var ErrNoFUSE = errors.New("lazyfs: FUSE is not available")
 
 // Config says what to mount where.
 type Config struct {
@@ -65,7 +67,8 @@ type Config struct {
 	// exist, and should be empty.
 	Mountpoint string
 	// Fusermount, if set, mounts through the fusermount helper instead of
-	// calling mount(2) directly (which needs root).
+	// calling mount(2) directly, which needs root; a process that is not
+	// root always uses the helper.
 	Fusermount bool
 	// Debug logs every FUSE request.
 	Debug bool
@@ -115,6 +118,16 @@ func Mount(cfg Config) (*FS, error) {
 		return nil, fmt.Errorf("%w: %w", ErrNoFUSE, err)
 	} else {
 		f.Close()
+	}
+	if os.Geteuid() != 0 {
+		cfg.Fusermount = true
+	}
+	if cfg.Fusermount {
+		_, err3 := exec.LookPath("fusermount3")
+		_, err := exec.LookPath("fusermount")
+		if err3 != nil && err != nil {
+			return nil, fmt.Errorf("%w: not root, and no fusermount3 or fusermount in PATH", ErrNoFUSE)
+		}
 	}
 	backing, err := filepath.Abs(cfg.Backing)
 	if err != nil {
