@@ -296,8 +296,9 @@ func (g *pcGen) step(ctx context.Context, i int) error {
 		g.led.task(done.ID, done.Status, "")
 	}
 	// Claims, a heartbeat, Run saves, results: one claimed task in four is
-	// left running.
-	claimed, err := g.c.ClaimBatch(ctx, pcQueue, "pc-"+strconv.Itoa(g.w), 4, 20*time.Millisecond, api.WithHeartbeat(600))
+	// left running, under a heartbeat interval and a run timeout of an
+	// hour, so a run of the test shorter than that sees no claim expire.
+	claimed, err := g.c.ClaimBatch(ctx, pcQueue, "pc-"+strconv.Itoa(g.w), 4, 20*time.Millisecond, api.WithHeartbeat(events.MaxHeartbeatSeconds))
 	if err != nil {
 		return fmt.Errorf("claim batch: %w", err)
 	}
