@@ -81,6 +81,10 @@ cluster-bench: ## scaling figures on a 3-node NATS cluster: 1-3 processes, K sha
 soak: ## kill -9 soak test (SOAK_SECONDS, default 120)
 	SOAK_SECONDS=$${SOAK_SECONDS:-120} $(GO) test -race -count=1 -run TestSoakKillNine -v -timeout 30m ./cmd/taskledger
 
+.PHONY: powercut
+powercut: ## power cuts (POWERCUT_CUTS, default 20, per mode): serve on a FUSE file system that drops unsynced writes; fsync must lose 0 acknowledged writes, os reports its losses (needs /dev/fuse, root)
+	POWERCUT_CUTS=$${POWERCUT_CUTS:-20} POWERCUT_LOAD=$${POWERCUT_LOAD:-300} $(GO) test -count=1 -run '^TestPowerCut$$' -v -timeout 30m ./cmd/taskledger
+
 .PHONY: attack
 attack: ## 2,000 slow-body connections beside normal requests; fails if their p99 is 100 ms or more (ATTACK_CONNS)
 	ATTACK_CONNS=$${ATTACK_CONNS:-2000} ATTACK_MEASURE=1 $(GO) test -count=1 -run '^TestSlowBodyAttack$$' -v -timeout 10m ./internal/httpapi

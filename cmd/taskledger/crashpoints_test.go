@@ -502,7 +502,13 @@ type serveProc struct {
 // environment (minus any crash point of the test's own), and waits until
 // it answers. It may be called from any goroutine.
 func launch(bin, data, addr string, env ...string) (*serveProc, error) {
-	cmd := exec.Command(bin, "serve", "--data", data, "--http", addr, "--log-format", "json", "--log-level", "warn")
+	return launchFlags(bin, data, addr, nil, env...)
+}
+
+// launchFlags is launch with serve flags added.
+func launchFlags(bin, data, addr string, flags []string, env ...string) (*serveProc, error) {
+	args := append([]string{"serve", "--data", data, "--http", addr, "--log-format", "json", "--log-level", "warn"}, flags...)
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(childEnv(), env...)
 	out := &tailBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out

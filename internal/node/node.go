@@ -289,7 +289,7 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 		return nil, err
 	}
 	svc, err := scheduler.New(scheduler.Config{
-		Store: st, Views: eng, Runs: runs, Delivery: queues,
+		Store: st, Views: eng, Runs: durableRuns(runs, cfg.Durable), Delivery: queues,
 		Usage: eng, Admission: cfg.Admission, Logger: cfg.Logger, Metrics: metrics,
 		Limits: cfg.Limits, Now: cfg.Now, Renewed: announceRenewals(cfg.NC, cfg.Subjects),
 	})
@@ -424,4 +424,37 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// syncedRuns is the runs bucket under the group commit: a saved Run
+// revision is on stable storage before Save returns, so before the log
+// records it (RunSaved). Without that wait one fsync pass could cover the
+// log's RunSaved and not the bucket's record written just before it (the
+// pass looks at the files at one instant and syncs them after), and a
+// power cut would leave the log naming a revision that is not there;
+// TestPowerCut found it.
+type syncedRuns struct {
+	scheduler.Runs
+	sync func(context.Context) error
+}
+
+// durableRuns returns runs, made durable on save when c is set.
+func durableRuns(runs *store.Runs, c Committer) scheduler.Runs {
+	if c == nil {
+		return runs
+	}
+	return syncedRuns{Runs: runs, sync: c.Sync}
+}
+
+func (r syncedRuns) Save(ctx context.Context, taskID string, base uint64, run store.Run) (store.Run, error) {
+	saved, err := r.Runs.Save(ctx, taskID, base, run)
+	if err != nil {
+		return saved, err
+	}
+	if err := r.sync(ctx); err != nil {
+		// The record stays an orphan the log never names; a retry of the
+		// save replaces it (store.Runs.Save).
+		return store.Run{}, fmt.Errorf("%w: run %s revision %d is not on stable storage: %w", store.ErrUnavailable, taskID, saved.Revision, err)
+	}
+	return saved, nil
 }
