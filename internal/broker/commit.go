@@ -151,6 +151,7 @@ func (g *groupCommit) stats() CommitStats {
 // by rename. So a pass fsyncs each stream's active block if it grew
 // since the last pass (and, when a new block has appeared, the one
 // before it a last time and the directory that now holds the new one),
+// every block the store rewrote by rename since (activeBlock.replaced),
 // and a new stream's files and directories once.
 //
 // A pass first finds that work, with a directory read per account and
@@ -176,7 +177,8 @@ type syncJob struct {
 	after func()
 }
 
-// activeBlock is the block a stream appends to, kept open.
+// activeBlock is the block a stream appends to, kept open, and what is
+// known of the stream's other blocks.
 type activeBlock struct {
 	msgs   string    // the stream's msgs directory
 	n      uint64    // its index; 0 until the stream has a block
@@ -184,6 +186,14 @@ type activeBlock struct {
 	synced int64     // its size at the last fsync
 	listed time.Time // when msgs was last read
 	mtime  time.Time // msgs's modification time then
+	// files are the stream's block files as last seen, by index: a
+	// block found to be another file now was rewritten (see replaced).
+	files map[uint64]os.FileInfo
+	// recheck, if set, is when to look for rewritten blocks once more:
+	// the last look came within listMargin of the directory's change, so
+	// a rename in the same tick of the coarse clock may have left its
+	// time as it was.
+	recheck time.Time
 }
 
 func (s *fileSyncer) sync() error {
@@ -286,6 +296,16 @@ func (b *activeBlock) scan(jobs []syncJob) ([]syncJob, error) {
 	if err != nil {
 		return nil, err
 	}
+	now := time.Now()
+	if changed := !fi.ModTime().Equal(b.mtime); changed || (!b.recheck.IsZero() && now.After(b.recheck)) {
+		b.recheck = time.Time{}
+		if now.Sub(fi.ModTime()) < listMargin {
+			b.recheck = fi.ModTime().Add(listMargin)
+		}
+		if jobs, err = b.replaced(jobs); err != nil {
+			return nil, err
+		}
+	}
 	if !fi.ModTime().Equal(b.mtime) || b.listed.Sub(b.mtime) < listMargin {
 		b.listed = time.Now()
 		b.mtime = fi.ModTime()
@@ -325,6 +345,55 @@ func (b *activeBlock) scan(jobs []syncJob) ([]syncJob, error) {
 	if size := fi.Size(); size != b.synced {
 		jobs = append(jobs, syncJob{f: b.f, after: func() { b.synced = size }})
 	}
+	return jobs, nil
+}
+
+// replaced adds the fsyncs of the blocks nats-server rewrote since the
+// last look: it compacts a block that is mostly deleted messages (a
+// key-value bucket's old revisions), and may rewrite the active one, by
+// writing a new file and renaming it over the old — without an fsync
+// unless it syncs every write. The old file's data was durable, the new
+// file's is not: a power cut could empty the block. So a block that is
+// another file than last time is fsynced, with the directory that holds
+// its new entry; if it is the active one, the handle kept open (of the
+// old file) is dropped for the new. It lists the directory, so it
+// runs only when the directory has changed (and once more after a change
+// within the clock's tick, recheck).
+func (b *activeBlock) replaced(jobs []syncJob) ([]syncJob, error) {
+	entries, err := os.ReadDir(b.msgs)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	first := b.files == nil
+	files := make(map[uint64]os.FileInfo, len(entries))
+	rewritten := false
+	for _, e := range entries {
+		n := blockIndex(e.Name())
+		if n == 0 {
+			continue
+		}
+		fi, err := e.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		files[n] = fi
+		if prev, ok := b.files[n]; !ok || first || os.SameFile(prev, fi) {
+			continue
+		}
+		rewritten = true
+		if n == b.n && b.f != nil {
+			b.close() // of the old file: scan reopens the block and fsyncs it whole
+			continue
+		}
+		jobs = append(jobs, syncJob{path: b.block(n)})
+	}
+	if rewritten {
+		jobs = append(jobs, syncJob{path: b.msgs})
+	}
+	b.files = files
 	return jobs, nil
 }
 

@@ -186,3 +186,59 @@ func TestActiveBlockProbes(t *testing.T) {
 		t.Fatalf("after the active block's removal: block %d, %v; want 4 from a listing", b.n, err)
 	}
 }
+
+// TestRewrittenBlocksSynced: a block nats-server rewrites by renaming a
+// new file over it (a compaction; the active block's rewrite) is fsynced
+// with its directory, and a rewritten active block is reopened, so the
+// writes after the rewrite are synced in the new file, not the old one.
+func TestRewrittenBlocksSynced(t *testing.T) {
+	t.Parallel()
+	msgs := t.TempDir()
+	write := func(n int, data string) {
+		path := filepath.Join(msgs, fmt.Sprintf("%d.blk", n))
+		if err := os.WriteFile(path+".new", []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path+".new", path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n := 1; n <= 3; n++ {
+		write(n, "first")
+	}
+	b := &activeBlock{msgs: msgs}
+	defer b.close()
+	jobs, err := b.scan(nil)
+	if err != nil || b.n != 3 {
+		t.Fatalf("first scan: block %d, %v; want 3", b.n, err)
+	}
+	runJobs(jobs)
+	old := b.f
+	if jobs, err = b.scan(nil); err != nil || len(jobs) != 0 {
+		t.Fatalf("nothing changed: jobs %+v, %v; want none", jobs, err)
+	}
+
+	write(1, "compacted") // an old block compacted
+	write(3, "rewritten") // the active block rewritten
+	b.mtime = time.Time{}  // as if the directory's time moved
+	jobs, err = b.scan(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	active := false
+	for _, j := range jobs {
+		switch {
+		case j.path != "":
+			paths = append(paths, filepath.Base(j.path))
+		case j.f != nil && j.f != old:
+			active = true
+		}
+	}
+	if want := []string{"1.blk", filepath.Base(msgs)}; !slices.Equal(paths, want) {
+		t.Errorf("sync jobs by path %v, want %v (the compacted block, then the directory)", paths, want)
+	}
+	if !active || b.f == old {
+		t.Errorf("the rewritten active block was not reopened and synced (jobs %+v)", jobs)
+	}
+}
