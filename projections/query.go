@@ -185,12 +185,16 @@ func (vw *Views) TimerLen(t Timer) int {
 func (vw *Views) Admissions(customerID string, since time.Time) (active, recent int) {
 	vw.mu.RLock()
 	defer vw.mu.RUnlock()
-	for _, at := range vw.v.admissions[customerID] {
+	l := vw.v.admissions[customerID] // sorted (views.admit)
+	// The first entry after since: a comparison that never answers "equal"
+	// makes the search return it.
+	first, _ := slices.BinarySearchFunc(l, since, func(at, since time.Time) int {
 		if at.After(since) {
-			recent++
+			return 1
 		}
-	}
-	return vw.v.activeRoots[customerID], recent
+		return -1
+	})
+	return vw.v.activeRoots[customerID], len(l) - first
 }
 
 // QueueCounts returns the number of tasks per queue and status.
