@@ -91,7 +91,6 @@ type sideBySide struct {
 	// target: taskledger ≥ factor × the figure of the peer named
 	// targetPeer (for rates); or ≤ limit (for latencies).
 	targetPeer string
-	peerMetric string // targetPeer's metric prefix when it differs from peer
 	factor     float64
 	limit      float64
 }

@@ -220,7 +220,7 @@ func TestRewrittenBlocksSynced(t *testing.T) {
 
 	write(1, "compacted") // an old block compacted
 	write(3, "rewritten") // the active block rewritten
-	b.mtime = time.Time{}  // as if the directory's time moved
+	b.mtime = time.Time{} // as if the directory's time moved
 	jobs, err = b.scan(nil)
 	if err != nil {
 		t.Fatal(err)
