@@ -166,21 +166,6 @@ func clusterShards(t *testing.T) events.Shards {
 	return events.Shards{K: envInt(t, "CLUSTER_SHARDS", 3, 1, eventlog.MaxShards)}
 }
 
-// envInt returns the whole number in the environment variable name,
-// def when it is unset; outside min..max fails t.
-func envInt(t *testing.T, name string, def, min, max int) int {
-	t.Helper()
-	s := os.Getenv(name)
-	if s == "" {
-		return def
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < min || n > max {
-		t.Fatalf("%s=%q: want a whole number from %d to %d", name, s, min, max)
-	}
-	return n
-}
-
 // streamLeader names the node leading shard i's event stream of a log
 // of shards.
 func streamLeader(t *testing.T, nc *nats.Conn, shards events.Shards, i int) string {

@@ -116,6 +116,21 @@ func freeAddr(t *testing.T) string {
 	return ""
 }
 
+// envInt returns the whole number in the environment variable name,
+// def when it is unset; outside min..max fails t.
+func envInt(t *testing.T, name string, def, min, max int) int {
+	t.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < min || n > max {
+		t.Fatalf("%s=%q: want a whole number from %d to %d", name, s, min, max)
+	}
+	return n
+}
+
 // startServer runs `taskledger serve` on dataDir with flags added and
 // waits until it answers.
 func startServer(t *testing.T, dataDir, addr string, flags ...string) *process {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -70,8 +69,8 @@ const (
 // Where /dev/fuse is missing the test is skipped with a loud message,
 // except under CI (CI set), where it fails.
 func TestPowerCut(t *testing.T) {
-	cuts := pcEnv(t, "POWERCUT_CUTS", 2, 1, 1000)
-	load := pcEnv(t, "POWERCUT_LOAD", 150, 10, 100000)
+	cuts := envInt(t, "POWERCUT_CUTS", 2, 1, 1000)
+	load := envInt(t, "POWERCUT_LOAD", 150, 10, 100000)
 	bin := taskledgerBinary(t)
 	t.Run("Durable", func(t *testing.T) {
 		r := powerCuts(t, bin, "fsync", cuts, load)
@@ -138,7 +137,7 @@ func powerCuts(t *testing.T, bin, durability string, cuts, load int) pcResult {
 			t.Logf("cut %d: replay verify found the log damaged (expected of --durability os): %v", cut, verr)
 		}
 
-		next, err := launchFlags(bin, data, pcAddr(t), flags)
+		next, err := launchFlags(bin, data, freeAddr(t), flags)
 		if err != nil {
 			if durability == "fsync" {
 				t.Fatalf("cut %d: serve did not start again after the power cut: %v", cut, err)
@@ -599,39 +598,10 @@ func mountLazy(t *testing.T, backing, mnt string) *lazyfs.FS {
 // pcLaunch starts serve with flags on data, killed when the test ends.
 func pcLaunch(t *testing.T, bin, data string, flags []string) *serveProc {
 	t.Helper()
-	p, err := launchFlags(bin, data, pcAddr(t), flags)
+	p, err := launchFlags(bin, data, freeAddr(t), flags)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.kill)
 	return p
-}
-
-// pcAddr returns a free loopback address in this test's port range.
-func pcAddr(t *testing.T) string {
-	t.Helper()
-	for range 100 {
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(21000+rand.IntN(1000)))
-		if ln, err := net.Listen("tcp", addr); err == nil {
-			ln.Close()
-			return addr
-		}
-	}
-	t.Fatal("no free loopback port in 21000-21999 in 100 tries")
-	return ""
-}
-
-// pcEnv returns the whole number in the environment variable name, def
-// when it is unset; outside min..max fails t.
-func pcEnv(t *testing.T, name string, def, min, max int) int {
-	t.Helper()
-	s := os.Getenv(name)
-	if s == "" {
-		return def
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < min || n > max {
-		t.Fatalf("%s=%q: want a whole number from %d to %d", name, s, min, max)
-	}
-	return n
 }
