@@ -381,7 +381,7 @@ func (e *benchEnv) epochs() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	part, _ := events.Shards{K: 1, Slots: 2}.Split(h.Events[0].Seq)
+	part, _ := events.Shards{K: 1, Slots: 2}.Split(events.Position(h.Events[0].Seq))
 	slot := part - 1
 	var epoch int64
 	for deadline := time.Now().Add(4 * benchEpochPeriod); epoch == 0; time.Sleep(200 * time.Millisecond) {
