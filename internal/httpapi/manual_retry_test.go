@@ -36,6 +36,19 @@ func TestManualRetry(t *testing.T) {
 	if done, err := b.client.RecordResult(ctx, old.ID, api.ResultRequest{DeliveryID: old.Claim.DeliveryID, Error: "tool flaked", Retryable: refOf(false)}); err != nil || done.Status != "failed" {
 		t.Fatalf("result: %v %+v", err, done)
 	}
+	// The failed task's concurrency slot is released by the alarm after
+	// the answer: wait for that write, so the subtests that count the
+	// log's events count only their own.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		k, err := b.client.Concurrency(ctx, old.Concurrency.Key, old.CustomerID)
+		if err == nil && len(k.Holders) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the failed task's slot was not released: %v %+v", err, k)
+		}
+	}
+	settled(t, b)
 
 	t.Run("SameSpec", func(t *testing.T) {
 		t.Parallel()
