@@ -120,8 +120,11 @@ func writeSideBySide(p func(string, ...any), rep Report) {
 		return
 	}
 	p("## side by side with the peers\n\n")
-	p("The peers' own benchmark programs, run on this machine in the same sitting as this report, one after another with nothing else busy; their raw output is in [peers/](peers/). Peers: N = 20,000 no-op jobs, the median of 3 trials; taskledger: the figures of the tables below (at scale 1). \"enqueue → start\" is the peers' enqueue→handler start at 500/s beside taskledger's schedule→claimable; River and Asynq have no batch claim.\n\n")
-	p("| measurement | unit | taskledger HTTP | taskledger NATS |")
+	p("The peers' own benchmark programs, run on this machine in the same sitting as this report, one after another with nothing else busy; their raw output is in [peers/](peers/). Peers: as each file's heading says (N no-op jobs, the median of the trials); taskledger: the figures of the tables below (scale %g). \"enqueue → start\" is the peers' enqueue→handler start at 500/s beside taskledger's schedule→claimable; River and Asynq have no batch claim.\n\n", rep.Scale)
+	for _, peer := range rep.Peers {
+		p("- %s\n", peer.Title)
+	}
+	p("\n| measurement | unit | taskledger HTTP | taskledger NATS |")
 	for _, peer := range rep.Peers {
 		p(" %s |", escapeCell(peer.Name))
 	}
