@@ -26,6 +26,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
 )
 
 // Config configures a Service. NC, Handler and Root are required.
@@ -112,6 +113,10 @@ func (s *Service) Run(ctx context.Context) error {
 		if r.Reply() == "" {
 			return // a publish, not a request: nobody would read the answer
 		}
+		if !s.replyAllowed(r) {
+			s.cfg.Logger.Warn().Str("subject", r.Subject()).Str("reply", events.Truncate(r.Reply(), 200)).Msg("NATS request naming a reply outside its customer's inbox dropped")
+			return
+		}
 		select {
 		case s.slots <- struct{}{}:
 		default:
@@ -130,6 +135,14 @@ func (s *Service) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-s.slots }()
+			defer func() {
+				// As net/http does for a request: a panic ends the request,
+				// not the process.
+				if v := recover(); v != nil {
+					s.cfg.Logger.Error().Interface("panic", v).Str("subject", r.Subject()).Msg("NATS request panicked; answered 500")
+					s.respond(r, errorAnswer(api.ErrInternal.WithMessage("internal error")))
+				}
+			}()
 			s.respond(r, s.serve(reqCtx, r))
 		}()
 	})
@@ -141,7 +154,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// Every process hears every cancellation (no queue group): the one
 	// serving the request ends it.
 	cancels, err := s.cfg.NC.Subscribe(api.NATSSubject(s.cfg.Root, "*")+".cancel", func(m *nats.Msg) {
-		if f, ok := s.inflight.Load(requestKey(m.Subject, m.Header.Get(api.NATSRequestIDHeader))); ok {
+		if f, ok := s.inflight.Load(s.requestKey(m.Subject, m.Header.Get(api.NATSRequestIDHeader))); ok {
 			f.(context.CancelFunc)()
 		}
 	})
@@ -211,9 +224,6 @@ func (s *Service) serve(ctx context.Context, r micro.Request) answer {
 	if !strings.HasPrefix(path, "/") {
 		return errorAnswer(api.ErrInvalid.WithMessage(fmt.Sprintf("%s header %q: want an absolute path, like /v1/tasks", api.NATSPathHeader, path)))
 	}
-	if p, _, _ := strings.Cut(path, "?"); strings.HasSuffix(p, "/stream") {
-		return errorAnswer(api.ErrInvalid.WithMessage("event streams are served over HTTP only"))
-	}
 	auth := nats.Header(h).Get(api.NATSAuthHeader)
 	if err := s.checkCustomer(r.Subject(), auth); err != nil {
 		return errorAnswer(err)
@@ -221,7 +231,7 @@ func (s *Service) serve(ctx context.Context, r micro.Request) answer {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.MaxWait)
 	defer cancel()
 	if id := nats.Header(h).Get(api.NATSRequestIDHeader); id != "" {
-		key := requestKey(r.Subject(), id)
+		key := s.requestKey(r.Subject(), id)
 		if _, taken := s.inflight.LoadOrStore(key, cancel); !taken {
 			defer s.inflight.Delete(key)
 		}
@@ -229,6 +239,9 @@ func (s *Service) serve(ctx context.Context, r micro.Request) answer {
 	req, err := http.NewRequestWithContext(ctx, method, "http://localhost"+path, bytes.NewReader(r.Data()))
 	if err != nil {
 		return errorAnswer(api.ErrInvalid.WithMessage(fmt.Sprintf("%s header: %v", api.NATSPathHeader, err)))
+	}
+	if strings.HasSuffix(req.URL.Path, "/stream") { // decoded, as the router matches it
+		return errorAnswer(api.ErrInvalid.WithMessage("event streams are served over HTTP only"))
 	}
 	// The handler's guard admits, without tokens, only a loopback Host:
 	// a request over NATS comes from a connection the server admitted.
@@ -253,10 +266,41 @@ func (s *Service) serve(ctx context.Context, r micro.Request) answer {
 // requestKey names a request by its subject's customer and its id, so a
 // customer cancels only its own requests (its token publishes only on its
 // own subjects).
-func requestKey(subject, id string) string {
-	_, rest, _ := strings.Cut(subject, ".api.")
-	customer, _, _ := strings.Cut(rest, ".")
+func (s *Service) requestKey(subject, id string) string {
+	customer, _ := s.customer(subject)
 	return customer + "\x00" + id
+}
+
+// customer returns the customer a request's subject names
+// (api.NATSSubject(Root, customer) + "." + anything); ok is false for a
+// subject outside the API's.
+func (s *Service) customer(subject string) (customer string, ok bool) {
+	rest, ok := strings.CutPrefix(subject, api.NATSSubject(s.cfg.Root, ""))
+	customer, _, _ = strings.Cut(rest, ".")
+	return customer, ok && customer != ""
+}
+
+// replyAllowed reports whether the service may answer r on the reply
+// subject r names. NATS checks the subjects a client publishes to, not
+// the reply subject it names, and the service answers on its own
+// connection, which may publish anywhere: answering a customer's request
+// at a reply it chose would let that customer publish into the log, the
+// buckets, the ready queues or another customer's inbox. So with tokens,
+// a reply must lie in the inbox of the customer the subject names (the
+// only subjects its token may publish on; the client's
+// nats.CustomInboxPrefix is api.NATSInbox), unless the request carries
+// an operator's token. Without tokens the clients are unrestricted
+// anyway.
+func (s *Service) replyAllowed(r micro.Request) bool {
+	if s.cfg.Tokens == nil {
+		return true
+	}
+	token, _ := strings.CutPrefix(nats.Header(r.Headers()).Get(api.NATSAuthHeader), "Bearer ")
+	if owner, known := s.cfg.Tokens[token]; known && owner == "*" {
+		return true
+	}
+	customer, ok := s.customer(r.Subject())
+	return ok && strings.HasPrefix(r.Reply(), api.NATSInbox(customer)+".")
 }
 
 // checkCustomer refuses a request whose subject names another customer
@@ -266,8 +310,7 @@ func (s *Service) checkCustomer(subject, auth string) *api.Error {
 	if s.cfg.Tokens == nil {
 		return nil
 	}
-	rest, ok := strings.CutPrefix(subject, s.cfg.Root+".api.")
-	customer, _, _ := strings.Cut(rest, ".")
+	customer, ok := s.customer(subject)
 	token, bearer := strings.CutPrefix(auth, "Bearer ")
 	owner, known := s.cfg.Tokens[token]
 	if !ok || !bearer || !known || owner == "*" || owner == customer {

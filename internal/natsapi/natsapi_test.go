@@ -640,3 +640,61 @@ func TestShutdownFinishesRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReplyConfined: a customer's request naming a reply subject outside
+// its own inbox gets no answer there — the service answers on its own,
+// unrestricted connection, so an answer to a chosen reply would let the
+// customer publish into the log, a bucket or another customer's inbox.
+// The same request with a reply in its own inbox is answered.
+func TestReplyConfined(t *testing.T) {
+	e := setup(t)
+	watch, err := e.srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(watch.Close)
+	targets := []string{
+		e.root + ".evt.beta.task_y",    // another customer's task subject in the log
+		"$KV." + e.root + "_META.x",    // a bucket
+		api.NATSInbox("beta") + ".r1",  // another customer's inbox
+		"$JS.API.STREAM.PURGE.ANY",     // the JetStream API
+		api.NATSInbox("acme") + "x.r1", // a prefix of acme's inbox without its dot
+	}
+	got := make(chan string, len(targets))
+	for _, target := range targets {
+		if _, err := watch.Subscribe(target, func(m *nats.Msg) { got <- m.Subject }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	nc := e.connect(t, "acme", "tok-acme")
+	own := api.NATSInbox("acme") + ".own"
+	answered, err := nc.SubscribeSync(own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	request := func(reply string) {
+		msg := nats.NewMsg(api.NATSSubject(e.root, "acme") + ".get")
+		msg.Reply = reply
+		msg.Header.Set(api.NATSMethodHeader, http.MethodGet)
+		msg.Header.Set(api.NATSPathHeader, "/v1/tasks/none")
+		msg.Header.Set(api.NATSAuthHeader, "Bearer tok-acme")
+		if err := nc.PublishMsg(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, target := range targets {
+		request(target)
+	}
+	request(own)
+	if _, err := answered.NextMsg(10 * time.Second); err != nil {
+		t.Fatalf("no answer in acme's own inbox: %v", err)
+	}
+	select {
+	case subject := <-got:
+		t.Fatalf("the service answered acme's request at %s", subject)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
