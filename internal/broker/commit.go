@@ -282,12 +282,10 @@ const listMargin = 2 * time.Second
 // directory has changed since it was last looked at (a block started, or
 // an emptied one removed), it finds the active block again first: the
 // highest block is the active one, and the ones it replaces are fsynced
-// a last time, with the directory that now holds the new one. It looks
-// for the blocks after the active one by name (nats-server numbers a new
-// block one past the last), so a pass costs the same however many
-// blocks the stream has (docs/performance.md, "Growth"); it lists the
-// directory only to find the first block, and when the active block is
-// gone without a successor (the stream's blocks replaced some other way).
+// a last time, with the directory that now holds the new one. It lists
+// the directory only when it has changed (or within listMargin of a
+// change), so a pass of a stream at rest costs two stat calls however
+// many blocks it has (docs/performance.md, "Growth").
 func (b *activeBlock) scan(jobs []syncJob) ([]syncJob, error) {
 	fi, err := os.Stat(b.msgs)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -397,20 +395,13 @@ func (b *activeBlock) replaced(jobs []syncJob) ([]syncJob, error) {
 	return jobs, nil
 }
 
-// highest returns the index of the stream's highest block: the blocks
-// after the active one that exist, probed one by one, or without an
-// active block (or with one removed), the highest in a listing of msgs.
-// 0 means no block.
+// highest returns the index of the stream's highest block (0 for none),
+// from a listing of msgs. Not by probing for the blocks after the active
+// one: the file store removes any block that has emptied, not only the
+// first, so the numbers can have holes (a key-value bucket whose newer
+// block was all overwritten), and a probe stopped by one would keep an
+// old block as the active one and leave the new one unsynced.
 func (b *activeBlock) highest() (uint64, error) {
-	if b.n > 0 {
-		n := b.n
-		for exists(b.block(n + 1)) {
-			n++
-		}
-		if n > b.n || exists(b.block(n)) {
-			return n, nil
-		}
-	}
 	blocks, err := os.ReadDir(b.msgs)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return 0, err

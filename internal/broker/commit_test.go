@@ -138,11 +138,11 @@ func TestSyncAfterShutdown(t *testing.T) {
 	}
 }
 
-// TestActiveBlockProbes: the active block is found by probing the
-// blocks after it, and every block started and filled between two
-// passes is fsynced once more; a listing finds it when there is none
-// yet, or when it is gone without a successor.
-func TestActiveBlockProbes(t *testing.T) {
+// TestActiveBlockFollows: the active block is the highest of a listing,
+// every block started and filled between two passes is fsynced once
+// more, and a hole in the block numbers (an emptied block removed) does
+// not stop the search at the block before it.
+func TestActiveBlockFollows(t *testing.T) {
 	t.Parallel()
 	msgs := t.TempDir()
 	touch := func(n int) {
@@ -184,6 +184,17 @@ func TestActiveBlockProbes(t *testing.T) {
 	b.mtime = time.Time{}
 	if _, err := b.scan(nil); err != nil || b.n != 4 {
 		t.Fatalf("after the active block's removal: block %d, %v; want 4 from a listing", b.n, err)
+	}
+	// A hole: block 5 started, filled and emptied (removed) between two
+	// passes while block 6 became the active one; 4 is still there.
+	touch(5)
+	touch(6)
+	if err := os.Remove(filepath.Join(msgs, "5.blk")); err != nil {
+		t.Fatal(err)
+	}
+	b.mtime = time.Time{}
+	if _, err := b.scan(nil); err != nil || b.n != 6 {
+		t.Fatalf("past a hole in the block numbers: block %d, %v; want 6", b.n, err)
 	}
 }
 
