@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -49,6 +50,10 @@ type Config struct {
 	// included (HTTP bounds those by its connections, --max-conns); past
 	// it a request is answered 503 at once. Default 4096.
 	MaxRequests int
+	// MaxBytes bounds the bytes of the request bodies held by the
+	// requests served at once (each up to the NATS max payload); past it
+	// a request is answered 503 at once. Default DefaultMaxBytes.
+	MaxBytes int64
 	// MaxWait bounds how long one request is served (a long poll waits
 	// at most api.MaxWaitSeconds); past it the request's context ends.
 	// Default api.MaxWaitSeconds + 30 s.
@@ -59,11 +64,15 @@ type Config struct {
 // DefaultMaxRequests is Config.MaxRequests' default.
 const DefaultMaxRequests = 4096
 
+// DefaultMaxBytes is Config.MaxBytes' default: 256 MiB.
+const DefaultMaxBytes = 256 << 20
+
 // Service answers API requests over NATS. Run serves it.
 type Service struct {
 	cfg      Config
 	slots    chan struct{}
-	inflight sync.Map // customer + "\x00" + request id → its context.CancelFunc
+	held     atomic.Int64 // bytes of the bodies of the requests in slots
+	inflight sync.Map     // customer + "\x00" + request id → its context.CancelFunc
 }
 
 // New checks cfg and fills its defaults.
@@ -73,6 +82,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.MaxRequests <= 0 {
 		cfg.MaxRequests = DefaultMaxRequests
+	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = DefaultMaxBytes
 	}
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = api.MaxWaitSeconds*time.Second + 30*time.Second
@@ -117,9 +129,16 @@ func (s *Service) Run(ctx context.Context) error {
 			s.cfg.Logger.Warn().Str("subject", r.Subject()).Str("reply", events.Truncate(r.Reply(), 200)).Msg("NATS request naming a reply outside its customer's inbox dropped")
 			return
 		}
+		size := int64(len(r.Data()))
+		if s.held.Add(size) > s.cfg.MaxBytes {
+			s.held.Add(-size)
+			s.respond(r, errorAnswer(api.ErrUnavailable.WithMessage(fmt.Sprintf("the NATS requests in progress hold %d bytes of bodies; retry later", s.cfg.MaxBytes))))
+			return
+		}
 		select {
 		case s.slots <- struct{}{}:
 		default:
+			s.held.Add(-size)
 			s.respond(r, errorAnswer(api.ErrUnavailable.WithMessage(fmt.Sprintf("%d NATS requests in progress; retry later", cap(s.slots)))))
 			return
 		}
@@ -127,6 +146,7 @@ func (s *Service) Run(ctx context.Context) error {
 		if stopped { // a request the draining subscription still delivers
 			mu.Unlock()
 			<-s.slots
+			s.held.Add(-size)
 			s.respond(r, errorAnswer(api.ErrUnavailable.WithMessage("this process is shutting down; retry")))
 			return
 		}
@@ -134,7 +154,7 @@ func (s *Service) Run(ctx context.Context) error {
 		mu.Unlock()
 		go func() {
 			defer wg.Done()
-			defer func() { <-s.slots }()
+			defer func() { <-s.slots; s.held.Add(-size) }()
 			defer func() {
 				// As net/http does for a request: a panic ends the request,
 				// not the process.

@@ -484,7 +484,7 @@ func TestMaxRequests(t *testing.T) {
 	ns := testnats.NewNamespace(t)
 	release := make(chan struct{})
 	entered := make(chan struct{}, 1)
-	svc, err := natsapi.New(natsapi.Config{NC: nc, Root: ns.Subjects.Root, MaxRequests: 1,
+	svc, err := natsapi.New(natsapi.Config{NC: nc, Root: ns.Subjects.Root, MaxRequests: 1, MaxBytes: 64,
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			switch r.URL.Path {
 			case "/hold":
@@ -524,6 +524,13 @@ func TestMaxRequests(t *testing.T) {
 	}
 	if got := request("/echo?a=1"); got.Header.Get(api.NATSStatusHeader) != "418" || got.Header.Get("X-Echo") != "POST /echo?a=1 Bearer x" || string(got.Data) != "body" {
 		t.Fatalf("echo: %v %q", got.Header, got.Data)
+	}
+	big := nats.NewMsg(api.NATSSubject(ns.Subjects.Root, "c") + ".req")
+	big.Header.Set(api.NATSMethodHeader, http.MethodPost)
+	big.Header.Set(api.NATSPathHeader, "/echo")
+	big.Data = make([]byte, 65)
+	if got, err := nc.RequestMsg(big, 10*time.Second); err != nil || got.Header.Get(api.NATSStatusHeader) != "503" || !strings.Contains(string(got.Data), "64 bytes") {
+		t.Fatalf("a body past MaxBytes: %v %v, want 503 saying so", got, err)
 	}
 	if got := request("/huge"); got.Header.Get(api.NATSStatusHeader) != "500" || !strings.Contains(string(got.Data), "max payload") {
 		t.Fatalf("answer over the max payload: %v %q, want 500 saying so", got.Header, got.Data)
