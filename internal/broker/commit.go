@@ -418,13 +418,6 @@ func (b *activeBlock) block(n uint64) string {
 	return filepath.Join(b.msgs, strconv.FormatUint(n, 10)+".blk")
 }
 
-// exists reports whether path names a file; an error other than its
-// absence counts as present, for the open that follows to report.
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return !errors.Is(err, fs.ErrNotExist)
-}
-
 func (b *activeBlock) close() {
 	if b.f != nil {
 		b.f.Close()
