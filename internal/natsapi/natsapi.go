@@ -154,16 +154,12 @@ func (s *Service) Run(ctx context.Context) error {
 		mu.Unlock()
 		go func() {
 			defer wg.Done()
-			defer func() { <-s.slots; s.held.Add(-size) }()
-			defer func() {
-				// As net/http does for a request: a panic ends the request,
-				// not the process.
-				if v := recover(); v != nil {
-					s.cfg.Logger.Error().Interface("panic", v).Str("subject", r.Subject()).Msg("NATS request panicked; answered 500")
-					s.respond(r, errorAnswer(api.ErrInternal.WithMessage("internal error")))
-				}
-			}()
-			s.respond(r, s.serve(reqCtx, r))
+			a := s.serveRecovered(reqCtx, r)
+			// Free before answering: a client that sends its next request
+			// on the answer finds this one's slot free.
+			<-s.slots
+			s.held.Add(-size)
+			s.respond(r, a)
 		}()
 	})
 	err = svc.AddEndpoint("api", handler, micro.WithEndpointSubject(api.NATSSubject(s.cfg.Root, "*")+".>"))
@@ -222,6 +218,18 @@ func errorAnswer(e *api.Error) answer {
 // MaxHeaderBytes bounds a request's headers, keys and values, as HTTP's
 // default --max-header-bytes does; more is 431.
 const MaxHeaderBytes = 64 << 10
+
+// serveRecovered is serve, with a panic answered 500 as net/http ends
+// the request, not the process.
+func (s *Service) serveRecovered(ctx context.Context, r micro.Request) (a answer) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.cfg.Logger.Error().Interface("panic", v).Str("subject", r.Subject()).Msg("NATS request panicked; answered 500")
+			a = errorAnswer(api.ErrInternal.WithMessage("internal error"))
+		}
+	}()
+	return s.serve(ctx, r)
+}
 
 // serve runs r through the handler.
 func (s *Service) serve(ctx context.Context, r micro.Request) answer {

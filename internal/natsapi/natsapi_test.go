@@ -493,6 +493,8 @@ func TestMaxRequests(t *testing.T) {
 			case "/huge":
 				w.Write(make([]byte, nc.MaxPayload()))
 				return
+			case "/panic":
+				panic("a handler bug")
 			}
 			w.Header().Set("X-Echo", r.Method+" "+r.URL.RequestURI()+" "+r.Header.Get("Authorization"))
 			w.WriteHeader(http.StatusTeapot)
@@ -531,6 +533,9 @@ func TestMaxRequests(t *testing.T) {
 	big.Data = make([]byte, 65)
 	if got, err := nc.RequestMsg(big, 10*time.Second); err != nil || got.Header.Get(api.NATSStatusHeader) != "503" || !strings.Contains(string(got.Data), "64 bytes") {
 		t.Fatalf("a body past MaxBytes: %v %v, want 503 saying so", got, err)
+	}
+	if got := request("/panic"); got.Header.Get(api.NATSStatusHeader) != "500" || !strings.Contains(string(got.Data), `"internal"`) {
+		t.Fatalf("a handler's panic: %v %q, want 500 (and the process alive)", got.Header, got.Data)
 	}
 	if got := request("/huge"); got.Header.Get(api.NATSStatusHeader) != "500" || !strings.Contains(string(got.Data), "max payload") {
 		t.Fatalf("answer over the max payload: %v %q, want 500 saying so", got.Header, got.Data)
