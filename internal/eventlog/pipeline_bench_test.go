@@ -29,7 +29,9 @@ const (
 	appendBatch   = 256
 )
 
-func benchPipeline(b *testing.B) (*Pipeline, func(i int) *nats.Msg) {
+// benchStream starts an embedded server with the stream B on b.> (its
+// other settings from cfg) and returns a connection to it.
+func benchStream(b *testing.B, cfg jetstream.StreamConfig) *nats.Conn {
 	srv, err := broker.StartEmbedded(broker.EmbeddedConfig{Dir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
@@ -44,9 +46,15 @@ func benchPipeline(b *testing.B) (*Pipeline, func(i int) *nats.Msg) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "B", Subjects: []string{"b.>"}}); err != nil {
+	cfg.Name, cfg.Subjects = "B", []string{"b.>"}
+	if _, err := js.CreateStream(context.Background(), cfg); err != nil {
 		b.Fatal(err)
 	}
+	return nc
+}
+
+func benchPipeline(b *testing.B) (*Pipeline, func(i int) *nats.Msg) {
+	nc := benchStream(b, jetstream.StreamConfig{})
 	p, err := NewPipeline(nc, 4096, 5*time.Second)
 	if err != nil {
 		b.Fatal(err)
@@ -136,23 +144,7 @@ func BenchmarkAppendsBatched(b *testing.B) {
 // each message still with its expected subject sequence. A batch lands
 // whole or not at all: one conflict would fail the other 255.
 func BenchmarkAppendsAtomicBatch(b *testing.B) {
-	srv, err := broker.StartEmbedded(broker.EmbeddedConfig{Dir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "B", Subjects: []string{"b.>"}, AllowAtomicPublish: true}); err != nil {
-		b.Fatal(err)
-	}
+	nc := benchStream(b, jetstream.StreamConfig{AllowAtomicPublish: true})
 	data := make([]byte, 400)
 	inbox := nc.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)

@@ -262,10 +262,7 @@ func TestCustomerConfinement(t *testing.T) {
 
 	// Its own subject with another customer's token: 403, as the subject
 	// is not the token's.
-	msg := nats.NewMsg(api.NATSSubject(e.root, "acme") + ".req")
-	msg.Header.Set(api.NATSMethodHeader, http.MethodGet)
-	msg.Header.Set(api.NATSPathHeader, "/v1/tasks")
-	msg.Header.Set(api.NATSAuthHeader, "Bearer tok-beta")
+	msg := apiMsg(e.root, "acme", ".req", http.MethodGet, "/v1/tasks", "tok-beta")
 	reply, err := nc.RequestMsg(msg, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -329,12 +326,7 @@ func (e *env) viaHTTP(t *testing.T, token, method, path string, body []byte) raw
 // viaNATS sends the same request over nc, on customer's subject.
 func (e *env) viaNATS(t *testing.T, nc *nats.Conn, customer, token, method, path string, body []byte) raw {
 	t.Helper()
-	msg := nats.NewMsg(api.NATSSubject(e.root, customer) + ".req")
-	msg.Header.Set(api.NATSMethodHeader, method)
-	msg.Header.Set(api.NATSPathHeader, path)
-	if token != "" {
-		msg.Header.Set(api.NATSAuthHeader, "Bearer "+token)
-	}
+	msg := apiMsg(e.root, customer, ".req", method, path, token)
 	msg.Data = body
 	reply, err := nc.RequestMsg(msg, 30*time.Second)
 	if err != nil {
@@ -508,10 +500,7 @@ func TestMaxRequests(t *testing.T) {
 	go func() { ran <- svc.Run(ctx) }()
 	defer func() { stop(); <-ran }()
 	request := func(path string) *nats.Msg {
-		msg := nats.NewMsg(api.NATSSubject(ns.Subjects.Root, "c") + ".req")
-		msg.Header.Set(api.NATSMethodHeader, http.MethodPost)
-		msg.Header.Set(api.NATSPathHeader, path)
-		msg.Header.Set(api.NATSAuthHeader, "Bearer x")
+		msg := apiMsg(ns.Subjects.Root, "c", ".req", http.MethodPost, path, "x")
 		var reply *nats.Msg
 		var err error
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // until subscribed
@@ -527,9 +516,7 @@ func TestMaxRequests(t *testing.T) {
 	if got := request("/echo?a=1"); got.Header.Get(api.NATSStatusHeader) != "418" || got.Header.Get("X-Echo") != "POST /echo?a=1 Bearer x" || string(got.Data) != "body" {
 		t.Fatalf("echo: %v %q", got.Header, got.Data)
 	}
-	big := nats.NewMsg(api.NATSSubject(ns.Subjects.Root, "c") + ".req")
-	big.Header.Set(api.NATSMethodHeader, http.MethodPost)
-	big.Header.Set(api.NATSPathHeader, "/echo")
+	big := apiMsg(ns.Subjects.Root, "c", ".req", http.MethodPost, "/echo", "")
 	big.Data = make([]byte, 65)
 	if got, err := nc.RequestMsg(big, 10*time.Second); err != nil || got.Header.Get(api.NATSStatusHeader) != "503" || !strings.Contains(string(got.Data), "64 bytes") {
 		t.Fatalf("a body past MaxBytes: %v %v, want 503 saying so", got, err)
@@ -560,15 +547,11 @@ func TestMaxRequests(t *testing.T) {
 	if got := <-held; got.Header.Get(api.NATSStatusHeader) != "418" {
 		t.Fatalf("held request: %v", got.Header)
 	}
-	long := nats.NewMsg(api.NATSSubject(ns.Subjects.Root, "c") + ".req")
-	long.Header.Set(api.NATSMethodHeader, http.MethodGet)
-	long.Header.Set(api.NATSPathHeader, "/"+strings.Repeat("a", natsapi.MaxHeaderBytes))
+	long := apiMsg(ns.Subjects.Root, "c", ".req", http.MethodGet, "/"+strings.Repeat("a", natsapi.MaxHeaderBytes), "")
 	if got, err := nc.RequestMsg(long, 10*time.Second); err != nil || got.Header.Get(api.NATSStatusHeader) != "431" {
 		t.Fatalf("long path: %v %v, want 431", got, err)
 	}
-	msg := nats.NewMsg(api.NATSSubject(ns.Subjects.Root, "c") + ".req")
-	msg.Header.Set(api.NATSMethodHeader, "PATCH")
-	msg.Header.Set(api.NATSPathHeader, "/x")
+	msg := apiMsg(ns.Subjects.Root, "c", ".req", "PATCH", "/x", "")
 	if got, err := nc.RequestMsg(msg, 10*time.Second); err != nil || got.Header.Get(api.NATSStatusHeader) != "400" {
 		t.Fatalf("method PATCH: %v %v, want 400", got, err)
 	}
@@ -630,9 +613,7 @@ func TestShutdownFinishesRequests(t *testing.T) {
 	go func() { ran <- svc.Run(ctx) }()
 	answered := make(chan string, 1)
 	go func() {
-		msg := nats.NewMsg(api.NATSSubject(ns.Subjects.Root, "c") + ".req")
-		msg.Header.Set(api.NATSMethodHeader, http.MethodPost)
-		msg.Header.Set(api.NATSPathHeader, "/x")
+		msg := apiMsg(ns.Subjects.Root, "c", ".req", http.MethodPost, "/x", "")
 		for {
 			reply, err := nc.RequestMsg(msg, 10*time.Second)
 			if errors.Is(err, nats.ErrNoResponders) { // not subscribed yet
@@ -698,11 +679,8 @@ func TestReplyConfined(t *testing.T) {
 		t.Fatal(err)
 	}
 	request := func(reply string) {
-		msg := nats.NewMsg(api.NATSSubject(e.root, "acme") + ".get")
+		msg := apiMsg(e.root, "acme", ".get", http.MethodGet, "/v1/tasks/none", "tok-acme")
 		msg.Reply = reply
-		msg.Header.Set(api.NATSMethodHeader, http.MethodGet)
-		msg.Header.Set(api.NATSPathHeader, "/v1/tasks/none")
-		msg.Header.Set(api.NATSAuthHeader, "Bearer tok-acme")
 		if err := nc.PublishMsg(msg); err != nil {
 			t.Fatal(err)
 		}
@@ -719,4 +697,17 @@ func TestReplyConfined(t *testing.T) {
 		t.Fatalf("the service answered acme's request at %s", subject)
 	case <-time.After(300 * time.Millisecond):
 	}
+}
+
+// apiMsg is a request of the API over NATS: on customer's subject under
+// root (its last token suffix), with the method, path and, unless empty,
+// the bearer token.
+func apiMsg(root, customer, suffix, method, path, token string) *nats.Msg {
+	msg := nats.NewMsg(api.NATSSubject(root, customer) + suffix)
+	msg.Header.Set(api.NATSMethodHeader, method)
+	msg.Header.Set(api.NATSPathHeader, path)
+	if token != "" {
+		msg.Header.Set(api.NATSAuthHeader, "Bearer "+token)
+	}
+	return msg
 }
