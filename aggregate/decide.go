@@ -55,6 +55,11 @@ var (
 	// the task's latest (another save came first, or the caller read an
 	// older revision).
 	ErrRunRevision = errors.New("aggregate: run revision is not the next one")
+	// ErrWrongTenant: Claim naming a customer or a queue (Claim.CustomerID,
+	// Claim.Queue) that is not the task's: the claim came through a ready
+	// notification that does not describe the task it names (a forged
+	// one). Retrying cannot help.
+	ErrWrongTenant = errors.New("aggregate: task belongs to another customer or queue")
 )
 
 // Command is a request to change one task. The commands are the types in
@@ -133,10 +138,15 @@ type ExhaustDelivery struct {
 // Claim consumes the current delivery token and starts the run.
 // HeartbeatSeconds, 0 or events.MinHeartbeatSeconds to
 // events.MaxHeartbeatSeconds, is the interval within which the executor
-// renews the claim; 0 is a claim without heartbeats.
+// renews the claim; 0 is a claim without heartbeats. CustomerID and
+// Queue, when set, are whose task and which queue the claimer expects
+// (the caller's customer, the queue it claims on): a task of another
+// customer or on another queue is ErrWrongTenant, decided before the
+// token, whatever the ready notification that led there said.
 type Claim struct {
 	DeliveryID, ExecutorID string
 	HeartbeatSeconds       int
+	CustomerID, Queue      string
 }
 
 // LoseClaim ends the running claim under DeliveryID without a result:
@@ -587,6 +597,9 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 		}
 		return events.MailboxAppended{Index: len(s.MailIDs) + 1, Message: m}, nil
 	case Claim: // on a terminal task too: a claim on anything not queued is not_claimable
+		if s.Exists() && (c.CustomerID != "" && c.CustomerID != s.CustomerID || c.Queue != "" && c.Queue != s.Spec.Queue) {
+			return nil, fmt.Errorf("%w: the claim expects customer %q and queue %q", ErrWrongTenant, c.CustomerID, c.Queue)
+		}
 		if !s.Claimable() {
 			return nil, fmt.Errorf("%w: task is %s", ErrNotClaimable, describe(s))
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
@@ -36,6 +37,11 @@ type claims struct {
 
 	// renewed is Config.Renewed; nil: none.
 	renewed func(taskID, deliveryID string)
+	// wrongTenant counts the notifications dropped because the task they
+	// name is not the caller's, or not on the queue claimed on
+	// (Metrics.WrongTenantClaims); logger logs each.
+	wrongTenant interface{ Inc() }
+	logger      zerolog.Logger
 }
 
 // claimQueue is the ready queue as claims use it (Config.Delivery).
@@ -233,7 +239,7 @@ func (s *claims) claimWaiting(ctx context.Context, p Principal, queue string, c 
 		errs := make([]error, len(offers))
 		ok := make([]bool, len(offers))
 		inParallel(len(offers), func(i int) {
-			claimed[i], ok[i], errs[i] = s.claimNotified(ctx, offers[i].Msg, offers[i].Note, c)
+			claimed[i], ok[i], errs[i] = s.claimNotified(ctx, p, queue, offers[i].Msg, offers[i].Note, c)
 		})
 		out := claimed[:0] // in place: a State is ~750 bytes
 		for i, st := range claimed {
@@ -268,7 +274,7 @@ func (s *claims) claimQueued(ctx context.Context, p Principal, queue string, c a
 	inParallel(len(cands), func(i int) {
 		crashpoint.Hit(crashpoint.ClaimReceived)
 		c := c
-		c.DeliveryID = cands[i].Delivery.ID
+		c.DeliveryID, c.CustomerID, c.Queue = cands[i].Delivery.ID, p.CustomerID, queue
 		st, evs, err := s.claim(ctx, cands[i].TaskID, c)
 		switch {
 		case err == nil:
@@ -280,6 +286,8 @@ func (s *claims) claimQueued(ctx context.Context, p Principal, queue string, c a
 			if err := s.settle(ctx, st, evs, nil); err != nil {
 				errs[i] = err
 			}
+		case errors.Is(err, aggregate.ErrWrongTenant): // the views disagree with the log: pass it over
+			s.refused(p, queue, cands[i].TaskID, err)
 		case !errors.Is(err, aggregate.ErrNotClaimable) && !errors.Is(err, aggregate.ErrTokenMismatch) && !errors.Is(err, aggregate.ErrNotFound):
 			errs[i] = s.unavailable(err)
 		}
@@ -332,18 +340,31 @@ func untilClosed(ctx context.Context, sig <-chan struct{}) (context.Context, con
 	return c, cancel
 }
 
-// claimNotified claims the task of notification n with c and
-// settles msg: acknowledged once claimed or stale, handed back when the
-// log could not answer. msg is nil for a delivery handed off (see
-// delivery.Offer): there is nothing to settle, and should the claim fail
-// the alarm publishes the delivery after its grace.
-func (s *claims) claimNotified(ctx context.Context, msg jetstream.Msg, n events.ReadyNotification, c aggregate.Claim) (aggregate.State, bool, error) {
+// claimNotified claims the task of notification n for p, who claims on
+// queue, with c and settles msg: acknowledged once claimed or stale,
+// handed back when the log could not answer. msg is nil for a delivery
+// handed off (see delivery.Offer): there is nothing to settle, and should
+// the claim fail the alarm publishes the delivery after its grace.
+//
+// The notification is not trusted: the claim expects the task to be the
+// caller's (a customer's; for an operator, the customer the notification
+// names) and on queue, and the aggregate decides that on the log
+// (aggregate.ErrWrongTenant). A notification that names a task of
+// another customer or queue (a forged one) is logged, counted and
+// terminated, so it is never redelivered, and the claimer waits on.
+func (s *claims) claimNotified(ctx context.Context, p Principal, queue string, msg jetstream.Msg, n events.ReadyNotification, c aggregate.Claim) (aggregate.State, bool, error) {
 	crashpoint.Hit(crashpoint.ClaimReceived)
 	if ctx.Err() != nil { // the claimer is gone: leave the delivery to another
 		settleMsg(msg, jetstream.Msg.Nak)
 		return aggregate.State{}, false, nil
 	}
-	c.DeliveryID = n.DeliveryID
+	c.DeliveryID, c.CustomerID, c.Queue = n.DeliveryID, n.CustomerID, queue
+	if !p.IsOperator() && n.CustomerID != p.CustomerID {
+		// The dispatcher hands a customer only its own notifications.
+		s.refused(p, queue, n.TaskID, fmt.Errorf("%w: the notification names customer %q", aggregate.ErrWrongTenant, n.CustomerID))
+		settleMsg(msg, jetstream.Msg.Term)
+		return aggregate.State{}, false, nil
+	}
 	// Not cut short by the claimer leaving: the claim's outcome is then
 	// known, and one nobody will receive is handed back at once.
 	st, evs, err := s.claim(context.WithoutCancel(ctx), n.TaskID, c)
@@ -359,6 +380,10 @@ func (s *claims) claimNotified(ctx context.Context, msg jetstream.Msg, n events.
 	case errors.Is(err, ErrAncestorTerminal): // canceled instead: wait on for another
 		settleMsg(msg, jetstream.Msg.Ack)
 		return st, false, s.settle(ctx, st, evs, nil)
+	case errors.Is(err, aggregate.ErrWrongTenant):
+		s.refused(p, queue, n.TaskID, err)
+		settleMsg(msg, jetstream.Msg.Term)
+		return aggregate.State{}, false, nil
 	case errors.Is(err, aggregate.ErrNotClaimable), errors.Is(err, aggregate.ErrTokenMismatch), errors.Is(err, aggregate.ErrNotFound):
 		settleMsg(msg, jetstream.Msg.Ack) // stale notification: the task moved on
 		return st, false, nil
@@ -366,6 +391,14 @@ func (s *claims) claimNotified(ctx context.Context, msg jetstream.Msg, n events.
 		settleMsg(msg, jetstream.Msg.Nak)
 		return st, false, s.unavailable(err)
 	}
+}
+
+// refused logs and counts a claim of task taskID by p on queue that the
+// task's customer or queue refused (aggregate.ErrWrongTenant).
+func (s *claims) refused(p Principal, queue, taskID string, err error) {
+	s.wrongTenant.Inc()
+	s.logger.Warn().Err(err).Str("customer", p.CustomerID).Bool("operator", p.IsOperator()).Str("queue", queue).Str("task", taskID).
+		Msg("claim refused: the ready notification does not describe its task (forged?); dropped")
 }
 
 // handBack releases st's claim, which was made (evs) for a claimer that

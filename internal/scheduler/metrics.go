@@ -9,6 +9,9 @@ type Metrics struct {
 	Rejections      prometheus.Counter
 	CheckerFailures prometheus.Counter
 	Handoffs        prometheus.Counter
+	// WrongTenantClaims counts ready notifications dropped because the
+	// task they name is not the claimer's or not on its queue.
+	WrongTenantClaims prometheus.Counter
 }
 
 // NewMetrics creates the counters and registers them with reg, if not nil.
@@ -34,9 +37,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "taskledger_handoffs_total",
 			Help: "Released tasks handed straight to a claimer waiting in this process, with no ready notification.",
 		}),
+		WrongTenantClaims: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "taskledger_claims_wrong_tenant_total",
+			Help: "Ready notifications dropped unclaimed: the task they name belongs to another customer than the claimer's, or to another queue (a forged notification).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.CheckFailures, m.Repairs, m.Rejections, m.CheckerFailures, m.Handoffs)
+		reg.MustRegister(m.CheckFailures, m.Repairs, m.Rejections, m.CheckerFailures, m.Handoffs, m.WrongTenantClaims)
 	}
 	return m
 }

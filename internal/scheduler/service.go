@@ -259,6 +259,7 @@ func New(cfg Config) (*Service, error) {
 	return &Service{
 		tasks: t, feed: f,
 		claims: &claims{core: c, views: cfg.Views, delivery: cfg.Delivery, maxPolls: cfg.MaxPollsPerCustomer, renewed: cfg.Renewed,
+			wrongTenant: cfg.Metrics.WrongTenantClaims, logger: cfg.Logger,
 			polls: polls{n: make(map[string]int)}, claiming: claiming{ids: make(map[string]struct{})}},
 		schedules: &schedules{core: c, log: cfg.ScheduleStore, views: cfg.Schedules, tasks: t, maxSchedules: cfg.MaxSchedules},
 		runs:      &runs{core: c, docs: cfg.Runs},
