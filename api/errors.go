@@ -11,6 +11,7 @@ type Error struct {
 	Message string `json:"message"`
 	Reason  string `json:"reason,omitempty"` // with Code "conflict", "too_many_requests" or "forbidden" (operator_only)
 	Task    *Task  `json:"task,omitempty"`   // with Code "admission_rejected": the task as recorded
+	Seq     uint64 `json:"seq,omitempty"`    // with Code "corrupt_event": the log position of the message that does not decode
 	Status  int    `json:"-"`                // the HTTP status it came with
 }
 
@@ -93,6 +94,11 @@ var (
 	// ErrUnavailable (503): the server could not answer in time; retry
 	// after a moment.
 	ErrUnavailable = &Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "unavailable"}
+	// ErrCorruptEvent (500): the task (or concurrency key, or schedule)
+	// has a message on the log that does not decode; Seq names its
+	// position. The message is quarantined, and retrying cannot help
+	// until an operator repairs the log: it is not ErrUnavailable.
+	ErrCorruptEvent = &Error{Status: http.StatusInternalServerError, Code: "corrupt_event", Message: "the log holds a message of this task that does not decode"}
 	// ErrInternal (500): a bug on the server's side.
 	ErrInternal = &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}
 )

@@ -76,6 +76,42 @@ type Stats struct {
 	Partitions *PartitionStats `json:"partitions,omitempty"`
 	// Epochs is the log's epoch slots; absent for a log without epochs.
 	Epochs *EpochStats `json:"epochs,omitempty"`
+	// Quarantine is the log's quarantined messages, to an operator only;
+	// absent for a customer's token.
+	Quarantine *QuarantineStats `json:"quarantine,omitempty"`
+}
+
+// QuarantineStats is what the projections met on the log that does not
+// decode (GET /v1/stats and /readyz?digest=1, operator only): Count such
+// messages, and the first MaxQuarantined of them by position. The
+// messages stay on the log (its stream denies deletes); taskledger
+// replay quarantine lists them all with their subjects.
+type QuarantineStats struct {
+	Count     uint64             `json:"count"`
+	Sequences []QuarantinedEntry `json:"sequences"`
+}
+
+// QuarantinedEntry is one quarantined message: its log position and why
+// it does not decode.
+type QuarantinedEntry struct {
+	Seq    uint64 `json:"seq"`
+	Reason string `json:"reason"`
+}
+
+// MaxQuarantined is how many quarantined messages QuarantineStats lists.
+const MaxQuarantined = 100
+
+// EventQuarantined is the type of the marker entry that stands, in GET
+// /v1/events and the event stream, for a message of the log that does
+// not decode: its seq is the message's, its taskId the task its subject
+// names, its status empty, and its data a QuarantinedData. The feed goes
+// on after it.
+const EventQuarantined = "Quarantined"
+
+// QuarantinedData is the data of an EventQuarantined marker: why the
+// message does not decode.
+type QuarantinedData struct {
+	Reason string `json:"reason"`
 }
 
 // EpochStats is the epoch slots of a log created with epochs, as this

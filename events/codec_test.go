@@ -660,3 +660,23 @@ func TestEffectZeroAtIsNotStored(t *testing.T) {
 		}
 	}
 }
+
+func TestTaskSubject(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		subject, customer, task string
+		ok                      bool
+	}{
+		{"tl.evt.acme.t1", "acme", "t1", true},
+		{"tl.3.evt.acme.t1", "acme", "t1", true},
+		{"tl.conc.acme.k1", "", "", false},
+		{"tl.evt.acme", "", "", false},
+		{"tl.evt.acme.t*", "", "", false},
+		{"", "", "", false},
+	} {
+		customer, task, ok := TaskSubject(c.subject)
+		if customer != c.customer || task != c.task || ok != c.ok {
+			t.Errorf("TaskSubject(%q) = %q %q %v, want %q %q %v", c.subject, customer, task, ok, c.customer, c.task, c.ok)
+		}
+	}
+}

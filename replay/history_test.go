@@ -292,7 +292,7 @@ func TestHistory(t *testing.T) {
 			if err := logOf(l.js, l.ns).Customer(ctx, id, since, func(ev events.Event) error {
 				evs = append(evs, ev)
 				return nil
-			}); err != nil {
+			}, nil); err != nil {
 				t.Fatal(err)
 			}
 			return evs

@@ -197,6 +197,9 @@ func customerHistory(ctx context.Context, stdout io.Writer, cf clientFlags, off 
 	states := replay.NewStatusTracker()
 	return log.Customer(ctx, customer, since, func(ev events.Event) error {
 		return emit(states.Entry(ev))
+	}, func(c *events.CorruptError) error {
+		return emit(replay.Entry{Seq: c.Pos, At: c.At, TaskID: c.TaskID(), Type: api.EventQuarantined,
+			Detail: "does not decode (quarantined): " + c.Err.Error(), Data: api.QuarantinedData{Reason: c.Err.Error()}})
 	})
 }
 

@@ -29,9 +29,11 @@ const tailCreateTimeout = 10 * time.Second
 // Follow returns. It reads each shard with an ordered consumer, so a lost
 // connection resumes where it was; with several shards their events
 // interleave as they arrive, and fn is called from one goroutine at a
-// time. An event that does not decode ends it with its sequence in the
-// error.
-func (l Log) Follow(ctx context.Context, filters func(events.Subjects) []string, after []events.Position, fn func(events.Event) error) error {
+// time. A message that does not decode is quarantined: passed to
+// quarantine (from the same goroutine as fn), which may let the follow go
+// on, or, with a nil quarantine, it ends the follow with an error
+// wrapping its *events.CorruptError.
+func (l Log) Follow(ctx context.Context, filters func(events.Subjects) []string, after []events.Position, fn func(events.Event) error, quarantine func(*events.CorruptError) error) error {
 	l = l.withDefaults()
 	start := func(i int) uint64 {
 		if i >= len(after) {
@@ -39,31 +41,47 @@ func (l Log) Follow(ctx context.Context, filters func(events.Subjects) []string,
 		}
 		return after[i].Seq(l.Shards) + 1
 	}
+	if quarantine == nil {
+		quarantine = func(c *events.CorruptError) error { return fmt.Errorf("eventlog: %w", c) }
+	}
 	if l.Shards.N() == 1 {
-		return l.followShard(ctx, 0, filters, start(0), fn)
+		return l.followShard(ctx, 0, filters, start(0), fn, quarantine)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	evs := make(chan events.Event)
+	// One of the two is set: an event, or a message that did not decode.
+	type item struct {
+		ev      events.Event
+		corrupt *events.CorruptError
+	}
+	items := make(chan item)
+	send := func(it item) error {
+		select {
+		case items <- it:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	errs := make(chan error, l.Shards.N())
 	for i := range l.Shards.N() {
 		go func() {
-			errs <- l.followShard(ctx, i, filters, start(i), func(ev events.Event) error {
-				select {
-				case evs <- ev:
-					return nil
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			})
+			errs <- l.followShard(ctx, i, filters, start(i),
+				func(ev events.Event) error { return send(item{ev: ev}) },
+				func(c *events.CorruptError) error { return send(item{corrupt: c}) })
 		}()
 	}
 	var err error
 	for running := l.Shards.N(); running > 0; {
 		select {
-		case ev := <-evs:
+		case it := <-items:
 			if err == nil {
-				if err = fn(ev); err != nil {
+				if it.corrupt != nil {
+					err = quarantine(it.corrupt)
+				} else {
+					err = fn(it.ev)
+				}
+				if err != nil {
 					cancel()
 				}
 			}
@@ -79,7 +97,7 @@ func (l Log) Follow(ctx context.Context, filters func(events.Subjects) []string,
 }
 
 // followShard is Follow of shard i from its stream sequence from.
-func (l Log) followShard(ctx context.Context, i int, filters func(events.Subjects) []string, from uint64, fn func(events.Event) error) error {
+func (l Log) followShard(ctx context.Context, i int, filters func(events.Subjects) []string, from uint64, fn func(events.Event) error, quarantine func(*events.CorruptError) error) error {
 	subjects := l.Shards.Subjects(l.Subjects, i)
 	var subs []string
 	if filters != nil {
@@ -90,11 +108,16 @@ func (l Log) followShard(ctx context.Context, i int, filters func(events.Subject
 	}
 	o := followOptions{filters: subs, pull: []jetstream.PullMessagesOpt{jetstream.PullMaxMessages(followBatch)}}
 	return l.followPart(ctx, i, from, o, func(msg jetstream.Msg, seq uint64, _ error) error {
-		ev, err := events.DecodeAt(msg.Data(), l.Shards.Position(i, seq))
-		if err != nil {
-			return fmt.Errorf("eventlog: seq %d of shard %d: %w", seq, i, err)
+		pos := l.Shards.Position(i, seq)
+		ev, err := events.DecodeAt(msg.Data(), pos)
+		if err == nil {
+			return fn(ev)
 		}
-		return fn(ev)
+		corrupt := &events.CorruptError{Pos: pos, Subject: msg.Subject(), Err: err}
+		if meta, merr := msg.Metadata(); merr == nil {
+			corrupt.At = meta.Timestamp
+		}
+		return quarantine(corrupt)
 	})
 }
 

@@ -36,6 +36,11 @@ type ReadOptions struct {
 	// last sequences (with one shard: the sequence reached and the
 	// stream's last sequence).
 	Progress func(seq, last uint64)
+	// Quarantine, if set, is called by Events with each message that
+	// does not decode, and the read goes on unless it returns an error
+	// (which ends the read). Without it such a message ends the read
+	// with its *events.CorruptError.
+	Quarantine func(*events.CorruptError) error
 }
 
 // Log reads the event streams in log order: whole, by task, by lineage or
@@ -158,15 +163,21 @@ func (l Log) readShard(ctx context.Context, i int, s jetstream.Stream, o ReadOpt
 	return nil
 }
 
-// Events calls fn for every decoded event o selects, in order; an event
-// that does not decode ends the read with its sequence in the error.
+// Events calls fn for every decoded event o selects, in order. A message
+// that does not decode is quarantined: passed to o.Quarantine, which may
+// let the read go on, or else it ends the read with an error wrapping its
+// *events.CorruptError.
 func (l Log) Events(ctx context.Context, o ReadOptions, fn func(events.Event) error) error {
 	return l.Read(ctx, o, func(m Message) error {
 		ev, err := events.DecodeAt(m.Data, m.Pos)
-		if err != nil {
-			return fmt.Errorf("eventlog: seq %d: %w", m.Pos, err)
+		if err == nil {
+			return fn(ev)
 		}
-		return fn(ev)
+		corrupt := &events.CorruptError{Pos: m.Pos, Subject: m.Subject, At: m.Time, Err: err}
+		if o.Quarantine != nil {
+			return o.Quarantine(corrupt)
+		}
+		return fmt.Errorf("eventlog: %w", corrupt)
 	})
 }
 
@@ -258,8 +269,10 @@ func InLineage(rootID string) func(events.Event) bool {
 }
 
 // Customer calls fn for every event of a customer's tasks stored at or
-// after since (zero: all), in log order (shard after shard).
-func (l Log) Customer(ctx context.Context, customerID string, since time.Time, fn func(events.Event) error) error {
+// after since (zero: all), in log order (shard after shard). A message
+// that does not decode goes to quarantine as in Events (nil: it ends the
+// read).
+func (l Log) Customer(ctx context.Context, customerID string, since time.Time, fn func(events.Event) error, quarantine func(*events.CorruptError) error) error {
 	filter := func(subj events.Subjects) string { return subj.Customer(customerID) }
-	return l.Events(ctx, ReadOptions{Filter: filter, Since: since}, fn)
+	return l.Events(ctx, ReadOptions{Filter: filter, Since: since, Quarantine: quarantine}, fn)
 }

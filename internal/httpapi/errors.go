@@ -8,6 +8,7 @@ import (
 
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/api"
+	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/service"
 )
 
@@ -32,6 +33,7 @@ var wireErrors = []struct {
 	{service.ErrStaleRevision, api.ErrStaleRevision},
 	{service.ErrOperatorOnly, api.ErrOperatorOnly},
 	{aggregate.ErrTooLarge, api.ErrPayloadTooLarge}, // permanent: never retried as unavailable
+	{service.ErrCorruptEvent, api.ErrCorruptEvent},  // permanent too: before unavailable
 	{service.ErrTooManyPolls, api.ErrTooManyPolls},
 	{service.ErrProgressRate, api.ErrProgressRate},
 	{service.ErrUnavailable, api.ErrUnavailable},
@@ -56,7 +58,11 @@ func wireError(err error) *api.Error {
 	}
 	for _, m := range wireErrors {
 		if errors.Is(err, m.err) {
-			return m.wire.WithMessage(err.Error())
+			e := m.wire.WithMessage(err.Error())
+			if corrupt, ok := errors.AsType[*events.CorruptError](err); ok {
+				e.Seq = uint64(corrupt.Pos)
+			}
+			return e
 		}
 	}
 	return api.ErrInternal.WithMessage(err.Error())

@@ -70,7 +70,14 @@ func (s *core) waitApplied(ctx context.Context, seq events.Position) error {
 	return nil
 }
 
+// unavailable wraps the log's or the projections' failure to answer as
+// ErrUnavailable, except a message of the log that cannot be read, which
+// no retry would get past: that is ErrCorruptEvent, with its
+// *events.CorruptError.
 func (s *core) unavailable(err error) error {
+	if corrupt, ok := errors.AsType[*events.CorruptError](err); ok {
+		return fmt.Errorf("%w: %w", ErrCorruptEvent, corrupt)
+	}
 	return fmt.Errorf("%w: %v", ErrUnavailable, err)
 }
 

@@ -3,6 +3,8 @@ package scheduler
 import (
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/projections"
 )
@@ -18,6 +20,10 @@ type feed struct {
 	*core
 	views     FeedViews
 	schedules ScheduleViews // the statistics' schedule rows
+	// skipped counts the quarantined messages reads of the log passed
+	// over with a marker (Metrics.QuarantineSkips); logger logs each.
+	skipped interface{ Inc() }
+	logger  zerolog.Logger
 }
 
 // FeedViews is what the reads of the log and the listings (histories,

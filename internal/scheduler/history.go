@@ -80,15 +80,32 @@ func (s *feed) lineageFromLog(ctx context.Context, st aggregate.State) ([]events
 }
 
 // CustomerEvents calls fn for every event of customerID's tasks stored at
-// or after since, in log order.
-func (s *feed) CustomerEvents(ctx context.Context, p Principal, customerID string, since time.Time, fn func(events.Event) error) error {
+// or after since, in log order, and quarantine (logged and counted first)
+// for every message there that does not decode; nil quarantine passes
+// over them.
+func (s *feed) CustomerEvents(ctx context.Context, p Principal, customerID string, since time.Time, fn func(events.Event) error, quarantine func(*events.CorruptError) error) error {
 	if !p.IsOperator() && p.CustomerID != customerID {
 		return fmt.Errorf("%w: customer %s", aggregate.ErrNotFound, customerID)
 	}
-	if err := s.store.CustomerEvents(ctx, customerID, since, fn); err != nil {
+	skip := func(c *events.CorruptError) error {
+		s.quarantined("customer events", c)
+		if quarantine == nil {
+			return nil
+		}
+		return quarantine(c)
+	}
+	if err := s.store.CustomerEvents(ctx, customerID, since, fn, skip); err != nil {
 		return s.unavailable(err)
 	}
 	return nil
+}
+
+// quarantined logs and counts a message of the log that does not decode,
+// which the read named by what passes over with a marker.
+func (s *feed) quarantined(what string, c *events.CorruptError) {
+	s.skipped.Inc()
+	s.logger.Warn().Err(c.Err).Uint64("seq", uint64(c.Pos)).Str("subject", c.Subject).
+		Msgf("%s: skipped a message of the log that does not decode (quarantined; taskledger replay quarantine lists them)", what)
 }
 
 // withSpec fills in the spec (message included) that the projections

@@ -12,6 +12,10 @@ type Metrics struct {
 	// WrongTenantClaims counts ready notifications dropped because the
 	// task they name is not the claimer's or not on its queue.
 	WrongTenantClaims prometheus.Counter
+	// QuarantineSkips counts the messages of the log that do not decode
+	// which a read over many tasks (GET /v1/events, the event stream)
+	// passed over with a Quarantined marker.
+	QuarantineSkips prometheus.Counter
 }
 
 // NewMetrics creates the counters and registers them with reg, if not nil.
@@ -41,9 +45,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "taskledger_claims_wrong_tenant_total",
 			Help: "Ready notifications dropped unclaimed: the task they name belongs to another customer than the claimer's, or to another queue (a forged notification).",
 		}),
+		QuarantineSkips: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "taskledger_quarantine_skips_total",
+			Help: "Messages of the log that do not decode, passed over with a Quarantined marker by GET /v1/events and the event stream (once per read that met one).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.CheckFailures, m.Repairs, m.Rejections, m.CheckerFailures, m.Handoffs, m.WrongTenantClaims)
+		reg.MustRegister(m.CheckFailures, m.Repairs, m.Rejections, m.CheckerFailures, m.Handoffs, m.WrongTenantClaims, m.QuarantineSkips)
 	}
 	return m
 }

@@ -23,6 +23,7 @@ var (
 	ErrLineageLimit   = service.ErrLineageLimit
 	ErrTooManyPolls   = service.ErrTooManyPolls
 	ErrOperatorOnly   = service.ErrOperatorOnly
+	ErrCorruptEvent   = service.ErrCorruptEvent
 )
 
 // ErrAncestorTerminal and ErrRequestIDConflict are service's.
@@ -43,15 +44,17 @@ type Store interface {
 	// Lineage returns the events of the lineage root heads, in log order.
 	Lineage(ctx context.Context, root aggregate.State) ([]events.Event, error)
 	// CustomerEvents calls fn for every event of a customer's tasks
-	// stored at or after since, in log order.
-	CustomerEvents(ctx context.Context, customerID string, since time.Time, fn func(events.Event) error) error
+	// stored at or after since, in log order, and quarantine for every
+	// message there that does not decode.
+	CustomerEvents(ctx context.Context, customerID string, since time.Time, fn func(events.Event) error, quarantine func(*events.CorruptError) error) error
 	// KeyHistory returns every event of a concurrency key in log order.
 	KeyHistory(ctx context.Context, customerID, key string) ([]events.Event, error)
 	// Follow calls fn for every event stored after the positions after
 	// (by shard) on one of the subjects filters gives for a shard's
-	// subjects (none: all), then for each later one, until ctx ends or fn
-	// fails.
-	Follow(ctx context.Context, filters func(events.Subjects) []string, after []events.Position, fn func(events.Event) error) error
+	// subjects (none: all), and quarantine for every message there that
+	// does not decode, then for each later one, until ctx ends or fn or
+	// quarantine fails.
+	Follow(ctx context.Context, filters func(events.Subjects) []string, after []events.Position, fn func(events.Event) error, quarantine func(*events.CorruptError) error) error
 	// LastSeq returns the sum of the shards' last stream sequences: the
 	// log's last sequence when it has one shard (0 when empty).
 	LastSeq(ctx context.Context) (uint64, error)
@@ -252,7 +255,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	closing, close := context.WithCancel(context.Background())
 	c := &core{store: cfg.Store, applied: cfg.Views, now: cfg.Now, writeTimeout: cfg.WriteTimeout, closing: closing}
-	f := &feed{core: c, views: cfg.Views, schedules: cfg.Schedules}
+	f := &feed{core: c, views: cfg.Views, schedules: cfg.Schedules, skipped: cfg.Metrics.QuarantineSkips, logger: cfg.Logger}
 	t := &tasks{core: c, views: cfg.Views, delivery: cfg.Delivery, publishes: cfg.Delivery.Publishes(), readyGrace: cfg.ReadyGrace,
 		usage: cfg.Usage, admission: cfg.Admission, metrics: cfg.Metrics, logger: cfg.Logger,
 		maxLineageTasks: cfg.MaxLineageTasks, maxLineageDepth: cfg.MaxLineageDepth, maxQueues: cfg.MaxQueuesPerCustomer, feed: f}

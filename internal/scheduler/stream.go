@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -88,7 +89,10 @@ func (s *feed) LiveCursor(ctx context.Context) (Cursor, error) {
 // Stream calls fn, in log order (with several shards, each shard's), for
 // every event p may see that f selects stored after the cursor after,
 // with its entry (with its task's status after it) and the cursor after
-// it, and then for each such event stored later. It returns when ctx
+// it, and then for each such event stored later. A message on p's
+// subjects that does not decode is passed to fn as a Quarantined marker
+// (quarantinedEntry, whatever f's rootId, queue and type filters) with
+// the cursor after it, logged and counted, and the stream goes on. It returns when ctx
 // ends or the service closes (ctx.Err() or context.Canceled), or with
 // fn's error. It reads with one ordered consumer a shard on p's subjects
 // and remembers the state of at most maxTracked tasks, so it holds
@@ -116,6 +120,10 @@ func (s *feed) Stream(ctx context.Context, p Principal, f StreamFilter, after Cu
 			return nil
 		}
 		return fn(streamEntry(ev, st), at)
+	}, func(c *events.CorruptError) error {
+		s.quarantined("event stream", c)
+		at[c.Pos.Part(shards)] = c.Pos
+		return fn(quarantinedEntry(c), at)
 	})
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -159,11 +167,15 @@ type tracker struct {
 	states map[string]aggregate.State
 }
 
-// apply returns ev's task's state after ev.
+// apply returns ev's task's state after ev. A task whose history holds a
+// quarantined message is folded from the events that decode.
 func (t *tracker) apply(ctx context.Context, ev events.Event) (aggregate.State, error) {
 	st, ok := t.states[ev.TaskID]
 	if !ok && ev.Number > 1 {
 		evs, err := t.store.History(ctx, ev.TaskID)
+		if _, corrupt := errors.AsType[*events.CorruptError](err); corrupt {
+			err = nil // History returned every event that decodes
+		}
 		if err != nil {
 			return st, fmt.Errorf("%w: task %s: %v", ErrUnavailable, ev.TaskID, err)
 		}

@@ -57,7 +57,7 @@ func TestTenancy(t *testing.T) {
 				return n.Service.CustomerEvents(ctx, globex, "acme", time.Time{}, func(events.Event) error {
 					t.Error("globex read one of acme's events")
 					return nil
-				})
+				}, nil)
 			}},
 		}
 		for _, c := range denied {
@@ -134,7 +134,7 @@ func TestTenancy(t *testing.T) {
 			}
 			own++
 			return nil
-		})
+		}, nil)
 		if err != nil || own < len(before)+1 {
 			t.Fatalf("acme's customer events: %d, %v; want at least %d", own, err, len(before)+1)
 		}

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/taskledger/taskledger/aggregate"
@@ -45,13 +46,30 @@ func (s *schedules) ScheduleTimeline(ctx context.Context, p Principal, customerI
 
 // CustomerTimeline calls fn, in log order, with the entry of every event
 // of customerID's tasks stored at or after since (GET /v1/events), each
-// with its task's status after it. It fails as CustomerEvents does, or
-// with fn's error.
+// with its task's status after it, and with a Quarantined marker
+// (quarantinedEntry) in place of every message there that does not
+// decode. It fails as CustomerEvents does, or with fn's error.
 func (s *feed) CustomerTimeline(ctx context.Context, p Principal, customerID string, since time.Time, fn func(api.Event) error) error {
 	t := replay.NewStatusTracker()
 	return s.CustomerEvents(ctx, p, customerID, since, func(ev events.Event) error {
 		return fn(entry(ev, t.Entry(ev)))
+	}, func(c *events.CorruptError) error {
+		return fn(quarantinedEntry(c))
 	})
+}
+
+// quarantinedEntry is the marker that stands, in a feed of events (GET
+// /v1/events, the event stream), for a message of the log that does not
+// decode: type api.EventQuarantined at the message's seq, on the task its
+// subject names, stored at At, with why in Detail and Data. Its status is
+// empty: what the message did to its task is unknown.
+func quarantinedEntry(c *events.CorruptError) api.Event {
+	reason := c.Err.Error()
+	return api.Event{
+		Seq: uint64(c.Pos), TaskID: c.TaskID(), Type: api.EventQuarantined, At: c.At.UTC(),
+		Detail: fmt.Sprintf("the log's message at seq %d does not decode and was skipped (quarantined): %s", c.Pos, reason),
+		Data:   api.QuarantinedData{Reason: reason},
+	}
 }
 
 // entries renders logged events (of one task or schedule, or a lineage

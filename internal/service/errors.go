@@ -43,6 +43,12 @@ var (
 	// candidate is persisted as canceled; the error is an
 	// *AdmissionError holding it.
 	ErrAdmissionRejected = errors.New("scheduler: admission rejected")
+	// ErrCorruptEvent: the task (or key, or schedule) has a message on
+	// the log that cannot be read as an event; the error also wraps its
+	// *events.CorruptError, which names the message's position. It is
+	// quarantined: retrying cannot help until an operator repairs the
+	// log (taskledger replay quarantine lists such messages).
+	ErrCorruptEvent = errors.New("scheduler: corrupt event")
 )
 
 // invalid wraps a validation failure as aggregate.ErrInvalid.

@@ -275,16 +275,20 @@ func (s *Store) Lineage(ctx context.Context, root aggregate.State) ([]events.Eve
 }
 
 // CustomerEvents calls fn for every event of a customer's tasks stored at
-// or after since, in log order (Log.Customer).
-func (s *Store) CustomerEvents(ctx context.Context, customerID string, since time.Time, fn func(events.Event) error) error {
-	return s.Log().Customer(ctx, customerID, since, fn)
+// or after since, in log order, and quarantine for every message there
+// that does not decode (Log.Customer).
+func (s *Store) CustomerEvents(ctx context.Context, customerID string, since time.Time, fn func(events.Event) error, quarantine func(*events.CorruptError) error) error {
+	return s.Log().Customer(ctx, customerID, since, fn, quarantine)
 }
 
 // Now returns the store's clock reading.
 func (s *Store) Now() time.Time { return s.cfg.Now() }
 
 // History returns every event of the task in log order, each with its
-// stream sequence. A task with no events returns an empty slice.
+// stream sequence. A task with no events returns an empty slice. When the
+// task's subject holds a message that does not decode, History fails
+// with an error wrapping its *events.CorruptError (the first such) and
+// still returns every event that did decode.
 func (s *Store) History(ctx context.Context, taskID string) ([]events.Event, error) {
 	var evs []events.Event
 	err := s.replay(ctx, taskID, func(ev events.Event) { evs = append(evs, ev) })
@@ -339,7 +343,10 @@ func (s *Store) taskParts() []int {
 // readSubject calls fn for each event stored on subject of shard i at or
 // after stream sequence from, within ReadTimeout unless ctx has a
 // deadline; on a replicated stream it asks the leader (see Load). Each
-// event's Seq is its position.
+// event's Seq is its position. A message that does not decode is
+// quarantined: skipped, the read goes on, and once it is done the first
+// such message comes back as a *events.CorruptError, so the subject
+// answers a clear error naming it instead of ending the read there.
 func (s *Store) readSubject(ctx context.Context, i int, subject string, from uint64, fn func(events.Event)) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -351,14 +358,23 @@ func (s *Store) readSubject(ctx context.Context, i int, subject string, from uin
 	if s.cfg.Replicas > 1 {
 		fetch = get.FetchCurrent
 	}
-	return fetch(ctx, subject, from, func(seq uint64, data []byte) error {
-		ev, err := events.DecodeHashed(data, s.shards.Position(i, seq))
+	var corrupt *events.CorruptError
+	err := fetch(ctx, subject, from, func(seq uint64, data []byte) error {
+		pos := s.shards.Position(i, seq)
+		ev, err := events.DecodeHashed(data, pos)
 		if err != nil {
-			return fmt.Errorf("store: %s seq %d: %w", subject, seq, err)
+			if corrupt == nil {
+				corrupt = &events.CorruptError{Pos: pos, Subject: subject, Err: err}
+			}
+			return nil
 		}
 		fn(ev)
 		return nil
 	})
+	if err == nil && corrupt != nil {
+		err = fmt.Errorf("store: %w", corrupt)
+	}
+	return err
 }
 
 // Event returns the event stored at position pos.
@@ -370,7 +386,7 @@ func (s *Store) Event(ctx context.Context, pos events.Position) (events.Event, e
 	}
 	ev, err := events.DecodeAt(msg.Data, pos)
 	if err != nil {
-		return events.Event{}, fmt.Errorf("store: seq %d of shard %d: %w", seq, i, err)
+		return events.Event{}, fmt.Errorf("store: %w", &events.CorruptError{Pos: pos, Subject: msg.Subject, At: msg.Time, Err: err})
 	}
 	return ev, nil
 }
@@ -477,7 +493,7 @@ func (s *Store) catchUp(ctx context.Context, st aggregate.State, ev events.Event
 		pos := s.shards.Position(i, seq)
 		e, err := events.DecodeHashed(data, pos)
 		if err != nil {
-			return st, landed, fmt.Errorf("store: task %s seq %d: %w", ev.TaskID, seq, err)
+			return st, landed, fmt.Errorf("store: task %s: %w", ev.TaskID, &events.CorruptError{Pos: pos, Subject: subject, Err: err})
 		}
 		if e.ID == ev.ID {
 			landed = pos
@@ -869,10 +885,11 @@ func creates(cmd aggregate.Command) (customerID, rootID string, ok bool) {
 func (s *Store) Config() Config { return s.cfg }
 
 // Follow calls fn for every event stored after the positions after on one
-// of the subjects filters gives, then for each later one, until ctx ends
-// or fn fails (Log.Follow).
-func (s *Store) Follow(ctx context.Context, filters func(events.Subjects) []string, after []events.Position, fn func(events.Event) error) error {
-	return s.Log().Follow(ctx, filters, after, fn)
+// of the subjects filters gives, and quarantine for every message there
+// that does not decode, then for each later one, until ctx ends or fn or
+// quarantine fails (Log.Follow).
+func (s *Store) Follow(ctx context.Context, filters func(events.Subjects) []string, after []events.Position, fn func(events.Event) error, quarantine func(*events.CorruptError) error) error {
+	return s.Log().Follow(ctx, filters, after, fn, quarantine)
 }
 
 // LastSeq returns the sum of the shards' last stream sequences: with one
