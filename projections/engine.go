@@ -539,7 +539,8 @@ func (e *Engine) apply(ev events.Event, bad error) {
 func (e *Engine) fold(ev events.Event, bad error) (kick bool, customer, queue string) {
 	if bad != nil {
 		e.bad.Add(1)
-		e.cfg.Logger.Error().Err(bad).Uint64("seq", uint64(ev.Seq)).Msg("projections: undecodable event skipped")
+		e.v.quarantine.add(ev.Seq, bad)
+		e.cfg.Logger.Error().Err(bad).Uint64("seq", uint64(ev.Seq)).Msg("projections: undecodable event skipped (quarantined)")
 	} else {
 		kick = e.v.apply(ev)
 	}

@@ -548,6 +548,9 @@ func TestUndecodableEventSkipped(t *testing.T) {
 	if n := b.engine.Undecodable(); n != 1 {
 		t.Fatalf("Undecodable = %d, want 1", n)
 	}
+	if n, q := b.engine.Quarantined(10); n != 1 || len(q) != 1 || q[0].Pos != events.Position(ack.Sequence) || !strings.Contains(q[0].Reason, "malformed") {
+		t.Fatalf("Quarantined = %d %+v, want the garbage at %d", n, q, ack.Sequence)
+	}
 	if s, ok := b.engine.Task(c.TaskID); !ok || s.Status != aggregate.StatusScheduled {
 		t.Fatalf("task after the garbage: %+v %v", s, ok)
 	}

@@ -66,6 +66,9 @@ type body struct {
 	Keys       []aggregate.KeyState   `msgpack:"keys,omitempty"`
 	Freeing    []aggregate.State      `msgpack:"freeing,omitempty"` // the Free queue's tasks, as the views keep them
 	Schedules  []scheduleRecord       `msgpack:"schedules,omitempty"`
+	// Quarantined and QuarantinedCount are the views' quarantine.
+	Quarantined      []Quarantined `msgpack:"quarantined,omitempty"`
+	QuarantinedCount uint64        `msgpack:"quarantinedCount,omitempty"`
 }
 
 type record struct {
@@ -177,6 +180,7 @@ func (v *views) freeze() frozen {
 	}
 	f.b.Keys, f.b.Freeing = v.keyStates(), v.freeingStates()
 	f.b.Schedules = v.records()
+	f.b.Quarantined, f.b.QuarantinedCount = slices.Clone(v.quarantine.list), v.quarantine.count
 	return f
 }
 
@@ -242,6 +246,7 @@ func restore(b body, retain int, shards events.Shards) *views {
 	v.restoreKeys(b.Keys, b.Freeing)
 	v.evict() // in case retain is smaller than when the snapshot was taken
 	v.restoreSchedules(b.Schedules, v.timers[Fire])
+	v.quarantine = quarantine{list: b.Quarantined, count: b.QuarantinedCount}
 	return v
 }
 

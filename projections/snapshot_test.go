@@ -140,9 +140,11 @@ func TestSnapshotRestoresEveryView(t *testing.T) {
 
 func testSnapshotRestores(t *testing.T, retain int) {
 	live, _ := New(Config{Retain: retain})
-	for i, b := range snapshotLog(t) {
+	log := snapshotLog(t)
+	for i, b := range log {
 		live.Apply(events.Position(i+1), b)
 	}
+	live.Apply(events.Position(len(log)+1), []byte("\xc1 not an event")) // quarantined
 	for _, id := range []string{"r1", "c1", "r2", "r3", "r4", "r5", "c5", "r6", "r7", "r8", "r9", "r10"} {
 		_, ok := live.Task(id)
 		if evicted := retain == 2 && slices.Contains([]string{"r3", "r4", "r5", "c5", "r10"}, id); ok == evicted {
@@ -197,6 +199,9 @@ func testSnapshotRestores(t *testing.T, retain int) {
 	}
 	if live.Digest() != restored.Digest() {
 		t.Fatalf("digest differs")
+	}
+	if n, q := restored.Quarantined(10); n != 1 || len(q) != 1 || q[0].Pos != events.Position(len(log)+1) || !reflect.DeepEqual(live.v.quarantine, restored.v.quarantine) {
+		t.Fatalf("quarantine restored: %d %+v, live %+v", n, q, live.v.quarantine)
 	}
 	checkIDIndex(t, live.v)
 	checkIDIndex(t, restored.v)

@@ -111,6 +111,9 @@ type views struct {
 	// kinds indexes the tasks' kinds, for search.
 	kinds kindIndex
 	retention
+	// quarantine records the messages of the log the fold skipped
+	// because they do not decode.
+	quarantine quarantine
 }
 
 // newViews returns empty views of a log of shards that keep retain tasks

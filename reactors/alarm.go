@@ -654,10 +654,12 @@ func IsSettled(err error) bool {
 }
 
 // IsPermanent reports whether err says an action can never succeed as it
-// is: the aggregate refused its arguments, or the log cannot take the
-// event it makes. Retrying it would loop forever.
+// is: the aggregate refused its arguments, the log cannot take the event
+// it makes, or the task holds a message on the log that does not decode
+// (an *events.CorruptError: quarantined). Retrying it would loop forever.
 func IsPermanent(err error) bool {
-	return errors.Is(err, aggregate.ErrInvalid) || errors.Is(err, aggregate.ErrTooLarge)
+	_, corrupt := errors.AsType[*events.CorruptError](err)
+	return errors.Is(err, aggregate.ErrInvalid) || errors.Is(err, aggregate.ErrTooLarge) || corrupt
 }
 
 // deliver publishes the ready notification and returns the command that

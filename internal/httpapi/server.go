@@ -47,8 +47,13 @@ type LogHealth interface {
 	// then answers 503 with the reason.
 	WriteError() error
 	// LogWarning is non-empty when the log ends before (or differs from)
-	// its saved chain head: /readyz shows it, and stays 200.
+	// its saved chain head, or holds quarantined messages: /readyz shows
+	// it, and stays 200.
 	LogWarning() string
+	// Quarantine is the log's quarantined messages: messages that do not
+	// decode, which every read skips (operators' /readyz?digest=1 and
+	// GET /v1/stats).
+	Quarantine() api.QuarantineStats
 }
 
 // TimerPartitions reports the timer partitions this process holds a lease
@@ -494,6 +499,9 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		body["digest"] = h.Ready.Digest()
+		if h.Health != nil {
+			body["quarantine"] = h.Health.Quarantine()
+		}
 	}
 	if p := h.partitionStats(); p != nil {
 		body["partitions"] = p

@@ -355,6 +355,10 @@ func (h *handler) stats(w http.ResponseWriter, r *http.Request, p service.Princi
 		Queues: []api.QueueStats{}, Alarm: h.alarmStats(), Keys: []api.KeyStats{}, KeysTruncated: stats.KeysTruncated,
 		Schedules: []api.ScheduleStats{}, SchedulesTruncated: stats.SchedulesTruncated, Partitions: h.partitionStats(), Epochs: h.epochStats(),
 	}
+	if p.IsOperator() && h.Health != nil { // global: never a customer's
+		q := h.Health.Quarantine()
+		out.Quarantine = &q
+	}
 	for _, q := range stats.Queues {
 		row := api.QueueStats{
 			CustomerID: q.CustomerID, Queue: q.Queue, Counts: make(map[string]int, len(q.Counts)),

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/projections"
@@ -117,10 +118,26 @@ func (n *Node) WriteError() error {
 // at start (no saved chain head, a hole) or while the projections read
 // it, or "".
 func (n *Node) LogWarning() string {
+	warning := n.logWarning
 	if m := n.Engine.Missing(); m > 0 {
-		return strings.TrimPrefix(n.logWarning+"; ", "; ") + fmt.Sprintf("%d sequences of the log hold no event; run taskledger replay verify", m)
+		warning = strings.TrimPrefix(warning+"; ", "; ") + fmt.Sprintf("%d sequences of the log hold no event; run taskledger replay verify", m)
 	}
-	return n.logWarning
+	if q, _ := n.Engine.Quarantined(0); q > 0 {
+		warning = strings.TrimPrefix(warning+"; ", "; ") + fmt.Sprintf("%d messages of the log do not decode and are quarantined (skipped); run taskledger replay quarantine", q)
+	}
+	return warning
+}
+
+// Quarantine implements httpapi.LogHealth: the messages of the log the
+// projections skipped because they do not decode, the first
+// api.MaxQuarantined of them listed.
+func (n *Node) Quarantine() api.QuarantineStats {
+	count, list := n.Engine.Quarantined(api.MaxQuarantined)
+	out := api.QuarantineStats{Count: count, Sequences: make([]api.QuarantinedEntry, len(list))}
+	for i, q := range list {
+		out.Sequences[i] = api.QuarantinedEntry{Seq: uint64(q.Pos), Reason: q.Reason}
+	}
+	return out
 }
 
 // storageError is cfg.StorageError's answer, nil without one.
