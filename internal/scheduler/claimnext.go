@@ -288,6 +288,8 @@ func (s *claims) claimQueued(ctx context.Context, p Principal, queue string, c a
 			}
 		case errors.Is(err, aggregate.ErrWrongTenant): // the views disagree with the log: pass it over
 			s.refused(p, queue, cands[i].TaskID, err)
+		case isCorrupt(err): // quarantined: pass it over
+			s.logger.Warn().Err(err).Str("task", cands[i].TaskID).Msg("claim skipped: the task holds a message of the log that does not decode (quarantined)")
 		case !errors.Is(err, aggregate.ErrNotClaimable) && !errors.Is(err, aggregate.ErrTokenMismatch) && !errors.Is(err, aggregate.ErrNotFound):
 			errs[i] = s.unavailable(err)
 		}
@@ -382,6 +384,10 @@ func (s *claims) claimNotified(ctx context.Context, p Principal, queue string, m
 		return st, false, s.settle(ctx, st, evs, nil)
 	case errors.Is(err, aggregate.ErrWrongTenant):
 		s.refused(p, queue, n.TaskID, err)
+		settleMsg(msg, jetstream.Msg.Term)
+		return aggregate.State{}, false, nil
+	case isCorrupt(err): // the task cannot be read, now or later: wait on for another
+		s.logger.Warn().Err(err).Str("task", n.TaskID).Msg("claim skipped: the task holds a message of the log that does not decode (quarantined)")
 		settleMsg(msg, jetstream.Msg.Term)
 		return aggregate.State{}, false, nil
 	case errors.Is(err, aggregate.ErrNotClaimable), errors.Is(err, aggregate.ErrTokenMismatch), errors.Is(err, aggregate.ErrNotFound):

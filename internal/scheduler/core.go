@@ -70,6 +70,13 @@ func (s *core) waitApplied(ctx context.Context, seq events.Position) error {
 	return nil
 }
 
+// isCorrupt reports whether err holds an *events.CorruptError: a message
+// of the log that does not decode, which no retry gets past.
+func isCorrupt(err error) bool {
+	_, ok := errors.AsType[*events.CorruptError](err)
+	return ok
+}
+
 // unavailable wraps the log's or the projections' failure to answer as
 // ErrUnavailable, except a message of the log that cannot be read, which
 // no retry would get past: that is ErrCorruptEvent, with its
