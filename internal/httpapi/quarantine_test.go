@@ -177,4 +177,3 @@ func requireMarkerThenLater(t *testing.T, evs []api.Event, seq uint64, hurt, lat
 	}
 	t.Fatalf("no event of task %s after the marker", later)
 }
-
