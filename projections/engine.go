@@ -454,6 +454,8 @@ func (e *Engine) Rebuild(ctx context.Context, progress func(seq, last uint64)) e
 		}
 		if reached[m.pos.Part(e.cfg.Shards)], seq = m.pos, seq+1; m.bad == nil {
 			fresh.apply(m.ev)
+		} else {
+			fresh.quarantine.add(m.pos, m.bad)
 		}
 		if progress != nil && seq%50000 == 0 {
 			progress(seq, e.Applied())

@@ -562,4 +562,11 @@ func TestUndecodableEventSkipped(t *testing.T) {
 	}
 	// A rebuild skips the same event and ends in the same place.
 	sameProjection(t, b.engine, rebuild(t, b.ns, uint64(c.LastSeq), 0))
+	// So does an online rebuild, which keeps the quarantine.
+	if err := b.engine.Rebuild(wctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, q := b.engine.Quarantined(10); n != 1 || len(q) != 1 || q[0].Pos != events.Position(ack.Sequence) {
+		t.Fatalf("Quarantined after an online rebuild = %d %+v, want the garbage at %d", n, q, ack.Sequence)
+	}
 }

@@ -205,15 +205,17 @@ func customerHistory(ctx context.Context, stdout io.Writer, cf clientFlags, off 
 
 func replayCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: replay verify | replay rebuild", errUsage)
+		return fmt.Errorf("%w: replay verify | replay rebuild | replay quarantine", errUsage)
 	}
 	switch args[0] {
 	case "verify":
 		return verifyCommand(ctx, args[1:], stdout)
 	case "rebuild":
 		return rebuildCommand(ctx, args[1:], stdout)
+	case "quarantine":
+		return quarantineCommand(ctx, args[1:], stdout)
 	}
-	return fmt.Errorf("%w: unknown replay command %q (verify, rebuild)", errUsage, args[0])
+	return fmt.Errorf("%w: unknown replay command %q (verify, rebuild, quarantine)", errUsage, args[0])
 }
 
 func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
