@@ -672,6 +672,8 @@ func TestTaskSubject(t *testing.T) {
 		{"tl.conc.acme.k1", "", "", false},
 		{"tl.evt.acme", "", "", false},
 		{"tl.evt.acme.t*", "", "", false},
+		{"tl.evt.*.t1", "", "t1", true},
+		{"tl.evt.>", "", "", false},
 		{"", "", "", false},
 	} {
 		customer, task, ok := TaskSubject(c.subject)

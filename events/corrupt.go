@@ -39,12 +39,20 @@ func (e *CorruptError) TaskID() string {
 
 // TaskSubject returns the customer and task ids a task subject
 // (<root>.evt.<customerId>.<taskId>, whatever the root and its shard)
-// names; ok is false for any other subject.
+// names; ok is false for any other subject. Of a task's filter that
+// matches any customer (Subjects.Task: <root>.evt.*.<taskId>) the
+// customer id is "".
 func TaskSubject(subject string) (customerID, taskID string, ok bool) {
 	tokens := strings.Split(subject, ".")
 	n := len(tokens)
-	if n < 4 || tokens[n-3] != "evt" || ValidID(tokens[n-2]) != nil || ValidID(tokens[n-1]) != nil {
+	if n < 4 || tokens[n-3] != "evt" || ValidID(tokens[n-1]) != nil {
 		return "", "", false
 	}
-	return tokens[n-2], tokens[n-1], true
+	if customerID = tokens[n-2]; customerID == "*" {
+		return "", tokens[n-1], true
+	}
+	if ValidID(customerID) != nil {
+		return "", "", false
+	}
+	return customerID, tokens[n-1], true
 }
