@@ -27,7 +27,9 @@
 // has made no progress for 3 s (a lost cluster node holding its consumer), it
 // follows the log with a new consumer from where it is. An event that does not
 // decode is counted (taskledger_projection_undecodable_events_total), skipped
-// and reported by the verifier.
+// and reported by the verifier; the views record it as quarantined (its
+// position and why, the first 1,000 listed, Views.Quarantined), in the snapshot
+// too, for /readyz and the operator's statistics.
 //
 // The views:
 //

@@ -125,6 +125,13 @@
 // Customer are Read with a subject filter. A Log needs no Store, so
 // offline tools read a log they have not opened for writing.
 //
+// A message that does not decode is quarantined, never the end of a
+// read: Events and Follow hand it, as an *events.CorruptError (position,
+// subject, storage time, why), to the caller's quarantine function and go
+// on (GET /v1/events and the event stream put a marker in its place); a
+// caller without one gets the error. The store's reads of one subject
+// (a task, key or schedule) skip it too and report it once they are done.
+//
 // # Chain heads
 //
 // Every task's events are chained by their hashes, but the last events
