@@ -48,6 +48,24 @@ func TestForgedNotificationYieldsNoClaim(t *testing.T) {
 		}
 	})
 
+	t.Run("BatchClaim", func(t *testing.T) {
+		const queue = "forged-batch"
+		theirs := claimable(t, n, mustSchedule(t, n, globex, scheduler.ScheduleRequest{Queue: queue}).TaskID)
+		before := wrongTenantClaims(t, reg)
+		forge(t, n, queue, events.ReadyNotification{TaskID: theirs.TaskID, CustomerID: acme.CustomerID, RootID: theirs.TaskID, Queue: queue, DeliveryID: theirs.Delivery.ID})
+		got, err := n.Service.ClaimBatch(ctx, acme, queue, "thief", 10, 2*time.Second)
+		if err != nil || len(got) != 0 {
+			t.Fatalf("acme's batch claim on a forged notification: %d tasks, %v; want none", len(got), err)
+		}
+		if got := wrongTenantClaims(t, reg); got != before+1 {
+			t.Fatalf("taskledger_claims_wrong_tenant_total went from %v to %v, want one more", before, got)
+		}
+		got, err = n.Service.ClaimBatch(ctx, globex, queue, "owner", 10, 5*time.Second)
+		if err != nil || len(got) != 1 || got[0].TaskID != theirs.TaskID {
+			t.Fatalf("globex's own batch claim: %d tasks, %v; want %s", len(got), err, theirs.TaskID)
+		}
+	})
+
 	t.Run("AnotherQueue", func(t *testing.T) {
 		const queue, other = "forged-real", "forged-other"
 		idle(t, n, globex, scheduler.ScheduleRequest{Queue: other}) // the queue exists, nothing on it is released
