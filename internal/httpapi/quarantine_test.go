@@ -7,12 +7,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/node"
 )
 
 // TestQuarantinedMessage: one undecodable message on a task's subject, as
@@ -24,21 +26,48 @@ import (
 // /readyz?digest=1 and GET /v1/stats, customers do not.
 func TestQuarantinedMessage(t *testing.T) {
 	t.Parallel()
-	b := authSetup(t)
+	for _, k := range []int{1, 3} {
+		t.Run(fmt.Sprint("Shards", k), func(t *testing.T) {
+			t.Parallel()
+			testQuarantinedMessage(t, k)
+		})
+	}
+}
+
+func testQuarantinedMessage(t *testing.T, k int) {
+	b := setup(t, func(c *node.Config) { c.Tokens, c.Shards = tenantTokens, k })
 	a := tokenClient(t, b, "tok-a")
 	ctx := context.Background()
+	st, shards := b.node.Store, b.node.Store.Shards()
 
 	hurt := mustScheduleAs(t, a, api.ScheduleRequest{Queue: "poison"})
 	before := mustScheduleAs(t, a, api.ScheduleRequest{Queue: "poison"})
-	ack, err := b.node.Store.JetStream().Publish(ctx, b.node.Store.Subjects().Event("A", hurt.ID), []byte("\xc1 not an event"))
+	first, err := st.Load(ctx, hurt.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	garbage := ack.Sequence
-	after := mustScheduleAs(t, a, api.ScheduleRequest{Queue: "poison-after"}) // a later event of another task
-	if err := b.node.Engine.WaitFor(ctx, events.Position(garbage+1)); err != nil {
+	part := first.FirstSeq.Part(shards)
+	ack, err := st.JetStream().Publish(ctx, shards.Subjects(st.Subjects(), part).Event("A", hurt.ID), []byte("\xc1 not an event"))
+	if err != nil {
 		t.Fatal(err)
 	}
+	garbage := uint64(shards.Position(part, ack.Sequence))                    // its position: the seq of the API
+	after := mustScheduleAs(t, a, api.ScheduleRequest{Queue: "poison-after"}) // a later event of another task
+	last, err := st.Load(ctx, after.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pos := range []events.Position{events.Position(garbage), last.LastSeq} {
+		if err := b.node.Engine.WaitFor(ctx, pos); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// resume is the stream's resume token just before the garbage.
+	resume := make([]string, shards.N())
+	for i := range resume {
+		resume[i] = "0"
+	}
+	resume[part] = strconv.FormatUint(ack.Sequence-1, 10)
 
 	t.Run("TaskAnswersCorruptEvent", func(t *testing.T) {
 		for _, r := range []struct{ method, path, body string }{
@@ -82,23 +111,25 @@ func TestQuarantinedMessage(t *testing.T) {
 			}
 			got = append(got, e)
 		}
-		requireMarkerThenLater(t, got, garbage, hurt.ID, after.ID)
+		requireMarkerThenLater(t, got, garbage, hurt.ID, after.ID, k == 1)
 	})
 
 	t.Run("StreamCarriesMarkerAndResumesAcross", func(t *testing.T) {
-		for _, from := range []uint64{0, garbage - 1} {
-			s := openStream(t, b.url, "tok-a", "after="+strconv.FormatUint(from, 10), "")
+		for _, from := range []string{"0", strings.Join(resume, "-")} {
+			s := openStream(t, b.url, "tok-a", "after="+from, "")
 			var got []api.Event
-			for len(got) == 0 || got[len(got)-1].TaskID != after.ID {
+			for !hasMarker(got) || !slices.ContainsFunc(got, func(e api.Event) bool { return e.TaskID == after.ID }) {
 				m := s.next(t)
 				e := m.decoded(t)
-				if e.Type == api.EventQuarantined && m.seq(t) != garbage {
-					t.Fatalf("marker's SSE id %s, want %d", m.id, garbage)
+				if e.Type == api.EventQuarantined {
+					if k == 1 && m.seq(t) != garbage || k > 1 && (e.Cursor != m.id || strings.Split(m.id, "-")[part] != strconv.FormatUint(ack.Sequence, 10)) {
+						t.Fatalf("marker's SSE id %s (cursor %q), want one at the garbage's sequence %d of shard %d", m.id, e.Cursor, ack.Sequence, part)
+					}
 				}
 				got = append(got, e)
 			}
 			s.close()
-			requireMarkerThenLater(t, got, garbage, hurt.ID, after.ID)
+			requireMarkerThenLater(t, got, garbage, hurt.ID, after.ID, k == 1)
 		}
 	})
 
@@ -154,9 +185,15 @@ func mustScheduleAs(t *testing.T, c *api.Client, req api.ScheduleRequest) api.Ta
 	return task
 }
 
-// requireMarkerThenLater asserts that evs holds a Quarantined marker at
-// seq for task hurt, and after it the events of task later.
-func requireMarkerThenLater(t *testing.T, evs []api.Event, seq uint64, hurt, later string) {
+// hasMarker reports whether evs hold a Quarantined marker.
+func hasMarker(evs []api.Event) bool {
+	return slices.ContainsFunc(evs, func(e api.Event) bool { return e.Type == api.EventQuarantined })
+}
+
+// requireMarkerThenLater asserts that evs holds one Quarantined marker at
+// seq for task hurt and the events of task later: after it when ordered
+// (one shard; the shards of a sharded log interleave).
+func requireMarkerThenLater(t *testing.T, evs []api.Event, seq uint64, hurt, later string, ordered bool) {
 	t.Helper()
 	marker := -1
 	for i, e := range evs {
@@ -170,10 +207,14 @@ func requireMarkerThenLater(t *testing.T, evs []api.Event, seq uint64, hurt, lat
 	if marker < 0 {
 		t.Fatalf("no Quarantined marker in %d events", len(evs))
 	}
-	for _, e := range evs[marker+1:] {
-		if e.TaskID == later && e.Seq > seq {
+	from := 0
+	if ordered {
+		from = marker + 1
+	}
+	for _, e := range evs[from:] {
+		if e.TaskID == later {
 			return
 		}
 	}
-	t.Fatalf("no event of task %s after the marker", later)
+	t.Fatalf("no event of task %s (after the marker: %v)", later, ordered)
 }
