@@ -404,7 +404,7 @@ func (s *claims) claimNotified(ctx context.Context, p Principal, queue string, m
 func (s *claims) refused(p Principal, queue, taskID string, err error) {
 	s.wrongTenant.Inc()
 	s.logger.Warn().Err(err).Str("customer", p.CustomerID).Bool("operator", p.IsOperator()).Str("queue", queue).Str("task", taskID).
-		Msg("claim refused: the ready notification does not describe its task (forged?); dropped")
+		Msg("claim refused: the task is not the claimer's customer's or not on the queue claimed on (a forged ready notification?); dropped")
 }
 
 // handBack releases st's claim, which was made (evs) for a claimer that

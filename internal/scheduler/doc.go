@@ -87,6 +87,14 @@
 //     for the queue's claimers, docs/DESIGN.md, "The alarm"). A customer holds
 //     at most --max-polls-per-customer (256) long polls per process; one more
 //     is ErrTooManyPolls (429).
+//   - Notifications carry no tenancy. Every claim through a notification
+//     (claims/next, batch claims, the API over NATS) expects the task to be
+//     the caller's (an operator's: the customer the notification names) and
+//     on the queue claimed on; the aggregate decides it on the log
+//     (aggregate.ErrWrongTenant), and a notification that fails it (forged)
+//     is logged, counted (taskledger_claims_wrong_tenant_total) and
+//     terminated, and the claimer waits on. A task whose subject holds a
+//     message that does not decode (quarantined) is passed over the same way.
 //   - Queues. A claim on a queue no task was scheduled on (as the projections
 //     know) waits without creating anything: it looks again every 100 ms and
 //     answers nothing at its deadline; the first claim on a real queue creates

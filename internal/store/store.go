@@ -296,7 +296,9 @@ func (s *Store) History(ctx context.Context, taskID string) ([]events.Event, err
 }
 
 // Load returns the task's current state, replayed from the log (not from
-// the cache). A task with no events is the zero State, not an error. On a
+// the cache). A task with no events is the zero State, not an error. A
+// task whose subject holds a message that does not decode fails with its
+// *events.CorruptError, as History does. On a
 // replicated stream, History and Load also ask the stream leader, so they
 // see every append acknowledged before the call (a follower answering the
 // direct get may lag).
