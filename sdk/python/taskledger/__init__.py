@@ -14,6 +14,7 @@ from .errors import (
     AncestorTerminal,
     ClaimLost,
     Conflict,
+    CorruptEvent,
     Forbidden,
     HeaderTooLarge,
     Internal,
@@ -58,7 +59,7 @@ from .types import (
 from .worker import REASON_CLAIM_LOST, REASON_SUPERSEDED, NoHandler, PayloadError, Run, Stopped, Turn, Worker
 
 __all__ = [
-    "AdmissionRejected", "AncestorTerminal", "ClaimLost", "Client", "Concurrency", "Conflict", "ContentPart", "Effect", "Forbidden", "HeaderTooLarge",
+    "AdmissionRejected", "AncestorTerminal", "ClaimLost", "Client", "Concurrency", "Conflict", "ContentPart", "CorruptEvent", "Effect", "Forbidden", "HeaderTooLarge",
     "Internal", "InvalidArgument", "LineageLimit", "Message", "NoHandler", "NotClaimable", "NotFound", "NotTerminal", "ParentTerminal",
     "PayloadError", "PayloadTooLarge", "ProgressRate", "REASON_CLAIM_LOST", "REASON_SUPERSEDED", "RequestIDConflict", "RequestTimeout", "ResultItem", "ResultRequest", "RetryRequest", "Run", "RunState",
     "Schedule", "ScheduleCreateRequest", "ScheduleLimit", "ScheduleRequest", "ScheduleRun", "ScheduleTask", "Signal", "StaleRevision", "Stopped", "Task", "TaskledgerError", "Terminal",

@@ -206,10 +206,18 @@ class Internal(TaskledgerError):
     code = "internal"
 
 
+class CorruptEvent(TaskledgerError):
+    """500 ``corrupt_event``: the task has a message on the log that does
+    not decode (the message names its sequence). It is quarantined:
+    retrying cannot help until an operator repairs the log."""
+
+    code = "corrupt_event"
+
+
 _BY_CODE: dict[str, type[TaskledgerError]] = {
     c.code: c
     for c in (InvalidArgument, Unauthenticated, Forbidden, NotFound, RequestTimeout, Conflict,
-              PayloadTooLarge, AdmissionRejected, HeaderTooLarge, Unavailable, Internal)
+              PayloadTooLarge, AdmissionRejected, HeaderTooLarge, Unavailable, Internal, CorruptEvent)
 }
 _BY_REASON: dict[tuple[str, str], type[TaskledgerError]] = {
     (c.code, c.reason): c

@@ -33,6 +33,7 @@ class ErrorsTest(unittest.TestCase):
             (429, "too_many_requests", "too_many_polls", errors.TooManyPolls),
             (431, "header_too_large", "", errors.HeaderTooLarge),
             (500, "internal", "", errors.Internal),
+            (500, "corrupt_event", "", errors.CorruptEvent),
             (503, "unavailable", "", errors.Unavailable),
             (418, "a_new_code", "", errors.TaskledgerError),
             (404, "unavailable", "", errors.Unavailable),  # the code decides, not the status
