@@ -90,6 +90,11 @@ type Config struct {
 	// nothing and answers nothing) fails the append as unavailable;
 	// default 5s.
 	WriteTimeout time.Duration
+	// Chain, if set, keys the log's hash chain: every event appended is
+	// encoded with it (events.Keyring.AppendEncode), so it names the
+	// signing key and ends with its HMAC. Nil appends unkeyed events, as
+	// before the chain was keyed (tests, benchmarks).
+	Chain *events.Keyring
 }
 
 func (c Config) withDefaults() Config {
@@ -636,7 +641,13 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, shard int, expect
 	}
 	am := appendMsgs.Get().(*appendMsg)
 	defer am.release() // the pipeline keeps no message past its publish
-	data, err := events.AppendEncode(am.data[:0], *ev)
+	var data []byte
+	var err error
+	if s.cfg.Chain != nil {
+		data, err = s.cfg.Chain.AppendEncode(am.data[:0], *ev)
+	} else {
+		data, err = events.AppendEncode(am.data[:0], *ev)
+	}
 	if err != nil {
 		return err
 	}
