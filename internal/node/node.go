@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/broker"
+	"github.com/taskledger/taskledger/internal/chainkey"
 	"github.com/taskledger/taskledger/internal/crashpoint"
 	"github.com/taskledger/taskledger/internal/delivery"
 	"github.com/taskledger/taskledger/internal/eventlog"
@@ -131,6 +133,14 @@ type Config struct {
 	// NATSMaxRequests bounds the API requests over NATS served at once
 	// (natsapi.Config.MaxRequests); default natsapi.DefaultMaxRequests.
 	NATSMaxRequests int
+	// ChainKeyFile, if set, keys the log's chain (events/doc.go, "Keyed
+	// chain") with the keys of this file (internal/chainkey): every event
+	// this process appends is signed with its newest key, and New checks
+	// the events after the saved chain heads against it (a warning on
+	// /readyz when one is forged). A missing file is created, with a fresh
+	// key, unless the log already holds keyed events: then New fails with
+	// ErrChainKeyMissing. Empty: events are appended unkeyed (tests).
+	ChainKeyFile string
 }
 
 // Committer makes acknowledged writes durable in shared fsyncs.
@@ -208,6 +218,23 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	var chain chainkey.File
+	var keys *events.Keyring
+	if cfg.ChainKeyFile != "" {
+		var created bool
+		chain, created, err = openChain(ctx, st.Log(), cfg.ChainKeyFile, cfg.Now())
+		if err == nil {
+			keys, err = chain.Keyring()
+		}
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		st.UseChain(keys)
+		if created {
+			cfg.Logger.Warn().Str("file", cfg.ChainKeyFile).Msg("created the log's chain key: back it up apart from the log (docs/operations.md, \"Chain key\"); without it the log's events cannot be verified")
+		}
+	}
 	ready, err := delivery.EnsureStream(ctx, st.JetStream(), cfg.ReadyStream, cfg.Subjects, cfg.Replicas)
 	if err != nil {
 		st.Close()
@@ -261,6 +288,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	eng, n.heads = n.Engine, heads
 	n.logWarning = n.checkHead(ctx)
+	if keys != nil {
+		if warning := n.checkChain(ctx, chain, keys); warning != "" {
+			n.logWarning = strings.TrimPrefix(n.logWarning+"; ", "; ") + warning
+		}
+	}
 	return n, nil
 }
 
