@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/chainkey"
@@ -67,60 +71,136 @@ func openChain(ctx context.Context, log eventlog.Log, path string, now time.Time
 	return f, err == nil, err
 }
 
-// checkChain checks every event after the saved chain heads (from each
-// head on, or from a stream's start where none was saved) against the
-// keyed chain's rule, and returns a warning, also logged, when one is
-// not keyed where it must be or its MAC does not verify. It warns rather
-// than refuses: one forged message must not keep the scheduler down (the
-// projections apply what they read; replay verify names every violation).
-func (n *Node) checkChain(ctx context.Context, f chainkey.File, kr *events.Keyring) string {
-	log := n.Store.Log()
-	heads, err := LoadHeads(ctx, n.Store.JetStream(), n.cfg.Stream)
-	if err != nil {
-		n.cfg.Logger.Warn().Err(err).Msg("keyed chain not checked")
-		return ""
+// chainCheck is the keyed chain's check of a running node: what it has
+// checked so far and what it found. Every event is checked once: those
+// after the saved chain heads at start (New), the others before a head
+// moves past them (after each projection snapshot). Safe for concurrent
+// use.
+type chainCheck struct {
+	file  chainkey.File
+	keys  *events.Keyring
+	mu    sync.Mutex
+	next  []uint64 // by part, the first stream sequence not checked yet
+	rule  *replay.Chain
+	bad   int              // events found so far
+	first replay.Violation // the first found
+	// found is the warning of what was found, nil: nothing.
+	found atomic.Pointer[string]
+}
+
+// errChainScanned ends a scan at its last position.
+var errChainScanned = errors.New("node: chain scanned")
+
+// check checks every event of every part from c.next up to until (by
+// part; nil: each stream's end now), records what it finds and moves
+// c.next past it.
+func (c *chainCheck) check(ctx context.Context, log eventlog.Log, logger zerolog.Logger, until []events.Position) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var to map[int]uint64 // by part, the last sequence to check; nil: every part to its end
+	if until != nil {
+		to = map[int]uint64{}
+		for _, pos := range until {
+			if pos > 0 {
+				to[pos.Part(log.Shards)] = pos.Seq(log.Shards)
+			}
+		}
 	}
-	from := make([]uint64, log.Shards.N())
-	for _, h := range heads {
-		part, seq := log.Shards.Split(h.Pos)
-		from[part] = seq
-	}
-	parts := f.Parts(log.Stream, log.Shards)
-	for part, keyedFrom := range parts { // the unkeyed events before it are the hash links' to vouch for
-		from[part] = max(from[part], keyedFrom)
-	}
-	rule := replay.NewChain(kr, parts)
-	var bad int
-	var first replay.Violation
-	for i := range from {
-		o := eventlog.ReadOptions{Shards: []int{i}, From: log.Shards.Position(i, from[i])}
+	before := c.bad
+	for i := range c.next {
+		last, ok := to[i]
+		if to != nil && (!ok || last < c.next[i]) {
+			continue
+		}
+		o := eventlog.ReadOptions{Shards: []int{i}, From: log.Shards.Position(i, c.next[i])}
 		err := log.Read(ctx, o, func(m eventlog.Message) error {
+			part, seq := log.Shards.Split(m.Pos)
+			if to != nil && seq > last {
+				return errChainScanned
+			}
+			c.next[part] = seq + 1
 			ev, err := events.Decode(m.Data)
 			if err != nil {
 				return nil // not the chain's to say: replay verify and the projections report it
 			}
-			part, seq := log.Shards.Split(m.Pos)
-			kind, detail := rule.Check(part, seq, ev, m.Data)
+			kind, detail := c.rule.Check(part, seq, ev, m.Data)
 			if kind == "" {
 				return nil
 			}
-			if bad++; bad == 1 {
-				first = replay.Violation{Seq: m.Pos, TaskID: ev.TaskID, Kind: kind, Detail: detail}
+			if c.bad++; c.bad == 1 {
+				c.first = replay.Violation{Seq: m.Pos, TaskID: ev.TaskID, Kind: kind, Detail: detail}
 			}
-			if bad <= maxChainReports {
-				n.cfg.Logger.Error().Uint64("seq", uint64(m.Pos)).Str("task", ev.TaskID).Str("kind", kind).Msg(detail)
+			if c.bad <= maxChainReports {
+				logger.Error().Uint64("seq", uint64(m.Pos)).Str("task", ev.TaskID).Str("kind", kind).Msg(detail)
 			}
 			return nil
 		})
-		if err != nil {
-			n.cfg.Logger.Warn().Err(err).Msg("keyed chain not checked")
-			return ""
+		if err != nil && !errors.Is(err, errChainScanned) {
+			return err
 		}
 	}
-	if bad == 0 {
+	if c.bad == before {
+		return nil
+	}
+	warning := fmt.Sprintf("%d events of the log are not vouched for by its chain key (the first at sequence %d, task %s: %s): forged or changed; run taskledger replay verify", c.bad, c.first.Seq, c.first.TaskID, c.first.Kind)
+	c.found.Store(&warning)
+	logger.Error().Int("events", c.bad).Uint64("seq", uint64(c.first.Seq)).Msg(warning)
+	return nil
+}
+
+// warning returns what the checks found, or "".
+func (c *chainCheck) warning() string {
+	if c == nil {
 		return ""
 	}
-	warning := fmt.Sprintf("%d events of the log are not vouched for by its chain key (the first at sequence %d, task %s: %s): forged or changed; run taskledger replay verify", bad, first.Seq, first.TaskID, first.Kind)
-	n.cfg.Logger.Error().Int("events", bad).Uint64("seq", uint64(first.Seq)).Msg(warning)
-	return warning
+	if w := c.found.Load(); w != nil {
+		return *w
+	}
+	return ""
+}
+
+// newChainCheck returns the check of log under f and keys, starting at
+// the saved chain heads heads (each head's own message included: nothing
+// checked it since it was saved), or at a stream's start where none was
+// saved, and never before a stream's first keyed sequence (the unkeyed
+// events before it are the hash links' to vouch for, as before keying).
+func newChainCheck(log eventlog.Log, f chainkey.File, keys *events.Keyring, heads []eventlog.Head) *chainCheck {
+	next := make([]uint64, log.Shards.N())
+	for _, h := range heads {
+		part, seq := log.Shards.Split(h.Pos)
+		next[part] = seq
+	}
+	parts := f.Parts(log.Stream, log.Shards)
+	for part, keyedFrom := range parts {
+		next[part] = max(next[part], keyedFrom)
+	}
+	return &chainCheck{next: next, rule: replay.NewChain(keys, parts)}
+}
+
+// checkChainAtStart checks the events after the saved chain heads and
+// returns a warning, also logged, when one is not keyed where it must be
+// or its MAC does not verify. It warns rather than refuses: one forged
+// message must not keep the scheduler down (the projections apply what
+// they read; replay verify names every violation).
+func (n *Node) checkChainAtStart(ctx context.Context) {
+	heads, err := LoadHeads(ctx, n.Store.JetStream(), n.cfg.Stream)
+	if err != nil {
+		n.cfg.Logger.Warn().Err(err).Msg("keyed chain not checked")
+		return
+	}
+	n.chain = newChainCheck(n.Store.Log(), n.chainFile, n.chainKeys, heads)
+	if err := n.chain.check(ctx, n.Store.Log(), n.cfg.Logger, nil); err != nil {
+		n.cfg.Logger.Warn().Err(err).Msg("keyed chain not checked")
+	}
+}
+
+// checkChainBefore checks the events up to the positions a chain head is
+// about to be saved at, so that no event ends up behind a head unchecked.
+func (n *Node) checkChainBefore(ctx context.Context, applied []events.Position) {
+	if n.chain == nil {
+		return
+	}
+	if err := n.chain.check(ctx, n.Store.Log(), n.cfg.Logger, applied); err != nil {
+		n.cfg.Logger.Warn().Err(err).Msg("keyed chain not checked")
+	}
 }

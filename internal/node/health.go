@@ -115,12 +115,16 @@ func (n *Node) WriteError() error {
 
 // LogWarning implements httpapi.LogHealth: why the log was found damaged
 // at start (no saved chain head, a hole) or while the projections read
-// it, or "".
+// it, and the events its keyed chain's checks found forged, or "".
 func (n *Node) LogWarning() string {
+	warning := n.logWarning
 	if m := n.Engine.Missing(); m > 0 {
-		return strings.TrimPrefix(n.logWarning+"; ", "; ") + fmt.Sprintf("%d sequences of the log hold no event; run taskledger replay verify", m)
+		warning = strings.TrimPrefix(warning+"; ", "; ") + fmt.Sprintf("%d sequences of the log hold no event; run taskledger replay verify", m)
 	}
-	return n.logWarning
+	if c := n.chain.warning(); c != "" {
+		warning = strings.TrimPrefix(warning+"; ", "; ") + c
+	}
+	return warning
 }
 
 // storageError is cfg.StorageError's answer, nil without one.

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -179,7 +178,12 @@ type Node struct {
 	// logWarning says why the log does not hold its saved chain head;
 	// set by New, read-only after.
 	logWarning string
-	serverErr  atomic.Pointer[error] // the last StorageError; nil: none
+	// chainFile and chainKeys are the keyed chain's, and chain its check
+	// (chain.go); nil keys and chain without ChainKeyFile.
+	chainFile chainkey.File
+	chainKeys *events.Keyring
+	chain     *chainCheck
+	serverErr atomic.Pointer[error] // the last StorageError; nil: none
 }
 
 // New opens the streams and builds the parts. Run starts them.
@@ -252,6 +256,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		SnapshotEvery: cfg.SnapshotEvery, SnapshotInterval: cfg.SnapshotInterval, Retain: cfg.Retain,
 	}
 	var heads projections.SnapshotStore
+	var self *Node // set once built, before anything runs
 	if !cfg.NoSnapshots {
 		snaps, err := projections.OpenObjectSnapshots(ctx, st.JetStream(), SnapshotBucket(cfg.Stream), "projections", cfg.Replicas)
 		if err == nil {
@@ -263,6 +268,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		pcfg.Snapshots = snaps
 		pcfg.AfterSnapshot = func(ctx context.Context, applied []events.Position) {
+			if self != nil {
+				self.checkChainBefore(ctx, applied)
+			}
 			if err := SaveHead(ctx, st.Log(), heads, applied); err != nil {
 				cfg.Logger.Warn().Err(err).Msg("chain head not saved")
 			}
@@ -289,10 +297,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	eng, n.heads = n.Engine, heads
 	n.logWarning = n.checkHead(ctx)
 	if keys != nil {
-		if warning := n.checkChain(ctx, chain, keys); warning != "" {
-			n.logWarning = strings.TrimPrefix(n.logWarning+"; ", "; ") + warning
-		}
+		n.chainFile, n.chainKeys = chain, keys
+		n.checkChainAtStart(ctx)
 	}
+	self = n
 	return n, nil
 }
 
