@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/chainkey"
 	"github.com/taskledger/taskledger/internal/eventlog"
+	"github.com/taskledger/taskledger/projections"
 	"github.com/taskledger/taskledger/replay"
 )
 
@@ -84,6 +86,10 @@ type chainCheck struct {
 	rule  *replay.Chain
 	bad   int              // events found so far
 	first replay.Violation // the first found
+	// saved keeps what was found (chainObject) across restarts: a head
+	// saved past a forged event would otherwise hide it from the next
+	// start's check. Nil without snapshots (each start checks all).
+	saved projections.SnapshotStore
 	// found is the warning of what was found, nil: nothing.
 	found atomic.Pointer[string]
 }
@@ -142,9 +148,55 @@ func (c *chainCheck) check(ctx context.Context, log eventlog.Log, logger zerolog
 	if c.bad == before {
 		return nil
 	}
+	logger.Error().Int("events", c.bad).Uint64("seq", uint64(c.first.Seq)).Msg(c.warn())
+	if c.saved != nil {
+		b, err := json.Marshal(chainFindings{Events: c.bad, First: c.first})
+		if err == nil {
+			err = c.saved.Save(ctx, b)
+		}
+		if err != nil {
+			return fmt.Errorf("node: save the keyed chain's findings: %w", err)
+		}
+	}
+	return nil
+}
+
+// chainObject is the object of the snapshot bucket that keeps what the
+// keyed chain's checks found (chainFindings as JSON).
+const chainObject = "chainforged"
+
+// chainFindings is what the keyed chain's checks found so far.
+type chainFindings struct {
+	Events int              `json:"events"`
+	First  replay.Violation `json:"first"`
+}
+
+// warn sets and returns the warning of what was found; c.mu is held.
+func (c *chainCheck) warn() string {
 	warning := fmt.Sprintf("%d events of the log are not vouched for by its chain key (the first at sequence %d, task %s: %s): forged or changed; run taskledger replay verify", c.bad, c.first.Seq, c.first.TaskID, c.first.Kind)
 	c.found.Store(&warning)
-	logger.Error().Int("events", c.bad).Uint64("seq", uint64(c.first.Seq)).Msg(warning)
+	return warning
+}
+
+// load takes up what earlier checks found and saved.
+func (c *chainCheck) load(ctx context.Context) error {
+	if c.saved == nil {
+		return nil
+	}
+	b, ok, err := c.saved.Load(ctx)
+	if err != nil || !ok {
+		return err
+	}
+	var f chainFindings
+	if err := json.Unmarshal(b, &f); err != nil {
+		return fmt.Errorf("node: the keyed chain's findings: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.Events > 0 {
+		c.bad, c.first = f.Events, f.First
+		c.warn()
+	}
 	return nil
 }
 
@@ -164,7 +216,7 @@ func (c *chainCheck) warning() string {
 // checked it since it was saved), or at a stream's start where none was
 // saved, and never before a stream's first keyed sequence (the unkeyed
 // events before it are the hash links' to vouch for, as before keying).
-func newChainCheck(log eventlog.Log, f chainkey.File, keys *events.Keyring, heads []eventlog.Head) *chainCheck {
+func newChainCheck(log eventlog.Log, f chainkey.File, keys *events.Keyring, heads []eventlog.Head, saved projections.SnapshotStore) *chainCheck {
 	next := make([]uint64, log.Shards.N())
 	for _, h := range heads {
 		part, seq := log.Shards.Split(h.Pos)
@@ -174,7 +226,7 @@ func newChainCheck(log eventlog.Log, f chainkey.File, keys *events.Keyring, head
 	for part, keyedFrom := range parts {
 		next[part] = max(next[part], keyedFrom)
 	}
-	return &chainCheck{next: next, rule: replay.NewChain(keys, parts)}
+	return &chainCheck{next: next, rule: replay.NewChain(keys, parts), saved: saved}
 }
 
 // checkChainAtStart checks the events after the saved chain heads and
@@ -188,7 +240,10 @@ func (n *Node) checkChainAtStart(ctx context.Context) {
 		n.cfg.Logger.Warn().Err(err).Msg("keyed chain not checked")
 		return
 	}
-	n.chain = newChainCheck(n.Store.Log(), n.chainFile, n.chainKeys, heads)
+	n.chain = newChainCheck(n.Store.Log(), n.chainFile, n.chainKeys, heads, n.chainSaved)
+	if err := n.chain.load(ctx); err != nil {
+		n.cfg.Logger.Warn().Err(err).Msg("keyed chain's earlier findings not read")
+	}
 	if err := n.chain.check(ctx, n.Store.Log(), n.cfg.Logger, nil); err != nil {
 		n.cfg.Logger.Warn().Err(err).Msg("keyed chain not checked")
 	}

@@ -180,10 +180,11 @@ type Node struct {
 	logWarning string
 	// chainFile and chainKeys are the keyed chain's, and chain its check
 	// (chain.go); nil keys and chain without ChainKeyFile.
-	chainFile chainkey.File
-	chainKeys *events.Keyring
-	chain     *chainCheck
-	serverErr atomic.Pointer[error] // the last StorageError; nil: none
+	chainFile  chainkey.File
+	chainKeys  *events.Keyring
+	chainSaved projections.SnapshotStore // nil without snapshots
+	chain      *chainCheck
+	serverErr  atomic.Pointer[error] // the last StorageError; nil: none
 }
 
 // New opens the streams and builds the parts. Run starts them.
@@ -257,10 +258,14 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	var heads projections.SnapshotStore
 	var self *Node // set once built, before anything runs
+	var chainSaved projections.SnapshotStore
 	if !cfg.NoSnapshots {
 		snaps, err := projections.OpenObjectSnapshots(ctx, st.JetStream(), SnapshotBucket(cfg.Stream), "projections", cfg.Replicas)
 		if err == nil {
 			heads, err = projections.OpenObjectSnapshots(ctx, st.JetStream(), SnapshotBucket(cfg.Stream), headObject, cfg.Replicas)
+		}
+		if err == nil && keys != nil {
+			chainSaved, err = projections.OpenObjectSnapshots(ctx, st.JetStream(), SnapshotBucket(cfg.Stream), chainObject, cfg.Replicas)
 		}
 		if err != nil {
 			st.Close()
@@ -297,7 +302,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	eng, n.heads = n.Engine, heads
 	n.logWarning = n.checkHead(ctx)
 	if keys != nil {
-		n.chainFile, n.chainKeys = chain, keys
+		n.chainFile, n.chainKeys, n.chainSaved = chain, keys, chainSaved
 		n.checkChainAtStart(ctx)
 	}
 	self = n
