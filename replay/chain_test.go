@@ -3,6 +3,8 @@ package replay_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -124,5 +126,42 @@ func TestVerifyKeyedChain(t *testing.T) {
 	}
 	if slices.Contains(kinds, replay.BrokenLink) {
 		t.Fatal("a forged event's correct hash link reported broken")
+	}
+}
+
+// TestChainAcceptsOldFixtures runs the committed v1 and v2 fixtures (the
+// logs written before keying) through the keyed chain's rule: written
+// before their stream's keying began they pass; written after it (no
+// exception for them) each is unkeyed.
+func TestChainAcceptsOldFixtures(t *testing.T) {
+	t.Parallel()
+	keys := chainKeys(t, 1)
+	for _, path := range []string{"../events/testdata/v1-log.msgpack", "../events/testdata/v2-log.msgpack"} {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var msgs [][]byte
+		for len(raw) >= 4 {
+			n := binary.BigEndian.Uint32(raw)
+			msgs, raw = append(msgs, raw[4:4+n]), raw[4+n:]
+		}
+		if len(msgs) == 0 || len(raw) != 0 {
+			t.Fatalf("%s: %d events, %d bytes left", path, len(msgs), len(raw))
+		}
+		before := replay.NewChain(keys, map[int]uint64{0: uint64(len(msgs)) + 1})
+		after := replay.NewChain(keys, nil)
+		for i, b := range msgs {
+			ev, err := events.Decode(b)
+			if err != nil {
+				t.Fatalf("%s event %d: %v", path, i, err)
+			}
+			if kind, detail := before.Check(0, uint64(i+1), ev, b); kind != "" {
+				t.Fatalf("%s event %d, before keying: %s %s", path, i, kind, detail)
+			}
+			if kind, _ := after.Check(0, uint64(i+1), ev, b); kind != replay.Unkeyed {
+				t.Fatalf("%s event %d, after keying: %q, want unkeyed", path, i, kind)
+			}
+		}
 	}
 }
