@@ -162,7 +162,7 @@ func write(path string, f File, replace bool) error {
 	if err != nil {
 		return fmt.Errorf("chainkey: %w", err)
 	}
-	defer os.Remove(tmp.Name()) // after a rename or a link, a no-op or the temporary name
+	defer os.Remove(tmp.Name()) // after the rename, a no-op
 	if _, err = tmp.Write(append(b, '\n')); err == nil {
 		err = tmp.Sync()
 	}
@@ -172,12 +172,15 @@ func write(path string, f File, replace bool) error {
 	if err != nil {
 		return fmt.Errorf("chainkey: write %s: %w", path, err)
 	}
-	if replace {
-		err = os.Rename(tmp.Name(), path)
-	} else {
-		err = os.Link(tmp.Name(), path) // fails if path exists
+	if !replace {
+		// Checked just before the rename (a link would be exact, but not
+		// every file system has links): one process creates a data
+		// directory's key, the one that holds its embedded server's lock.
+		if _, err := os.Lstat(path); err == nil {
+			return fmt.Errorf("chainkey: %s exists: a key file is never overwritten", path)
+		}
 	}
-	if err != nil {
+	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("chainkey: %w", err)
 	}
 	if d, err := os.Open(dir); err == nil {
