@@ -71,8 +71,8 @@ func TestVerifyKeyedChain(t *testing.T) {
 	both := chainKeys(t, 1, 2)
 	p.store.UseChain(both)
 	keyed, evs := p.exec(keyed.TaskID, aggregate.AppendMail{Message: events.Message{ID: "m2", Content: text("rotated").Content}})
-	if evs[0].Key != 0 { // set by the decoder only; the store's event keeps its fields
-		t.Fatalf("appended event reports key %d", evs[0].Key)
+	if evs[0].Key != 2 {
+		t.Fatalf("the appended event reports key %d, want the newest, 2", evs[0].Key)
 	}
 	rotated := p.queued("beta")
 

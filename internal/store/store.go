@@ -653,6 +653,7 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, shard int, expect
 	var data []byte
 	var err error
 	if chain := s.chain.Load(); chain != nil {
+		ev.Key = chain.Signer() // as a read of the stored bytes would say
 		data, err = chain.AppendEncode(am.data[:0], *ev)
 	} else {
 		data, err = events.AppendEncode(am.data[:0], *ev)
