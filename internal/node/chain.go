@@ -27,6 +27,10 @@ import (
 // start until the file is restored (or --chain-key-file names it).
 var ErrChainKeyMissing = errors.New("node: the log is keyed and its chain key file is missing")
 
+// chainCheckTimeout bounds the keyed chain's check at shutdown, before
+// the chain head is saved (without it finished, the head is not).
+const chainCheckTimeout = 30 * time.Second
+
 // maxChainReports is how many chain violations the start-up check logs
 // one by one; the rest are counted.
 const maxChainReports = 10
@@ -52,11 +56,12 @@ func openChain(ctx context.Context, log eventlog.Log, path string, now time.Time
 		if seq == 0 {
 			continue
 		}
-		if first, err := log.FirstSeq(ctx, i); err != nil || seq < first {
-			keyedFrom[log.Shards.Stream(log.Stream, i)] = seq + 1 // a removed epoch's stream, empty since
-			if err != nil {
-				return f, false, err
-			}
+		first, err := log.FirstSeq(ctx, i)
+		if err != nil {
+			return f, false, err
+		}
+		if seq < first { // a removed epoch's stream, empty since
+			keyedFrom[log.Shards.Stream(log.Stream, i)] = seq + 1
 			continue
 		}
 		h, err := log.Message(ctx, pos)
@@ -76,11 +81,9 @@ func openChain(ctx context.Context, log eventlog.Log, path string, now time.Time
 // chainCheck is the keyed chain's check of a running node: what it has
 // checked so far and what it found. Every event is checked once: those
 // after the saved chain heads at start (New), the others before a head
-// moves past them (after each projection snapshot). Safe for concurrent
-// use.
+// moves past them (after each projection snapshot, and at shutdown). Safe
+// for concurrent use.
 type chainCheck struct {
-	file  chainkey.File
-	keys  *events.Keyring
 	mu    sync.Mutex
 	next  []uint64 // by part, the first stream sequence not checked yet
 	rule  *replay.Chain
@@ -211,16 +214,17 @@ func (c *chainCheck) warning() string {
 	return ""
 }
 
-// newChainCheck returns the check of log under f and keys, starting at
-// the saved chain heads heads (each head's own message included: nothing
-// checked it since it was saved), or at a stream's start where none was
-// saved, and never before a stream's first keyed sequence (the unkeyed
-// events before it are the hash links' to vouch for, as before keying).
+// newChainCheck returns the check of log under f and keys, starting
+// after the saved chain heads heads (a keyed node checks the events up to
+// a head before it saves it: checkChainBefore), or at a stream's start
+// where none was saved, and never before a stream's first keyed sequence
+// (the unkeyed events before it are the hash links' to vouch for, as
+// before keying).
 func newChainCheck(log eventlog.Log, f chainkey.File, keys *events.Keyring, heads []eventlog.Head, saved projections.SnapshotStore) *chainCheck {
 	next := make([]uint64, log.Shards.N())
 	for _, h := range heads {
 		part, seq := log.Shards.Split(h.Pos)
-		next[part] = seq
+		next[part] = seq + 1
 	}
 	parts := f.Parts(log.Stream, log.Shards)
 	for part, keyedFrom := range parts {
@@ -250,12 +254,15 @@ func (n *Node) checkChainAtStart(ctx context.Context) {
 }
 
 // checkChainBefore checks the events up to the positions a chain head is
-// about to be saved at, so that no event ends up behind a head unchecked.
-func (n *Node) checkChainBefore(ctx context.Context, applied []events.Position) {
+// about to be saved at (by part), so that no event ends up behind a head
+// unchecked. An error (the log could not be read) means the head must
+// not be saved: the one before it stays, and a later check starts there.
+func (n *Node) checkChainBefore(ctx context.Context, positions []events.Position) error {
 	if n.chain == nil {
-		return
+		return nil
 	}
-	if err := n.chain.check(ctx, n.Store.Log(), n.cfg.Logger, applied); err != nil {
-		n.cfg.Logger.Warn().Err(err).Msg("keyed chain not checked")
+	if err := n.chain.check(ctx, n.Store.Log(), n.cfg.Logger, positions); err != nil {
+		return fmt.Errorf("keyed chain not checked: %w", err)
 	}
+	return nil
 }

@@ -13,8 +13,11 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/chainkey"
+	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/node"
 	"github.com/taskledger/taskledger/internal/testnode"
+	"github.com/taskledger/taskledger/replay"
 )
 
 // TestChainCheckedBeforeHeads forges an event while the node runs, then
@@ -46,37 +49,12 @@ func TestChainCheckedBeforeHeads(t *testing.T) {
 	}
 
 	// A writer without the key: the next event, with the right unkeyed link.
-	js, err := jetstream.New(n.NC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := js.Stream(ctx, n.NS.Stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	subject := n.NS.Subjects.Event(victim.CustomerID, victim.ID)
-	last, err := s.GetLastMsgForSubject(ctx, subject)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prev, err := events.Decode(last.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	forged, err := events.Encode(events.Event{ID: events.NewID(), TaskID: victim.ID, CustomerID: victim.CustomerID, Number: prev.Number + 1,
-		At: time.Now(), Actor: "scheduler", Prev: events.HashOf(last.Data), Data: events.Canceled{Reason: "forged"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ack, err := js.Publish(ctx, subject, forged, jetstream.WithExpectLastSequencePerSubject(last.Sequence))
-	if err != nil {
-		t.Fatal(err)
-	}
+	seq := forgeNext(t, n, victim)
 	// Enough events for snapshots past it (one every 4 events).
 	for i := range 4 {
 		schedule(n, "after "+strconv.Itoa(i))
 	}
-	want := "(the first at sequence " + strconv.FormatUint(ack.Sequence, 10) + ", task " + victim.ID + ": unkeyed)"
+	want := "(the first at sequence " + strconv.FormatUint(seq, 10) + ", task " + victim.ID + ": unkeyed)"
 	testnode.Eventually(t, "the forged event found before a head was saved past it", func() bool {
 		return strings.Contains(n.LogWarning(), want)
 	})
@@ -85,5 +63,139 @@ func TestChainCheckedBeforeHeads(t *testing.T) {
 	again := testnode.Start(t, testnode.On(n.NC, n.NS), chain)
 	if w := again.LogWarning(); !strings.Contains(w, want) {
 		t.Fatalf("after a restart: /readyz warning %q, want %q", w, want)
+	}
+}
+
+// forgeNext appends to task's subject, as a writer without the key would,
+// the next event: a Canceled with the right number and the right unkeyed
+// hash link. It returns its sequence.
+func forgeNext(t *testing.T, n *testnode.Node, task api.Task) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	js, err := jetstream.New(n.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, n.NS.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := n.NS.Subjects.Event(task.CustomerID, task.ID)
+	last, err := s.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev, err := events.Decode(last.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := events.Encode(events.Event{ID: events.NewID(), TaskID: task.ID, CustomerID: task.CustomerID, Number: prev.Number + 1,
+		At: time.Now(), Actor: "scheduler", Prev: events.HashOf(last.Data), Data: events.Canceled{Reason: "forged"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.Publish(ctx, subject, forged, jetstream.WithExpectLastSequencePerSubject(last.Sequence))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+// TestChainKeyedOnAnOldLog keys a log written unkeyed (by a build from
+// before keying): the key file records where keying began, the old events
+// verify by their links alone, and an unkeyed event appended afterwards
+// to an old task (a downgrade to the old link) is found at the next start
+// and by replay verify, and nothing else is.
+func TestChainKeyedOnAnOldLog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schedule := func(n *testnode.Node, text string) api.Task {
+		t.Helper()
+		task, _, err := n.Client.Schedule(ctx, api.ScheduleRequest{Queue: "chain",
+			Message: events.Message{Content: []events.ContentPart{{Type: "text", Text: text}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return testnode.Settled(t, n.Client, task)
+	}
+	old := testnode.Start(t) // no key: the log of an older build
+	oldTask := schedule(old, "before keying")
+	old.Stop()
+	last, err := old.Store.Log().LastPositions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	keyFile := filepath.Join(t.TempDir(), chainkey.FileName)
+	chain := func(c *node.Config) { c.ChainKeyFile = keyFile }
+	keyed := testnode.Start(t, testnode.On(old.NC, old.NS), chain)
+	f, err := chainkey.Load(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.KeyedFrom[old.NS.Stream], uint64(last[0])+1; got != want {
+		t.Fatalf("keyedFrom %v, want %s keyed from %d", f.KeyedFrom, old.NS.Stream, want)
+	}
+	schedule(keyed, "after keying")
+	if w := keyed.LogWarning(); w != "" {
+		t.Fatalf("an old log, keyed: %q", w)
+	}
+	seq := forgeNext(t, keyed, oldTask)
+	keyed.Stop()
+
+	again := testnode.Start(t, testnode.On(old.NC, old.NS), chain)
+	want := "1 events of the log are not vouched for by its chain key (the first at sequence " + strconv.FormatUint(seq, 10) + ", task " + oldTask.ID + ": unkeyed)"
+	if w := again.LogWarning(); !strings.Contains(w, want) {
+		t.Fatalf("/readyz warning %q, want %q", w, want)
+	}
+	keys, err := f.Keyring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := replay.NewVerifier(old.NS.Subjects)
+	v.Keyed(replay.NewChain(keys, f.Parts(old.NS.Stream, events.Shards{})))
+	if err := again.Store.Log().Read(ctx, eventlog.ReadOptions{}, func(m eventlog.Message) error {
+		v.Add(m.Pos, m.Subject, m.Data)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := v.Report().Violations; len(got) != 1 || got[0].Kind != replay.Unkeyed || uint64(got[0].Seq) != seq {
+		t.Fatalf("replay verify: %+v, want one unkeyed at %d", got, seq)
+	}
+}
+
+// TestChainCheckedAtShutdown forges an event while the node runs, lets
+// the node write more and stop cleanly without a snapshot in between: the
+// check before the shutdown's chain head finds it, and the next start,
+// whose head is past it, still shows it.
+func TestChainCheckedAtShutdown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	keyFile := filepath.Join(t.TempDir(), chainkey.FileName)
+	chain := func(c *node.Config) {
+		c.ChainKeyFile, c.SnapshotEvery, c.SnapshotInterval = keyFile, 1<<40, time.Hour
+	}
+	n := testnode.Start(t, chain)
+	schedule := func(text string) api.Task {
+		t.Helper()
+		task, _, err := n.Client.Schedule(ctx, api.ScheduleRequest{Queue: "chain",
+			Message: events.Message{Content: []events.ContentPart{{Type: "text", Text: text}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return testnode.Settled(t, n.Client, task)
+	}
+	seq := forgeNext(t, n, schedule("victim"))
+	schedule("after the forgery")
+	n.Stop()
+	heads, err := node.LoadHeads(ctx, n.Store.JetStream(), n.NS.Stream)
+	if err != nil || len(heads) != 1 || uint64(heads[0].Pos) <= seq {
+		t.Fatalf("heads %v (%v): want one saved past the forgery at %d", heads, err, seq)
+	}
+	again := testnode.Start(t, testnode.On(n.NC, n.NS), chain)
+	want := "(the first at sequence " + strconv.FormatUint(seq, 10) + ","
+	if w := again.LogWarning(); !strings.Contains(w, want) {
+		t.Fatalf("/readyz warning %q, want %q", w, want)
 	}
 }

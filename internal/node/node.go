@@ -274,7 +274,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		pcfg.Snapshots = snaps
 		pcfg.AfterSnapshot = func(ctx context.Context, applied []events.Position) {
 			if self != nil {
-				self.checkChainBefore(ctx, applied)
+				if err := self.checkChainBefore(ctx, applied); err != nil {
+					cfg.Logger.Warn().Err(err).Msg("chain head not saved")
+					return
+				}
 			}
 			if err := SaveHead(ctx, st.Log(), heads, applied); err != nil {
 				cfg.Logger.Warn().Err(err).Msg("chain head not saved")
@@ -464,7 +467,17 @@ func (n *Node) Run(ctx context.Context) error {
 	if err == nil && n.heads != nil {
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.Store.Config().WriteTimeout)
 		defer cancel()
-		if herr := SaveHead(hctx, n.Store.Log(), n.heads, nil); herr != nil {
+		last, herr := n.Store.Log().LastPositions(hctx)
+		if herr == nil {
+			// The events since the last snapshot: up to SnapshotEvery.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), chainCheckTimeout)
+			herr = n.checkChainBefore(cctx, last)
+			cancel()
+		}
+		if herr == nil {
+			herr = SaveHead(hctx, n.Store.Log(), n.heads, last)
+		}
+		if herr != nil {
 			n.cfg.Logger.Warn().Err(herr).Msg("chain head not saved at shutdown")
 		}
 	}
