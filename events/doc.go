@@ -97,6 +97,10 @@
 // start those after the saved chain heads, then those a head is about to
 // move past) and warns (log, /readyz) rather than refuse to start; it
 // refuses only a keyed log whose key file is missing (internal/node).
+// What the MAC cannot tell: a byte-for-byte copy of a signed event, stored
+// again, is signed; it repeats an event id and an event number, which
+// replay verify reports (duplicate_id, gap). The chain heads and the
+// snapshots are not signed: the NATS permissions keep writers out of them.
 //
 // Schema evolution. To change a payload: bump that type's version in
 // events/codec.go, add a case to upcast that reads the old bytes into the new
