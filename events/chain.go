@@ -3,6 +3,7 @@ package events
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
@@ -88,6 +89,20 @@ func NewKeyring(keys ...ChainKey) (*Keyring, error) {
 
 // Signer returns the id of the key that signs: the highest.
 func (r *Keyring) Signer() uint32 { return r.signer.id }
+
+// Fingerprints returns, by key id, a fingerprint of each key: the hex of
+// the first 16 bytes of the HMAC, under the key, of a fixed text. It
+// names a key (two processes can tell whether they hold the same one)
+// without revealing it.
+func (r *Keyring) Fingerprints() map[uint32]string {
+	fps := make(map[uint32]string, len(r.keys))
+	for id, k := range r.keys {
+		var sum [MACSize]byte
+		k.sign([]byte("taskledger chain key fingerprint"), sum[:])
+		fps[id] = hex.EncodeToString(sum[:16])
+	}
+	return fps
+}
 
 // Has reports whether the keyring holds key id.
 func (r *Keyring) Has(id uint32) bool {

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,20 +38,66 @@ const chainCheckTimeout = 30 * time.Second
 // one by one; the rest are counted.
 const maxChainReports = 10
 
-// openChain returns the key file at path, creating it when it does not
-// exist and the log has no keyed event: a new log is keyed from its first
-// event, an older one from the sequence each stream takes next (its
-// earlier unkeyed events verify by their hash links, as before). When the
-// log's last event in some stream is keyed, the file must exist: it
-// returns an error wrapping ErrChainKeyMissing.
-func openChain(ctx context.Context, log eventlog.Log, path string, now time.Time) (chainkey.File, bool, error) {
+// openChain returns the key file at path and its keyring, after
+// agreeing with the log on the keys (eventlog.AgreeChainKeys: the log's
+// metadata records each key's fingerprint), and whether it created the
+// file. A missing file is created when the log has no keyed event and
+// records no key: a new log is keyed from its first event, an older one
+// from the sequence each stream takes next (its earlier unkeyed events
+// verify by their hash links, as before). Otherwise it returns an error
+// wrapping ErrChainKeyMissing; a file whose key of some id is not the
+// log's key of that id, one wrapping eventlog.ErrChainKeyMismatch.
+func openChain(ctx context.Context, log eventlog.Log, path string, now time.Time, logger zerolog.Logger) (chainkey.File, *events.Keyring, bool, error) {
+	js := log.JS
 	f, err := chainkey.Load(path)
-	if !errors.Is(err, chainkey.ErrNoFile) {
-		return f, false, err
+	created := false
+	switch {
+	case errors.Is(err, chainkey.ErrNoFile):
+		if f, err = createChain(ctx, log, path, now); err != nil {
+			return f, nil, false, err
+		}
+		created = true
+	case err != nil:
+		return f, nil, false, err
+	}
+	keys, err := f.Keyring()
+	if err != nil {
+		return f, nil, false, err
+	}
+	missing, err := eventlog.AgreeChainKeys(ctx, js, log.Stream, keys.Fingerprints())
+	if err != nil {
+		if created {
+			os.Remove(path) // never used: another process keyed the log first
+		}
+		if errors.Is(err, eventlog.ErrChainKeyMismatch) {
+			return f, nil, false, fmt.Errorf("%w; %s is not this log's key file (another log's, or another process made its own at the same first start): use the log's (docs/operations.md, \"Chain key\")", err, path)
+		}
+		return f, nil, false, err
+	}
+	if len(missing) > 0 {
+		logger.Warn().Str("file", path).Interface("keys", missing).Msg("the log has chain keys this key file does not hold (rotated elsewhere): copy the log's key file here, or their events report unknown_key")
+	}
+	return f, keys, created, nil
+}
+
+// createChain creates the key file at path for a log that has no keyed
+// event and records no chain key; otherwise it returns an error wrapping
+// ErrChainKeyMissing.
+func createChain(ctx context.Context, log eventlog.Log, path string, now time.Time) (chainkey.File, error) {
+	missing := func(what string) error {
+		return fmt.Errorf("%w: %s, and %s does not exist: restore the key file from its backup, or name it with --chain-key-file (docs/operations.md, \"Chain key\")", ErrChainKeyMissing, what, path)
+	}
+	recorded, err := eventlog.ChainKeys(ctx, log.JS, log.Stream)
+	if err != nil {
+		return chainkey.File{}, err
+	}
+	if len(recorded) > 0 {
+		ids := slices.Sorted(maps.Keys(recorded))
+		return chainkey.File{}, missing(fmt.Sprintf("the log records chain keys %v", ids))
 	}
 	last, err := log.LastPositions(ctx)
 	if err != nil {
-		return f, false, err
+		return chainkey.File{}, err
 	}
 	keyedFrom := map[string]uint64{}
 	for i, pos := range last {
@@ -56,26 +105,23 @@ func openChain(ctx context.Context, log eventlog.Log, path string, now time.Time
 		if seq == 0 {
 			continue
 		}
+		name := log.Shards.Stream(log.Stream, i)
 		first, err := log.FirstSeq(ctx, i)
 		if err != nil {
-			return f, false, err
+			return chainkey.File{}, err
 		}
-		if seq < first { // a removed epoch's stream, empty since
-			keyedFrom[log.Shards.Stream(log.Stream, i)] = seq + 1
-			continue
+		if seq >= first { // else a removed epoch's stream, empty since
+			h, err := log.Message(ctx, pos)
+			if err != nil {
+				return chainkey.File{}, err
+			}
+			if ev, err := events.Decode(h); err == nil && ev.Key != 0 {
+				return chainkey.File{}, missing(fmt.Sprintf("the last event of stream %s (sequence %d) is signed with chain key %d", name, seq, ev.Key))
+			}
 		}
-		h, err := log.Message(ctx, pos)
-		if err != nil {
-			return f, false, err
-		}
-		if ev, err := events.Decode(h); err == nil && ev.Key != 0 {
-			return f, false, fmt.Errorf("%w: the last event of stream %s (sequence %d) is signed with chain key %d, and %s does not exist: restore the key file from its backup, or name it with --chain-key-file (docs/operations.md, \"Chain key\")",
-				ErrChainKeyMissing, log.Shards.Stream(log.Stream, i), seq, ev.Key, path)
-		}
-		keyedFrom[log.Shards.Stream(log.Stream, i)] = seq + 1
+		keyedFrom[name] = seq + 1
 	}
-	f, err = chainkey.Create(path, keyedFrom, now)
-	return f, err == nil, err
+	return chainkey.Create(path, keyedFrom, now)
 }
 
 // chainCheck is the keyed chain's check of a running node: what it has

@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
@@ -197,5 +199,51 @@ func TestChainCheckedAtShutdown(t *testing.T) {
 	want := "(the first at sequence " + strconv.FormatUint(seq, 10) + ","
 	if w := again.LogWarning(); !strings.Contains(w, want) {
 		t.Fatalf("/readyz warning %q, want %q", w, want)
+	}
+}
+
+// TestChainKeyAgreement starts processes on one keyed log: one without
+// the key file refuses to start (and makes none), one with a key file of
+// its own (as a second process would make at the same first start)
+// refuses, and one with a copy of the log's key file starts.
+func TestChainKeyAgreement(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	logKey := filepath.Join(dir, "log.key")
+	first := testnode.Start(t, func(c *node.Config) { c.ChainKeyFile = logKey })
+	open := func(keyFile string) error {
+		t.Helper()
+		cfg := node.Config{NC: first.NC, Stream: first.NS.Stream, ReadyStream: first.NS.ReadyStream, Subjects: first.NS.Subjects,
+			ChainKeyFile: keyFile, Logger: zerolog.Nop(), NoLeases: true}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := node.New(ctx, cfg)
+		return err
+	}
+	none := filepath.Join(dir, "none.key")
+	if err := open(none); !errors.Is(err, node.ErrChainKeyMissing) || !strings.Contains(err.Error(), "--chain-key-file") {
+		t.Fatalf("a start without the key file: %v, want ErrChainKeyMissing", err)
+	}
+	if _, err := os.Stat(none); err == nil {
+		t.Fatal("a start on a keyed log made a key file")
+	}
+	own := filepath.Join(dir, "own.key")
+	if _, err := chainkey.Create(own, nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := open(own); !errors.Is(err, eventlog.ErrChainKeyMismatch) {
+		t.Fatalf("a start with a key of its own: %v, want ErrChainKeyMismatch", err)
+	}
+	b, err := os.ReadFile(logKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := filepath.Join(dir, "copy.key")
+	if err := os.WriteFile(copied, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	second := testnode.Start(t, testnode.On(first.NC, first.NS), func(c *node.Config) { c.ChainKeyFile = copied })
+	if w := second.LogWarning(); w != "" {
+		t.Fatalf("a second process with the log's key: %q", w)
 	}
 }

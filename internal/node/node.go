@@ -227,10 +227,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	var keys *events.Keyring
 	if cfg.ChainKeyFile != "" {
 		var created bool
-		chain, created, err = openChain(ctx, st.Log(), cfg.ChainKeyFile, cfg.Now())
-		if err == nil {
-			keys, err = chain.Keyring()
-		}
+		chain, keys, created, err = openChain(ctx, st.Log(), cfg.ChainKeyFile, cfg.Now(), cfg.Logger)
 		if err != nil {
 			st.Close()
 			return nil, err
