@@ -56,7 +56,7 @@ func TestChainCheckedBeforeHeads(t *testing.T) {
 	for i := range 4 {
 		schedule(n, "after "+strconv.Itoa(i))
 	}
-	want := "(the first at sequence " + strconv.FormatUint(seq, 10) + ", task " + victim.ID + ": unkeyed)"
+	want := "(the first at sequence " + strconv.FormatUint(uint64(seq), 10) + ", task " + victim.ID + ": unkeyed)"
 	testnode.Eventually(t, "the forged event found before a head was saved past it", func() bool {
 		return strings.Contains(n.LogWarning(), want)
 	})
@@ -70,19 +70,26 @@ func TestChainCheckedBeforeHeads(t *testing.T) {
 
 // forgeNext appends to task's subject, as a writer without the key would,
 // the next event: a Canceled with the right number and the right unkeyed
-// hash link. It returns its sequence.
-func forgeNext(t *testing.T, n *testnode.Node, task api.Task) uint64 {
+// hash link. It returns its log position (on an unsharded log, its
+// sequence).
+func forgeNext(t *testing.T, n *testnode.Node, task api.Task) events.Position {
 	t.Helper()
 	ctx := context.Background()
+	log := n.Store.Log()
+	evs, err := log.Task(ctx, task.ID)
+	if err != nil || len(evs) == 0 {
+		t.Fatalf("task %s: %d events, %v", task.ID, len(evs), err)
+	}
+	part := evs[len(evs)-1].Seq.Part(log.Shards)
 	js, err := jetstream.New(n.NC)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := js.Stream(ctx, n.NS.Stream)
+	s, err := js.Stream(ctx, log.Shards.Stream(n.NS.Stream, part))
 	if err != nil {
 		t.Fatal(err)
 	}
-	subject := n.NS.Subjects.Event(task.CustomerID, task.ID)
+	subject := log.Shards.Subjects(n.NS.Subjects, part).Event(task.CustomerID, task.ID)
 	last, err := s.GetLastMsgForSubject(ctx, subject)
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +107,7 @@ func forgeNext(t *testing.T, n *testnode.Node, task api.Task) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ack.Sequence
+	return log.Shards.Position(part, ack.Sequence)
 }
 
 // TestChainKeyedOnAnOldLog keys a log written unkeyed (by a build from
@@ -146,7 +153,7 @@ func TestChainKeyedOnAnOldLog(t *testing.T) {
 	keyed.Stop()
 
 	again := testnode.Start(t, testnode.On(old.NC, old.NS), chain)
-	want := "1 events of the log are not vouched for by its chain key (the first at sequence " + strconv.FormatUint(seq, 10) + ", task " + oldTask.ID + ": unkeyed)"
+	want := "1 events of the log are not vouched for by its chain key (the first at sequence " + strconv.FormatUint(uint64(seq), 10) + ", task " + oldTask.ID + ": unkeyed)"
 	if w := again.LogWarning(); !strings.Contains(w, want) {
 		t.Fatalf("/readyz warning %q, want %q", w, want)
 	}
@@ -162,43 +169,63 @@ func TestChainKeyedOnAnOldLog(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if got := v.Report().Violations; len(got) != 1 || got[0].Kind != replay.Unkeyed || uint64(got[0].Seq) != seq {
+	if got := v.Report().Violations; len(got) != 1 || got[0].Kind != replay.Unkeyed || got[0].Seq != seq {
 		t.Fatalf("replay verify: %+v, want one unkeyed at %d", got, seq)
 	}
 }
 
 // TestChainCheckedAtShutdown forges an event while the node runs, lets
 // the node write more and stop cleanly without a snapshot in between: the
-// check before the shutdown's chain head finds it, and the next start,
-// whose head is past it, still shows it.
+// check before the shutdown's chain heads finds it, and the next start,
+// whose heads are past it, still shows it; on one stream and on three
+// shards.
 func TestChainCheckedAtShutdown(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	keyFile := filepath.Join(t.TempDir(), chainkey.FileName)
-	chain := func(c *node.Config) {
-		c.ChainKeyFile, c.SnapshotEvery, c.SnapshotInterval = keyFile, 1<<40, time.Hour
-	}
-	n := testnode.Start(t, chain)
-	schedule := func(text string) api.Task {
-		t.Helper()
-		task, _, err := n.Client.Schedule(ctx, api.ScheduleRequest{Queue: "chain",
-			Message: events.Message{Content: []events.ContentPart{{Type: "text", Text: text}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return testnode.Settled(t, n.Client, task)
-	}
-	seq := forgeNext(t, n, schedule("victim"))
-	schedule("after the forgery")
-	n.Stop()
-	heads, err := node.LoadHeads(ctx, n.Store.JetStream(), n.NS.Stream)
-	if err != nil || len(heads) != 1 || uint64(heads[0].Pos) <= seq {
-		t.Fatalf("heads %v (%v): want one saved past the forgery at %d", heads, err, seq)
-	}
-	again := testnode.Start(t, testnode.On(n.NC, n.NS), chain)
-	want := "(the first at sequence " + strconv.FormatUint(seq, 10) + ","
-	if w := again.LogWarning(); !strings.Contains(w, want) {
-		t.Fatalf("/readyz warning %q, want %q", w, want)
+	for _, shards := range []int{1, 3} {
+		t.Run("Shards"+strconv.Itoa(shards), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			keyFile := filepath.Join(t.TempDir(), chainkey.FileName)
+			chain := func(c *node.Config) {
+				c.ChainKeyFile, c.Shards, c.SnapshotEvery, c.SnapshotInterval = keyFile, shards, 1<<40, time.Hour
+			}
+			n := testnode.Start(t, chain)
+			schedule := func(text string) api.Task {
+				t.Helper()
+				task, _, err := n.Client.Schedule(ctx, api.ScheduleRequest{Queue: "chain",
+					Message: events.Message{Content: []events.ContentPart{{Type: "text", Text: text}}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return testnode.Settled(t, n.Client, task)
+			}
+			victim := schedule("victim")
+			for i := range 4 {
+				schedule("before " + strconv.Itoa(i))
+			}
+			pos := forgeNext(t, n, victim)
+			for i := range 4 {
+				schedule("after " + strconv.Itoa(i))
+			}
+			n.Stop()
+			heads, err := node.LoadHeads(ctx, n.Store.JetStream(), n.NS.Stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			log := n.Store.Log()
+			covered := false
+			for _, h := range heads {
+				covered = covered || h.Pos.Part(log.Shards) == pos.Part(log.Shards) && h.Pos.Seq(log.Shards) >= pos.Seq(log.Shards)
+			}
+			if !covered {
+				t.Fatalf("heads %v: none saved at or past the forgery at %d", heads, pos)
+			}
+			again := testnode.Start(t, testnode.On(n.NC, n.NS), chain)
+			want := "1 events of the log are not vouched for by its chain key (the first at sequence " + strconv.FormatUint(uint64(pos), 10) + ", task " + victim.ID + ": unkeyed)"
+			if w := again.LogWarning(); !strings.Contains(w, want) {
+				t.Fatalf("/readyz warning %q, want %q", w, want)
+			}
+		})
 	}
 }
 
