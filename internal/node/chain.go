@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/taskledger/taskledger/events"
@@ -139,8 +140,10 @@ type chainCheck struct {
 	// saved past a forged event would otherwise hide it from the next
 	// start's check. Nil without snapshots (each start checks all).
 	saved projections.SnapshotStore
-	// found is the warning of what was found, nil: nothing.
+	// found is the warning of what was found, nil: nothing; count the
+	// number of events found (bad, readable without mu).
 	found atomic.Pointer[string]
+	count atomic.Int64
 }
 
 // errChainScanned ends a scan at its last position.
@@ -222,6 +225,7 @@ type chainFindings struct {
 
 // warn sets and returns the warning of what was found; c.mu is held.
 func (c *chainCheck) warn() string {
+	c.count.Store(int64(c.bad))
 	warning := fmt.Sprintf("%d events of the log are not vouched for by its chain key (the first at sequence %d, task %s: %s): forged or changed; run taskledger replay verify", c.bad, c.first.Seq, c.first.TaskID, c.first.Kind)
 	c.found.Store(&warning)
 	return warning
@@ -311,4 +315,15 @@ func (n *Node) checkChainBefore(ctx context.Context, positions []events.Position
 		return fmt.Errorf("keyed chain not checked: %w", err)
 	}
 	return nil
+}
+
+// registerChainMetrics reports what the keyed chain's checks found.
+func registerChainMetrics(reg prometheus.Registerer, c *chainCheck) {
+	if c == nil {
+		return
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "taskledger_chain_unverified_events",
+		Help: "Events of the log its chain key does not vouch for (forged or changed), found by this process's checks or kept from earlier ones; replay verify names them.",
+	}, func() float64 { return float64(c.count.Load()) }))
 }

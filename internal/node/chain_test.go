@@ -3,6 +3,8 @@ package node_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -224,6 +226,15 @@ func TestChainCheckedAtShutdown(t *testing.T) {
 			want := "1 events of the log are not vouched for by its chain key (the first at sequence " + strconv.FormatUint(uint64(pos), 10) + ", task " + victim.ID + ": unkeyed)"
 			if w := again.LogWarning(); !strings.Contains(w, want) {
 				t.Fatalf("/readyz warning %q, want %q", w, want)
+			}
+			resp, err := http.Get(again.URL + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || !strings.Contains(string(body), "\ntaskledger_chain_unverified_events 1\n") {
+				t.Fatalf("metrics (%v) lack taskledger_chain_unverified_events 1:\n%s", err, body)
 			}
 		})
 	}

@@ -304,6 +304,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if keys != nil {
 		n.chainFile, n.chainKeys, n.chainSaved = chain, keys, chainSaved
 		n.checkChainAtStart(ctx)
+		registerChainMetrics(n.cfg.Registry, n.chain)
 	}
 	self = n
 	return n, nil
