@@ -24,7 +24,7 @@
 //   - kid — field: Key; meaning: on a keyed event (below, "Keyed chain"):
 //     the id of the chain key that signed it; absent on an unkeyed one
 //   - data — field: Data; meaning: the payload, keyed by its JSON field names
-//   - mac — (Keyring.Verify); meaning: on a keyed event, always the last
+//   - mac — field: none (Keyring.Verify reads it); meaning: on a keyed event, always the last
 //     field: the HMAC-SHA256, under key kid, of every stored byte of the
 //     event before the MAC's own 32 bytes; absent on an unkeyed one
 //
