@@ -108,8 +108,13 @@ func NewVerifier(subjects events.Subjects) *Verifier {
 // Keyed tells the verifier the log's keyed chain (NewChain): its keys and
 // where each part's stream began to be keyed. Without it, the verifier
 // checks no MAC and reports the first keyed event (no key was given).
-// Call it before the first Add.
-func (v *Verifier) Keyed(c *Chain) { v.chain = c }
+// Call it before the first Add; nil is NewChain(nil, nil).
+func (v *Verifier) Keyed(c *Chain) {
+	if c == nil {
+		c = NewChain(nil, nil)
+	}
+	v.chain = c
+}
 
 // Shard tells the verifier how the log is sharded (one shard unless
 // called): Add then takes positions (docs/DESIGN.md, "Sharded log"),
