@@ -283,16 +283,17 @@ func newChainCheck(log eventlog.Log, f chainkey.File, keys *events.Keyring, head
 	return &chainCheck{next: next, rule: replay.NewChain(keys, parts), saved: saved}
 }
 
-// checkChainAtStart checks the events after the saved chain heads and
-// returns a warning, also logged, when one is not keyed where it must be
-// or its MAC does not verify. It warns rather than refuses: one forged
+// checkChainAtStart takes up what earlier checks found and checks the
+// events after the saved chain heads; what it finds (an event not keyed
+// where it must be, a MAC that does not verify) is logged and becomes the
+// warning LogWarning adds. It warns rather than refuses: one forged
 // message must not keep the scheduler down (the projections apply what
 // they read; replay verify names every violation).
 func (n *Node) checkChainAtStart(ctx context.Context) {
 	heads, err := LoadHeads(ctx, n.Store.JetStream(), n.cfg.Stream)
-	if err != nil {
-		n.cfg.Logger.Warn().Err(err).Msg("keyed chain not checked")
-		return
+	if err != nil { // then every keyed event is checked
+		n.cfg.Logger.Warn().Err(err).Msg("chain heads not read: the keyed chain's check reads the whole log")
+		heads = nil
 	}
 	n.chain = newChainCheck(n.Store.Log(), n.chainFile, n.chainKeys, heads, n.chainSaved)
 	if err := n.chain.load(ctx); err != nil {

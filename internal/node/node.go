@@ -137,8 +137,10 @@ type Config struct {
 	// this process appends is signed with its newest key, and New checks
 	// the events after the saved chain heads against it (a warning on
 	// /readyz when one is forged). A missing file is created, with a fresh
-	// key, unless the log already holds keyed events: then New fails with
-	// ErrChainKeyMissing. Empty: events are appended unkeyed (tests).
+	// key, unless the log records a chain key or holds keyed events: then
+	// New fails with ErrChainKeyMissing. A file whose key is not the one
+	// the log records for its id fails with eventlog.ErrChainKeyMismatch.
+	// Empty: events are appended unkeyed (tests).
 	ChainKeyFile string
 }
 
@@ -463,23 +465,32 @@ func (n *Node) Run(ctx context.Context) error {
 	err := g.Wait()
 	n.Service.Close() // waits for the claim dispatchers' pulls
 	if err == nil && n.heads != nil {
-		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.Store.Config().WriteTimeout)
-		defer cancel()
-		last, herr := n.Store.Log().LastPositions(hctx)
-		if herr == nil {
-			// The events since the last snapshot: up to SnapshotEvery.
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), chainCheckTimeout)
-			herr = n.checkChainBefore(cctx, last)
-			cancel()
-		}
-		if herr == nil {
-			herr = SaveHead(hctx, n.Store.Log(), n.heads, last)
-		}
-		if herr != nil {
+		if herr := n.saveHeadAtShutdown(context.WithoutCancel(ctx)); herr != nil {
 			n.cfg.Logger.Warn().Err(herr).Msg("chain head not saved at shutdown")
 		}
 	}
 	return err
+}
+
+// saveHeadAtShutdown saves the chain heads at every part's last event,
+// once the keyed chain's check has covered the events up to them.
+func (n *Node) saveHeadAtShutdown(ctx context.Context) error {
+	wctx, cancel := context.WithTimeout(ctx, n.Store.Config().WriteTimeout)
+	last, err := n.Store.Log().LastPositions(wctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	// The events since the last snapshot: up to SnapshotEvery.
+	cctx, cancel := context.WithTimeout(ctx, chainCheckTimeout)
+	err = n.checkChainBefore(cctx, last)
+	cancel()
+	if err != nil {
+		return err
+	}
+	wctx, cancel = context.WithTimeout(ctx, n.Store.Config().WriteTimeout)
+	defer cancel()
+	return SaveHead(wctx, n.Store.Log(), n.heads, last)
 }
 
 // syncedRuns is the runs bucket under the group commit: a saved Run
