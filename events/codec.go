@@ -64,7 +64,13 @@ type wire struct {
 	At         time.Time   `msgpack:"at"`
 	Actor      string      `msgpack:"actor,omitempty"`
 	Prev       []byte      `msgpack:"prev,omitempty"` // since v2; absent on a task's first event
+	Key        uint32      `msgpack:"kid,omitempty"`  // keyed events: the chain key id; absent unkeyed
 	Data       payload     `msgpack:"data"`
+	// MAC, on a keyed event, is the HMAC-SHA256 under key Key of every
+	// stored byte before it: it must stay the last field, so that it is
+	// the last MACSize bytes of the event (Keyring.Verify needs no
+	// re-encoding).
+	MAC []byte `msgpack:"mac,omitempty"`
 }
 
 // payload is the data of an event, written in place. Encode writes the
@@ -131,6 +137,7 @@ type encoder struct {
 	enc  *msgpack.Encoder
 	w    wire
 	prev Hash
+	mac  [MACSize]byte // the MAC's place, zero until signed
 }
 
 // marshal appends the encoding of v to dst.
@@ -149,7 +156,10 @@ func Encode(ev Event) ([]byte, error) { return AppendEncode(nil, ev) }
 
 // AppendEncode appends the encoding of ev to dst and returns the extended
 // buffer, for a caller that reuses its buffers; errors are Encode's.
-func AppendEncode(dst []byte, ev Event) ([]byte, error) {
+func AppendEncode(dst []byte, ev Event) ([]byte, error) { return appendEncode(dst, ev, nil) }
+
+// appendEncode is AppendEncode, keyed under key when key is not nil.
+func appendEncode(dst []byte, ev Event, key *macKey) ([]byte, error) {
 	if ev.Data == nil {
 		return nil, fmt.Errorf("events: encode %s: no payload", ev.ID)
 	}
@@ -176,10 +186,20 @@ func AppendEncode(dst []byte, ev Event) ([]byte, error) {
 		e.prev = ev.Prev // a copy: ev.Prev[:] would move all of ev to the heap
 		e.w.Prev = e.prev[:]
 	}
+	if key != nil {
+		e.mac = [MACSize]byte{}
+		e.w.Key, e.w.MAC = key.id, e.mac[:]
+	}
+	start := len(dst)
 	b, err := e.marshal(dst, e.w)
 	e.w = wire{} // hold no payload in the pool
 	if err != nil {
 		return nil, fmt.Errorf("events: encode %s: %w", ev.Type(), err)
+	}
+	if key != nil {
+		// The MAC is the last field: sign what is before it, in place.
+		end := len(b) - MACSize
+		key.sign(b[start:end], b[end:])
 	}
 	return b, nil
 }
@@ -207,8 +227,9 @@ func DecodeHashed(b []byte, seq Position) (Event, error) {
 func Decode(b []byte) (Event, error) {
 	d := envelopes.Get().(*envelope)
 	defer envelopes.Put(d)
-	// The envelope is reused: its prev buffer takes the hash in place.
-	d.w = wire{Prev: d.prev[:0]}
+	// The envelope is reused: its prev and mac buffers take the hash and
+	// the MAC in place.
+	d.w = wire{Prev: d.prev[:0], MAC: d.mac[:0]}
 	d.w.Data.w = &d.w
 	err := unmarshal(b, func(dec *msgpack.Decoder) error { return dec.Decode(&d.w) })
 	w := d.w
@@ -237,6 +258,14 @@ func Decode(b []byte) (Event, error) {
 		return Event{}, fmt.Errorf("%w: prev hash of %d bytes", ErrMalformed, len(w.Prev))
 	}
 	copy(prev[:], w.Prev)
+	// A keyed event ends with its MAC (Keyring.Verify reads it there); an
+	// unkeyed one has none.
+	switch {
+	case w.Key == 0 && len(w.MAC) != 0:
+		return Event{}, fmt.Errorf("%w: a MAC without a chain key id", ErrMalformed)
+	case w.Key != 0 && (len(w.MAC) != MACSize || !bytes.Equal(w.MAC, b[len(b)-MACSize:])):
+		return Event{}, fmt.Errorf("%w: chain key %d without a %d-byte MAC at the end", ErrMalformed, w.Key, MACSize)
+	}
 	return Event{
 		ID:         w.ID,
 		Version:    uint8(w.Version),
@@ -246,15 +275,17 @@ func Decode(b []byte) (Event, error) {
 		At:         w.At,
 		Actor:      w.Actor,
 		Prev:       prev,
+		Key:        w.Key,
 		Data:       data,
 	}, nil
 }
 
 // envelope is a reusable envelope to decode into, with room for its prev
-// hash, so a Decode allocates only what the event keeps.
+// hash and its MAC, so a Decode allocates only what the event keeps.
 type envelope struct {
 	w    wire
 	prev Hash
+	mac  [MACSize]byte
 }
 
 var envelopes = sync.Pool{New: func() any { return new(envelope) }}

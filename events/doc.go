@@ -21,7 +21,12 @@
 //     executor id for a claim
 //   - prev — field: Prev; meaning: since v2: the SHA-256 (32 bytes) of the
 //     stored bytes of the task's previous event; absent on its first
+//   - kid — field: Key; meaning: on a keyed event (below, "Keyed chain"):
+//     the id of the chain key that signed it; absent on an unkeyed one
 //   - data — field: Data; meaning: the payload, keyed by its JSON field names
+//   - mac — field: none (Keyring.Verify reads it); meaning: on a keyed event, always the last
+//     field: the HMAC-SHA256, under key kid, of every stored byte of the
+//     event before the MAC's own 32 bytes; absent on an unkeyed one
 //
 // The event type is also the Tl-Type header, so a consumer can skip an event
 // without decoding it. events.Decode never panics: bytes that are not a
@@ -55,6 +60,47 @@
 // message that is really stored, not the state's sequence, or they would wait
 // for it forever). With no head saved (a first crash before any snapshot or
 // clean shutdown) a cut tail is invisible.
+//
+// Keyed chain. The hash chain alone proves nothing against someone who
+// can write to the event stream: they can append a well-formed event with
+// the right number and the right SHA-256 link. So each event the scheduler
+// appends is keyed: it names a chain key (kid) and ends with the
+// HMAC-SHA256 of its own bytes under that key (mac), bytes that include
+// its prev link, so every event vouches for itself and, through prev, for
+// its task's history before it. The keys (Keyring) are the scheduler's and
+// live outside the log (a key file, internal/chainkey; docs/operations.md,
+// "Chain key"); whoever lacks them can neither sign a new event nor change
+// a signed one. Signing is in the encoder (Keyring.AppendEncode: the MAC's
+// place is written as zeros, the bytes before it are signed, and the MAC
+// is copied in place), with pooled HMAC states, so it allocates nothing
+// more than an unkeyed encode; the link (prev, State.LastHash) stays the
+// SHA-256 of the stored bytes, so readers that continue a chain, chain
+// heads and archives are unchanged. Decode checks the shape only (a kid
+// with a 32-byte mac that is the event's last bytes, or neither); whether
+// the MAC verifies is Keyring.Verify's, which needs the key. Keying adds
+// a field and no schema version: a build from before keying reads keyed
+// events as the v2 events they also are.
+//
+// No downgrade. An attacker's unkeyed event is refused by position, not
+// by what it claims: replay.Chain, the one rule replay verify and the
+// scheduler's own checks apply, accepts an unkeyed event only in a stream
+// that held events before its log was keyed, and there only below the
+// sequence the key file records as the stream's first keyed one
+// (keyedFrom); every later event, in any stream, must be keyed. A new log
+// is keyed from its first event. So v1 and v2 events written before keying
+// verify by their hash links as always, and an unkeyed (or v1, linkless)
+// event appended after keying is a violation (unkeyed), as is a MAC that
+// does not verify (bad_mac) and a key id the key file does not hold
+// (unknown_key). Rotation adds a key with a higher id, which signs from
+// then on; the older keys stay in the file and verify what they signed.
+// replay verify checks every event; the scheduler checks each once (at
+// start those after the saved chain heads, then those a head is about to
+// move past) and warns (log, /readyz) rather than refuse to start; it
+// refuses only a keyed log whose key file is missing (internal/node).
+// What the MAC cannot tell: a byte-for-byte copy of a signed event, stored
+// again, is signed; it repeats an event id and an event number, which
+// replay verify reports (duplicate_id, gap). The chain heads and the
+// snapshots are not signed: the NATS permissions keep writers out of them.
 //
 // Schema evolution. To change a payload: bump that type's version in
 // events/codec.go, add a case to upcast that reads the old bytes into the new

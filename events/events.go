@@ -61,6 +61,10 @@ type Event struct {
 	// event: the link of the task's hash chain. It is zero on a task's
 	// first event and on v1 events, which predate the chain.
 	Prev Hash
+	// Key is the id of the chain key whose HMAC ends the event's stored
+	// bytes (Keyring), 0 for an unkeyed event: one written before the
+	// log's chain was keyed, or encoded without a Keyring.
+	Key  uint32
 	Data Payload
 
 	// Seq is the log position the event was stored at (with one part,

@@ -16,6 +16,18 @@ func FuzzDecode(f *testing.F) {
 		f.Add(b)
 		f.Add(b[:len(b)/2])
 	}
+	keys, err := NewKeyring(ChainKey{ID: 3, Secret: make([]byte, MinChainKeyBytes)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, p := range samplePayloads()[:3] { // keyed: kid and a trailing mac
+		b, err := keys.AppendEncode(nil, sampleEvent(p))
+		if err != nil {
+			f.Fatalf("AppendEncode(%s): %v", p.EventType(), err)
+		}
+		f.Add(b)
+		f.Add(b[:len(b)-1])
+	}
 	f.Add(rawEnvelope(f, validWire(f)))
 	for _, b := range [][]byte{nil, {}, []byte("garbage"), {0xc1}, {0xc0}, {0x80}, {0x90}, {0xff, 0xff, 0xff}, {0xdf, 0xff, 0xff, 0xff, 0xff}, []byte("\x88\xa2at\xc0")} {
 		f.Add(b)

@@ -42,6 +42,14 @@
 //   - bad_retry — violation: a new task whose retryOf names a task the log
 //     does not hold before it, another customer's, or one that was not
 //     terminal then
+//   - unkeyed — violation (Chain): an event without a chain key where every
+//     event must have one (after its stream's keying began): written by
+//     someone without the key, or a downgrade to the unkeyed link
+//   - bad_mac — violation (Chain): an event whose MAC is not the HMAC of its
+//     bytes under the key it names: forged or changed
+//   - unknown_key — violation (Chain): an event naming a key the verifier
+//     was not given (reported once per key id), or, given no key, the first
+//     keyed event
 //
 // A concurrency key's events are checked like a task's (subject
 // tl.conc.<customer>.<keyId>, numbering, hash chain, duplicate ids) and

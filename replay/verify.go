@@ -79,6 +79,7 @@ type Verifier struct {
 	claimed   map[string]string // delivery token → task that claimed it
 	numbers   map[string]int    // task → number of its previous event
 	ids       map[string]struct{}
+	chain     *Chain                   // the keyed chain's rule
 	heads     []head                   // the saved chain heads (a sharded log's: one a shard), if any
 	runs      map[string]*runRevisions // task → the Run revisions its RunSaved events record
 	report    Report
@@ -101,7 +102,18 @@ type head struct {
 
 // NewVerifier returns a verifier for a log using subjects.
 func NewVerifier(subjects events.Subjects) *Verifier {
-	return &Verifier{subjects: subjects, lastSeqs: make([]uint64, 1), starts: make([]uint64, 1), tasks: map[string]*aggregate.State{}, keys: map[string]*aggregate.KeyState{}, schedules: map[string]*aggregate.ScheduleState{}, claimed: map[string]string{}, numbers: map[string]int{}, ids: map[string]struct{}{}, runs: map[string]*runRevisions{}}
+	return &Verifier{subjects: subjects, lastSeqs: make([]uint64, 1), starts: make([]uint64, 1), tasks: map[string]*aggregate.State{}, keys: map[string]*aggregate.KeyState{}, schedules: map[string]*aggregate.ScheduleState{}, claimed: map[string]string{}, numbers: map[string]int{}, ids: map[string]struct{}{}, runs: map[string]*runRevisions{}, chain: NewChain(nil, nil)}
+}
+
+// Keyed tells the verifier the log's keyed chain (NewChain): its keys and
+// where each part's stream began to be keyed. Without it, the verifier
+// checks no MAC and reports the first keyed event (no key was given).
+// Call it before the first Add; nil is NewChain(nil, nil).
+func (v *Verifier) Keyed(c *Chain) {
+	if c == nil {
+		c = NewChain(nil, nil)
+	}
+	v.chain = c
 }
 
 // Shard tells the verifier how the log is sharded (one shard unless
@@ -179,6 +191,9 @@ func (v *Verifier) Add(seq events.Position, subject string, data []byte) {
 	if err != nil {
 		v.fail(seq, taskFromSubject(subject), Undecodable, "%v", err)
 		return
+	}
+	if kind, detail := v.chain.Check(shard, raw, ev, data); kind != "" {
+		v.fail(seq, ev.TaskID, kind, "%s", detail)
 	}
 	if events.KeyEvent(ev.Type()) {
 		v.addKey(ev, subject, shard)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/broker"
+	"github.com/taskledger/taskledger/internal/chainkey"
 )
 
 // dataJS opens the data directory of a stopped server with an embedded
@@ -99,8 +100,9 @@ func TestArchiveCommands(t *testing.T) {
 	}
 	same([]string{"history", roots[1], "--archive", dir, "--ndjson"}, []string{"history", roots[1], "--offline", "--data", data, "--ndjson"})
 	same([]string{"history", roots[0], "--tree", "--archive", dir}, []string{"history", roots[0], "--tree", "--offline", "--data", data})
-	same([]string{"replay", "verify", "--archive", dir}, []string{"replay", "verify", "--data", data})
-	same([]string{"replay", "verify", "--archive", dir, "--json"}, []string{"replay", "verify", "--data", data, "--json"})
+	key := filepath.Join(data, chainkey.FileName) // the archived events are keyed: verifying them takes the log's key
+	same([]string{"replay", "verify", "--archive", dir, "--chain-key-file", key}, []string{"replay", "verify", "--data", data})
+	same([]string{"replay", "verify", "--archive", dir, "--chain-key-file", key, "--json"}, []string{"replay", "verify", "--data", data, "--json"})
 
 	out, _, code = replayCLI(t, "show", roots[0], "--archive", dir)
 	if code != 0 || !regexp.MustCompile(`(?m)^status +succeeded$`).MatchString(out) || !strings.Contains(out, roots[0]) {

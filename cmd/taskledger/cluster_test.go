@@ -28,6 +28,7 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/chainkey"
 	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/replay"
 )
@@ -196,8 +197,10 @@ func startClusterServer(t *testing.T, urls, addr, name, logPath string, flags ..
 		t.Fatal(err)
 	}
 	defer logFile.Close()
+	// The processes of one test share a chain key, beside their logs.
 	args := append([]string{"serve", "--nats-url", urls, "--replicas", "3", "--name", name,
-		"--http", addr, "--log-format", "json", "--log-level", "warn"}, flags...)
+		"--http", addr, "--log-format", "json", "--log-level", "warn",
+		"--chain-key-file", filepath.Join(filepath.Dir(logPath), chainkey.FileName)}, flags...)
 	cmd := exec.Command(taskledgerBinary(t), args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
@@ -668,7 +671,7 @@ func TestClusterFailover(t *testing.T) {
 	clusterCheckAcked(t, l)
 	drained := clusterDrain(t, l)
 	clusterClaimedOnce(t, l)
-	clusterVerify(t, urls, len(l.rec.status))
+	clusterVerify(t, urls, filepath.Join(dir, chainkey.FileName), len(l.rec.status))
 	fmt.Printf("  after restart: %d waiting or orphaned tasks drained; every acked task present and not behind; no token claimed twice; replay verify clean\n", drained)
 }
 
@@ -783,11 +786,12 @@ func clusterClaimedOnce(t *testing.T, l *clusterLoad) {
 	}
 }
 
-// clusterVerify runs `taskledger replay verify` against the cluster.
-func clusterVerify(t *testing.T, urls string, acked int) {
+// clusterVerify runs `taskledger replay verify` against the cluster,
+// with the servers' chain key file.
+func clusterVerify(t *testing.T, urls, keyFile string, acked int) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(taskledgerBinary(t), "replay", "verify", "--nats-url", urls, "--json")
+	cmd := exec.Command(taskledgerBinary(t), "replay", "verify", "--nats-url", urls, "--chain-key-file", keyFile, "--json")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	runErr := cmd.Run()
 	var report replay.Report

@@ -66,7 +66,7 @@ func TestOperationsListsServeFlags(t *testing.T) {
 // serve -h prints.
 func sameDefault(name, doc, code string) bool {
 	switch name {
-	case "name", "epoch-check": // computed at start; -h describes them in words
+	case "name", "epoch-check", "chain-key-file": // computed at start; -h describes them in words
 		return doc != ""
 	}
 	if code == "" {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/chainkey"
 	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/store"
 )
@@ -155,7 +156,8 @@ func testEpochCommands(t *testing.T, k int) {
 	if code != 0 || archived != live {
 		t.Fatalf("history from the archive (exit %d):\n%s\nfrom the live epoch:\n%s\nstderr:\n%s", code, archived, live, errOut)
 	}
-	for _, args := range [][]string{{"replay", "verify", "--data", data}, {"replay", "verify", "--archive", dir}} {
+	key := filepath.Join(data, chainkey.FileName) // the archived events are keyed: verifying them takes the log's key
+	for _, args := range [][]string{{"replay", "verify", "--data", data}, {"replay", "verify", "--archive", dir, "--chain-key-file", key}} {
 		if out, errOut, code := replayCLI(t, args...); code != 0 || !strings.Contains(out, " 0 violations") {
 			t.Fatalf("%v: exit %d, output %q\nstderr:\n%s", args, code, out, errOut)
 		}
@@ -169,7 +171,7 @@ func testEpochCommands(t *testing.T, k int) {
 	if err := os.WriteFile(runsPath, []byte(strings.Replace(string(b), "note-done", "note-gone", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, _, code := replayCLI(t, "replay", "verify", "--archive", dir); code == 0 || !strings.Contains(out, "run_mismatch") {
+	if out, _, code := replayCLI(t, "replay", "verify", "--archive", dir, "--chain-key-file", key); code == 0 || !strings.Contains(out, "run_mismatch") {
 		t.Fatalf("an altered archived Run: exit %d, output %q", code, out)
 	}
 }

@@ -43,6 +43,7 @@ var commands = []command{
 	{"archive", "write a sealed epoch to a directory, or check one: archive EPOCH --to DIR | archive verify DIR", archiveCommand},
 	{"epoch", "a log's epochs: epoch list | epoch remove EPOCH --archive DIR (after archive verify)", epochCommand},
 	{"replay", "offline log tools: replay verify | replay rebuild | replay quarantine (--data or --nats-url)", replayCommand},
+	{"chain-key", "the log's chain key file: chain-key rotate (add a key that signs from the next start)", chainKeyCommand},
 	{"work", "reference executor: claim tasks of --queue and run --exec per task", workCommand},
 	{"bench", "measure this machine against the raw JetStream ceiling (--scale, --json; --markdown renders a --json report)", benchCommand},
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
+	"github.com/taskledger/taskledger/internal/chainkey"
 	"github.com/taskledger/taskledger/internal/lease"
 )
 
@@ -58,7 +60,9 @@ func TestPartitionTakeover(t *testing.T) {
 	data, natsAddr := t.TempDir(), rangeAddr(t)
 	flags := []string{"--timer-partitions", strconv.Itoa(parts), "--lease-ttl", ttl.String()}
 	a := startServer(t, data, freeAddr(t), append(flags, "--nats-listen", natsAddr, "--name", "sched-a")...)
-	b := startServer(t, t.TempDir(), freeAddr(t), append(flags, "--nats-url", "nats://"+natsAddr, "--name", "sched-b")...)
+	// Every process of a log holds its chain key: b a copy of a's.
+	b := startServer(t, t.TempDir(), freeAddr(t), append(flags, "--nats-url", "nats://"+natsAddr, "--name", "sched-b",
+		"--chain-key-file", filepath.Join(data, chainkey.FileName))...)
 	var ownedA, ownedB []int
 	waitFor(t, "the partitions split 4 and 4", func() bool {
 		ownedA, ownedB = owned(t, a), owned(t, b)

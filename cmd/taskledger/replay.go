@@ -224,9 +224,11 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	off.register(fs)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	archiveDir := fs.String("archive", "", "verify this archive directory (taskledger archive) instead of the log")
+	chainKey := chainKeyFlag(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	keyFile := chainKeyPath(*chainKey, off.nf)
 	var (
 		v     *replay.Verifier
 		runs  replay.RunReader = noRuns{}
@@ -240,6 +242,11 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		v = archiveVerifier(a.Manifest)
+		chain, err := verifyChain(keyFile, a.Manifest.Stream, a.Manifest.Layout())
+		if err != nil {
+			return err
+		}
+		v.Keyed(chain)
 		heads = a.Manifest.Heads()
 		// The Runs the archive holds, if it holds them (runsFile).
 		archived, ok, err := archivedRuns(*archiveDir)
@@ -270,6 +277,11 @@ func verifyCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		defer closeLog()
 		v = replay.NewVerifier(events.DefaultSubjects)
 		v.Shard(log.Shards)
+		chain, err := verifyChain(keyFile, log.WithDefaults().Stream, log.Shards)
+		if err != nil {
+			return err
+		}
+		v.Keyed(chain)
 		for i := range log.Shards.N() {
 			first, err := log.FirstSeq(ctx, i)
 			if err != nil {

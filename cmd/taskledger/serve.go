@@ -198,6 +198,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	leaseTTL := fs.Duration("lease-ttl", lease.DefaultTTL, "a partition lease lives this long unrenewed (renewed every quarter of it): a lost process's timers are taken over within about this")
 	noLeases := fs.Bool("no-timer-leases", false, "act on every timer item and hold no partition lease, as every process did before leases (correct beside lease holders, only wasteful: for comparison)")
 	noNATSAPI := fs.Bool("no-nats-api", false, "do not serve the API over NATS (docs/API.md, NATS protocol); HTTP serves it either way")
+	chainKey := chainKeyFlag(fs)
 	name := fs.String("name", "", "this scheduler's name in the events it writes (default: hostname)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "auto", "text, json, or auto (text on a terminal)")
@@ -284,6 +285,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		MaxEventBytes: int32(*maxEventBytes), WriteTimeout: *writeTimeout, StorageRetry: *storageRetry,
 		Partitions: *partitions, LeaseTTL: *leaseTTL, NoLeases: *noLeases,
 		NoNATSAPI: *noNATSAPI, NATSMaxRequests: limits.WithDefaults().MaxConns,
+		ChainKeyFile: chainKeyPath(*chainKey, nf),
 	}
 	if !*noNATSAPI {
 		if cfg.NATSAPIConn, err = nf.apiConn(embedded); err != nil {

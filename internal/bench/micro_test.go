@@ -51,6 +51,51 @@ func BenchmarkEncodeChained(b *testing.B) {
 	})
 }
 
+// BenchmarkEncodeKeyed is BenchmarkEncodeChained with a keyed chain, as
+// the store appends: the envelope also names the key and ends with the
+// HMAC-SHA256 of the event's bytes (events.Keyring).
+func BenchmarkEncodeKeyed(b *testing.B) {
+	kr, err := events.NewKeyring(events.ChainKey{ID: 1, Secret: make([]byte, events.MinChainKeyBytes)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	prev := events.HashOf([]byte("the task's previous event"))
+	benchmarkCodec(b, func(ev events.Event, _ []byte) error {
+		ev.Prev = prev
+		data, err := kr.AppendEncode(nil, ev) // allocates its bytes, as Encode in BenchmarkEncodeChained
+		prev = events.HashOf(data)
+		return err
+	})
+}
+
+// BenchmarkVerifyKeyed is what the start-up check and replay verify do
+// with each keyed event: decode it and verify its MAC.
+func BenchmarkVerifyKeyed(b *testing.B) {
+	kr, err := events.NewKeyring(events.ChainKey{ID: 1, Secret: make([]byte, events.MinChainKeyBytes)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, ev := range microSamples() {
+		b.Run(string(ev.Type()), func(b *testing.B) {
+			data, err := kr.AppendEncode(nil, ev)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				got, err := events.Decode(data)
+				if err == nil {
+					err = kr.Verify(got, data)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkDecodeHashed is the codec's share of a load: a decode and the
 // SHA-256 of the bytes, the state's LastHash.
 func BenchmarkDecodeHashed(b *testing.B) {

@@ -64,7 +64,11 @@
 //     refused by a start and by the offline tools alike, whatever K they
 //     name: guessing could start a second log beside it; restore the
 //     entry. Offline tools (replay, history) read K from the entry, so
-//     they take no --shards flag.
+//     they take no --shards flag. The entry chainkeys records, by chain
+//     key id, each key's fingerprint (never its secret; events/doc.go,
+//     "Keyed chain"): AgreeChainKeys records a key at its first use and
+//     refuses another key of a recorded id (ErrChainKeyMismatch), so the
+//     processes of a log sign with one key.
 //
 // # Epochs
 //

@@ -158,6 +158,22 @@ func (l Log) HeadAt(ctx context.Context, pos events.Position) (Head, error) {
 	return Head{Pos: pos, Hash: events.HashOf(msg.Data)}, nil
 }
 
+// Message returns the stored bytes of the message at position pos.
+func (l Log) Message(ctx context.Context, pos events.Position) ([]byte, error) {
+	l = l.withDefaults()
+	i, seq := l.Shards.Split(pos)
+	name := l.Shards.Stream(l.Stream, i)
+	s, err := l.JS.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("eventlog: stream %s: %w", name, err)
+	}
+	msg, err := s.GetMsg(ctx, seq)
+	if err != nil {
+		return nil, fmt.Errorf("eventlog: message at %d: %w", pos, err)
+	}
+	return msg.Data, nil
+}
+
 // HeadsAt returns the chain head at each of positions (nil: at every
 // shard's last event), leaving out an empty shard's.
 func (l Log) HeadsAt(ctx context.Context, positions []events.Position) ([]Head, error) {

@@ -116,7 +116,7 @@ func (n *Node) WriteError() error {
 
 // LogWarning implements httpapi.LogHealth: why the log was found damaged
 // at start (no saved chain head, a hole) or while the projections read
-// it, or "".
+// it, and the events its keyed chain's checks found forged, or "".
 func (n *Node) LogWarning() string {
 	warning := n.logWarning
 	if m := n.Engine.Missing(); m > 0 {
@@ -124,6 +124,9 @@ func (n *Node) LogWarning() string {
 	}
 	if q, _ := n.Engine.Quarantined(0); q > 0 {
 		warning = strings.TrimPrefix(warning+"; ", "; ") + fmt.Sprintf("%d messages of the log do not decode and are quarantined (skipped); run taskledger replay quarantine", q)
+	}
+	if c := n.chain.warning(); c != "" {
+		warning = strings.TrimPrefix(warning+"; ", "; ") + c
 	}
 	return warning
 }

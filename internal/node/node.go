@@ -20,6 +20,7 @@ import (
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/broker"
+	"github.com/taskledger/taskledger/internal/chainkey"
 	"github.com/taskledger/taskledger/internal/crashpoint"
 	"github.com/taskledger/taskledger/internal/delivery"
 	"github.com/taskledger/taskledger/internal/eventlog"
@@ -131,6 +132,16 @@ type Config struct {
 	// NATSMaxRequests bounds the API requests over NATS served at once
 	// (natsapi.Config.MaxRequests); default natsapi.DefaultMaxRequests.
 	NATSMaxRequests int
+	// ChainKeyFile, if set, keys the log's chain (events/doc.go, "Keyed
+	// chain") with the keys of this file (internal/chainkey): every event
+	// this process appends is signed with its newest key, and New checks
+	// the events after the saved chain heads against it (a warning on
+	// /readyz when one is forged). A missing file is created, with a fresh
+	// key, unless the log records a chain key or holds keyed events: then
+	// New fails with ErrChainKeyMissing. A file whose key is not the one
+	// the log records for its id fails with eventlog.ErrChainKeyMismatch.
+	// Empty: events are appended unkeyed (tests).
+	ChainKeyFile string
 }
 
 // Committer makes acknowledged writes durable in shared fsyncs.
@@ -169,6 +180,12 @@ type Node struct {
 	// logWarning says why the log does not hold its saved chain head;
 	// set by New, read-only after.
 	logWarning string
+	// chainFile and chainKeys are the keyed chain's, and chain its check
+	// (chain.go); nil keys and chain without ChainKeyFile.
+	chainFile  chainkey.File
+	chainKeys  *events.Keyring
+	chainSaved projections.SnapshotStore // nil without snapshots
+	chain      *chainCheck
 	serverErr  atomic.Pointer[error] // the last StorageError; nil: none
 }
 
@@ -208,6 +225,20 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	var chain chainkey.File
+	var keys *events.Keyring
+	if cfg.ChainKeyFile != "" {
+		var created bool
+		chain, keys, created, err = openChain(ctx, st.Log(), cfg.ChainKeyFile, cfg.Now(), cfg.Logger)
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		st.UseChain(keys)
+		if created {
+			cfg.Logger.Warn().Str("file", cfg.ChainKeyFile).Msg("created the log's chain key: back it up apart from the log (docs/operations.md, \"Chain key\"); without it the log's events cannot be verified")
+		}
+	}
 	ready, err := delivery.EnsureStream(ctx, st.JetStream(), cfg.ReadyStream, cfg.Subjects, cfg.Replicas)
 	if err != nil {
 		st.Close()
@@ -225,10 +256,15 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		SnapshotEvery: cfg.SnapshotEvery, SnapshotInterval: cfg.SnapshotInterval, Retain: cfg.Retain,
 	}
 	var heads projections.SnapshotStore
+	var self *Node // set once built, before anything runs
+	var chainSaved projections.SnapshotStore
 	if !cfg.NoSnapshots {
 		snaps, err := projections.OpenObjectSnapshots(ctx, st.JetStream(), SnapshotBucket(cfg.Stream), "projections", cfg.Replicas)
 		if err == nil {
 			heads, err = projections.OpenObjectSnapshots(ctx, st.JetStream(), SnapshotBucket(cfg.Stream), headObject, cfg.Replicas)
+		}
+		if err == nil && keys != nil {
+			chainSaved, err = projections.OpenObjectSnapshots(ctx, st.JetStream(), SnapshotBucket(cfg.Stream), chainObject, cfg.Replicas)
 		}
 		if err != nil {
 			st.Close()
@@ -236,6 +272,12 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		pcfg.Snapshots = snaps
 		pcfg.AfterSnapshot = func(ctx context.Context, applied []events.Position) {
+			if self != nil {
+				if err := self.checkChainBefore(ctx, applied); err != nil {
+					cfg.Logger.Warn().Err(err).Msg("chain head not saved")
+					return
+				}
+			}
 			if err := SaveHead(ctx, st.Log(), heads, applied); err != nil {
 				cfg.Logger.Warn().Err(err).Msg("chain head not saved")
 			}
@@ -261,6 +303,12 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	eng, n.heads = n.Engine, heads
 	n.logWarning = n.checkHead(ctx)
+	if keys != nil {
+		n.chainFile, n.chainKeys, n.chainSaved = chain, keys, chainSaved
+		n.checkChainAtStart(ctx)
+		registerChainMetrics(n.cfg.Registry, n.chain)
+	}
+	self = n
 	return n, nil
 }
 
@@ -417,13 +465,32 @@ func (n *Node) Run(ctx context.Context) error {
 	err := g.Wait()
 	n.Service.Close() // waits for the claim dispatchers' pulls
 	if err == nil && n.heads != nil {
-		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.Store.Config().WriteTimeout)
-		defer cancel()
-		if herr := SaveHead(hctx, n.Store.Log(), n.heads, nil); herr != nil {
+		if herr := n.saveHeadAtShutdown(context.WithoutCancel(ctx)); herr != nil {
 			n.cfg.Logger.Warn().Err(herr).Msg("chain head not saved at shutdown")
 		}
 	}
 	return err
+}
+
+// saveHeadAtShutdown saves the chain heads at every part's last event,
+// once the keyed chain's check has covered the events up to them.
+func (n *Node) saveHeadAtShutdown(ctx context.Context) error {
+	wctx, cancel := context.WithTimeout(ctx, n.Store.Config().WriteTimeout)
+	last, err := n.Store.Log().LastPositions(wctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	// The events since the last snapshot: up to SnapshotEvery.
+	cctx, cancel := context.WithTimeout(ctx, chainCheckTimeout)
+	err = n.checkChainBefore(cctx, last)
+	cancel()
+	if err != nil {
+		return err
+	}
+	wctx, cancel = context.WithTimeout(ctx, n.Store.Config().WriteTimeout)
+	defer cancel()
+	return SaveHead(wctx, n.Store.Log(), n.heads, last)
 }
 
 // syncedRuns is the runs bucket under the group commit: a saved Run

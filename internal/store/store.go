@@ -90,6 +90,12 @@ type Config struct {
 	// nothing and answers nothing) fails the append as unavailable;
 	// default 5s.
 	WriteTimeout time.Duration
+	// Chain, if set, keys the log's hash chain: every event appended is
+	// encoded with it (events.Keyring.AppendEncode), so it names the
+	// signing key and ends with its HMAC. Nil appends unkeyed events, as
+	// before the chain was keyed (tests, benchmarks). UseChain sets it
+	// after Open.
+	Chain *events.Keyring
 }
 
 func (c Config) withDefaults() Config {
@@ -153,6 +159,7 @@ type Store struct {
 	loads   atomic.Uint64                   // commands' states read from the log (CommandLoads)
 	failing atomic.Pointer[writeFailure]    // nil while appends succeed
 	epochs  atomic.Pointer[eventlog.Epochs] // nil without epochs
+	chain   atomic.Pointer[events.Keyring]  // Config.Chain, or UseChain's; nil: unkeyed
 
 	conflictsMu sync.Mutex
 	conflicts   map[events.Type]uint64 // appends refused for a wrong expected sequence, by event type
@@ -220,6 +227,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	}
 	st := &Store{cfg: cfg, js: js, shards: shards, cache: newTaskCache(cfg.CacheSize),
 		keys: make(map[string]aggregate.KeyState), turns: make(map[string]*turn)}
+	st.chain.Store(cfg.Chain)
 	if err := st.RefreshEpochs(ctx); err != nil {
 		return nil, err
 	}
@@ -604,6 +612,12 @@ const publishAttempts = 4
 // (it may have landed).
 const maxPipelined = 4096
 
+// UseChain keys the appends from now on with chain (Config.Chain): a
+// process that needs the open log to find its chain keys (node.New) opens
+// the store, then calls it before anything appends. It is safe for
+// concurrent use.
+func (s *Store) UseChain(chain *events.Keyring) { s.chain.Store(chain) }
+
 // Pipeline is the store's append pipeline, for publishing other messages
 // through it (a ready notification, say) at its cost: one acknowledged
 // publish each, none retried. It is safe for concurrent use.
@@ -654,7 +668,14 @@ func (s *Store) publish(ctx context.Context, ev *events.Event, shard int, expect
 	}
 	am := appendMsgs.Get().(*appendMsg)
 	defer am.release() // the pipeline keeps no message past its publish
-	data, err := events.AppendEncode(am.data[:0], *ev)
+	var data []byte
+	var err error
+	if chain := s.chain.Load(); chain != nil {
+		ev.Key = chain.Signer() // as a read of the stored bytes would say
+		data, err = chain.AppendEncode(am.data[:0], *ev)
+	} else {
+		data, err = events.AppendEncode(am.data[:0], *ev)
+	}
 	if err != nil {
 		return err
 	}
