@@ -49,6 +49,11 @@ type LogHealth interface {
 	// LogWarning is non-empty when the log ends before (or differs from)
 	// its saved chain head: /readyz shows it, and stays 200.
 	LogWarning() string
+	// StreamsError is non-nil when a stream of the log is missing or lost
+	// the events already read from it (deleted or purged while the
+	// process runs): /readyz answers 503 with it. Each /readyz calls it;
+	// ctx is the request's.
+	StreamsError(ctx context.Context) error
 }
 
 // TimerPartitions reports the timer partitions this process holds a lease
@@ -508,6 +513,9 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 		if err := h.Health.WriteError(); err != nil {
 			body["storage"], status = err.Error(), http.StatusServiceUnavailable
+		}
+		if err := h.Health.StreamsError(r.Context()); err != nil {
+			body["streams"], status = err.Error(), http.StatusServiceUnavailable
 		}
 	}
 	writeJSON(w, status, body)

@@ -84,21 +84,40 @@ func SaveHead(ctx context.Context, log eventlog.Log, heads projections.SnapshotS
 	return heads.Save(ctx, data)
 }
 
+// ErrLogLost is returned by New for a log whose streams hold no event
+// though its saved chain head says they held some (eventlog.ErrLogEmpty),
+// unless Config.AllowEmptyLog: the stream was deleted or purged, and
+// starting would serve an empty log as if nothing had happened.
+var ErrLogLost = errors.New("node: the event stream is empty or was deleted, but its saved chain head says it held events: restore the stream (from a backup of the data directory or a NATS stream backup) and start again, or start with --allow-empty-log to accept the loss and begin an empty log")
+
 // checkHead checks the log for holes and compares it with its saved
-// chain head; it returns a warning, also logged, when the log is damaged.
-func (n *Node) checkHead(ctx context.Context) string {
+// chain head; it returns a warning, also logged, when the log is damaged,
+// and ErrLogLost (wrapped) when it lost every event, unless
+// Config.AllowEmptyLog.
+func (n *Node) checkHead(ctx context.Context) (string, error) {
 	hs, err := LoadHeads(ctx, n.Store.JetStream(), n.cfg.Stream)
 	if err == nil {
 		err = n.Store.Log().CheckHeads(ctx, hs)
 	}
 	switch {
+	case errors.Is(err, eventlog.ErrLogEmpty) && !n.cfg.AllowEmptyLog:
+		return "", fmt.Errorf("%w: %w", ErrLogLost, err)
 	case errors.Is(err, eventlog.ErrEventsMissing) || errors.Is(err, eventlog.ErrLogTruncated) || errors.Is(err, eventlog.ErrHeadMismatch):
 		n.cfg.Logger.Warn().Err(err).Msg("the log is damaged: events were lost or changed; run taskledger replay verify")
-		return err.Error() + "; run taskledger replay verify"
+		return err.Error() + "; run taskledger replay verify", nil
 	case err != nil:
 		n.cfg.Logger.Warn().Err(err).Msg("chain head not checked")
 	}
-	return ""
+	return "", nil
+}
+
+// StreamsError implements httpapi.LogHealth: nil while every stream of
+// the log exists and holds the events the projections applied
+// (eventlog.Log.CheckStreams), else what is wrong — a stream deleted or
+// emptied under the running process, which answers 503 to every call
+// that needs it. It costs one stream info a shard; ctx bounds it.
+func (n *Node) StreamsError(ctx context.Context) error {
+	return n.Store.Log().CheckStreams(ctx, n.Engine.Positions())
 }
 
 // WriteError implements httpapi.LogHealth: the store's failed appends,

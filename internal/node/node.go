@@ -131,6 +131,12 @@ type Config struct {
 	// NATSMaxRequests bounds the API requests over NATS served at once
 	// (natsapi.Config.MaxRequests); default natsapi.DefaultMaxRequests.
 	NATSMaxRequests int
+	// AllowEmptyLog lets New start on a log whose streams hold no event
+	// though its saved chain head says they held some (a deleted or
+	// purged stream: eventlog.ErrLogEmpty), as a log that lost its tail:
+	// with a warning in /readyz. Without it New refuses such a log
+	// (serve --allow-empty-log).
+	AllowEmptyLog bool
 }
 
 // Committer makes acknowledged writes durable in shared fsyncs.
@@ -260,7 +266,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	eng, n.heads = n.Engine, heads
-	n.logWarning = n.checkHead(ctx)
+	if n.logWarning, err = n.checkHead(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
 	return n, nil
 }
 
