@@ -12,6 +12,7 @@ import (
 
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/eventlog"
+	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
 )
 
@@ -94,19 +95,19 @@ var ErrLogLost = errors.New("node: the event stream is empty or was deleted, but
 // chain head; it returns a warning, also logged, when the log is damaged,
 // and ErrLogLost (wrapped) when it lost every event, unless
 // Config.AllowEmptyLog.
-func (n *Node) checkHead(ctx context.Context) (string, error) {
-	hs, err := LoadHeads(ctx, n.Store.JetStream(), n.cfg.Stream)
+func checkHead(ctx context.Context, cfg Config, st *store.Store) (string, error) {
+	hs, err := LoadHeads(ctx, st.JetStream(), cfg.Stream)
 	if err == nil {
-		err = n.Store.Log().CheckHeads(ctx, hs)
+		err = st.Log().CheckHeads(ctx, hs)
 	}
 	switch {
-	case errors.Is(err, eventlog.ErrLogEmpty) && !n.cfg.AllowEmptyLog:
+	case errors.Is(err, eventlog.ErrLogEmpty) && !cfg.AllowEmptyLog:
 		return "", fmt.Errorf("%w: %w", ErrLogLost, err)
 	case errors.Is(err, eventlog.ErrEventsMissing) || errors.Is(err, eventlog.ErrLogTruncated) || errors.Is(err, eventlog.ErrHeadMismatch):
-		n.cfg.Logger.Warn().Err(err).Msg("the log is damaged: events were lost or changed; run taskledger replay verify")
+		cfg.Logger.Warn().Err(err).Msg("the log is damaged: events were lost or changed; run taskledger replay verify")
 		return err.Error() + "; run taskledger replay verify", nil
 	case err != nil:
-		n.cfg.Logger.Warn().Err(err).Msg("chain head not checked")
+		cfg.Logger.Warn().Err(err).Msg("chain head not checked")
 	}
 	return "", nil
 }

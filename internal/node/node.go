@@ -214,6 +214,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	logWarning, err := checkHead(ctx, cfg, st)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	ready, err := delivery.EnsureStream(ctx, st.JetStream(), cfg.ReadyStream, cfg.Subjects, cfg.Replicas)
 	if err != nil {
 		st.Close()
@@ -265,11 +270,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		st.Close()
 		return nil, err
 	}
-	eng, n.heads = n.Engine, heads
-	if n.logWarning, err = n.checkHead(ctx); err != nil {
-		st.Close()
-		return nil, err
-	}
+	eng, n.heads, n.logWarning = n.Engine, heads, logWarning
 	return n, nil
 }
 
