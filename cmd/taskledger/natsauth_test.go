@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 
 	"github.com/taskledger/taskledger/api"
@@ -300,6 +302,100 @@ func TestWarnRemoteBypass(t *testing.T) {
 		warned := strings.Contains(logs.String(), `"level":"warn"`) && strings.Contains(logs.String(), "without credentials can use the JetStream API")
 		if warned != c.warn {
 			t.Fatalf("%s: warned %v, want %v:\n%s", c.url, warned, c.warn, logs.String())
+		}
+	}
+}
+
+// TestNATSPermissionsSnippet runs a nats-server on docs/operations.md's
+// "NATS permissions" configuration, its placeholder keys replaced by
+// fresh ones: a connection without credentials is refused; taskledger's
+// user may use the JetStream API and serve the API requests; acme's
+// executor and the operator may send API requests (acme its own only)
+// but not use the JetStream API.
+func TestNATSPermissionsSnippet(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)\n### NATS permissions\n.*?```\n(accounts \\{.*?)```").FindSubmatch(doc)
+	if m == nil {
+		t.Fatal(`docs/operations.md has no "NATS permissions" configuration`)
+	}
+	cfg := string(m[1])
+	keys := map[string]nkeys.KeyPair{}
+	for _, placeholder := range []string{"UTASKLEDGER...", "UEXECACME...", "UOPERATOR...", "USYSADMIN..."} {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, _ := kp.PublicKey()
+		if !strings.Contains(cfg, placeholder) {
+			t.Fatalf("the configuration has no %s", placeholder)
+		}
+		cfg, keys[placeholder] = strings.ReplaceAll(cfg, placeholder, pub), kp
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "nats.conf")
+	cfg += "\nlisten: 127.0.0.1:-1\njetstream {store_dir: \"" + dir + "\"}\n"
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatalf("the documented configuration: %v", err)
+	}
+	opts.NoLog, opts.NoSigs = true, true
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(30 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	connect := func(placeholder, inbox string) *nats.Conn {
+		t.Helper()
+		kp := keys[placeholder]
+		pub, _ := kp.PublicKey()
+		nc, err := nats.Connect(srv.ClientURL(), nats.Nkey(pub, kp.Sign), nats.CustomInboxPrefix(inbox), nats.MaxReconnects(0))
+		if err != nil {
+			t.Fatalf("%s: %v", placeholder, err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	if nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(0)); err == nil {
+		nc.Close()
+		t.Fatal("a connection without credentials was admitted")
+	}
+	own := connect("UTASKLEDGER...", "_INBOX")
+	if _, err := own.Request("$JS.API.INFO", nil, 5*time.Second); err != nil {
+		t.Fatalf("taskledger's user and the JetStream API: %v", err)
+	}
+	// Answers on the API subjects, and on an event subject, so that a
+	// request there is refused by the permissions or answered.
+	for _, subject := range []string{"tl.api.*.>", "tl.evt.>"} {
+		if _, err := own.Subscribe(subject, func(m *nats.Msg) { m.Respond([]byte("ok")) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := own.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ user, inbox, allowed, denied string }{
+		{"UEXECACME...", api.NATSInbox("acme"), "tl.api.acme.req", "tl.api.beta.req"},
+		{"UOPERATOR...", "_INBOX", "tl.api.beta.req", "tl.evt.beta.t1"},
+	} {
+		nc := connect(c.user, c.inbox)
+		if msg, err := nc.Request(c.allowed, nil, 5*time.Second); err != nil || string(msg.Data) != "ok" {
+			t.Fatalf("%s's request on %s: %v", c.user, c.allowed, err)
+		}
+		for _, subject := range []string{c.denied, "$JS.API.INFO", "$JS.API.STREAM.DELETE.TASKLEDGER"} {
+			if _, err := nc.Request(subject, nil, 300*time.Millisecond); err == nil {
+				t.Fatalf("%s's request on %s answered", c.user, subject)
+			}
 		}
 	}
 }
