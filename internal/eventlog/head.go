@@ -271,22 +271,28 @@ func (l Log) emptied(ctx context.Context, i int) (bool, error) {
 // was deleted), ErrLogTruncated (it ends before applied: deleted and
 // created again) or ErrEventsMissing (it holds no message though its
 // sequences have advanced past its first: purged), or the read's error.
-// It costs one stream info a shard; a caller that asks often (a
-// readiness probe) pays that each time. An epoch's streams, replaced by
-// RemoveEpoch, start after their last sequence and pass.
+// It lists the streams on the log's subjects, one JetStream API request
+// a page of 256 streams, however many parts the log has: cheap enough
+// for a readiness probe. An epoch's streams, replaced by RemoveEpoch,
+// start after their last sequence and pass.
 func (l Log) CheckStreams(ctx context.Context, applied []events.Position) error {
 	l = l.withDefaults()
+	infos := map[string]*jetstream.StreamInfo{}
+	lister := l.JS.ListStreams(ctx, jetstream.WithStreamListSubject(l.Subjects.Root+".>"))
+	for info := range lister.Info() {
+		infos[info.Config.Name] = info
+	}
+	if err := lister.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
+		return fmt.Errorf("eventlog: list streams: %w", err)
+	}
 	var errs []error
 	for i := range l.Shards.N() {
 		name := l.Shards.Stream(l.Stream, i)
-		s, err := l.JS.Stream(ctx, name)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
+		info, ok := infos[name]
+		if !ok {
 			errs = append(errs, fmt.Errorf("%w: stream %s", ErrStreamMissing, name))
 			continue
-		} else if err != nil {
-			return fmt.Errorf("eventlog: stream %s: %w", name, err)
 		}
-		info := s.CachedInfo()
 		first := max(info.Config.FirstSeq, 1)
 		if i < len(applied) && applied[i] != 0 {
 			if _, seq := l.Shards.Split(applied[i]); seq >= first && info.State.LastSeq < seq {

@@ -116,7 +116,8 @@ func checkHead(ctx context.Context, cfg Config, st *store.Store) (string, error)
 // the log exists and holds the events the projections applied
 // (eventlog.Log.CheckStreams), else what is wrong — a stream deleted or
 // emptied under the running process, which answers 503 to every call
-// that needs it. It costs one stream info a shard; ctx bounds it.
+// that needs it. It costs one JetStream API request a page of 256
+// streams; ctx bounds it.
 func (n *Node) StreamsError(ctx context.Context) error {
 	return n.Store.Log().CheckStreams(ctx, n.Engine.Positions())
 }
