@@ -505,11 +505,11 @@ func warnRemoteDurability(ctx context.Context, log zerolog.Logger, nc *nats.Conn
 // warnRemoteBypass logs a warning when a connection to --nats-url
 // without credentials (only its TLS root CA, if given) is admitted and
 // can read the log's stream (its first, stream) through the JetStream
-// API: then whoever
-// reaches the servers may read every tenant's events, forge events and
-// delete the log (docs/operations.md, "NATS permissions"). A refused
-// connection, or a JetStream API that does not answer it about the
-// stream, passes. It is the obvious bypass a client can test; the
+// API: then whoever reaches the servers may read every tenant's events,
+// forge events and delete the log (docs/operations.md, "NATS
+// permissions"). A refused connection, or a JetStream API that does not
+// answer it about the stream within 2 s (a permission violation gets no
+// answer), passes. It is the obvious bypass a client can test; the
 // servers' other users it cannot see.
 func warnRemoteBypass(ctx context.Context, log zerolog.Logger, remote broker.RemoteConfig, stream string) {
 	bare := broker.RemoteConfig{URL: remote.URL, CAFile: remote.CAFile}
@@ -518,7 +518,7 @@ func warnRemoteBypass(ctx context.Context, log zerolog.Logger, remote broker.Rem
 		return // refused: what we want
 	}
 	defer nc.Close()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	msg, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.INFO."+stream, nil)
 	var info struct {
