@@ -102,11 +102,8 @@ func TestClientTokens(t *testing.T) {
 	}
 	violations := make(chan error, 4)
 	onErr := nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err })
-	for _, c := range []struct {
-		token   string
-		refused bool
-	}{{"tok-a", true}, {"tok-op", true}} {
-		nc, err := nats.Connect(e.ClientURL(), nats.Token(c.token), onErr)
+	for _, token := range []string{"tok-a", "tok-op"} {
+		nc, err := nats.Connect(e.ClientURL(), nats.Token(token), onErr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,13 +113,11 @@ func TestClientTokens(t *testing.T) {
 		nc.Flush()
 		select {
 		case err := <-violations:
-			if !c.refused || !errors.Is(err, nats.ErrPermissionViolation) {
-				t.Fatalf("%s subscribing to the JetStream API: %v", c.token, err)
+			if !errors.Is(err, nats.ErrPermissionViolation) {
+				t.Fatalf("%s subscribing to the JetStream API: %v", token, err)
 			}
-		case <-time.After(time.Second):
-			if c.refused {
-				t.Fatalf("%s subscribed to the JetStream API", c.token)
-			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s subscribed to the JetStream API", token)
 		}
 		nc.Close()
 	}

@@ -182,6 +182,9 @@ func TestWorkerOverNATS(t *testing.T) {
 	if c, ok := doc.Run.Contexts["input"]; !ok || !strings.Contains(string(c.Value), task.ID) {
 		t.Fatalf("Run contexts %+v, want input naming the task", doc.Run.Contexts)
 	}
+	// The route is counted once its handler returned, which can be after
+	// the result's event was applied and read above.
+	testnode.Eventually(t, "the result counted", func() bool { return e.seen.count("POST /v1/tasks/{id}/result") > 0 })
 	for _, p := range []string{"POST /v1/tasks/{id}/heartbeat", "PUT /v1/tasks/{id}/run", "POST /v1/tasks/{id}/effects",
 		"POST /v1/tasks/{id}/result", "POST /v1/tasks/{id}/check"} {
 		if e.seen.count(p) == 0 {
