@@ -147,7 +147,7 @@ func TestNATSListenSecured(t *testing.T) {
 	}
 	subjects := events.DefaultSubjects
 	stream := events.DefaultStream
-	for _, c := range []struct{ token, inbox string }{{natsTokA, api.NATSInbox("A")}, {natsTokOp, "_INBOX"}} {
+	for _, c := range []struct{ token, inbox string }{{natsTokA, api.NATSInbox("A")}, {natsTokOp, api.NATSOperatorInbox}} {
 		nc, violations := natsClient(t, url, c.token, c.inbox)
 		for _, subject := range []string{subjects.Events(), subjects.Customer("B")} {
 			if _, err := nc.SubscribeSync(subject); err != nil {
@@ -167,7 +167,7 @@ func TestNATSListenSecured(t *testing.T) {
 			wantViolation(t, violations, subject)
 		}
 	}
-	op, _ := natsClient(t, url, natsTokOp, "_INBOX")
+	op, _ := natsClient(t, url, natsTokOp, api.NATSOperatorInbox)
 	if got, err := api.NewNATSClient(op, "", "B", natsTokOp).Get(ctx, task.ID); err != nil || got.ID != task.ID {
 		t.Fatalf("operator's API request over NATS: %+v %v", got, err)
 	}
@@ -386,7 +386,7 @@ func TestNATSPermissionsSnippet(t *testing.T) {
 	}
 	for _, c := range []struct{ user, inbox, allowed, denied string }{
 		{"UEXECACME...", api.NATSInbox("acme"), "tl.api.acme.req", "tl.api.beta.req"},
-		{"UOPERATOR...", "_INBOX", "tl.api.beta.req", "tl.evt.beta.t1"},
+		{"UOPERATOR...", api.NATSOperatorInbox, "tl.api.beta.req", "tl.evt.beta.t1"},
 	} {
 		nc := connect(c.user, c.inbox)
 		if msg, err := nc.Request(c.allowed, nil, 5*time.Second); err != nil || string(msg.Data) != "ok" {

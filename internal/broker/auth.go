@@ -91,15 +91,17 @@ func CustomerPermissions(root, customer string) *server.Permissions {
 
 // OperatorPermissions are the NATS permissions of an operator's token
 // under the subject root: publish the API requests of every customer
-// (api.NATSSubject(root, "*") + ".>"), subscribe to the default inbox
-// ("_INBOX.>", as the nats CLI uses) and to the inbox of each of
-// customers (an operator's client acting for a customer uses its inbox:
+// (api.NATSSubject(root, "*") + ".>"), subscribe to its own inbox
+// (api.NATSOperatorInbox + ".>") and to the inbox of each of customers
+// (an operator's client acting for a customer uses its inbox:
 // api.ConnectNATS). Like a customer's, an operator's token may not use
 // the JetStream API ($JS.>, $KV.>, $O.>) nor the log's, ready or
-// heartbeat subjects, and may not subscribe to the API requests (they
-// carry the customers' tokens): only taskledger's own connections may.
+// heartbeat subjects, may not read the API requests (they carry the
+// customers' tokens), nor the default inbox "_INBOX.>", where
+// taskledger's own connections get their JetStream answers: only
+// taskledger's own connections may.
 func OperatorPermissions(root string, customers []string) *server.Permissions {
-	inboxes := []string{"_INBOX.>"}
+	inboxes := []string{api.NATSOperatorInbox + ".>"}
 	for _, c := range customers {
 		inboxes = append(inboxes, api.NATSInbox(c)+".>")
 	}

@@ -165,8 +165,9 @@ func (c *client) cannotRequest(t *testing.T, subjects ...string) {
 
 // forbidden are what neither a customer's nor an operator's token may
 // do to the log: publish events, concurrency and schedule events, ready
-// notifications and heartbeats, and call the JetStream API to read,
-// delete or purge a stream, a KV bucket or an object store.
+// notifications and heartbeats, call the JetStream API to read, delete
+// or purge a stream, a KV bucket or an object store, and read the
+// default inbox.
 func (e *authEnv) forbidden(t *testing.T, c *client) {
 	t.Helper()
 	c.cannotPublish(t,
@@ -177,8 +178,10 @@ func (e *authEnv) forbidden(t *testing.T, c *client) {
 		"$JS.API.STREAM.DELETE."+stream, "$JS.API.STREAM.PURGE."+stream, "$JS.API.STREAM.INFO."+stream,
 		"$JS.API.STREAM.MSG.DELETE."+stream, "$JS.API.STREAM.UPDATE."+stream, "$JS.API.DIRECT.GET."+stream,
 		"$JS.API.STREAM.DELETE.KV_LEASES", "$JS.API.STREAM.PURGE.OBJ_SNAPSHOTS", "$JS.API.STREAM.LIST")
+	// Nor read the default inbox, where taskledger's own connections get
+	// the JetStream API's answers (events read by direct get among them).
 	c.cannotSubscribe(t, e.subj.Events(), e.subj.Customer("b"), e.subj.AllReady(), e.subj.Heartbeats(),
-		"$JS.>", "$KV.>", "$O.>", "$SYS.>", ">", api.NATSSubject(e.subj.Root, "b")+".>")
+		"$JS.>", "$KV.>", "$O.>", "$SYS.>", ">", api.NATSSubject(e.subj.Root, "b")+".>", "_INBOX.>")
 	e.intact(t)
 }
 
@@ -226,7 +229,7 @@ func TestCustomerToken(t *testing.T) {
 	e := setupAuth(t)
 	a := e.connect(t, tokA, api.NATSInbox("a"))
 	e.forbidden(t, a)
-	a.cannotSubscribe(t, e.subj.Customer("a"), api.NATSInbox("b")+".>", "_INBOX.>")
+	a.cannotSubscribe(t, e.subj.Customer("a"), api.NATSInbox("b")+".>", api.NATSOperatorInbox+".>")
 	a.cannotPublish(t, api.NATSSubject(e.subj.Root, "b")+".req")
 
 	// Its own request is delivered, and the answer reaches its inbox.
@@ -249,7 +252,7 @@ func TestCustomerToken(t *testing.T) {
 func TestOperatorToken(t *testing.T) {
 	t.Parallel()
 	e := setupAuth(t)
-	op := e.connect(t, tokOp, "_INBOX")
+	op := e.connect(t, tokOp, api.NATSOperatorInbox)
 	e.forbidden(t, op)
 
 	served, err := e.own.Subscribe(api.NATSSubject(e.subj.Root, "*")+".>", func(m *nats.Msg) { m.Respond([]byte("ok")) })
@@ -260,7 +263,7 @@ func TestOperatorToken(t *testing.T) {
 	if err := e.own.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct{ customer, inbox string }{{"a", "_INBOX"}, {"b", "_INBOX"}, {"b", api.NATSInbox("b")}} {
+	for _, c := range []struct{ customer, inbox string }{{"a", api.NATSOperatorInbox}, {"b", api.NATSOperatorInbox}, {"b", api.NATSInbox("b")}} {
 		op := e.connect(t, tokOp, c.inbox)
 		if msg, err := op.nc.Request(api.NATSSubject(e.subj.Root, c.customer)+".req", []byte("{}"), 5*time.Second); err != nil || string(msg.Data) != "ok" {
 			t.Fatalf("operator's API request for %s with inbox %s: %v", c.customer, c.inbox, err)

@@ -317,10 +317,13 @@ func (s *Service) customer(subject string) (customer string, ok bool) {
 // a reply must lie in the inbox of the customer the subject names (the
 // only subjects its token may subscribe to; the client's
 // nats.CustomInboxPrefix is api.NATSInbox), or, for a request with an
-// operator's token, in an inbox ("_INBOX." or "_INBOX_<customer>.",
-// those an operator's connection may subscribe to): never on a log,
-// ready, KV or JetStream API subject. Without tokens only taskledger's
-// own connections reach the server, which are unrestricted anyway.
+// operator's token, in the operator's or a customer's inbox
+// (api.NATSOperatorInbox, api.NATSInbox: those an operator's connection
+// may subscribe to): never on a log, ready, KV or JetStream API subject,
+// nor in the default inbox "_INBOX.", where an answer could pose as the
+// JetStream API's to taskledger's own connections. Without tokens only
+// taskledger's own connections reach the server, which are unrestricted
+// anyway.
 func (s *Service) replyAllowed(r micro.Request) bool {
 	if s.cfg.Tokens == nil {
 		return true
@@ -333,14 +336,15 @@ func (s *Service) replyAllowed(r micro.Request) bool {
 	return ok && strings.HasPrefix(r.Reply(), api.NATSInbox(customer)+".")
 }
 
-// isInbox reports whether subject lies in the default inbox ("_INBOX.")
-// or a customer's (api.NATSInbox).
+// isInbox reports whether subject lies in the operator's inbox
+// (api.NATSOperatorInbox) or a customer's (api.NATSInbox).
 func isInbox(subject string) bool {
-	if strings.HasPrefix(subject, "_INBOX.") {
+	if strings.HasPrefix(subject, api.NATSOperatorInbox+".") {
 		return true
 	}
-	customer, rest, ok := strings.Cut(strings.TrimPrefix(subject, api.NATSInbox("")), ".")
-	return ok && rest != "" && strings.HasPrefix(subject, api.NATSInbox("")) && events.ValidID(customer) == nil
+	rest, ok := strings.CutPrefix(subject, api.NATSInbox(""))
+	customer, tail, dotted := strings.Cut(rest, ".")
+	return ok && dotted && tail != "" && events.ValidID(customer) == nil
 }
 
 // checkCustomer refuses a request whose subject names another customer

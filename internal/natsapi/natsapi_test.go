@@ -87,8 +87,14 @@ func setup(t *testing.T) *env {
 		c.Tokens, c.Durable, c.Middleware, c.NATSAPIConn = tokens, srv, seen.wrap, apiConn
 	})
 	e := &env{srv: srv, node: n, root: ns.Subjects.Root, seen: seen}
-	// The node subscribes once it runs: wait until it answers.
-	c := api.NewNATSClient(nc, e.root, "op", "tok-op")
+	// The node subscribes once it runs: wait until it answers an
+	// operator's connection.
+	op, err := api.ConnectNATS(srv.ClientURL(), "*", "tok-op")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Close()
+	c := api.NewNATSClient(op, e.root, "op", "tok-op")
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		_, err := c.Get(context.Background(), "none")
 		if errors.Is(err, api.ErrNotFound) {
@@ -284,9 +290,9 @@ func TestCustomerConfinement(t *testing.T) {
 
 	// The operator may not subscribe to the requests (they carry the
 	// customers' tokens), nor touch the log, but may send any customer's
-	// requests from the default inbox.
+	// requests from its own inbox.
 	ov := make(violations, 4)
-	opConn, err := nats.Connect(e.srv.ClientURL(), nats.Token("tok-op"), ov.option())
+	opConn, err := api.ConnectNATS(e.srv.ClientURL(), "*", "tok-op", ov.option())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -678,6 +684,7 @@ func TestReplyConfined(t *testing.T) {
 		api.NATSInbox("acme") + "x.r1", // a prefix of acme's inbox without its dot
 		"_INBOXx.r1",                   // no inbox: the default's prefix without its dot
 		"_INBOX_.r1",                   // no inbox: a customer's without the customer
+		"_INBOX.r1",                    // the default inbox: taskledger's own JetStream answers
 	}
 	got := make(chan string, len(targets))
 	for _, target := range targets {
@@ -714,18 +721,19 @@ func TestReplyConfined(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 
-	// An operator's request may name any inbox (another customer's, as
-	// its token may read them), but no other subject.
-	op, err := nats.Connect(e.srv.ClientURL(), nats.Token("tok-op"))
+	// An operator's request may name its own inbox or a customer's (its
+	// token may read them), but no other subject, not even the default
+	// inbox.
+	op, err := nats.Connect(e.srv.ClientURL(), nats.Token("tok-op"), nats.CustomInboxPrefix(api.NATSOperatorInbox))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(op.Close)
-	opAnswered, err := op.SubscribeSync("_INBOX.own")
+	opAnswered, err := op.SubscribeSync(api.NATSOperatorInbox + ".own")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, reply := range []string{targets[0], targets[1], targets[3], targets[5], targets[6]} {
+	for _, reply := range []string{targets[0], targets[1], targets[3], targets[5], targets[6], targets[7]} {
 		msg := apiMsg(e.root, "acme", ".get", http.MethodGet, "/v1/tasks/none", "tok-op")
 		msg.Reply = reply
 		if err := op.PublishMsg(msg); err != nil {
@@ -733,7 +741,7 @@ func TestReplyConfined(t *testing.T) {
 		}
 	}
 	msg := apiMsg(e.root, "acme", ".get", http.MethodGet, "/v1/tasks/none", "tok-op")
-	msg.Reply = "_INBOX.own"
+	msg.Reply = api.NATSOperatorInbox + ".own"
 	if err := op.PublishMsg(msg); err != nil {
 		t.Fatal(err)
 	}
