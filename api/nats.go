@@ -50,7 +50,6 @@ func NATSInbox(customer string) string { return "_INBOX_" + customer }
 // customer's inbox: "_OPINBOX" is not "_INBOX_" followed by an id.
 const NATSOperatorInbox = "_OPINBOX"
 
-
 // ErrHTTPOnly is what a Client over NATS (NewNATSClient) returns from the
 // calls that read an event stream (Stream, StreamAfter, CustomerEvents,
 // StreamRun): their answers are streams, which one NATS reply cannot
