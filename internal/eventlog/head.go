@@ -274,7 +274,8 @@ func (l Log) emptied(ctx context.Context, i int) (bool, error) {
 // It lists the streams on the log's subjects, one JetStream API request
 // a page of 256 streams, however many parts the log has: cheap enough
 // for a readiness probe. An epoch's streams, replaced by RemoveEpoch,
-// start after their last sequence and pass.
+// start after their last sequence and pass (for the moment between the
+// deletion and the re-creation the stream is missing).
 func (l Log) CheckStreams(ctx context.Context, applied []events.Position) error {
 	l = l.withDefaults()
 	infos := map[string]*jetstream.StreamInfo{}
