@@ -2,6 +2,7 @@ package broker
 
 import (
 	"crypto/subtle"
+	"maps"
 	"slices"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -66,14 +67,13 @@ func (a *clientAuth) Check(c server.ClientAuthentication) bool {
 
 // customers are the customer ids of the auth file's tokens, sorted.
 func (a *clientAuth) customers() []string {
-	var ids []string
+	set := map[string]bool{}
 	for _, c := range a.clients.Tokens {
-		if c != "*" && !slices.Contains(ids, c) {
-			ids = append(ids, c)
+		if c != "*" {
+			set[c] = true
 		}
 	}
-	slices.Sort(ids)
-	return ids
+	return slices.Sorted(maps.Keys(set))
 }
 
 // CustomerPermissions are the NATS permissions of a customer's token
