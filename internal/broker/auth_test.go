@@ -177,6 +177,7 @@ func (e *authEnv) forbidden(t *testing.T, c *client) {
 	c.cannotRequest(t,
 		"$JS.API.STREAM.DELETE."+stream, "$JS.API.STREAM.PURGE."+stream, "$JS.API.STREAM.INFO."+stream,
 		"$JS.API.STREAM.MSG.DELETE."+stream, "$JS.API.STREAM.UPDATE."+stream, "$JS.API.DIRECT.GET."+stream,
+		"$JS.API.STREAM.MSG.GET."+stream, "$JS.API.CONSUMER.CREATE."+stream, "$JS.API.STREAM.CREATE.FORGED",
 		"$JS.API.STREAM.DELETE.KV_LEASES", "$JS.API.STREAM.PURGE.OBJ_SNAPSHOTS", "$JS.API.STREAM.LIST")
 	// Nor read the default inbox, where taskledger's own connections get
 	// the JetStream API's answers (events read by direct get among them).
