@@ -42,6 +42,14 @@ func NATSSubject(root, customer string) string { return root + ".api." + custome
 // so no customer reads another's answers.
 func NATSInbox(customer string) string { return "_INBOX_" + customer }
 
+// NATSOperatorInbox is the inbox prefix of an operator's connection
+// (nats.CustomInboxPrefix) to the embedded server's client port: an
+// operator's token may subscribe below it and below every auth-file
+// customer's NATSInbox, not below nats.go's default "_INBOX", where
+// taskledger's own connections get their JetStream answers. It is no
+// customer's inbox: "_OPINBOX" is not "_INBOX_" followed by an id.
+const NATSOperatorInbox = "_OPINBOX"
+
 // ErrHTTPOnly is what a Client over NATS (NewNATSClient) returns from the
 // calls that read an event stream (Stream, StreamAfter, CustomerEvents,
 // StreamRun): their answers are streams, which one NATS reply cannot
@@ -56,10 +64,15 @@ const NATSTimeout = 30 * time.Second
 // ConnectNATS connects to a taskledger server's NATS client port (serve
 // --nats-listen) as customer with token: the token authenticates the
 // connection, and its inbox is NATSInbox(customer), the only subjects the
-// token may subscribe to. opts come after these (nats.Name, say). The
-// connection reconnects forever, as a server restart needs.
+// token may subscribe to; customer "*" is an operator's token, whose
+// inbox is NATSOperatorInbox. opts come after these (nats.Name, say).
+// The connection reconnects forever, as a server restart needs.
 func ConnectNATS(url, customer, token string, opts ...nats.Option) (*nats.Conn, error) {
-	base := []nats.Option{nats.CustomInboxPrefix(NATSInbox(customer)), nats.MaxReconnects(-1)}
+	inbox := NATSInbox(customer)
+	if customer == "*" {
+		inbox = NATSOperatorInbox
+	}
+	base := []nats.Option{nats.CustomInboxPrefix(inbox), nats.MaxReconnects(-1)}
 	if token != "" {
 		base = append(base, nats.Token(token))
 	}

@@ -47,7 +47,8 @@ func owned(t *testing.T, p *process) []int {
 }
 
 // TestPartitionTakeover runs two `taskledger serve` processes on one
-// NATS server (the first one's, exposed with --nats-listen), waits until
+// NATS server (the first one's, exposed with --nats-listen, both with
+// the same --nats-token-file), waits until
 // they split the timer partitions, schedules delayed tasks and kills the
 // second with SIGKILL before they are due. The first takes over the dead
 // process's partitions once their leases expire, and releases and
@@ -58,7 +59,9 @@ func TestPartitionTakeover(t *testing.T) {
 	const parts, total, ttl = 8, 40, 2 * time.Second
 	bin := taskledgerBinary(t)
 	data, natsAddr := t.TempDir(), rangeAddr(t)
-	flags := []string{"--timer-partitions", strconv.Itoa(parts), "--lease-ttl", ttl.String()}
+	// The second process shares the first's log with taskledger's own
+	// token: the exposed port admits no connection without one.
+	flags := []string{"--timer-partitions", strconv.Itoa(parts), "--lease-ttl", ttl.String(), "--nats-token-file", writeTokenFile(t)}
 	a := startServer(t, data, freeAddr(t), append(flags, "--nats-listen", natsAddr, "--name", "sched-a")...)
 	// Every process of a log holds its chain key: b a copy of a's.
 	b := startServer(t, t.TempDir(), freeAddr(t), append(flags, "--nats-url", "nats://"+natsAddr, "--name", "sched-b",

@@ -39,6 +39,7 @@ import (
 type natsFlags struct {
 	data, listen, stream            string
 	url, creds, nkey, ca, cert, key string
+	tokenFile                       string
 	replicas                        int
 	syncAlways                      bool
 	// clients admits the clients of --nats-listen (serve sets it from
@@ -55,7 +56,7 @@ type flagSet interface {
 // register adds every flag: the embedded server's and the remote ones.
 func (f *natsFlags) register(fs flagSet) {
 	fs.StringVar(&f.data, "data", "./data", "data directory of the embedded NATS server")
-	fs.StringVar(&f.listen, "nats-listen", "", "also expose the embedded NATS server's client port on this host:port (e.g. 127.0.0.1:4222): with --auth-file its tokens connect there, each confined to its customer's API requests over NATS; without, only on loopback and without credentials")
+	fs.StringVar(&f.listen, "nats-listen", "", "also expose the embedded NATS server's client port on this host:port (e.g. 127.0.0.1:4222) for the API over NATS: --auth-file's tokens connect there, a customer's confined to its own API requests and inbox, an operator's to every customer's API requests; no token may use the JetStream API or read or write the log; a connection without a token is refused. Needs --auth-file or --nats-token-file")
 	fs.StringVar(&f.stream, "stream", events.DefaultStream, "event stream name")
 	fs.IntVar(&f.replicas, "replicas", 1, "stream replicas (3 on a cluster)")
 	fs.BoolVar(&f.syncAlways, "sync-always", false, "embedded server: fsync every append before acknowledging it (about 9x slower; survives power loss)")
@@ -70,25 +71,55 @@ func (f *natsFlags) registerRemote(fs flagSet) {
 	fs.StringVar(&f.ca, "nats-ca", "", "TLS root CA file (with --nats-url)")
 	fs.StringVar(&f.cert, "nats-cert", "", "TLS client certificate file (with --nats-url)")
 	fs.StringVar(&f.key, "nats-key", "", "TLS client key file (with --nats-url)")
+	fs.StringVar(&f.tokenFile, "nats-token-file", "", "file holding taskledger's own NATS token (at least 32 characters; the file readable by its owner only): with --nats-listen the embedded server admits it with every right, so other taskledger processes can share its log (--nats-url with the same file); with --nats-url, the token to connect with")
+}
+
+// token reads --nats-token-file: "" without one. The token gives every
+// right on the log, so a file others may read, or a short token, is
+// refused.
+func (f *natsFlags) token() (string, error) {
+	if f.tokenFile == "" {
+		return "", nil
+	}
+	info, err := os.Stat(f.tokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--nats-token-file: %w", err)
+	}
+	if info.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("--nats-token-file %s: mode %04o lets others read it; want it readable by its owner only (chmod 600)", f.tokenFile, info.Mode().Perm())
+	}
+	b, err := os.ReadFile(f.tokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--nats-token-file: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if len(token) < broker.MinTokenLen || strings.ContainsAny(token, " \t\r\n") {
+		return "", fmt.Errorf("--nats-token-file %s: want one token of at least %d characters without spaces", f.tokenFile, broker.MinTokenLen)
+	}
+	return token, nil
 }
 
 // connect returns a NATS connection, the embedded server (nil with
 // --nats-url) and a function that closes both.
 func (f *natsFlags) connect(log zerolog.Logger) (*nats.Conn, *broker.Embedded, func(), error) {
+	token, err := f.token()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%w: %w", errUsage, err)
+	}
 	if f.url != "" {
-		nc, err := broker.ConnectRemote(f.remote())
+		remote := f.remote()
+		remote.Token = token
+		nc, err := broker.ConnectRemote(remote)
 		if err != nil {
 			return nil, nil, nil, err
 		}
 		log.Info().Str("url", f.url).Msg("connected to NATS")
 		return nc, nil, func() { nc.Drain() }, nil
 	}
-	if f.listen != "" && f.clients.Tokens == nil {
-		if err := requireLoopback(f.listen); err != nil {
-			return nil, nil, nil, fmt.Errorf("--nats-listen without --auth-file: %w", err)
-		}
+	if f.listen != "" && f.clients.Tokens == nil && token == "" {
+		return nil, nil, nil, fmt.Errorf("%w: --nats-listen admits no connection without credentials: give --auth-file (executors and operators over the API) or --nats-token-file (other taskledger processes)", errUsage)
 	}
-	srv, err := broker.StartEmbedded(broker.EmbeddedConfig{Dir: f.data, Listen: f.listen, SyncAlways: f.syncAlways, Clients: f.clients})
+	srv, err := broker.StartEmbedded(broker.EmbeddedConfig{Dir: f.data, Listen: f.listen, SyncAlways: f.syncAlways, Clients: f.clients, Token: token})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -120,7 +151,12 @@ func (f *natsFlags) apiConn(embedded *broker.Embedded) (*nats.Conn, error) {
 	if embedded != nil {
 		return embedded.Connect(name)
 	}
-	return broker.ConnectRemote(f.remote(), name)
+	remote := f.remote()
+	var err error
+	if remote.Token, err = f.token(); err != nil {
+		return nil, err
+	}
+	return broker.ConnectRemote(remote, name)
 }
 
 func requireLoopback(hostport string) error {
@@ -197,6 +233,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	partitions := fs.Int("timer-partitions", lease.DefaultPartitions, "timer work is split into this many partitions, each acted on by the process holding its lease; every process of a stream must agree")
 	leaseTTL := fs.Duration("lease-ttl", lease.DefaultTTL, "a partition lease lives this long unrenewed (renewed every quarter of it): a lost process's timers are taken over within about this")
 	noLeases := fs.Bool("no-timer-leases", false, "act on every timer item and hold no partition lease, as every process did before leases (correct beside lease holders, only wasteful: for comparison)")
+	allowEmptyLog := fs.Bool("allow-empty-log", false, "start even though the event stream holds no event while its saved chain head says it held some (it was deleted or purged): the events are lost and the log starts again empty, with a warning in /readyz; without it such a start is refused")
 	noNATSAPI := fs.Bool("no-nats-api", false, "do not serve the API over NATS (docs/API.md, NATS protocol); HTTP serves it either way")
 	chainKey := chainKeyFlag(fs)
 	name := fs.String("name", "", "this scheduler's name in the events it writes (default: hostname)")
@@ -285,7 +322,8 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 		MaxEventBytes: int32(*maxEventBytes), WriteTimeout: *writeTimeout, StorageRetry: *storageRetry,
 		Partitions: *partitions, LeaseTTL: *leaseTTL, NoLeases: *noLeases,
 		NoNATSAPI: *noNATSAPI, NATSMaxRequests: limits.WithDefaults().MaxConns,
-		ChainKeyFile: chainKeyPath(*chainKey, nf),
+		ChainKeyFile:  chainKeyPath(*chainKey, nf),
+		AllowEmptyLog: *allowEmptyLog,
 	}
 	if !*noNATSAPI {
 		if cfg.NATSAPIConn, err = nf.apiConn(embedded); err != nil {
@@ -308,6 +346,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	}
 	if embedded == nil {
 		warnRemoteDurability(ctx, log, nc, nf.stream)
+		warnRemoteBypass(ctx, log, nf.remote(), n.Store.Shards().Stream(nf.stream, 0))
 	}
 	ln, err := net.Listen("tcp", *httpAddr)
 	if err != nil {
@@ -463,4 +502,36 @@ func warnRemoteDurability(ctx context.Context, log zerolog.Logger, nc *nats.Conn
 	if err := lister.Err(); err != nil {
 		log.Warn().Err(err).Msg("could not read the streams' replication to check durability")
 	}
+}
+
+// warnRemoteBypass logs a warning when a connection to --nats-url
+// without credentials (only its TLS root CA, if given) is admitted and
+// can read the log's stream (its first, stream) through the JetStream
+// API: then whoever reaches the servers may read every tenant's events,
+// forge events and delete the log (docs/operations.md, "NATS
+// permissions"). A refused connection, or a JetStream API that does not
+// answer it about the stream within 2 s (a permission violation gets no
+// answer), passes. It is the obvious bypass a client can test; the
+// servers' other users it cannot see.
+func warnRemoteBypass(ctx context.Context, log zerolog.Logger, remote broker.RemoteConfig, stream string) {
+	bare := broker.RemoteConfig{URL: remote.URL, CAFile: remote.CAFile}
+	nc, err := broker.ConnectRemote(bare, nats.MaxReconnects(0), nats.Name("taskledger permission check"))
+	if err != nil {
+		return // refused: what we want
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	msg, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.INFO."+stream, nil)
+	var info struct {
+		Config struct {
+			Name string `json:"name"`
+		} `json:"config"`
+	}
+	if err != nil || json.Unmarshal(msg.Data, &info) != nil || info.Config.Name != stream {
+		log.Info().Str("url", remote.URL).Msg("a connection without credentials is admitted by --nats-url, but cannot read the log's stream")
+		return
+	}
+	log.Warn().Str("url", remote.URL).Str("stream", stream).
+		Msg("a connection to --nats-url without credentials can use the JetStream API on the log's stream: anyone who reaches the NATS servers can read every tenant's events, forge events or delete the log; give taskledger a user of its own and deny the others the JetStream API and the log's subjects (docs/operations.md, NATS permissions)")
 }

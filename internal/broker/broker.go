@@ -28,13 +28,20 @@ type EmbeddedConfig struct {
 	Dir string
 	// Listen, when set (host:port), also accepts NATS clients there, as
 	// Clients says: executors speaking the API over NATS, an operator
-	// with the nats CLI. Empty means a private listener: a random
-	// loopback port. Either way taskledger's own connections
-	// authenticate with a token generated at start, which never leaves
-	// the process, and are not restricted.
+	// with the nats CLI, each confined to the API subjects. Empty means
+	// a private listener: a random loopback port. Either way
+	// taskledger's own connections authenticate with Token and are the
+	// only unrestricted ones; a connection without credentials is
+	// refused.
 	Listen string
 	// Clients admits the clients of Listen (auth.go).
 	Clients Clients
+	// Token, if set, is taskledger's own token, which other taskledger
+	// processes sharing this server's log (serve --nats-url
+	// --nats-token-file) connect with too: at least MinTokenLen
+	// characters. Empty: a random one generated at start, which never
+	// leaves the process.
+	Token string
 	// SyncAlways fsyncs every append before acknowledging it (about 7x
 	// slower). Without it an acknowledged append survives a killed
 	// process, not a power cut.
@@ -47,6 +54,10 @@ type EmbeddedConfig struct {
 	// (most of the free disk).
 	MaxStore int64
 }
+
+// MinTokenLen is the shortest EmbeddedConfig.Token accepted: the token
+// gives every right on the log.
+const MinTokenLen = 32
 
 // Embedded is a running in-process nats-server with JetStream.
 //
@@ -84,11 +95,16 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if opts.ServerName == "" {
 		opts.ServerName = "taskledger"
 	}
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return nil, fmt.Errorf("broker: token: %w", err)
+	token := cfg.Token
+	if token == "" {
+		b := make([]byte, 32)
+		if _, err := rand.Read(b); err != nil {
+			return nil, fmt.Errorf("broker: token: %w", err)
+		}
+		token = hex.EncodeToString(b)
+	} else if len(token) < MinTokenLen {
+		return nil, fmt.Errorf("broker: taskledger's token has %d characters, want at least %d", len(token), MinTokenLen)
 	}
-	token := hex.EncodeToString(b)
 	opts.CustomClientAuthentication = &clientAuth{private: token, clients: cfg.Clients, listen: cfg.Listen != ""}
 	if cfg.Listen != "" {
 		host, port, err := net.SplitHostPort(cfg.Listen)
@@ -238,6 +254,7 @@ type RemoteConfig struct {
 	CAFile    string // TLS root CA
 	CertFile  string // TLS client certificate
 	KeyFile   string // TLS client key
+	Token     string // bearer token (an embedded server's EmbeddedConfig.Token)
 }
 
 // ConnectRemote connects to an existing server or cluster. The connection
@@ -253,6 +270,9 @@ func ConnectRemote(cfg RemoteConfig, opts ...nats.Option) (*nats.Conn, error) {
 			return nil, fmt.Errorf("broker: nkey: %w", err)
 		}
 		opts = append(opts, o)
+	}
+	if cfg.Token != "" {
+		opts = append(opts, nats.Token(cfg.Token))
 	}
 	if cfg.CAFile != "" {
 		opts = append(opts, nats.RootCAs(cfg.CAFile))

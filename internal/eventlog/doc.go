@@ -143,5 +143,10 @@
 // the SHA-256 of the message there), saved with every projection
 // snapshot and at clean shutdown, lets Check tell a log that lost its
 // tail (ErrLogTruncated) or its messages (ErrEventsMissing,
-// ErrHeadMismatch) from one that simply ended.
+// ErrHeadMismatch) from one that simply ended; a stream that holds no
+// event at all under a head (deleted and created again, or purged) is
+// ErrLogEmpty, which a start refuses (node.ErrLogLost). While a process
+// runs, CheckStreams compares the streams with what the projections
+// read: a stream deleted (ErrStreamMissing), replaced by an emptier one
+// (ErrLogTruncated) or purged (ErrEventsMissing) makes /readyz fail.
 package eventlog

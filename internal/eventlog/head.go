@@ -25,6 +25,12 @@ var (
 	// ErrHeadMismatch: the message at the saved head's sequence is not
 	// the one that was there when the head was saved.
 	ErrHeadMismatch = errors.New("eventlog: the log differs from its saved chain head")
+	// ErrLogEmpty: a stream of the log holds no event, though its saved
+	// chain head says it held some: it was deleted (and created again
+	// empty) or purged. Check wraps it with ErrLogTruncated.
+	ErrLogEmpty = errors.New("eventlog: the log holds no event where its saved chain head says it held some")
+	// ErrStreamMissing: a stream of the log does not exist (CheckStreams).
+	ErrStreamMissing = errors.New("eventlog: a stream of the log is missing")
 )
 
 // Head is a chain head: a position of the log and the SHA-256 of
@@ -250,6 +256,11 @@ func (l Log) checkHead(ctx context.Context, h Head) error {
 		return err
 	}
 	if last < h.Pos {
+		if empty, err := l.emptied(ctx, shard); err != nil {
+			return err
+		} else if empty {
+			return fmt.Errorf("%w (%w): stream %s holds no event, the head was saved at %d", ErrLogEmpty, ErrLogTruncated, l.Shards.Stream(l.Stream, shard), h.Pos)
+		}
 		return fmt.Errorf("%w: the last event is at sequence %d, the head saved at %d", ErrLogTruncated, last, h.Pos)
 	} else if got, err := l.HeadAt(ctx, h.Pos); err != nil {
 		return fmt.Errorf("%w: %w", ErrHeadMismatch, err)
@@ -257,4 +268,58 @@ func (l Log) checkHead(ctx context.Context, h Head) error {
 		return fmt.Errorf("%w: the message at sequence %d is not the one saved", ErrHeadMismatch, h.Pos)
 	}
 	return nil
+}
+
+// emptied reports whether part i's stream holds no message.
+func (l Log) emptied(ctx context.Context, i int) (bool, error) {
+	name := l.Shards.Stream(l.Stream, i)
+	s, err := l.JS.Stream(ctx, name)
+	if err != nil {
+		return false, fmt.Errorf("eventlog: stream %s: %w", name, err)
+	}
+	return s.CachedInfo().State.Msgs == 0, nil
+}
+
+// CheckStreams returns nil when every stream of the log exists and still
+// holds what a reader saw of it: applied is, by shard, the position of
+// the last event read (nil or 0: none; projections.Engine.Positions).
+// Otherwise it returns an error wrapping ErrStreamMissing (the stream
+// was deleted), ErrLogTruncated (it ends before applied: deleted and
+// created again) or ErrEventsMissing (it holds no message though its
+// sequences have advanced past its first: purged), or the read's error.
+// It lists the streams on the log's subjects, one JetStream API request
+// a page of 256 streams, however many parts the log has: cheap enough
+// for a readiness probe. An epoch's streams, replaced by RemoveEpoch,
+// start after their last sequence and pass (for the moment between the
+// deletion and the re-creation the stream is missing).
+func (l Log) CheckStreams(ctx context.Context, applied []events.Position) error {
+	l = l.withDefaults()
+	infos := map[string]*jetstream.StreamInfo{}
+	lister := l.JS.ListStreams(ctx, jetstream.WithStreamListSubject(l.Subjects.Root+".>"))
+	for info := range lister.Info() {
+		infos[info.Config.Name] = info
+	}
+	if err := lister.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
+		return fmt.Errorf("eventlog: list streams: %w", err)
+	}
+	var errs []error
+	for i := range l.Shards.N() {
+		name := l.Shards.Stream(l.Stream, i)
+		info, ok := infos[name]
+		if !ok {
+			errs = append(errs, fmt.Errorf("%w: stream %s", ErrStreamMissing, name))
+			continue
+		}
+		first := max(info.Config.FirstSeq, 1)
+		if i < len(applied) && applied[i] != 0 {
+			if _, seq := l.Shards.Split(applied[i]); seq >= first && info.State.LastSeq < seq {
+				errs = append(errs, fmt.Errorf("%w: stream %s ends at sequence %d, before the event read at %d", ErrLogTruncated, name, info.State.LastSeq, seq))
+				continue
+			}
+		}
+		if info.State.Msgs == 0 && info.State.LastSeq >= first {
+			errs = append(errs, fmt.Errorf("%w: stream %s holds no message, though its sequences reached %d", ErrEventsMissing, name, info.State.LastSeq))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -54,6 +54,11 @@ type LogHealth interface {
 	// decode, which every read skips (operators' /readyz?digest=1 and
 	// GET /v1/stats).
 	Quarantine() api.QuarantineStats
+	// StreamsError is non-nil when a stream of the log is missing or lost
+	// the events already read from it (deleted or purged while the
+	// process runs): /readyz answers 503 with it. Each /readyz calls it;
+	// ctx is the request's.
+	StreamsError(ctx context.Context) error
 }
 
 // TimerPartitions reports the timer partitions this process holds a lease
@@ -516,6 +521,9 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 		if err := h.Health.WriteError(); err != nil {
 			body["storage"], status = err.Error(), http.StatusServiceUnavailable
+		}
+		if err := h.Health.StreamsError(r.Context()); err != nil {
+			body["streams"], status = err.Error(), http.StatusServiceUnavailable
 		}
 	}
 	writeJSON(w, status, body)

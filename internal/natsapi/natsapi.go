@@ -315,9 +315,14 @@ func (s *Service) customer(subject string) (customer string, ok bool) {
 // at a reply it chose would let that customer publish into the log, the
 // buckets, the ready queues or another customer's inbox. So with tokens,
 // a reply must lie in the inbox of the customer the subject names (the
-// only subjects its token may publish on; the client's
-// nats.CustomInboxPrefix is api.NATSInbox), unless the request carries
-// an operator's token. Without tokens the clients are unrestricted
+// only subjects its token may subscribe to; the client's
+// nats.CustomInboxPrefix is api.NATSInbox), or, for a request with an
+// operator's token, in the operator's or a customer's inbox
+// (api.NATSOperatorInbox, api.NATSInbox: those an operator's connection
+// may subscribe to): never on a log, ready, KV or JetStream API subject,
+// nor in the default inbox "_INBOX.", where an answer could pose as the
+// JetStream API's to taskledger's own connections. Without tokens only
+// taskledger's own connections reach the server, which are unrestricted
 // anyway.
 func (s *Service) replyAllowed(r micro.Request) bool {
 	if s.cfg.Tokens == nil {
@@ -325,10 +330,21 @@ func (s *Service) replyAllowed(r micro.Request) bool {
 	}
 	token, _ := strings.CutPrefix(nats.Header(r.Headers()).Get(api.NATSAuthHeader), "Bearer ")
 	if owner, known := s.cfg.Tokens[token]; known && owner == "*" {
-		return true
+		return isInbox(r.Reply())
 	}
 	customer, ok := s.customer(r.Subject())
 	return ok && strings.HasPrefix(r.Reply(), api.NATSInbox(customer)+".")
+}
+
+// isInbox reports whether subject lies in the operator's inbox
+// (api.NATSOperatorInbox) or a customer's (api.NATSInbox).
+func isInbox(subject string) bool {
+	if strings.HasPrefix(subject, api.NATSOperatorInbox+".") {
+		return true
+	}
+	rest, ok := strings.CutPrefix(subject, api.NATSInbox(""))
+	customer, tail, dotted := strings.Cut(rest, ".")
+	return ok && dotted && tail != "" && events.ValidID(customer) == nil
 }
 
 // checkCustomer refuses a request whose subject names another customer

@@ -87,8 +87,14 @@ func setup(t *testing.T) *env {
 		c.Tokens, c.Durable, c.Middleware, c.NATSAPIConn = tokens, srv, seen.wrap, apiConn
 	})
 	e := &env{srv: srv, node: n, root: ns.Subjects.Root, seen: seen}
-	// The node subscribes once it runs: wait until it answers.
-	c := api.NewNATSClient(nc, e.root, "op", "tok-op")
+	// The node subscribes once it runs: wait until it answers an
+	// operator's connection.
+	op, err := api.ConnectNATS(srv.ClientURL(), "*", "tok-op")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Close()
+	c := api.NewNATSClient(op, e.root, "op", "tok-op")
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		_, err := c.Get(context.Background(), "none")
 		if errors.Is(err, api.ErrNotFound) {
@@ -182,6 +188,9 @@ func TestWorkerOverNATS(t *testing.T) {
 	if c, ok := doc.Run.Contexts["input"]; !ok || !strings.Contains(string(c.Value), task.ID) {
 		t.Fatalf("Run contexts %+v, want input naming the task", doc.Run.Contexts)
 	}
+	// The route is counted once its handler returned, which can be after
+	// the result's event was applied and read above.
+	testnode.Eventually(t, "the result counted", func() bool { return e.seen.count("POST /v1/tasks/{id}/result") > 0 })
 	for _, p := range []string{"POST /v1/tasks/{id}/heartbeat", "PUT /v1/tasks/{id}/run", "POST /v1/tasks/{id}/effects",
 		"POST /v1/tasks/{id}/result", "POST /v1/tasks/{id}/check"} {
 		if e.seen.count(p) == 0 {
@@ -279,19 +288,30 @@ func TestCustomerConfinement(t *testing.T) {
 		t.Fatalf("acme reading beta's task over NATS: %v, want not found", err)
 	}
 
-	// The operator may subscribe to every request.
-	ov := make(violations, 1)
-	op := e.connect(t, "operator", "tok-op", ov.option())
-	if _, err := op.SubscribeSync(api.NATSSubject(e.root, "*") + ".>"); err != nil {
+	// The operator may not subscribe to the requests (they carry the
+	// customers' tokens), nor touch the log, but may send any customer's
+	// requests from its own inbox.
+	ov := make(violations, 4)
+	opConn, err := api.ConnectNATS(e.srv.ClientURL(), "*", "tok-op", ov.option())
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := op.Flush(); err != nil {
+	t.Cleanup(opConn.Close)
+	for _, subject := range []string{api.NATSSubject(e.root, "*") + ".>", e.root + ".evt.>"} {
+		sub, err := opConn.SubscribeSync(subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ov.want(t, "operator subscribe", subject)
+		sub.Unsubscribe()
+	}
+	if err := opConn.Publish(e.root+".evt.beta."+bt.ID, []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-ov:
-		t.Fatalf("operator subscribe: %v", err)
-	case <-time.After(200 * time.Millisecond):
+	ov.want(t, "operator publish", e.root+".evt.beta."+bt.ID)
+	got, err := api.NewNATSClient(opConn, e.root, "beta", "tok-op").Get(context.Background(), bt.ID)
+	if err != nil || got.ID != bt.ID {
+		t.Fatalf("operator reading beta's task over NATS: %+v %v", got, err)
 	}
 }
 
@@ -662,6 +682,9 @@ func TestReplyConfined(t *testing.T) {
 		api.NATSInbox("beta") + ".r1",  // another customer's inbox
 		"$JS.API.STREAM.PURGE.ANY",     // the JetStream API
 		api.NATSInbox("acme") + "x.r1", // a prefix of acme's inbox without its dot
+		"_INBOXx.r1",                   // no inbox: the default's prefix without its dot
+		"_INBOX_.r1",                   // no inbox: a customer's without the customer
+		"_INBOX.r1",                    // the default inbox: taskledger's own JetStream answers
 	}
 	got := make(chan string, len(targets))
 	for _, target := range targets {
@@ -695,6 +718,39 @@ func TestReplyConfined(t *testing.T) {
 	select {
 	case subject := <-got:
 		t.Fatalf("the service answered acme's request at %s", subject)
+	case <-time.After(300 * time.Millisecond):
+	}
+
+	// An operator's request may name its own inbox or a customer's (its
+	// token may read them), but no other subject, not even the default
+	// inbox.
+	op, err := nats.Connect(e.srv.ClientURL(), nats.Token("tok-op"), nats.CustomInboxPrefix(api.NATSOperatorInbox))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(op.Close)
+	opAnswered, err := op.SubscribeSync(api.NATSOperatorInbox + ".own")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, reply := range []string{targets[0], targets[1], targets[3], targets[5], targets[6], targets[7]} {
+		msg := apiMsg(e.root, "acme", ".get", http.MethodGet, "/v1/tasks/none", "tok-op")
+		msg.Reply = reply
+		if err := op.PublishMsg(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msg := apiMsg(e.root, "acme", ".get", http.MethodGet, "/v1/tasks/none", "tok-op")
+	msg.Reply = api.NATSOperatorInbox + ".own"
+	if err := op.PublishMsg(msg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := opAnswered.NextMsg(10 * time.Second); err != nil {
+		t.Fatalf("no answer in the operator's inbox: %v", err)
+	}
+	select {
+	case subject := <-got:
+		t.Fatalf("the service answered the operator's request at %s", subject)
 	case <-time.After(300 * time.Millisecond):
 	}
 }

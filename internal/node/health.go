@@ -13,6 +13,7 @@ import (
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/eventlog"
+	"github.com/taskledger/taskledger/internal/store"
 	"github.com/taskledger/taskledger/projections"
 )
 
@@ -85,21 +86,41 @@ func SaveHead(ctx context.Context, log eventlog.Log, heads projections.SnapshotS
 	return heads.Save(ctx, data)
 }
 
+// ErrLogLost is returned by New for a log whose streams hold no event
+// though its saved chain head says they held some (eventlog.ErrLogEmpty),
+// unless Config.AllowEmptyLog: the stream was deleted or purged, and
+// starting would serve an empty log as if nothing had happened.
+var ErrLogLost = errors.New("node: the event stream is empty or was deleted, but its saved chain head says it held events: restore the stream (from a backup of the data directory or a NATS stream backup) and start again, or start with --allow-empty-log to accept the loss and begin an empty log")
+
 // checkHead checks the log for holes and compares it with its saved
-// chain head; it returns a warning, also logged, when the log is damaged.
-func (n *Node) checkHead(ctx context.Context) string {
-	hs, err := LoadHeads(ctx, n.Store.JetStream(), n.cfg.Stream)
+// chain head; it returns a warning, also logged, when the log is damaged,
+// and ErrLogLost (wrapped) when it lost every event, unless
+// Config.AllowEmptyLog.
+func checkHead(ctx context.Context, cfg Config, st *store.Store) (string, error) {
+	hs, err := LoadHeads(ctx, st.JetStream(), cfg.Stream)
 	if err == nil {
-		err = n.Store.Log().CheckHeads(ctx, hs)
+		err = st.Log().CheckHeads(ctx, hs)
 	}
 	switch {
+	case errors.Is(err, eventlog.ErrLogEmpty) && !cfg.AllowEmptyLog:
+		return "", fmt.Errorf("%w: %w", ErrLogLost, err)
 	case errors.Is(err, eventlog.ErrEventsMissing) || errors.Is(err, eventlog.ErrLogTruncated) || errors.Is(err, eventlog.ErrHeadMismatch):
-		n.cfg.Logger.Warn().Err(err).Msg("the log is damaged: events were lost or changed; run taskledger replay verify")
-		return err.Error() + "; run taskledger replay verify"
+		cfg.Logger.Warn().Err(err).Msg("the log is damaged: events were lost or changed; run taskledger replay verify")
+		return err.Error() + "; run taskledger replay verify", nil
 	case err != nil:
-		n.cfg.Logger.Warn().Err(err).Msg("chain head not checked")
+		cfg.Logger.Warn().Err(err).Msg("chain head not checked")
 	}
-	return ""
+	return "", nil
+}
+
+// StreamsError implements httpapi.LogHealth: nil while every stream of
+// the log exists and holds the events the projections applied
+// (eventlog.Log.CheckStreams), else what is wrong — a stream deleted or
+// emptied under the running process, which answers 503 to every call
+// that needs it. It costs one JetStream API request a page of 256
+// streams; ctx bounds it.
+func (n *Node) StreamsError(ctx context.Context) error {
+	return n.Store.Log().CheckStreams(ctx, n.Engine.Positions())
 }
 
 // WriteError implements httpapi.LogHealth: the store's failed appends,

@@ -142,6 +142,12 @@ type Config struct {
 	// the log records for its id fails with eventlog.ErrChainKeyMismatch.
 	// Empty: events are appended unkeyed (tests).
 	ChainKeyFile string
+	// AllowEmptyLog lets New start on a log whose streams hold no event
+	// though its saved chain head says they held some (a deleted or
+	// purged stream: eventlog.ErrLogEmpty), as a log that lost its tail:
+	// with a warning in /readyz. Without it New refuses such a log
+	// (serve --allow-empty-log).
+	AllowEmptyLog bool
 }
 
 // Committer makes acknowledged writes durable in shared fsyncs.
@@ -225,6 +231,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	logWarning, err := checkHead(ctx, cfg, st)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	var chain chainkey.File
 	var keys *events.Keyring
 	if cfg.ChainKeyFile != "" {
@@ -301,8 +312,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		st.Close()
 		return nil, err
 	}
-	eng, n.heads = n.Engine, heads
-	n.logWarning = n.checkHead(ctx)
+	eng, n.heads, n.logWarning = n.Engine, heads, logWarning
 	if keys != nil {
 		n.chainFile, n.chainKeys, n.chainSaved = chain, keys, chainSaved
 		n.checkChainAtStart(ctx)
