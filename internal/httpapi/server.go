@@ -197,12 +197,20 @@ func metricsRoute(g prometheus.Gatherer) http.Handler {
 
 // MetricsHandler serves only GET /metrics of g, to anyone who reaches it:
 // for a listener of its own on a private address, apart from the API.
-// Every other path is a JSON 404.
-func MetricsHandler(g prometheus.Gatherer) http.Handler {
+// Every other path is a JSON 404. Against DNS rebinding it serves only a
+// Host that is an IP address, localhost, or one of hosts (names without
+// a port); any other is 403.
+func MetricsHandler(g prometheus.Gatherer, hosts []string) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metricsRoute(g))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { writeError(w, noRoute(r)) })
-	return mux
+	policy := metricsHosts(hosts)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		secureHeaders(w.Header())
+		if !policy.refuse(w, r) {
+			mux.ServeHTTP(w, r)
+		}
+	})
 }
 
 type handler struct {
@@ -354,6 +362,9 @@ func (h *handler) route(limit int64, slot bool, next principalHandler) http.Hand
 	return func(w http.ResponseWriter, r *http.Request) {
 		p, err := h.principal(r)
 		if err == nil {
+			err = checkContentType(r)
+		}
+		if err == nil {
 			var held int64
 			held, err = h.readBody(w, r, limit)
 			defer h.bodies.release(held)
@@ -406,15 +417,15 @@ func (h *handler) operatorOnly(r *http.Request) error {
 	return err
 }
 
-// guard refuses, before any route runs, a request for a Host that is not
-// loopback when there are no tokens (a DNS-rebinding page would otherwise
-// act as the operator), and a path that is not canonical (net/http's
-// mux would redirect it, keeping method and body).
+// guard sets the headers of every answer (secureHeaders) and refuses,
+// before any route runs, a request for a Host that is not loopback when
+// there are no tokens (a DNS-rebinding page would otherwise act as the
+// operator), and a path that is not canonical (net/http's mux would
+// redirect it, keeping method and body).
 func (h *handler) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h.Tokens == nil && !loopbackHostPort(r.Host) {
-			writeError(w, api.ErrForbidden.WithMessage(fmt.Sprintf(
-				"Host %q is not a loopback name or address: a server without --auth-file serves only localhost, 127.0.0.0/8 and ::1", r.Host)))
+		secureHeaders(w.Header())
+		if h.Tokens == nil && apiHosts.refuse(w, r) {
 			return
 		}
 		if p := r.URL.Path; p != canonicalPath(p) {
@@ -447,15 +458,6 @@ func LoopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// loopbackHostPort is LoopbackHost for a Host header, with or without
-// a port.
-func loopbackHostPort(hostport string) bool {
-	if host, _, err := net.SplitHostPort(hostport); err == nil {
-		return LoopbackHost(host)
-	}
-	return LoopbackHost(hostport)
 }
 
 // recoverer turns a panic in a handler into a 500 with a JSON body.

@@ -354,8 +354,11 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 }
 
 // Metrics serves GET /metrics of the node's registry without a token, for
-// a separate listener (serve --metrics-http).
-func (n *Node) Metrics() http.Handler { return httpapi.MetricsHandler(n.cfg.Registry) }
+// a separate listener (serve --metrics-http), to a Host that is an IP
+// address, localhost or one of hosts (httpapi.MetricsHandler).
+func (n *Node) Metrics(hosts []string) http.Handler {
+	return httpapi.MetricsHandler(n.cfg.Registry, hosts)
+}
 
 // Run runs the projection engine and, once it has caught up with the log,
 // the leases and the alarm, until ctx ends: then the alarm stops first,
