@@ -606,6 +606,27 @@ func TestConsoleRefusesUnknownToken(t *testing.T) {
 	c.noErrors(t)
 }
 
+// TestConsoleMalformedHash: a link whose hash holds a malformed percent
+// escape (a stray "%", a cut UTF-8 sequence) shows the API's answer for
+// that text as an error page, throws nothing, and the console goes on
+// working.
+func TestConsoleMalformedHash(t *testing.T) {
+	t.Parallel()
+	c := setup(t)
+	c.login(t, acmeToken)
+	task := schedule(t, c.acme, api.ScheduleRequest{Message: text("after a bad link")})
+	for _, hash := range []string{"#/task/%", "#/task/100%25%zz", "#/task/%E0%A4%A", "#/tasks?status=%zz&queue=%"} {
+		c.run(t, chromedp.Navigate(c.url+"/ui/"+hash))
+		shown := `main h1` // the tasks page, its filters ignored
+		if strings.HasPrefix(hash, "#/task/") {
+			shown = `main [role="alert"]` // the API's 400 or 404
+		}
+		c.poll(t, fmt.Sprintf(`document.querySelector(%q) !== null`, shown))
+	}
+	c.open(t, "#/task/"+task.ID, `#timeline [data-type="TaskScheduled"]`)
+	c.noErrors(t)
+}
+
 // TestConsoleStreamResumesAcrossRestart: the console's live stream,
 // cut by a server restart, resumes after the last event it got: it
 // receives every event of its customer exactly once, in order, also

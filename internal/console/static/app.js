@@ -417,12 +417,19 @@ function taskPage(id) {
 
 // ---- routing ----
 
+/** decode is decodeURIComponent for text from the URL, which the user
+ * may have typed or pasted: a malformed escape (a stray "%") is kept as
+ * it is instead of throwing. */
+function decode(s) {
+  try { return decodeURIComponent(s); } catch { return s; }
+}
+
 async function route() {
   page?.stop();
   const [path, qs] = location.hash.replace(/^#/, "").split("?");
   const query = new URLSearchParams(qs || "");
   for (const a of document.querySelectorAll("nav a")) a.removeAttribute("aria-current");
-  if (path.startsWith("/task/")) page = taskPage(decodeURIComponent(path.slice(6)));
+  if (path.startsWith("/task/")) page = taskPage(decode(path.slice(6)));
   else if (path === "/tasks") page = tasksPage(query);
   else if (path === "/schedules" && feats.schedules) page = schedulesPage(main);
   else if (path === "/concurrency" && feats.concurrency) page = concurrencyPage(main);
