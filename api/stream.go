@@ -36,13 +36,17 @@ type StreamFilter struct {
 
 // StreamOverflow is the data of the final `overflow` message of a stream
 // the server dropped because its client fell too far behind: reconnect
-// with After (as Last-Event-ID or ?after=) to go on without a gap.
+// with Cursor, or without one After (as Last-Event-ID or ?after=), to go
+// on without a gap.
 type StreamOverflow struct {
-	After  uint64 `json:"after"`
+	// After is the sequence of the last event sent (0, left out, for a
+	// customer token, which reconnects with Cursor).
+	After  uint64 `json:"after,omitempty"`
 	Reason string `json:"reason"`
-	// Cursor is, on a sharded log, the resume token to reconnect with
-	// (After then names one shard's position only); left out with one
-	// shard.
+	// Cursor is the resume token to reconnect with: for a customer
+	// token always (opaque), for the operator on a sharded log (After
+	// then names one shard's position only); left out for the operator
+	// with one shard.
 	Cursor string `json:"cursor,omitempty"`
 }
 

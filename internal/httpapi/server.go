@@ -109,6 +109,11 @@ type ServerConfig struct {
 	MaxBodyMemory int64
 	// Streams bounds the event streams of GET /v1/events/stream.
 	Streams StreamLimits
+	// CursorKey (32 bytes, eventlog.CursorKey) seals the event stream's
+	// resume tokens for customer tokens (cursorSeal); every process of a
+	// log must share it. Nil: a random key, whose tokens only this
+	// handler opens.
+	CursorKey []byte
 	// Durable, if set, returns once every write acknowledged before the
 	// call is on stable storage (broker.Embedded.Sync). The answer to
 	// every request that may write (any method but GET, HEAD and OPTIONS)
@@ -154,7 +159,11 @@ func NewHandler(cfg ServerConfig) (http.Handler, error) {
 	if err := cfg.Streams.withDefaults(); err != nil {
 		return nil, err
 	}
-	h := &handler{ServerConfig: cfg, bodies: &bodyBudget{limit: cfg.MaxBodyMemory}, openapi: openapi,
+	cursors, err := newCursorSeal(cfg.CursorKey)
+	if err != nil {
+		return nil, err
+	}
+	h := &handler{ServerConfig: cfg, bodies: &bodyBudget{limit: cfg.MaxBodyMemory}, openapi: openapi, cursors: cursors,
 		streams: &streams{perCustomer: make(map[string]int), max: cfg.Streams.Max, maxCustomer: cfg.Streams.MaxPerCustomer}}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -219,6 +228,7 @@ type handler struct {
 	bodies  *bodyBudget
 	openapi []byte // docs/openapi.yaml as JSON
 	streams *streams
+	cursors *cursorSeal
 }
 
 // orDefault sets *v to def when it is zero.
@@ -863,7 +873,7 @@ func (h *handler) history(w http.ResponseWriter, r *http.Request, p service.Prin
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.History{Events: entries})
+	writeJSON(w, http.StatusOK, api.History{Events: forCaller(p, entries)})
 }
 
 func (h *handler) tree(w http.ResponseWriter, r *http.Request, p service.Principal) {
@@ -905,7 +915,7 @@ func (h *handler) customerEvents(w http.ResponseWriter, r *http.Request, p servi
 	started := false
 	err := h.Service.CustomerTimeline(r.Context(), p, customerID, since, func(e api.Event) error {
 		started = true
-		return enc.Encode(e)
+		return enc.Encode(forCaller(p, []api.Event{e})[0])
 	})
 	if err != nil && !started {
 		h.fail(w, r, err)

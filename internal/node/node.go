@@ -131,6 +131,10 @@ type Config struct {
 	// NATSMaxRequests bounds the API requests over NATS served at once
 	// (natsapi.Config.MaxRequests); default natsapi.DefaultMaxRequests.
 	NATSMaxRequests int
+
+	// cursorKey seals customers' stream resume tokens
+	// (httpapi.ServerConfig.CursorKey); New reads it from the log.
+	cursorKey []byte
 }
 
 // Committer makes acknowledged writes durable in shared fsyncs.
@@ -217,6 +221,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		Stream: cfg.Stream, Replicas: cfg.Replicas, Timeout: cfg.WriteTimeout,
 	})
 	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	if cfg.cursorKey, err = eventlog.CursorKey(ctx, st.JetStream(), cfg.Stream); err != nil {
 		st.Close()
 		return nil, err
 	}
@@ -323,6 +331,7 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 	}
 	n := &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, Leases: leases, alarm: alarm, errorLog: errorLog}
 	httpCfg := httpapi.ServerConfig{
+		CursorKey: cfg.cursorKey,
 		Service: svc, Ready: eng, Health: n, Lateness: func() api.AlarmStats { return alarmStats(lateness) }, Partitions: partitions, Epochs: epochStats(st, cfg.EpochPeriod), Tokens: cfg.Tokens, TokenNames: cfg.TokenNames, Gatherer: cfg.Registry, Registerer: cfg.Registry, Logger: cfg.Logger, ErrorLog: errorLog,
 		MaxInFlight: cfg.MaxInFlight, BodyTimeout: cfg.BodyTimeout, MaxBodyMemory: cfg.MaxBodyMemory, Streams: cfg.Streams,
 	}

@@ -71,7 +71,7 @@ function overviewPage() {
       card("oldest", oldest ? link({ status: "queued", queue: oldest.queue, customerId: oldest.customerId }, seconds(oldest.oldestQueuedSeconds)) : "—", "oldest queued"),
       stats ? card("claims", rate(rows, "claims"), "claims/s, last minute", spark("claims", "claims per second")) : null,
       stats ? card("results", rate(rows, "results"), "results/s, last minute", spark("results", "results per second")) : null,
-      stats ? card("lag", String(stats.lag), "projection lag (events)") : null,
+      stats?.lag !== undefined ? card("lag", String(stats.lag), "projection lag (events)") : null, // the operator's alone
       late ? card("lateness", late.samples ? millis(late.p99Seconds) : "—", "alarm lateness p99, 5 min",
         el("div", { class: "muted" }, late.samples ? `p50 ${millis(late.p50Seconds)} · max ${millis(late.maxSeconds)} · ${late.samples} actions` : "no timer fired")) : null,
       stats ? card("rejections", String(rows.reduce((n, r) => n + (r.rejections || 0), 0)), "admission rejections") : null,
