@@ -521,6 +521,9 @@ func TestAbuseInFlightLimit(t *testing.T) {
 					path = "/v1/tasks"
 				}
 				req, _ := http.NewRequestWithContext(ctx, method, b.url+path, strings.NewReader(body))
+				if body != "" {
+					req.Header.Set("Content-Type", "application/json")
+				}
 				resp, err := b.client.HTTP.Do(req)
 				if err != nil {
 					answers <- rawAnswer{status: -1, body: []byte(err.Error())}

@@ -84,7 +84,7 @@ func checkContentType(r *http.Request) error {
 	}
 	ct := r.Header.Get("Content-Type")
 	if ct == "" {
-		if r.ContentLength == 0 && (r.Body == nil || r.Body == http.NoBody) {
+		if r.ContentLength == 0 { // no body (chunked is -1)
 			return nil
 		}
 		return api.ErrUnsupportedMediaType.WithMessage("a request body needs Content-Type: application/json")
