@@ -372,7 +372,11 @@ func (h *handler) route(limit int64, slot bool, next principalHandler) http.Hand
 	return func(w http.ResponseWriter, r *http.Request) {
 		p, err := h.principal(r)
 		if err == nil {
-			err = checkContentType(r)
+			if err = checkContentType(r); err != nil {
+				// The body is not read: net/http would wait for it to
+				// discard it, with no deadline set yet.
+				w.Header().Set("Connection", "close")
+			}
 		}
 		if err == nil {
 			var held int64
