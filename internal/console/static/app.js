@@ -441,8 +441,10 @@ async function route() {
 }
 
 async function show(p) {
+  const shown = page; // a later route may replace it while p runs
   try { await p; } catch (e) {
     if (e instanceof ApiError && e.status === 401) { token.clear(); loginPage("That token is not known to the server."); return; }
+    if (page !== shown) return; // the page that failed is gone: its error must not cover the current one
     main.replaceChildren(el("h1", {}, "Error"), el("p", { role: "alert" }, e.message));
   }
 }
