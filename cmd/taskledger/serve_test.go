@@ -224,7 +224,7 @@ func TestServeWithAuthFileOnPublicAddress(t *testing.T) {
 	path := writeAuthFile(t, "tok-a A\ntok-op *\n")
 	metricsAddr := freeAddr(t)
 	cmd := exec.Command(taskledgerBinary(t), "serve", "--data", t.TempDir(), "--http", "0.0.0.0:"+port,
-		"--auth-file", path, "--metrics-http", metricsAddr, "--log-format", "json", "--log-level", "warn")
+		"--auth-file", path, "--metrics-http", metricsAddr, "--metrics-hosts", "prometheus.internal", "--log-format", "json", "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -301,6 +301,43 @@ func TestServeWithAuthFileOnPublicAddress(t *testing.T) {
 	}
 	if status, _ := get("http://" + metricsAddr + "/v1/tasks"); status != http.StatusNotFound {
 		t.Fatalf("--metrics-http /v1/tasks: %d, want 404", status)
+	}
+	// A DNS-rebinding page's Host is refused; a name of --metrics-hosts
+	// is served.
+	_, port2, _ := net.SplitHostPort(metricsAddr)
+	for host, want := range map[string]int{"evil.example:" + port2: http.StatusForbidden, "prometheus.internal:" + port2: http.StatusOK} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+metricsAddr+"/metrics", nil)
+		req.Host = host
+		resp, err := anon.HTTP.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("--metrics-http with Host %s: %d, want %d", host, resp.StatusCode, want)
+		}
+	}
+
+	// The CLI takes its token from --token-file or TASKLEDGER_TOKEN too.
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(testToken("tok-a")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+	}{
+		{"TokenFile", nil, []string{"--token-file", tokenFile}},
+		{"Environment", []string{"TASKLEDGER_TOKEN=" + testToken("tok-a")}, nil},
+		{"FileOverEnvironment", []string{"TASKLEDGER_TOKEN=nope"}, []string{"--token-file", tokenFile}},
+	} {
+		cli := exec.Command(taskledgerBinary(t), append([]string{"show", task.ID, "--json", "--server", base}, tc.args...)...)
+		cli.Env = append(os.Environ(), tc.env...)
+		out, err := cli.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), task.ID) {
+			t.Fatalf("%s: show %s: %v\n%s", tc.name, task.ID, err, out)
+		}
 	}
 
 	// SIGTERM shuts it down cleanly.
