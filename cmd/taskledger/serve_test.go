@@ -420,7 +420,7 @@ func TestServeHTTPLimitFlags(t *testing.T) {
 		}
 	}
 	want("GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: "+strings.Repeat("a", 8192)+"\r\n\r\n", http.StatusRequestHeaderFieldsTooLarge, "header_too_large")
-	want("POST /v1/tasks HTTP/1.1\r\nHost: localhost\r\nContent-Length: 10\r\n\r\n{", http.StatusRequestTimeout, "request_timeout")
+	want("POST /v1/tasks HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n{", http.StatusRequestTimeout, "request_timeout")
 	want("GET /healthz HTTP/1.1\r\nHost: evil.example\r\n\r\n", http.StatusForbidden, "forbidden")
 	// Keep-alive connections up to --max-conns; one more is refused (a
 	// 503, or a close if it beat the request).
