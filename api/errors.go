@@ -82,6 +82,10 @@ var (
 	// event it makes is larger than the log takes (the message names the
 	// limit). Retrying the same request cannot succeed.
 	ErrPayloadTooLarge = &Error{Status: http.StatusRequestEntityTooLarge, Code: "payload_too_large", Message: "body too large"}
+	// ErrUnsupportedMediaType (415): a request with a body (or any
+	// Content-Type) whose Content-Type is not application/json; the
+	// message says what was sent.
+	ErrUnsupportedMediaType = &Error{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type", Message: "Content-Type must be application/json"}
 	// ErrAdmissionRejected (429): a quota refused a new root task; the
 	// Error's Task is the task as recorded (canceled).
 	ErrAdmissionRejected = &Error{Status: http.StatusTooManyRequests, Code: "admission_rejected", Message: "admission rejected"}

@@ -36,13 +36,17 @@ type StreamFilter struct {
 
 // StreamOverflow is the data of the final `overflow` message of a stream
 // the server dropped because its client fell too far behind: reconnect
-// with After (as Last-Event-ID or ?after=) to go on without a gap.
+// with Cursor, or without one After (as Last-Event-ID or ?after=), to go
+// on without a gap.
 type StreamOverflow struct {
-	After  uint64 `json:"after"`
+	// After is the sequence of the last event sent (0, left out, for a
+	// customer token, which reconnects with Cursor).
+	After  uint64 `json:"after,omitempty"`
 	Reason string `json:"reason"`
-	// Cursor is, on a sharded log, the resume token to reconnect with
-	// (After then names one shard's position only); left out with one
-	// shard.
+	// Cursor is the resume token to reconnect with: for a customer
+	// token always (opaque), for the operator on a sharded log (After
+	// then names one shard's position only); left out for the operator
+	// with one shard.
 	Cursor string `json:"cursor,omitempty"`
 }
 
@@ -265,7 +269,9 @@ func (c *Client) Stats(ctx context.Context) (s Stats, err error) {
 }
 
 // Stream follows GET /v1/events/stream from the first event after
-// sequence after (0 with the log empty or to start at its beginning), calling fn
+// sequence after (0 with the log empty or to start at its beginning; a
+// customer token may give only 0, and resumes with StreamAfter and an
+// event's Cursor, its events having no Seq), calling fn
 // for each event in log order. When the server drops the stream for
 // reading too slowly, Stream reconnects after the last event fn got, so
 // fn sees every event once. It returns fn's error, ctx.Err() once ctx
@@ -276,8 +282,9 @@ func (c *Client) Stream(ctx context.Context, f StreamFilter, after uint64, fn fu
 }
 
 // StreamAfter is Stream from the resume token after: a stream sequence,
-// or on a sharded log an event's Cursor (docs/API.md, "Live event
-// stream"), "0" for the start.
+// or on a sharded log (and always for a customer token, whose tokens are
+// opaque) an event's Cursor (docs/API.md, "Live event stream"), "0" for
+// the start.
 func (c *Client) StreamAfter(ctx context.Context, f StreamFilter, after string, fn func(Event) error) error {
 	return c.stream(ctx, f, streamAt{cursor: after}, fn)
 }

@@ -165,7 +165,10 @@ type MailAccepted struct {
 // Event is one entry of a task's history: the logged event, plus the
 // status it left its task in and a line saying what it meant.
 type Event struct {
-	Seq    uint64    `json:"seq"`
+	// Seq is the event's log position; 0 (left out of the JSON) in the
+	// answers to a customer token, where the log's positions would tell
+	// how many events other tenants stored.
+	Seq    uint64    `json:"seq,omitempty"`
 	ID     string    `json:"id"`
 	TaskID string    `json:"taskId"`
 	Type   string    `json:"type"`
@@ -174,9 +177,11 @@ type Event struct {
 	Status string    `json:"status"`
 	Detail string    `json:"detail"`
 	Data   any       `json:"data"`
-	// Cursor is, on the live event stream of a sharded log, the resume
-	// token after this event (its SSE id): give it as after or
-	// Last-Event-ID. Left out with one shard, where Seq is the token.
+	// Cursor is, on the live event stream, the resume token after this
+	// event (its SSE id): give it as after or Last-Event-ID. To a
+	// customer token it is always there, opaque; to the operator it is
+	// there on a sharded log, and left out with one shard, where Seq is
+	// the token.
 	Cursor string `json:"cursor,omitempty"`
 }
 

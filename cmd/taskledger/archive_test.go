@@ -82,6 +82,18 @@ func TestArchiveCommands(t *testing.T) {
 		t.Fatalf("archive: exit %d, output %q\nstderr:\n%s", code, out, errOut)
 	}
 
+	// Every file of the archive, runs.ndjson included, is the operator's
+	// alone: it holds every tenant's events.
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) < 3 {
+		t.Fatalf("archive directory: %v %v", entries, err)
+	}
+	for _, e := range entries {
+		if info, err := e.Info(); err != nil || info.Mode().Perm() != 0o600 {
+			t.Fatalf("archive file %s: %v %v, want mode 0600", e.Name(), info.Mode(), err)
+		}
+	}
+
 	out, errOut, code = replayCLI(t, "archive", "verify", dir, "--live", "--data", data)
 	if code != 0 || !strings.Contains(out, ", "+summary[1]+" events: verified\n") || !strings.Contains(out, "hold exactly the archive's events") {
 		t.Fatalf("archive verify --live: exit %d, output %q\nstderr:\n%s", code, out, errOut)

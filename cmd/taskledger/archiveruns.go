@@ -42,7 +42,7 @@ func archiveRuns(ctx context.Context, log eventlog.Log, dir string) (int, error)
 		return 0, err
 	}
 	tmp := filepath.Join(dir, runsFile+".tmp")
-	f, err := os.Create(tmp)
+	f, err := archive.CreateFile(tmp)
 	if err != nil {
 		return 0, err
 	}

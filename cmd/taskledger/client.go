@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -29,8 +30,38 @@ type clientFlags struct {
 
 func (c *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.server, "server", "http://127.0.0.1:8080", "taskledger server URL")
-	fs.StringVar(&c.token, "token", "", "bearer token")
+	fs.StringVar(&c.token, "token", "", "bearer token; other local users see it in the process list: prefer --token-file or TASKLEDGER_TOKEN")
+	fs.Var(tokenFile{&c.token}, "token-file", "read the bearer token from this file (its first line); of --token and --token-file the later on the command line wins, and either overrides TASKLEDGER_TOKEN and TASKLEDGER_TOKEN_FILE (of which the file wins)")
 	fs.BoolVar(&c.json, "json", false, "print JSON")
+}
+
+// tokenFile is the --token-file flag: setting it reads the file's first
+// line, trimmed of white space, into *token, so that it and --token
+// override each other in the order parse sets them (environment
+// variables first, TASKLEDGER_TOKEN before TASKLEDGER_TOKEN_FILE, then
+// the command line left to right).
+type tokenFile struct{ token *string }
+
+// maxTokenFileBytes bounds what --token-file reads.
+const maxTokenFileBytes = 64 << 10
+
+func (f tokenFile) String() string { return "" }
+
+func (f tokenFile) Set(path string) error {
+	file, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer file.Close()
+	data, err := io.ReadAll(io.LimitReader(file, maxTokenFileBytes))
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	if *f.token = strings.TrimSpace(line); *f.token == "" {
+		return fmt.Errorf("%s: no token on its first line", path)
+	}
+	return nil
 }
 
 func (c *clientFlags) client() *api.Client { return api.NewClient(c.server, c.token) }

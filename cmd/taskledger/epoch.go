@@ -82,26 +82,6 @@ func epochListCommand(ctx context.Context, args []string, stdout io.Writer) erro
 	return nil
 }
 
-// archiveEndsBefore checks that m holds exactly parts, each ending just
-// before the sequence next gives it. An empty archived part matches only
-// a stream that never held an event (next 1): past that, whether its
-// events are the archive's cannot be told without the stream, and a
-// running node's epoch check finishes the removal instead.
-func archiveEndsBefore(m archive.Manifest, parts []int, next []uint64) error {
-	if len(m.Parts) != len(parts) {
-		return fmt.Errorf("the archive holds %d parts, the epoch %d", len(m.Parts), len(parts))
-	}
-	for i, p := range m.Parts {
-		switch {
-		case p.Part != parts[i]:
-			return fmt.Errorf("the archive holds part %d, the epoch part %d", p.Part, parts[i])
-		case p.Count > 0 && p.LastSeq+1 != next[i], p.Count == 0 && next[i] > 1:
-			return fmt.Errorf("the archive's part %d ends at sequence %d, the removal in progress recorded %d as the next: not this removal's archive (a running node finishes a removal by itself)", p.Part, p.LastSeq, next[i])
-		}
-	}
-	return nil
-}
-
 // when formats t, "-" for the zero time.
 func when(t time.Time) string {
 	if t.IsZero() {
@@ -140,9 +120,10 @@ func epochRemoveCommand(ctx context.Context, args []string, stdout io.Writer) er
 	defer closeLog()
 	if slot, ok := e.SlotOfEpoch(n); ok && e.Slots[slot].State == eventlog.SlotSealed && e.Slots[slot].NextSeqs != nil {
 		// A removal of this epoch stopped half way: some of its streams
-		// may be empty already, so the archive is checked against the
-		// sequences that removal recorded instead.
-		err = archiveEndsBefore(m, log.Shards.SlotParts(slot), e.Slots[slot].NextSeqs)
+		// may be gone already, so the archive is checked against what
+		// is left of them and the sequences and chain heads that removal
+		// recorded.
+		err = archive.CheckRemoval(ctx, log, m, e.Slots[slot], log.Shards.SlotParts(slot))
 	} else {
 		err = archive.CheckLive(ctx, log, m)
 	}

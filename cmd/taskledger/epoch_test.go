@@ -126,7 +126,21 @@ func testEpochCommands(t *testing.T, k int) {
 	if out, errOut, code := replayCLI(t, "archive", "verify", dir, "--live", "--data", data); code != 0 || !strings.Contains(out, "verified") {
 		t.Fatalf("archive verify --live: exit %d, output %q\nstderr:\n%s", code, out, errOut)
 	}
-	stopRemoval(t, data, layout, slot, epoch)
+	heads := stopRemoval(t, data, layout, slot, epoch)
+	// The archive's content is checked on this path too: a removed
+	// stream's events only through the chain head the removal recorded.
+	if out, errOut, code := replayCLI(t, "epoch", "remove", name, "--archive", dir, "--data", data); code != 1 || !strings.Contains(errOut, "recorded no chain heads") {
+		t.Fatalf("epoch remove of a removal without chain heads: exit %d, output %q\nstderr:\n%s", code, out, errOut)
+	}
+	forged := slices.Clone(heads)
+	for i := range forged {
+		forged[i].Hash[0] ^= 1
+	}
+	setRemovalHeads(t, data, slot, forged)
+	if out, errOut, code := replayCLI(t, "epoch", "remove", name, "--archive", dir, "--data", data); code != 1 || !strings.Contains(errOut, "is not the archive's") {
+		t.Fatalf("epoch remove against other chain heads: exit %d, output %q\nstderr:\n%s", code, out, errOut)
+	}
+	setRemovalHeads(t, data, slot, heads)
 	if out, errOut, code := replayCLI(t, "epoch", "remove", name, "--archive", dir, "--data", data); code != 0 || !strings.Contains(out, "removed epoch "+name) ||
 		!strings.Contains(out, "removed the Runs of 1 tasks") {
 		t.Fatalf("epoch remove: exit %d, output %q\nstderr:\n%s", code, out, errOut)
@@ -177,14 +191,17 @@ func testEpochCommands(t *testing.T, k int) {
 }
 
 // stopRemoval leaves the log in data as a removal of epoch (in slot) that
-// crashed half way does: the next sequences recorded, one stream with
-// events deleted, the slot still sealed.
-func stopRemoval(t *testing.T, data string, layout events.Shards, slot int, epoch int64) {
+// crashed half way does, but without the chain heads a removal records
+// (as an older taskledger's): the next sequences recorded, one stream
+// with events deleted, the slot still sealed. It returns the heads the
+// removal would have recorded, for setRemovalHeads.
+func stopRemoval(t *testing.T, data string, layout events.Shards, slot int, epoch int64) []eventlog.Head {
 	t.Helper()
 	js, closeJS := dataJS(t, data)
 	defer closeJS()
 	ctx := context.Background()
 	var next []uint64
+	var heads []eventlog.Head
 	deleted := ""
 	for _, part := range layout.SlotParts(slot) {
 		name := layout.Stream(events.DefaultStream, part)
@@ -192,7 +209,17 @@ func stopRemoval(t *testing.T, data string, layout events.Shards, slot int, epoc
 		if err != nil {
 			t.Fatal(err)
 		}
-		next = append(next, s.CachedInfo().State.LastSeq+1)
+		last := s.CachedInfo().State.LastSeq
+		next = append(next, last+1)
+		var head eventlog.Head
+		if s.CachedInfo().State.Msgs > 0 {
+			msg, err := s.GetMsg(ctx, last)
+			if err != nil {
+				t.Fatal(err)
+			}
+			head = eventlog.Head{Pos: layout.Position(part, last), Hash: events.HashOf(msg.Data)}
+		}
+		heads = append(heads, head)
 		if deleted == "" && s.CachedInfo().State.Msgs > 0 {
 			deleted = name
 		}
@@ -204,6 +231,21 @@ func stopRemoval(t *testing.T, data string, layout events.Shards, slot int, epoc
 		t.Fatal(err)
 	}
 	if err := js.DeleteStream(ctx, deleted); err != nil {
+		t.Fatal(err)
+	}
+	return heads
+}
+
+// setRemovalHeads records heads as the chain heads of slot's removal in
+// progress.
+func setRemovalHeads(t *testing.T, data string, slot int, heads []eventlog.Head) {
+	t.Helper()
+	js, closeJS := dataJS(t, data)
+	defer closeJS()
+	if _, err := eventlog.UpdateEpochs(context.Background(), js, events.DefaultStream, func(e *eventlog.Epochs) bool {
+		e.Slots[slot].Heads = heads
+		return true
+	}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -196,6 +196,7 @@ func saveWithExtra(t *testing.T, server, id string, s api.RunSave, extra string)
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Content-Type", "application/json")
 	c := &http.Client{}
 	defer c.CloseIdleConnections()
 	resp, err := c.Do(req)

@@ -15,6 +15,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mattn/go-isatty"
 	"github.com/nats-io/nats.go"
@@ -202,6 +203,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	httpAddr := fs.String("http", "127.0.0.1:8080", "HTTP API listen address")
 	durability := fs.String("durability", durabilityFsync, "embedded server: fsync (an answer that reports a write is sent once the write is on disk, fsyncs shared by concurrent requests) or os (once the log acknowledged it: a power cut loses up to the last sync interval, 2 minutes)")
 	authFile := fs.String("auth-file", "", "bearer tokens: lines of 'TOKEN CUSTOMER_ID [NAME]' ('*' for an operator; NAME, the token's actor in history); required to listen beyond loopback")
+	insecureAuth := fs.Bool("insecure-auth-file", false, "accept an --auth-file that its group or others may read or change, and tokens shorter than 32 characters (for tests)")
 	quotaFile := fs.String("quota-file", "", `admission quotas as JSON: {"default": {"maxActiveRoots": N, "maxRootsPerMinute": N}, "customers": {"ID": {...}}, "checkerUrl": "http://..."}`)
 	maxActive := fs.Int("max-active-roots", 0, "default quota: active root tasks per customer (0 = unlimited)")
 	maxPerMinute := fs.Int("max-roots-per-minute", 0, "default quota: new root tasks per customer per minute (0 = unlimited)")
@@ -216,7 +218,8 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	fs.DurationVar(&limits.IdleTimeout, "idle-timeout", httpapi.DefaultIdleTimeout, "keep-alive connections idle this long are closed (-1s: never)")
 	fs.IntVar(&limits.MaxHeaderBytes, "max-header-bytes", httpapi.DefaultMaxHeaderBytes, "largest request header block; larger is 431")
 	fs.IntVar(&limits.MaxConns, "max-conns", httpapi.DefaultMaxConns, "HTTP connections open at once; more are answered 503 and closed (-1: no limit; mind ulimit -n)")
-	metricsAddr := fs.String("metrics-http", "", "also serve GET /metrics on this address, without a token (for a scraper on a private network)")
+	metricsAddr := fs.String("metrics-http", "", "also serve GET /metrics on this address, without a token (for a scraper on a private network), to a Host that is an IP address, localhost or a name of --metrics-hosts")
+	metricsHosts := fs.String("metrics-hosts", "", "with --metrics-http: comma-separated host names (no port) a scraper may send as Host besides IP addresses and localhost; any other is 403 (DNS rebinding)")
 	logRepeat := fs.Duration("log-repeat-interval", ratelog.DefaultInterval, "a repeated error is logged once, then as one count per interval")
 	writeTimeout := fs.Duration("write-timeout", 5*time.Second, "an append the log does not acknowledge within this (a full disk) answers 503")
 	storageRetry := fs.Duration("storage-retry", 5*time.Second, "while appends fail, probe the log (and restart the embedded JetStream) this often")
@@ -263,7 +266,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	}
 	var tokens, names map[string]string
 	if *authFile != "" {
-		if tokens, names, err = readAuthFile(*authFile); err != nil {
+		if tokens, names, err = readAuthFile(*authFile, *insecureAuth); err != nil {
 			return err
 		}
 	} else if err := requireLoopback(*httpAddr); err != nil {
@@ -369,7 +372,7 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 			return fmt.Errorf("--metrics-http: %w", err)
 		}
 		log.Info().Str("metrics", "http://"+mln.Addr().String()+"/metrics").Msg("serving metrics without a token")
-		servers = append(servers, served{httpapi.NewServer(n.Metrics(), limits, ratelog.New(log, *logRepeat)), mln})
+		servers = append(servers, served{httpapi.NewServer(n.Metrics(hostList(*metricsHosts)), limits, ratelog.New(log, *logRepeat)), mln})
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
@@ -398,6 +401,18 @@ func serveCommand(ctx context.Context, args []string, _ io.Writer) error {
 	return err
 }
 
+// hostList splits a comma-separated list of host names, dropping empty
+// ones.
+func hostList(s string) []string {
+	var out []string
+	for _, h := range strings.Split(s, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
 // sanitize makes s a valid id.
 func sanitize(s string) string {
 	b := []byte(s)
@@ -412,17 +427,29 @@ func sanitize(s string) string {
 	return string(b)
 }
 
+// MinTokenLength is the fewest characters an auth file's token may have
+// (without --insecure-auth-file): 32 random characters of any common
+// alphabet are past guessing.
+const MinTokenLength = 32
+
 // readAuthFile reads lines of "TOKEN CUSTOMER_ID [NAME]" ("*" for an
 // operator); '#' starts a comment. It returns the tokens' customers and
 // the names of the tokens that have one (an id: the actor of the events
 // the token's requests append). A token given twice is refused: which
-// customer it stands for would be ambiguous.
-func readAuthFile(path string) (tokens, names map[string]string, err error) {
+// customer it stands for would be ambiguous. Unless insecure, a file
+// that grants its group or others any permission, and a token shorter
+// than MinTokenLength, are refused too.
+func readAuthFile(path string, insecure bool) (tokens, names map[string]string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer f.Close()
+	if info, err := f.Stat(); err != nil {
+		return nil, nil, err
+	} else if perm := info.Mode().Perm(); perm&0o077 != 0 && !insecure {
+		return nil, nil, fmt.Errorf("%s: mode %04o lets its group or others read or change the tokens: chmod 600 it (or pass --insecure-auth-file)", path, perm)
+	}
 	tokens, names = map[string]string{}, map[string]string{}
 	lines := map[string]int{}
 	sc := bufio.NewScanner(f)
@@ -437,6 +464,9 @@ func readAuthFile(path string) (tokens, names map[string]string, err error) {
 		}
 		if len(fields) == 3 && events.ValidID(fields[2]) != nil {
 			return nil, nil, fmt.Errorf("%s:%d: NAME %q must be 1 to 64 of A-Z a-z 0-9 _ -", path, line, events.Truncate(fields[2], 65))
+		}
+		if n := utf8.RuneCountInString(fields[0]); n < MinTokenLength && !insecure {
+			return nil, nil, fmt.Errorf("%s:%d: token of %d characters: want at least %d (openssl rand -hex 24 makes one; or pass --insecure-auth-file)", path, line, n, MinTokenLength)
 		}
 		if first, dup := lines[fields[0]]; dup {
 			return nil, nil, fmt.Errorf("%s:%d: token repeats the one on line %d", path, line, first)

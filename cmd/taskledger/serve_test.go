@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -56,14 +57,26 @@ func freePublicPort(t *testing.T) string {
 	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }
 
-// writeAuthFile writes content to a new auth file and returns its path.
+// writeAuthFile writes content to a new auth file, mode 0600 as serve
+// requires, and returns its path. Every word tok-NAME in content becomes
+// testToken("tok-NAME"), a token as long as serve requires.
 func writeAuthFile(t *testing.T, content string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "tokens")
+	content = regexp.MustCompile(`\btok-[A-Za-z0-9]+`).ReplaceAllStringFunc(content, testToken)
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// testToken is name padded to MinTokenLength characters: the token
+// writeAuthFile writes for it.
+func testToken(name string) string {
+	if len(name) >= MinTokenLength {
+		return name
+	}
+	return name + "-" + strings.Repeat("0", MinTokenLength-len(name)-1)
 }
 
 func TestServeRefusesPublicAddressWithoutAuthFile(t *testing.T) {
@@ -110,15 +123,15 @@ func TestServeReadAuthFile(t *testing.T) {
 	t.Run("Valid", func(t *testing.T) {
 		t.Parallel()
 		path := writeAuthFile(t, "# comment\n\n  tok-a   A  # customer A\r\ntok-op * ops-alice\n\ttok-b\tB_2-x\tci-bot\n")
-		tokens, names, err := readAuthFile(path)
+		tokens, names, err := readAuthFile(path, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := map[string]string{"tok-a": "A", "tok-op": "*", "tok-b": "B_2-x"}
+		want := map[string]string{testToken("tok-a"): "A", testToken("tok-op"): "*", testToken("tok-b"): "B_2-x"}
 		if fmt.Sprint(tokens) != fmt.Sprint(want) {
 			t.Fatalf("tokens %v, want %v", tokens, want)
 		}
-		if want := map[string]string{"tok-op": "ops-alice", "tok-b": "ci-bot"}; fmt.Sprint(names) != fmt.Sprint(want) {
+		if want := map[string]string{testToken("tok-op"): "ops-alice", testToken("tok-b"): "ci-bot"}; fmt.Sprint(names) != fmt.Sprint(want) {
 			t.Fatalf("names %v, want %v", names, want)
 		}
 	})
@@ -139,7 +152,7 @@ func TestServeReadAuthFile(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			path := writeAuthFile(t, tc.content)
-			tokens, _, err := readAuthFile(path)
+			tokens, _, err := readAuthFile(path, false)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), path) {
 				t.Fatalf("tokens %v, error %v; want an error starting with %s and holding %q", tokens, err, path, tc.want)
 			}
@@ -150,13 +163,68 @@ func TestServeReadAuthFile(t *testing.T) {
 	}
 }
 
+// TestServeAuthFileStrength: an auth file its group or others may read
+// or change, or a token shorter than MinTokenLength, is refused naming
+// the file (and the line) without showing the token; with
+// --insecure-auth-file both are accepted.
+func TestServeAuthFileStrength(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, content string
+		mode          os.FileMode
+		want          string
+	}{
+		{"GroupReadable", "tok-a A\n", 0o640, "mode 0640"},
+		{"WorldReadable", "tok-a A\n", 0o644, "mode 0644"},
+		{"GroupWritable", "tok-a A\n", 0o620, "mode 0620"},
+		{"ShortToken", "tok-a A\nshort-secret B\n", 0o600, ":2: token of 12 characters: want at least 32"},
+		{"OneShortOfMinimum", "tok-a A\n" + strings.Repeat("s", MinTokenLength-1) + " B\n", 0o600, ":2: token of 31 characters"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := writeAuthFile(t, tc.content)
+			if err := os.Chmod(path, tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			tokens, _, err := readAuthFile(path, false)
+			if err == nil || !strings.HasPrefix(err.Error(), path) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "--insecure-auth-file") {
+				t.Fatalf("tokens %v, error %v; want one starting with %s, holding %q and naming the override", tokens, err, path, tc.want)
+			}
+			if strings.Contains(err.Error(), "short-secret") || strings.Contains(err.Error(), "sss") {
+				t.Fatalf("error %v shows a token", err)
+			}
+			if tokens, _, err := readAuthFile(path, true); err != nil || len(tokens) == 0 {
+				t.Fatalf("with --insecure-auth-file: tokens %v, error %v", tokens, err)
+			}
+		})
+	}
+	t.Run("ServeRefuses", func(t *testing.T) {
+		t.Parallel()
+		path := writeAuthFile(t, "tok-a A\n")
+		if err := os.Chmod(path, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, stderr := serveOutput(t, nil, "--auth-file", path)
+		if code == 0 || !strings.Contains(stderr, "chmod 600") {
+			t.Fatalf("serve with a world-readable auth file: exit %d, stderr:\n%s", code, stderr)
+		}
+	})
+	t.Run("Exactly32", func(t *testing.T) {
+		t.Parallel()
+		path := writeAuthFile(t, strings.Repeat("x", MinTokenLength)+" A\n")
+		if tokens, _, err := readAuthFile(path, false); err != nil || len(tokens) != 1 {
+			t.Fatalf("a %d-character token: %v %v", MinTokenLength, tokens, err)
+		}
+	})
+}
+
 func TestServeWithAuthFileOnPublicAddress(t *testing.T) {
 	t.Parallel()
 	port := freePublicPort(t)
 	path := writeAuthFile(t, "tok-a A\ntok-op *\n")
 	metricsAddr := freeAddr(t)
 	cmd := exec.Command(taskledgerBinary(t), "serve", "--data", t.TempDir(), "--http", "0.0.0.0:"+port,
-		"--auth-file", path, "--metrics-http", metricsAddr, "--log-format", "json", "--log-level", "warn")
+		"--auth-file", path, "--metrics-http", metricsAddr, "--metrics-hosts", "prometheus.internal", "--log-format", "json", "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -201,13 +269,13 @@ func TestServeWithAuthFileOnPublicAddress(t *testing.T) {
 	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusUnauthorized || apiErr.Code != "unauthenticated" {
 		t.Fatalf("list without a token: %v, want 401 unauthenticated", err)
 	}
-	ca := api.NewClient(base, "tok-a")
+	ca := api.NewClient(base, testToken("tok-a"))
 	defer ca.HTTP.CloseIdleConnections()
 	task, _, err := ca.Schedule(ctx, api.ScheduleRequest{Queue: "serve"})
 	if err != nil || task.CustomerID != "A" {
 		t.Fatalf("schedule with A's token: %v %+v", err, task)
 	}
-	op := api.NewClient(base, "tok-op")
+	op := api.NewClient(base, testToken("tok-op"))
 	defer op.HTTP.CloseIdleConnections()
 	if got, err := op.Get(ctx, task.ID); err != nil || got.CustomerID != "A" {
 		t.Fatalf("operator reads A's task: %v %+v", err, got)
@@ -233,6 +301,43 @@ func TestServeWithAuthFileOnPublicAddress(t *testing.T) {
 	}
 	if status, _ := get("http://" + metricsAddr + "/v1/tasks"); status != http.StatusNotFound {
 		t.Fatalf("--metrics-http /v1/tasks: %d, want 404", status)
+	}
+	// A DNS-rebinding page's Host is refused; a name of --metrics-hosts
+	// is served.
+	_, port2, _ := net.SplitHostPort(metricsAddr)
+	for host, want := range map[string]int{"evil.example:" + port2: http.StatusForbidden, "prometheus.internal:" + port2: http.StatusOK} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+metricsAddr+"/metrics", nil)
+		req.Host = host
+		resp, err := anon.HTTP.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("--metrics-http with Host %s: %d, want %d", host, resp.StatusCode, want)
+		}
+	}
+
+	// The CLI takes its token from --token-file or TASKLEDGER_TOKEN too.
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(testToken("tok-a")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+	}{
+		{"TokenFile", nil, []string{"--token-file", tokenFile}},
+		{"Environment", []string{"TASKLEDGER_TOKEN=" + testToken("tok-a")}, nil},
+		{"FileOverEnvironment", []string{"TASKLEDGER_TOKEN=nope"}, []string{"--token-file", tokenFile}},
+	} {
+		cli := exec.Command(taskledgerBinary(t), append([]string{"show", task.ID, "--json", "--server", base}, tc.args...)...)
+		cli.Env = append(os.Environ(), tc.env...)
+		out, err := cli.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), task.ID) {
+			t.Fatalf("%s: show %s: %v\n%s", tc.name, task.ID, err, out)
+		}
 	}
 
 	// SIGTERM shuts it down cleanly.
@@ -315,7 +420,7 @@ func TestServeHTTPLimitFlags(t *testing.T) {
 		}
 	}
 	want("GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: "+strings.Repeat("a", 8192)+"\r\n\r\n", http.StatusRequestHeaderFieldsTooLarge, "header_too_large")
-	want("POST /v1/tasks HTTP/1.1\r\nHost: localhost\r\nContent-Length: 10\r\n\r\n{", http.StatusRequestTimeout, "request_timeout")
+	want("POST /v1/tasks HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n{", http.StatusRequestTimeout, "request_timeout")
 	want("GET /healthz HTTP/1.1\r\nHost: evil.example\r\n\r\n", http.StatusForbidden, "forbidden")
 	// Keep-alive connections up to --max-conns; one more is refused (a
 	// 503, or a close if it beat the request).

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -83,7 +84,7 @@ func eventsCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	list("root", "only the events of this lineage", &f.RootIDs)
 	list("queue", "only the events of tasks on this queue", &f.Queues)
 	list("type", "only events of this type", &f.Types)
-	after := fs.String("after", "0", "start after this resume token: a stream sequence, or on a sharded log an event's cursor (0: from the start of the log)")
+	after := fs.String("after", "0", "start after this resume token: a stream sequence, or on a sharded log (and always for a customer token) an event's cursor (0: from the start of the log)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -92,7 +93,13 @@ func eventsCommand(ctx context.Context, args []string, stdout io.Writer) error {
 		if cf.json {
 			return enc.Encode(e)
 		}
-		_, err := fmt.Fprintf(stdout, "%d %s %s %s %s %s\n", e.Seq, e.At.Format("2006-01-02T15:04:05.000Z"), e.TaskID, e.Type, e.Status, e.Detail)
+		// A customer token's events carry no sequence: their cursor
+		// (opaque) is what resumes after them.
+		pos := strconv.FormatUint(e.Seq, 10)
+		if e.Seq == 0 {
+			pos = e.Cursor
+		}
+		_, err := fmt.Fprintf(stdout, "%s %s %s %s %s %s\n", pos, e.At.Format("2006-01-02T15:04:05.000Z"), e.TaskID, e.Type, e.Status, e.Detail)
 		return err
 	})
 	if errors.Is(err, context.Canceled) {

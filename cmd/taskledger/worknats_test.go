@@ -34,7 +34,7 @@ func TestWorkOverNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Process.Signal(syscall.SIGKILL); srv.Wait() })
-	c := api.NewClient("http://"+httpAddr, "tok-a")
+	c := api.NewClient("http://"+httpAddr, testToken("tok-a"))
 	defer c.HTTP.CloseIdleConnections()
 	workEventually(t, "the server answering", func() bool {
 		resp, err := c.HTTP.Get(c.BaseURL + "/healthz")
@@ -50,13 +50,13 @@ func TestWorkOverNATS(t *testing.T) {
 	} else if !errors.Is(err, nats.ErrAuthorization) {
 		t.Fatalf("connection without a token: %v, want an authorization violation", err)
 	}
-	usage := exec.Command(taskledgerBinary(t), "work", "--nats-url", "nats://"+natsAddr, "--token", "tok-a", "--exec", "true")
+	usage := exec.Command(taskledgerBinary(t), "work", "--nats-url", "nats://"+natsAddr, "--token", testToken("tok-a"), "--exec", "true")
 	if out, err := usage.CombinedOutput(); err == nil || !strings.Contains(string(out), "--customer is required") {
 		t.Fatalf("work without --customer: %v\n%s", err, out)
 	}
 
 	var stdout, stderr testlog.Buffer
-	worker := exec.Command(taskledgerBinary(t), "work", "--nats-url", "nats://"+natsAddr, "--token", "tok-a", "--customer", "A",
+	worker := exec.Command(taskledgerBinary(t), "work", "--nats-url", "nats://"+natsAddr, "--token", testToken("tok-a"), "--customer", "A",
 		"--queue", "w", "--exec", `echo "out-$TASKLEDGER_TASK_ID server=[$TASKLEDGER_SERVER]"`, "--executor-id", "nats-w",
 		"--heartbeat", "3", "--log-format", "json")
 	worker.Stdout, worker.Stderr = &stdout, &stderr

@@ -266,6 +266,10 @@ func TestArchive(t *testing.T) {
 		t.Fatalf("progress calls %v, want the last (%d, %d)", calls, st.Msgs, st.Msgs)
 	}
 
+	t.Run("FilesArePrivate", func(t *testing.T) {
+		requirePrivate(t, dir)
+	})
+
 	t.Run("Verify", func(t *testing.T) {
 		got, err := Verify(dir)
 		if err != nil {
@@ -567,4 +571,33 @@ func archived(t *testing.T, a *Archive) []events.Event {
 		t.Fatal(err)
 	}
 	return got
+}
+
+// requirePrivate fails unless dir is 0700 and every file in it FileMode
+// (an archive holds every tenant's events), whatever the umask.
+func requirePrivate(t *testing.T, dir string) {
+	t.Helper()
+	info, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := info.Mode().Perm(); perm != 0o700 {
+		t.Errorf("archive directory mode %04o, want 0700", perm)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) < 2 {
+		t.Fatalf("archive holds %d files", len(entries))
+	}
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perm := info.Mode().Perm(); perm != FileMode {
+			t.Errorf("%s: mode %04o, want %04o", e.Name(), perm, FileMode)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package archive
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -34,23 +35,97 @@ func CheckLive(ctx context.Context, log eventlog.Log, m Manifest) error {
 		if err != nil {
 			return fmt.Errorf("archive: part %d: stream %s: %w", p.Part, p.Stream, err)
 		}
-		info := s.CachedInfo()
-		if !info.Config.Sealed {
-			return fmt.Errorf("%w: part %d: stream %s", ErrNotSealed, p.Part, p.Stream)
+		if err := checkSealedPart(ctx, log, s.CachedInfo(), p); err != nil {
+			return err
 		}
-		if st := info.State; !holds(info, p) {
-			return fmt.Errorf("%w: part %d: stream %s holds %d messages, sequences %d to %d (%d deleted); the archive %d, %d to %d",
-				ErrLiveMismatch, p.Part, p.Stream, st.Msgs, st.FirstSeq, st.LastSeq, st.NumDeleted, p.Count, p.FirstSeq, p.LastSeq)
+	}
+	return nil
+}
+
+// checkSealedPart returns nil when the stream whose info is info is
+// sealed and holds exactly what p describes, its chain head included.
+func checkSealedPart(ctx context.Context, log eventlog.Log, info *jetstream.StreamInfo, p Part) error {
+	if !info.Config.Sealed {
+		return fmt.Errorf("%w: part %d: stream %s", ErrNotSealed, p.Part, p.Stream)
+	}
+	if st := info.State; !holds(info, p) {
+		return fmt.Errorf("%w: part %d: stream %s holds %d messages, sequences %d to %d (%d deleted); the archive %d, %d to %d",
+			ErrLiveMismatch, p.Part, p.Stream, st.Msgs, st.FirstSeq, st.LastSeq, st.NumDeleted, p.Count, p.FirstSeq, p.LastSeq)
+	}
+	if p.Count == 0 {
+		return nil
+	}
+	head, err := log.HeadAt(ctx, log.Shards.Position(p.Part, p.LastSeq))
+	if err != nil {
+		return fmt.Errorf("archive: part %d: %w", p.Part, err)
+	}
+	return sameHead(p, head)
+}
+
+// sameHead returns nil when head, the live log's chain head at p's last
+// event, is the one p recorded.
+func sameHead(p Part, head eventlog.Head) error {
+	if p.Head == nil || head != *p.Head {
+		return fmt.Errorf("%w: part %d: the live chain head at position %d is not the archive's", ErrLiveMismatch, p.Part, head.Pos)
+	}
+	return nil
+}
+
+// CheckRemoval is CheckLive for an epoch whose removal stopped half way
+// (eventlog.RemoveEpoch recorded slot's next sequences and chain heads,
+// and may have deleted some of its streams): m must hold exactly the
+// slot's parts, each ending just before its recorded next sequence; a
+// part whose stream is still there must match it as CheckLive checks;
+// a part whose stream is gone (or created again, empty) must end in the
+// chain head the removal recorded for it. An empty part matches only a
+// stream that never held an event. A removal recorded without heads (by
+// an older taskledger) cannot vouch for a gone stream's events: that is
+// an error, and a running node finishes the removal by itself. Errors
+// wrap ErrLiveMismatch or ErrNotSealed, or are the reads'.
+func CheckRemoval(ctx context.Context, log eventlog.Log, m Manifest, slot eventlog.Slot, parts []int) error {
+	log = log.WithDefaults()
+	if m.Stream != log.Stream || m.Subjects != log.Subjects.Root || m.Layout() != (events.Shards{K: max(log.Shards.K, 1), Slots: log.Shards.Slots}) {
+		return fmt.Errorf("%w: the archive is of stream %s on %s with %+v, the log is %s on %s with %+v", ErrLiveMismatch,
+			m.Stream, m.Subjects, m.Layout(), log.Stream, log.Subjects.Root, log.Shards)
+	}
+	next := slot.NextSeqs
+	if len(m.Parts) != len(parts) || len(next) != len(parts) {
+		return fmt.Errorf("%w: the archive holds %d parts, the epoch %d", ErrLiveMismatch, len(m.Parts), len(parts))
+	}
+	for i, p := range m.Parts {
+		switch {
+		case p.Part != parts[i]:
+			return fmt.Errorf("%w: the archive holds part %d, the epoch part %d", ErrLiveMismatch, p.Part, parts[i])
+		case p.Count > 0 && p.LastSeq+1 != next[i], p.Count == 0 && next[i] > 1:
+			return fmt.Errorf("%w: the archive's part %d ends at sequence %d, the removal in progress recorded %d as the next: not this removal's archive (a running node finishes a removal by itself)",
+				ErrLiveMismatch, p.Part, p.LastSeq, next[i])
+		}
+		s, err := log.JS.Stream(ctx, p.Stream)
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("archive: part %d: stream %s: %w", p.Part, p.Stream, err)
+		}
+		if err == nil && s.CachedInfo().Config.Sealed {
+			if err := checkSealedPart(ctx, log, s.CachedInfo(), p); err != nil {
+				return err
+			}
+			continue
+		}
+		// The removal deleted this stream (and may have created it
+		// again, empty, from next[i]): only its recorded head is left.
+		if err == nil {
+			if st := s.CachedInfo().State; st.Msgs != 0 || max(s.CachedInfo().Config.FirstSeq, 1) != next[i] {
+				return fmt.Errorf("%w: part %d: stream %s is not sealed, and not the empty one the removal creates from sequence %d", ErrLiveMismatch, p.Part, p.Stream, next[i])
+			}
 		}
 		if p.Count == 0 {
 			continue
 		}
-		head, err := log.HeadAt(ctx, log.Shards.Position(p.Part, p.LastSeq))
-		if err != nil {
-			return fmt.Errorf("archive: part %d: %w", p.Part, err)
+		if len(slot.Heads) != len(parts) {
+			return fmt.Errorf("%w: part %d: stream %s is removed and the removal in progress recorded no chain heads, so its events cannot be checked against the archive (a running node finishes a removal by itself)",
+				ErrLiveMismatch, p.Part, p.Stream)
 		}
-		if p.Head == nil || head != *p.Head {
-			return fmt.Errorf("%w: part %d: the live chain head at position %d is not the archive's", ErrLiveMismatch, p.Part, head.Pos)
+		if err := sameHead(p, slot.Heads[i]); err != nil {
+			return err
 		}
 	}
 	return nil

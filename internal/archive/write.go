@@ -149,9 +149,9 @@ type partWriter struct {
 // description.
 func (w *partWriter) write(ctx context.Context, p int, info *jetstream.StreamInfo) (Part, error) {
 	pm := Part{Part: p, Stream: info.Config.Name, File: fileName(p)}
-	f, err := os.Create(filepath.Join(w.dir, pm.File))
+	f, err := CreateFile(filepath.Join(w.dir, pm.File))
 	if err != nil {
-		return Part{}, fmt.Errorf("archive: %w", err)
+		return Part{}, err
 	}
 	defer f.Close()
 	sum := sha256.New()
@@ -231,10 +231,29 @@ func (c *countingWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-func writeSynced(path string, data []byte) error {
-	f, err := os.Create(path)
+// FileMode is the mode of every file of an archive: it holds every
+// tenant's events, for the operator's user alone. The directory is 0700.
+const FileMode = 0o600
+
+// CreateFile creates (or truncates) the archive file path with FileMode,
+// whatever the umask and whatever mode a file already there had.
+func CreateFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, FileMode)
+	if err == nil {
+		if err = f.Chmod(FileMode); err != nil {
+			f.Close()
+		}
+	}
 	if err != nil {
-		return fmt.Errorf("archive: %w", err)
+		return nil, fmt.Errorf("archive: %w", err)
+	}
+	return f, nil
+}
+
+func writeSynced(path string, data []byte) error {
+	f, err := CreateFile(path)
+	if err != nil {
+		return err
 	}
 	defer f.Close()
 	if _, err := f.Write(data); err != nil {

@@ -40,6 +40,12 @@ type Slot struct {
 	// NextSeqs are, for a free slot whose epoch was removed, the first
 	// stream sequence of each shard's new stream: positions never repeat.
 	NextSeqs []uint64 `json:"nextSeqs,omitempty"`
+	// Heads are, for a sealed slot being removed, the chain head at each
+	// shard's last event (the zero Head for a shard without one),
+	// recorded with NextSeqs before any stream is deleted: what a removal
+	// finished later checks an archive's content against once a stream
+	// is gone.
+	Heads []Head `json:"heads,omitempty"`
 }
 
 // Epochs is the state of the epoch slots, kept in the log's metadata.
@@ -227,10 +233,16 @@ func RemoveEpoch(ctx context.Context, log Log, n int64) error {
 	next := e.Slots[slot].NextSeqs
 	if next == nil {
 		next = make([]uint64, len(parts))
+		heads := make([]Head, len(parts))
 		for i, part := range parts {
 			last, err := log.lastOf(ctx, part)
 			if err != nil {
 				return err
+			}
+			if last != 0 {
+				if heads[i], err = log.HeadAt(ctx, last); err != nil {
+					return err
+				}
 			}
 			// An empty stream has no last event (lastOf is 0) but may
 			// start past 1, its slot's earlier epoch having been removed:
@@ -256,7 +268,7 @@ func RemoveEpoch(ctx context.Context, log Log, n int64) error {
 				next = s.NextSeqs
 				return false
 			default:
-				s.NextSeqs = next
+				s.NextSeqs, s.Heads = next, heads
 				return true
 			}
 		}); err != nil {

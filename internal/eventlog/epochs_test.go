@@ -2,9 +2,13 @@ package eventlog_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/taskledger/taskledger/internal/eventlog"
 	"github.com/taskledger/taskledger/internal/store"
@@ -93,6 +97,83 @@ func TestRemoveEpochAfterACrash(t *testing.T) {
 	for _, part := range shards.SlotParts(0) {
 		if want := shards.Position(part, lasts[part]); lasts[part] > 0 && positions[part] != want {
 			t.Fatalf("part %d's last position %d after the removal, want %d", part, positions[part], want)
+		}
+	}
+}
+
+// TestRemoveEpochRecordsHeads: before it deletes any stream, RemoveEpoch
+// records with the next sequences the chain head at each of the slot's
+// shards' last events (the zero Head for an empty one), which a removal
+// finished later checks an archive against (archive.CheckRemoval).
+func TestRemoveEpochRecordsHeads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nc, ns := testnats.Conn(t), testnats.NewNamespace(t)
+	st, err := store.Open(ctx, nc, store.Config{Stream: ns.Stream, Subjects: ns.Subjects, Shards: 3, EpochSlots: 2, EpochPeriod: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	schedule(t, st)
+	shards, js := st.Shards(), st.JetStream()
+	n0 := st.Epochs().Slots[0].Epoch
+	openEpoch(t, st, ns.Stream, 1, n0+1)
+	if err := eventlog.SealSlot(ctx, js, ns.Stream, shards, 0, n0); err != nil {
+		t.Fatal(err)
+	}
+	var want []eventlog.Head
+	empty := 0
+	for _, part := range shards.SlotParts(0) {
+		s, err := js.Stream(ctx, shards.Stream(ns.Stream, part))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var head eventlog.Head
+		if last := s.CachedInfo().State.LastSeq; last > 0 {
+			if head, err = st.Log().HeadAt(ctx, shards.Position(part, last)); err != nil || head.Pos == 0 {
+				t.Fatalf("head of part %d: %+v %v", part, head, err)
+			}
+		} else {
+			empty++
+		}
+		want = append(want, head)
+	}
+	if empty == 0 || empty == len(want) {
+		t.Fatalf("%d of %d parts empty: want both kinds", empty, len(want))
+	}
+	kv, err := js.KeyValue(ctx, eventlog.MetaBucket(ns.Stream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := kv.Watch(ctx, "epochs", jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if err := eventlog.RemoveEpoch(ctx, st.Log(), n0); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case entry := <-w.Updates():
+			var e eventlog.Epochs
+			if err := json.Unmarshal(entry.Value(), &e); err != nil {
+				t.Fatal(err)
+			}
+			s := e.Slots[0]
+			if s.State == eventlog.SlotFree {
+				t.Fatalf("the slot was freed without heads recorded before: %+v", s)
+			}
+			if s.NextSeqs == nil {
+				continue
+			}
+			if !reflect.DeepEqual(s.Heads, want) {
+				t.Fatalf("recorded heads %+v, want %+v", s.Heads, want)
+			}
+			return
+		case <-timeout:
+			t.Fatal("no update of the epochs entry recorded the removal")
 		}
 	}
 }

@@ -30,11 +30,14 @@ import (
 //     RFC 8259 §8.1); it is never stored with its bytes replaced. An
 //     escaped lone surrogate ("\ud800") is valid JSON text: encoding/json
 //     turns it into U+FFFD, which is stored and returned as valid JSON.
-//   - The Content-Type of a request is not checked (README's `curl -d`
-//     sends application/x-www-form-urlencoded; fetch sends text/plain),
-//     but a non-safe cross-origin browser request (Sec-Fetch-Site or an
-//     Origin that is not the Host) is a 403: a web page must not be able
-//     to drive a server that runs without an auth file.
+//   - A request with a body must say it is JSON (Content-Type:
+//     application/json, charset utf-8 if any): anything else, or none, is
+//     a 415, so an HTML form (which always sends its own type) or a
+//     fetch with a text/plain body cannot post. A request with neither a
+//     body nor a Content-Type is served (curl -XPOST). And a non-safe
+//     cross-origin browser request (Sec-Fetch-Site or an Origin that is
+//     not the Host) is a 403: a web page must not be able to drive a
+//     server that runs without an auth file.
 //   - A NUL byte sent raw in the request line never reaches the API:
 //     net/http refuses it with a 400, rewritten to the JSON error shape
 //     (listen.go).
@@ -242,13 +245,25 @@ func TestAbuseRefusedChangeNothing(t *testing.T) {
 	invalid("RunAtNumber", http.MethodPost, tasks, `{"runAt":1700000000}`)
 	invalid("RunAtYear10000", http.MethodPost, tasks, `{"runAt":"10000-01-01T00:00:00Z"}`)
 
-	// Content types: a real multipart body is not JSON; and a browser
-	// on another origin is refused whatever it sends.
+	// Content types: a body that is not declared JSON is a 415, however
+	// JSON it looks; and a browser on another origin is refused whatever
+	// it sends.
 	multipart := "--XyZ\r\nContent-Disposition: form-data; name=\"queue\"\r\n\r\nabuse\r\n--XyZ--\r\n"
+	unsupported := []int{http.StatusUnsupportedMediaType}
 	add(abuseCase{name: "MultipartBody", method: http.MethodPost, path: tasks, body: []byte(multipart),
-		header: map[string]string{"Content-Type": "multipart/form-data; boundary=XyZ"}, statuses: bad, code: "invalid_argument"})
+		header: map[string]string{"Content-Type": "multipart/form-data; boundary=XyZ"}, statuses: unsupported, code: "unsupported_media_type"})
 	add(abuseCase{name: "FormBody", method: http.MethodPost, path: tasks, body: []byte("queue=abuse&repo=x"),
-		header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, statuses: bad, code: "invalid_argument"})
+		header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, statuses: unsupported, code: "unsupported_media_type"})
+	for name, ct := range map[string]string{
+		"TextPlainJSON": "text/plain;charset=UTF-8", "NoContentType": "", "Latin1JSON": "application/json; charset=iso-8859-1",
+		"JSONWithParameter": "application/json; boundary=x", "MalformedType": "application/json; charset", "JSONSuffix": "application/jsonx",
+		"ProblemJSON": "application/problem+json",
+	} {
+		add(abuseCase{name: "ContentType" + name, method: http.MethodPost, path: tasks, body: []byte(`{"queue":"abuse"}`),
+			header: map[string]string{"Content-Type": ct}, statuses: unsupported, code: "unsupported_media_type"})
+	}
+	add(abuseCase{name: "ContentTypeFormWithoutBody", method: http.MethodPost, path: qp + "/cancel",
+		header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, statuses: unsupported, code: "unsupported_media_type"})
 	jsonish := []byte(`{"queue":"abuse","message":{"content":[{"type":"text","text":"from evil.example"}]}}`)
 	forbidden := []int{http.StatusForbidden}
 	for _, route := range []struct{ name, path string }{
@@ -397,15 +412,20 @@ func TestAbuseAcceptedEdgeCases(t *testing.T) {
 		}
 	})
 
-	t.Run("ContentTypeIsNotChecked", func(t *testing.T) {
-		// Non-browser clients (curl -d, fetch with a string body) send
-		// other content types; the body is JSON whatever they say.
-		for i, ct := range []string{"text/plain;charset=UTF-8", "application/x-www-form-urlencoded", "", "multipart/form-data; boundary=x", "application/json; charset=utf-8"} {
+	t.Run("JSONContentTypes", func(t *testing.T) {
+		// JSON in any spelling net/http's mime parser takes, with a
+		// charset of utf-8 or none.
+		for i, ct := range []string{"application/json", "application/json; charset=utf-8", "Application/JSON;Charset=UTF-8", "application/json ; charset=\"utf-8\""} {
 			body := fmt.Sprintf(`{"queue":"edge","requestId":"ct-%d"}`, i)
 			a := abuseDo(t, b, http.MethodPost, "/v1/tasks", []byte(body), map[string]string{"Content-Type": ct})
 			if a.status != http.StatusCreated {
 				t.Fatalf("content type %q: %d %s, want 201", ct, a.status, a.body)
 			}
+		}
+		// A request without a body needs no Content-Type.
+		task := mustSchedule(t, b, api.ScheduleRequest{Queue: "edge"})
+		if a := abuseDo(t, b, http.MethodPost, "/v1/tasks/"+task.ID+"/cancel", nil, map[string]string{"Content-Type": ""}); a.status != http.StatusOK {
+			t.Fatalf("a body-less cancel without Content-Type: %d %s, want 200", a.status, a.body)
 		}
 		// A browser on the server's own origin is not refused.
 		for i, h := range []map[string]string{
@@ -521,6 +541,9 @@ func TestAbuseInFlightLimit(t *testing.T) {
 					path = "/v1/tasks"
 				}
 				req, _ := http.NewRequestWithContext(ctx, method, b.url+path, strings.NewReader(body))
+				if body != "" {
+					req.Header.Set("Content-Type", "application/json")
+				}
 				resp, err := b.client.HTTP.Do(req)
 				if err != nil {
 					answers <- rawAnswer{status: -1, body: []byte(err.Error())}

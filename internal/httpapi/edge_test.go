@@ -442,7 +442,7 @@ func TestEdgeBodyMemory(t *testing.T) {
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(time.Minute))
-	fmt.Fprintf(conn, "POST /v1/tasks/batch HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", api.MaxBatchBodyBytes)
+	fmt.Fprintf(conn, "POST /v1/tasks/batch HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", api.MaxBatchBodyBytes)
 	r := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(r, nil)
 	if err != nil || resp.StatusCode != http.StatusContinue {

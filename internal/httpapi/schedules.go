@@ -166,5 +166,5 @@ func (h *handler) scheduleHistory(w http.ResponseWriter, r *http.Request, p serv
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.History{Events: entries})
+	writeJSON(w, http.StatusOK, api.History{Events: forCaller(p, entries)})
 }

@@ -119,6 +119,11 @@ type ServerConfig struct {
 	MaxBodyMemory int64
 	// Streams bounds the event streams of GET /v1/events/stream.
 	Streams StreamLimits
+	// CursorKey (32 bytes, eventlog.CursorKey) seals the event stream's
+	// resume tokens for customer tokens (cursorSeal); every process of a
+	// log must share it. Nil: a random key, whose tokens only this
+	// handler opens.
+	CursorKey []byte
 	// Durable, if set, returns once every write acknowledged before the
 	// call is on stable storage (broker.Embedded.Sync). The answer to
 	// every request that may write (any method but GET, HEAD and OPTIONS)
@@ -164,7 +169,11 @@ func NewHandler(cfg ServerConfig) (http.Handler, error) {
 	if err := cfg.Streams.withDefaults(); err != nil {
 		return nil, err
 	}
-	h := &handler{ServerConfig: cfg, bodies: &bodyBudget{limit: cfg.MaxBodyMemory}, openapi: openapi,
+	cursors, err := newCursorSeal(cfg.CursorKey)
+	if err != nil {
+		return nil, err
+	}
+	h := &handler{ServerConfig: cfg, bodies: &bodyBudget{limit: cfg.MaxBodyMemory}, openapi: openapi, cursors: cursors,
 		streams: &streams{perCustomer: make(map[string]int), max: cfg.Streams.Max, maxCustomer: cfg.Streams.MaxPerCustomer}}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -207,12 +216,20 @@ func metricsRoute(g prometheus.Gatherer) http.Handler {
 
 // MetricsHandler serves only GET /metrics of g, to anyone who reaches it:
 // for a listener of its own on a private address, apart from the API.
-// Every other path is a JSON 404.
-func MetricsHandler(g prometheus.Gatherer) http.Handler {
+// Every other path is a JSON 404. Against DNS rebinding it serves only a
+// Host that is an IP address, localhost, or one of hosts (names without
+// a port); any other is 403.
+func MetricsHandler(g prometheus.Gatherer, hosts []string) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metricsRoute(g))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { writeError(w, noRoute(r)) })
-	return mux
+	policy := metricsHosts(hosts)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		secureHeaders(w.Header())
+		if !policy.refuse(w, r) {
+			mux.ServeHTTP(w, r)
+		}
+	})
 }
 
 type handler struct {
@@ -221,6 +238,7 @@ type handler struct {
 	bodies  *bodyBudget
 	openapi []byte // docs/openapi.yaml as JSON
 	streams *streams
+	cursors *cursorSeal
 }
 
 // orDefault sets *v to def when it is zero.
@@ -364,6 +382,13 @@ func (h *handler) route(limit int64, slot bool, next principalHandler) http.Hand
 	return func(w http.ResponseWriter, r *http.Request) {
 		p, err := h.principal(r)
 		if err == nil {
+			if err = checkContentType(r); err != nil {
+				// The body is not read: net/http would wait for it to
+				// discard it, with no deadline set yet.
+				w.Header().Set("Connection", "close")
+			}
+		}
+		if err == nil {
 			var held int64
 			held, err = h.readBody(w, r, limit)
 			defer h.bodies.release(held)
@@ -416,15 +441,15 @@ func (h *handler) operatorOnly(r *http.Request) error {
 	return err
 }
 
-// guard refuses, before any route runs, a request for a Host that is not
-// loopback when there are no tokens (a DNS-rebinding page would otherwise
-// act as the operator), and a path that is not canonical (net/http's
-// mux would redirect it, keeping method and body).
+// guard sets the headers of every answer (secureHeaders) and refuses,
+// before any route runs, a request for a Host that is not loopback when
+// there are no tokens (a DNS-rebinding page would otherwise act as the
+// operator), and a path that is not canonical (net/http's mux would
+// redirect it, keeping method and body).
 func (h *handler) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h.Tokens == nil && !loopbackHostPort(r.Host) {
-			writeError(w, api.ErrForbidden.WithMessage(fmt.Sprintf(
-				"Host %q is not a loopback name or address: a server without --auth-file serves only localhost, 127.0.0.0/8 and ::1", r.Host)))
+		secureHeaders(w.Header())
+		if h.Tokens == nil && apiHosts.refuse(w, r) {
 			return
 		}
 		if p := r.URL.Path; p != canonicalPath(p) {
@@ -457,15 +482,6 @@ func LoopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// loopbackHostPort is LoopbackHost for a Host header, with or without
-// a port.
-func loopbackHostPort(hostport string) bool {
-	if host, _, err := net.SplitHostPort(hostport); err == nil {
-		return LoopbackHost(host)
-	}
-	return LoopbackHost(hostport)
 }
 
 // recoverer turns a panic in a handler into a 500 with a JSON body.
@@ -877,7 +893,7 @@ func (h *handler) history(w http.ResponseWriter, r *http.Request, p service.Prin
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.History{Events: entries})
+	writeJSON(w, http.StatusOK, api.History{Events: forCaller(p, entries)})
 }
 
 func (h *handler) tree(w http.ResponseWriter, r *http.Request, p service.Principal) {
@@ -919,7 +935,7 @@ func (h *handler) customerEvents(w http.ResponseWriter, r *http.Request, p servi
 	started := false
 	err := h.Service.CustomerTimeline(r.Context(), p, customerID, since, func(e api.Event) error {
 		started = true
-		return enc.Encode(e)
+		return enc.Encode(forCaller(p, []api.Event{e})[0])
 	})
 	if err != nil && !started {
 		h.fail(w, r, err)

@@ -2,7 +2,9 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"maps"
+	"net/http"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -162,14 +164,37 @@ func TestStatsKeysSchedulesAlarm(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var stats api.Stats
+	var stats, opStats api.Stats
 	eventually(t, "the key's holder, the run's status and the alarm's lateness in the stats", func() bool {
 		if stats, err = a.Stats(ctx); err != nil {
 			t.Fatal(err)
 		}
+		if opStats, err = op.Stats(ctx); err != nil {
+			t.Fatal(err)
+		}
 		return len(stats.Keys) == 1 && stats.Keys[0].Holders == 1 && len(stats.Schedules) == 2 &&
-			stats.Schedules[0].LastRun != nil && stats.Schedules[0].LastRun.Status == "canceled" && stats.Alarm.Lateness.Samples > 0
+			stats.Schedules[0].LastRun != nil && stats.Schedules[0].LastRun.Status == "canceled" && opStats.Alarm.Lateness.Samples > 0
 	})
+	// The log's and the process's figures are the operator's alone: a
+	// customer's answer holds its own rows and nothing global.
+	for token, want := range map[string][]string{
+		"tok-a":  {"at", "caughtUp", "keys", "queues", "schedules"},
+		"tok-op": {"alarm", "applied", "at", "caughtUp", "keys", "lag", "lastSeq", "partitions", "queues", "schedules"},
+	} {
+		raw := authDo(t, b, "Bearer "+token, http.MethodGet, "/v1/stats", "")
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(raw.body, &fields); err != nil || raw.status != http.StatusOK {
+			t.Fatalf("%s: %d %s", token, raw.status, raw.body)
+		}
+		got := slices.Sorted(maps.Keys(fields))
+		if !slices.Equal(got, want) {
+			t.Errorf("%s sees the fields %v, want %v", token, got, want)
+		}
+	}
+	if stats.Applied != 0 || stats.LastSeq != 0 || stats.Alarm.Lateness.Samples != 0 || stats.Partitions != nil || stats.Epochs != nil {
+		t.Errorf("a customer's stats hold global figures: %+v", stats)
+	}
+	stats.Alarm = opStats.Alarm
 	if k := stats.Keys[0]; k != (api.KeyStats{CustomerID: "A", Key: "repo:a", Limit: 1, Holders: 1, Waiting: 2}) {
 		t.Errorf("A's key: %+v", k)
 	}

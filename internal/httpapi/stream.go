@@ -156,18 +156,25 @@ func streamArgs(r *http.Request) (f service.StreamFilter, after string, err erro
 	return f, after, nil
 }
 
-// streamCursor returns the cursor a stream starts from: the one token
-// names, or with none the log's end (live only: from the next event
-// stored).
-func (h *handler) streamCursor(r *http.Request, token string) (service.Cursor, error) {
+// streamCursor returns the cursor a stream of p starts from: the one
+// token names (sealed for a customer, cursorSeal), or with none the
+// log's end (live only: from the next event stored).
+func (h *handler) streamCursor(r *http.Request, p service.Principal, token string) (service.Cursor, error) {
 	if token == "" {
 		return h.Service.LiveCursor(r.Context())
 	}
-	c, ok := h.Service.ParseCursor(token)
+	plain, ok := h.cursors.open(p, token)
+	var c service.Cursor
+	if ok {
+		c, ok = h.Service.ParseCursor(plain)
+	}
 	if !ok {
 		name := "after"
 		if r.Header.Get("Last-Event-ID") != "" {
 			name = "Last-Event-ID"
+		}
+		if !p.IsOperator() {
+			return nil, invalidArg("%s must be 0 or the id of an event this stream sent this customer", name)
 		}
 		return nil, invalidArg("%s must be %s", name, h.Service.CursorForm())
 	}
@@ -184,7 +191,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p service.Princ
 		h.fail(w, r, err)
 		return
 	}
-	after, err := h.streamCursor(r, token)
+	after, err := h.streamCursor(r, p, token)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -196,7 +203,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p service.Princ
 		}
 		return h.Service.Stream(ctx, p, f, after, func(ev api.Event, at service.Cursor) error {
 			token := h.Service.CursorToken(at)
-			b, err := sseEvent(ev, token)
+			b, err := h.sseEvent(p, ev, token)
 			if err != nil {
 				return err
 			}
@@ -206,6 +213,9 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, p service.Princ
 					"the client read too slowly: %d events (%d bytes) not taken", full.n, full.bytes)}
 				if len(at) > 1 {
 					o.Cursor = lastToken
+				}
+				if !p.IsOperator() {
+					o.After, o.Cursor = 0, h.cursors.seal(p, lastToken)
 				}
 				return &overflowError{o}
 			}
@@ -327,10 +337,16 @@ func (h *handler) serveSSE(w http.ResponseWriter, r *http.Request, p service.Pri
 	}
 }
 
-// sseEvent is the Server-Sent Events message of e; token is the resume
-// token after it, its id (on a sharded log also its cursor: with one
-// shard the token is its sequence).
-func sseEvent(e api.Event, token string) ([]byte, error) {
+// sseEvent is the Server-Sent Events message of e for p; token is the
+// resume token after it, its id (on a sharded log also its cursor: with
+// one shard the token is its sequence). A customer's id is the token
+// sealed (cursorSeal), also its cursor, and its Seq is left out
+// (forCaller).
+func (h *handler) sseEvent(p service.Principal, e api.Event, token string) ([]byte, error) {
+	if !p.IsOperator() {
+		token = h.cursors.seal(p, token)
+		e = forCaller(p, []api.Event{e})[0]
+	}
 	if token != strconv.FormatUint(e.Seq, 10) {
 		e.Cursor = token
 	}
@@ -382,7 +398,26 @@ func (h *handler) stats(w http.ResponseWriter, r *http.Request, p service.Princi
 		}
 		out.Schedules = append(out.Schedules, row)
 	}
+	if !p.IsOperator() {
+		writeJSON(w, http.StatusOK, customerStats{At: out.At, CaughtUp: out.CaughtUp, Queues: out.Queues,
+			Keys: out.Keys, KeysTruncated: out.KeysTruncated, Schedules: out.Schedules, SchedulesTruncated: out.SchedulesTruncated})
+		return
+	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// customerStats is GET /v1/stats for a customer token: the rows of its
+// own queues, keys and schedules, and none of the log's or the process's
+// figures (applied, lastSeq, lag, alarm, partitions, epochs), which tell
+// how much every tenant does. It decodes as an api.Stats with those zero.
+type customerStats struct {
+	At                 time.Time           `json:"at"`
+	CaughtUp           bool                `json:"caughtUp"`
+	Queues             []api.QueueStats    `json:"queues"`
+	Keys               []api.KeyStats      `json:"keys"`
+	KeysTruncated      bool                `json:"keysTruncated,omitempty"`
+	Schedules          []api.ScheduleStats `json:"schedules"`
+	SchedulesTruncated bool                `json:"schedulesTruncated,omitempty"`
 }
 
 // alarmStats renders the alarm's recent lateness; no samples without.

@@ -331,6 +331,9 @@ func (e *env) viaHTTP(t *testing.T, token, method, path string, body []byte) raw
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	if len(body) > 0 { // as the API over NATS does for a body
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -148,6 +148,10 @@ type Config struct {
 	// with a warning in /readyz. Without it New refuses such a log
 	// (serve --allow-empty-log).
 	AllowEmptyLog bool
+
+	// cursorKey seals customers' stream resume tokens
+	// (httpapi.ServerConfig.CursorKey); New reads it from the log.
+	cursorKey []byte
 }
 
 // Committer makes acknowledged writes durable in shared fsyncs.
@@ -259,6 +263,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		Stream: cfg.Stream, Replicas: cfg.Replicas, Timeout: cfg.WriteTimeout,
 	})
 	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	if cfg.cursorKey, err = eventlog.CursorKey(ctx, st.JetStream(), cfg.Stream); err != nil {
 		st.Close()
 		return nil, err
 	}
@@ -382,7 +390,7 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 	n := &Node{cfg: cfg, Store: st, Engine: eng, Service: svc, Leases: leases, alarm: alarm, errorLog: errorLog}
 	httpCfg := httpapi.ServerConfig{
 		Service: svc, Ready: eng, Health: n, Lateness: func() api.AlarmStats { return alarmStats(lateness) }, Partitions: partitions, Epochs: epochStats(st, cfg.EpochPeriod), Tokens: cfg.Tokens, TokenNames: cfg.TokenNames, Gatherer: cfg.Registry, Registerer: cfg.Registry, Logger: cfg.Logger, ErrorLog: errorLog,
-		MaxInFlight: cfg.MaxInFlight, BodyTimeout: cfg.BodyTimeout, MaxBodyMemory: cfg.MaxBodyMemory, Streams: cfg.Streams,
+		MaxInFlight: cfg.MaxInFlight, BodyTimeout: cfg.BodyTimeout, MaxBodyMemory: cfg.MaxBodyMemory, Streams: cfg.Streams, CursorKey: cfg.cursorKey,
 	}
 	if cfg.Durable != nil {
 		httpCfg.Durable = cfg.Durable.Sync
@@ -412,8 +420,11 @@ func build(cfg Config, st *store.Store, runs *store.Runs, pcfg projections.Confi
 }
 
 // Metrics serves GET /metrics of the node's registry without a token, for
-// a separate listener (serve --metrics-http).
-func (n *Node) Metrics() http.Handler { return httpapi.MetricsHandler(n.cfg.Registry) }
+// a separate listener (serve --metrics-http), to a Host that is an IP
+// address, localhost or one of hosts (httpapi.MetricsHandler).
+func (n *Node) Metrics(hosts []string) http.Handler {
+	return httpapi.MetricsHandler(n.cfg.Registry, hosts)
+}
 
 // Run runs the projection engine and, once it has caught up with the log,
 // the leases and the alarm, until ctx ends: then the alarm stops first,

@@ -135,7 +135,7 @@ export class Live {
     this.listeners = new Set();
     this.onState = onState;
     this.lastSeq = 0;
-    this.lastID = ""; // the resume token: lastSeq, or a sharded log's "41-17-30"
+    this.lastID = ""; // the resume token: lastSeq, a sharded log's "41-17-30", or a customer's opaque one
     this.abort = null;
   }
   subscribe(fn) { this.listeners.add(fn); return () => this.listeners.delete(fn); }
@@ -176,7 +176,8 @@ export class Live {
 
   /** dispatch hands one message to the listeners, unless its id is one
    * already seen. On a sharded log the id is a token of one sequence a
-   * shard, which a reconnect resumes from exactly. */
+   * shard, and for a customer token an opaque token, which a reconnect
+   * resumes from exactly. */
   dispatch(id, data) {
     if (/^[0-9]+$/.test(id)) {
       const seq = Number(id);

@@ -71,7 +71,7 @@ function overviewPage() {
       card("oldest", oldest ? link({ status: "queued", queue: oldest.queue, customerId: oldest.customerId }, seconds(oldest.oldestQueuedSeconds)) : "—", "oldest queued"),
       stats ? card("claims", rate(rows, "claims"), "claims/s, last minute", spark("claims", "claims per second")) : null,
       stats ? card("results", rate(rows, "results"), "results/s, last minute", spark("results", "results per second")) : null,
-      stats ? card("lag", String(stats.lag), "projection lag (events)") : null,
+      stats?.lag !== undefined ? card("lag", String(stats.lag), "projection lag (events)") : null, // the operator's alone
       late ? card("lateness", late.samples ? millis(late.p99Seconds) : "—", "alarm lateness p99, 5 min",
         el("div", { class: "muted" }, late.samples ? `p50 ${millis(late.p50Seconds)} · max ${millis(late.maxSeconds)} · ${late.samples} actions` : "no timer fired")) : null,
       stats ? card("rejections", String(rows.reduce((n, r) => n + (r.rejections || 0), 0)), "admission rejections") : null,
@@ -417,12 +417,19 @@ function taskPage(id) {
 
 // ---- routing ----
 
+/** decode is decodeURIComponent for text from the URL, which the user
+ * may have typed or pasted: a malformed escape (a stray "%") is kept as
+ * it is instead of throwing. */
+function decode(s) {
+  try { return decodeURIComponent(s); } catch { return s; }
+}
+
 async function route() {
   page?.stop();
   const [path, qs] = location.hash.replace(/^#/, "").split("?");
   const query = new URLSearchParams(qs || "");
   for (const a of document.querySelectorAll("nav a")) a.removeAttribute("aria-current");
-  if (path.startsWith("/task/")) page = taskPage(decodeURIComponent(path.slice(6)));
+  if (path.startsWith("/task/")) page = taskPage(decode(path.slice(6)));
   else if (path === "/tasks") page = tasksPage(query);
   else if (path === "/schedules" && feats.schedules) page = schedulesPage(main);
   else if (path === "/concurrency" && feats.concurrency) page = concurrencyPage(main);
@@ -434,8 +441,10 @@ async function route() {
 }
 
 async function show(p) {
+  const shown = page; // a later route may replace it while p runs
   try { await p; } catch (e) {
     if (e instanceof ApiError && e.status === 401) { token.clear(); loginPage("That token is not known to the server."); return; }
+    if (page !== shown) return; // the page that failed is gone: its error must not cover the current one
     main.replaceChildren(el("h1", {}, "Error"), el("p", { role: "alert" }, e.message));
   }
 }

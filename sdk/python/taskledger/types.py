@@ -419,7 +419,9 @@ class MailAccepted(Wire):
 
 @dataclass
 class Event(Wire):
-    """One entry of a task's history."""
+    """One entry of a task's history. ``seq`` is the event's log position;
+    0 (left out by the server) for a customer token, whose answers carry
+    no log sequences: the order of a history is the log's."""
 
     seq: int = 0
     id: str = ""

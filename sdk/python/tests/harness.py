@@ -28,11 +28,11 @@ import taskledger  # noqa: E402
 
 T = TypeVar("T")
 
-# Tokens of the auth file.
-OPERATOR = "op-token"
-ACME = "acme-token"
-OTHER = "other-token"
-LIMITED = "limited-token"  # customer "limited": at most one active root task
+# Tokens of the auth file: serve refuses one shorter than 32 characters.
+OPERATOR = "op-token-0123456789abcdef01234567"
+ACME = "acme-token-0123456789abcdef012345"
+OTHER = "other-token-0123456789abcdef01234"
+LIMITED = "limited-token-0123456789abcdef012"  # customer "limited": at most one active root task
 MAX_DEPTH = 3  # --max-lineage-depth
 
 _bin: str | None = None
@@ -96,7 +96,8 @@ class Server:
     def __init__(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="serve-", dir=_tmp)
         auth = os.path.join(self.dir, "auth")
-        with open(auth, "w") as f:
+        # serve refuses an auth file its group or others may read.
+        with open(os.open(auth, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             f.write(f"{OPERATOR} *\n{ACME} acme\n{OTHER} other\n{LIMITED} limited\n")
         quota = os.path.join(self.dir, "quota.json")
         with open(quota, "w") as f:
