@@ -179,7 +179,7 @@ func TestStatsKeysSchedulesAlarm(t *testing.T) {
 	// customer's answer holds its own rows and nothing global.
 	for token, want := range map[string][]string{
 		"tok-a":  {"at", "caughtUp", "keys", "queues", "schedules"},
-		"tok-op": {"alarm", "applied", "at", "caughtUp", "keys", "lag", "lastSeq", "partitions", "queues", "schedules"},
+		"tok-op": {"alarm", "applied", "at", "caughtUp", "keys", "lag", "lastSeq", "partitions", "quarantine", "queues", "schedules"},
 	} {
 		raw := authDo(t, b, "Bearer "+token, http.MethodGet, "/v1/stats", "")
 		var fields map[string]json.RawMessage

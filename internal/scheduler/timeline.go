@@ -67,7 +67,7 @@ func quarantinedEntry(c *events.CorruptError) api.Event {
 	reason := c.Err.Error()
 	return api.Event{
 		Seq: uint64(c.Pos), TaskID: c.TaskID(), Type: api.EventQuarantined, At: c.At.UTC(),
-		Detail: fmt.Sprintf("the log's message at seq %d does not decode and was skipped (quarantined): %s", c.Pos, reason),
+		Detail: "a message of the log that does not decode was skipped (quarantined): " + reason,
 		Data:   api.QuarantinedData{Reason: reason},
 	}
 }
