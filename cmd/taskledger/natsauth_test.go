@@ -43,9 +43,9 @@ type securedServe struct {
 }
 
 const (
-	natsTokA  = "tok-a-0123456789abcdef0123456789abcdef"
-	natsTokB  = "tok-b-0123456789abcdef0123456789abcdef"
-	natsTokOp = "tok-op-0123456789abcdef0123456789abcdef"
+	natsTokA  = "nats-a-0123456789abcdef0123456789abcdef"
+	natsTokB  = "nats-b-0123456789abcdef0123456789abcdef"
+	natsTokOp = "nats-op-0123456789abcdef0123456789abcdef"
 )
 
 func newSecuredServe(t *testing.T) *securedServe {
