@@ -78,7 +78,7 @@ func testQuarantinedMessage(t *testing.T, k int) {
 			ans := authDo(t, b, "Bearer tok-a", r.method, r.path, r.body)
 			requireErrorBody(t, ans, http.StatusInternalServerError, "corrupt_event")
 			var e api.Error
-			if err := json.Unmarshal(ans.body, &e); err != nil || e.Seq != garbage || !strings.Contains(e.Message, fmt.Sprint(garbage)) {
+			if err := json.Unmarshal(ans.body, &e); err != nil || e.Seq != garbage || !strings.Contains(e.Message, fmt.Sprint(garbage)) || strings.Contains(e.Message, ".evt.") {
 				t.Fatalf("%s %s: %s, want seq %d named", r.method, r.path, ans.body, garbage)
 			}
 		}
@@ -94,6 +94,42 @@ func testQuarantinedMessage(t *testing.T, k int) {
 		list, err := a.List(ctx, api.ListOptions{})
 		if err != nil || len(list.Tasks) != 3 {
 			t.Fatalf("list: %d tasks, %v; want all 3", len(list.Tasks), err)
+		}
+	})
+
+	// Another customer's corrupt task is missing, as any of its tasks is:
+	// not corrupt_event naming its seq, subject or customer.
+	t.Run("AnotherCustomerSeesNotFound", func(t *testing.T) {
+		lastSeq := func() uint64 {
+			seq, err := st.LastSeq(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return seq
+		}
+		msgs := lastSeq()
+		for _, r := range []struct{ method, path, body string }{
+			{"GET", "/v1/tasks/" + hurt.ID, ""},
+			{"GET", "/v1/tasks/" + hurt.ID + "/history", ""},
+			{"GET", "/v1/tasks/" + hurt.ID + "/history?tree=1", ""},
+			{"GET", "/v1/tasks/" + hurt.ID + "/tree", ""},
+			{"POST", "/v1/tasks/" + hurt.ID + "/cancel", `{"reason":"stop"}`},
+		} {
+			requireErrorBody(t, authDo(t, b, "Bearer tok-b", r.method, r.path, r.body), http.StatusNotFound, "not_found")
+		}
+		ans := authDo(t, b, "Bearer tok-b", "POST", "/v1/tasks/"+hurt.ID+"/check", `{"deliveryId":"d1"}`)
+		var c api.Check
+		if err := json.Unmarshal(ans.body, &c); err != nil || ans.status != http.StatusOK || !c.ShouldStop || c.Reason != api.ReasonMissing {
+			t.Fatalf("tok-b's check of A's corrupt task: %d %s, want shouldStop with reason missing", ans.status, ans.body)
+		}
+		if got := lastSeq(); got != msgs {
+			t.Fatalf("tok-b's requests appended %d messages to the log, want none (no CheckFailed)", got-msgs)
+		}
+		// The operator is told the seq, never the subject (A's id).
+		ans = authDo(t, b, "Bearer tok-op", "GET", "/v1/tasks/"+hurt.ID, "")
+		requireErrorBody(t, ans, http.StatusInternalServerError, "corrupt_event")
+		if bytes.Contains(ans.body, []byte(".evt.")) {
+			t.Fatalf("operator's corrupt_event names the subject: %s", ans.body)
 		}
 	})
 

@@ -18,12 +18,9 @@ func (s *feed) History(ctx context.Context, p Principal, id string) ([]events.Ev
 		return nil, invalid("task id: %v", err)
 	}
 	evs, err := s.store.History(ctx, id)
-	if err != nil {
-		return nil, s.unavailable(err)
-	}
 	st := aggregate.Replay(evs)
-	if !p.Sees(st) {
-		return nil, fmt.Errorf("%w: %s", aggregate.ErrNotFound, id)
+	if err := s.visible(p, id, st, err); err != nil {
+		return nil, err
 	}
 	return s.withSlots(ctx, st, evs)
 }
