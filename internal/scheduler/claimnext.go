@@ -78,13 +78,15 @@ type ClaimViews interface {
 // ErrAncestorTerminal, the state and events being the cancel's. A
 // lineage so ends lazily, task by task, at its next claim; a claim that
 // raced the ancestor's end and won runs, and its stop check tells it to
-// stop.
+// stop. The cancel expects c's customer and queue as the claim does, so a
+// claim of another tenant's task (a forged notification) writes nothing
+// and fails with aggregate.ErrWrongTenant either way.
 func (s *claims) claim(ctx context.Context, taskID string, c aggregate.Claim) (aggregate.State, []events.Event, error) {
 	id, status, found := s.views.TerminalAncestor(taskID)
 	if !found {
 		return s.store.Execute(ctx, taskID, c.ExecutorID, c)
 	}
-	st, evs, err := s.store.Execute(ctx, taskID, "", aggregate.CancelForAncestor{DeliveryID: c.DeliveryID})
+	st, evs, err := s.store.Execute(ctx, taskID, "", aggregate.CancelForAncestor{DeliveryID: c.DeliveryID, CustomerID: c.CustomerID, Queue: c.Queue})
 	if err != nil {
 		return st, evs, err
 	}
@@ -444,6 +446,9 @@ func (s *claims) Claim(ctx context.Context, p Principal, id, deliveryID, executo
 		return aggregate.State{}, err
 	}
 	c.DeliveryID = deliveryID
+	if !p.IsOperator() {
+		c.CustomerID = p.CustomerID // authorize checks it too; the aggregate decides on the log
+	}
 	crashpoint.Hit(crashpoint.ClaimReceived)
 	if err := s.authorize(ctx, p, id); err != nil {
 		return aggregate.State{}, err
