@@ -6,15 +6,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/node"
+	"github.com/taskledger/taskledger/internal/testlog"
 )
 
 // TestQuarantinedMessage: one undecodable message on a task's subject, as
@@ -35,7 +40,19 @@ func TestQuarantinedMessage(t *testing.T) {
 }
 
 func testQuarantinedMessage(t *testing.T, k int) {
-	b := setup(t, func(c *node.Config) { c.Tokens, c.Shards = tenantTokens, k })
+	var sink testlog.Buffer
+	b := setup(t, func(c *node.Config) {
+		c.Tokens, c.Shards = tenantTokens, k
+		c.Logger = zerolog.New(io.MultiWriter(&sink, zerolog.NewTestWriter(t))).Level(zerolog.WarnLevel)
+	})
+	logged := func(msg string) (n int) {
+		for _, line := range sink.Lines() {
+			if strings.Contains(line, msg) {
+				n++
+			}
+		}
+		return n
+	}
 	a := tokenClient(t, b, "tok-a")
 	ctx := context.Background()
 	st, shards := b.node.Store, b.node.Store.Shards()
@@ -169,6 +186,14 @@ func testQuarantinedMessage(t *testing.T, k int) {
 		}
 	})
 
+	// Each read above passed over the message (GET /v1/events, two
+	// streams): one log line, the later ones counted.
+	t.Run("SkipsLoggedOnce", func(t *testing.T) {
+		if n := logged("skipped a message of the log that does not decode"); n != 1 {
+			t.Fatalf("%d log lines of skips, want 1 (the rest counted)", n)
+		}
+	})
+
 	t.Run("Readyz", func(t *testing.T) {
 		var body struct {
 			Log        string               `json:"log"`
@@ -205,6 +230,52 @@ func testQuarantinedMessage(t *testing.T, k int) {
 		}
 		if bytes.Contains(ans.body, []byte("taskledger_quarantine_skips_total 0")) {
 			t.Fatal("no skip counted")
+		}
+	})
+
+	// A queued task with a garbage message is passed over by the
+	// customer's claims without reading it again (and logged once): the
+	// task behind it is claimed.
+	t.Run("QueuedCorruptTaskPassedOver", func(t *testing.T) {
+		const queue = "poison-claim"
+		queued := func() api.Task {
+			task, _, err := a.Schedule(ctx, api.ScheduleRequest{Queue: queue})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "task "+task.ID+" queued", func() bool {
+				got, err := a.Get(ctx, task.ID)
+				return err == nil && got.Status == "queued"
+			})
+			return task
+		}
+		stuck := queued()
+		loaded, err := st.Load(ctx, stuck.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := loaded.FirstSeq.Part(shards)
+		ack, err := st.JetStream().Publish(ctx, shards.Subjects(st.Subjects(), p).Event("A", stuck.ID), []byte("\xc1 not an event"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.node.Engine.WaitFor(ctx, shards.Position(p, ack.Sequence)); err != nil {
+			t.Fatal(err)
+		}
+		next := queued()
+		const skipped = "claim skipped: the task holds a message of the log that does not decode"
+		before := logged(skipped)
+		got, ok, err := a.ClaimNext(ctx, queue, "w", 5*time.Second)
+		if err != nil || !ok || got.ID != next.ID {
+			t.Fatalf("claims/next past the corrupt task: %s ok %v err %v, want %s", got.ID, ok, err, next.ID)
+		}
+		for range 3 {
+			if got, ok, err := a.ClaimNext(ctx, queue, "w", 100*time.Millisecond); err != nil || ok {
+				t.Fatalf("claims/next with only the corrupt task queued: %s ok %v err %v, want nothing", got.ID, ok, err)
+			}
+		}
+		if n := logged(skipped) - before; n != 1 {
+			t.Fatalf("%d log lines of claims passing over the corrupt task, want 1", n)
 		}
 	})
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/crashpoint"
 	"github.com/taskledger/taskledger/internal/delivery"
+	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/service"
 )
 
@@ -42,6 +43,9 @@ type claims struct {
 	// (Metrics.WrongTenantClaims); logger logs each.
 	wrongTenant interface{ Inc() }
 	logger      zerolog.Logger
+	// repeats logs the claims that pass over a quarantined task, each
+	// task once an interval.
+	repeats *ratelog.Limiter
 }
 
 // claimQueue is the ready queue as claims use it (Config.Delivery).
@@ -290,8 +294,9 @@ func (s *claims) claimQueued(ctx context.Context, p Principal, queue string, c a
 			}
 		case errors.Is(err, aggregate.ErrWrongTenant): // the views disagree with the log: pass it over
 			s.refused(p, queue, cands[i].TaskID, err)
-		case isCorrupt(err): // quarantined: pass it over
-			s.logger.Warn().Err(err).Str("task", cands[i].TaskID).Msg("claim skipped: the task holds a message of the log that does not decode (quarantined)")
+		case isCorrupt(err): // quarantined: pass it over, now and later
+			s.claiming.quarantine(cands[i].TaskID)
+			s.skippedCorrupt(cands[i].TaskID, err)
 		case !errors.Is(err, aggregate.ErrNotClaimable) && !errors.Is(err, aggregate.ErrTokenMismatch) && !errors.Is(err, aggregate.ErrNotFound):
 			errs[i] = s.unavailable(err)
 		}
@@ -303,19 +308,53 @@ func (s *claims) claimQueued(ctx context.Context, p Principal, queue string, c a
 	return nil, errors.Join(errs...)
 }
 
-// claiming holds the tasks this process's claimQueued calls are trying.
+// skippedCorrupt logs a claim that passed over task id, which holds a
+// message of the log that does not decode (err), once an interval.
+func (s *claims) skippedCorrupt(id string, err error) {
+	s.repeats.Log(zerolog.WarnLevel, "claim skip corrupt task "+id,
+		"claim skipped: the task holds a message of the log that does not decode (quarantined)",
+		func(e *zerolog.Event) { e.Err(err).Str("task", id) })
+}
+
+// maxCorruptTasks bounds claiming.corrupt: past it a quarantined task is
+// tried (and passed over) again at each claim that finds it first.
+const maxCorruptTasks = 1024
+
+// claiming holds the tasks this process's claimQueued calls are trying,
+// and the queued tasks a claim found quarantined (corrupt), which no
+// later claim tries again: they would come first in every listing of
+// their queue and never be claimed.
 type claiming struct {
-	mu  sync.Mutex
-	ids map[string]struct{}
+	mu      sync.Mutex
+	ids     map[string]struct{}
+	corrupt map[string]struct{}
+}
+
+// quarantine records that task id cannot be claimed, ever: it holds a
+// message of the log that does not decode. At most maxCorruptTasks are
+// kept.
+func (c *claiming) quarantine(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.corrupt == nil {
+		c.corrupt = make(map[string]struct{})
+	}
+	if len(c.corrupt) < maxCorruptTasks {
+		c.corrupt[id] = struct{}{}
+	}
 }
 
 // reserve returns the candidates list gives when it passes over those
-// already reserved, now reserved; one lock covers both, so two claims
-// never pick the same task.
+// already reserved or quarantined, now reserved; one lock covers both,
+// so two claims never pick the same task.
 func (c *claiming) reserve(list func(skip func(taskID string) bool) []aggregate.State) []aggregate.State {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cands := list(func(id string) bool { _, ok := c.ids[id]; return ok })
+	cands := list(func(id string) bool {
+		_, ok := c.ids[id]
+		_, corrupt := c.corrupt[id]
+		return ok || corrupt
+	})
 	for _, st := range cands {
 		c.ids[st.TaskID] = struct{}{}
 	}
@@ -389,7 +428,8 @@ func (s *claims) claimNotified(ctx context.Context, p Principal, queue string, m
 		settleMsg(msg, jetstream.Msg.Term)
 		return aggregate.State{}, false, nil
 	case isCorrupt(err): // the task cannot be read, now or later: wait on for another
-		s.logger.Warn().Err(err).Str("task", n.TaskID).Msg("claim skipped: the task holds a message of the log that does not decode (quarantined)")
+		s.claiming.quarantine(n.TaskID)
+		s.skippedCorrupt(n.TaskID, err)
 		settleMsg(msg, jetstream.Msg.Term)
 		return aggregate.State{}, false, nil
 	case errors.Is(err, aggregate.ErrNotClaimable), errors.Is(err, aggregate.ErrTokenMismatch), errors.Is(err, aggregate.ErrNotFound):
