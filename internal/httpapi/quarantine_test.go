@@ -131,7 +131,7 @@ func testQuarantinedMessage(t *testing.T, k int) {
 			{"GET", "/v1/tasks/" + hurt.ID + "/history?tree=1", ""},
 			{"GET", "/v1/tasks/" + hurt.ID + "/tree", ""},
 			{"POST", "/v1/tasks/" + hurt.ID + "/cancel", `{"reason":"stop"}`},
-		{"POST", "/v1/tasks", `{"queue":"q","parentId":"` + hurt.ID + `"}`},
+			{"POST", "/v1/tasks", `{"queue":"q","parentId":"` + hurt.ID + `"}`},
 		} {
 			requireErrorBody(t, authDo(t, b, "Bearer tok-b", r.method, r.path, r.body), http.StatusNotFound, "not_found")
 		}
