@@ -41,6 +41,8 @@ func TestDecideClaimLost(t *testing.T) {
 			want: []events.Payload{events.Claimed{DeliveryID: d1, ExecutorID: exec1, Deadline: deadline}}, wantStatus: aggregate.StatusRunning},
 		{name: "ClaimForAnotherCustomer", given: queued, cmd: aggregate.Claim{DeliveryID: d1, ExecutorID: exec1, CustomerID: "cust-2"}, now: claimedAt, wantErr: aggregate.ErrWrongTenant},
 		{name: "ClaimOnAnotherQueue", given: queued, cmd: aggregate.Claim{DeliveryID: d1, ExecutorID: exec1, Queue: "elsewhere"}, now: claimedAt, wantErr: aggregate.ErrWrongTenant},
+		{name: "CancelForAncestorOfAnotherCustomer", given: queued, cmd: aggregate.CancelForAncestor{DeliveryID: d1, CustomerID: "cust-2"}, now: claimedAt, wantErr: aggregate.ErrWrongTenant},
+		{name: "CancelForAncestorOnAnotherQueue", given: queued, cmd: aggregate.CancelForAncestor{DeliveryID: d1, Queue: "elsewhere"}, now: claimedAt, wantErr: aggregate.ErrWrongTenant},
 		{name: "HeartbeatNegative", given: queued, cmd: aggregate.Claim{DeliveryID: d1, ExecutorID: exec1, HeartbeatSeconds: -1}, now: claimedAt, wantErr: aggregate.ErrInvalid},
 		{name: "MissedWithoutAttemptsTimesOut", given: beating, cmd: aggregate.LoseClaim{DeliveryID: d1, Reason: events.ClaimLostHeartbeat}, now: hbDue,
 			want: []events.Payload{events.ClaimLost{DeliveryID: d1, ExecutorID: exec1, Reason: events.ClaimLostHeartbeat}}, wantStatus: aggregate.StatusTimedOut},

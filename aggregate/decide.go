@@ -240,8 +240,10 @@ func (RecordCheckFailed) command() {}
 // with a DeliveryID, its claim, allowed as Claim is (the task released
 // under that token); without, its release, allowed as ReleaseDue is but
 // at any time (scheduled, not released yet). It appends Canceled with
-// reason events.ReasonAncestorTerminal.
-type CancelForAncestor struct{ DeliveryID string }
+// reason events.ReasonAncestorTerminal. CustomerID and Queue, when set,
+// are the claim's (see Claim): a task of another customer or on another
+// queue is ErrWrongTenant.
+type CancelForAncestor struct{ DeliveryID, CustomerID, Queue string }
 
 func (Schedule) command()           {}
 func (Reject) command()             {}
@@ -597,8 +599,8 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 		}
 		return events.MailboxAppended{Index: len(s.MailIDs) + 1, Message: m}, nil
 	case Claim: // on a terminal task too: a claim on anything not queued is not_claimable
-		if s.Exists() && (c.CustomerID != "" && c.CustomerID != s.CustomerID || c.Queue != "" && c.Queue != s.Spec.Queue) {
-			return nil, fmt.Errorf("%w: the claim expects customer %q and queue %q", ErrWrongTenant, c.CustomerID, c.Queue)
+		if err := tenant(s, c.CustomerID, c.Queue); err != nil {
+			return nil, err
 		}
 		if !s.Claimable() {
 			return nil, fmt.Errorf("%w: task is %s", ErrNotClaimable, describe(s))
@@ -628,6 +630,9 @@ func decideExisting(s State, cmd Command, now time.Time) (events.Payload, error)
 		}
 		return events.MailboxRead{Cursor: c.Cursor}, nil
 	case CancelForAncestor:
+		if err := tenant(s, c.CustomerID, c.Queue); err != nil {
+			return nil, err
+		}
 		if c.DeliveryID != "" {
 			if !s.Claimable() {
 				return nil, fmt.Errorf("%w: task is %s", ErrNotClaimable, describe(s))
@@ -895,4 +900,13 @@ func stamped(effects []events.Effect, now time.Time) []events.Effect {
 		}
 	}
 	return out
+}
+
+// tenant fails with ErrWrongTenant when a claim expects a customer or a
+// queue (set: not "") that is not task s's.
+func tenant(s State, customerID, queue string) error {
+	if s.Exists() && (customerID != "" && customerID != s.CustomerID || queue != "" && queue != s.Spec.Queue) {
+		return fmt.Errorf("%w: the claim expects customer %q and queue %q", ErrWrongTenant, customerID, queue)
+	}
+	return nil
 }

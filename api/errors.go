@@ -100,8 +100,9 @@ var (
 	ErrUnavailable = &Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "unavailable"}
 	// ErrCorruptEvent (500): the task (or concurrency key, or schedule)
 	// has a message on the log that does not decode; Seq names its
-	// position. The message is quarantined, and retrying cannot help
-	// until an operator repairs the log: it is not ErrUnavailable.
+	// position. The message is quarantined and there is no repair: it
+	// stays on the log, retrying never helps (it is not ErrUnavailable);
+	// schedule the task's work again as a new task.
 	ErrCorruptEvent = &Error{Status: http.StatusInternalServerError, Code: "corrupt_event", Message: "the log holds a message of this task that does not decode"}
 	// ErrInternal (500): a bug on the server's side.
 	ErrInternal = &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}

@@ -8,7 +8,9 @@ import (
 
 // CorruptError is a message stored on the log that cannot be read as an
 // event: it does not decode (Err wraps ErrMalformed, ErrUnknownType or
-// ErrUnknownVersion) or fails a check of its task's chain. Readers of the
+// ErrUnknownVersion). A message that decodes but fails the chain's check
+// is no CorruptError: replay verify and the chain key's checks report
+// it (taskledger_chain_unverified_events). Readers of the
 // log quarantine such a message instead of stopping at it: a task whose
 // subject holds one answers with this error (corrupt_event), a read over
 // many tasks skips it with a marker and goes on. Test for it with

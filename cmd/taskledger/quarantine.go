@@ -62,7 +62,11 @@ func quarantineCommand(ctx context.Context, args []string, stdout io.Writer) err
 		return err
 	}
 	if !*asJSON {
-		fmt.Fprintf(stdout, "%d messages read, %d quarantined (they do not decode; every read of the server skips them)\n", read, found)
+		noun := "messages"
+		if read == 1 {
+			noun = "message"
+		}
+		fmt.Fprintf(stdout, "%d %s read, %d quarantined (they do not decode; every read of the server skips them)\n", read, noun, found)
 	}
 	return nil
 }

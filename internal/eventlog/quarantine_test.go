@@ -26,6 +26,10 @@ func TestReadersQuarantine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var older []string // roots stored before the garbage
+	for range 8 {
+		older = append(older, schedule(t, st))
+	}
 	hurt := schedule(t, st)
 	first, err := st.Load(ctx, hurt)
 	if err != nil {
@@ -97,6 +101,34 @@ func TestReadersQuarantine(t *testing.T) {
 			t.Fatalf("Follow: %v, %d later tasks not seen, %d quarantined", err, left, len(corrupt))
 		}
 		check(t, corrupt[0])
+	})
+
+	// A lineage's read from the log passes over another task's garbage of
+	// the same customer (every lineage older than it would break) and
+	// fails with a member's.
+	t.Run("Lineage", func(t *testing.T) {
+		crossed := 0
+		for _, id := range older {
+			root, err := st.Load(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if root.FirstSeq.Part(shards) != part {
+				continue // its read does not cross the garbage
+			}
+			crossed++
+			evs, err := st.Log().Lineage(ctx, root)
+			if err != nil || len(evs) != 1 || evs[0].TaskID != id {
+				t.Fatalf("Lineage of %s, older than the garbage of %s: %d events, %v; want its own one", id, hurt, len(evs), err)
+			}
+		}
+		if crossed == 0 {
+			t.Fatalf("no older root in part %d", part)
+		}
+		evs, err := st.Log().Lineage(ctx, first)
+		if c, ok := errors.AsType[*events.CorruptError](err); !ok || c.Pos != garbage || len(evs) != 1 {
+			t.Fatalf("Lineage of %s: %d events, %v; want the garbage's CorruptError", hurt, len(evs), err)
+		}
 	})
 
 	t.Run("History", func(t *testing.T) {

@@ -229,7 +229,10 @@ func FindLineage(ctx context.Context, r TaskReader, taskID string) ([]events.Eve
 // Lineage returns the events of the lineage root heads, in log order.
 // Every descendant is created after its root, by the same customer, in
 // the root's part, so it scans that customer's events there from the
-// root's first.
+// root's first. A message there that does not decode ends the read with
+// its *events.CorruptError only when it is on a member's subject (a task
+// whose creation read before it joined the lineage); another task's, of
+// the same customer, is passed over.
 func (l Log) Lineage(ctx context.Context, root aggregate.State) ([]events.Event, error) {
 	l = l.withDefaults()
 	if root.Spec.RootID == "" {
@@ -237,13 +240,21 @@ func (l Log) Lineage(ctx context.Context, root aggregate.State) ([]events.Event,
 	}
 	var out []events.Event
 	in := InLineage(root.Spec.RootID)
+	members := map[string]bool{}
 	part, _ := l.Shards.Split(root.FirstSeq)
 	o := ReadOptions{
 		Filter: func(subj events.Subjects) string { return subj.Customer(root.CustomerID) },
 		Shards: []int{part}, From: root.FirstSeq,
+		Quarantine: func(c *events.CorruptError) error {
+			if _, task, _ := events.TaskSubject(c.Subject); members[task] {
+				return fmt.Errorf("eventlog: %w", c)
+			}
+			return nil
+		},
 	}
 	err := l.Events(ctx, o, func(ev events.Event) error {
 		if in(ev) {
+			members[ev.TaskID] = true
 			out = append(out, ev)
 		}
 		return nil

@@ -60,6 +60,9 @@ func wireError(err error) *api.Error {
 		if errors.Is(err, m.err) {
 			e := m.wire.WithMessage(err.Error())
 			if corrupt, ok := errors.AsType[*events.CorruptError](err); ok {
+				// Not err's text: the message's subject names its
+				// customer, which the caller need not be (an operator).
+				e.Message = fmt.Sprintf("the log's message at seq %d does not decode (quarantined): %v", corrupt.Pos, corrupt.Err)
 				e.Seq = uint64(corrupt.Pos)
 			}
 			return e

@@ -6,15 +6,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/taskledger/taskledger/api"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/node"
+	"github.com/taskledger/taskledger/internal/testlog"
 )
 
 // TestQuarantinedMessage: one undecodable message on a task's subject, as
@@ -35,7 +40,19 @@ func TestQuarantinedMessage(t *testing.T) {
 }
 
 func testQuarantinedMessage(t *testing.T, k int) {
-	b := setup(t, func(c *node.Config) { c.Tokens, c.Shards = tenantTokens, k })
+	var sink testlog.Buffer
+	b := setup(t, func(c *node.Config) {
+		c.Tokens, c.Shards = tenantTokens, k
+		c.Logger = zerolog.New(io.MultiWriter(&sink, zerolog.NewTestWriter(t))).Level(zerolog.WarnLevel)
+	})
+	logged := func(msg string) (n int) {
+		for _, line := range sink.Lines() {
+			if strings.Contains(line, msg) {
+				n++
+			}
+		}
+		return n
+	}
 	a := tokenClient(t, b, "tok-a")
 	ctx := context.Background()
 	st, shards := b.node.Store, b.node.Store.Shards()
@@ -78,7 +95,7 @@ func testQuarantinedMessage(t *testing.T, k int) {
 			ans := authDo(t, b, "Bearer tok-a", r.method, r.path, r.body)
 			requireErrorBody(t, ans, http.StatusInternalServerError, "corrupt_event")
 			var e api.Error
-			if err := json.Unmarshal(ans.body, &e); err != nil || e.Seq != garbage || !strings.Contains(e.Message, fmt.Sprint(garbage)) {
+			if err := json.Unmarshal(ans.body, &e); err != nil || e.Seq != garbage || !strings.Contains(e.Message, fmt.Sprint(garbage)) || strings.Contains(e.Message, ".evt.") {
 				t.Fatalf("%s %s: %s, want seq %d named", r.method, r.path, ans.body, garbage)
 			}
 		}
@@ -94,6 +111,43 @@ func testQuarantinedMessage(t *testing.T, k int) {
 		list, err := a.List(ctx, api.ListOptions{})
 		if err != nil || len(list.Tasks) != 3 {
 			t.Fatalf("list: %d tasks, %v; want all 3", len(list.Tasks), err)
+		}
+	})
+
+	// Another customer's corrupt task is missing, as any of its tasks is:
+	// not corrupt_event naming its seq, subject or customer.
+	t.Run("AnotherCustomerSeesNotFound", func(t *testing.T) {
+		lastSeq := func() uint64 {
+			seq, err := st.LastSeq(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return seq
+		}
+		msgs := lastSeq()
+		for _, r := range []struct{ method, path, body string }{
+			{"GET", "/v1/tasks/" + hurt.ID, ""},
+			{"GET", "/v1/tasks/" + hurt.ID + "/history", ""},
+			{"GET", "/v1/tasks/" + hurt.ID + "/history?tree=1", ""},
+			{"GET", "/v1/tasks/" + hurt.ID + "/tree", ""},
+			{"POST", "/v1/tasks/" + hurt.ID + "/cancel", `{"reason":"stop"}`},
+			{"POST", "/v1/tasks", `{"queue":"q","parentId":"` + hurt.ID + `"}`},
+		} {
+			requireErrorBody(t, authDo(t, b, "Bearer tok-b", r.method, r.path, r.body), http.StatusNotFound, "not_found")
+		}
+		ans := authDo(t, b, "Bearer tok-b", "POST", "/v1/tasks/"+hurt.ID+"/check", `{"deliveryId":"d1"}`)
+		var c api.Check
+		if err := json.Unmarshal(ans.body, &c); err != nil || ans.status != http.StatusOK || !c.ShouldStop || c.Reason != api.ReasonMissing {
+			t.Fatalf("tok-b's check of A's corrupt task: %d %s, want shouldStop with reason missing", ans.status, ans.body)
+		}
+		if got := lastSeq(); got != msgs {
+			t.Fatalf("tok-b's requests appended %d messages to the log, want none (no CheckFailed)", got-msgs)
+		}
+		// The operator is told the seq, never the subject (A's id).
+		ans = authDo(t, b, "Bearer tok-op", "GET", "/v1/tasks/"+hurt.ID, "")
+		requireErrorBody(t, ans, http.StatusInternalServerError, "corrupt_event")
+		if bytes.Contains(ans.body, []byte(".evt.")) {
+			t.Fatalf("operator's corrupt_event names the subject: %s", ans.body)
 		}
 	})
 
@@ -133,6 +187,14 @@ func testQuarantinedMessage(t *testing.T, k int) {
 		}
 	})
 
+	// Each read above passed over the message (GET /v1/events, two
+	// streams): one log line, the later ones counted.
+	t.Run("SkipsLoggedOnce", func(t *testing.T) {
+		if n := logged("skipped a message of the log that does not decode"); n != 1 {
+			t.Fatalf("%d log lines of skips, want 1 (the rest counted)", n)
+		}
+	})
+
 	t.Run("Readyz", func(t *testing.T) {
 		var body struct {
 			Log        string               `json:"log"`
@@ -169,6 +231,52 @@ func testQuarantinedMessage(t *testing.T, k int) {
 		}
 		if bytes.Contains(ans.body, []byte("taskledger_quarantine_skips_total 0")) {
 			t.Fatal("no skip counted")
+		}
+	})
+
+	// A queued task with a garbage message is passed over by the
+	// customer's claims without reading it again (and logged once): the
+	// task behind it is claimed.
+	t.Run("QueuedCorruptTaskPassedOver", func(t *testing.T) {
+		const queue = "poison-claim"
+		queued := func() api.Task {
+			task, _, err := a.Schedule(ctx, api.ScheduleRequest{Queue: queue})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "task "+task.ID+" queued", func() bool {
+				got, err := a.Get(ctx, task.ID)
+				return err == nil && got.Status == "queued"
+			})
+			return task
+		}
+		stuck := queued()
+		loaded, err := st.Load(ctx, stuck.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := loaded.FirstSeq.Part(shards)
+		ack, err := st.JetStream().Publish(ctx, shards.Subjects(st.Subjects(), p).Event("A", stuck.ID), []byte("\xc1 not an event"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.node.Engine.WaitFor(ctx, shards.Position(p, ack.Sequence)); err != nil {
+			t.Fatal(err)
+		}
+		next := queued()
+		const skipped = "claim skipped: the task holds a message of the log that does not decode"
+		before := logged(skipped)
+		got, ok, err := a.ClaimNext(ctx, queue, "w", 5*time.Second)
+		if err != nil || !ok || got.ID != next.ID {
+			t.Fatalf("claims/next past the corrupt task: %s ok %v err %v, want %s", got.ID, ok, err, next.ID)
+		}
+		for range 3 {
+			if got, ok, err := a.ClaimNext(ctx, queue, "w", 100*time.Millisecond); err != nil || ok {
+				t.Fatalf("claims/next with only the corrupt task queued: %s ok %v err %v, want nothing", got.ID, ok, err)
+			}
+		}
+		if n := logged(skipped) - before; n != 1 {
+			t.Fatalf("%d log lines of claims passing over the corrupt task, want 1", n)
 		}
 	})
 }
@@ -217,4 +325,47 @@ func requireMarkerThenLater(t *testing.T, evs []api.Event, seq uint64, hurt, lat
 		}
 	}
 	t.Fatalf("no event of task %s (after the marker: %v)", later, ordered)
+}
+
+// TestQuarantinedMessageSparesEvictedLineages: a lineage evicted by
+// retention is read from the log, its customer's events from its root's
+// first on; a garbage message on another task of that customer, stored
+// after the root, is passed over there: the evicted lineage's tree and
+// lineage history answer as before, not corrupt_event.
+func TestQuarantinedMessageSparesEvictedLineages(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *node.Config) { c.Retain = 1 })
+	ctx := context.Background()
+	st, shards := b.node.Store, b.node.Store.Shards()
+	done := func(queue string) api.Task {
+		task := mustSchedule(t, b, api.ScheduleRequest{Queue: queue})
+		if _, err := b.client.Cancel(ctx, task.ID, "not needed"); err != nil {
+			t.Fatal(err)
+		}
+		return task
+	}
+	old := done("old")
+	hurt := mustSchedule(t, b, api.ScheduleRequest{Queue: "poison"})
+	loaded, err := st.Load(ctx, hurt.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := loaded.FirstSeq.Part(shards)
+	if _, err := st.JetStream().Publish(ctx, shards.Subjects(st.Subjects(), part).Event(hurt.CustomerID, hurt.ID), []byte("\xc1 not an event")); err != nil {
+		t.Fatal(err)
+	}
+	done("new")
+	done("new")
+	settled(t, b)
+	if l, err := b.client.List(ctx, api.ListOptions{Status: "canceled", Limit: 100}); err != nil || slices.Contains(taskIDs(l.Tasks), old.ID) {
+		t.Fatalf("canceled tasks listed: %v, %v; want %s evicted", taskIDs(l.Tasks), err, old.ID)
+	}
+	tree, err := b.client.Tree(ctx, old.ID)
+	if err != nil || tree.Task.ID != old.ID {
+		t.Fatalf("tree of the evicted lineage %s: root %q, %v", old.ID, tree.Task.ID, err)
+	}
+	h, err := b.client.LineageHistory(ctx, old.ID)
+	if err != nil || len(h.Events) == 0 || slices.ContainsFunc(h.Events, func(e api.Event) bool { return e.TaskID != old.ID }) {
+		t.Fatalf("lineage history of the evicted lineage %s: %+v, %v", old.ID, h.Events, err)
+	}
 }

@@ -144,7 +144,7 @@ func (n *Node) LogWarning() string {
 		warning = strings.TrimPrefix(warning+"; ", "; ") + fmt.Sprintf("%d sequences of the log hold no event; run taskledger replay verify", m)
 	}
 	if q, _ := n.Engine.Quarantined(0); q > 0 {
-		warning = strings.TrimPrefix(warning+"; ", "; ") + fmt.Sprintf("%d messages of the log do not decode and are quarantined (skipped); run taskledger replay quarantine", q)
+		warning = strings.TrimPrefix(warning+"; ", "; ") + fmt.Sprintf("messages of the log that do not decode, quarantined (skipped): %d; run taskledger replay quarantine", q)
 	}
 	if c := n.chain.warning(); c != "" {
 		warning = strings.TrimPrefix(warning+"; ", "; ") + c

@@ -15,6 +15,7 @@ import (
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/crashpoint"
 	"github.com/taskledger/taskledger/internal/delivery"
+	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/service"
 )
 
@@ -42,6 +43,9 @@ type claims struct {
 	// (Metrics.WrongTenantClaims); logger logs each.
 	wrongTenant interface{ Inc() }
 	logger      zerolog.Logger
+	// repeats logs the claims that pass over a quarantined task, each
+	// task once an interval.
+	repeats *ratelog.Limiter
 }
 
 // claimQueue is the ready queue as claims use it (Config.Delivery).
@@ -78,13 +82,15 @@ type ClaimViews interface {
 // ErrAncestorTerminal, the state and events being the cancel's. A
 // lineage so ends lazily, task by task, at its next claim; a claim that
 // raced the ancestor's end and won runs, and its stop check tells it to
-// stop.
+// stop. The cancel expects c's customer and queue as the claim does, so a
+// claim of another tenant's task (a forged notification) writes nothing
+// and fails with aggregate.ErrWrongTenant either way.
 func (s *claims) claim(ctx context.Context, taskID string, c aggregate.Claim) (aggregate.State, []events.Event, error) {
 	id, status, found := s.views.TerminalAncestor(taskID)
 	if !found {
 		return s.store.Execute(ctx, taskID, c.ExecutorID, c)
 	}
-	st, evs, err := s.store.Execute(ctx, taskID, "", aggregate.CancelForAncestor{DeliveryID: c.DeliveryID})
+	st, evs, err := s.store.Execute(ctx, taskID, "", aggregate.CancelForAncestor{DeliveryID: c.DeliveryID, CustomerID: c.CustomerID, Queue: c.Queue})
 	if err != nil {
 		return st, evs, err
 	}
@@ -288,8 +294,9 @@ func (s *claims) claimQueued(ctx context.Context, p Principal, queue string, c a
 			}
 		case errors.Is(err, aggregate.ErrWrongTenant): // the views disagree with the log: pass it over
 			s.refused(p, queue, cands[i].TaskID, err)
-		case isCorrupt(err): // quarantined: pass it over
-			s.logger.Warn().Err(err).Str("task", cands[i].TaskID).Msg("claim skipped: the task holds a message of the log that does not decode (quarantined)")
+		case isCorrupt(err): // quarantined: pass it over, now and later
+			s.claiming.quarantine(cands[i].TaskID)
+			s.skippedCorrupt(cands[i].TaskID, err)
 		case !errors.Is(err, aggregate.ErrNotClaimable) && !errors.Is(err, aggregate.ErrTokenMismatch) && !errors.Is(err, aggregate.ErrNotFound):
 			errs[i] = s.unavailable(err)
 		}
@@ -301,19 +308,53 @@ func (s *claims) claimQueued(ctx context.Context, p Principal, queue string, c a
 	return nil, errors.Join(errs...)
 }
 
-// claiming holds the tasks this process's claimQueued calls are trying.
+// skippedCorrupt logs a claim that passed over task id, which holds a
+// message of the log that does not decode (err), once an interval.
+func (s *claims) skippedCorrupt(id string, err error) {
+	s.repeats.Log(zerolog.WarnLevel, "claim skip corrupt task "+id,
+		"claim skipped: the task holds a message of the log that does not decode (quarantined)",
+		func(e *zerolog.Event) { e.Err(err).Str("task", id) })
+}
+
+// maxCorruptTasks bounds claiming.corrupt: past it a quarantined task is
+// tried (and passed over) again at each claim that finds it first.
+const maxCorruptTasks = 1024
+
+// claiming holds the tasks this process's claimQueued calls are trying,
+// and the queued tasks a claim found quarantined (corrupt), which no
+// later claim tries again: they would come first in every listing of
+// their queue and never be claimed.
 type claiming struct {
-	mu  sync.Mutex
-	ids map[string]struct{}
+	mu      sync.Mutex
+	ids     map[string]struct{}
+	corrupt map[string]struct{}
+}
+
+// quarantine records that task id cannot be claimed, ever: it holds a
+// message of the log that does not decode. At most maxCorruptTasks are
+// kept.
+func (c *claiming) quarantine(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.corrupt == nil {
+		c.corrupt = make(map[string]struct{})
+	}
+	if len(c.corrupt) < maxCorruptTasks {
+		c.corrupt[id] = struct{}{}
+	}
 }
 
 // reserve returns the candidates list gives when it passes over those
-// already reserved, now reserved; one lock covers both, so two claims
-// never pick the same task.
+// already reserved or quarantined, now reserved; one lock covers both,
+// so two claims never pick the same task.
 func (c *claiming) reserve(list func(skip func(taskID string) bool) []aggregate.State) []aggregate.State {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cands := list(func(id string) bool { _, ok := c.ids[id]; return ok })
+	cands := list(func(id string) bool {
+		_, ok := c.ids[id]
+		_, corrupt := c.corrupt[id]
+		return ok || corrupt
+	})
 	for _, st := range cands {
 		c.ids[st.TaskID] = struct{}{}
 	}
@@ -387,7 +428,8 @@ func (s *claims) claimNotified(ctx context.Context, p Principal, queue string, m
 		settleMsg(msg, jetstream.Msg.Term)
 		return aggregate.State{}, false, nil
 	case isCorrupt(err): // the task cannot be read, now or later: wait on for another
-		s.logger.Warn().Err(err).Str("task", n.TaskID).Msg("claim skipped: the task holds a message of the log that does not decode (quarantined)")
+		s.claiming.quarantine(n.TaskID)
+		s.skippedCorrupt(n.TaskID, err)
 		settleMsg(msg, jetstream.Msg.Term)
 		return aggregate.State{}, false, nil
 	case errors.Is(err, aggregate.ErrNotClaimable), errors.Is(err, aggregate.ErrTokenMismatch), errors.Is(err, aggregate.ErrNotFound):
@@ -444,6 +486,9 @@ func (s *claims) Claim(ctx context.Context, p Principal, id, deliveryID, executo
 		return aggregate.State{}, err
 	}
 	c.DeliveryID = deliveryID
+	if !p.IsOperator() {
+		c.CustomerID = p.CustomerID // authorize checks it too; the aggregate decides on the log
+	}
 	crashpoint.Hit(crashpoint.ClaimReceived)
 	if err := s.authorize(ctx, p, id); err != nil {
 		return aggregate.State{}, err

@@ -116,13 +116,31 @@ func (s *core) get(ctx context.Context, p Principal, id string) (aggregate.State
 		return aggregate.State{}, invalid("task id: %v", err)
 	}
 	st, err := s.store.Load(ctx, id)
-	if err != nil {
-		return st, s.unavailable(err)
-	}
-	if !p.Sees(st) {
-		return aggregate.State{}, fmt.Errorf("%w: %s", aggregate.ErrNotFound, id)
+	if err := s.visible(p, id, st, err); err != nil {
+		return aggregate.State{}, err
 	}
 	return st, nil
+}
+
+// visible answers whether p may see task id, read from the log as st
+// with err: a failure to read is ErrUnavailable; a task p may not see,
+// or that does not exist, is ErrNotFound; then a message of the task
+// that does not decode (the read replays those that do) is
+// ErrCorruptEvent. The tenant check comes before the corrupt one, so
+// another customer's quarantined task answers not found, as any of its
+// tasks does; an operator sees every corrupt task, even one whose
+// creation does not decode.
+func (s *core) visible(p Principal, id string, st aggregate.State, err error) error {
+	if err != nil && !isCorrupt(err) {
+		return s.unavailable(err)
+	}
+	if !p.Sees(st) && (err == nil || !p.IsOperator()) {
+		return fmt.Errorf("%w: %s", aggregate.ErrNotFound, id)
+	}
+	if err != nil {
+		return s.unavailable(err)
+	}
+	return nil
 }
 
 // authorize fails with ErrNotFound unless p may see task id. A task's

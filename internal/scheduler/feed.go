@@ -3,9 +3,8 @@ package scheduler
 import (
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/taskledger/taskledger/aggregate"
+	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/projections"
 )
 
@@ -21,9 +20,10 @@ type feed struct {
 	views     FeedViews
 	schedules ScheduleViews // the statistics' schedule rows
 	// skipped counts the quarantined messages reads of the log passed
-	// over with a marker (Metrics.QuarantineSkips); logger logs each.
+	// over with a marker (Metrics.QuarantineSkips); repeats logs them,
+	// each message once an interval.
 	skipped interface{ Inc() }
-	logger  zerolog.Logger
+	repeats *ratelog.Limiter
 }
 
 // FeedViews is what the reads of the log and the listings (histories,

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/service"
@@ -18,12 +20,9 @@ func (s *feed) History(ctx context.Context, p Principal, id string) ([]events.Ev
 		return nil, invalid("task id: %v", err)
 	}
 	evs, err := s.store.History(ctx, id)
-	if err != nil {
-		return nil, s.unavailable(err)
-	}
 	st := aggregate.Replay(evs)
-	if !p.Sees(st) {
-		return nil, fmt.Errorf("%w: %s", aggregate.ErrNotFound, id)
+	if err := s.visible(p, id, st, err); err != nil {
+		return nil, err
 	}
 	return s.withSlots(ctx, st, evs)
 }
@@ -100,12 +99,17 @@ func (s *feed) CustomerEvents(ctx context.Context, p Principal, customerID strin
 	return nil
 }
 
-// quarantined logs and counts a message of the log that does not decode,
-// which the read named by what passes over with a marker.
+// quarantined counts a message of the log that does not decode, which
+// the read named by what passes over with a marker, and logs it through
+// the repeats limiter keyed by its seq: a customer reading the feed in a
+// loop does not write a line per read.
 func (s *feed) quarantined(what string, c *events.CorruptError) {
 	s.skipped.Inc()
-	s.logger.Warn().Err(c.Err).Uint64("seq", uint64(c.Pos)).Str("subject", c.Subject).
-		Msgf("%s: skipped a message of the log that does not decode (quarantined; taskledger replay quarantine lists them)", what)
+	s.repeats.Log(zerolog.WarnLevel, fmt.Sprintf("quarantine skip seq %d", c.Pos),
+		"skipped a message of the log that does not decode (quarantined; taskledger replay quarantine lists them)",
+		func(e *zerolog.Event) {
+			e.Err(c.Err).Uint64("seq", uint64(c.Pos)).Str("subject", c.Subject).Str("read", what)
+		})
 }
 
 // withSpec fills in the spec (message included) that the projections

@@ -96,12 +96,12 @@ func (s *tasks) Check(ctx context.Context, p Principal, id, deliveryID string) (
 
 func (s *tasks) check(ctx context.Context, p Principal, id, deliveryID string) (CheckResult, error) {
 	evs, err := s.store.History(ctx, id)
-	if err != nil {
-		return CheckResult{}, err
-	}
 	st := aggregate.Replay(evs)
-	if !p.Sees(st) {
+	switch err := s.visible(p, id, st, err); {
+	case errors.Is(err, aggregate.ErrNotFound): // another customer's task too
 		return CheckResult{ShouldStop: true, Reason: api.ReasonMissing}, nil
+	case err != nil:
+		return CheckResult{}, err
 	}
 	if st.LostClaim(deliveryID) {
 		return CheckResult{}, aggregate.ErrClaimLost

@@ -12,9 +12,10 @@ type Metrics struct {
 	// WrongTenantClaims counts ready notifications dropped because the
 	// task they name is not the claimer's or not on its queue.
 	WrongTenantClaims prometheus.Counter
-	// QuarantineSkips counts the messages of the log that do not decode
-	// which a read over many tasks (GET /v1/events, the event stream)
-	// passed over with a Quarantined marker.
+	// QuarantineSkips counts the times a read over many tasks (GET
+	// /v1/events, the event stream) passed over a message of the log that
+	// does not decode with a Quarantined marker: one per message per read,
+	// so a message read again is counted again.
 	QuarantineSkips prometheus.Counter
 }
 
@@ -47,7 +48,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		QuarantineSkips: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "taskledger_quarantine_skips_total",
-			Help: "Messages of the log that do not decode, passed over with a Quarantined marker by GET /v1/events and the event stream (once per read that met one).",
+			Help: "Times GET /v1/events or the event stream passed over a message of the log that does not decode with a Quarantined marker: one per message per read (taskledger_projection_undecodable_events_total counts the messages).",
 		}),
 	}
 	if reg != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/taskledger/taskledger/aggregate"
 	"github.com/taskledger/taskledger/events"
 	"github.com/taskledger/taskledger/internal/delivery"
+	"github.com/taskledger/taskledger/internal/ratelog"
 	"github.com/taskledger/taskledger/internal/service"
 )
 
@@ -192,6 +193,9 @@ type Service struct {
 	*feed
 	delivery Delivery // closed by Close
 	close    context.CancelFunc
+	// repeats logs what the reads and claims pass over again and again
+	// (quarantined messages), once an interval; closed by Close.
+	repeats *ratelog.Limiter
 }
 
 // New returns a Service. Store, Views and Delivery or JS are required.
@@ -255,18 +259,19 @@ func New(cfg Config) (*Service, error) {
 	}
 	closing, close := context.WithCancel(context.Background())
 	c := &core{store: cfg.Store, applied: cfg.Views, now: cfg.Now, writeTimeout: cfg.WriteTimeout, closing: closing}
-	f := &feed{core: c, views: cfg.Views, schedules: cfg.Schedules, skipped: cfg.Metrics.QuarantineSkips, logger: cfg.Logger}
+	repeats := ratelog.New(cfg.Logger, 0)
+	f := &feed{core: c, views: cfg.Views, schedules: cfg.Schedules, skipped: cfg.Metrics.QuarantineSkips, repeats: repeats}
 	t := &tasks{core: c, views: cfg.Views, delivery: cfg.Delivery, publishes: cfg.Delivery.Publishes(), readyGrace: cfg.ReadyGrace,
 		usage: cfg.Usage, admission: cfg.Admission, metrics: cfg.Metrics, logger: cfg.Logger,
 		maxLineageTasks: cfg.MaxLineageTasks, maxLineageDepth: cfg.MaxLineageDepth, maxQueues: cfg.MaxQueuesPerCustomer, feed: f}
 	return &Service{
 		tasks: t, feed: f,
 		claims: &claims{core: c, views: cfg.Views, delivery: cfg.Delivery, maxPolls: cfg.MaxPollsPerCustomer, renewed: cfg.Renewed,
-			wrongTenant: cfg.Metrics.WrongTenantClaims, logger: cfg.Logger,
+			wrongTenant: cfg.Metrics.WrongTenantClaims, logger: cfg.Logger, repeats: repeats,
 			polls: polls{n: make(map[string]int)}, claiming: claiming{ids: make(map[string]struct{})}},
 		schedules: &schedules{core: c, log: cfg.ScheduleStore, views: cfg.Schedules, tasks: t, maxSchedules: cfg.MaxSchedules},
 		runs:      &runs{core: c, docs: cfg.Runs},
-		delivery:  cfg.Delivery, close: close,
+		delivery:  cfg.Delivery, close: close, repeats: repeats,
 	}, nil
 }
 
@@ -278,6 +283,7 @@ func New(cfg Config) (*Service, error) {
 func (s *Service) Close() {
 	s.close()
 	s.delivery.Close()
+	s.repeats.Close()
 }
 
 // Principal is who makes a request (service.Principal).

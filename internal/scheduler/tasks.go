@@ -119,8 +119,8 @@ func (s *tasks) create(ctx context.Context, p Principal, customerID string, spec
 	}
 	if spec.ParentID != "" {
 		parent, err := s.store.Load(ctx, spec.ParentID)
-		if err != nil {
-			return st, false, s.unavailable(err)
+		if err != nil && (!isCorrupt(err) || parent.CustomerID == customerID) {
+			return st, false, s.unavailable(err) // another customer's corrupt task is not found, below
 		}
 		if !parent.Exists() || parent.CustomerID != customerID {
 			return st, false, fmt.Errorf("%w: parent %s", aggregate.ErrNotFound, spec.ParentID)

@@ -66,6 +66,30 @@ func TestForgedNotificationYieldsNoClaim(t *testing.T) {
 		}
 	})
 
+	// Under a terminal ancestor a claim cancels instead: that cancel is
+	// refused as the claim is, and the task stays queued.
+	t.Run("UnderTerminalAncestor", func(t *testing.T) {
+		const queue = "forged-ancestor"
+		root := idle(t, n, globex, scheduler.ScheduleRequest{Queue: queue})
+		theirs := claimable(t, n, mustSchedule(t, n, globex, scheduler.ScheduleRequest{Queue: queue, ParentID: root.TaskID}).TaskID)
+		if _, err := n.Service.Cancel(ctx, globex, root.TaskID, "stop"); err != nil {
+			t.Fatal(err)
+		}
+		testnode.Eventually(t, "the root's cancel applied", func() bool { return get(t, n, root.TaskID).Status.Terminal() })
+		before := wrongTenantClaims(t, reg)
+		forge(t, n, queue, events.ReadyNotification{TaskID: theirs.TaskID, CustomerID: acme.CustomerID, RootID: root.TaskID, Queue: queue, DeliveryID: theirs.Delivery.ID})
+
+		if st, ok, err := n.Service.ClaimNext(ctx, acme, queue, "thief", 2*time.Second); err != nil || ok {
+			t.Fatalf("acme's claim on a forged notification for globex's task: ok %v task %q err %v, want nothing", ok, st.TaskID, err)
+		}
+		if got := wrongTenantClaims(t, reg); got != before+1 {
+			t.Fatalf("taskledger_claims_wrong_tenant_total went from %v to %v, want one more", before, got)
+		}
+		if got := get(t, n, theirs.TaskID); got.Status != aggregate.StatusQueued {
+			t.Fatalf("globex's task after acme's forged claim: %s (%s), want queued: acme's claim canceled it", got.Status, got.Reason)
+		}
+	})
+
 	t.Run("AnotherQueue", func(t *testing.T) {
 		const queue, other = "forged-real", "forged-other"
 		idle(t, n, globex, scheduler.ScheduleRequest{Queue: other}) // the queue exists, nothing on it is released

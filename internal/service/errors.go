@@ -46,8 +46,9 @@ var (
 	// ErrCorruptEvent: the task (or key, or schedule) has a message on
 	// the log that cannot be read as an event; the error also wraps its
 	// *events.CorruptError, which names the message's position. It is
-	// quarantined: retrying cannot help until an operator repairs the
-	// log (taskledger replay quarantine lists such messages).
+	// quarantined, with no repair: it stays on the log and retrying never
+	// helps; the work is scheduled again as a new task (taskledger replay
+	// quarantine lists such messages).
 	ErrCorruptEvent = errors.New("scheduler: corrupt event")
 )
 

@@ -208,8 +208,9 @@ class Internal(TaskledgerError):
 
 class CorruptEvent(TaskledgerError):
     """500 ``corrupt_event``: the task has a message on the log that does
-    not decode (the message names its sequence). It is quarantined:
-    retrying cannot help until an operator repairs the log."""
+    not decode (the message names its sequence). It is quarantined and
+    there is no repair: it stays on the log and retrying never helps;
+    schedule the work again as a new task."""
 
     code = "corrupt_event"
 
