@@ -152,25 +152,32 @@ func testQuarantinedMessage(t *testing.T, k int) {
 	})
 
 	t.Run("CustomerEventsCarryMarker", func(t *testing.T) {
-		ans := authDo(t, b, "Bearer tok-a", "GET", "/v1/events", "")
-		if ans.status != http.StatusOK {
-			t.Fatalf("GET /v1/events: %d %s", ans.status, ans.body)
-		}
-		var got []api.Event
-		sc := bufio.NewScanner(bytes.NewReader(ans.body))
-		for sc.Scan() {
-			var e api.Event
-			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-				t.Fatalf("line %q: %v", sc.Text(), err)
+		// The customer's marker has no seq (a customer sees none); the
+		// operator's names the garbage's.
+		for _, r := range []struct {
+			token, query string
+			seq          uint64
+		}{{"tok-a", "", 0}, {"tok-op", "?customerId=A", garbage}} {
+			ans := authDo(t, b, "Bearer "+r.token, "GET", "/v1/events"+r.query, "")
+			if ans.status != http.StatusOK {
+				t.Fatalf("%s: GET /v1/events: %d %s", r.token, ans.status, ans.body)
 			}
-			got = append(got, e)
+			var got []api.Event
+			sc := bufio.NewScanner(bytes.NewReader(ans.body))
+			for sc.Scan() {
+				var e api.Event
+				if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+					t.Fatalf("line %q: %v", sc.Text(), err)
+				}
+				got = append(got, e)
+			}
+			requireMarkerThenLater(t, got, r.seq, hurt.ID, after.ID, k == 1)
 		}
-		requireMarkerThenLater(t, got, garbage, hurt.ID, after.ID, k == 1)
 	})
 
 	t.Run("StreamCarriesMarkerAndResumesAcross", func(t *testing.T) {
 		for _, from := range []string{"0", strings.Join(resume, "-")} {
-			s := openStream(t, b.url, "tok-a", "after="+from, "")
+			s := openStream(t, b.url, "tok-op", "after="+from, "")
 			var got []api.Event
 			for !hasMarker(got) || !slices.ContainsFunc(got, func(e api.Event) bool { return e.TaskID == after.ID }) {
 				m := s.next(t)
@@ -192,6 +199,38 @@ func testQuarantinedMessage(t *testing.T, k int) {
 	t.Run("SkipsLoggedOnce", func(t *testing.T) {
 		if n := logged("skipped a message of the log that does not decode"); n != 1 {
 			t.Fatalf("%d log lines of skips, want 1 (the rest counted)", n)
+		}
+	})
+
+	t.Run("CustomerStreamResumesAcrossMarker", func(t *testing.T) {
+		// A customer's stream: the marker has no seq and an opaque id, and
+		// a resume from that id goes on to the later task's events.
+		s := openStream(t, b.url, "tok-a", "after=0", "")
+		var got []api.Event
+		markerID := ""
+		for markerID == "" || !slices.ContainsFunc(got, func(e api.Event) bool { return e.TaskID == after.ID }) {
+			m := s.next(t)
+			e := m.decoded(t)
+			if e.Type == api.EventQuarantined {
+				if !strings.HasPrefix(m.id, "c1.") || strings.Contains(m.data, `"seq"`) {
+					t.Fatalf("customer's marker: id %q data %s, want an opaque id and no seq", m.id, m.data)
+				}
+				markerID = m.id
+			}
+			got = append(got, e)
+		}
+		s.close()
+		requireMarkerThenLater(t, got, 0, hurt.ID, after.ID, k == 1)
+		s = openStream(t, b.url, "tok-a", "", markerID)
+		defer s.close()
+		for {
+			e := s.next(t).decoded(t)
+			if e.Type == api.EventQuarantined && k == 1 {
+				t.Fatal("a resume from the marker's id delivered the marker again")
+			}
+			if e.TaskID == after.ID {
+				return
+			}
 		}
 	})
 
