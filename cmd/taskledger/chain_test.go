@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -139,18 +138,7 @@ func readyzLog(t *testing.T, data string, schedule bool) (warning, logs string) 
 		}
 		testnode.Settled(t, srv.client, task)
 	}
-	resp, err := http.Get("http://" + addr + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var body struct {
-		Log string `json:"log"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		t.Fatal(err)
-	}
-	return body.Log, buf.String()
+	return readyzLogField(t, addr), buf.String()
 }
 
 // TestForgedEventIsDetected appends to a keyed log, with the server

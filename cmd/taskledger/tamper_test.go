@@ -67,11 +67,10 @@ func verifyKinds(t *testing.T, data string) map[string]int {
 
 // startWarning starts a server on data and returns the warning its
 // /readyz shows about the log, and whether the start-up log warned.
-func startWarning(t *testing.T, data string) (readyzLog string, logged bool) {
+// readyzLogField is the "log" field of the /readyz answer of the server
+// at addr.
+func readyzLogField(t *testing.T, addr string) string {
 	t.Helper()
-	addr := freeAddr(t)
-	srv, logs, _ := replayStartServer(t, data, addr)
-	defer replayStopServer(t, srv)
 	resp, err := http.Get("http://" + addr + "/readyz")
 	if err != nil {
 		t.Fatal(err)
@@ -83,8 +82,17 @@ func startWarning(t *testing.T, data string) (readyzLog string, logged bool) {
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
 		t.Fatal(err)
 	}
+	return body.Log
+}
+
+func startWarning(t *testing.T, data string) (readyzLog string, logged bool) {
+	t.Helper()
+	addr := freeAddr(t)
+	srv, logs, _ := replayStartServer(t, data, addr)
+	defer replayStopServer(t, srv)
+	readyzLog = readyzLogField(t, addr)
 	_, logged = replayLogLine(t, logs, "the log is damaged: events were lost or changed; run taskledger replay verify")
-	return body.Log, logged
+	return readyzLog, logged
 }
 
 // TestTamperedLogIsDetected damages a stopped server's log three ways and
